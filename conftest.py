@@ -1,0 +1,75 @@
+"""Backend selection shared by tests/ and conformance/.
+
+``pytest --backend torch --backend jax`` restricts the run; by default every
+known backend is collected and the ones not usable here (not installed, or
+CuPy without a GPU) are skipped with the reason. Set
+``RANKOPS_REQUIRE_BACKENDS=numpy,torch,...`` (CI does) to turn such a skip
+into a failure, so that a missing install can never pass silently.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from rankops._lib._backends import BACKENDS, device_label, get_backend
+
+try:  # float64 JAX arrays for finite differences; must precede any JAX work
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+except ImportError:
+    pass
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--backend",
+        action="append",
+        default=None,
+        choices=[b.name for b in BACKENDS],
+        help="run backend-parametrised tests on this backend only (repeatable; default: all installed)",
+    )
+
+
+def _selected(config: pytest.Config) -> list:
+    names = config.getoption("--backend")
+    return [get_backend(n) for n in names] if names else list(BACKENDS)
+
+
+def _required() -> set[str]:
+    return {n.strip() for n in os.environ.get("RANKOPS_REQUIRE_BACKENDS", "").split(",") if n.strip()}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    missing = {n: get_backend(n).unavailable_reason() for n in sorted(_required())}
+    missing = {n: r for n, r in missing.items() if r is not None}
+    if missing:
+        raise pytest.UsageError(f"RANKOPS_REQUIRE_BACKENDS names unusable backends: {missing}")
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    lines = []
+    for b in _selected(config):
+        reason = b.unavailable_reason()
+        lines.append(f"rankops backend {b.name}: " + (f"{b.version}" if reason is None else f"skipped ({reason})"))
+    return lines
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Parametrise ``backend``, or ``backend`` and ``device`` jointly when asked for."""
+    if "backend" not in metafunc.fixturenames:
+        return
+    with_device = "device" in metafunc.fixturenames
+    params = []
+    for b in _selected(metafunc.config):
+        reason = b.unavailable_reason()
+        if reason is not None:
+            skip = pytest.mark.skip(reason=f"{b.name}: {reason}")
+            params.append(pytest.param(*((b, None) if with_device else (b,)), id=b.name, marks=skip))
+        elif with_device:
+            params += [pytest.param(b, d, id=f"{b.name}-{device_label(d)}") for d in b.devices()]
+        else:
+            params.append(pytest.param(b, id=b.name))
+    metafunc.parametrize(("backend", "device") if with_device else "backend", params)

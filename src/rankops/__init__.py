@@ -1,0 +1,15 @@
+"""rankops: differentiable sorting and ranking for every array API backend.
+
+One implementation per operator, written against the Python array API
+standard, runs on NumPy, CuPy, PyTorch, JAX, Dask and array-api-strict
+arrays and differentiates under the caller's own autodiff.
+"""
+
+from __future__ import annotations
+
+from .permutations import neuralsort, softsort
+from .sorting import soft_rank, soft_sort
+
+__version__ = "0.1.0.dev0"
+
+__all__ = ["soft_rank", "soft_sort", "softsort", "neuralsort", "__version__"]

@@ -1,0 +1,1 @@
+"""Private helpers shared by every operator; nothing here is public API."""

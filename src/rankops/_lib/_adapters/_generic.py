@@ -1,0 +1,41 @@
+"""Portable adapter: NumPy, CuPy, Dask, array-api-strict and anything else.
+
+These backends have no autodiff, so ``stop_gradient`` is the identity, and
+random numbers come from a NumPy ``Generator`` copied onto the array's
+device (a host-to-device copy for CuPy, a constant chunk for Dask).
+"""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any
+
+import numpy as np
+
+from .._numerics import logsumexp as _logsumexp, softmax as _softmax
+
+
+def softmax(xp: Any, z: Any, axis: int = -1) -> Any:
+    return _softmax(xp, z, axis)
+
+
+def logsumexp(xp: Any, z: Any, axis: int = -1) -> Any:
+    return _logsumexp(xp, z, axis)
+
+
+def stop_gradient(xp: Any, x: Any) -> Any:
+    return x
+
+
+def gumbel(xp: Any, key: Any, shape: tuple[int, ...], dtype: Any, device: Any) -> Any:
+    """Standard Gumbel(0, 1) noise; ``key`` is None, an int seed or a NumPy Generator."""
+    if key is None or (isinstance(key, numbers.Integral) and not isinstance(key, bool)):
+        rng = np.random.default_rng(None if key is None else int(key))
+    elif isinstance(key, np.random.Generator):
+        rng = key
+    else:
+        raise TypeError(
+            f"key must be None, an int seed or a numpy.random.Generator for this backend, got {type(key).__name__}"
+        )
+    noise = rng.gumbel(size=shape)
+    return xp.asarray(noise, dtype=dtype, device=device)

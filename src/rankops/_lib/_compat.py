@@ -1,0 +1,116 @@
+"""The one place that turns user arrays into ``(xp, array)`` pairs.
+
+Everything here inspects dtypes, shapes and devices only, never values: a
+check that read data would force a device sync and break ``jax.jit``.
+"""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any
+
+import array_api_compat
+from array_api_compat import (
+    is_dask_namespace,
+    is_jax_namespace,
+    is_torch_namespace,
+)
+
+__all__ = [
+    "is_array",
+    "namespace",
+    "real_float_dtypes",
+    "check_same_device",
+    "normalize_axis",
+]
+
+
+def is_array(value: Any) -> bool:
+    """An array API array; Python and NumPy scalars (``np.float64(1.0)``) are not."""
+    return array_api_compat.is_array_api_obj(value) and not isinstance(value, (bool, int, float, complex))
+
+
+def namespace(*arrays: Any, names: tuple[str, ...] | None = None) -> Any:
+    """Return the array API namespace shared by ``arrays``.
+
+    Python scalars and lists are rejected: the contract asks for arrays so
+    that the output's namespace and device are never a guess.
+    """
+    names = names or tuple(f"argument {i}" for i in range(len(arrays)))
+    for name, a in zip(names, arrays):
+        if not is_array(a):
+            raise TypeError(
+                f"{name} must be an array (NumPy, CuPy, PyTorch, JAX, Dask or "
+                f"array-api-strict), got {type(a).__name__}"
+            )
+    try:
+        return array_api_compat.array_namespace(*arrays)
+    except TypeError as exc:
+        kinds = ", ".join(f"{n}: {type(a).__module__}.{type(a).__name__}" for n, a in zip(names, arrays))
+        raise TypeError(f"arrays from different namespaces cannot be mixed ({kinds})") from exc
+
+
+def check_same_device(xp: Any, arrays: tuple[Any, ...], names: tuple[str, ...]) -> Any:
+    """Return the common device of ``arrays``; ``ValueError`` if they differ.
+
+    JAX tracers have no concrete device under ``jit``; JAX itself places
+    them, so the comparison is skipped there.
+    """
+    dev = array_api_compat.device(arrays[0])
+    if is_jax_namespace(xp):
+        return dev
+    for name, a in zip(names[1:], arrays[1:]):
+        other = array_api_compat.device(a)
+        if other != dev:
+            raise ValueError(f"{name} is on device {other!r} but {names[0]} is on {dev!r}; move them to one device")
+    return dev
+
+
+def default_float(xp: Any, device: Any) -> Any:
+    """The namespace's default real floating dtype (float32 for torch/JAX)."""
+    try:
+        return xp.__array_namespace_info__().default_dtypes(device=device)["real floating"]
+    except (AttributeError, TypeError, ValueError):  # pragma: no cover - old namespaces
+        return xp.asarray(0.0).dtype
+
+
+def real_float_dtypes(xp: Any, x: Any, name: str = "x") -> tuple[Any, Any]:
+    """Return ``(compute_dtype, output_dtype)`` for input ``x``.
+
+    - float32 / float64 are kept;
+    - bool and integer inputs are promoted to the default floating dtype;
+    - float16 / bfloat16 are computed in float32 (the softmax and the
+      Sinkhorn potentials overflow or lose all resolution in 16 bits) and
+      cast back on output;
+    - complex inputs raise ``TypeError``: sorting has no meaning there.
+    """
+    dtype = x.dtype
+    if xp.isdtype(dtype, "complex floating"):
+        raise TypeError(f"{name} must be real-valued; complex dtype {dtype} is not supported")
+    if xp.isdtype(dtype, ("bool", "integral")):
+        out = default_float(xp, array_api_compat.device(x))
+        return out, out
+    if not xp.isdtype(dtype, "real floating"):  # pragma: no cover - exotic dtypes
+        raise TypeError(f"{name} must have a real numeric dtype, got {dtype}")
+    if dtype == xp.float32 or dtype == xp.float64:
+        return dtype, dtype
+    return xp.float32, dtype
+
+
+def normalize_axis(axis: Any, ndim: int, name: str = "axis") -> int:
+    """Return ``axis`` as a non-negative int; errors name the argument."""
+    if isinstance(axis, bool) or not isinstance(axis, numbers.Integral):
+        raise TypeError(f"{name} must be an int, got {type(axis).__name__}")
+    axis = int(axis)
+    if not -ndim <= axis < ndim:
+        raise ValueError(f"{name}={axis} is out of range for an array with {ndim} dimension(s)")
+    return axis % ndim
+
+
+def is_lazy_blockwise(xp: Any) -> bool:
+    """Backends run block by block with the NumPy implementation (Dask)."""
+    return is_dask_namespace(xp)
+
+
+def has_autodiff(xp: Any) -> bool:
+    return is_torch_namespace(xp) or is_jax_namespace(xp)

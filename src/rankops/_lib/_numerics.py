@@ -1,0 +1,30 @@
+"""Numerics the array API standard lacks, written with ``xp`` calls only.
+
+Frameworks with fused kernels override these through their adapter
+(:mod:`._adapters`); array-api-strict, NumPy, CuPy and Dask use them as is.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _finite_max(xp: Any, z: Any, axis: int) -> Any:
+    # Shifting by a non-finite max would turn -inf - -inf or inf - inf into
+    # NaN; shifting by 0 instead keeps all-(-inf) rows at -inf and lets a
+    # +inf entry dominate, as the unshifted formula would.
+    m = xp.max(z, axis=axis, keepdims=True)
+    return xp.where(xp.isfinite(m), m, xp.zeros_like(m))
+
+
+def logsumexp(xp: Any, z: Any, axis: int = -1) -> Any:
+    """``log(sum(exp(z), axis))`` without overflow (max-shifted)."""
+    m = _finite_max(xp, z, axis)
+    s = xp.sum(xp.exp(z - m), axis=axis, keepdims=True)
+    return xp.squeeze(xp.log(s) + m, axis=axis)
+
+
+def softmax(xp: Any, z: Any, axis: int = -1) -> Any:
+    """``exp(z) / sum(exp(z), axis)`` without overflow (max-shifted)."""
+    e = xp.exp(z - _finite_max(xp, z, axis))
+    return e / xp.sum(e, axis=axis, keepdims=True)

@@ -1,0 +1,105 @@
+r"""Soft sort and soft rank along an axis, by any of the three methods.
+
+With a relaxed permutation matrix ``P`` (row i: the item at position i, see
+:mod:`rankops.permutations`) built from ``x`` itself:
+
+- soft sort  = ``P @ x``          (position i gets a weighted mean of items)
+- soft rank  = ``P^T @ [1..n]``   (item j gets its expected 1-based position)
+
+``method="sinkhorn"`` (Cuturi, Teboul & Vert 2019) obtains ``P`` from an
+entropic optimal transport instead; it lands with the Sinkhorn operators.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from ._lib._apply import finish, prepare, run
+from ._lib._validation import boolean, known_options, positive_scalar
+from .permutations import _arange_like, neuralsort_matrix, softsort_matrix
+
+__all__ = ["soft_sort", "soft_rank", "METHODS"]
+
+METHODS = ("sinkhorn", "softsort", "neuralsort")
+
+
+def _matrix_and_params(method: Any, options: dict[str, Any], where: str) -> tuple[Callable[..., Any], dict[str, Any]]:
+    if method == "sinkhorn":
+        raise NotImplementedError(
+            f"{where}(method='sinkhorn') is not implemented yet: the Sinkhorn operators are the next "
+            "milestone; use method='softsort' or method='neuralsort' meanwhile"
+        )
+    if method == "softsort":
+        known_options(options, ("tau", "power", "hard"), f"{where}(method='softsort')")
+        return softsort_matrix, {
+            "tau": positive_scalar(options.get("tau", 1.0), "tau"),
+            "power": positive_scalar(options.get("power", 1), "power"),
+            "hard": boolean(options.get("hard", False), "hard"),
+        }
+    if method == "neuralsort":
+        known_options(options, ("tau", "hard"), f"{where}(method='neuralsort')")
+        return neuralsort_matrix, {
+            "tau": positive_scalar(options.get("tau", 1.0), "tau"),
+            "hard": boolean(options.get("hard", False), "hard"),
+        }
+    raise ValueError(f"method must be one of {', '.join(map(repr, METHODS))}, got {method!r}")
+
+
+def _sort_from_matrix(xp: Any, x: Any, *, matrix: Callable[..., Any], **params: Any) -> Any:
+    p = matrix(xp, x, **params)
+    return xp.matmul(p, x[..., None])[..., 0]
+
+
+def _rank_from_matrix(xp: Any, x: Any, *, matrix: Callable[..., Any], **params: Any) -> Any:
+    p = matrix(xp, x, **params)
+    return xp.matmul(_arange_like(xp, x, x.shape[-1]), p)
+
+
+def _along_axis(core: Callable[..., Any], where: str, x: Any, axis: Any, descending: Any, method: Any, options: dict[str, Any]) -> Any:
+    matrix, params = _matrix_and_params(method, options, where)
+    descending = boolean(descending, "descending")
+    p = prepare(x, axis=axis, params=params)
+    out = run(core, p, (p.n,), matrix=matrix, descending=descending, **params)
+    return finish(p, out)
+
+
+def soft_sort(x: Any, /, *, axis: int = -1, descending: bool = False, method: str = "sinkhorn", **options: Any) -> Any:
+    """Differentiable sort of ``x`` along ``axis`` (ascending by default).
+
+    Parameters
+    ----------
+    x : array
+        Any array API array; integer and bool inputs are promoted to the
+        default floating dtype.
+    axis : int
+        Axis to sort along; every other axis is a batch axis.
+    descending : bool
+        Largest first when True.
+    method : {"sinkhorn", "softsort", "neuralsort"}
+        The relaxation. Options: ``tau`` (> 0, default 1) and ``hard``
+        (straight-through) for both permutation methods, ``power`` (> 0,
+        default 1) for SoftSort. An unknown option raises ``TypeError``.
+
+    Returns
+    -------
+    array of the shape, namespace, device and floating dtype of ``x``; tends
+    to ``sort(x)`` as ``tau -> 0``.
+    """
+    return _along_axis(_sort_from_matrix, "soft_sort", x, axis, descending, method, options)
+
+
+def soft_rank(x: Any, /, *, axis: int = -1, descending: bool = False, method: str = "sinkhorn", **options: Any) -> Any:
+    """Differentiable 1-based ranks of ``x`` along ``axis``.
+
+    Ascending by default like ``scipy.stats.rankdata`` (the smallest entry
+    has rank 1); ``descending=True`` gives the largest entry rank 1. Same
+    parameters as :func:`soft_sort`. As ``tau -> 0`` the ranks tend to
+    ``rankdata(x)`` on inputs without ties.
+
+    For ``"softsort"`` and ``"neuralsort"`` the rank of item j is
+    ``sum_i i * P[i, j]``. ``P`` is row-stochastic but not doubly stochastic,
+    so the ranks of a row always sum to ``n (n + 1) / 2``, yet at large
+    ``tau`` a single rank can leave ``[1, n]`` (an item whose column of ``P``
+    holds more, or less, than one unit of mass).
+    """
+    return _along_axis(_rank_from_matrix, "soft_rank", x, axis, descending, method, options)

@@ -1,0 +1,77 @@
+"""The private core: namespace resolution, dtype rules, axis handling, the demo."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+
+import rankops
+from rankops.__main__ import main, run_demo
+from rankops._lib._apply import prepare
+from rankops._lib._backends import BACKENDS, get_backend
+
+
+def test_prepare_moves_axis_last_and_back_without_copying_data():
+    x = np.arange(24.0).reshape(2, 3, 4)
+    p = prepare(x, axis=1)
+    assert p.x.shape == (2, 4, 3) and p.n == 3 and p.axis == 1
+    assert np.shares_memory(p.x, x)  # a view: nothing is copied or written
+
+
+def test_prepare_dtype_rules():
+    assert prepare(np.array([1, 2])).x.dtype == np.float64
+    assert prepare(np.array([True])).x.dtype == np.float64
+    p16 = prepare(np.array([1.0], dtype=np.float16))
+    assert p16.x.dtype == np.float32 and p16.out_dtype == np.float16
+
+
+def test_core_imports_no_framework():
+    """Importing rankops and running it on NumPy loads neither torch nor jax."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, numpy as np, rankops\n"
+        "rankops.soft_rank(np.arange(5.0), method='softsort'); rankops.softsort(np.arange(3.0), hard=True)\n"
+        "bad = [m for m in ('torch', 'jax', 'dask', 'cupy', 'array_api_strict') if m in sys.modules]\n"
+        "assert not bad, bad\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_get_backend_unknown():
+    with pytest.raises(ValueError, match="unknown backend"):
+        get_backend("tensorflow")
+
+
+def test_cupy_skips_cleanly_without_gpu():
+    reason = get_backend("cupy").unavailable_reason()
+    try:
+        import cupy
+
+        has_gpu = cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:
+        has_gpu = False
+    assert (reason is None) == has_gpu
+
+
+def test_demo_runs_every_installed_backend():
+    out = io.StringIO()
+    assert run_demo(out=out) == 0
+    text = out.getvalue()
+    for b in BACKENDS:
+        assert b.name in text
+    assert "0 failure(s)" in text
+
+
+def test_demo_cli_selects_backend(capsys):
+    assert main(["--backend", "numpy"]) == 0
+    text = capsys.readouterr().out
+    assert "numpy" in text and "torch" not in text
+
+
+def test_public_names():
+    for name in ("soft_rank", "soft_sort", "softsort", "neuralsort"):
+        assert callable(getattr(rankops, name))
