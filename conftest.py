@@ -57,13 +57,28 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     return lines
 
 
+# Fixture name -> which backends it is parametrised over.
+_BACKEND_FIXTURES = {
+    "backend": lambda b: True,
+    "autodiff_backend": lambda b: b.autodiff,
+    "jax_backend": lambda b: b.name == "jax",
+}
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """Parametrise ``backend``, or ``backend`` and ``device`` jointly when asked for."""
-    if "backend" not in metafunc.fixturenames:
+    """Parametrise a backend fixture (and ``device`` jointly, when asked for).
+
+    ``backend`` runs on every selected backend, ``autodiff_backend`` on those
+    with autodiff (torch, JAX), ``jax_backend`` on JAX alone. Selected but
+    unusable backends stay in the list as skips that give the reason.
+    """
+    names = [n for n in _BACKEND_FIXTURES if n in metafunc.fixturenames]
+    if not names:
         return
+    (name,) = names
     with_device = "device" in metafunc.fixturenames
     params = []
-    for b in _selected(metafunc.config):
+    for b in filter(_BACKEND_FIXTURES[name], _selected(metafunc.config)):
         reason = b.unavailable_reason()
         if reason is not None:
             skip = pytest.mark.skip(reason=f"{b.name}: {reason}")
@@ -72,4 +87,4 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             params += [pytest.param(b, d, id=f"{b.name}-{device_label(d)}") for d in b.devices()]
         else:
             params.append(pytest.param(b, id=b.name))
-    metafunc.parametrize(("backend", "device") if with_device else "backend", params)
+    metafunc.parametrize((name, "device") if with_device else name, params)

@@ -41,7 +41,7 @@ from ._lib._validation import boolean, optional_count, positive_scalar
 __all__ = ["softsort", "neuralsort"]
 
 
-def _arange_like(xp: Any, s: Any, n: int) -> Any:
+def positions(xp: Any, s: Any, n: int) -> Any:
     """``[1, 2, ..., n]`` in the dtype and on the device of ``s``."""
     return xp.arange(1, n + 1, dtype=s.dtype, device=array_api_compat.device(s))
 
@@ -57,14 +57,14 @@ def _softsort_logits(xp: Any, s: Any, tau: Any, power: float, descending: bool) 
 def _neuralsort_logits(xp: Any, s: Any, tau: Any, descending: bool) -> Any:
     n = s.shape[-1]
     row_sums = xp.sum(xp.abs(s[..., :, None] - s[..., None, :]), axis=-1)
-    scaling = (n + 1) - 2 * _arange_like(xp, s, n)
+    scaling = (n + 1) - 2 * positions(xp, s, n)
     if not descending:
         scaling = -scaling
     # Dividing the two vectors by tau before broadcasting saves a full n x n pass.
     return (scaling / tau)[:, None] * s[..., None, :] - (row_sums / tau)[..., None, :]
 
 
-def _hard_permutation(xp: Any, s: Any, descending: bool) -> Any:
+def hard_permutation(xp: Any, s: Any, descending: bool) -> Any:
     """Exact permutation matrix: ``P[i, j] = 1`` iff item j is i-th in order."""
     n = s.shape[-1]
     order = xp.argsort(s, axis=-1, descending=descending, stable=True)
@@ -72,14 +72,21 @@ def _hard_permutation(xp: Any, s: Any, descending: bool) -> Any:
     return xp.astype(order[..., :, None] == items, s.dtype)
 
 
+def straight_through(xp: Any, hard: Any, soft: Any) -> Any:
+    """The value of ``hard`` with the gradient of ``soft``.
+
+    ``stop(hard) + (soft - stop(soft))``: the bracket is exactly 0 in value
+    (for finite entries), and only ``soft`` carries a gradient.
+    """
+    stop = get_adapter(xp).stop_gradient
+    return stop(xp, hard) + (soft - stop(xp, soft))
+
+
 def _finish_matrix(xp: Any, s: Any, logits: Any, descending: bool, hard: bool) -> Any:
-    adapter = get_adapter(xp)
-    p_soft = adapter.softmax(xp, logits, -1)
+    p_soft = get_adapter(xp).softmax(xp, logits, -1)
     if not hard:
         return p_soft
-    # hard + (soft - stop(soft)) is exactly `hard` in value; its gradient is soft's.
-    p_hard = _hard_permutation(xp, s, descending)
-    return p_hard + (p_soft - adapter.stop_gradient(xp, p_soft))
+    return straight_through(xp, hard_permutation(xp, s, descending), p_soft)
 
 
 def softsort_matrix(xp: Any, s: Any, *, tau: Any, power: float = 1.0, descending: bool, hard: bool = False) -> Any:

@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from ._lib._apply import finish, prepare, run
 from ._lib._validation import boolean, known_options, positive_scalar
-from .permutations import _arange_like, neuralsort_matrix, softsort_matrix
+from .permutations import positions, hard_permutation, neuralsort_matrix, softsort_matrix, straight_through
 
 __all__ = ["soft_sort", "soft_rank", "METHODS"]
 
@@ -45,14 +45,18 @@ def _matrix_and_params(method: Any, options: dict[str, Any], where: str) -> tupl
     raise ValueError(f"method must be one of {', '.join(map(repr, METHODS))}, got {method!r}")
 
 
-def _sort_from_matrix(xp: Any, x: Any, *, matrix: Callable[..., Any], **params: Any) -> Any:
-    p = matrix(xp, x, **params)
-    return xp.matmul(p, x[..., None])[..., 0]
+def _sort_from_matrix(xp: Any, x: Any, *, matrix: Callable[..., Any], descending: bool, hard: bool, **params: Any) -> Any:
+    def sort_with(p: Any) -> Any:
+        return xp.matmul(p, x[..., None])[..., 0]
+
+    soft = sort_with(matrix(xp, x, descending=descending, **params))
+    return straight_through(xp, sort_with(hard_permutation(xp, x, descending)), soft) if hard else soft
 
 
-def _rank_from_matrix(xp: Any, x: Any, *, matrix: Callable[..., Any], **params: Any) -> Any:
-    p = matrix(xp, x, **params)
-    return xp.matmul(_arange_like(xp, x, x.shape[-1]), p)
+def _rank_from_matrix(xp: Any, x: Any, *, matrix: Callable[..., Any], descending: bool, hard: bool, **params: Any) -> Any:
+    r = positions(xp, x, x.shape[-1])
+    soft = xp.matmul(r, matrix(xp, x, descending=descending, **params))
+    return straight_through(xp, xp.matmul(r, hard_permutation(xp, x, descending)), soft) if hard else soft
 
 
 def _along_axis(core: Callable[..., Any], where: str, x: Any, axis: Any, descending: Any, method: Any, options: dict[str, Any]) -> Any:

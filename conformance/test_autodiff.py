@@ -1,0 +1,93 @@
+"""Gradients under the host framework's autodiff: finite differences, jit, vmap.
+
+Parametrised over the backends with autodiff (torch, JAX) and each of their
+devices; the backends without autodiff are not collected here.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from numpy.testing import assert_allclose
+
+from .operators import OPERATORS
+from .test_contract import _data, op  # noqa: F401  (the op fixture)
+
+
+def _loss_and_grad(backend, device, fn, x, w):
+    """Value and gradient of <w, fn(x)> by the backend's autodiff, as NumPy."""
+    if backend.name == "torch":
+        import torch
+
+        xt = backend.asarray(x, device=device).requires_grad_(True)
+        loss = (fn(xt) * backend.asarray(w, device=device)).sum()
+        loss.backward()
+        return float(loss.detach()), backend.to_numpy(xt.grad)
+    if backend.name == "jax":
+        import jax
+        import jax.numpy as jnp
+
+        wj = backend.asarray(w, device=device)
+        val, g = jax.value_and_grad(lambda v: jnp.sum(fn(v) * wj))(backend.asarray(x, device=device))
+        return float(val), backend.to_numpy(g)
+    raise AssertionError(backend.name)
+
+
+SMOOTH = [o for o in OPERATORS if o.fd_gradient]
+STRAIGHT_THROUGH = [o for o in OPERATORS if not o.fd_gradient]
+
+
+@pytest.mark.parametrize("op", SMOOTH, ids=lambda o: o.name)
+def test_gradient_matches_central_differences(autodiff_backend, device, op):
+    backend = autodiff_backend
+    rng = np.random.default_rng(0)
+    x = _data((2, 5), seed=6) * 0.5
+    w = rng.normal(size=op.out_shape(x.shape))
+    v = rng.normal(size=x.shape)
+    _, g = _loss_and_grad(backend, device, op, x, w)
+    h = 1e-5
+
+    def loss(z):
+        return float(np.sum(backend.to_numpy(op(backend.asarray(z, device=device))) * w))
+
+    fd = (loss(x + h * v) - loss(x - h * v)) / (2 * h)
+    assert_allclose(np.sum(g * v), fd, rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("op", STRAIGHT_THROUGH, ids=lambda o: o.name)
+def test_straight_through_gradient_equals_relaxed(autodiff_backend, device, op):
+    """Straight-through operators: the value is exact, the gradient the relaxed one's."""
+    backend = autodiff_backend
+    x = _data((2, 5), seed=7)
+    w = np.random.default_rng(1).normal(size=op.out_shape(x.shape))
+    _, g_hard = _loss_and_grad(backend, device, op, x, w)
+    _, g_soft = _loss_and_grad(backend, device, lambda v: op(v, hard=False), x, w)
+    assert_allclose(g_hard, g_soft, rtol=1e-12, atol=1e-14)
+
+
+def test_jit_matches_eager(jax_backend, op):
+    import jax
+
+    x = jax_backend.asarray(_data((3, 6), seed=8))
+    assert_allclose(np.asarray(jax.jit(op)(x)), np.asarray(op(x)), rtol=1e-12, atol=1e-12)
+
+
+def test_vmap_matches_batch(jax_backend, op):
+    import jax
+
+    x = jax_backend.asarray(_data((3, 4, 6), seed=9))
+    assert_allclose(np.asarray(jax.vmap(op)(x)), np.asarray(op(x)), rtol=1e-12, atol=1e-12)
+    assert_allclose(np.asarray(jax.jit(jax.vmap(jax.vmap(op)))(x)), np.asarray(op(x)), rtol=1e-12, atol=1e-12)
+
+
+def test_jit_grad_matches_eager_grad(jax_backend, op):
+    import jax
+    import jax.numpy as jnp
+
+    x = jax_backend.asarray(_data((2, 6), seed=10))
+    w = jnp.asarray(np.random.default_rng(2).normal(size=op.out_shape((2, 6))))
+
+    def loss(v):
+        return jnp.sum(op(v) * w)
+
+    assert_allclose(np.asarray(jax.jit(jax.grad(loss))(x)), np.asarray(jax.grad(loss)(x)), rtol=1e-10, atol=1e-12)

@@ -1,0 +1,105 @@
+"""Contract properties of every registered operator, on the chosen backends.
+
+Run on one backend with ``pytest conformance --backend torch``; by default
+on every backend installed here (CuPy only with a GPU).
+"""
+
+from __future__ import annotations
+
+import array_api_compat
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+from numpy.testing import assert_allclose, assert_array_equal
+
+from .operators import OPERATORS
+
+DTYPES = ["float32", "float64"]
+TOL = {"float32": {"rtol": 2e-5, "atol": 2e-5}, "float64": {"rtol": 1e-10, "atol": 1e-10}}
+
+
+def _data(shape, seed=0):
+    """Well-separated values (gaps >= 0.5) in random order, so hard limits are sharp."""
+    rng = np.random.default_rng(seed)
+    n = shape[-1]
+    base = np.arange(n) * 0.7 - n * 0.35
+    flat = np.stack([rng.permutation(base) + rng.uniform(-0.1, 0.1, n) for _ in range(int(np.prod(shape[:-1])))])
+    return flat.reshape(shape)
+
+
+@pytest.fixture(params=OPERATORS, ids=lambda op: op.name)
+def op(request):
+    return request.param
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_namespace_dtype_device_shape(backend, device, op, dtype):
+    x = backend.asarray(_data((2, 3, 5)), dtype=dtype, device=device)
+    out = op(x)
+    assert array_api_compat.array_namespace(out) is array_api_compat.array_namespace(x)
+    assert out.dtype == x.dtype
+    assert array_api_compat.device(out) == array_api_compat.device(x)
+    assert tuple(out.shape) == op.out_shape((2, 3, 5))
+
+
+def test_agrees_with_numpy(backend, device, op):
+    x = _data((3, 6), seed=1)
+    expected = np.asarray(op(x))
+    got = backend.to_numpy(op(backend.asarray(x, device=device)))
+    assert_allclose(got, expected, **TOL["float64"])
+
+
+def test_batch_rows_independent(backend, op):
+    x = _data((3, 2, 6), seed=2)
+    batch = backend.to_numpy(op(backend.asarray(x)))
+    for i in range(3):
+        for j in range(2):
+            assert_allclose(batch[i, j], backend.to_numpy(op(backend.asarray(x[i, j]))), rtol=1e-12, atol=1e-12)
+    x_nan = x.copy()
+    x_nan[1, 0, 3] = np.nan
+    with_nan = backend.to_numpy(op(backend.asarray(x_nan)))
+    keep = np.ones((3, 2), dtype=bool)
+    keep[1, 0] = False
+    assert_array_equal(with_nan[keep], batch[keep])
+
+
+def test_input_not_mutated(backend, device, op):
+    x = _data((2, 5), seed=3)
+    xb = backend.asarray(x, device=device)
+    op(xb)
+    if op.has_axis:
+        op(xb, axis=0)
+    assert_array_equal(backend.to_numpy(xb), x)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_hard_limit(backend, op, dtype):
+    x = _data((4, 7), seed=4)
+    got = backend.to_numpy(op(backend.asarray(x, dtype=dtype), limit=True))
+    atol = max(op.hard_atol, 1e-4 if dtype == "float32" else 1e-9)
+    assert_allclose(got, op.hard_reference(x.astype(dtype).astype(np.float64)), rtol=0, atol=atol * max(1, np.abs(x).max()))
+
+
+@pytest.mark.parametrize("op", [o for o in OPERATORS if o.has_axis], ids=lambda o: o.name)
+def test_axis(backend, op):
+    x = _data((4, 3, 5), seed=5)
+    xb = backend.asarray(np.moveaxis(x, -1, 1))
+    got = backend.to_numpy(op(xb, axis=1))
+    expected = np.moveaxis(backend.to_numpy(op(backend.asarray(x))), -1, 1)
+    assert_allclose(got, expected, rtol=1e-12, atol=1e-12)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    # Few distinct shapes: eager JAX compiles once per shape, then hits its cache.
+    batch=st.sampled_from([(), (2,), (2, 3)]),
+    n=st.sampled_from([1, 2, 3, 5, 8]),
+    scale=st.sampled_from([1e-3, 1.0, 1e3]),
+    seed=st.integers(0, 2**16),
+)
+def test_random_shapes_agree_with_numpy(backend, op, batch, n, scale, seed):
+    x = np.random.default_rng(seed).normal(size=(*batch, n)) * scale
+    expected = np.asarray(op(x))
+    got = backend.to_numpy(op(backend.asarray(x)))
+    assert got.shape == op.out_shape(x.shape)
+    assert_allclose(got, expected, rtol=1e-9, atol=1e-9 * max(scale, 1.0))
