@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
+import array_api_compat
 import numpy as np
 from scipy.stats import rankdata
 
@@ -108,4 +109,89 @@ register(
 register(
     Operator("neuralsort[hard]", rankops.neuralsort, {"tau": 0.5, "hard": True}, {"tau": 0.5, "hard": True}, _permutation, _square,
              has_axis=False, fd_gradient=False, hard_atol=0.0)
+)
+
+
+# -- Sinkhorn operators ---------------------------------------------------------------
+# Finite regime: epsilon = 0.1 to a tolerance float32 reaches too (every
+# backend stops at the same iteration: the same arithmetic, problem by
+# problem). Limit regime: epsilon = 1e-3 with min-max squashing, which puts
+# the nearly evenly spaced test data next to their targets: the plan is
+# within exp(-20) of a permutation and Sinkhorn converges in tens of
+# iterations. (With sigmoid squashing the same limit needs thousands of
+# iterations; tests/test_transport.py checks it on NumPy.)
+OT = {"epsilon": 0.1, "tol": 1e-5, "max_iter": 5_000}
+OT_LIMIT = {"epsilon": 1e-3, "tol": 1e-5, "max_iter": 5_000, "squash": "minmax"}
+PLAN_LIMIT = {"epsilon": 3e-3, "tol": 1e-5, "max_iter": 5_000}
+LEVELS = (0.2, 0.5, 0.8)  # for n = 7 each filler interval lies inside one order statistic
+
+
+def _like(x: Any, values: Any) -> Any:
+    """A parameter array in x's namespace, dtype and device."""
+    xp = array_api_compat.array_namespace(x)
+    return xp.asarray(values, dtype=x.dtype, device=array_api_compat.device(x))
+
+
+def _linspace_targets(n: int) -> np.ndarray:
+    return np.linspace(-1.0, 2.0, n)
+
+
+def _drop_last(shape: tuple[int, ...]) -> tuple[int, ...]:
+    return shape[:-1]
+
+
+for _desc in (False, True):
+    _suffix = "-desc" if _desc else ""
+    register(
+        Operator(
+            f"soft_rank[sinkhorn{_suffix}]",
+            lambda x, d=_desc, **kw: rankops.soft_rank(x, descending=d, **kw),
+            OT, OT_LIMIT, lambda x, d=_desc: _ranks(x, d), hard_atol=1e-2,
+        )
+    )
+    register(
+        Operator(
+            f"soft_sort[sinkhorn{_suffix}]",
+            lambda x, d=_desc, **kw: rankops.soft_sort(x, descending=d, **kw),
+            OT, OT_LIMIT, lambda x, d=_desc: _sorted(x, d), hard_atol=1e-2,
+        )
+    )
+register(Operator("soft_cdf", rankops.soft_cdf, OT, OT_LIMIT, lambda x: _ranks(x) / x.shape[-1], hard_atol=1e-2))
+register(
+    Operator(
+        "soft_topk_mask[k=1]", lambda x, **kw: rankops.soft_topk_mask(x, 1, **kw), OT, OT_LIMIT,
+        lambda x: (_ranks(x, True) <= 1).astype(np.float64), hard_atol=1e-2,
+    )
+)
+register(
+    Operator(
+        "soft_quantile[0.5]", lambda x, **kw: rankops.soft_quantile(x, 0.5, **kw), OT, OT_LIMIT,
+        lambda x: np.median(x, axis=-1), _drop_last, hard_atol=1e-2,
+    )
+)
+register(
+    Operator(
+        "soft_quantile[levels]", lambda x, **kw: rankops.soft_quantile(x, _like(x, LEVELS), **kw), OT, OT_LIMIT,
+        lambda x: np.sort(x, axis=-1)[..., [round(q * (x.shape[-1] - 1)) for q in LEVELS]],
+        lambda shape: (*shape[:-1], len(LEVELS)), hard_atol=1e-2,
+    )
+)
+register(
+    Operator(
+        "soft_quantile_normalize",
+        lambda x, axis=-1, **kw: rankops.soft_quantile_normalize(
+            x, _like(x, _linspace_targets(x.shape[axis])), axis=axis, **kw
+        ),
+        OT, OT_LIMIT,
+        lambda x: _linspace_targets(x.shape[-1])[rankdata(x, axis=-1).astype(int) - 1], hard_atol=1e-2,
+    )
+)
+register(
+    Operator(
+        "sinkhorn.plan",
+        lambda x, **kw: rankops.sinkhorn((x[..., :, None] - x[..., None, :]) ** 2, **kw).plan,
+        {**OT, "epsilon": 0.5}, PLAN_LIMIT,
+        lambda x: np.broadcast_to(np.eye(x.shape[-1]) / x.shape[-1], (*x.shape, x.shape[-1])),
+        _square, has_axis=False, hard_atol=1e-2,
+    )
 )

@@ -85,15 +85,17 @@ def test_axis(backend, op):
     x = _data((4, 3, 5), seed=5)
     xb = backend.asarray(np.moveaxis(x, -1, 1))
     got = backend.to_numpy(op(xb, axis=1))
-    expected = np.moveaxis(backend.to_numpy(op(backend.asarray(x))), -1, 1)
+    expected = backend.to_numpy(op(backend.asarray(x)))
+    if expected.ndim == x.ndim:  # the axis is kept (or replaced in place), not dropped
+        expected = np.moveaxis(expected, -1, 1)
     assert_allclose(got, expected, rtol=1e-12, atol=1e-12)
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     # Few distinct shapes: eager JAX compiles once per shape, then hits its cache.
-    batch=st.sampled_from([(), (2,), (2, 3)]),
-    n=st.sampled_from([1, 2, 3, 5, 8]),
+    batch=st.sampled_from([(), (2, 3)]),
+    n=st.sampled_from([1, 2, 5, 8]),
     scale=st.sampled_from([1e-3, 1.0, 1e3]),
     seed=st.integers(0, 2**16),
 )

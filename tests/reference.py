@@ -55,3 +55,74 @@ def permutation_matrix(s, descending=True):
 def central_difference(f, x, direction, h=1e-6):
     """Directional derivative of scalar ``f`` at ``x`` along ``direction``."""
     return (f(x + h * direction) - f(x - h * direction)) / (2 * h)
+
+
+# -- optimal transport (Cuturi, Teboul & Vert 2019; Cuturi et al. 2019) ------------------
+
+
+def squash_sigmoid(x):
+    """g~ of Cuturi et al. 2019: sigmoid of the row standardized by its population std."""
+    from scipy.special import expit
+
+    x = np.asarray(x, dtype=np.float64)
+    z = x - x.mean(axis=-1, keepdims=True)
+    std = np.sqrt((z**2).mean(axis=-1, keepdims=True))
+    return expit(z / np.where(std > 0, std, 1.0))
+
+
+def sinkhorn_plan(cost, a, b, eps, iters=100_000, tol=1e-14):
+    """Plain float64 log-domain Sinkhorn on one (n, m) problem, to full convergence."""
+    from scipy.special import logsumexp
+
+    cost, a, b = (np.asarray(v, dtype=np.float64) for v in (cost, a, b))
+    f, g = np.zeros(cost.shape[0]), np.zeros(cost.shape[1])
+    with np.errstate(divide="ignore"):
+        la, lb = np.log(a), np.log(b)
+    for _ in range(iters):
+        g = eps * lb - eps * logsumexp((f[:, None] - cost) / eps, axis=0)
+        f = eps * la - eps * logsumexp((g[None, :] - cost) / eps, axis=1)
+        plan = np.exp((f[:, None] + g[None, :] - cost) / eps)
+        if np.abs(plan.sum(axis=0) - b).sum() < tol:
+            break
+    return plan
+
+
+def ot_plan_1d(x, y, b, eps, power=2.0):
+    """Plan between a = 1/n on the squashed row x and (b, y)."""
+    z = squash_sigmoid(x)
+    cost = np.abs(np.asarray(y)[None, :] - z[:, None]) ** power
+    return sinkhorn_plan(cost, np.full(len(x), 1.0 / len(x)), b, eps)
+
+
+def grid(m):
+    return np.arange(m) / max(m - 1, 1)
+
+
+def north_west_corner(a, b):
+    """Exact optimal plan between sorted supports (Prop. 1 of Cuturi, Teboul & Vert 2019)."""
+    a, b = np.array(a, dtype=np.float64), np.array(b, dtype=np.float64)
+    plan = np.zeros((len(a), len(b)))
+    i = j = 0
+    while i < len(a) and j < len(b):
+        mass = min(a[i], b[j])
+        plan[i, j] = mass
+        a[i] -= mass
+        b[j] -= mass
+        if a[i] <= 1e-15:
+            i += 1
+        else:
+            j += 1
+    return plan
+
+
+def kantorovich_operators(x, b):
+    """K-CDF and K-sort of a row x onto m targets weighted b (epsilon = 0 limits)."""
+    x = np.asarray(x, dtype=np.float64)
+    n = len(x)
+    order = np.argsort(x, kind="stable")
+    plan_sorted = north_west_corner(np.full(n, 1.0 / n), b)
+    plan = np.empty_like(plan_sorted)
+    plan[order] = plan_sorted  # rows back in the original order
+    cdf = n * plan @ np.cumsum(b)
+    sort = (plan.T @ x) / b
+    return cdf, sort

@@ -66,6 +66,21 @@ def test_demo_runs_every_installed_backend():
     assert "0 failure(s)" in text
 
 
+def test_demo_exits_nonzero_when_a_backend_fails(monkeypatch):
+    """A backend whose call raises is reported and turns the exit status to 1."""
+    real = rankops.soft_sort
+
+    def broken_off_numpy(x, **kw):
+        if not isinstance(x, np.ndarray):
+            raise RuntimeError("simulated backend failure")
+        return real(x, **kw)
+
+    monkeypatch.setattr(rankops, "soft_sort", broken_off_numpy)
+    out = io.StringIO()
+    assert run_demo(["numpy", "array_api_strict"], out=out) == 1
+    assert "FAILED: RuntimeError: simulated backend failure" in out.getvalue()
+
+
 def test_demo_cli_selects_backend(capsys):
     assert main(["--backend", "numpy"]) == 0
     text = capsys.readouterr().out

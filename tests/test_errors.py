@@ -131,9 +131,9 @@ def test_unknown_method(fn):
 
 
 @pytest.mark.parametrize("fn", ["soft_sort", "soft_rank"])
-def test_sinkhorn_not_yet_implemented(fn):
-    with pytest.raises(NotImplementedError, match="sinkhorn"):
-        getattr(rankops, fn)(X)
+def test_implicit_differentiation_not_yet_implemented(fn):
+    with pytest.raises(NotImplementedError, match="implicit"):
+        getattr(rankops, fn)(X, implicit=True)
 
 
 @pytest.mark.parametrize("fn", ["soft_sort", "soft_rank"])
@@ -178,3 +178,132 @@ def test_checks_do_not_read_values_under_jit():
     f = jax.jit(lambda x, t: rankops.soft_rank(x, method="softsort", tau=t))
     out = f(jax.numpy.asarray(X), jax.numpy.asarray(0.5))
     assert out.shape == X.shape
+
+
+# -- Sinkhorn operators --------------------------------------------------------------
+
+SINKHORN = {
+    "soft_rank": lambda x, **kw: rankops.soft_rank(x, **kw),
+    "soft_sort": lambda x, **kw: rankops.soft_sort(x, **kw),
+    "soft_cdf": lambda x, **kw: rankops.soft_cdf(x, **kw),
+    "soft_quantile": lambda x, **kw: rankops.soft_quantile(x, 0.5, **kw),
+    "soft_quantile_normalize": lambda x, **kw: rankops.soft_quantile_normalize(x, np.linspace(0.0, 1.0, 3), **kw),
+    "soft_topk_mask": lambda x, **kw: rankops.soft_topk_mask(x, 2, **kw),
+    "sinkhorn": lambda c, **kw: rankops.sinkhorn(c, **{"epsilon": 0.1, **kw}),
+}
+
+
+@pytest.mark.parametrize("op", SINKHORN)
+@pytest.mark.parametrize("epsilon", [0.0, -0.1, float("nan"), float("inf")])
+def test_epsilon_must_be_positive(op, epsilon):
+    with pytest.raises(ValueError, match="epsilon"):
+        SINKHORN[op](X, epsilon=epsilon)
+
+
+@pytest.mark.parametrize("op", SINKHORN)
+def test_solver_options(op):
+    with pytest.raises(ValueError, match="max_iter"):
+        SINKHORN[op](X, max_iter=0)
+    with pytest.raises(TypeError, match="max_iter"):
+        SINKHORN[op](X, max_iter=10.0)
+    with pytest.raises(ValueError, match="tol"):
+        SINKHORN[op](X, tol=0.0)
+    with pytest.raises(TypeError, match="implicit"):
+        SINKHORN[op](X, implicit="yes")
+    with pytest.raises(NotImplementedError, match="implicit"):
+        SINKHORN[op](X, implicit=True)
+
+
+@pytest.mark.parametrize("op", [k for k in SINKHORN if k != "sinkhorn"])
+def test_operator_options(op):
+    with pytest.raises(ValueError, match="squash"):
+        SINKHORN[op](X, squash="tanh")
+    with pytest.raises(ValueError, match="power"):
+        SINKHORN[op](X, power=0)
+    with pytest.raises(TypeError, match="'tau'"):
+        SINKHORN[op](X, tau=0.1)
+    with pytest.raises(ValueError, match="axis"):
+        SINKHORN[op](X, axis=5)
+    with pytest.raises(ValueError, match="empty axis"):
+        SINKHORN[op](np.ones((2, 0)))
+    with pytest.raises(TypeError, match="complex"):
+        SINKHORN[op](X.astype(complex))
+
+
+@pytest.mark.parametrize("fn", [rankops.soft_rank, rankops.soft_sort, rankops.soft_cdf])
+def test_target_options(fn):
+    with pytest.raises(ValueError, match="num_targets"):
+        fn(X, num_targets=0)
+    with pytest.raises(ValueError, match="target_weights"):
+        fn(X, target_weights=np.ones((2, 2)) / 4)
+    with pytest.raises(ValueError, match="target_weights has length 3"):
+        fn(X, num_targets=4, target_weights=np.ones(3) / 3)
+    with pytest.raises(TypeError, match="different namespaces"):
+        fn(X, target_weights=pytest.importorskip("torch").ones(3) / 3)
+
+
+@pytest.mark.parametrize("q", [-0.1, 1.5, float("nan")])
+def test_quantile_level_out_of_range(q):
+    with pytest.raises(ValueError, match="q must lie in"):
+        rankops.soft_quantile(X, q)
+
+
+@pytest.mark.parametrize("q", ["0.5", [0.5], None, True])
+def test_quantile_level_type(q):
+    with pytest.raises(TypeError, match="q must be"):
+        rankops.soft_quantile(X, q)
+
+
+def test_quantile_levels_array_shape_and_namespace():
+    with pytest.raises(ValueError, match="q must be a 1-D array"):
+        rankops.soft_quantile(X, np.ones((2, 2)) / 2)
+    with pytest.raises(TypeError, match="different namespaces"):
+        rankops.soft_quantile(X, pytest.importorskip("torch").asarray([0.5]))
+    for bad in (0.0, 1.0, 2.0):
+        with pytest.raises(ValueError, match="filler"):
+            rankops.soft_quantile(X, 0.5, filler=bad)
+    with pytest.raises(TypeError, match="'num_targets'"):
+        rankops.soft_quantile(X, 0.5, num_targets=3)
+
+
+@pytest.mark.parametrize("k", [0, 4, -1])
+def test_topk_k_out_of_range(k):
+    with pytest.raises(ValueError, match="k must"):
+        rankops.soft_topk_mask(X, k)
+
+
+@pytest.mark.parametrize("k", [1.0, "2", None])
+def test_topk_k_type(k):
+    with pytest.raises(TypeError, match="k must"):
+        rankops.soft_topk_mask(X, k)
+
+
+def test_quantile_normalize_targets():
+    with pytest.raises(ValueError, match="targets must be a 1-D array"):
+        rankops.soft_quantile_normalize(X, np.ones((2, 3)))
+    with pytest.raises(TypeError, match="targets must be a 1-D array"):
+        rankops.soft_quantile_normalize(X, [0.0, 1.0])
+    with pytest.raises(TypeError, match="different namespaces"):
+        rankops.soft_quantile_normalize(X, pytest.importorskip("torch").ones(3))
+    with pytest.raises(ValueError, match="targets must not be empty"):
+        rankops.soft_quantile_normalize(X, np.ones(0))
+    with pytest.raises(ValueError, match="target_weights has length 2"):
+        rankops.soft_quantile_normalize(X, np.ones(3), target_weights=np.ones(2) / 2)
+    with pytest.raises(TypeError, match="'num_targets'"):
+        rankops.soft_quantile_normalize(X, np.ones(3), num_targets=3)
+
+
+def test_sinkhorn_shapes_and_namespaces():
+    cost = np.ones((2, 3, 4))
+    with pytest.raises(ValueError, match="cost must have shape"):
+        rankops.sinkhorn(np.ones(3), epsilon=0.1)
+    with pytest.raises(ValueError, match="a must have shape"):
+        rankops.sinkhorn(cost, np.ones(4) / 4, epsilon=0.1)
+    with pytest.raises(ValueError, match="b must have shape"):
+        rankops.sinkhorn(cost, None, np.ones(3) / 3, epsilon=0.1)
+    with pytest.raises(TypeError, match="epsilon"):
+        rankops.sinkhorn(cost)
+    with pytest.raises(TypeError, match="different namespaces"):
+        rankops.sinkhorn(cost, pytest.importorskip("torch").ones(3) / 3, epsilon=0.1)
+    with pytest.raises(ValueError, match="empty axis"):
+        rankops.sinkhorn(np.ones((3, 0)), epsilon=0.1)

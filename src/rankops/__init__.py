@@ -8,8 +8,22 @@ arrays and differentiates under the caller's own autodiff.
 from __future__ import annotations
 
 from .permutations import neuralsort, softsort
+from .sinkhorn import SinkhornResult, sinkhorn
 from .sorting import soft_rank, soft_sort
+from .transport import soft_cdf, soft_quantile, soft_quantile_normalize, soft_topk_mask
 
 __version__ = "0.1.0.dev0"
 
-__all__ = ["soft_rank", "soft_sort", "softsort", "neuralsort", "__version__"]
+__all__ = [
+    "soft_rank",
+    "soft_sort",
+    "soft_cdf",
+    "soft_quantile",
+    "soft_quantile_normalize",
+    "soft_topk_mask",
+    "sinkhorn",
+    "SinkhornResult",
+    "softsort",
+    "neuralsort",
+    "__version__",
+]

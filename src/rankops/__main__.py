@@ -21,8 +21,8 @@ from ._lib._backends import BACKENDS, Backend, device_label
 
 X = np.array([[0.3, -1.2, 2.5, 0.7], [4.0, 4.1, -2.0, 0.0]], dtype=np.float32)
 W = np.array([1.0, -2.0, 0.5, 3.0], dtype=np.float32)  # weights of the scalar loss sum(w * rank)
-METHODS = ("softsort", "neuralsort")
-TAU = 0.3
+# Each method with a regularisation that gives visibly soft, yet ordered, output.
+METHODS = {"sinkhorn": {"epsilon": 0.01}, "softsort": {"tau": 0.3}, "neuralsort": {"tau": 0.3}}
 
 
 def _fmt(row: np.ndarray) -> str:
@@ -36,22 +36,22 @@ def _gradient(backend: Backend, x: Any, method: str) -> np.ndarray | None:
 
         x = x.detach().clone().requires_grad_(True)
         w = torch.asarray(W, device=x.device)
-        (rankops.soft_rank(x, method=method, tau=TAU) * w).sum().backward()
+        (rankops.soft_rank(x, method=method, **METHODS[method]) * w).sum().backward()
         return backend.to_numpy(x.grad)
     if backend.name == "jax":
         import jax
         import jax.numpy as jnp
 
         w = jnp.asarray(W)
-        g = jax.jit(jax.grad(lambda v: jnp.sum(rankops.soft_rank(v, method=method, tau=TAU) * w)))(x)
+        g = jax.jit(jax.grad(lambda v: jnp.sum(rankops.soft_rank(v, method=method, **METHODS[method]) * w)))(x)
         return backend.to_numpy(g)
     return None
 
 
 def _reference(method: str) -> tuple[np.ndarray, np.ndarray]:
     return (
-        np.asarray(rankops.soft_rank(X, method=method, tau=TAU)),
-        np.asarray(rankops.soft_sort(X, method=method, tau=TAU)),
+        np.asarray(rankops.soft_rank(X, method=method, **METHODS[method])),
+        np.asarray(rankops.soft_sort(X, method=method, **METHODS[method])),
     )
 
 
@@ -68,7 +68,8 @@ def run_demo(names: Sequence[str] | None = None, out: Any = None) -> int:
             usable.append(b)
         else:
             print(f"  {b.name:<17} {'-':<14} skipped: {reason}", file=out)
-    print(f"\nx[0] = {_fmt(X[0])}, tau = {TAU}; grad = d sum(w * soft_rank(x)) / dx, w = {_fmt(W)}", file=out)
+    settings = ", ".join(f"{m}: {', '.join(f'{k}={v}' for k, v in o.items())}" for m, o in METHODS.items())
+    print(f"\nx[0] = {_fmt(X[0])} ({settings}); grad = d sum(w * soft_rank(x)) / dx, w = {_fmt(W)}", file=out)
     header = f"{'backend':<17} {'device':<12} {'method':<10} {'soft_rank(x)[0]':<30} {'soft_sort(x)[0]':<30} {'grad[0]':<30} status"
     print(header, file=out)
     print("-" * len(header), file=out)
@@ -79,10 +80,10 @@ def run_demo(names: Sequence[str] | None = None, out: Any = None) -> int:
                 ref_rank, ref_sort = _reference(method)
                 try:
                     x = b.asarray(X, device=device)
-                    rank = b.to_numpy(rankops.soft_rank(x, method=method, tau=TAU))
-                    srt = b.to_numpy(rankops.soft_sort(x, method=method, tau=TAU))
+                    rank = b.to_numpy(rankops.soft_rank(x, method=method, **METHODS[method]))
+                    srt = b.to_numpy(rankops.soft_sort(x, method=method, **METHODS[method]))
                     grad = _gradient(b, x, method)
-                    ok = np.allclose(rank, ref_rank, atol=1e-4) and np.allclose(srt, ref_sort, atol=1e-4)
+                    ok = np.allclose(rank, ref_rank, atol=1e-3) and np.allclose(srt, ref_sort, atol=1e-3)
                     status = "ok" if ok else "MISMATCH with numpy"
                     failures += not ok
                     g = _fmt(grad[0]) if grad is not None else "- (no autodiff)"

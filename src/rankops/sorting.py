@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 from ._lib._apply import finish, prepare, run
 from ._lib._validation import boolean, known_options, positive_scalar
+from .transport import sinkhorn_sort_or_rank
 from .permutations import positions, hard_permutation, neuralsort_matrix, softsort_matrix, straight_through
 
 __all__ = ["soft_sort", "soft_rank", "METHODS"]
@@ -24,11 +25,6 @@ METHODS = ("sinkhorn", "softsort", "neuralsort")
 
 
 def _matrix_and_params(method: Any, options: dict[str, Any], where: str) -> tuple[Callable[..., Any], dict[str, Any]]:
-    if method == "sinkhorn":
-        raise NotImplementedError(
-            f"{where}(method='sinkhorn') is not implemented yet: the Sinkhorn operators are the next "
-            "milestone; use method='softsort' or method='neuralsort' meanwhile"
-        )
     if method == "softsort":
         known_options(options, ("tau", "power", "hard"), f"{where}(method='softsort')")
         return softsort_matrix, {
@@ -60,6 +56,8 @@ def _rank_from_matrix(xp: Any, x: Any, *, matrix: Callable[..., Any], descending
 
 
 def _along_axis(core: Callable[..., Any], where: str, x: Any, axis: Any, descending: Any, method: Any, options: dict[str, Any]) -> Any:
+    if method == "sinkhorn":
+        return sinkhorn_sort_or_rank(where[len("soft_"):], x, axis, descending, options)
     matrix, params = _matrix_and_params(method, options, where)
     descending = boolean(descending, "descending")
     p = prepare(x, axis=axis, params=params)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import array_api_compat
+from array_api_compat import is_jax_namespace
 
 from ._compat import check_same_device, is_array, is_lazy_blockwise, namespace, normalize_axis, real_float_dtypes
 
@@ -30,14 +31,28 @@ class Prepared:
         return self.x.shape[-1]
 
 
-def prepare(x: Any, *, axis: Any = -1, name: str = "x", params: dict[str, Any] | None = None) -> Prepared:
-    """Validate ``x``; array-valued ``params`` (a learnable ``tau``) must share its namespace and device."""
-    arrays = {name: x, **{k: v for k, v in (params or {}).items() if is_array(v)}}
-    xp = namespace(*arrays.values(), names=tuple(arrays))
-    if len(arrays) > 1:
-        if is_lazy_blockwise(xp):
-            raise TypeError(f"{', '.join(list(arrays)[1:])} must be Python numbers for Dask inputs, not arrays")
-        check_same_device(xp, tuple(arrays.values()), tuple(arrays))
+def prepare(
+    x: Any,
+    *,
+    axis: Any = -1,
+    name: str = "x",
+    params: dict[str, Any] | None = None,
+    arrays: dict[str, Any] | None = None,
+) -> Prepared:
+    """Validate ``x`` and move its operator axis last.
+
+    ``params`` are scalar hyper-parameters, possibly 0-d arrays (a learnable
+    ``tau``); ``arrays`` are parameter arrays (levels, targets, weights). Any
+    array among them must share ``x``'s namespace and device. On Dask the
+    scalars must be Python numbers (each block runs NumPy code).
+    """
+    scalars = {k: v for k, v in (params or {}).items() if is_array(v)}
+    given = {name: x, **scalars, **(arrays or {})}
+    xp = namespace(*given.values(), names=tuple(given))
+    if scalars and is_lazy_blockwise(xp):
+        raise TypeError(f"{', '.join(scalars)} must be Python numbers for Dask inputs, not arrays")
+    if len(given) > 1:
+        check_same_device(xp, tuple(given.values()), tuple(given))
     compute_dtype, out_dtype = real_float_dtypes(xp, x, name)
     ndim = x.ndim
     if ndim == 0:
@@ -54,13 +69,27 @@ def prepare(x: Any, *, axis: Any = -1, name: str = "x", params: dict[str, Any] |
     return Prepared(xp, x, axis, ndim, out_dtype, array_api_compat.device(x))
 
 
-def run(impl: Callable[..., Any], p: Prepared, tail: tuple[int, ...], **params: Any) -> Any:
-    """Apply ``impl`` along the last axis; ``tail`` is the output's trailing shape."""
+def run(impl: Callable[..., Any], p: Prepared, tail: tuple[int, ...], arrays: dict[str, Any] | None = None, **params: Any) -> Any:
+    """Apply ``impl`` along the last axis; ``tail`` is the output's trailing shape.
+
+    ``arrays`` are parameter arrays (levels, targets, weights) handed to
+    ``impl`` whole, next to the Python-valued ``params``.
+    """
+    arrays = arrays or {}
     if is_lazy_blockwise(p.xp):
         from ._adapters import _dask
 
-        return _dask.map_last_axis(impl, p.x, tail, p.x.dtype, **params)
-    return impl(p.xp, p.x, **params)
+        return _dask.map_last_axis(impl, p.x, tail, p.x.dtype, arrays, **params)
+    return call(p.xp, impl, p.x, arrays, params)
+
+
+def call(xp: Any, impl: Callable[..., Any], x: Any, arrays: dict[str, Any], params: dict[str, Any]) -> Any:
+    """``impl(xp, x, **arrays, **params)``; on JAX through a cached ``jax.jit``."""
+    if is_jax_namespace(xp):
+        from ._adapters import _jax
+
+        return _jax.call(impl, x, arrays, params)
+    return impl(xp, x, **arrays, **params)
 
 
 def finish(p: Prepared, out: Any, *, axis_kept: bool = True) -> Any:

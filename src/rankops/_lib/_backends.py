@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-__all__ = ["Backend", "BACKENDS", "device_label", "get_backend", "installed_backends"]
+__all__ = ["Backend", "BACKENDS", "device_label", "get_backend"]
 
 
 @dataclass(frozen=True)
@@ -34,10 +34,6 @@ class Backend:
             return self._unavailable()
         except Exception as exc:  # a broken install is "unavailable", with the reason
             return f"{type(exc).__name__}: {exc}"
-
-    @property
-    def available(self) -> bool:
-        return self.unavailable_reason() is None
 
     @property
     def version(self) -> str:
@@ -234,10 +230,6 @@ def get_backend(name: str) -> Backend:
         if b.name == name:
             return b
     raise ValueError(f"unknown backend {name!r}; known: {', '.join(b.name for b in BACKENDS)}")
-
-
-def installed_backends() -> list[Backend]:
-    return [b for b in BACKENDS if b.available]
 
 
 def device_label(device: Any) -> str:

@@ -10,11 +10,7 @@ import numbers
 from typing import Any
 
 import array_api_compat
-from array_api_compat import (
-    is_dask_namespace,
-    is_jax_namespace,
-    is_torch_namespace,
-)
+from array_api_compat import is_dask_namespace, is_jax_namespace
 
 __all__ = [
     "is_array",
@@ -110,7 +106,3 @@ def normalize_axis(axis: Any, ndim: int, name: str = "axis") -> int:
 def is_lazy_blockwise(xp: Any) -> bool:
     """Backends run block by block with the NumPy implementation (Dask)."""
     return is_dask_namespace(xp)
-
-
-def has_autodiff(xp: Any) -> bool:
-    return is_torch_namespace(xp) or is_jax_namespace(xp)

@@ -32,15 +32,18 @@ def boolean(value: Any, name: str) -> bool:
     return value
 
 
-def optional_count(value: Any, name: str) -> int | None:
-    """None or an int >= 1 (``n_samples``)."""
-    if value is None:
-        return None
+def positive_count(value: Any, name: str) -> int:
+    """An int >= 1 (``max_iter``, ``k``-like sizes)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be None or an int >= 1, got {type(value).__name__}")
+        raise TypeError(f"{name} must be an int >= 1, got {type(value).__name__}")
     if value < 1:
         raise ValueError(f"{name} must be >= 1, got {value}")
     return int(value)
+
+
+def optional_count(value: Any, name: str) -> int | None:
+    """None or an int >= 1 (``n_samples``)."""
+    return None if value is None else positive_count(value, name)
 
 
 def known_options(options: dict[str, Any], allowed: Iterable[str], where: str) -> None:

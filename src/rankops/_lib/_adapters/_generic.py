@@ -39,3 +39,9 @@ def gumbel(xp: Any, key: Any, shape: tuple[int, ...], dtype: Any, device: Any) -
         )
     noise = rng.gumbel(size=shape)
     return xp.asarray(noise, dtype=dtype, device=device)
+
+
+def iterate(xp: Any, step: Any, state: Any, **kwargs: Any) -> Any:
+    from .._loops import iterate as _iterate
+
+    return _iterate(xp, step, state, **kwargs)

@@ -32,3 +32,22 @@ def gumbel(xp: Any, key: Any, shape: tuple[int, ...], dtype: Any, device: Any) -
         raise TypeError(f"key must be None, an int seed or a torch.Generator for torch arrays, got {type(key).__name__}")
     e = torch.empty(shape, dtype=dtype, device=device).exponential_(generator=key)
     return -torch.log(e)
+
+
+def iterate(xp: Any, step: Any, state: Any, **kwargs: Any) -> Any:
+    """Eager loop; under autograd each block is checkpointed.
+
+    Checkpointing keeps only the potentials at block boundaries and recomputes
+    a block's kernels during the backward pass, so memory grows with the
+    number of blocks times O(n + m), not with iterations times O(n m).
+    """
+    from torch.utils.checkpoint import checkpoint
+
+    from .._loops import iterate as _iterate
+
+    def block(run: Any, s: Any) -> Any:
+        if torch.is_grad_enabled():
+            return checkpoint(run, s, use_reentrant=False)
+        return run(s)
+
+    return _iterate(xp, step, state, block=block, **kwargs)

@@ -1,0 +1,304 @@
+r"""Optimal-transport operators: soft ranks, sorts, CDFs, quantiles, top-k.
+
+Each operator is one entropic transport (:mod:`rankops.sinkhorn`) between
+the n inputs, squashed into [0, 1], and an ordered target measure, read out
+differently (Cuturi, Teboul & Vert 2019, Definitions 1-2; Cuturi et al.
+2019, Definition 2 and Alg. 2). Per row, with ``a = 1/n``, targets
+``y_j = j / (m - 1)``, weights ``b`` (uniform by default), ``b_bar =
+cumsum(b)``, cost ``C_ij = |y_j - g(x)_i| ** power`` and ``P`` the
+epsilon-entropic plan between ``(a, g(x))`` and ``(b, y)``:
+
+- ``soft_cdf  = a^-1 (P b_bar)``, in [0, 1]; ``soft_rank = n soft_cdf``;
+- ``soft_sort = b^-1 (P^T x)``, length m;
+- ``soft_quantile_normalize = a^-1 (P targets)``;
+- ``soft_topk_mask``: two targets y = (0, 1) weighted ((n - k)/n, k/n); the
+  mask is ``a^-1 P[:, 1]``, in [0, 1], summing to k;
+- ``soft_quantile`` at level q (Eq. 4 of Cuturi, Teboul & Vert): three
+  targets (0, 1/2, 1) weighted (q (1 - t), t, (1 - q)(1 - t)) for a filler
+  weight t; the quantile is the middle entry of the soft sort.
+
+``descending=True`` (ranks, sorts) is the ascending operator applied to
+``-x`` (sorted values negated back), so the largest entry gets rank 1.
+
+``g`` (option ``squash``) maps each row into [0, 1] so that the targets
+cover it whatever the input's scale: ``"sigmoid"`` of the standardized row
+(the g~ of Cuturi et al. 2019, Sec. 5), ``"arctan"`` likewise, ``"minmax"``
+(affine onto [0, 1]) or ``None`` (inputs used as they are). Standardizing
+first divides by the row's largest magnitude, so rows at 1e-30 or 1e30 give
+the same result as rows at 1 and nothing overflows in float32.
+
+Defaults: ``epsilon=1e-2`` in the units of the squashed cost (the same
+absolute value as OTT-JAX's ``soft_sort``), ``tol=1e-3`` on the L1 marginal
+error (OTT's threshold), ``max_iter=2000`` (OTT's bound), ``power=2``,
+``squash="sigmoid"``. With sigmoid squashing the cost is bounded by 1, so
+epsilon = 1e-2 blurs an entry over about sqrt(epsilon) = 0.1 of the squashed
+range: gradients are non-zero for every entry, not only for near-ties,
+while ranks still resolve (see docs/api.md for the numbers), and the solver
+converges in tens to hundreds of iterations.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any
+
+from array_api_compat import device as _device
+
+from ._lib._apply import finish, prepare, run
+from ._lib._compat import is_array
+from ._lib._validation import boolean, known_options, optional_count, positive_count, positive_scalar
+from .sinkhorn import DEFAULT_MAX_ITER, DEFAULT_TOL, check_solver_options, solve
+
+__all__ = ["soft_cdf", "soft_quantile", "soft_quantile_normalize", "soft_topk_mask", "SQUASHES", "DEFAULT_EPSILON"]
+
+DEFAULT_EPSILON = 1e-2
+DEFAULT_FILLER = 0.05
+SQUASHES = ("sigmoid", "arctan", "minmax", None)
+SOLVER_OPTIONS = ("epsilon", "max_iter", "tol", "squash", "power", "implicit")
+TARGET_OPTIONS = ("num_targets", "target_weights")
+
+
+# -- option handling -------------------------------------------------------------
+
+
+def transport_options(options: dict[str, Any], allowed: tuple[str, ...], where: str) -> dict[str, Any]:
+    """Validate Sinkhorn options (Python values only) and fill in defaults."""
+    known_options(options, allowed, where)
+    opts = check_solver_options(
+        options.get("epsilon", DEFAULT_EPSILON),
+        options.get("max_iter", DEFAULT_MAX_ITER),
+        options.get("tol", DEFAULT_TOL),
+        options.get("implicit", False),
+    )
+    squash = options.get("squash", "sigmoid")
+    if squash not in SQUASHES:
+        raise ValueError(f"squash must be one of {', '.join(map(repr, SQUASHES))}, got {squash!r}")
+    opts["squash"] = squash
+    opts["power"] = positive_scalar(options.get("power", 2), "power")
+    if "num_targets" in allowed:
+        opts["num_targets"] = optional_count(options.get("num_targets"), "num_targets")
+    if "filler" in allowed:
+        filler = positive_scalar(options.get("filler", DEFAULT_FILLER), "filler")
+        if is_array(filler) or not filler < 1:
+            raise ValueError(f"filler must be a number in (0, 1), got {filler!r}")
+        opts["filler"] = filler
+    return opts
+
+
+def _weights_array(options: dict[str, Any]) -> dict[str, Any]:
+    w = options.get("target_weights")
+    return {} if w is None else {"target_weights": w}
+
+
+def _check_1d(value: Any, name: str, length: int | None = None) -> None:
+    if value.ndim != 1:
+        raise ValueError(f"{name} must be a 1-D array, got shape {tuple(value.shape)}")
+    if value.shape[0] == 0:
+        raise ValueError(f"{name} must not be empty")
+    if length is not None and value.shape[0] != length:
+        raise ValueError(f"{name} has length {value.shape[0]} but {length} targets are used")
+
+
+# -- the shared transport ------------------------------------------------------------
+
+
+def squash(xp: Any, x: Any, method: str | None) -> Any:
+    """Map each row (last axis) into [0, 1]; see the module docstring."""
+    if method is None:
+        return x
+    if method == "minmax":
+        lo = xp.min(x, axis=-1, keepdims=True)
+        span = xp.max(x, axis=-1, keepdims=True) - lo
+        safe = xp.where(span > 0, span, xp.ones_like(span))
+        return xp.where(span > 0, (x - lo) / safe, xp.full_like(x, 0.5))
+    # Dividing by the largest magnitude first keeps the squares below in range
+    # for rows at 1e30 (and above subnormals for rows at 1e-30).
+    scale = xp.max(xp.abs(x), axis=-1, keepdims=True)
+    scale = xp.where((scale > 0) & xp.isfinite(scale), scale, xp.ones_like(scale))
+    z = x / scale
+    z = z - xp.mean(z, axis=-1, keepdims=True)  # exactly 0 on a constant row (all entries are +-1 now)
+    var = xp.mean(z * z, axis=-1, keepdims=True)
+    # sqrt only of positive values: sqrt'(0) = inf would turn a constant row's gradient into NaN
+    z = z / xp.sqrt(xp.where(var > 0, var, xp.ones_like(var)))
+    if method == "sigmoid":
+        return 1.0 / (1.0 + xp.exp(-z))
+    return 0.5 + xp.atan(z) / math.pi
+
+
+def _grid(xp: Any, m: int, like: Any) -> Any:
+    return xp.arange(m, dtype=like.dtype, device=_device(like)) / max(m - 1, 1)
+
+
+def _plan(xp: Any, x: Any, y: Any, log_b: Any, opts: dict[str, Any], exact: str = "rows") -> Any:
+    """Entropic plan (..., n, m) between the squashed rows of ``x`` and targets ``y``."""
+    n = x.shape[-1]
+    d = y - squash(xp, x, opts["squash"])[..., :, None]
+    power = opts["power"]
+    cost = d * d if power == 2.0 else xp.abs(d) ** power
+    log_a = xp.full((n,), -math.log(n), dtype=x.dtype, device=_device(x))
+    res = solve(xp, cost, log_a, log_b, epsilon=opts["epsilon"], max_iter=opts["max_iter"], tol=opts["tol"], exact=exact)
+    return res.plan
+
+
+def _target_weights(xp: Any, x: Any, m: int, target_weights: Any) -> tuple[Any, Any]:
+    """``(b, log_b)``: uniform unless the caller gave weights."""
+    if target_weights is None:
+        b = xp.full((m,), 1.0 / m, dtype=x.dtype, device=_device(x))
+        return b, xp.full((m,), -math.log(m), dtype=x.dtype, device=_device(x))
+    b = xp.astype(target_weights, x.dtype)
+    return b, xp.log(b)
+
+
+def _targets_count(x: Any, num_targets: int | None, target_weights: Any) -> int:
+    return num_targets if num_targets is not None else (target_weights.shape[0] if target_weights is not None else x.shape[-1])
+
+
+# -- cores (operator axis last; also run per Dask block with NumPy) ----------------------
+
+
+def cdf_core(xp: Any, x: Any, *, opts: dict[str, Any], descending: bool = False, target_weights: Any = None) -> Any:
+    if descending:
+        x = -x
+    n = x.shape[-1]
+    m = _targets_count(x, opts.get("num_targets"), target_weights)
+    b, log_b = _target_weights(xp, x, m, target_weights)
+    p = _plan(xp, x, _grid(xp, m, x), log_b, opts)
+    return n * xp.matmul(p, xp.cumulative_sum(b, axis=-1)[..., None])[..., 0]
+
+
+def rank_core(xp: Any, x: Any, **kwargs: Any) -> Any:
+    return x.shape[-1] * cdf_core(xp, x, **kwargs)
+
+
+def sort_core(xp: Any, x: Any, *, opts: dict[str, Any], descending: bool = False, target_weights: Any = None) -> Any:
+    sign = -1.0 if descending else 1.0
+    x = sign * x
+    m = _targets_count(x, opts.get("num_targets"), target_weights)
+    b, log_b = _target_weights(xp, x, m, target_weights)
+    p = _plan(xp, x, _grid(xp, m, x), log_b, opts, exact="columns")
+    return sign * (xp.matmul(x[..., None, :], p)[..., 0, :] / b)
+
+
+def quantile_normalize_core(xp: Any, x: Any, *, targets: Any, opts: dict[str, Any], target_weights: Any = None) -> Any:
+    m = targets.shape[0]
+    _, log_b = _target_weights(xp, x, m, target_weights)
+    p = _plan(xp, x, _grid(xp, m, x), log_b, opts)
+    return x.shape[-1] * xp.matmul(p, xp.astype(targets, x.dtype)[:, None])[..., 0]
+
+
+def topk_core(xp: Any, x: Any, *, k: int, opts: dict[str, Any]) -> Any:
+    n = x.shape[-1]
+    # log weights in Python: k = n gives an exact -inf (an empty target), no log(0) warning
+    log_b = xp.asarray(
+        [math.log(n - k) - math.log(n) if k < n else -math.inf, math.log(k) - math.log(n)], dtype=x.dtype, device=_device(x)
+    )
+    p = _plan(xp, x, _grid(xp, 2, x), log_b, opts)
+    return n * p[..., 1]
+
+
+def quantile_core(xp: Any, x: Any, *, q: Any, opts: dict[str, Any]) -> Any:
+    """Levels ``q``: a Python float (output drops the axis) or a 1-D array (axis -> levels)."""
+    t = opts["filler"]
+    y = xp.asarray([0.0, 0.5, 1.0], dtype=x.dtype, device=_device(x))
+    if is_array(q):
+        q = xp.astype(q, x.dtype)[:, None]
+        b = xp.concat([q * (1 - t), xp.full_like(q, t), (1 - q) * (1 - t)], axis=-1)  # (L, 3)
+        # Levels 0 and 1 give an empty filler; a tiny weight keeps log finite.
+        log_b = xp.log(xp.maximum(b, xp.full_like(b, xp.finfo(x.dtype).smallest_normal)))
+        p = _plan(xp, x[..., None, :], y, log_b, opts, exact="columns")  # (..., L, n, 3): one solve for all levels
+        out = xp.matmul(x[..., None, None, :], p)[..., 0, 1] / t
+        valid = (q[:, 0] >= 0) & (q[:, 0] <= 1)  # levels are data: out of range -> NaN, no check
+        return xp.where(valid, out, xp.full_like(out, math.nan))
+    logs = [math.log(w) if w > 0 else -math.inf for w in (q * (1 - t), t, (1 - q) * (1 - t))]
+    p = _plan(xp, x, y, xp.asarray(logs, dtype=x.dtype, device=_device(x)), opts, exact="columns")
+    return xp.matmul(x[..., None, :], p)[..., 0, 1] / t
+
+
+# -- public operators ----------------------------------------------------------------------
+
+
+def _run_targets(core: Any, where: str, x: Any, axis: Any, options: dict[str, Any], descending: bool | None = None) -> Any:
+    """Shared path of soft_rank / soft_sort / soft_cdf (targets on a grid)."""
+    opts = transport_options(options, SOLVER_OPTIONS + TARGET_OPTIONS, where)
+    arrays = _weights_array(options)
+    p = prepare(x, axis=axis, arrays=arrays)
+    w = arrays.get("target_weights")
+    if w is not None:
+        _check_1d(w, "target_weights", opts["num_targets"])
+    kwargs: dict[str, Any] = {"opts": opts}
+    if descending is not None:
+        kwargs["descending"] = boolean(descending, "descending")
+    m = _targets_count(p.x, opts["num_targets"], w)
+    tail = (m,) if core is sort_core else (p.n,)
+    return finish(p, run(core, p, tail, arrays, **kwargs))
+
+
+def soft_cdf(x: Any, /, *, axis: int = -1, **options: Any) -> Any:
+    """Sinkhorn CDF of each entry within its row: ``a^-1 (P b_bar)``, in [0, 1].
+
+    Hard limit (epsilon -> 0, no ties): ``rankdata(x) / n``. Options: the
+    Sinkhorn options of :mod:`rankops.transport` (``epsilon``, ``max_iter``,
+    ``tol``, ``num_targets``, ``target_weights``, ``squash``, ``power``,
+    ``implicit``).
+    """
+    return _run_targets(cdf_core, "soft_cdf", x, axis, options)
+
+
+def soft_quantile(x: Any, q: Any, /, *, axis: int = -1, **options: Any) -> Any:
+    """Sinkhorn quantile(s) of level ``q`` along ``axis`` (Eq. 4 of Cuturi, Teboul & Vert).
+
+    ``q``: a Python float in [0, 1] (output: ``x.shape`` without ``axis``) or a
+    1-D array of levels (output: ``axis`` replaced by ``len(q)``); array levels
+    are data, so one outside [0, 1] yields NaN rather than an error. Option
+    ``filler`` (t, default 0.05): weight of the middle target. Hard limit: a
+    value between the order statistics bracketing level q.
+    """
+    opts = transport_options(options, SOLVER_OPTIONS + ("filler",), "soft_quantile")
+    if is_array(q):
+        p = prepare(x, axis=axis, arrays={"q": q})
+        _check_1d(q, "q")
+        return finish(p, run(quantile_core, p, (q.shape[0],), {"q": q}, opts=opts))
+    if isinstance(q, bool) or not isinstance(q, numbers.Real):
+        raise TypeError(f"q must be a Python float or a 1-D array of levels, got {type(q).__name__}")
+    if not 0.0 <= q <= 1.0:
+        raise ValueError(f"q must lie in [0, 1], got {q!r}")
+    p = prepare(x, axis=axis)
+    return finish(p, run(quantile_core, p, (), q=float(q), opts=opts), axis_kept=False)
+
+
+def soft_quantile_normalize(x: Any, targets: Any, /, *, axis: int = -1, **options: Any) -> Any:
+    """Replace each entry by a target value, keeping the order of ``x``: ``a^-1 (P targets)``.
+
+    ``targets``: an increasing 1-D array of m values (m may differ from n),
+    weighted uniformly or by the option ``target_weights``. Hard limit for
+    m == n: ``targets[rank(x) - 1]`` (Proposition 2 of Cuturi, Teboul & Vert).
+    """
+    opts = transport_options(options, SOLVER_OPTIONS + ("target_weights",), "soft_quantile_normalize")
+    if not is_array(targets):
+        raise TypeError(f"targets must be a 1-D array, got {type(targets).__name__}")
+    arrays = {"targets": targets, **_weights_array(options)}
+    p = prepare(x, axis=axis, arrays=arrays)
+    _check_1d(targets, "targets")
+    if "target_weights" in arrays:
+        _check_1d(arrays["target_weights"], "target_weights", targets.shape[0])
+    return finish(p, run(quantile_normalize_core, p, (p.n,), arrays, opts=opts))
+
+
+def soft_topk_mask(x: Any, k: int, /, *, axis: int = -1, **options: Any) -> Any:
+    """Soft indicator of the k largest entries along ``axis``: values in [0, 1] summing to k.
+
+    Two targets (0 and 1) weighted ((n - k)/n, k/n); the mask is the mass an
+    entry sends to the top target, times n. Hard limit: 1 on the k largest.
+    """
+    opts = transport_options(options, SOLVER_OPTIONS, "soft_topk_mask")
+    k = positive_count(k, "k")
+    p = prepare(x, axis=axis)
+    if k > p.n:
+        raise ValueError(f"k must lie in [1, n] = [1, {p.n}], got {k}")
+    return finish(p, run(topk_core, p, (p.n,), k=k, opts=opts))
+
+
+def sinkhorn_sort_or_rank(kind: str, x: Any, axis: Any, descending: Any, options: dict[str, Any]) -> Any:
+    """``soft_sort`` / ``soft_rank`` with ``method="sinkhorn"``."""
+    return _run_targets(sort_core if kind == "sort" else rank_core, f"soft_{kind}(method='sinkhorn')", x, axis, options, descending)

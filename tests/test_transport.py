@@ -1,0 +1,323 @@
+"""Sinkhorn solver and optimal-transport operators against float64 NumPy references."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from numpy.testing import assert_allclose
+from scipy.stats import rankdata
+
+import rankops
+from tests import reference as ref
+
+# Converged settings: values then depend on epsilon only, not on the stopping point.
+TIGHT = {"tol": 1e-12, "max_iter": 100_000}
+
+
+def _x(shape, seed=0):
+    return np.random.default_rng(seed).normal(size=shape) * 2.0
+
+
+def _rows(x):
+    return x.reshape(-1, x.shape[-1])
+
+
+# -- the solver ------------------------------------------------------------------------
+
+
+def test_sinkhorn_matches_reference_with_weights_and_batch(backend, device):
+    rng = np.random.default_rng(0)
+    cost = rng.random((2, 3, 5, 4))
+    a = rng.random((2, 3, 5)) + 0.1
+    a /= a.sum(-1, keepdims=True)
+    b = rng.random(4) + 0.1
+    b /= b.sum()
+    res = rankops.sinkhorn(
+        backend.asarray(cost, device=device), backend.asarray(a, device=device), backend.asarray(b, device=device),
+        epsilon=0.05, **TIGHT,
+    )
+    plan = backend.to_numpy(res.plan)
+    for i in range(2):
+        for j in range(3):
+            assert_allclose(plan[i, j], ref.sinkhorn_plan(cost[i, j], a[i, j], b, 0.05), atol=1e-10)
+    assert np.all(backend.to_numpy(res.converged))
+    f, g = backend.to_numpy(res.f), backend.to_numpy(res.g)
+    assert_allclose(plan, np.exp((f[..., :, None] + g[..., None, :] - cost) / 0.05), rtol=1e-12)
+
+
+@pytest.mark.parametrize("tol", [1e-2, 1e-4, 1e-6])
+def test_marginals_within_tol_and_iterations_reported(backend, tol):
+    cost = np.random.default_rng(1).random((4, 6, 7))
+    res = rankops.sinkhorn(backend.asarray(cost), epsilon=0.02, tol=tol)
+    plan = backend.to_numpy(res.plan)
+    assert_allclose(plan.sum(-1), 1 / 6, rtol=1e-12)  # rows exact: f is updated last
+    col_err = np.abs(plan.sum(-2) - 1 / 7).sum(-1)
+    assert np.all(col_err <= tol)
+    assert_allclose(backend.to_numpy(res.error), col_err, rtol=1e-6, atol=1e-15)
+    n_iter = int(backend.to_numpy(res.n_iter)) if not isinstance(res.n_iter, int) else res.n_iter
+    assert 0 < n_iter < 2000 and n_iter % 10 == 0
+
+
+def test_not_converged_is_reported():
+    cost = np.random.default_rng(2).random((3, 20, 20))
+    res = rankops.sinkhorn(cost, epsilon=1e-3, max_iter=5, tol=1e-9)
+    assert res.n_iter == 5
+    assert not np.any(res.converged)
+    assert np.all(res.error > 1e-9)
+
+
+def test_sinkhorn_float32_small_epsilon_large_cost_is_finite(backend):
+    cost = (np.random.default_rng(3).random((2, 30, 30)) * 1e3).astype(np.float32)
+    res = rankops.sinkhorn(backend.asarray(cost), epsilon=1e-4, max_iter=50)
+    for field in (res.plan, res.f, res.g):
+        assert np.all(np.isfinite(backend.to_numpy(field)))
+
+
+# -- operators at finite epsilon ------------------------------------------------------------
+
+
+def _ref_rows(x, fn):
+    return np.stack([fn(row) for row in _rows(x)]).reshape(*x.shape[:-1], -1)
+
+
+@pytest.mark.parametrize("epsilon", [0.2, 0.05])
+def test_rank_cdf_sort_match_reference(backend, device, epsilon):
+    x = _x((2, 3, 7))
+    n = 7
+    b = np.full(n, 1 / n)
+
+    def cdf(row):
+        return n * ref.ot_plan_1d(row, ref.grid(n), b, epsilon) @ np.cumsum(b)
+
+    def srt(row):
+        return (ref.ot_plan_1d(row, ref.grid(n), b, epsilon).T @ row) / b
+
+    xb = backend.asarray(x, device=device)
+    opts = {"epsilon": epsilon, **TIGHT}
+    assert_allclose(backend.to_numpy(rankops.soft_cdf(xb, **opts)), _ref_rows(x, cdf), atol=1e-9)
+    assert_allclose(backend.to_numpy(rankops.soft_rank(xb, **opts)), n * _ref_rows(x, cdf), atol=1e-8)
+    assert_allclose(backend.to_numpy(rankops.soft_sort(xb, **opts)), _ref_rows(x, srt), atol=1e-8)
+
+
+def test_num_targets_and_target_weights(backend):
+    x = _x((3, 6), seed=1)
+    m = 4
+    b = np.array([0.1, 0.4, 0.3, 0.2])
+    opts = {"epsilon": 0.1, "num_targets": m, "target_weights": backend.asarray(b), **TIGHT}
+    got_sort = backend.to_numpy(rankops.soft_sort(backend.asarray(x), **opts))
+    got_cdf = backend.to_numpy(rankops.soft_cdf(backend.asarray(x), **opts))
+    assert got_sort.shape == (3, m) and got_cdf.shape == (3, 6)
+    plans = [ref.ot_plan_1d(row, ref.grid(m), b, 0.1) for row in x]
+    assert_allclose(got_sort, np.stack([(p.T @ row) / b for p, row in zip(plans, x)]), atol=1e-8)
+    assert_allclose(got_cdf, np.stack([6 * p @ np.cumsum(b) for p in plans]), atol=1e-9)
+
+
+def test_quantile_normalize_matches_reference(backend):
+    x = _x((2, 6), seed=2)
+    targets = np.array([-1.0, 0.0, 0.5, 2.0, 3.0])
+    got = backend.to_numpy(rankops.soft_quantile_normalize(backend.asarray(x), backend.asarray(targets), epsilon=0.1, **TIGHT))
+    b = np.full(5, 0.2)
+    expected = np.stack([6 * ref.ot_plan_1d(row, ref.grid(5), b, 0.1) @ targets for row in x])
+    assert_allclose(got, expected, atol=1e-8)
+
+
+def test_topk_mask_matches_reference_and_sums_to_k(backend):
+    x = _x((3, 8), seed=3)
+    got = backend.to_numpy(rankops.soft_topk_mask(backend.asarray(x), 3, epsilon=0.05, **TIGHT))
+    b = np.array([5 / 8, 3 / 8])
+    expected = np.stack([8 * ref.ot_plan_1d(row, np.array([0.0, 1.0]), b, 0.05)[:, 1] for row in x])
+    assert_allclose(got, expected, atol=1e-9)
+    assert_allclose(got.sum(-1), 3.0, rtol=1e-9)
+    assert np.all((got >= 0) & (got <= 1 + 1e-12))
+
+
+@pytest.mark.parametrize("q", [0.0, 0.3, 0.5, 1.0])
+def test_quantile_matches_filler_construction(backend, q):
+    x = _x((2, 9), seed=4)
+    t = 0.1
+    got = backend.to_numpy(rankops.soft_quantile(backend.asarray(x), q, epsilon=0.05, filler=t, **TIGHT))
+    b = np.array([q * (1 - t), t, (1 - q) * (1 - t)])
+    expected = np.array([(ref.ot_plan_1d(row, np.array([0, 0.5, 1]), b, 0.05)[:, 1] @ row) / t for row in x])
+    assert got.shape == (2,)
+    assert_allclose(got, expected, atol=1e-8)
+
+
+def test_vector_quantile_levels_and_axis(backend):
+    x = _x((5, 3), seed=5)
+    q = np.array([0.1, 0.5, 0.9])
+    got = backend.to_numpy(rankops.soft_quantile(backend.asarray(x), backend.asarray(q), axis=0, epsilon=0.05, **TIGHT))
+    assert got.shape == (3, 3)  # axis 0 replaced by the levels
+    for i, level in enumerate(q):
+        scalar = backend.to_numpy(rankops.soft_quantile(backend.asarray(x), float(level), axis=0, epsilon=0.05, **TIGHT))
+        assert_allclose(got[i], scalar, atol=1e-10)
+
+
+def test_out_of_range_array_level_gives_nan():
+    x = _x((2, 6))
+    got = rankops.soft_quantile(x, np.array([0.5, 1.5]), epsilon=0.1)
+    assert np.all(np.isfinite(got[:, 0])) and np.all(np.isnan(got[:, 1]))
+
+
+@pytest.mark.parametrize("squash", ["arctan", "minmax", None])
+def test_other_squashes(squash):
+    x = _x((6,), seed=6)
+    if squash == "arctan":
+        z = x - x.mean()
+        z = 0.5 + np.arctan(z / np.sqrt((z**2).mean())) / np.pi
+    elif squash == "minmax":
+        z = (x - x.min()) / (x.max() - x.min())
+    else:
+        x = np.random.default_rng(6).random(6)
+        z = x
+    cost = (ref.grid(6)[None, :] - z[:, None]) ** 2
+    plan = ref.sinkhorn_plan(cost, np.full(6, 1 / 6), np.full(6, 1 / 6), 0.05)
+    got = rankops.soft_rank(x, epsilon=0.05, squash=squash, **TIGHT)
+    assert_allclose(got, 36 * plan @ np.cumsum(np.full(6, 1 / 6)), atol=1e-9)
+
+
+@pytest.mark.parametrize("power", [1.0, 1.5, 3.0])
+def test_power_option(power):
+    x = _x((6,), seed=7)
+    cost = np.abs(ref.grid(6)[None, :] - ref.squash_sigmoid(x)[:, None]) ** power
+    plan = ref.sinkhorn_plan(cost, np.full(6, 1 / 6), np.full(6, 1 / 6), 0.05)
+    got = rankops.soft_sort(x, epsilon=0.05, power=power, **TIGHT)
+    assert_allclose(got, 6 * plan.T @ x, atol=1e-9)
+
+
+def test_descending_is_ascending_of_negated(backend):
+    x = _x((3, 7), seed=8)
+    xb, nb = backend.asarray(x), backend.asarray(-x)
+    opts = {"epsilon": 0.1, **TIGHT}
+    assert_allclose(backend.to_numpy(rankops.soft_rank(xb, descending=True, **opts)), backend.to_numpy(rankops.soft_rank(nb, **opts)), atol=1e-12)
+    assert_allclose(backend.to_numpy(rankops.soft_sort(xb, descending=True, **opts)), -backend.to_numpy(rankops.soft_sort(nb, **opts)), atol=1e-12)
+
+
+# -- hard limits ------------------------------------------------------------------------------
+
+HARD = {"epsilon": 1e-3, "tol": 1e-9, "max_iter": 50_000}
+SEPARATED = np.array([[0.3, -1.2, 2.5, 0.7, 1.9, -0.4], [4.0, 4.5, -2.0, 0.0, 1.0, 3.0]])
+
+
+@pytest.mark.parametrize("descending", [False, True])
+def test_hard_limit_rank_and_sort(descending):
+    x = SEPARATED
+    r = rankops.soft_rank(x, descending=descending, **HARD)
+    s = rankops.soft_sort(x, descending=descending, **HARD)
+    expected_rank = rankdata(-x if descending else x, axis=-1)
+    expected_sort = np.sort(x, axis=-1)[:, ::-1] if descending else np.sort(x, axis=-1)
+    assert_allclose(r, expected_rank, atol=1e-3)
+    assert_allclose(s, expected_sort, atol=1e-3)
+    assert_allclose(rankops.soft_cdf(x, **HARD), rankdata(x, axis=-1) / 6, atol=1e-3)
+
+
+def test_hard_limit_topk_qnorm_quantile():
+    x = SEPARATED
+    mask = rankops.soft_topk_mask(x, 2, **HARD)
+    expected = (rankdata(-x, axis=-1) <= 2).astype(float)
+    assert_allclose(mask, expected, atol=1e-3)
+    targets = np.array([-5.0, -1.0, 0.0, 2.0, 7.0, 9.0])
+    assert_allclose(rankops.soft_quantile_normalize(x, targets, **HARD), targets[rankdata(x, axis=-1).astype(int) - 1], atol=1e-2)
+    for q in (0.0, 0.25, 0.5, 0.8, 1.0):
+        got = rankops.soft_quantile(x, q, filler=0.01, **HARD)
+        srt = np.sort(x, axis=-1)
+        lo = srt[np.arange(2), np.floor(q * 5).astype(int)]
+        hi = srt[np.arange(2), np.ceil(q * 5).astype(int)]
+        assert np.all(got >= lo - 1e-3) and np.all(got <= hi + 1e-3), (q, got, lo, hi)
+        assert_allclose(got, np.quantile(x, q, axis=-1), atol=np.max(hi - lo) + 1e-3)
+
+
+def test_kantorovich_limit_north_west_corner():
+    """m != n and non-uniform weights: Sinkhorn CDF / sort -> the exact K-operators (Prop. 1)."""
+    x = np.array([0.9, -0.3, 2.2, 0.1, -1.5, 1.4, 0.5])
+    b = np.array([0.15, 0.35, 0.2, 0.3])
+    k_cdf, k_sort = ref.kantorovich_operators(x, b)
+    errors = []
+    for eps in (1e-1, 1e-2, 1e-3):
+        opts = {"epsilon": eps, "num_targets": 4, "target_weights": b, "tol": 1e-10, "max_iter": 200_000}
+        errors.append(max(np.abs(rankops.soft_cdf(x, **opts) - k_cdf).max(), np.abs(rankops.soft_sort(x, **opts) - k_sort).max()))
+    assert errors[0] > errors[1] > errors[2]
+    assert errors[-1] < 1e-3, errors
+
+
+# -- stability --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("scale", [1e-30, 1e-10, 1.0, 1e10, 1e30])
+@pytest.mark.parametrize("epsilon", [1e-1, 1e-2, 1e-3, 1e-4])
+def test_float32_any_scale_finite_and_scale_invariant(scale, epsilon):
+    torch = pytest.importorskip("torch")
+    base = np.array([[0.3, -1.2, 2.5, 0.7, 1.9], [1.0, 1.0, 1.0, 1.0, 1.0], [2.0, -1.0, 2.0, 0.5, -1.0]])
+    x = torch.asarray((base * scale).astype(np.float32)).requires_grad_(True)
+    ranks = rankops.soft_rank(x, epsilon=epsilon, max_iter=300)
+    (ranks * torch.arange(5.0)).sum().backward()
+    assert torch.all(torch.isfinite(ranks)) and torch.all(torch.isfinite(x.grad))
+    unit = rankops.soft_rank(torch.asarray(base.astype(np.float32)), epsilon=epsilon, max_iter=300)
+    torch.testing.assert_close(ranks.detach(), unit, rtol=1e-4, atol=1e-4)
+    assert torch.allclose(ranks[1], torch.full((5,), 3.0), atol=5e-3)  # a constant row: all tied at the mean rank (within tol)
+    assert torch.allclose(ranks[2, 0], ranks[2, 2]) and torch.allclose(ranks[2, 1], ranks[2, 4])  # ties
+
+
+# -- gradients --------------------------------------------------------------------------------
+
+GRAD = {"epsilon": 0.1, "tol": 1e-12, "max_iter": 20_000}
+
+
+@pytest.mark.parametrize("fn", ["soft_rank", "soft_sort", "soft_cdf"])
+def test_torch_gradcheck(fn):
+    torch = pytest.importorskip("torch")
+    x = torch.asarray(_x((2, 5), seed=9)).requires_grad_(True)
+    assert torch.autograd.gradcheck(lambda v: getattr(rankops, fn)(v, **GRAD), (x,), atol=1e-6)
+
+
+def test_torch_gradcheck_quantile_topk_qnorm():
+    torch = pytest.importorskip("torch")
+    x = torch.asarray(_x((2, 6), seed=10)).requires_grad_(True)
+    targets = torch.asarray(np.linspace(-1, 1, 4))
+    q = torch.asarray(np.array([0.2, 0.7]))
+    for f in (
+        lambda v: rankops.soft_quantile(v, q, **GRAD),
+        lambda v: rankops.soft_topk_mask(v, 2, **GRAD),
+        lambda v: rankops.soft_quantile_normalize(v, targets, **GRAD),
+    ):
+        assert torch.autograd.gradcheck(f, (x,), atol=1e-6)
+
+
+@pytest.mark.parametrize("fn", ["soft_rank", "soft_sort", "soft_topk_mask"])
+def test_jax_jit_grad_vmap_equal_torch(fn):
+    torch = pytest.importorskip("torch")
+    jax = pytest.importorskip("jax")
+    jnp = jax.numpy
+    x = _x((3, 6), seed=11)
+    w = np.random.default_rng(12).normal(size=x.shape)
+    args = (2,) if fn == "soft_topk_mask" else ()
+    op = getattr(rankops, fn)
+
+    xt = torch.asarray(x).requires_grad_(True)
+    (op(xt, *args, **GRAD) * torch.asarray(w)).sum().backward()
+
+    def loss(v):
+        return jnp.sum(op(v, *args, **GRAD) * w)
+
+    g_jit = jax.jit(jax.grad(loss))(jnp.asarray(x))
+    assert_allclose(np.asarray(g_jit), xt.grad.numpy(), rtol=1e-7, atol=1e-9)
+    vm = jax.vmap(lambda v: op(v, *args, **GRAD))(jnp.asarray(x))
+    assert_allclose(np.asarray(vm), np.asarray(op(jnp.asarray(x), *args, **GRAD)), rtol=1e-12, atol=1e-12)
+
+
+def test_jit_n_iter_and_result_pytree():
+    jax = pytest.importorskip("jax")
+    cost = jax.numpy.asarray(np.random.default_rng(13).random((2, 5, 6)))
+    res = jax.jit(lambda c: rankops.sinkhorn(c, epsilon=0.05))(cost)
+    eager = rankops.sinkhorn(np.asarray(cost), epsilon=0.05)
+    assert int(res.n_iter) == eager.n_iter
+    assert_allclose(np.asarray(res.plan), eager.plan, rtol=1e-12, atol=1e-15)
+
+
+def test_optional_ott_agreement():
+    """At matched settings rankops' ranks equal OTT-JAX's (which are 0-based)."""
+    soft_sort = pytest.importorskip("ott.tools.soft_sort")
+    jnp = pytest.importorskip("jax.numpy")
+    x = jnp.asarray(_x((2, 8), seed=14))
+    theirs = soft_sort.ranks(x, axis=-1, epsilon=0.05, threshold=1e-9, max_iterations=20_000)
+    ours = rankops.soft_rank(x, epsilon=0.05, tol=1e-9, max_iter=20_000)
+    assert_allclose(np.asarray(ours) - 1, np.asarray(theirs), atol=1e-4)
