@@ -321,3 +321,17 @@ def test_optional_ott_agreement():
     theirs = soft_sort.ranks(x, axis=-1, epsilon=0.05, threshold=1e-9, max_iterations=20_000)
     ours = rankops.soft_rank(x, epsilon=0.05, tol=1e-9, max_iter=20_000)
     assert_allclose(np.asarray(ours) - 1, np.asarray(theirs), atol=1e-4)
+
+
+def test_learnable_epsilon_gradient_torch_and_jax():
+    """epsilon may be a 0-d array of x's namespace: d ranks / d epsilon flows."""
+    torch = pytest.importorskip("torch")
+    x = _x((2, 5), seed=15)
+    w = np.random.default_rng(16).normal(size=x.shape)
+    opts = {"tol": 1e-12, "max_iter": 20_000}
+    eps = torch.tensor(0.1, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda e: rankops.soft_rank(torch.asarray(x), epsilon=e, **opts), (eps,), atol=1e-6)
+    (rankops.soft_rank(torch.asarray(x), epsilon=eps, **opts) * torch.asarray(w)).sum().backward()
+    jax = pytest.importorskip("jax")
+    g = jax.grad(lambda e: jax.numpy.sum(rankops.soft_rank(jax.numpy.asarray(x), epsilon=e, **opts) * w))(jax.numpy.asarray(0.1))
+    assert_allclose(float(g), float(eps.grad), rtol=1e-7)

@@ -107,6 +107,8 @@ def call(impl: Any, x: Any, arrays: dict[str, Any], params: dict[str, Any]) -> A
     Inside a caller's own ``jit`` / ``vmap`` / ``grad`` the inner ``jit`` is
     simply inlined.
     """
+    import jax.numpy as jnp
+
     dynamic = dict(arrays)
     static = {}
     for k, v in params.items():
@@ -114,4 +116,9 @@ def call(impl: Any, x: Any, arrays: dict[str, Any], params: dict[str, Any]) -> A
             dynamic[k] = v
         else:
             static[k] = v
-    return _compiled(impl, tuple(sorted((k, _freeze(v)) for k, v in static.items())))(x, dynamic)
+    key = tuple(sorted((k, _freeze(v)) for k, v in static.items()))
+    try:
+        hash(key)
+    except TypeError:  # an array nested in the options (a traced epsilon): no cache, trace inline
+        return impl(jnp, x, **arrays, **params)
+    return _compiled(impl, key)(x, dynamic)
