@@ -6,7 +6,7 @@ absolute epsilon, the same L1 marginal tolerance and iteration cap.
 OTT-JAX (``ott.tools.soft_sort.ranks``) is the reference; it is optional and
 its column is left empty when it is not installed. JAX functions are
 jit-compiled and timed after a warm-up call; "fwd+bwd" is the gradient of
-``sum(w * ranks)`` (OTT differentiates implicitly, rankops unrolls).
+``sum(w * ranks)``, unrolled through the iterations on both sides.
 "iters" is the number of Sinkhorn iterations each solver ran to reach the
 tolerance (the worst row of the batch).
 
@@ -41,7 +41,10 @@ def _jax_contenders(x_np: np.ndarray, w_np: np.ndarray, eps: float) -> dict:
         from ott.tools import soft_sort
     except ImportError:
         return out
-    kw = {"epsilon": eps, "threshold": TOL, "max_iterations": MAX_ITER}
+    # implicit_diff=None: OTT differentiates through its iterations, as rankops does
+    # (OTT's default implicit rule fails here: lineax reports the uniform-marginal
+    # system singular unless ridge terms are tuned).
+    kw = {"epsilon": eps, "threshold": TOL, "max_iterations": MAX_ITER, "implicit_diff": None}
     theirs = jax.jit(lambda v: soft_sort.ranks(v, axis=-1, **kw) + 1.0)  # OTT ranks are 0-based
     theirs_grad = jax.jit(jax.grad(lambda v: jnp.sum(w * soft_sort.ranks(v, axis=-1, **kw))))
     out["ott-jax"] = (lambda: theirs(x).block_until_ready(), lambda: theirs_grad(x).block_until_ready(), lambda: np.asarray(theirs(x)))

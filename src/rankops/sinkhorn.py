@@ -19,10 +19,13 @@ Everything stays in the log domain, so small ``epsilon`` cannot overflow.
 Iterations run in blocks of ``check_every``; a problem whose error is
 within ``tol`` after a block is frozen there, and the solver stops once all
 are (or at ``max_iter``). Each problem's result therefore depends on that
-problem alone: batched, one by one, in Dask blocks or under ``jax.vmap``. Under ``jax.jit`` the loop is ``lax`` control flow (a scan over
-blocks with the converged blocks skipped), so ``jit``, ``vmap`` and ``grad``
-all apply. Gradients are unrolled through the iterations; torch and JAX
-recompute each block's kernels in the backward pass rather than storing them.
+problem alone: batched, one by one, in Dask blocks or under ``jax.vmap``.
+
+Gradients are those of the unrolled iterations. torch checkpoints each
+block; JAX runs the loop as a ``lax.while_loop`` under a ``custom_vjp`` that
+stores the potentials at block starts and replays only the blocks that ran,
+so ``jit``, ``vmap`` and ``grad`` all apply and memory holds one block's
+kernels at a time, not one per iteration.
 """
 
 from __future__ import annotations
@@ -79,21 +82,21 @@ def solve(
     adapter = get_adapter(xp)
     lse = adapter.logsumexp
     c = cost / epsilon
-    b = xp.exp(log_b)
+    # The loop's functions take their arrays explicitly (no closure over them),
+    # so an adapter can differentiate through the loop with a custom rule.
+    operands = (c, log_a, log_b)
 
-    def step(state: tuple[Any, Any]) -> tuple[Any, Any]:
-        u, _ = state
-        v = log_b - lse(xp, u[..., :, None] - c, -2)
-        u = log_a - lse(xp, v[..., None, :] - c, -1)
+    def step(ops: tuple[Any, Any, Any], state: tuple[Any, Any]) -> tuple[Any, Any]:
+        c_, la, lb = ops
+        v = lb - lse(xp, state[0][..., :, None] - c_, -2)
+        u = la - lse(xp, v[..., None, :] - c_, -1)
         return u, v
 
-    def freeze(done: Any, old: tuple[Any, Any], new: tuple[Any, Any]) -> tuple[Any, Any]:
-        return tuple(xp.where(done[..., None], o, w) for o, w in zip(old, new))
-
-    def error(state: tuple[Any, Any]) -> Any:
+    def error(ops: tuple[Any, Any, Any], state: tuple[Any, Any]) -> Any:
+        c_, _, lb = ops
         u, v = state
-        column = xp.exp(v + lse(xp, u[..., :, None] - c, -2))
-        return xp.sum(xp.abs(column - b), axis=-1)
+        column = xp.exp(v + lse(xp, u[..., :, None] - c_, -2))
+        return xp.sum(xp.abs(column - xp.exp(lb)), axis=-1)
 
     # Shapes only (Python tuples): the batch of the cost and of both marginals.
     batch = np.broadcast_shapes(tuple(c.shape[:-2]), tuple(log_a.shape[:-1]), tuple(log_b.shape[:-1]))
@@ -101,12 +104,17 @@ def solve(
     u0 = xp.zeros(batch + (c.shape[-2],), dtype=c.dtype, device=device)
     v0 = xp.zeros(batch + (c.shape[-1],), dtype=c.dtype, device=device)
     (u, v), n_iter, err = adapter.iterate(
-        xp, step, (u0, v0), error=error, freeze=freeze, max_iter=max_iter, tol=tol, check_every=check_every
+        xp, step, operands, (u0, v0), error=error, freeze=_freeze_rows, max_iter=max_iter, tol=tol, check_every=check_every
     )
     if exact == "columns":
         v = log_b - lse(xp, u[..., :, None] - c, -2)
     plan = xp.exp(u[..., :, None] + v[..., None, :] - c)
     return SinkhornResult(plan, u * epsilon, v * epsilon, n_iter, err, err <= tol)
+
+
+def _freeze_rows(xp: Any, done: Any, old: tuple[Any, ...], new: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Keep ``old`` for the problems flagged in ``done`` (shape: the batch)."""
+    return tuple(xp.where(done[..., None], o, w) for o, w in zip(old, new))
 
 
 def check_solver_options(epsilon: Any, max_iter: Any, tol: Any, implicit: Any) -> dict[str, Any]:

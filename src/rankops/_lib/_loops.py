@@ -22,11 +22,12 @@ def settled(xp: Any, err: Any, tol: float) -> Any:
 
 def iterate(
     xp: Any,
-    step: Callable[[Any], Any],
+    step: Callable[[Any, Any], Any],
+    operands: Any,
     state: Any,
     *,
-    error: Callable[[Any], Any],
-    freeze: Callable[[Any, Any, Any], Any],
+    error: Callable[[Any, Any], Any],
+    freeze: Callable[[Any, Any, Any, Any], Any],
     max_iter: int,
     tol: float,
     check_every: int,
@@ -34,15 +35,16 @@ def iterate(
 ) -> tuple[Any, int, Any]:
     """Return ``(state, n_iter, error)``.
 
-    ``freeze(done, old, new)`` returns ``new`` with the problems flagged in
-    ``done`` reset to ``old``; ``block(run, state)`` may wrap each block
-    (checkpointing).
+    ``step(operands, state)`` is one iteration and ``error(operands, state)``
+    the per-problem error; ``freeze(xp, done, old, new)`` returns ``new`` with
+    the problems flagged in ``done`` reset to ``old``; ``block(run, state)``
+    may wrap each block (checkpointing).
     """
 
     def run_block(k: int) -> Callable[[Any], Any]:
         def run(s: Any) -> Any:
             for _ in range(k):
-                s = step(s)
+                s = step(operands, s)
             return s
 
         return run
@@ -52,9 +54,9 @@ def iterate(
     while n_iter < max_iter:
         k = min(check_every, max_iter - n_iter)
         new = run_block(k)(state) if block is None else block(run_block(k), state)
-        state = new if done is None else freeze(done, state, new)
+        state = new if done is None else freeze(xp, done, state, new)
         n_iter += k
-        err = error(state)
+        err = error(operands, state)
         done = settled(xp, err, tol)
         if bool(xp.all(done)):
             break

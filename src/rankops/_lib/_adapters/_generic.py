@@ -41,7 +41,7 @@ def gumbel(xp: Any, key: Any, shape: tuple[int, ...], dtype: Any, device: Any) -
     return xp.asarray(noise, dtype=dtype, device=device)
 
 
-def iterate(xp: Any, step: Any, state: Any, **kwargs: Any) -> Any:
+def iterate(xp: Any, step: Any, operands: Any, state: Any, **kwargs: Any) -> Any:
     from .._loops import iterate as _iterate
 
-    return _iterate(xp, step, state, **kwargs)
+    return _iterate(xp, step, operands, state, **kwargs)

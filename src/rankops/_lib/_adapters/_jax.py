@@ -7,6 +7,7 @@ import numbers
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 
 
 def softmax(xp: Any, z: Any, axis: int = -1) -> Any:
@@ -35,47 +36,90 @@ def gumbel(xp: Any, key: Any, shape: tuple[int, ...], dtype: Any, device: Any) -
     return jax.random.gumbel(key, shape, dtype=dtype)
 
 
-def iterate(xp: Any, step: Any, state: Any, *, error: Any, freeze: Any, max_iter: int, tol: float, check_every: int) -> Any:
+def iterate(
+    xp: Any, step: Any, operands: Any, state: Any, *, error: Any, freeze: Any, max_iter: int, tol: float, check_every: int
+) -> Any:
     """``lax`` version of :func:`rankops._lib._loops.iterate`: jit, vmap and grad safe.
 
-    A ``lax.scan`` over blocks (a fixed trip count, so reverse-mode autodiff
-    works) whose body is skipped by ``lax.cond`` once every problem is within
-    ``tol``; problems that converged earlier are frozen as in the eager loop.
-    Each iteration is rematerialised (``jax.checkpoint``), so the backward
-    pass stores potentials per iteration, not n x m kernels. Under ``vmap``
-    the batched predicate turns ``cond`` into ``select``: every block runs,
-    and freezing keeps the results identical to the unbatched ones.
-    """
-    from jax import lax
-    import jax.numpy as jnp
+    Forward: a ``lax.while_loop`` over blocks of ``check_every`` iterations
+    that stops once every problem is within ``tol`` (problems that got there
+    earlier are frozen, as in the eager loop). Under ``vmap`` it runs until
+    the slowest problem of the batch converges.
 
+    Reverse mode: a ``custom_vjp`` that records the state at the start of each
+    block (O(blocks x (n + m)) memory) and, in the backward pass, walks back
+    over the blocks that actually ran, recomputing each one under ``jax.vjp``:
+    the gradient of the unrolled iterations, with the kernels of one block
+    alive at a time and no work for the blocks that were never run.
+    """
     from .._loops import settled
 
-    step = jax.checkpoint(step)
+    n_blocks = -(-max_iter // check_every)
 
-    def run(k: int) -> Any:
+    def run_block(ops: Any, s: Any, block: Any, done: Any) -> Any:
+        def one(i: Any, t: Any) -> Any:
+            new = step(ops, t)
+            # the last block may overshoot max_iter: its extra iterations are no-ops
+            keep = block * check_every + i >= max_iter
+            return tuple(jnp.where(keep, o, w) for o, w in zip(t, new))
+
+        return freeze(xp, done, s, jax.lax.fori_loop(0, check_every, one, s))
+
+    def forward(ops: Any, s0: Any, record: bool) -> Any:
+        spec = jax.eval_shape(error, ops, s0)  # shapes only: no kernel pass
+        err0 = jnp.full(spec.shape, jnp.inf, dtype=spec.dtype)  # nothing frozen at the start
+        history = (
+            (jax.tree_util.tree_map(lambda a: jnp.zeros((n_blocks,) + a.shape, a.dtype), s0), jnp.zeros((n_blocks,) + err0.shape, err0.dtype))
+            if record
+            else None
+        )
+
+        def cond(carry: Any) -> Any:
+            k, _, err, _ = carry
+            return (k < n_blocks) & ~jnp.all(settled(xp, err, tol))
+
         def body(carry: Any) -> Any:
-            s, n, err = carry
-            new = lax.fori_loop(0, k, lambda i, t: step(t), s)
-            new = freeze(settled(xp, err, tol), s, new)
-            return new, n + k, error(new)
+            k, s, err, hist = carry
+            if record:
+                starts, errs = hist
+                starts = jax.tree_util.tree_map(lambda buf, a: buf.at[k].set(a), starts, s)
+                hist = (starts, errs.at[k].set(err))
+            new = run_block(ops, s, k, settled(xp, err, tol))
+            return k + 1, new, error(ops, new), hist
 
-        return body
+        k, s, err, hist = jax.lax.while_loop(cond, body, (jnp.asarray(0, jnp.int32), s0, err0, history))
+        n_iter = jnp.minimum(k * check_every, max_iter)
+        return (s, n_iter, err), (k, hist)
 
-    def blocks(carry: Any, count: int, k: int) -> Any:
-        if count == 0 or k == 0:
-            return carry
+    @jax.custom_vjp
+    def loop(ops: Any, s0: Any) -> Any:
+        return forward(ops, s0, record=False)[0]
 
-        def scan_body(c: Any, _: Any) -> Any:
-            return lax.cond(jnp.all(settled(xp, c[2], tol)), lambda c_: c_, run(k), c), None
+    def loop_fwd(ops: Any, s0: Any) -> Any:
+        out, (k, hist) = forward(ops, s0, record=True)
+        return out, (ops, out[0], k, hist)
 
-        return lax.scan(scan_body, carry, None, length=count)[0]
+    def loop_bwd(res: Any, cts: Any) -> Any:
+        ops, s_final, k, (starts, errs) = res
+        ct_state, _, ct_err = cts
+        _, pull_err = jax.vjp(error, ops, s_final)
+        d_ops, d_final = pull_err(ct_err)
+        d_state = jax.tree_util.tree_map(jnp.add, d_final, ct_state)
 
-    spec = jax.eval_shape(error, state)  # shape and dtype only: no kernel pass
-    err0 = jnp.full(spec.shape, jnp.inf, dtype=spec.dtype)  # nothing frozen at the start
-    carry = (state, jnp.asarray(0, dtype=jnp.int32), err0)
-    carry = blocks(carry, max_iter // check_every, check_every)
-    return blocks(carry, 1, max_iter % check_every)
+        def back(carry: Any) -> Any:
+            j, d_ops_acc, d_s = carry
+            b = j - 1
+            s_start = jax.tree_util.tree_map(lambda buf: buf[b], starts)
+            done = settled(xp, errs[b], tol)
+            _, pull = jax.vjp(lambda o, s: run_block(o, s, b, done), ops, s_start)
+            d_o, d_s = pull(d_s)
+            return b, jax.tree_util.tree_map(jnp.add, d_ops_acc, d_o), d_s
+
+        _, d_ops, d_state = jax.lax.while_loop(lambda c: c[0] > 0, back, (k, d_ops, d_state))
+        return d_ops, d_state
+
+    loop.defvjp(loop_fwd, loop_bwd)
+    return loop(operands, state)
 
 
 def _freeze(value: Any) -> Any:

@@ -34,7 +34,7 @@ def gumbel(xp: Any, key: Any, shape: tuple[int, ...], dtype: Any, device: Any) -
     return -torch.log(e)
 
 
-def iterate(xp: Any, step: Any, state: Any, **kwargs: Any) -> Any:
+def iterate(xp: Any, step: Any, operands: Any, state: Any, **kwargs: Any) -> Any:
     """Eager loop; under autograd each block is checkpointed.
 
     Checkpointing keeps only the potentials at block boundaries and recomputes
@@ -50,4 +50,4 @@ def iterate(xp: Any, step: Any, state: Any, **kwargs: Any) -> Any:
             return checkpoint(run, s, use_reentrant=False)
         return run(s)
 
-    return _iterate(xp, step, state, block=block, **kwargs)
+    return _iterate(xp, step, operands, state, block=block, **kwargs)
