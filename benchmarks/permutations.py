@@ -84,7 +84,7 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.processor() or platform.machine()}; "
           f"B={args.batch}, float32, tau=1, median of {args.repeats} interleaved runs")
-    head = f"| operator | n | paper fwd (ms) | rankops fwd (ms) | ratio | paper fwd+bwd (ms) | rankops fwd+bwd (ms) | ratio | max abs diff |"
+    head = "| operator | n | paper fwd (ms) | rankops fwd (ms) | ratio | paper fwd+bwd (ms) | rankops fwd+bwd (ms) | ratio | max abs diff |"
     print(head)
     print("|" + "---|" * (head.count("|") - 1))
     for n in args.sizes:

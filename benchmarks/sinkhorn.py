@@ -11,6 +11,7 @@ jit-compiled and timed after a warm-up call; "fwd+bwd" is the gradient of
 tolerance (the worst row of the batch).
 
 Usage: python -m benchmarks.sinkhorn [--sizes 100 1000] [--epsilons 0.1 0.01] [--repeats 3]
+       [--contenders rankops-jax ott-jax]
 """
 
 from __future__ import annotations
@@ -99,13 +100,15 @@ def _iterations(x_np: np.ndarray, eps: float) -> dict[str, int]:
     return its
 
 
-def bench(batch: int, n: int, eps: float, repeats: int) -> list[str]:
+def bench(batch: int, n: int, eps: float, repeats: int, only: list[str] | None = None) -> list[str]:
     rng = np.random.default_rng(n)
     x = rng.normal(size=(batch, n)).astype(np.float32)
     w = rng.normal(size=(batch, n)).astype(np.float32)
     contenders = {**_jax_contenders(x, w, eps), **_torch_contender(x, w, eps), **_numpy_contender(x, eps)}
+    if only:
+        contenders = {k: v for k, v in contenders.items() if k in only}
     values = {k: c[2]() for k, c in contenders.items()}
-    ref_name = "ott-jax" if "ott-jax" in contenders else "rankops-jax"
+    ref_name = next((k for k in ("ott-jax", "rankops-jax") if k in contenders), next(iter(contenders)))
     fwd = interleaved_medians({k: c[0] for k, c in contenders.items()}, repeats)
     fb = interleaved_medians({k: c[1] for k, c in contenders.items() if c[1] is not None}, repeats)
     its = _iterations(x, eps)
@@ -127,6 +130,7 @@ def main(argv=None) -> None:
     parser.add_argument("--epsilons", type=float, nargs="+", default=[0.1, 0.01])
     parser.add_argument("--batch", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--contenders", nargs="+", help="e.g. rankops-jax ott-jax (default: all)")
     args = parser.parse_args(argv)
     import jax
 
@@ -143,7 +147,7 @@ def main(argv=None) -> None:
     print("|---|---|---|---|---|---|---|---|---|")
     for n in args.sizes:
         for eps in args.epsilons:
-            for row in bench(args.batch, n, eps, args.repeats):
+            for row in bench(args.batch, n, eps, args.repeats, args.contenders):
                 print(row, flush=True)
 
 

@@ -11,14 +11,12 @@ import pytest
 from numpy.testing import assert_allclose
 
 from .operators import OPERATORS
-from .test_contract import _data, op  # noqa: F401  (the op fixture)
+from .inputs import well_separated as _data
 
 
 def _loss_and_grad(backend, device, fn, x, w):
     """Value and gradient of <w, fn(x)> by the backend's autodiff, as NumPy."""
     if backend.name == "torch":
-        import torch
-
         xt = backend.asarray(x, device=device).requires_grad_(True)
         loss = (fn(xt) * backend.asarray(w, device=device)).sum()
         loss.backward()

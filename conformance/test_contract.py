@@ -12,24 +12,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 from numpy.testing import assert_allclose, assert_array_equal
 
+from .inputs import well_separated as _data
 from .operators import OPERATORS
 
 DTYPES = ["float32", "float64"]
 TOL = {"float32": {"rtol": 2e-5, "atol": 2e-5}, "float64": {"rtol": 1e-10, "atol": 1e-10}}
-
-
-def _data(shape, seed=0):
-    """Well-separated values (gaps >= 0.5) in random order, so hard limits are sharp."""
-    rng = np.random.default_rng(seed)
-    n = shape[-1]
-    base = np.arange(n) * 0.7 - n * 0.35
-    flat = np.stack([rng.permutation(base) + rng.uniform(-0.1, 0.1, n) for _ in range(int(np.prod(shape[:-1])))])
-    return flat.reshape(shape)
-
-
-@pytest.fixture(params=OPERATORS, ids=lambda op: op.name)
-def op(request):
-    return request.param
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
