@@ -55,10 +55,13 @@ def iterate(
     from .._loops import settled
 
     n_blocks = -(-max_iter // check_every)
+    # Rematerialised step: replaying a block under jax.vjp then keeps the
+    # potentials of each iteration, not its n x m kernels.
+    step_remat = jax.checkpoint(step)
 
     def run_block(ops: Any, s: Any, block: Any, done: Any) -> Any:
         def one(i: Any, t: Any) -> Any:
-            new = step(ops, t)
+            new = step_remat(ops, t)
             # the last block may overshoot max_iter: its extra iterations are no-ops
             keep = block * check_every + i >= max_iter
             return tuple(jnp.where(keep, o, w) for o, w in zip(t, new))
