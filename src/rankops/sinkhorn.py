@@ -187,7 +187,8 @@ def sinkhorn(
     return call(xp, _solve_weights, cost, weights, {"compute": compute, "out_dtype": out_dtype, "opts": opts})
 
 
-def _log_weights(xp: Any, w: Any, size: int, dtype: Any, device: Any) -> Any:
+def log_weights(xp: Any, w: Any, size: int, dtype: Any, device: Any) -> Any:
+    """``log(w)`` in ``dtype``, or the uniform ``-log(size)`` when ``w`` is None."""
     if w is None:
         return xp.full((size,), -math.log(size), dtype=dtype, device=device)
     return xp.log(xp.astype(w, dtype))
@@ -199,8 +200,8 @@ def _solve_weights(
     """:func:`sinkhorn` after validation, on one backend's arrays (a Dask block too)."""
     device = array_api_compat.device(cost)
     cost_c = xp.astype(cost, compute) if cost.dtype != compute else cost
-    log_a = _log_weights(xp, a, cost.shape[-2], compute, device)
-    log_b = _log_weights(xp, b, cost.shape[-1], compute, device)
+    log_a = log_weights(xp, a, cost.shape[-2], compute, device)
+    log_b = log_weights(xp, b, cost.shape[-1], compute, device)
     res = solve(xp, cost_c, log_a, log_b, **opts)
     if compute != out_dtype:
         res = res._replace(plan=xp.astype(res.plan, out_dtype), f=xp.astype(res.f, out_dtype), g=xp.astype(res.g, out_dtype))

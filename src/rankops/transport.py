@@ -48,7 +48,7 @@ from array_api_compat import device as _device
 from ._lib._apply import finish, prepare, run
 from ._lib._compat import is_array
 from ._lib._validation import boolean, known_options, optional_count, positive_count, positive_scalar
-from .sinkhorn import DEFAULT_MAX_ITER, DEFAULT_TOL, check_solver_options, solve
+from .sinkhorn import DEFAULT_MAX_ITER, DEFAULT_TOL, check_solver_options, log_weights, solve
 
 __all__ = ["soft_cdf", "soft_quantile", "soft_quantile_normalize", "soft_topk_mask", "SQUASHES", "DEFAULT_EPSILON"]
 
@@ -143,11 +143,10 @@ def _plan(xp: Any, x: Any, y: Any, log_b: Any, opts: dict[str, Any], exact: str 
 
 def _target_weights(xp: Any, x: Any, m: int, target_weights: Any) -> tuple[Any, Any]:
     """``(b, log_b)``: uniform unless the caller gave weights."""
+    log_b = log_weights(xp, target_weights, m, x.dtype, _device(x))
     if target_weights is None:
-        b = xp.full((m,), 1.0 / m, dtype=x.dtype, device=_device(x))
-        return b, xp.full((m,), -math.log(m), dtype=x.dtype, device=_device(x))
-    b = xp.astype(target_weights, x.dtype)
-    return b, xp.log(b)
+        return xp.full((m,), 1.0 / m, dtype=x.dtype, device=_device(x)), log_b
+    return xp.astype(target_weights, x.dtype), log_b
 
 
 def _targets_count(x: Any, num_targets: int | None, target_weights: Any) -> int:
