@@ -29,6 +29,8 @@ class Operator:
     has_axis: bool = True  # takes axis=; otherwise works on the last axis
     fd_gradient: bool = True  # False for straight-through ops: their gradient is not that of their value
     hard_atol: float = 1e-6
+    # (x, **kwargs) -> rankops.vjp(...) of the same computation; its first gradient is x's
+    vjp: Callable[..., Any] | None = None
 
     def __call__(self, x: Any, *, limit: bool = False, **kwargs: Any) -> Any:
         """Call with the finite (or, ``limit=True``, the near-zero) regularisation."""
@@ -46,6 +48,11 @@ def register(op: Operator) -> Operator:
         raise ValueError(f"operator {op.name!r} registered twice")
     OPERATORS.append(op)
     return op
+
+
+def via_vjp(fun: Callable[..., Any], args: Callable[[Any], tuple] = lambda x: (), **fixed: Any) -> Callable[..., Any]:
+    """``rankops.vjp(fun, x, *args(x), **fixed, **kwargs)``: an Operator's ``vjp``."""
+    return lambda x, **kw: rankops.vjp(fun, x, *args(x), **fixed, **kw)
 
 
 def _sorted(x: np.ndarray, descending: bool = False) -> np.ndarray:
@@ -76,6 +83,7 @@ for _method in ("softsort", "neuralsort"):
                 {"tau": 0.5},
                 {"tau": 1e-3},
                 lambda x, d=_desc: _sorted(x, d),
+                vjp=via_vjp(rankops.soft_sort, method=_method, descending=_desc),
             )
         )
         register(
@@ -85,6 +93,7 @@ for _method in ("softsort", "neuralsort"):
                 {"tau": 0.5},
                 {"tau": 1e-3},
                 lambda x, d=_desc: _ranks(x, d),
+                vjp=via_vjp(rankops.soft_rank, method=_method, descending=_desc),
             )
         )
     register(
@@ -96,19 +105,28 @@ for _method in ("softsort", "neuralsort"):
             _sorted,
             fd_gradient=False,
             hard_atol=0.0,
+            vjp=via_vjp(rankops.soft_sort, method=_method),
         )
     )
 
-register(Operator("softsort", rankops.softsort, {"tau": 0.5}, {"tau": 1e-3}, _permutation, _square, has_axis=False))
-register(Operator("neuralsort", rankops.neuralsort, {"tau": 0.5}, {"tau": 1e-3}, _permutation, _square, has_axis=False))
+register(
+    Operator("softsort", rankops.softsort, {"tau": 0.5}, {"tau": 1e-3}, _permutation, _square, has_axis=False, vjp=via_vjp(rankops.softsort))
+)
 register(
     Operator(
-        "softsort[power=2]", rankops.softsort, {"tau": 0.5, "power": 2}, {"tau": 1e-4, "power": 2}, _permutation, _square, has_axis=False
+        "neuralsort", rankops.neuralsort, {"tau": 0.5}, {"tau": 1e-3}, _permutation, _square, has_axis=False,
+        vjp=via_vjp(rankops.neuralsort),
+    )
+)
+register(
+    Operator(
+        "softsort[power=2]", rankops.softsort, {"tau": 0.5, "power": 2}, {"tau": 1e-4, "power": 2}, _permutation, _square,
+        has_axis=False, vjp=via_vjp(rankops.softsort),
     )
 )
 register(
     Operator("neuralsort[hard]", rankops.neuralsort, {"tau": 0.5, "hard": True}, {"tau": 0.5, "hard": True}, _permutation, _square,
-             has_axis=False, fd_gradient=False, hard_atol=0.0)
+             has_axis=False, fd_gradient=False, hard_atol=0.0, vjp=via_vjp(rankops.neuralsort))
 )
 
 
@@ -146,27 +164,30 @@ for _desc in (False, True):
         Operator(
             f"soft_rank[sinkhorn{_suffix}]",
             lambda x, d=_desc, **kw: rankops.soft_rank(x, descending=d, **kw),
-            OT, OT_LIMIT, lambda x, d=_desc: _ranks(x, d), hard_atol=1e-2,
+            OT, OT_LIMIT, lambda x, d=_desc: _ranks(x, d), hard_atol=1e-2, vjp=via_vjp(rankops.soft_rank, descending=_desc),
         )
     )
     register(
         Operator(
             f"soft_sort[sinkhorn{_suffix}]",
             lambda x, d=_desc, **kw: rankops.soft_sort(x, descending=d, **kw),
-            OT, OT_LIMIT, lambda x, d=_desc: _sorted(x, d), hard_atol=1e-2,
+            OT, OT_LIMIT, lambda x, d=_desc: _sorted(x, d), hard_atol=1e-2, vjp=via_vjp(rankops.soft_sort, descending=_desc),
         )
     )
-register(Operator("soft_cdf", rankops.soft_cdf, OT, OT_LIMIT, lambda x: _ranks(x) / x.shape[-1], hard_atol=1e-2))
+register(
+    Operator("soft_cdf", rankops.soft_cdf, OT, OT_LIMIT, lambda x: _ranks(x) / x.shape[-1], hard_atol=1e-2, vjp=via_vjp(rankops.soft_cdf))
+)
 register(
     Operator(
         "soft_topk_mask[k=1]", lambda x, **kw: rankops.soft_topk_mask(x, 1, **kw), OT, OT_LIMIT,
         lambda x: (_ranks(x, True) <= 1).astype(np.float64), hard_atol=1e-2,
+        vjp=via_vjp(rankops.soft_topk_mask, lambda x: (1,)),
     )
 )
 register(
     Operator(
         "soft_quantile[0.5]", lambda x, **kw: rankops.soft_quantile(x, 0.5, **kw), OT, OT_LIMIT,
-        lambda x: np.median(x, axis=-1), _drop_last, hard_atol=1e-2,
+        lambda x: np.median(x, axis=-1), _drop_last, hard_atol=1e-2, vjp=via_vjp(rankops.soft_quantile, lambda x: (0.5,)),
     )
 )
 register(
@@ -174,6 +195,7 @@ register(
         "soft_quantile[levels]", lambda x, **kw: rankops.soft_quantile(x, _like(x, LEVELS), **kw), OT, OT_LIMIT,
         lambda x: np.sort(x, axis=-1)[..., [round(q * (x.shape[-1] - 1)) for q in LEVELS]],
         lambda shape: (*shape[:-1], len(LEVELS)), hard_atol=1e-2,
+        vjp=via_vjp(rankops.soft_quantile, lambda x: (_like(x, LEVELS),)),
     )
 )
 register(
@@ -184,6 +206,7 @@ register(
         ),
         OT, OT_LIMIT,
         lambda x: _linspace_targets(x.shape[-1])[rankdata(x, axis=-1).astype(int) - 1], hard_atol=1e-2,
+        vjp=via_vjp(rankops.soft_quantile_normalize, lambda x: (_like(x, _linspace_targets(x.shape[-1])),)),
     )
 )
 register(
@@ -192,6 +215,20 @@ register(
         lambda x, **kw: rankops.sinkhorn((x[..., :, None] - x[..., None, :]) ** 2, **kw).plan,
         {**OT, "epsilon": 0.5}, PLAN_LIMIT,
         lambda x: np.broadcast_to(np.eye(x.shape[-1]) / x.shape[-1], (*x.shape, x.shape[-1])),
-        _square, has_axis=False, hard_atol=1e-2,
+        _square, has_axis=False, hard_atol=1e-2, vjp=lambda x, **kw: _sinkhorn_plan_vjp(x, **kw),
     )
 )
+
+
+def _sinkhorn_plan_vjp(x: Any, **kwargs: Any) -> Any:
+    """rankops.vjp of sinkhorn on the cost (x_i - x_j)^2, chained to x by hand in the array's namespace."""
+    xp = array_api_compat.array_namespace(x)
+    diff = x[..., :, None] - x[..., None, :]
+    res, vjp_fn = rankops.vjp(rankops.sinkhorn, diff**2, **kwargs)
+
+    def chained(ct: Any) -> tuple[Any]:
+        (d_cost,) = vjp_fn(ct)
+        d = 2 * diff * (d_cost + xp.matrix_transpose(d_cost))  # both entries (i, j) and (j, i) move with x_i
+        return (xp.sum(d, axis=-1),)
+
+    return res.plan, chained

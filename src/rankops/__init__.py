@@ -11,6 +11,7 @@ from .permutations import neuralsort, softsort
 from .sinkhorn import SinkhornResult, sinkhorn
 from .sorting import soft_rank, soft_sort
 from .transport import soft_cdf, soft_quantile, soft_quantile_normalize, soft_topk_mask
+from .gradients import vjp
 
 __version__ = "0.1.0.dev0"
 
@@ -25,5 +26,6 @@ __all__ = [
     "SinkhornResult",
     "softsort",
     "neuralsort",
+    "vjp",
     "__version__",
 ]

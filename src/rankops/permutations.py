@@ -35,7 +35,8 @@ from typing import Any
 import array_api_compat
 
 from ._lib._adapters import get_adapter
-from ._lib._apply import finish, prepare, run
+from ._lib._apply import finish, prepare, run, with_value
+from ._lib._compat import is_array
 from ._lib._validation import boolean, optional_count, positive_scalar
 
 __all__ = ["softsort", "neuralsort"]
@@ -46,23 +47,52 @@ def positions(xp: Any, s: Any, n: int) -> Any:
     return xp.arange(1, n + 1, dtype=s.dtype, device=array_api_compat.device(s))
 
 
-def _softsort_logits(xp: Any, s: Any, tau: Any, power: float, descending: bool) -> Any:
+def _softmax_back(xp: Any, p: Any, dp: Any) -> Any:
+    """Pullback of a row softmax with output ``p``."""
+    return p * (dp - xp.sum(dp * p, axis=-1, keepdims=True))
+
+
+def _softsort_logits(xp: Any, s: Any, tau: Any, power: float, descending: bool) -> tuple[Any, Any]:
+    """Logits and their pullback ``dlogits -> (ds, dtau)``."""
     s_sorted = xp.sort(s, axis=-1, descending=descending)
-    d = xp.abs(s_sorted[..., :, None] - s[..., None, :])
-    if power != 1.0:
-        d = d**power
+    diff = s_sorted[..., :, None] - s[..., None, :]
+    d = xp.abs(diff)
+    dp = d**power if power != 1.0 else d
     # One n x n multiply instead of a negation and a division.
-    return d * (-1.0 / tau)
+    logits = dp * (-1.0 / tau)
+
+    def pullback(d_logits: Any) -> tuple[Any, Any]:
+        d_d = d_logits * (-1.0 / tau)
+        if power != 1.0:
+            d_d = d_d * power * d ** (power - 1.0)
+        d_diff = d_d * xp.sign(diff)
+        # sort's pullback sends position i's cotangent to the item sorted there
+        order = hard_permutation(xp, s, descending)
+        ds = xp.matmul(xp.sum(d_diff, axis=-1)[..., None, :], order)[..., 0, :] - xp.sum(d_diff, axis=-2)
+        return ds, (xp.sum(d_logits * dp) / (tau * tau) if is_array(tau) else None)
+
+    return logits, pullback
 
 
-def _neuralsort_logits(xp: Any, s: Any, tau: Any, descending: bool) -> Any:
+def _neuralsort_logits(xp: Any, s: Any, tau: Any, descending: bool) -> tuple[Any, Any]:
+    """Logits and their pullback ``dlogits -> (ds, dtau)``."""
     n = s.shape[-1]
-    row_sums = xp.sum(xp.abs(s[..., :, None] - s[..., None, :]), axis=-1)
+    diff = s[..., :, None] - s[..., None, :]
+    row_sums = xp.sum(xp.abs(diff), axis=-1)
     scaling = (n + 1) - 2 * positions(xp, s, n)
     if not descending:
         scaling = -scaling
     # Dividing the two vectors by tau before broadcasting saves a full n x n pass.
-    return (scaling / tau)[:, None] * s[..., None, :] - (row_sums / tau)[..., None, :]
+    logits = (scaling / tau)[:, None] * s[..., None, :] - (row_sums / tau)[..., None, :]
+
+    def pullback(d_logits: Any) -> tuple[Any, Any]:
+        ds = xp.matmul((scaling / tau)[None, :], d_logits)[..., 0, :]
+        d_rows = -xp.sum(d_logits, axis=-2) / tau
+        sign = xp.sign(diff)
+        ds = ds + d_rows * xp.sum(sign, axis=-1) - xp.matmul(d_rows[..., None, :], sign)[..., 0, :]
+        return ds, (-xp.sum(d_logits * logits) / tau if is_array(tau) else None)
+
+    return logits, pullback
 
 
 def hard_permutation(xp: Any, s: Any, descending: bool) -> Any:
@@ -83,21 +113,34 @@ def straight_through(xp: Any, hard: Any, soft: Any) -> Any:
     return stop(xp, hard) + (soft - stop(xp, soft))
 
 
-def _finish_matrix(xp: Any, s: Any, logits: Any, descending: bool, hard: bool) -> Any:
-    p_soft = get_adapter(xp).softmax(xp, logits, -1)
+def _finish_matrix(xp: Any, s: Any, logits: tuple[Any, Any], descending: bool, hard: bool) -> tuple[Any, Any]:
+    """The matrix and its pullback ``dP -> {"x": ds, "tau": dtau}`` (that of the relaxed matrix)."""
+    z, logits_back = logits
+    p_soft = get_adapter(xp).softmax(xp, z, -1)
+
+    def pullback(dp: Any) -> dict[str, Any]:
+        ds, d_tau = logits_back(_softmax_back(xp, p_soft, dp))
+        return {"x": ds} if d_tau is None else {"x": ds, "tau": d_tau}
+
     if not hard:
-        return p_soft
-    return straight_through(xp, hard_permutation(xp, s, descending), p_soft)
+        return p_soft, pullback
+    return straight_through(xp, hard_permutation(xp, s, descending), p_soft), pullback
 
 
-def softsort_matrix(xp: Any, s: Any, *, tau: Any, power: float = 1.0, descending: bool, hard: bool = False) -> Any:
-    """Core of :func:`softsort` on a prepared array (operator axis last)."""
+def softsort_matrix_vjp(
+    xp: Any, s: Any, *, tau: Any, power: float = 1.0, descending: bool, hard: bool = False
+) -> tuple[Any, Any]:
+    """Core of :func:`softsort` on a prepared array (operator axis last), with its pullback."""
     return _finish_matrix(xp, s, _softsort_logits(xp, s, tau, power, descending), descending, hard)
 
 
-def neuralsort_matrix(xp: Any, s: Any, *, tau: Any, descending: bool, hard: bool = False) -> Any:
-    """Core of :func:`neuralsort` on a prepared array (operator axis last)."""
+def neuralsort_matrix_vjp(xp: Any, s: Any, *, tau: Any, descending: bool, hard: bool = False) -> tuple[Any, Any]:
+    """Core of :func:`neuralsort` on a prepared array (operator axis last), with its pullback."""
     return _finish_matrix(xp, s, _neuralsort_logits(xp, s, tau, descending), descending, hard)
+
+
+softsort_matrix = with_value(softsort_matrix_vjp)
+neuralsort_matrix = with_value(neuralsort_matrix_vjp)
 
 
 def _relaxed_permutation(

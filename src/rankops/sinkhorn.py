@@ -30,14 +30,17 @@ kernels at a time, not one per iteration.
 
 from __future__ import annotations
 
+import functools
 import math
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import array_api_compat
 import numpy as np
 
+from ._implicit import fixed_point_vjp
 from ._lib._adapters import get_adapter
-from ._lib._apply import call
+from ._lib._apply import Recorded, call, is_recording, record, with_value
+from ._lib._loops import freeze_rows
 from ._lib._compat import check_same_device, is_array, is_lazy_blockwise, namespace, real_float_dtypes
 from ._lib._validation import boolean, positive_count, positive_scalar
 
@@ -59,7 +62,12 @@ class SinkhornResult(NamedTuple):
     converged: Any  # (...,) bool: error <= tol
 
 
-def solve(
+def solve(xp: Any, cost: Any, log_a: Any, log_b: Any, **options: Any) -> SinkhornResult:
+    """Core solver on prepared arrays; see :func:`solve_vjp`."""
+    return solve_vjp(xp, cost, log_a, log_b, **options)[0]
+
+
+def solve_vjp(
     xp: Any,
     cost: Any,
     log_a: Any,
@@ -70,18 +78,58 @@ def solve(
     tol: float,
     check_every: int = DEFAULT_CHECK_EVERY,
     exact: str = "rows",
-) -> SinkhornResult:
-    """Core solver on prepared arrays: ``log_a`` (..., n) and ``log_b`` (..., m) broadcast against ``cost``.
+    implicit: bool = False,
+) -> tuple[SinkhornResult, Callable[..., Any]]:
+    """Solve on prepared arrays: ``log_a`` (..., n) and ``log_b`` (..., m) broadcast against ``cost``.
 
     Works on scaled potentials ``u = f / epsilon``, ``v = g / epsilon`` so the
     cost is divided by epsilon once, not at every iteration. The plan's rows
     sum exactly to ``a`` (the last update is f's); ``exact="columns"`` adds a
     final g-update so that its columns sum exactly to ``b`` instead, which
     makes ``b^-1 P^T x`` an exact convex combination (soft sorts, quantiles).
+
+    ``implicit=True`` hides the iterations from the host's autodiff: the plan
+    and potentials get the gradient of the fixed point
+    (:mod:`rankops._implicit`), computed from the final plan alone.
+
+    Returns the result and its pullback ``(dplan, df=None, dg=None) ->
+    (dcost, dlog_a, dlog_b, depsilon)`` by the implicit rule, which is how
+    backends without autodiff differentiate (``depsilon`` is None unless
+    epsilon is an array).
+    """
+    c = cost / epsilon
+    fwd = functools.partial(_fixed_point, max_iter=max_iter, tol=tol, check_every=check_every, exact=exact)
+    bwd = functools.partial(fixed_point_vjp, exact=exact, max_iter=max_iter, cost_shape=tuple(c.shape))
+    if implicit:
+        plan, u, v, err, n_iter = get_adapter(xp).custom_vjp(xp, fwd, bwd, (c, log_a, log_b), n_diff=3)
+    else:
+        plan, u, v, err, n_iter = fwd(xp, c, log_a, log_b)[0]
+
+    def pullback(d_plan: Any, d_f: Any = None, d_g: Any = None) -> tuple[Any, Any, Any, Any]:
+        d_u = None if d_f is None else d_f * epsilon
+        d_v = None if d_g is None else d_g * epsilon
+        d_c, d_log_a, d_log_b = bwd(xp, (plan, log_a, log_b), (d_plan, d_u, d_v))
+        d_eps = None
+        if is_array(epsilon):
+            d_eps = -xp.sum(d_c * c) / epsilon
+            for d, w in ((d_f, u), (d_g, v)):
+                if d is not None:
+                    d_eps = d_eps + xp.sum(d * w)
+        return d_c / epsilon, d_log_a, d_log_b, d_eps
+
+    return SinkhornResult(plan, u * epsilon, v * epsilon, n_iter, err, err <= tol), pullback
+
+
+def _fixed_point(
+    xp: Any, c: Any, log_a: Any, log_b: Any, *, max_iter: int, tol: float, check_every: int, exact: str
+) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    """Run the iterations on the scaled cost ``c = C / epsilon``.
+
+    Returns ``((plan, u, v, error, n_iter), residuals)``, the residuals being
+    what the implicit backward needs: the plan and both log-marginals.
     """
     adapter = get_adapter(xp)
     lse = adapter.logsumexp
-    c = cost / epsilon
     # The loop's functions take their arrays explicitly (no closure over them),
     # so an adapter can differentiate through the loop with a custom rule.
     operands = (c, log_a, log_b)
@@ -98,36 +146,32 @@ def solve(
         column = xp.exp(v + lse(xp, u[..., :, None] - c_, -2))
         return xp.sum(xp.abs(column - xp.exp(lb)), axis=-1)
 
-    # Shapes only (Python tuples): the batch of the cost and of both marginals.
-    batch = np.broadcast_shapes(tuple(c.shape[:-2]), tuple(log_a.shape[:-1]), tuple(log_b.shape[:-1]))
-    device = array_api_compat.device(c)
-    u0 = xp.zeros(batch + (c.shape[-2],), dtype=c.dtype, device=device)
-    v0 = xp.zeros(batch + (c.shape[-1],), dtype=c.dtype, device=device)
+    (u0, v0) = (xp.zeros(_batch(c, log_a, log_b) + (size,), dtype=c.dtype, device=array_api_compat.device(c)) for size in c.shape[-2:])
     (u, v), n_iter, err = adapter.iterate(
-        xp, step, operands, (u0, v0), error=error, freeze=_freeze_rows, max_iter=max_iter, tol=tol, check_every=check_every
+        xp, step, operands, (u0, v0), error=error, freeze=freeze_rows, max_iter=max_iter, tol=tol, check_every=check_every
     )
     if exact == "columns":
         v = log_b - lse(xp, u[..., :, None] - c, -2)
     plan = xp.exp(u[..., :, None] + v[..., None, :] - c)
-    return SinkhornResult(plan, u * epsilon, v * epsilon, n_iter, err, err <= tol)
+    return (plan, u, v, err, n_iter), (plan, log_a, log_b)
 
 
-def _freeze_rows(xp: Any, done: Any, old: tuple[Any, ...], new: tuple[Any, ...]) -> tuple[Any, ...]:
-    """Keep ``old`` for the problems flagged in ``done`` (shape: the batch)."""
-    return tuple(xp.where(done[..., None], o, w) for o, w in zip(old, new))
+def _batch(c: Any, log_a: Any, log_b: Any) -> tuple[int, ...]:
+    """Shapes only (Python tuples): the batch of the cost and of both marginals."""
+    return tuple(np.broadcast_shapes(tuple(c.shape[:-2]), tuple(log_a.shape[:-1]), tuple(log_b.shape[:-1])))
 
 
 def check_solver_options(epsilon: Any, max_iter: Any, tol: Any, implicit: Any) -> dict[str, Any]:
     """Validate the options shared by the solver and every Sinkhorn operator."""
-    if boolean(implicit, "implicit"):
-        raise NotImplementedError(
-            "implicit=True (gradients by implicit differentiation of the Sinkhorn fixed point) is not "
-            "implemented yet; use implicit=False (gradients unrolled through the iterations)"
-        )
     tol = positive_scalar(tol, "tol")
     if is_array(tol):
         raise TypeError("tol must be a Python number, not an array")
-    return {"epsilon": positive_scalar(epsilon, "epsilon"), "max_iter": positive_count(max_iter, "max_iter"), "tol": tol}
+    return {
+        "epsilon": positive_scalar(epsilon, "epsilon"),
+        "max_iter": positive_count(max_iter, "max_iter"),
+        "tol": tol,
+        "implicit": boolean(implicit, "implicit"),
+    }
 
 
 def sinkhorn(
@@ -179,12 +223,19 @@ def sinkhorn(
             raise ValueError(f"{name} must have shape (..., {size}) to match cost {tuple(cost.shape)}, got {tuple(w.shape)}")
         if w is not None and xp.isdtype(w.dtype, "complex floating"):
             raise TypeError(f"{name} must be real-valued")
+    params = {"compute": compute, "out_dtype": out_dtype, "opts": opts}
     if is_lazy_blockwise(xp):
         from ._lib._adapters import _dask
 
-        return _dask.sinkhorn(_solve_weights, cost, a, b, compute, out_dtype, opts)
+        if is_recording():
+            record(Recorded(None, _dask.sinkhorn_pullback(_solve_weights, cost, a, b, params)))
+        return _dask.sinkhorn(_solve_weights, cost, a, b, params)
     weights = {k: v for k, v in (("a", a), ("b", b)) if v is not None}
-    return call(xp, _solve_weights, cost, weights, {"compute": compute, "out_dtype": out_dtype, "opts": opts})
+    if is_recording():
+        res, pullback = _solve_weights_vjp(xp, cost, **weights, **params)
+        record(Recorded(None, pullback))
+        return res
+    return call(xp, _solve_weights, cost, weights, params)
 
 
 def log_weights(xp: Any, w: Any, size: int, dtype: Any, device: Any) -> Any:
@@ -194,15 +245,37 @@ def log_weights(xp: Any, w: Any, size: int, dtype: Any, device: Any) -> Any:
     return xp.log(xp.astype(w, dtype))
 
 
-def _solve_weights(
+def _solve_weights_vjp(
     xp: Any, cost: Any, a: Any = None, b: Any = None, *, compute: Any, out_dtype: Any, opts: dict[str, Any]
-) -> SinkhornResult:
-    """:func:`sinkhorn` after validation, on one backend's arrays (a Dask block too)."""
+) -> tuple[SinkhornResult, Callable[..., dict[str, Any]]]:
+    """:func:`sinkhorn` after validation, on one backend's arrays (a Dask block too), with its pullback.
+
+    The pullback maps cotangents of ``(plan, f, g)`` (None: zero) to those of
+    ``cost``, of the marginals given and of an array ``epsilon``.
+    """
     device = array_api_compat.device(cost)
     cost_c = xp.astype(cost, compute) if cost.dtype != compute else cost
     log_a = log_weights(xp, a, cost.shape[-2], compute, device)
     log_b = log_weights(xp, b, cost.shape[-1], compute, device)
-    res = solve(xp, cost_c, log_a, log_b, **opts)
+    res, solve_back = solve_vjp(xp, cost_c, log_a, log_b, **opts)
     if compute != out_dtype:
         res = res._replace(plan=xp.astype(res.plan, out_dtype), f=xp.astype(res.f, out_dtype), g=xp.astype(res.g, out_dtype))
-    return res
+
+    def pullback(d_plan: Any, d_f: Any = None, d_g: Any = None) -> dict[str, Any]:
+        cts = [None if d is None else xp.astype(d, compute) for d in (d_plan, d_f, d_g)]
+        if cts[0] is None:
+            cts[0] = xp.zeros_like(res.plan, dtype=compute)
+        d_cost, d_log_a, d_log_b, d_eps = solve_back(*cts)
+        grads = {"cost": d_cost}
+        for name, w, d in (("a", a, d_log_a), ("b", b, d_log_b)):
+            if w is not None:  # d/dw log(w) = 1/w; an empty entry (w = 0) moves nothing
+                w = xp.astype(w, compute)
+                grads[name] = xp.where(w > 0, d / xp.where(w > 0, w, xp.ones_like(w)), xp.zeros_like(d))
+        if d_eps is not None:
+            grads["epsilon"] = d_eps
+        return grads
+
+    return res, pullback
+
+
+_solve_weights = with_value(_solve_weights_vjp)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ._lib._apply import finish, prepare, run
+from ._lib._apply import finish, prepare, run, with_value
 from ._lib._validation import boolean, known_options, positive_scalar
 from .transport import sinkhorn_sort_or_rank
 from .permutations import positions, hard_permutation, neuralsort_matrix, softsort_matrix, straight_through
@@ -41,18 +41,40 @@ def _matrix_and_params(method: Any, options: dict[str, Any], where: str) -> tupl
     raise ValueError(f"method must be one of {', '.join(map(repr, METHODS))}, got {method!r}")
 
 
-def _sort_from_matrix(xp: Any, x: Any, *, matrix: Callable[..., Any], descending: bool, hard: bool, **params: Any) -> Any:
-    def sort_with(p: Any) -> Any:
-        return xp.matmul(p, x[..., None])[..., 0]
+def _sort_vjp(xp: Any, x: Any, *, matrix: Callable[..., Any], descending: bool, hard: bool, **params: Any) -> tuple[Any, Any]:
+    """``P @ x`` and its pullback (that of the relaxed value when ``hard``)."""
+    p, matrix_back = matrix.vjp(xp, x, descending=descending, **params)
+    soft = _mv(xp, p, x)
 
-    soft = sort_with(matrix(xp, x, descending=descending, **params))
-    return straight_through(xp, sort_with(hard_permutation(xp, x, descending)), soft) if hard else soft
+    def pullback(ct: Any) -> dict[str, Any]:
+        grads = matrix_back(ct[..., :, None] * x[..., None, :])
+        return {**grads, "x": grads["x"] + _mv(xp, xp.matrix_transpose(p), ct)}
+
+    if hard:
+        soft = straight_through(xp, _mv(xp, hard_permutation(xp, x, descending), x), soft)
+    return soft, pullback
 
 
-def _rank_from_matrix(xp: Any, x: Any, *, matrix: Callable[..., Any], descending: bool, hard: bool, **params: Any) -> Any:
+def _rank_vjp(xp: Any, x: Any, *, matrix: Callable[..., Any], descending: bool, hard: bool, **params: Any) -> tuple[Any, Any]:
+    """``P^T @ (1..n)`` and its pullback (that of the relaxed value when ``hard``)."""
     r = positions(xp, x, x.shape[-1])
-    soft = xp.matmul(r, matrix(xp, x, descending=descending, **params))
-    return straight_through(xp, xp.matmul(r, hard_permutation(xp, x, descending)), soft) if hard else soft
+    p, matrix_back = matrix.vjp(xp, x, descending=descending, **params)
+    soft = xp.matmul(r, p)
+
+    def pullback(ct: Any) -> dict[str, Any]:
+        return matrix_back(r[:, None] * ct[..., None, :])
+
+    if hard:
+        soft = straight_through(xp, xp.matmul(r, hard_permutation(xp, x, descending)), soft)
+    return soft, pullback
+
+
+def _mv(xp: Any, a: Any, v: Any) -> Any:
+    return xp.matmul(a, v[..., None])[..., 0]
+
+
+_sort_from_matrix = with_value(_sort_vjp)
+_rank_from_matrix = with_value(_rank_vjp)
 
 
 def _along_axis(core: Callable[..., Any], where: str, x: Any, axis: Any, descending: Any, method: Any, options: dict[str, Any]) -> Any:

@@ -41,14 +41,14 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Any
+from typing import Any, Callable
 
 from array_api_compat import device as _device
 
-from ._lib._apply import finish, prepare, run
+from ._lib._apply import finish, prepare, run, with_value
 from ._lib._compat import is_array
 from ._lib._validation import boolean, known_options, optional_count, positive_count, positive_scalar
-from .sinkhorn import DEFAULT_MAX_ITER, DEFAULT_TOL, check_solver_options, log_weights, solve
+from .sinkhorn import DEFAULT_MAX_ITER, DEFAULT_TOL, check_solver_options, log_weights, solve_vjp
 
 __all__ = ["soft_cdf", "soft_quantile", "soft_quantile_normalize", "soft_topk_mask", "SQUASHES", "DEFAULT_EPSILON"]
 
@@ -57,6 +57,7 @@ DEFAULT_FILLER = 0.05
 SQUASHES = ("sigmoid", "arctan", "minmax", None)
 SOLVER_OPTIONS = ("epsilon", "max_iter", "tol", "squash", "power", "implicit")
 TARGET_OPTIONS = ("num_targets", "target_weights")
+Pullback = Callable[..., Any]
 
 
 # -- option handling -------------------------------------------------------------
@@ -105,40 +106,86 @@ def _check_1d(value: Any, name: str, length: int | None = None) -> None:
 
 def squash(xp: Any, x: Any, method: str | None) -> Any:
     """Map each row (last axis) into [0, 1]; see the module docstring."""
+    return squash_vjp(xp, x, method)[0]
+
+
+def squash_vjp(xp: Any, x: Any, method: str | None) -> tuple[Any, Pullback]:
+    """:func:`squash` and its pullback ``d(squashed) -> dx``."""
     if method is None:
-        return x
+        return x, lambda dy: dy
     if method == "minmax":
-        lo = xp.min(x, axis=-1, keepdims=True)
-        span = xp.max(x, axis=-1, keepdims=True) - lo
-        safe = xp.where(span > 0, span, xp.ones_like(span))
-        return xp.where(span > 0, (x - lo) / safe, xp.full_like(x, 0.5))
+        return _minmax_vjp(xp, x)
     # Dividing by the largest magnitude first keeps the squares below in range
-    # for rows at 1e30 (and above subnormals for rows at 1e-30).
+    # for rows at 1e30 (and above subnormals for rows at 1e-30). The result does
+    # not depend on this scale, so the pullback treats it as a constant.
     scale = xp.max(xp.abs(x), axis=-1, keepdims=True)
     scale = xp.where((scale > 0) & xp.isfinite(scale), scale, xp.ones_like(scale))
     z = x / scale
     z = z - xp.mean(z, axis=-1, keepdims=True)  # exactly 0 on a constant row (all entries are +-1 now)
     var = xp.mean(z * z, axis=-1, keepdims=True)
+    spread = var > 0
     # sqrt only of positive values: sqrt'(0) = inf would turn a constant row's gradient into NaN
-    z = z / xp.sqrt(xp.where(var > 0, var, xp.ones_like(var)))
-    if method == "sigmoid":
-        return 1.0 / (1.0 + xp.exp(-z))
-    return 0.5 + xp.atan(z) / math.pi
+    sigma = xp.sqrt(xp.where(spread, var, xp.ones_like(var)))
+    z = z / sigma
+    y = 1.0 / (1.0 + xp.exp(-z)) if method == "sigmoid" else 0.5 + xp.atan(z) / math.pi
+
+    def pullback(dy: Any) -> Any:
+        dz = dy * y * (1.0 - y) if method == "sigmoid" else dy / (math.pi * (1.0 + z * z))
+        # standardization (a layer norm): remove the components along 1 and along z
+        dz = dz - xp.where(spread, z * xp.mean(dz * z, axis=-1, keepdims=True), xp.zeros_like(dz))
+        dz = dz / sigma
+        return (dz - xp.mean(dz, axis=-1, keepdims=True)) / scale
+
+    return y, pullback
+
+
+def _minmax_vjp(xp: Any, x: Any) -> tuple[Any, Pullback]:
+    lo = xp.min(x, axis=-1, keepdims=True)
+    hi = xp.max(x, axis=-1, keepdims=True)
+    span = hi - lo
+    spread = span > 0
+    safe = xp.where(spread, span, xp.ones_like(span))
+    y = xp.where(spread, (x - lo) / safe, xp.full_like(x, 0.5))
+
+    def pullback(dy: Any) -> Any:
+        dy = xp.where(spread, dy, xp.zeros_like(dy)) / safe
+        d_lo = -xp.sum(dy * (1.0 - y), axis=-1, keepdims=True)  # lo moves x - lo and the span
+        d_hi = -xp.sum(dy * y, axis=-1, keepdims=True)
+        # min / max share their gradient evenly among tied extremes, as torch and JAX do
+        at_lo = xp.astype(x == lo, x.dtype)
+        at_hi = xp.astype(x == hi, x.dtype)
+        return dy + d_lo * at_lo / xp.sum(at_lo, axis=-1, keepdims=True) + d_hi * at_hi / xp.sum(at_hi, axis=-1, keepdims=True)
+
+    return y, pullback
 
 
 def _grid(xp: Any, m: int, like: Any) -> Any:
     return xp.arange(m, dtype=like.dtype, device=_device(like)) / max(m - 1, 1)
 
 
-def _plan(xp: Any, x: Any, y: Any, log_b: Any, opts: dict[str, Any], exact: str = "rows") -> Any:
-    """Entropic plan (..., n, m) between the squashed rows of ``x`` and targets ``y``."""
+def _plan_vjp(xp: Any, x: Any, y: Any, log_b: Any, opts: dict[str, Any], exact: str = "rows") -> tuple[Any, Pullback]:
+    """Entropic plan (..., n, m) between the squashed rows of ``x`` and targets ``y``.
+
+    Pullback: ``dplan -> (dx, dlog_b, depsilon)`` (``depsilon`` None unless
+    epsilon is an array).
+    """
     n = x.shape[-1]
-    d = y - squash(xp, x, opts["squash"])[..., :, None]
+    s, squash_back = squash_vjp(xp, x, opts["squash"])
+    d = y - s[..., :, None]
     power = opts["power"]
     cost = d * d if power == 2.0 else xp.abs(d) ** power
     log_a = xp.full((n,), -math.log(n), dtype=x.dtype, device=_device(x))
-    res = solve(xp, cost, log_a, log_b, epsilon=opts["epsilon"], max_iter=opts["max_iter"], tol=opts["tol"], exact=exact)
-    return res.plan
+    res, solve_back = solve_vjp(
+        xp, cost, log_a, log_b, epsilon=opts["epsilon"], max_iter=opts["max_iter"], tol=opts["tol"], exact=exact,
+        implicit=opts["implicit"],
+    )
+
+    def pullback(dp: Any) -> tuple[Any, Any, Any]:
+        d_cost, _, d_log_b, d_eps = solve_back(dp)
+        slope = 2.0 * d if power == 2.0 else power * xp.abs(d) ** (power - 1.0) * xp.sign(d)
+        return squash_back(-xp.sum(d_cost * slope, axis=-1)), d_log_b, d_eps
+
+    return res.plan, pullback
 
 
 def _target_weights(xp: Any, x: Any, m: int, target_weights: Any) -> tuple[Any, Any]:
@@ -153,65 +200,152 @@ def _targets_count(x: Any, num_targets: int | None, target_weights: Any) -> int:
     return num_targets if num_targets is not None else (target_weights.shape[0] if target_weights is not None else x.shape[-1])
 
 
+def _batch_sum(xp: Any, g: Any, ndim: int) -> Any:
+    """Sum a per-row cotangent over its leading (batch) axes down to ``ndim`` axes."""
+    return xp.sum(g, axis=tuple(range(g.ndim - ndim))) if g.ndim > ndim else g
+
+
+def _grads(x: Any, d_eps: Any, **named: Any) -> dict[str, Any]:
+    """The cotangents of a core: ``x``, ``epsilon`` when it is an array, then parameter arrays."""
+    out = {"x": x, **{k: v for k, v in named.items() if v is not None}}
+    if d_eps is not None:
+        out["epsilon"] = d_eps
+    return out
+
+
 # -- cores (operator axis last; also run per Dask block with NumPy) ----------------------
+# Each ``*_vjp`` returns ``(value, pullback)``; the pullback maps the output's
+# cotangent to a dict of cotangents (``x`` and any array parameter), which is
+# how ``rankops.vjp`` differentiates on backends without autodiff. torch and
+# JAX differentiate the value itself (their autodiff ignores the pullback).
 
 
-def cdf_core(xp: Any, x: Any, *, opts: dict[str, Any], descending: bool = False, target_weights: Any = None) -> Any:
-    if descending:
-        x = -x
+def cdf_vjp(xp: Any, x: Any, *, opts: dict[str, Any], descending: bool = False, target_weights: Any = None) -> tuple[Any, Pullback]:
+    sign = -1.0 if descending else 1.0
     n = x.shape[-1]
     m = _targets_count(x, opts.get("num_targets"), target_weights)
     b, log_b = _target_weights(xp, x, m, target_weights)
-    p = _plan(xp, x, _grid(xp, m, x), log_b, opts)
-    return n * xp.matmul(p, xp.cumulative_sum(b, axis=-1)[..., None])[..., 0]
+    b_bar = xp.cumulative_sum(b, axis=-1)
+    p, plan_back = _plan_vjp(xp, sign * x, _grid(xp, m, x), log_b, opts)
+    out = n * _mv(xp, p, b_bar)
+
+    def pullback(ct: Any) -> dict[str, Any]:
+        dx, d_log_b, d_eps = plan_back(n * ct[..., :, None] * b_bar)
+        d_w = None
+        if target_weights is not None:
+            d_bbar = n * _batch_sum(xp, _mv(xp, xp.matrix_transpose(p), ct), 1)
+            d_w = xp.flip(xp.cumulative_sum(xp.flip(d_bbar, axis=-1), axis=-1), axis=-1) + d_log_b / b
+        return _grads(sign * dx, d_eps, target_weights=d_w)
+
+    return out, pullback
 
 
-def rank_core(xp: Any, x: Any, **kwargs: Any) -> Any:
-    return x.shape[-1] * cdf_core(xp, x, **kwargs)
+def rank_vjp(xp: Any, x: Any, **kwargs: Any) -> tuple[Any, Pullback]:
+    n = x.shape[-1]
+    cdf, cdf_back = cdf_vjp(xp, x, **kwargs)
+    return n * cdf, lambda ct: cdf_back(n * ct)
 
 
-def sort_core(xp: Any, x: Any, *, opts: dict[str, Any], descending: bool = False, target_weights: Any = None) -> Any:
+def sort_vjp(xp: Any, x: Any, *, opts: dict[str, Any], descending: bool = False, target_weights: Any = None) -> tuple[Any, Pullback]:
     sign = -1.0 if descending else 1.0
     x = sign * x
     m = _targets_count(x, opts.get("num_targets"), target_weights)
     b, log_b = _target_weights(xp, x, m, target_weights)
-    p = _plan(xp, x, _grid(xp, m, x), log_b, opts, exact="columns")
-    return sign * (xp.matmul(x[..., None, :], p)[..., 0, :] / b)
+    p, plan_back = _plan_vjp(xp, x, _grid(xp, m, x), log_b, opts, exact="columns")
+    ascending = xp.matmul(x[..., None, :], p)[..., 0, :] / b
+
+    def pullback(ct: Any) -> dict[str, Any]:
+        ct_b = sign * ct / b
+        dx, d_log_b, d_eps = plan_back(x[..., :, None] * ct_b[..., None, :])
+        dx = dx + _mv(xp, p, ct_b)
+        d_w = None if target_weights is None else d_log_b / b - _batch_sum(xp, ct_b * ascending, 1)
+        return _grads(sign * dx, d_eps, target_weights=d_w)
+
+    return sign * ascending, pullback
 
 
-def quantile_normalize_core(xp: Any, x: Any, *, targets: Any, opts: dict[str, Any], target_weights: Any = None) -> Any:
-    m = targets.shape[0]
-    _, log_b = _target_weights(xp, x, m, target_weights)
-    p = _plan(xp, x, _grid(xp, m, x), log_b, opts)
-    return x.shape[-1] * xp.matmul(p, xp.astype(targets, x.dtype)[:, None])[..., 0]
+def quantile_normalize_vjp(
+    xp: Any, x: Any, *, targets: Any, opts: dict[str, Any], target_weights: Any = None
+) -> tuple[Any, Pullback]:
+    n, m = x.shape[-1], targets.shape[0]
+    t = xp.astype(targets, x.dtype)
+    b, log_b = _target_weights(xp, x, m, target_weights)
+    p, plan_back = _plan_vjp(xp, x, _grid(xp, m, x), log_b, opts)
+    out = n * _mv(xp, p, t)
+
+    def pullback(ct: Any) -> dict[str, Any]:
+        dx, d_log_b, d_eps = plan_back(n * ct[..., :, None] * t)
+        d_t = n * _batch_sum(xp, _mv(xp, xp.matrix_transpose(p), ct), 1)
+        return _grads(dx, d_eps, targets=d_t, target_weights=None if target_weights is None else d_log_b / b)
+
+    return out, pullback
 
 
-def topk_core(xp: Any, x: Any, *, k: int, opts: dict[str, Any]) -> Any:
+def topk_vjp(xp: Any, x: Any, *, k: int, opts: dict[str, Any]) -> tuple[Any, Pullback]:
     n = x.shape[-1]
     # log weights in Python: k = n gives an exact -inf (an empty target), no log(0) warning
     log_b = xp.asarray(
         [math.log(n - k) - math.log(n) if k < n else -math.inf, math.log(k) - math.log(n)], dtype=x.dtype, device=_device(x)
     )
-    p = _plan(xp, x, _grid(xp, 2, x), log_b, opts)
-    return n * p[..., 1]
+    p, plan_back = _plan_vjp(xp, x, _grid(xp, 2, x), log_b, opts)
+
+    def pullback(ct: Any) -> dict[str, Any]:
+        dx, _, d_eps = plan_back(xp.stack([xp.zeros_like(ct), n * ct], axis=-1))
+        return _grads(dx, d_eps)
+
+    return n * p[..., 1], pullback
 
 
-def quantile_core(xp: Any, x: Any, *, q: Any, opts: dict[str, Any]) -> Any:
+def quantile_vjp(xp: Any, x: Any, *, q: Any, opts: dict[str, Any]) -> tuple[Any, Pullback]:
     """Levels ``q``: a Python float (output drops the axis) or a 1-D array (axis -> levels)."""
     t = opts["filler"]
     y = xp.asarray([0.0, 0.5, 1.0], dtype=x.dtype, device=_device(x))
-    if is_array(q):
-        q = xp.astype(q, x.dtype)[:, None]
-        b = xp.concat([q * (1 - t), xp.full_like(q, t), (1 - q) * (1 - t)], axis=-1)  # (L, 3)
-        # Levels 0 and 1 give an empty filler; a tiny weight keeps log finite.
-        log_b = xp.log(xp.maximum(b, xp.full_like(b, xp.finfo(x.dtype).smallest_normal)))
-        p = _plan(xp, x[..., None, :], y, log_b, opts, exact="columns")  # (..., L, n, 3): one solve for all levels
-        out = xp.matmul(x[..., None, None, :], p)[..., 0, 1] / t
-        valid = (q[:, 0] >= 0) & (q[:, 0] <= 1)  # levels are data: out of range -> NaN, no check
-        return xp.where(valid, out, xp.full_like(out, math.nan))
-    logs = [math.log(w) if w > 0 else -math.inf for w in (q * (1 - t), t, (1 - q) * (1 - t))]
-    p = _plan(xp, x, y, xp.asarray(logs, dtype=x.dtype, device=_device(x)), opts, exact="columns")
-    return xp.matmul(x[..., None, :], p)[..., 0, 1] / t
+    if not is_array(q):
+        logs = [math.log(w) if w > 0 else -math.inf for w in (q * (1 - t), t, (1 - q) * (1 - t))]
+        p, plan_back = _plan_vjp(xp, x, y, xp.asarray(logs, dtype=x.dtype, device=_device(x)), opts, exact="columns")
+
+        def pullback(ct: Any) -> dict[str, Any]:
+            ct_t = ct[..., None] / t
+            zero = xp.zeros_like(x)[..., None]  # (..., n, 1)
+            dx, _, d_eps = plan_back(xp.concat([zero, x[..., :, None] * ct_t[..., None], zero], axis=-1))
+            return _grads(dx + p[..., 1] * ct_t, d_eps)
+
+        return xp.matmul(x[..., None, :], p)[..., 0, 1] / t, pullback
+
+    levels = xp.astype(q, x.dtype)[:, None]
+    b = xp.concat([levels * (1 - t), xp.full_like(levels, t), (1 - levels) * (1 - t)], axis=-1)  # (L, 3)
+    # Levels 0 and 1 give an empty filler; a tiny weight keeps log finite.
+    floor = xp.finfo(x.dtype).smallest_normal
+    log_b = xp.log(xp.maximum(b, xp.full_like(b, floor)))
+    xl = x[..., None, :]
+    p, plan_back = _plan_vjp(xp, xl, y, log_b, opts, exact="columns")  # (..., L, n, 3): one solve for all levels
+    out = xp.matmul(x[..., None, None, :], p)[..., 0, 1] / t
+    valid = (levels[:, 0] >= 0) & (levels[:, 0] <= 1)  # levels are data: out of range -> NaN, no check
+
+    def pullback_levels(ct: Any) -> dict[str, Any]:
+        ct_t = xp.where(valid, ct, xp.zeros_like(ct))[..., None, None] / t  # (..., L, 1, 1)
+        zero = xp.zeros_like(p[..., :1])
+        dp = xp.concat([zero, xl[..., :, None] * ct_t, zero], axis=-1)
+        dx, d_log_b, d_eps = plan_back(dp)
+        dx = xp.sum(dx, axis=-2) + xp.sum(p[..., 1] * ct_t[..., 0], axis=-2)
+        d_b = xp.where(b > floor, d_log_b / xp.where(b > floor, b, xp.ones_like(b)), xp.zeros_like(b))
+        d_q = (d_b[:, 0] - d_b[:, 2]) * (1 - t)
+        return _grads(dx, d_eps, q=xp.where(valid, d_q, xp.zeros_like(d_q)))
+
+    return xp.where(valid, out, xp.full_like(out, math.nan)), pullback_levels
+
+
+def _mv(xp: Any, a: Any, v: Any) -> Any:
+    """Batched matrix-vector product ``a @ v`` over the last axis of ``v``."""
+    return xp.matmul(a, v[..., None])[..., 0]
+
+
+cdf_core = with_value(cdf_vjp)
+rank_core = with_value(rank_vjp)
+sort_core = with_value(sort_vjp)
+quantile_normalize_core = with_value(quantile_normalize_vjp)
+topk_core = with_value(topk_vjp)
+quantile_core = with_value(quantile_vjp)
 
 
 # -- public operators ----------------------------------------------------------------------

@@ -8,8 +8,11 @@ axis back and restores the caller's dtype.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import functools
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import array_api_compat
 from array_api_compat import is_jax_namespace
@@ -73,14 +76,54 @@ def run(impl: Callable[..., Any], p: Prepared, tail: tuple[int, ...], arrays: di
     """Apply ``impl`` along the last axis; ``tail`` is the output's trailing shape.
 
     ``arrays`` are parameter arrays (levels, targets, weights) handed to
-    ``impl`` whole, next to the Python-valued ``params``.
+    ``impl`` whole, next to the Python-valued ``params``. Inside
+    :func:`recording` (``rankops.vjp``) the core's pullback is kept too.
     """
     arrays = arrays or {}
+    tape = _TAPE.get()
     if is_lazy_blockwise(p.xp):
         from ._adapters import _dask
 
+        if tape is not None:
+            tape.append(Recorded(p, _dask.last_axis_pullback(impl, p.x, arrays, params)))
         return _dask.map_last_axis(impl, p.x, tail, p.x.dtype, arrays, **params)
+    if tape is not None:
+        out, pullback = impl.vjp(p.xp, p.x, **arrays, **params)
+        tape.append(Recorded(p, pullback))
+        return out
     return call(p.xp, impl, p.x, arrays, params)
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """One operator call seen by :func:`recording`: how its input was prepared, and its pullback."""
+
+    prepared: Prepared | None
+    pullback: Callable[..., dict[str, Any]]
+
+
+_TAPE: contextvars.ContextVar[list[Recorded] | None] = contextvars.ContextVar("rankops_tape", default=None)
+
+
+@contextlib.contextmanager
+def recording() -> Iterator[list[Recorded]]:
+    """Collect the pullback of each operator called inside (per thread and task)."""
+    tape: list[Recorded] = []
+    token = _TAPE.set(tape)
+    try:
+        yield tape
+    finally:
+        _TAPE.reset(token)
+
+
+def is_recording() -> bool:
+    return _TAPE.get() is not None
+
+
+def record(entry: Recorded) -> None:
+    tape = _TAPE.get()
+    if tape is not None:
+        tape.append(entry)
 
 
 def call(xp: Any, impl: Callable[..., Any], x: Any, arrays: dict[str, Any], params: dict[str, Any]) -> Any:
@@ -90,6 +133,22 @@ def call(xp: Any, impl: Callable[..., Any], x: Any, arrays: dict[str, Any], para
 
         return _jax.call(impl, x, arrays, params)
     return impl(xp, x, **arrays, **params)
+
+
+def with_value(core_vjp: Callable[..., Any]) -> Callable[..., Any]:
+    """The forward of a ``(value, pullback)`` core, with the pair kept as ``.vjp``.
+
+    Cores are written once, as ``core_vjp(xp, x, **params) -> (value,
+    pullback)``; hosts with autodiff run the value (and differentiate it
+    themselves), :func:`rankops.vjp` on the other backends calls the pullback.
+    """
+
+    @functools.wraps(core_vjp)
+    def core(xp: Any, x: Any, **kwargs: Any) -> Any:
+        return core_vjp(xp, x, **kwargs)[0]
+
+    core.vjp = core_vjp  # type: ignore[attr-defined]
+    return core
 
 
 def finish(p: Prepared, out: Any, *, axis_kept: bool = True) -> Any:

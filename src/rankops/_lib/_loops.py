@@ -20,6 +20,11 @@ def settled(xp: Any, err: Any, tol: float) -> Any:
     return (err <= tol) | xp.isnan(err)
 
 
+def freeze_rows(xp: Any, done: Any, old: tuple[Any, ...], new: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Keep ``old`` for the problems flagged in ``done`` (shape: the batch)."""
+    return tuple(xp.where(done[..., None], o, w) for o, w in zip(old, new))
+
+
 def iterate(
     xp: Any,
     step: Callable[[Any, Any], Any],

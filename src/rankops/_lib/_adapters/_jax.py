@@ -125,6 +125,28 @@ def iterate(
     return loop(operands, state)
 
 
+def custom_vjp(xp: Any, fwd: Any, bwd: Any, arrays: tuple[Any, ...], n_diff: int) -> tuple[Any, ...]:
+    """``fwd(xp, *arrays) -> (outputs, residuals)`` with the gradient ``bwd(xp, residuals, cotangents)``.
+
+    Registered as a ``jax.custom_vjp``, so it composes with ``jit``, ``vmap``
+    and ``grad``; only the first ``n_diff`` outputs carry gradients.
+    """
+
+    @jax.custom_vjp
+    def fn(*args: Any) -> Any:
+        return tuple(fwd(xp, *args)[0])
+
+    def fn_fwd(*args: Any) -> Any:
+        outs, res = fwd(xp, *args)
+        return tuple(outs), tuple(res)
+
+    def fn_bwd(res: Any, cts: Any) -> Any:
+        return tuple(bwd(xp, res, tuple(cts[:n_diff])))
+
+    fn.defvjp(fn_fwd, fn_bwd)
+    return fn(*arrays)
+
+
 def _freeze(value: Any) -> Any:
     if isinstance(value, dict):
         return ("__dict__", tuple(sorted((k, _freeze(v)) for k, v in value.items())))

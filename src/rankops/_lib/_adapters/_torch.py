@@ -51,3 +51,39 @@ def iterate(xp: Any, step: Any, operands: Any, state: Any, **kwargs: Any) -> Any
         return run(s)
 
     return _iterate(xp, step, operands, state, block=block, **kwargs)
+
+
+class _Custom(torch.autograd.Function):
+    """A forward with a hand-written backward, both written against the array API."""
+
+    @staticmethod
+    def forward(ctx: Any, spec: tuple[Any, ...], *arrays: Any) -> Any:
+        xp, fwd, bwd, n_diff = spec
+        ctx.set_materialize_grads(False)  # unused outputs reach bwd as None, not zeros
+        outs, res = fwd(xp, *arrays)
+        ctx.spec = spec
+        ctx.save_for_backward(*res)
+        ctx.mark_non_differentiable(*(o for o in outs[n_diff:] if isinstance(o, torch.Tensor)))
+        return tuple(outs)
+
+    @staticmethod
+    def backward(ctx: Any, *cts: Any) -> Any:
+        if torch.is_grad_enabled():
+            # create_graph=True: the rule's own derivative is not implemented, and
+            # once_differentiable would drop it silently under autograd.grad(inputs=...)
+            raise RuntimeError(
+                "rankops: second derivatives through implicit Sinkhorn differentiation are not supported; "
+                "use implicit=False (unrolled) for higher-order gradients"
+            )
+        xp, _, bwd, n_diff = ctx.spec
+        return (None, *bwd(xp, ctx.saved_tensors, cts[:n_diff]))
+
+
+def custom_vjp(xp: Any, fwd: Any, bwd: Any, arrays: tuple[Any, ...], n_diff: int) -> tuple[Any, ...]:
+    """``fwd(xp, *arrays) -> (outputs, residuals)`` with the gradient ``bwd(xp, residuals, cotangents)``.
+
+    Only the first ``n_diff`` outputs carry gradients. A backward pass with
+    ``create_graph=True`` raises instead of silently returning a wrong
+    second derivative.
+    """
+    return _Custom.apply((xp, fwd, bwd, n_diff), *arrays)
