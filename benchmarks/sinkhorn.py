@@ -6,7 +6,9 @@ absolute epsilon, the same L1 marginal tolerance and iteration cap.
 OTT-JAX (``ott.tools.soft_sort.ranks``) is the reference; it is optional and
 its column is left empty when it is not installed. JAX functions are
 jit-compiled and timed after a warm-up call; "fwd+bwd" is the gradient of
-``sum(w * ranks)``, unrolled through the iterations on both sides.
+``sum(w * ranks)``, unrolled through the iterations on both sides
+(``implicit=False`` for rankops; "rankops-jax-implicit" is rankops' default,
+implicit differentiation of the fixed point, next to them).
 "iters" is the number of Sinkhorn iterations each solver ran to reach the
 tolerance (the worst row of the batch).
 
@@ -35,9 +37,13 @@ def _jax_contenders(x_np: np.ndarray, w_np: np.ndarray, eps: float) -> dict:
 
     x, w = jnp.asarray(x_np), jnp.asarray(w_np)
     out = {}
-    ours = jax.jit(lambda v: rankops.soft_rank(v, epsilon=eps, tol=TOL, max_iter=MAX_ITER))
-    ours_grad = jax.jit(jax.grad(lambda v: jnp.sum(w * rankops.soft_rank(v, epsilon=eps, tol=TOL, max_iter=MAX_ITER))))
-    out["rankops-jax"] = (lambda: ours(x).block_until_ready(), lambda: ours_grad(x).block_until_ready(), lambda: np.asarray(ours(x)))
+    for name, implicit in (("rankops-jax", False), ("rankops-jax-implicit", True)):
+        kw = {"epsilon": eps, "tol": TOL, "max_iter": MAX_ITER, "implicit": implicit}
+        ours = jax.jit(lambda v, kw=kw: rankops.soft_rank(v, **kw))
+        ours_grad = jax.jit(jax.grad(lambda v, kw=kw: jnp.sum(w * rankops.soft_rank(v, **kw))))
+        out[name] = (
+            lambda f=ours: f(x).block_until_ready(), lambda g=ours_grad: g(x).block_until_ready(), lambda f=ours: np.asarray(f(x))
+        )
     try:
         from ott.tools import soft_sort
     except ImportError:
@@ -59,11 +65,11 @@ def _torch_contender(x_np: np.ndarray, w_np: np.ndarray, eps: float) -> dict:
 
     def fwd():
         with torch.no_grad():
-            return rankops.soft_rank(x, epsilon=eps, tol=TOL, max_iter=MAX_ITER)
+            return rankops.soft_rank(x, epsilon=eps, tol=TOL, max_iter=MAX_ITER, implicit=False)
 
     def fb():
         v = x.clone().requires_grad_(True)
-        (w * rankops.soft_rank(v, epsilon=eps, tol=TOL, max_iter=MAX_ITER)).sum().backward()
+        (w * rankops.soft_rank(v, epsilon=eps, tol=TOL, max_iter=MAX_ITER, implicit=False)).sum().backward()
 
     return {"rankops-torch": (fwd, fb, lambda: fwd().numpy())}
 

@@ -50,6 +50,12 @@ def register(op: Operator) -> Operator:
     return op
 
 
+def converged(op: Operator, **extra: Any) -> dict[str, Any]:
+    """``op``'s finite-regime options (plus ``extra``), Sinkhorn ones solved to convergence."""
+    kw = {**op.kwargs, **extra}
+    return {**kw, **CONVERGED} if "tol" in kw else kw
+
+
 def via_vjp(fun: Callable[..., Any], args: Callable[[Any], tuple] = lambda x: (), **fixed: Any) -> Callable[..., Any]:
     """``rankops.vjp(fun, x, *args(x), **fixed, **kwargs)``: an Operator's ``vjp``."""
     return lambda x, **kw: rankops.vjp(fun, x, *args(x), **fixed, **kw)
@@ -139,6 +145,9 @@ register(
 # iterations. (With sigmoid squashing the same limit needs thousands of
 # iterations; tests/test_transport.py checks it on NumPy.)
 OT = {"epsilon": 0.1, "tol": 1e-5, "max_iter": 5_000}
+# Gradient checks solve to convergence: implicit gradients (the default) are
+# those of the fixed point, while finite differences see the computed value.
+CONVERGED = {"tol": 1e-11, "max_iter": 100_000}
 OT_LIMIT = {"epsilon": 1e-3, "tol": 1e-5, "max_iter": 5_000, "squash": "minmax"}
 PLAN_LIMIT = {"epsilon": 3e-3, "tol": 1e-5, "max_iter": 5_000}
 LEVELS = (0.2, 0.5, 0.8)  # for n = 7 each filler interval lies inside one order statistic

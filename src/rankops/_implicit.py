@@ -38,6 +38,7 @@ from typing import Any
 
 from ._lib._adapters import get_adapter
 from ._lib._loops import freeze_rows
+from ._lib._numerics import matvec
 
 __all__ = ["fixed_point_vjp", "unbroadcast"]
 
@@ -47,10 +48,6 @@ CHECK_EVERY = 10
 def _mT(xp: Any, a: Any) -> Any:
     return xp.matrix_transpose(a)
 
-
-def _mv(xp: Any, p: Any, v: Any) -> Any:
-    """Batched matrix-vector product ``p @ v`` over the last axis of ``v``."""
-    return xp.matmul(p, v[..., None])[..., 0]
 
 
 def _safe_inverse(xp: Any, d: Any) -> Any:
@@ -71,17 +68,17 @@ def _schur_solve(xp: Any, p: Any, r: Any, s: Any, max_iter: int) -> tuple[Any, A
     inv_sqrt_col = xp.sqrt(_safe_inverse(xp, col))
     q = xp.sqrt(col)
     q = q * _safe_inverse(xp, xp.sqrt(xp.sum(q * q, axis=-1, keepdims=True)))
-    rhs = (s - _mv(xp, _mT(xp, p), r * inv_row)) * inv_sqrt_col
+    rhs = (s - matvec(xp, _mT(xp, p), r * inv_row)) * inv_sqrt_col
     operands = (p, inv_row, inv_sqrt_col, q, rhs)
 
-    def matvec(ops: tuple[Any, ...], y: Any) -> Any:
+    def schur(ops: tuple[Any, ...], y: Any) -> Any:
         p_, ir, isc, q_, _ = ops
-        kk = _mv(xp, _mT(xp, p_), _mv(xp, p_, y * isc) * ir) * isc
+        kk = matvec(xp, _mT(xp, p_), matvec(xp, p_, y * isc) * ir) * isc
         return y - kk + q_ * xp.sum(q_ * y, axis=-1, keepdims=True)
 
     def step(ops: tuple[Any, ...], state: tuple[Any, ...]) -> tuple[Any, ...]:
         y, res, d, rr = state
-        ad = matvec(ops, d)
+        ad = schur(ops, d)
         dad = xp.sum(d * ad, axis=-1, keepdims=True)
         step_len = xp.where(dad > 0, rr / xp.where(dad > 0, dad, xp.ones_like(dad)), xp.zeros_like(dad))
         y = y + step_len * d
@@ -102,7 +99,7 @@ def _schur_solve(xp: Any, p: Any, r: Any, s: Any, max_iter: int) -> tuple[Any, A
         tol=_cg_tolerance(xp, p.dtype), check_every=CHECK_EVERY,
     )
     beta = y * inv_sqrt_col
-    alpha = (r - _mv(xp, p, beta)) * inv_row
+    alpha = (r - matvec(xp, p, beta)) * inv_row
     return alpha, beta
 
 

@@ -21,11 +21,13 @@ within ``tol`` after a block is frozen there, and the solver stops once all
 are (or at ``max_iter``). Each problem's result therefore depends on that
 problem alone: batched, one by one, in Dask blocks or under ``jax.vmap``.
 
-Gradients are those of the unrolled iterations. torch checkpoints each
-block; JAX runs the loop as a ``lax.while_loop`` under a ``custom_vjp`` that
-stores the potentials at block starts and replays only the blocks that ran,
-so ``jit``, ``vmap`` and ``grad`` all apply and memory holds one block's
-kernels at a time, not one per iteration.
+Gradients are those of the unrolled iterations by default. torch
+checkpoints each block; JAX runs the loop as a ``lax.while_loop`` under a
+``custom_vjp`` that stores the potentials at block starts and replays only
+the blocks that ran, so ``jit``, ``vmap`` and ``grad`` all apply and memory
+holds one block's kernels at a time, not one per iteration. ``implicit=True``
+differentiates the fixed point instead (:mod:`rankops._implicit`): the
+backward keeps the final plan only.
 """
 
 from __future__ import annotations
@@ -201,7 +203,11 @@ def sinkhorn(
     tol : float > 0
         Stop once every problem's column-marginal L1 error is below ``tol``.
     implicit : bool
-        Gradients by implicit differentiation (not implemented yet).
+        False (default): gradients through the iterations. True: gradients
+        by implicit differentiation of the fixed point (memory independent
+        of the iteration count); ``f`` and ``g`` share a free constant, so
+        only the plan, ``f_i + g_j`` and ``<a, f> + <b, g>`` get exact
+        gradients that way, and ``error`` gets none.
 
     Returns
     -------

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ._lib._apply import finish, prepare, run, with_value
+from ._lib._numerics import matvec
 from ._lib._validation import boolean, known_options, positive_scalar
 from .transport import sinkhorn_sort_or_rank
 from .permutations import positions, hard_permutation, neuralsort_matrix, softsort_matrix, straight_through
@@ -44,14 +45,14 @@ def _matrix_and_params(method: Any, options: dict[str, Any], where: str) -> tupl
 def _sort_vjp(xp: Any, x: Any, *, matrix: Callable[..., Any], descending: bool, hard: bool, **params: Any) -> tuple[Any, Any]:
     """``P @ x`` and its pullback (that of the relaxed value when ``hard``)."""
     p, matrix_back = matrix.vjp(xp, x, descending=descending, **params)
-    soft = _mv(xp, p, x)
+    soft = matvec(xp, p, x)
 
     def pullback(ct: Any) -> dict[str, Any]:
         grads = matrix_back(ct[..., :, None] * x[..., None, :])
-        return {**grads, "x": grads["x"] + _mv(xp, xp.matrix_transpose(p), ct)}
+        return {**grads, "x": grads["x"] + matvec(xp, xp.matrix_transpose(p), ct)}
 
     if hard:
-        soft = straight_through(xp, _mv(xp, hard_permutation(xp, x, descending), x), soft)
+        soft = straight_through(xp, matvec(xp, hard_permutation(xp, x, descending), x), soft)
     return soft, pullback
 
 
@@ -68,9 +69,6 @@ def _rank_vjp(xp: Any, x: Any, *, matrix: Callable[..., Any], descending: bool, 
         soft = straight_through(xp, xp.matmul(r, hard_permutation(xp, x, descending)), soft)
     return soft, pullback
 
-
-def _mv(xp: Any, a: Any, v: Any) -> Any:
-    return xp.matmul(a, v[..., None])[..., 0]
 
 
 _sort_from_matrix = with_value(_sort_vjp)

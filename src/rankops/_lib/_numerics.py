@@ -28,3 +28,8 @@ def softmax(xp: Any, z: Any, axis: int = -1) -> Any:
     """``exp(z) / sum(exp(z), axis)`` without overflow (max-shifted)."""
     e = xp.exp(z - _finite_max(xp, z, axis))
     return e / xp.sum(e, axis=axis, keepdims=True)
+
+
+def matvec(xp: Any, a: Any, v: Any) -> Any:
+    """Batched matrix-vector product ``a @ v`` over the last axis of ``v`` (``xp.matmul`` needs a column)."""
+    return xp.matmul(a, v[..., None])[..., 0]
