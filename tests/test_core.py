@@ -64,6 +64,7 @@ def test_demo_runs_every_installed_backend():
     for b in BACKENDS:
         assert b.name in text
     assert "0 failure(s)" in text
+    assert "no autodiff" not in text  # every backend shows a gradient (rankops.vjp without autodiff)
 
 
 def test_demo_exits_nonzero_when_a_backend_fails(monkeypatch):

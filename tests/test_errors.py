@@ -142,6 +142,8 @@ def test_vjp_errors():
     _, vjp_fn = rankops.vjp(rankops.soft_rank, X)
     with pytest.raises(ValueError, match="cotangent .* shape"):
         vjp_fn(np.ones((1, 2)))
+    with pytest.raises(TypeError, match="cotangent must be an array"):
+        vjp_fn(None)
     _, vjp_fn = rankops.vjp(rankops.sinkhorn, np.ones((3, 2)), epsilon=0.1)
     with pytest.raises(TypeError, match="cotangent of sinkhorn"):
         vjp_fn({"plan": np.ones((3, 2))})

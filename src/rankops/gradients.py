@@ -104,6 +104,8 @@ def _split(value: Any) -> tuple[tuple[Any, ...], bool]:
 def _cotangents(ct: Any, is_result: bool) -> tuple[Any, ...]:
     """The caller's cotangent as a tuple matching :func:`_split` (None: zero)."""
     if not is_result:
+        if not is_array(ct):
+            raise TypeError(f"the cotangent must be an array shaped like the value, got {type(ct).__name__}")
         return (ct,)
     if is_array(ct):
         return (ct, None, None)
