@@ -49,7 +49,6 @@ def _mT(xp: Any, a: Any) -> Any:
     return xp.matrix_transpose(a)
 
 
-
 def _safe_inverse(xp: Any, d: Any) -> Any:
     """``1 / d`` where ``d > 0``, else 0: an empty row or column has no potential to move."""
     return xp.where(d > 0, 1.0 / xp.where(d > 0, d, xp.ones_like(d)), xp.zeros_like(d))
