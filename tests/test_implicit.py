@@ -17,6 +17,8 @@ from tests import reference as ref
 
 torch = pytest.importorskip("torch")
 
+from tests.torch_autograd import torch_gradients  # noqa: E402  (needs torch)
+
 TIGHT = {"tol": 1e-12, "max_iter": 100_000}
 RNG = np.random.default_rng(11)
 X = RNG.normal(size=(3, 6))
@@ -39,26 +41,9 @@ CASES = {
 }
 
 
-def _torch_grads(fn, args, options, implicit, x=X, seed=0):
-    """Gradients of <w, fn(...)> with respect to x and every array argument."""
-    leaves = [torch.asarray(x).requires_grad_(True)]
-    conv = []
-    for a in args:
-        if isinstance(a, np.ndarray):
-            leaves.append(torch.asarray(a).requires_grad_(True))
-            conv.append(leaves[-1])
-        else:
-            conv.append(a)
-    opts = {}
-    for k, v in options.items():
-        if isinstance(v, np.ndarray):
-            leaves.append(torch.asarray(v).requires_grad_(True))
-            v = leaves[-1]
-        opts[k] = v
-    out = fn(leaves[0], *conv, implicit=implicit, **TIGHT, **opts)
-    w = torch.asarray(np.random.default_rng(seed).normal(size=tuple(out.shape)))
-    grads = torch.autograd.grad((out * w).sum(), leaves)
-    return [g.numpy() for g in grads]
+def _torch_grads(fn, args, options, implicit):
+    """Gradients of <w, fn(...)> (w normal from seed 0) with respect to X and every array argument."""
+    return torch_gradients(fn, X, args, {**options, "implicit": implicit, **TIGHT}, seed=0)[1]
 
 
 @pytest.mark.parametrize("case", CASES)

@@ -17,6 +17,8 @@ from tests import reference as ref
 
 torch = pytest.importorskip("torch")
 
+from tests.torch_autograd import torch_gradients  # noqa: E402  (needs torch)
+
 TIGHT = {"tol": 1e-12, "max_iter": 100_000}
 X = np.random.default_rng(21).normal(size=(2, 3, 6))
 WEIGHTS = np.array([0.1, 0.2, 0.3, 0.4])
@@ -63,24 +65,9 @@ def _vjp(fn, args, options, asarray, to_numpy, x=None):
 
 def _torch_autograd(fn, args, options):
     """The same gradients, by torch.autograd directly (not through rankops.vjp)."""
-    leaves, conv = [], []
-    x = torch.asarray(_input(fn)).requires_grad_(True)
-    leaves.append(x)
-    for a in args:
-        conv.append(_convert(a, torch.asarray))
-        if isinstance(a, np.ndarray):
-            leaves.append(conv[-1].requires_grad_(True))
-    opts = {}
-    for k, v in options.items():
-        opts[k] = _convert(v, torch.asarray)
-        if isinstance(v, np.ndarray):
-            leaves.append(opts[k].requires_grad_(True))
     if "tol" in options:  # Sinkhorn: unrolled, so the reference does not share the implicit rule
-        opts["implicit"] = False
-    out = fn(x, *conv, **opts)
-    out = out.plan if fn is rankops.sinkhorn else out
-    ct = torch.asarray(np.random.default_rng(5).normal(size=tuple(out.shape)))
-    return out.detach().numpy(), [g.numpy() for g in torch.autograd.grad(out, leaves, ct)]
+        options = {**options, "implicit": False}
+    return torch_gradients(fn, _input(fn), args, options, seed=5)
 
 
 @pytest.mark.parametrize("case", CASES)

@@ -38,9 +38,9 @@ from typing import Any
 
 from ._lib._adapters import get_adapter
 from ._lib._loops import freeze_rows
-from ._lib._numerics import matvec
+from ._lib._numerics import matvec, safe_divide, unbroadcast
 
-__all__ = ["fixed_point_vjp", "unbroadcast"]
+__all__ = ["fixed_point_vjp"]
 
 CHECK_EVERY = 10
 
@@ -51,7 +51,7 @@ def _mT(xp: Any, a: Any) -> Any:
 
 def _safe_inverse(xp: Any, d: Any) -> Any:
     """``1 / d`` where ``d > 0``, else 0: an empty row or column has no potential to move."""
-    return xp.where(d > 0, 1.0 / xp.where(d > 0, d, xp.ones_like(d)), xp.zeros_like(d))
+    return safe_divide(xp, 1.0, d)
 
 
 def _cg_tolerance(xp: Any, dtype: Any) -> float:
@@ -79,11 +79,11 @@ def _schur_solve(xp: Any, p: Any, r: Any, s: Any, max_iter: int) -> tuple[Any, A
         y, res, d, rr = state
         ad = schur(ops, d)
         dad = xp.sum(d * ad, axis=-1, keepdims=True)
-        step_len = xp.where(dad > 0, rr / xp.where(dad > 0, dad, xp.ones_like(dad)), xp.zeros_like(dad))
+        step_len = safe_divide(xp, rr, dad)
         y = y + step_len * d
         res = res - step_len * ad
         rr_new = xp.sum(res * res, axis=-1, keepdims=True)
-        ratio = xp.where(rr > 0, rr_new / xp.where(rr > 0, rr, xp.ones_like(rr)), xp.zeros_like(rr))
+        ratio = safe_divide(xp, rr_new, rr)
         return y, res, res + ratio * d, rr_new
 
     def error(ops: tuple[Any, ...], state: tuple[Any, ...]) -> Any:
@@ -100,15 +100,6 @@ def _schur_solve(xp: Any, p: Any, r: Any, s: Any, max_iter: int) -> tuple[Any, A
     beta = y * inv_sqrt_col
     alpha = (r - matvec(xp, p, beta)) * inv_row
     return alpha, beta
-
-
-def unbroadcast(xp: Any, g: Any, shape: tuple[int, ...]) -> Any:
-    """Sum ``g`` over the axes that broadcasting added to an array of ``shape``."""
-    lead = g.ndim - len(shape)
-    if lead:
-        g = xp.sum(g, axis=tuple(range(lead)))
-    axes = tuple(i for i, k in enumerate(shape) if k == 1 and g.shape[i] != 1)
-    return xp.sum(g, axis=axes, keepdims=True) if axes else g
 
 
 def fixed_point_vjp(

@@ -43,6 +43,7 @@ from array_api_compat import is_jax_namespace, is_torch_namespace
 
 from ._lib._apply import recording
 from ._lib._compat import is_array, namespace, real_float_dtypes
+from ._lib._numerics import unbroadcast
 from .permutations import neuralsort, softsort
 from .sinkhorn import SinkhornResult, sinkhorn
 from .sorting import soft_rank, soft_sort
@@ -79,11 +80,16 @@ def vjp(fun: Callable[..., Any], x: Any, /, *args: Any, **options: Any) -> tuple
     return _rule_vjp(fun, xp, x, args, options, positional, diff)
 
 
+def _float_dtype(xp: Any, value: Any, name: str) -> Any:
+    """The floating dtype of ``value``, or the one the operators promote it to (integers, bool)."""
+    return value.dtype if xp.isdtype(value.dtype, "real floating") else real_float_dtypes(xp, value, name)[0]
+
+
 def _float_leaf(value: Any, name: str) -> Any:
     """The value as the floating array the operator computes with (integers are promoted)."""
     xp = array_api_compat.array_namespace(value)
-    compute, _ = real_float_dtypes(xp, value, name)
-    return value if xp.isdtype(value.dtype, "real floating") else xp.astype(value, compute)
+    dtype = _float_dtype(xp, value, name)
+    return value if value.dtype == dtype else xp.astype(value, dtype)
 
 
 def _call(fun: Callable[..., Any], x: Any, args: tuple[Any, ...], options: dict[str, Any], positional: list[str], leaves: dict[str, Any]) -> Any:
@@ -101,24 +107,24 @@ def _split(value: Any) -> tuple[tuple[Any, ...], bool]:
     return (value,), False
 
 
-def _cotangents(ct: Any, is_result: bool) -> tuple[Any, ...]:
-    """The caller's cotangent as a tuple matching :func:`_split` (None: zero)."""
+def _cotangents(ct: Any, outs: tuple[Any, ...], is_result: bool) -> tuple[Any, ...]:
+    """The caller's cotangent as a tuple matching :func:`_split` (None: zero), shapes checked."""
     if not is_result:
         if not is_array(ct):
             raise TypeError(f"the cotangent must be an array shaped like the value, got {type(ct).__name__}")
-        return (ct,)
-    if is_array(ct):
-        return (ct, None, None)
-    if isinstance(ct, (tuple, list)) and 1 <= len(ct) <= 6:
-        ct = tuple(ct) + (None,) * (3 - len(ct))
-        if all(c is None or is_array(c) for c in ct[:3]):
-            return tuple(ct[:3])
-    raise TypeError("the cotangent of sinkhorn must be an array (for the plan) or a SinkhornResult / tuple (plan, f, g) of arrays or None")
-
-
-def _check_shape(ct: Any, value: Any, name: str) -> None:
-    if ct is not None and tuple(ct.shape) != tuple(value.shape):
-        raise ValueError(f"cotangent for {name} has shape {tuple(ct.shape)}, expected {tuple(value.shape)}")
+        cts: tuple[Any, ...] = (ct,)
+    elif is_array(ct):
+        cts = (ct, None, None)
+    elif isinstance(ct, (tuple, list)) and 1 <= len(ct) <= 6 and all(c is None or is_array(c) for c in tuple(ct)[:3]):
+        cts = (tuple(ct) + (None,) * (3 - len(ct)))[:3]
+    else:
+        raise TypeError(
+            "the cotangent of sinkhorn must be an array (for the plan) or a SinkhornResult / tuple (plan, f, g) of arrays or None"
+        )
+    for c, o in zip(cts, outs):
+        if c is not None and tuple(c.shape) != tuple(o.shape):
+            raise ValueError(f"cotangent for the output has shape {tuple(c.shape)}, expected {tuple(o.shape)}")
+    return cts
 
 
 def _torch_vjp(fun: Any, x: Any, args: Any, options: Any, positional: list[str], diff: list[tuple[str, Any]]) -> Any:
@@ -130,10 +136,7 @@ def _torch_vjp(fun: Any, x: Any, args: Any, options: Any, positional: list[str],
     outs, is_result = _split(value)
 
     def vjp_fn(ct: Any) -> tuple[Any, ...]:
-        cts = _cotangents(ct, is_result)
-        pairs = [(o, c) for o, c in zip(outs, cts) if c is not None]
-        for o, c in pairs:
-            _check_shape(c, o, "the output")
+        pairs = [(o, c) for o, c in zip(outs, _cotangents(ct, outs, is_result)) if c is not None]
         grads = torch.autograd.grad(
             [o for o, _ in pairs], list(leaves.values()), [c.to(o.dtype) for o, c in pairs], retain_graph=True, allow_unused=True
         )
@@ -161,9 +164,7 @@ def _jax_vjp(fun: Any, x: Any, args: Any, options: Any, positional: list[str], d
     is_result = isinstance(value, SinkhornResult)
 
     def vjp_fn(ct: Any) -> tuple[Any, ...]:
-        cts = _cotangents(ct, is_result)
-        for o, c in zip(outs, cts):
-            _check_shape(c, o, "the output")
+        cts = _cotangents(ct, outs, is_result)
         return tuple(pull(tuple(jnp.zeros_like(o) if c is None else jnp.asarray(c, dtype=o.dtype) for o, c in zip(outs, cts))))
 
     return value, vjp_fn
@@ -178,9 +179,7 @@ def _rule_vjp(fun: Any, xp: Any, x: Any, args: Any, options: Any, positional: li
     is_result = isinstance(value, SinkhornResult)
 
     def vjp_fn(ct: Any) -> tuple[Any, ...]:
-        cts = _cotangents(ct, is_result)
-        for o, c in zip(_split(value)[0], cts):
-            _check_shape(c, o, "the output")
+        cts = _cotangents(ct, _split(value)[0], is_result)
         if is_result:
             grads = entry.pullback(*cts)
             grads = {positional[0]: grads.pop("cost"), **grads}
@@ -209,9 +208,8 @@ def _pull_prepared(entry: Any, ct: Any) -> dict[str, Any]:
 
 def _as_argument(xp: Any, g: Any, arg: Any, name: str) -> Any:
     """A gradient in the shape and floating dtype of its argument (zeros if nothing flowed)."""
-    dtype = arg.dtype if xp.isdtype(arg.dtype, "real floating") else real_float_dtypes(xp, arg, name)[0]
+    dtype = _float_dtype(xp, arg, name)
     if g is None:
         return xp.zeros(arg.shape, dtype=dtype, device=array_api_compat.device(arg))
-    while g.ndim > arg.ndim:  # sample axes of a stochastic operator
-        g = xp.sum(g, axis=0)
+    g = unbroadcast(xp, g, tuple(arg.shape))  # sample axes of a stochastic operator
     return xp.astype(g, dtype) if g.dtype != dtype else g

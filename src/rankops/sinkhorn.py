@@ -43,6 +43,7 @@ from ._implicit import fixed_point_vjp
 from ._lib._adapters import get_adapter
 from ._lib._apply import Recorded, call, is_recording, record, with_value
 from ._lib._loops import freeze_rows
+from ._lib._numerics import safe_divide
 from ._lib._compat import check_same_device, is_array, is_lazy_blockwise, namespace, real_float_dtypes
 from ._lib._validation import boolean, positive_count, positive_scalar
 
@@ -62,11 +63,6 @@ class SinkhornResult(NamedTuple):
     n_iter: Any  # iterations run (a Python int, or a 0-d int array under JAX)
     error: Any  # (...,) L1 error of the column marginal at exit
     converged: Any  # (...,) bool: error <= tol
-
-
-def solve(xp: Any, cost: Any, log_a: Any, log_b: Any, **options: Any) -> SinkhornResult:
-    """Core solver on prepared arrays; see :func:`solve_vjp`."""
-    return solve_vjp(xp, cost, log_a, log_b, **options)[0]
 
 
 def solve_vjp(
@@ -148,7 +144,11 @@ def _fixed_point(
         column = xp.exp(v + lse(xp, u[..., :, None] - c_, -2))
         return xp.sum(xp.abs(column - xp.exp(lb)), axis=-1)
 
-    (u0, v0) = (xp.zeros(_batch(c, log_a, log_b) + (size,), dtype=c.dtype, device=array_api_compat.device(c)) for size in c.shape[-2:])
+    # Shapes only (Python tuples): the batch of the cost and of both marginals.
+    batch = np.broadcast_shapes(tuple(c.shape[:-2]), tuple(log_a.shape[:-1]), tuple(log_b.shape[:-1]))
+    device = array_api_compat.device(c)
+    u0 = xp.zeros(batch + (c.shape[-2],), dtype=c.dtype, device=device)
+    v0 = xp.zeros(batch + (c.shape[-1],), dtype=c.dtype, device=device)
     (u, v), n_iter, err = adapter.iterate(
         xp, step, operands, (u0, v0), error=error, freeze=freeze_rows, max_iter=max_iter, tol=tol, check_every=check_every
     )
@@ -156,11 +156,6 @@ def _fixed_point(
         v = log_b - lse(xp, u[..., :, None] - c, -2)
     plan = xp.exp(u[..., :, None] + v[..., None, :] - c)
     return (plan, u, v, err, n_iter), (plan, log_a, log_b)
-
-
-def _batch(c: Any, log_a: Any, log_b: Any) -> tuple[int, ...]:
-    """Shapes only (Python tuples): the batch of the cost and of both marginals."""
-    return tuple(np.broadcast_shapes(tuple(c.shape[:-2]), tuple(log_a.shape[:-1]), tuple(log_b.shape[:-1])))
 
 
 def check_solver_options(epsilon: Any, max_iter: Any, tol: Any, implicit: Any) -> dict[str, Any]:
@@ -275,8 +270,7 @@ def _solve_weights_vjp(
         grads = {"cost": d_cost}
         for name, w, d in (("a", a, d_log_a), ("b", b, d_log_b)):
             if w is not None:  # d/dw log(w) = 1/w; an empty entry (w = 0) moves nothing
-                w = xp.astype(w, compute)
-                grads[name] = xp.where(w > 0, d / xp.where(w > 0, w, xp.ones_like(w)), xp.zeros_like(d))
+                grads[name] = safe_divide(xp, d, xp.astype(w, compute))
         if d_eps is not None:
             grads["epsilon"] = d_eps
         return grads

@@ -70,7 +70,6 @@ def _rank_vjp(xp: Any, x: Any, *, matrix: Callable[..., Any], descending: bool, 
     return soft, pullback
 
 
-
 _sort_from_matrix = with_value(_sort_vjp)
 _rank_from_matrix = with_value(_rank_vjp)
 

@@ -49,7 +49,7 @@ from array_api_compat import device as _device
 
 from ._lib._apply import finish, prepare, run, with_value
 from ._lib._compat import is_array
-from ._lib._numerics import matvec
+from ._lib._numerics import matvec, unbroadcast
 from ._lib._validation import boolean, known_options, optional_count, positive_count, positive_scalar
 from .sinkhorn import DEFAULT_MAX_ITER, DEFAULT_TOL, check_solver_options, log_weights, solve_vjp
 
@@ -207,11 +207,6 @@ def _targets_count(x: Any, num_targets: int | None, target_weights: Any) -> int:
     return num_targets if num_targets is not None else (target_weights.shape[0] if target_weights is not None else x.shape[-1])
 
 
-def _batch_sum(xp: Any, g: Any, ndim: int) -> Any:
-    """Sum a per-row cotangent over its leading (batch) axes down to ``ndim`` axes."""
-    return xp.sum(g, axis=tuple(range(g.ndim - ndim))) if g.ndim > ndim else g
-
-
 def _grads(x: Any, d_eps: Any, **named: Any) -> dict[str, Any]:
     """The cotangents of a core: ``x``, ``epsilon`` when it is an array, then parameter arrays."""
     out = {"x": x, **{k: v for k, v in named.items() if v is not None}}
@@ -240,7 +235,7 @@ def cdf_vjp(xp: Any, x: Any, *, opts: dict[str, Any], descending: bool = False, 
         dx, d_log_b, d_eps = plan_back(n * ct[..., :, None] * b_bar)
         d_w = None
         if target_weights is not None:
-            d_bbar = n * _batch_sum(xp, matvec(xp, xp.matrix_transpose(p), ct), 1)
+            d_bbar = n * unbroadcast(xp, matvec(xp, xp.matrix_transpose(p), ct), tuple(b.shape))
             d_w = xp.flip(xp.cumulative_sum(xp.flip(d_bbar, axis=-1), axis=-1), axis=-1) + d_log_b / b
         return _grads(sign * dx, d_eps, target_weights=d_w)
 
@@ -265,7 +260,7 @@ def sort_vjp(xp: Any, x: Any, *, opts: dict[str, Any], descending: bool = False,
         ct_b = sign * ct / b
         dx, d_log_b, d_eps = plan_back(x[..., :, None] * ct_b[..., None, :])
         dx = dx + matvec(xp, p, ct_b)
-        d_w = None if target_weights is None else d_log_b / b - _batch_sum(xp, ct_b * ascending, 1)
+        d_w = None if target_weights is None else d_log_b / b - unbroadcast(xp, ct_b * ascending, tuple(b.shape))
         return _grads(sign * dx, d_eps, target_weights=d_w)
 
     return sign * ascending, pullback
@@ -282,7 +277,7 @@ def quantile_normalize_vjp(
 
     def pullback(ct: Any) -> dict[str, Any]:
         dx, d_log_b, d_eps = plan_back(n * ct[..., :, None] * t)
-        d_t = n * _batch_sum(xp, matvec(xp, xp.matrix_transpose(p), ct), 1)
+        d_t = n * unbroadcast(xp, matvec(xp, xp.matrix_transpose(p), ct), tuple(t.shape))
         return _grads(dx, d_eps, targets=d_t, target_weights=None if target_weights is None else d_log_b / b)
 
     return out, pullback

@@ -80,16 +80,15 @@ def run(impl: Callable[..., Any], p: Prepared, tail: tuple[int, ...], arrays: di
     :func:`recording` (``rankops.vjp``) the core's pullback is kept too.
     """
     arrays = arrays or {}
-    tape = _TAPE.get()
     if is_lazy_blockwise(p.xp):
         from ._adapters import _dask
 
-        if tape is not None:
-            tape.append(Recorded(p, _dask.last_axis_pullback(impl, p.x, arrays, params)))
+        if is_recording():
+            record(Recorded(p, _dask.last_axis_pullback(impl, p.x, arrays, params)))
         return _dask.map_last_axis(impl, p.x, tail, p.x.dtype, arrays, **params)
-    if tape is not None:
+    if is_recording():
         out, pullback = impl.vjp(p.xp, p.x, **arrays, **params)
-        tape.append(Recorded(p, pullback))
+        record(Recorded(p, pullback))
         return out
     return call(p.xp, impl, p.x, arrays, params)
 

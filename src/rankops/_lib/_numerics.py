@@ -30,6 +30,21 @@ def softmax(xp: Any, z: Any, axis: int = -1) -> Any:
     return e / xp.sum(e, axis=axis, keepdims=True)
 
 
+def safe_divide(xp: Any, num: Any, den: Any) -> Any:
+    """``num / den`` where ``den > 0``, else 0 (an empty row, column or marginal moves nothing)."""
+    q = num / xp.where(den > 0, den, xp.ones_like(den))
+    return xp.where(den > 0, q, xp.zeros_like(q))
+
+
+def unbroadcast(xp: Any, g: Any, shape: tuple[int, ...]) -> Any:
+    """Sum ``g`` over the axes that broadcasting added to an array of ``shape``."""
+    lead = g.ndim - len(shape)
+    if lead:
+        g = xp.sum(g, axis=tuple(range(lead)))
+    axes = tuple(i for i, k in enumerate(shape) if k == 1 and g.shape[i] != 1)
+    return xp.sum(g, axis=axes, keepdims=True) if axes else g
+
+
 def matvec(xp: Any, a: Any, v: Any) -> Any:
     """Batched matrix-vector product ``a @ v`` over the last axis of ``v`` (``xp.matmul`` needs a column)."""
     return xp.matmul(a, v[..., None])[..., 0]

@@ -157,7 +157,7 @@ def _block_grad(grads: Callable[..., Any], name: str, index: str, args: list[Any
 
 def sinkhorn_pullback(solve_weights: Callable[..., Any], cost: Any, a: Any, b: Any, params: dict[str, Any]) -> Callable[..., Any]:
     """Pullback of :func:`sinkhorn`: ``(d_plan, d_f=None, d_g=None) -> {"cost": ..., "a": ..., "b": ...}``."""
-    from ..._implicit import unbroadcast
+    from .._numerics import unbroadcast
 
     nb = cost.ndim - 2
     n, m = cost.shape[-2:]
