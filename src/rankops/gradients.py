@@ -41,6 +41,7 @@ from typing import Any, Callable
 import array_api_compat
 from array_api_compat import is_jax_namespace, is_torch_namespace
 
+from ._lib._adapters import get_adapter
 from ._lib._apply import recording
 from ._lib._compat import is_array, namespace, real_float_dtypes
 from ._lib._numerics import unbroadcast
@@ -73,10 +74,8 @@ def vjp(fun: Callable[..., Any], x: Any, /, *args: Any, **options: Any) -> tuple
     named = [(positional[0], x)] + list(zip(positional[1:], args)) + list(options.items())
     diff = [(name, value) for name, value in named if is_array(value)]
     xp = namespace(x, names=(positional[0],))
-    if is_torch_namespace(xp):
-        return _torch_vjp(fun, x, args, options, positional, diff)
-    if is_jax_namespace(xp):
-        return _jax_vjp(fun, x, args, options, positional, diff)
+    if is_torch_namespace(xp) or is_jax_namespace(xp):
+        return _autodiff_vjp(fun, xp, x, args, options, positional, diff)
     return _rule_vjp(fun, xp, x, args, options, positional, diff)
 
 
@@ -127,47 +126,16 @@ def _cotangents(ct: Any, outs: tuple[Any, ...], is_result: bool) -> tuple[Any, .
     return cts
 
 
-def _torch_vjp(fun: Any, x: Any, args: Any, options: Any, positional: list[str], diff: list[tuple[str, Any]]) -> Any:
-    import torch
-
-    leaves = {name: _float_leaf(v, name).detach().requires_grad_(True) for name, v in diff}
-    with torch.enable_grad():
-        value = _call(fun, x, args, options, positional, leaves)
-    outs, is_result = _split(value)
-
-    def vjp_fn(ct: Any) -> tuple[Any, ...]:
-        pairs = [(o, c) for o, c in zip(outs, _cotangents(ct, outs, is_result)) if c is not None]
-        grads = torch.autograd.grad(
-            [o for o, _ in pairs], list(leaves.values()), [c.to(o.dtype) for o, c in pairs], retain_graph=True, allow_unused=True
-        )
-        return tuple(torch.zeros_like(leaf) if g is None else g for leaf, g in zip(leaves.values(), grads))
-
-    if is_result:
-        value = value._replace(plan=value.plan.detach(), f=value.f.detach(), g=value.g.detach())
-    else:
-        value = value.detach()
-    return value, vjp_fn
-
-
-def _jax_vjp(fun: Any, x: Any, args: Any, options: Any, positional: list[str], diff: list[tuple[str, Any]]) -> Any:
-    import jax
-    import jax.numpy as jnp
-
+def _autodiff_vjp(fun: Any, xp: Any, x: Any, args: Any, options: Any, positional: list[str], diff: list[tuple[str, Any]]) -> Any:
+    """torch / JAX: the host's reverse mode, through the adapter's ``autodiff_vjp``."""
     names = [name for name, _ in diff]
-    leaves = [_float_leaf(v, name) for name, v in diff]
 
     def f(*arrays: Any) -> Any:
-        value = _call(fun, x, args, options, positional, dict(zip(names, arrays)))
-        return _split(value)[0], value
+        return _call(fun, x, args, options, positional, dict(zip(names, arrays)))
 
-    outs, pull, value = jax.vjp(f, *leaves, has_aux=True)
+    value, outs, pull = get_adapter(xp).autodiff_vjp(f, [_float_leaf(v, name) for name, v in diff], lambda v: _split(v)[0])
     is_result = isinstance(value, SinkhornResult)
-
-    def vjp_fn(ct: Any) -> tuple[Any, ...]:
-        cts = _cotangents(ct, outs, is_result)
-        return tuple(pull(tuple(jnp.zeros_like(o) if c is None else jnp.asarray(c, dtype=o.dtype) for o, c in zip(outs, cts))))
-
-    return value, vjp_fn
+    return value, lambda ct: pull(_cotangents(ct, outs, is_result))
 
 
 def _rule_vjp(fun: Any, xp: Any, x: Any, args: Any, options: Any, positional: list[str], diff: list[tuple[str, Any]]) -> Any:

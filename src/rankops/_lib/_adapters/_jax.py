@@ -147,6 +147,21 @@ def custom_vjp(xp: Any, fwd: Any, bwd: Any, arrays: tuple[Any, ...], n_diff: int
     return fn(*arrays)
 
 
+def autodiff_vjp(f: Any, leaves: list[Any], outputs: Any) -> tuple[Any, tuple[Any, ...], Any]:
+    """``rankops.vjp`` on JAX: ``(value, outs, pull)`` from ``jax.vjp``; a None cotangent is a zero one."""
+
+    def with_outputs(*arrays: Any) -> Any:
+        value = f(*arrays)
+        return tuple(outputs(value)), value
+
+    outs, vjp_fn, value = jax.vjp(with_outputs, *leaves, has_aux=True)
+
+    def pull(cts: tuple[Any, ...]) -> tuple[Any, ...]:
+        return tuple(vjp_fn(tuple(jnp.zeros_like(o) if c is None else jnp.asarray(c, dtype=o.dtype) for o, c in zip(outs, cts))))
+
+    return value, outs, pull
+
+
 def _freeze(value: Any) -> Any:
     if isinstance(value, dict):
         return ("__dict__", tuple(sorted((k, _freeze(v)) for k, v in value.items())))

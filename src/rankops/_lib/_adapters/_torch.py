@@ -87,3 +87,28 @@ def custom_vjp(xp: Any, fwd: Any, bwd: Any, arrays: tuple[Any, ...], n_diff: int
     second derivative.
     """
     return _Custom.apply((xp, fwd, bwd, n_diff), *arrays)
+
+
+def autodiff_vjp(f: Any, leaves: list[Any], outputs: Any) -> tuple[Any, tuple[Any, ...], Any]:
+    """``rankops.vjp`` on torch: ``(value, outs, pull)`` with ``pull(cotangents) -> grads``.
+
+    ``outputs(value)`` are the differentiable outputs; a None cotangent is a
+    zero one. The graph is kept, so ``pull`` may be called again.
+    """
+    leaves = [leaf.detach().requires_grad_(True) for leaf in leaves]
+    with torch.enable_grad():
+        value = f(*leaves)
+    outs = tuple(outputs(value))
+
+    def pull(cts: tuple[Any, ...]) -> tuple[Any, ...]:
+        pairs = [(o, c) for o, c in zip(outs, cts) if c is not None]
+        grads = torch.autograd.grad(
+            [o for o, _ in pairs], leaves, [c.to(o.dtype) for o, c in pairs], retain_graph=True, allow_unused=True
+        )
+        return tuple(torch.zeros_like(leaf) if g is None else g for leaf, g in zip(leaves, grads))
+
+    if isinstance(value, tuple):  # a NamedTuple result: detach its tensors
+        value = type(value)(*(v.detach() if isinstance(v, torch.Tensor) else v for v in value))
+    else:
+        value = value.detach()
+    return value, outs, pull
