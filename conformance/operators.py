@@ -102,6 +102,23 @@ for _method in ("softsort", "neuralsort"):
                 vjp=via_vjp(rankops.soft_rank, method=_method, descending=_desc),
             )
         )
+    # default blocks hold the small test rows whole: make the streamed path cross blocks,
+    # and keep the full-matrix path (block=None) in the suite too
+    for _fn, _variant, _opts in (
+        (rankops.soft_rank, "block2", {"block": 2}),
+        (rankops.soft_sort, "full", {"block": None}),
+    ):
+        _op = _fn.__name__
+        register(
+            Operator(
+                f"{_op}[{_method}-{_variant}]",
+                lambda x, f=_fn, m=_method, **kw: f(x, method=m, **kw),
+                {"tau": 0.5, **_opts},
+                {"tau": 1e-3, **_opts},
+                _ranks if _op == "soft_rank" else _sorted,
+                vjp=via_vjp(_fn, method=_method),
+            )
+        )
     register(
         Operator(
             f"soft_sort[{_method}-hard]",

@@ -16,8 +16,9 @@ from typing import Any, Callable
 
 from ._lib._apply import finish, prepare, run, with_value
 from ._lib._numerics import matvec
-from ._lib._validation import boolean, known_options, positive_scalar
+from ._lib._validation import boolean, known_options, positive_count, positive_scalar
 from .transport import sinkhorn_sort_or_rank
+from .streaming import auto_block, stream_vjp
 from .permutations import positions, hard_permutation, neuralsort_matrix, softsort_matrix, straight_through
 
 __all__ = ["soft_sort", "soft_rank", "METHODS"]
@@ -25,21 +26,28 @@ __all__ = ["soft_sort", "soft_rank", "METHODS"]
 METHODS = ("sinkhorn", "softsort", "neuralsort")
 
 
+def _block(value: Any) -> Any:
+    """``"auto"``, None (the full matrix) or an int >= 1 (rows per block)."""
+    if value is None or (isinstance(value, str) and value == "auto"):
+        return value
+    if isinstance(value, str):
+        raise ValueError(f"block must be 'auto', None or an int >= 1, got {value!r}")
+    return positive_count(value, "block")
+
+
 def _matrix_and_params(method: Any, options: dict[str, Any], where: str) -> tuple[Callable[..., Any], dict[str, Any]]:
+    if method not in ("softsort", "neuralsort"):
+        raise ValueError(f"method must be one of {', '.join(map(repr, METHODS))}, got {method!r}")
+    names = ("tau", "power", "hard", "block") if method == "softsort" else ("tau", "hard", "block")
+    known_options(options, names, f"{where}(method={method!r})")
+    params = {
+        "tau": positive_scalar(options.get("tau", 1.0), "tau"),
+        "hard": boolean(options.get("hard", False), "hard"),
+        "block": _block(options.get("block", "auto")),
+    }
     if method == "softsort":
-        known_options(options, ("tau", "power", "hard"), f"{where}(method='softsort')")
-        return softsort_matrix, {
-            "tau": positive_scalar(options.get("tau", 1.0), "tau"),
-            "power": positive_scalar(options.get("power", 1), "power"),
-            "hard": boolean(options.get("hard", False), "hard"),
-        }
-    if method == "neuralsort":
-        known_options(options, ("tau", "hard"), f"{where}(method='neuralsort')")
-        return neuralsort_matrix, {
-            "tau": positive_scalar(options.get("tau", 1.0), "tau"),
-            "hard": boolean(options.get("hard", False), "hard"),
-        }
-    raise ValueError(f"method must be one of {', '.join(map(repr, METHODS))}, got {method!r}")
+        params["power"] = positive_scalar(options.get("power", 1), "power")
+    return (softsort_matrix if method == "softsort" else neuralsort_matrix), params
 
 
 def _sort_vjp(xp: Any, x: Any, *, matrix: Callable[..., Any], descending: bool, hard: bool, **params: Any) -> tuple[Any, Any]:
@@ -74,13 +82,28 @@ _sort_from_matrix = with_value(_sort_vjp)
 _rank_from_matrix = with_value(_rank_vjp)
 
 
+def _streamed_vjp(xp: Any, x: Any, *, block: Any, **params: Any) -> tuple[Any, Any]:
+    # "auto" is resolved here, on the array the core receives (one Dask block, say)
+    if block == "auto":
+        block = auto_block(tuple(x.shape[:-1]), x.shape[-1], xp.finfo(x.dtype).bits // 8)
+    return stream_vjp(xp, x, block=min(block, x.shape[-1]), **params)
+
+
+_streamed = with_value(_streamed_vjp)
+
+
 def _along_axis(core: Callable[..., Any], where: str, x: Any, axis: Any, descending: Any, method: Any, options: dict[str, Any]) -> Any:
     if method == "sinkhorn":
         return sinkhorn_sort_or_rank(where[len("soft_"):], x, axis, descending, options)
     matrix, params = _matrix_and_params(method, options, where)
     descending = boolean(descending, "descending")
     p = prepare(x, axis=axis, params=params)
-    out = run(core, p, (p.n,), matrix=matrix, descending=descending, **params)
+    block = params.pop("block")
+    if block is None:
+        out = run(core, p, (p.n,), matrix=matrix, descending=descending, **params)
+    else:
+        output = where[len("soft_"):]
+        out = run(_streamed, p, (p.n,), method=method, output=output, block=block, descending=descending, **params)
     return finish(p, out)
 
 

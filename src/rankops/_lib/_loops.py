@@ -66,3 +66,19 @@ def iterate(
         if bool(xp.all(done)):
             break
     return state, n_iter, err
+
+
+def scan_blocks(xp: Any, body: Callable[[Any, Any], Any], carry: Any, xs: tuple[Any, ...], block: int) -> tuple[Any, tuple[Any, ...]]:
+    """Run ``body(carry, blocks) -> (carry, ys)`` over consecutive ``block``-long slices of the last axis of ``xs``.
+
+    Returns the final carry and each of ``ys`` concatenated along the last
+    axis. The eager loop of NumPy, CuPy, torch and array-api-strict; JAX
+    replaces it with ``lax.scan`` (see the JAX adapter).
+    """
+    n = xs[0].shape[-1]
+    outs = []
+    for start in range(0, n, block):
+        # the standard leaves out-of-bounds slice stops unspecified: clamp
+        carry, ys = body(carry, tuple(x[..., start : min(start + block, n)] for x in xs))
+        outs.append(ys)
+    return carry, tuple(parts[0] if len(parts) == 1 else xp.concat(parts, axis=-1) for parts in zip(*outs))

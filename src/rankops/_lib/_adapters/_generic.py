@@ -47,6 +47,12 @@ def iterate(xp: Any, step: Any, operands: Any, state: Any, **kwargs: Any) -> Any
     return _iterate(xp, step, operands, state, **kwargs)
 
 
-def custom_vjp(xp: Any, fwd: Any, bwd: Any, arrays: tuple[Any, ...], n_diff: int) -> tuple[Any, ...]:
+def scan_blocks(xp: Any, body: Any, carry: Any, xs: tuple[Any, ...], block: int) -> Any:
+    from .._loops import scan_blocks as _scan_blocks
+
+    return _scan_blocks(xp, body, carry, xs, block)
+
+
+def custom_vjp(xp: Any, fwd: Any, bwd: Any, arrays: tuple[Any, ...], n_diff: int, residuals: Any = None) -> tuple[Any, ...]:
     """No autodiff here: the forward only (``rankops.vjp`` calls ``bwd`` itself)."""
     return fwd(xp, *arrays)[0]

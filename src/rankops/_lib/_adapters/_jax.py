@@ -125,7 +125,32 @@ def iterate(
     return loop(operands, state)
 
 
-def custom_vjp(xp: Any, fwd: Any, bwd: Any, arrays: tuple[Any, ...], n_diff: int) -> tuple[Any, ...]:
+def scan_blocks(xp: Any, body: Any, carry: Any, xs: tuple[Any, ...], block: int) -> Any:
+    """:func:`rankops._lib._loops.scan_blocks` as one ``lax.scan`` over the whole blocks, then the remainder.
+
+    The loop body is traced once (twice with a remainder), not once per block.
+    """
+    n = xs[0].shape[-1]
+    whole, rest = divmod(n, block)
+    parts = []
+    if whole > 1:
+
+        def split(x: Any) -> Any:
+            x = jnp.reshape(x[..., : whole * block], x.shape[:-1] + (whole, block))
+            return jnp.moveaxis(x, -2, 0)
+
+        carry, ys = jax.lax.scan(body, carry, tuple(split(x) for x in xs))
+        parts.append(tuple(jnp.reshape(jnp.moveaxis(y, 0, -2), y.shape[1:-1] + (whole * block,)) for y in ys))
+    elif whole == 1:
+        carry, ys = body(carry, tuple(x[..., :block] for x in xs))
+        parts.append(ys)
+    if rest:
+        carry, ys = body(carry, tuple(x[..., whole * block :] for x in xs))
+        parts.append(ys)
+    return carry, tuple(p[0] if len(p) == 1 else jnp.concatenate(p, axis=-1) for p in zip(*parts))
+
+
+def custom_vjp(xp: Any, fwd: Any, bwd: Any, arrays: tuple[Any, ...], n_diff: int, residuals: Any = None) -> tuple[Any, ...]:
     """``fwd(xp, *arrays) -> (outputs, residuals)`` with the gradient ``bwd(xp, residuals, cotangents)``.
 
     Registered as a ``jax.custom_vjp``, so it composes with ``jit``, ``vmap``

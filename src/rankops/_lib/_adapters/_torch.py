@@ -53,40 +53,54 @@ def iterate(xp: Any, step: Any, operands: Any, state: Any, **kwargs: Any) -> Any
     return _iterate(xp, step, operands, state, block=block, **kwargs)
 
 
+def scan_blocks(xp: Any, body: Any, carry: Any, xs: tuple[Any, ...], block: int) -> Any:
+    from .._loops import scan_blocks as _scan_blocks
+
+    return _scan_blocks(xp, body, carry, xs, block)
+
+
 class _Custom(torch.autograd.Function):
     """A forward with a hand-written backward, both written against the array API."""
 
     @staticmethod
     def forward(ctx: Any, spec: tuple[Any, ...], *arrays: Any) -> Any:
-        xp, fwd, bwd, n_diff = spec
+        xp, fwd, _, n_diff, _ = spec
         ctx.set_materialize_grads(False)  # unused outputs reach bwd as None, not zeros
         outs, res = fwd(xp, *arrays)
         ctx.spec = spec
-        ctx.save_for_backward(*res)
+        ctx.n_res = len(res)
+        ctx.save_for_backward(*res, *arrays)
         ctx.mark_non_differentiable(*(o for o in outs[n_diff:] if isinstance(o, torch.Tensor)))
         return tuple(outs)
 
     @staticmethod
     def backward(ctx: Any, *cts: Any) -> Any:
-        if torch.is_grad_enabled():
-            # create_graph=True: the rule's own derivative is not implemented, and
-            # once_differentiable would drop it silently under autograd.grad(inputs=...)
-            raise RuntimeError(
-                "rankops: second derivatives through implicit Sinkhorn differentiation are not supported; "
-                "use implicit=False (unrolled) for higher-order gradients"
-            )
-        xp, _, bwd, n_diff = ctx.spec
-        return (None, *bwd(xp, ctx.saved_tensors, cts[:n_diff]))
+        xp, _, bwd, n_diff, residuals = ctx.spec
+        saved = ctx.saved_tensors
+        res, arrays = saved[: ctx.n_res], saved[ctx.n_res :]
+        if torch.is_grad_enabled():  # create_graph=True
+            if residuals is None:
+                # the rule's own derivative is not implemented, and once_differentiable
+                # would drop it silently under autograd.grad(inputs=...)
+                raise RuntimeError(
+                    "rankops: second derivatives are not supported through a hand-written backward pass: "
+                    "use implicit=False (unrolled) for higher-order gradients of Sinkhorn operators"
+                )
+            # residuals rebuilt from the inputs under autograd: bwd is then differentiable
+            res = residuals(xp, *arrays)
+        return (None, *bwd(xp, res, cts[:n_diff]))
 
 
-def custom_vjp(xp: Any, fwd: Any, bwd: Any, arrays: tuple[Any, ...], n_diff: int) -> tuple[Any, ...]:
+def custom_vjp(xp: Any, fwd: Any, bwd: Any, arrays: tuple[Any, ...], n_diff: int, residuals: Any = None) -> tuple[Any, ...]:
     """``fwd(xp, *arrays) -> (outputs, residuals)`` with the gradient ``bwd(xp, residuals, cotangents)``.
 
-    Only the first ``n_diff`` outputs carry gradients. A backward pass with
-    ``create_graph=True`` raises instead of silently returning a wrong
-    second derivative.
+    Only the first ``n_diff`` outputs carry gradients. ``residuals(xp,
+    *arrays)``, when given, recomputes the residuals from the inputs: a
+    backward pass with ``create_graph=True`` then runs ``bwd`` under autograd
+    (higher derivatives). Without it such a pass raises instead of silently
+    returning a wrong second derivative.
     """
-    return _Custom.apply((xp, fwd, bwd, n_diff), *arrays)
+    return _Custom.apply((xp, fwd, bwd, n_diff, residuals), *arrays)
 
 
 def autodiff_vjp(f: Any, leaves: list[Any], outputs: Any) -> tuple[Any, tuple[Any, ...], Any]:
