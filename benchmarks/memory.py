@@ -44,71 +44,20 @@ Usage: python -m benchmarks.memory [--sizes 1000 4000] [--iters 20 100 300] [--b
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import json
 import math
 import os
-import platform
-import resource
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]  # children run `-m benchmarks.memory` from here
+from ._common import MIB, ROOT, default_max_rss_gib, git_state, machine, measure, package_version, run_child, seeded_inputs
+
 EPSILON, TOL = 1e-2, 1e-30  # tol must be > 0; this one is never reached, so every iteration runs
-MIB = 2.0**20
 MODES = {"implicit": "implicit", "unrolled": "unrolled (rankops, checkpointed)", "plain": "plain unrolled (reference)"}
 
 
 # -- child side: one case per process -------------------------------------------
-
-
-def _proc_status_kib(field: str, pid: str = "self") -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise KeyError(field)
-
-
-def _reset_peak() -> bool:
-    """Reset VmHWM to the current RSS, so the peak covers only what follows."""
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return True
-    except OSError:
-        return False
-
-
-def _measure(run, before: dict | None = None) -> tuple[dict, object]:
-    """Peak extra RSS (MiB) and wall time of ``run()``, and what it returned.
-
-    Prints ``before`` and the baseline RSS as a JSON line first, so that the
-    parent can still bound the peak from below if it has to kill the case.
-    """
-    import gc
-
-    gc.collect()
-    resettable = _reset_peak()
-    base = _proc_status_kib("VmRSS")
-    print(json.dumps({**(before or {}), "base_kib": base}), flush=True)
-    t0 = time.perf_counter()
-    result = run()
-    elapsed = time.perf_counter() - t0
-    peak = _proc_status_kib("VmHWM") if resettable else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return {"peak_mib": (peak - base) / 1024, "time_s": elapsed, "peak_source": "VmHWM" if resettable else "ru_maxrss"}, result
-
-
-def _inputs(b: int, n: int):
-    """Seeded float32 (x, w), the same on both backends so the gradient checksums compare."""
-    import numpy as np
-
-    rng = np.random.default_rng(n)
-    return rng.normal(size=(b, n)).astype(np.float32), rng.normal(size=(b, n)).astype(np.float32)
-
-
 # "plain": rankops' soft_rank defaults written out (squash "sigmoid" of the row
 # standardized with its population std, targets j / (n - 1), cost (y_j - s_i)^2,
 # a = b = 1/n, scaled potentials, v-update then u-update, rank = n * soft_cdf
@@ -170,12 +119,12 @@ def _torch_case(b: int, n: int, k: int, mode: str) -> dict:
     def fwd_bwd(x, w):
         (w * rank(x)).sum().backward()
 
-    x, w = (torch.from_numpy(a) for a in _inputs(b, n))
+    x, w = (torch.from_numpy(a) for a in seeded_inputs(b, n))
     small = torch.ones(2, 10, requires_grad=True)
     fwd_bwd(small, torch.ones_like(small))  # warm-up: lazy imports and one-time set-up do not count
     x.requires_grad_(True)
 
-    out, _ = _measure(lambda: fwd_bwd(x, w))
+    out, _ = measure(lambda: fwd_bwd(x, w))
     return {**out, "grad_l1": float(x.grad.abs().sum())}  # a checksum, computed outside the measured region
 
 
@@ -191,7 +140,7 @@ def _jax_case(b: int, n: int, k: int, mode: str) -> dict:
     grad = jax.jit(jax.grad(loss))  # w is an argument, not a closed-over constant baked into the program
     small = jnp.ones((2, 10), dtype=jnp.float32)
     grad(small, small).block_until_ready()  # warm-up: runtime and thread pools set up before the baseline
-    x, w = (jnp.asarray(a) for a in _inputs(b, n))
+    x, w = (jnp.asarray(a) for a in seeded_inputs(b, n))
     compiled = grad.lower(x, w).compile()  # compile outside the measured region
     xla = None
     try:
@@ -201,7 +150,7 @@ def _jax_case(b: int, n: int, k: int, mode: str) -> dict:
     except Exception:  # not every backend/version implements it
         pass
 
-    out, gx = _measure(lambda: compiled(x, w).block_until_ready(), {"xla_mib": xla})
+    out, gx = measure(lambda: compiled(x, w).block_until_ready(), {"xla_mib": xla})
     return {**out, "xla_mib": xla, "grad_l1": float(jnp.sum(jnp.abs(gx)))}
 
 
@@ -223,7 +172,7 @@ def check(b: int = 3, n: int = 50, k: int = 20) -> bool:
     import numpy as np
     import torch
 
-    xn, wn = _inputs(b, n)
+    xn, wn = seeded_inputs(b, n)
 
     def torch_pair(mode):
         x = torch.from_numpy(xn).requires_grad_(True)
@@ -252,50 +201,20 @@ def check(b: int = 3, n: int = 50, k: int = 20) -> bool:
 # -- parent side -----------------------------------------------------------------
 
 
-def _ram_kib() -> int | None:
-    try:
-        with open("/proc/meminfo") as f:  # first line: "MemTotal: <KiB> kB"
-            return int(f.readline().split()[1])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
 def run_case(backend: str, n: int, k: int, mode: str, batch: int, timeout: float, max_rss_kib: float | None) -> dict:
     spec = json.dumps({"backend": backend, "n": n, "max_iter": k, "mode": mode, "batch": batch})
-    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
-    proc = subprocess.Popen([sys.executable, "-m", "benchmarks.memory", "--child", spec], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + timeout
-    seen_kib = 0  # largest RSS sampled: bounds a killed case's peak from below
-    why = None
-    while True:
-        try:  # communicate() keeps draining the pipes, and may be retried after a timeout without losing output
-            out, err = proc.communicate(timeout=0.05)  # short: plain unrolled can grow by GiBs per second
-            break
-        except subprocess.TimeoutExpired:
-            why = "timeout" if time.monotonic() > deadline else None
-            try:
-                rss = _proc_status_kib("VmRSS", str(proc.pid))
-                seen_kib = max(seen_kib, rss)
-                if max_rss_kib and rss > max_rss_kib:
-                    why = "killed (RSS over --max-rss-gib)"
-            except (OSError, KeyError):
-                pass  # the child has just exited
-            if why:
-                proc.kill()
-                out, err = proc.communicate()  # what it printed before the kill: its baseline RSS, XLA's estimate
-                break
-    rows = [json.loads(ln) for ln in out.splitlines() if ln.startswith("{")]
+    child = run_child(["-m", "benchmarks.memory", "--child", spec], timeout, max_rss_kib)
+    rows = child.rows
     early = {key: v for r in rows if "base_kib" in r for key, v in r.items()}  # printed just before the measured run
-    if why is None and proc.returncode < 0:
-        why = f"killed (signal {-proc.returncode}{', out of memory?' if proc.returncode == -9 else ''})"
+    why = {"timeout": "timeout", "rss": "killed (RSS over --max-rss-gib)"}.get(child.reason)
+    if why is None and child.returncode < 0:
+        why = f"killed (signal {-child.returncode}{', out of memory?' if child.returncode == -9 else ''})"
     if why:
-        if "base_kib" in early and seen_kib > early["base_kib"]:
-            early["peak_min_mib"] = (seen_kib - early["base_kib"]) / 1024
+        if "base_kib" in early and child.seen_kib > early["base_kib"]:
+            early["peak_min_mib"] = (child.seen_kib - early["base_kib"]) / 1024
         return {**early, "error": why}
-    if proc.returncode != 0 or not rows:
-        tail = (err.strip().splitlines() or ["no output"])[-1]
-        return {**early, "error": f"exit {proc.returncode}: {tail}"}
+    if child.returncode != 0 or not rows:
+        return {**early, "error": f"exit {child.returncode}: {child.stderr_tail()}"}
     return {**early, **rows[-1]}
 
 
@@ -304,25 +223,8 @@ def _fmt(v, spec: str = ".1f") -> str:
 
 
 def machine_info(args) -> str:
-    def version(pkg):
-        try:
-            return importlib.metadata.version(pkg)
-        except importlib.metadata.PackageNotFoundError:
-            return "not installed"
-
-    try:  # the library is changing under the benchmark: say which tree was measured
-        st = subprocess.run(["git", "status", "--porcelain", "src"], cwd=ROOT, capture_output=True, text=True).stdout
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-        commit = f"git {head}{' + uncommitted src changes' if st.strip() else ''}" if head else "no git"
-    except OSError:
-        commit = "no git"
-    try:
-        with open("/proc/meminfo") as f:  # first line: "MemTotal: <KiB> kB"
-            ram = f"{int(f.readline().split()[1]) / 2**20:.1f} GiB RAM"
-    except (OSError, IndexError, ValueError):
-        ram = "RAM unknown"
-    return (f"{platform.platform()}, {platform.machine()}, {os.cpu_count()} CPUs, {ram}; Python {platform.python_version()}, "
-            f"torch {version('torch')}, jax {version('jax')}, jaxlib {version('jaxlib')}, rankops {version('rankops-xp')} ({commit}); "
+    return (f"{machine()}, torch {package_version('torch')}, jax {package_version('jax')}, "
+            f"jaxlib {package_version('jaxlib')}, rankops {package_version('rankops-xp')} ({git_state()}); "
             f"B={args.batch}, float32, epsilon={EPSILON}, tol={TOL} (all iterations run), one fresh process per case, "
             f"--max-rss-gib {format(args.max_rss_gib, '.1f') if args.max_rss_gib else 'none'}")
 
@@ -420,8 +322,7 @@ def main(argv=None) -> None:
     parser.add_argument("--modes", nargs="+", choices=list(MODES), default=list(MODES))
     parser.add_argument("--batch", type=int, default=20)
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per case")
-    ram = _ram_kib()
-    default_rss = min(20.0, 0.8 * ram / 2**20) if ram else 20.0
+    default_rss = default_max_rss_gib()
     parser.add_argument("--max-rss-gib", type=float, default=default_rss,
                         help=f"kill a case whose RSS passes this, 0 for no limit (default {default_rss:.1f}: "
                              "min(20, 80%% of RAM); plain unrolled at large n * max_iter needs far more)")

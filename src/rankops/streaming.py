@@ -66,6 +66,8 @@ def _order(xp: Any, s: Any, descending: bool) -> tuple[Any, Any]:
 class _SoftSort:
     """Rows keyed by the sorted scores ``s_[i]``."""
 
+    n_aux = 2  # sorted scores, inverse permutation
+
     def __init__(self, xp: Any, s: Any, tau: Any, aux: tuple[Any, ...], *, power: Any, **_: Any) -> None:
         self.xp, self.s, self.tau, self.power = xp, s, tau, power
         self.s_sorted, self.inv = aux
@@ -88,6 +90,9 @@ class _SoftSort:
     def back(self, keys: tuple[Any, ...], dz: Any, z: Any, cache: Any) -> tuple[tuple[Any, ...], tuple[Any, ...], Any]:
         """``dz -> ((ds over columns,), (ds_[i] over the block's rows,), dtau)``."""
         xp, tau, power = self.xp, self.tau, self.power
+        if cache is None:  # the matrix was kept: only what this pullback needs
+            diff = keys[0][..., :, None] - self.s[..., None, :]
+            cache = self._distance(keys[0]) if is_array(power) or power != 1.0 or is_array(tau) else (diff, None, None)
         diff, d, dp = cache
         d_d = dz * (-1.0 / tau)
         if is_array(power) or power != 1.0:
@@ -103,6 +108,8 @@ class _SoftSort:
 
 class _NeuralSort:
     """Rows keyed by the scaling ``c_i``; the columns share ``R_j = sum_k |s_j - s_k|``."""
+
+    n_aux = 1  # row sums R
 
     def __init__(self, xp: Any, s: Any, tau: Any, aux: tuple[Any, ...], *, block: int, descending: bool, **_: Any) -> None:
         self.xp, self.s, self.tau, self.block = xp, s, tau, block
@@ -128,7 +135,7 @@ class _NeuralSort:
         xp, tau = self.xp, self.tau
         ds = xp.matmul(keys[0] / tau, dz)
         d_rows = -xp.sum(dz, axis=-2) / tau
-        d_tau = -xp.sum(dz * z) / tau if is_array(tau) else None
+        d_tau = -xp.sum(dz * (self.logits(keys)[0] if z is None else z)) / tau if is_array(tau) else None
         return (ds, d_rows), (), d_tau
 
     def finish(self, cols: tuple[Any, ...], d_keys: tuple[Any, ...]) -> Any:
@@ -169,8 +176,8 @@ def _forward(xp: Any, rows: Any, output: str, block: int) -> Any:
     return get_adapter(xp).scan_blocks(xp, rank_body, xp.zeros_like(s), (*rows.keys, _positions(xp, s)), block)[0]
 
 
-def _backward(xp: Any, rows: Any, output: str, block: int, ct: Any) -> tuple[Any, Any]:
-    """``(ds, dtau)`` for the cotangent ``ct`` of the relaxed value."""
+def _backward(xp: Any, rows: Any, output: str, block: int, ct: Any, p_kept: Any = None) -> tuple[Any, Any]:
+    """``(ds, dtau)`` for the cotangent ``ct`` of the relaxed value (``p_kept``: the one-block matrix, if kept)."""
     softmax = get_adapter(xp).softmax
     s = rows.s
     n_keys = len(rows.keys)
@@ -178,8 +185,9 @@ def _backward(xp: Any, rows: Any, output: str, block: int, ct: Any) -> tuple[Any
     def body(acc: tuple[Any, ...], blk: tuple[Any, ...]) -> Any:
         cols_acc, tau_acc = acc
         keys, extra = blk[:n_keys], blk[n_keys:]
-        z, cache = rows.logits(keys)
-        p = softmax(xp, z, -1)
+        # with the matrix kept, the logits are recomputed only where the pullback needs them
+        z, cache = rows.logits(keys) if p_kept is None else (None, None)
+        p = softmax(xp, z, -1) if p_kept is None else p_kept
         if output == "sort":
             (g,) = extra
             y = matvec(xp, p, s)
@@ -208,36 +216,51 @@ def _hard(xp: Any, s: Any, output: str, descending: bool) -> Any:
     return s_sorted if output == "sort" else xp.astype(inv, s.dtype) + 1
 
 
-def _residuals(xp: Any, s: Any, tau_array: tuple[Any, ...], method: str, block: int, params: dict[str, Any]) -> tuple[Any, ...]:
-    """What the backward pass keeps: ``s``, an array ``tau`` and O(n) vectors (sort order or row sums)."""
-    return (s, *tau_array, *_METHODS[method].aux(xp, s, block=block, **params))
+def _residuals(
+    xp: Any, s: Any, tau_array: tuple[Any, ...], method: str, block: int, tau: Any, params: dict[str, Any], keep: bool
+) -> tuple[Any, ...]:
+    """What the backward pass keeps: ``s``, an array ``tau``, O(n) vectors (sort order or row sums).
+
+    ``keep``: the matrix fits in one block, so it is kept too (no larger than
+    one block) and the backward pass skips recomputing its softmax.
+    """
+    res = (s, *tau_array, *_METHODS[method].aux(xp, s, block=block, **params))
+    if not keep:
+        return res
+    rows = _rows(xp, res, bool(tau_array), method, block, tau, params)
+    return (*res, get_adapter(xp).softmax(xp, rows.logits(rows.keys)[0], -1))
 
 
 def _rows(xp: Any, res: tuple[Any, ...], has_tau: bool, method: str, block: int, tau: Any, params: dict[str, Any]) -> Any:
-    s = res[0]
+    s, cls = res[0], _METHODS[method]
     if has_tau:
         tau = xp.astype(res[1], s.dtype)
-    return _METHODS[method](xp, s, tau, res[1 + has_tau :], block=block, **params)
+    return cls(xp, s, tau, res[1 + has_tau : 1 + has_tau + cls.n_aux], block=block, **params)
 
 
-def _fwd(xp: Any, s: Any, *tau_array: Any, method: str, output: str, block: int, hard: bool, tau: Any, params: dict[str, Any]) -> Any:
-    res = _residuals(xp, s, tau_array, method, block, params)
+def _fwd(
+    xp: Any, s: Any, *tau_array: Any, method: str, output: str, block: int, hard: bool, keep: bool, tau: Any, params: dict[str, Any]
+) -> Any:
+    res = _residuals(xp, s, tau_array, method, block, tau, params, keep)
     if hard:
         value = _hard(xp, s, output, params["descending"])
+    elif keep:
+        p = res[-1]
+        value = matvec(xp, p, s) if output == "sort" else xp.matmul(_positions(xp, s), p)
     else:
         value = _forward(xp, _rows(xp, res, bool(tau_array), method, block, tau, params), output, block)
     return (value,), res
 
 
 def _bwd(
-    xp: Any, res: tuple[Any, ...], cts: tuple[Any, ...], *, method: str, output: str, block: int, tau: Any, params: dict[str, Any]
+    xp: Any, res: tuple[Any, ...], cts: tuple[Any, ...], *, method: str, output: str, block: int, keep: bool, tau: Any, params: dict[str, Any]
 ) -> tuple[Any, ...]:
     has_tau = tau is None
     (ct,) = cts
     if ct is None:  # torch: the output was not used
         return (None,) * (1 + has_tau)
     rows = _rows(xp, res, has_tau, method, block, tau, params)
-    ds, d_tau = _backward(xp, rows, output, block, xp.astype(ct, rows.s.dtype))
+    ds, d_tau = _backward(xp, rows, output, block, xp.astype(ct, rows.s.dtype), res[-1] if keep else None)
     return (ds, xp.astype(d_tau, res[1].dtype)) if has_tau else (ds,)
 
 
@@ -255,11 +278,13 @@ def stream_vjp(
         params["power"] = power
     # An array tau travels with the differentiated arrays (tau=None here), a number as a constant.
     arrays = (x, tau) if is_array(tau) else (x,)
-    static = {"method": method, "output": output, "block": block, "tau": None if is_array(tau) else tau, "params": params}
+    keep = not hard and block >= x.shape[-1]
+    static = {"method": method, "output": output, "block": block, "keep": keep, "tau": None if is_array(tau) else tau, "params": params}
     fwd = functools.partial(_fwd, hard=hard, **static)
     bwd = functools.partial(_bwd, **static)
+
     def residuals(xp: Any, s: Any, *tau_array: Any) -> tuple[Any, ...]:
-        return _residuals(xp, s, tau_array, method, block, params)
+        return _residuals(xp, s, tau_array, method, block, static["tau"], params, keep)
 
     (value,) = get_adapter(xp).custom_vjp(xp, fwd, bwd, arrays, n_diff=1, residuals=residuals)
 

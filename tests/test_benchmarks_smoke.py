@@ -1,0 +1,67 @@
+"""`python -m benchmarks --smoke` runs every group and contender, and writes its page and plots.
+
+Only that it works is checked: the numbers of a smoke run (tiny sizes, jobs
+sharing processes) mean nothing, so nothing here depends on a time.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SECTIONS = ("Soft ranks with SoftSort", "Soft ranks with NeuralSort", "Sinkhorn soft sort", "Large n")
+
+
+def _section(page: str, title: str) -> str:
+    start = page.index(f"## {title}")
+    end = page.find("\n## ", start + 1)
+    return page[start:] if end < 0 else page[start:end]
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    pytest.importorskip("torch")
+    pytest.importorskip("jax")
+    pytest.importorskip("matplotlib")
+    out = tmp_path_factory.mktemp("bench")
+    proc = subprocess.run([sys.executable, "-m", "benchmarks", "--smoke", "--output", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    return proc, out
+
+
+def test_smoke_exits_zero(smoke):
+    proc, _ = smoke
+    assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr[-4000:]}"
+
+
+def test_smoke_writes_page_and_plots(smoke):
+    _, out = smoke
+    page = (out / "benchmarks.md").read_text()
+    pngs = {p.name for p in (out / "img").glob("*.png")}
+    for group in ("softsort", "neuralsort", "sinkhorn"):
+        for metric in ("time-fwd", "time-fwdbwd", "memory"):
+            name = f"{group}-{metric}.png"
+            assert name in pngs and (out / "img" / name).stat().st_size > 1000
+            assert f"](img/{name})" in page
+    assert "benchmarks-scripts.md" in page and "## How these numbers are measured" in page
+
+
+@pytest.mark.parametrize("title", SECTIONS)
+def test_smoke_page_has_numeric_rows(smoke, title):
+    _, out = smoke
+    text = _section((out / "benchmarks.md").read_text(), title)
+    if title == "Large n":  # | `op` | time s | peak MiB | yes/no |
+        rows = re.findall(r"^\| `[^`]+` \| \d+\.\d+ \| -?\d+\.\d+ \| (?:yes|NO) \|$", text, flags=re.M)
+        assert len(rows) == 4, text
+        return
+    # | n | contender | fwd ms | ratio | fwd+bwd ms | ratio | diff |: a number in both time columns
+    timed = re.findall(r"^\| (\d+) \| (rankops-\w+) \| \d+(?:\.\d+)? \| [^|]+ \| \d+(?:\.\d+)? \|", text, flags=re.M)
+    assert {c for _, c in timed} == {"rankops-numpy", "rankops-torch", "rankops-jax"}, text
+    assert {n for n, _ in timed} == {"8", "32"}, text
+    peaks = re.findall(r"^\| \d+ \| [\w-]+ \| -?\d+\.\d+ \| [^|]* \| -?\d+\.\d+ \| [^|]* \|$", text, flags=re.M)
+    assert len(peaks) >= 6, text
