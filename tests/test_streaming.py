@@ -34,7 +34,7 @@ def _expected(op, method, x, tau, descending, **options):
 
 @pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize("method", MATRICES)
-@pytest.mark.parametrize("block", [1, 4])
+@pytest.mark.parametrize("block", [1, 4, None])
 @pytest.mark.parametrize("descending", [False, True])
 def test_values_match_formula(backend, device, op, method, block, descending):
     x = _x((2, 3, 11))

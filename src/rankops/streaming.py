@@ -66,16 +66,16 @@ def _order(xp: Any, s: Any, descending: bool) -> tuple[Any, Any]:
 class _SoftSort:
     """Rows keyed by the sorted scores ``s_[i]``."""
 
-    n_aux = 2  # sorted scores, inverse permutation
+    n_aux = 2  # sorted scores, the sorting permutation
 
     def __init__(self, xp: Any, s: Any, tau: Any, aux: tuple[Any, ...], *, power: Any, **_: Any) -> None:
         self.xp, self.s, self.tau, self.power = xp, s, tau, power
-        self.s_sorted, self.inv = aux
-        self.keys = (self.s_sorted,)
+        self.keys = aux  # row i: s_[i] and the item sorted there
 
     @staticmethod
     def aux(xp: Any, s: Any, *, descending: bool, **_: Any) -> tuple[Any, ...]:
-        return _order(xp, s, descending)
+        order = xp.argsort(s, axis=-1, descending=descending, stable=True)
+        return xp.take_along_axis(s, order, axis=-1), order
 
     def _distance(self, s_block: Any) -> tuple[Any, Any, Any]:
         diff = s_block[..., :, None] - self.s[..., None, :]
@@ -88,7 +88,7 @@ class _SoftSort:
         return cache[2] * (-1.0 / self.tau), cache
 
     def back(self, keys: tuple[Any, ...], dz: Any, z: Any, cache: Any) -> tuple[tuple[Any, ...], tuple[Any, ...], Any]:
-        """``dz -> ((ds over columns,), (ds_[i] over the block's rows,), dtau)``."""
+        """``dz -> ((ds,), (), dtau)``."""
         xp, tau, power = self.xp, self.tau, self.power
         if cache is None:  # the matrix was kept: only what this pullback needs
             diff = keys[0][..., :, None] - self.s[..., None, :]
@@ -99,11 +99,21 @@ class _SoftSort:
             d_d = d_d * power * d ** (power - 1.0)
         d_diff = d_d * xp.sign(diff)
         d_tau = xp.sum(dz * dp) / (tau * tau) if is_array(tau) else None
-        return (-xp.sum(d_diff, axis=-2),), (xp.sum(d_diff, axis=-1),), d_tau
+        # s_[i] = s[order[i]]: row i's cotangent goes back to the item sorted there. Added
+        # here through the block's 0/1 rows rather than kept per block and gathered at the
+        # end: a list of small per-block arrays fragments glibc's heap (6 GiB peak RSS at
+        # n = 100 000 on torch, against 0.2 GiB without it).
+        d_rows = xp.sum(d_diff, axis=-1)
+        n = self.s.shape[-1]
+        if keys[1].shape[-1] == n:  # one block: a gather by the inverse permutation
+            to_items = xp.take_along_axis(d_rows, xp.argsort(keys[1], axis=-1), axis=-1)
+        else:
+            items = xp.arange(n, dtype=keys[1].dtype, device=array_api_compat.device(keys[1]))
+            to_items = xp.matmul(d_rows[..., None, :], xp.astype(keys[1][..., :, None] == items, dz.dtype))[..., 0, :]
+        return (to_items - xp.sum(d_diff, axis=-2),), (), d_tau
 
     def finish(self, cols: tuple[Any, ...], d_keys: tuple[Any, ...]) -> Any:
-        # s_[i] = s[order[i]]: position i's cotangent goes back to the item sorted there
-        return cols[0] + self.xp.take_along_axis(d_keys[0], self.inv, axis=-1)
+        return cols[0]
 
 
 class _NeuralSort:
