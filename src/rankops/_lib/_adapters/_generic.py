@@ -12,7 +12,10 @@ from typing import Any
 
 import numpy as np
 
+from .._loops import scan_blocks
 from .._numerics import logsumexp as _logsumexp, softmax as _softmax
+
+__all__ = ["softmax", "logsumexp", "stop_gradient", "gumbel", "iterate", "scan_blocks", "custom_vjp"]
 
 
 def softmax(xp: Any, z: Any, axis: int = -1) -> Any:
@@ -45,12 +48,6 @@ def iterate(xp: Any, step: Any, operands: Any, state: Any, **kwargs: Any) -> Any
     from .._loops import iterate as _iterate
 
     return _iterate(xp, step, operands, state, **kwargs)
-
-
-def scan_blocks(xp: Any, body: Any, carry: Any, xs: tuple[Any, ...], block: int) -> Any:
-    from .._loops import scan_blocks as _scan_blocks
-
-    return _scan_blocks(xp, body, carry, xs, block)
 
 
 def custom_vjp(xp: Any, fwd: Any, bwd: Any, arrays: tuple[Any, ...], n_diff: int, residuals: Any = None) -> tuple[Any, ...]:

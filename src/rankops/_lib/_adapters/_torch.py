@@ -7,6 +7,10 @@ from typing import Any
 
 import torch
 
+from ._generic import scan_blocks  # the eager block loop
+
+__all__ = ["softmax", "logsumexp", "stop_gradient", "gumbel", "iterate", "scan_blocks", "custom_vjp", "autodiff_vjp"]
+
 
 def softmax(xp: Any, z: Any, axis: int = -1) -> Any:
     return torch.softmax(z, dim=axis)
@@ -51,12 +55,6 @@ def iterate(xp: Any, step: Any, operands: Any, state: Any, **kwargs: Any) -> Any
         return run(s)
 
     return _iterate(xp, step, operands, state, block=block, **kwargs)
-
-
-def scan_blocks(xp: Any, body: Any, carry: Any, xs: tuple[Any, ...], block: int) -> Any:
-    from .._loops import scan_blocks as _scan_blocks
-
-    return _scan_blocks(xp, body, carry, xs, block)
 
 
 class _Custom(torch.autograd.Function):
