@@ -37,7 +37,6 @@ from typing import Any
 import array_api_compat
 
 from ._lib._adapters import get_adapter
-from ._lib._apply import with_value
 from ._lib._compat import is_array
 from ._lib._numerics import matvec
 
@@ -302,6 +301,3 @@ def stream_vjp(
         return dict(zip(("x", "tau"), bwd(xp, residuals(xp, *arrays), (ct,))))
 
     return value, pullback
-
-
-stream = with_value(stream_vjp)
