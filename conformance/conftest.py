@@ -11,3 +11,24 @@ from .operators import OPERATORS
 def op(request):
     """Every registered operator (tests may narrow it with their own parametrize)."""
     return request.param
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """Counts of the inputs the property suite tried, per backend (docs/reliability.md quotes them)."""
+    import json
+    import os
+
+    from .strategies import TRIED
+
+    if not TRIED:
+        return
+    backends = sorted({b for b, _ in TRIED})
+    whats = sorted({w for _, w in TRIED}, key=lambda w: (not w.startswith(("inputs", "rows", "gradients")), w))
+    terminalreporter.write_sep("=", "property suite: inputs tried per backend")
+    terminalreporter.write_line(f"{'':34}" + "".join(f"{b:>18}" for b in backends))
+    for what in whats:
+        terminalreporter.write_line(f"{what:34}" + "".join(f"{TRIED.get((b, what), 0):>18}" for b in backends))
+    path = os.environ.get("RANKOPS_PROPERTY_REPORT")
+    if path:
+        with open(path, "w") as f:
+            json.dump({b: {w: TRIED.get((b, w), 0) for w in whats} for b in backends}, f, indent=1)

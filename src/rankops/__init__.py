@@ -8,7 +8,7 @@ arrays and differentiates under the caller's own autodiff.
 from __future__ import annotations
 
 from .permutations import neuralsort, softsort
-from .sinkhorn import SinkhornResult, sinkhorn
+from .sinkhorn import ConvergenceWarning, SinkhornInfo, SinkhornResult, sinkhorn
 from .sorting import soft_rank, soft_sort
 from .transport import soft_cdf, soft_quantile, soft_quantile_normalize, soft_topk_mask
 from .gradients import vjp
@@ -24,6 +24,8 @@ __all__ = [
     "soft_topk_mask",
     "sinkhorn",
     "SinkhornResult",
+    "SinkhornInfo",
+    "ConvergenceWarning",
     "softsort",
     "neuralsort",
     "vjp",

@@ -61,6 +61,12 @@ def _cg_tolerance(xp: Any, dtype: Any) -> float:
 
 def _schur_solve(xp: Any, p: Any, r: Any, s: Any, max_iter: int) -> tuple[Any, Any]:
     """Solve the system above for ``(alpha, beta)`` by eliminating ``alpha`` (the rows of ``p``)."""
+    # The system is linear: solve for a right-hand side of unit size and scale
+    # back, so that CG's squared norms stay in range when the cotangent is
+    # large (a soft sort of values near 1e30 in float32).
+    unit = xp.maximum(xp.max(xp.abs(r), axis=-1, keepdims=True), xp.max(xp.abs(s), axis=-1, keepdims=True))
+    unit = get_adapter(xp).stop_gradient(xp, xp.where((unit > 0) & xp.isfinite(unit), unit, xp.ones_like(unit)))
+    r, s = r / unit, s / unit
     row = xp.sum(p, axis=-1)
     col = xp.sum(p, axis=-2)
     inv_row = _safe_inverse(xp, row)
@@ -99,7 +105,7 @@ def _schur_solve(xp: Any, p: Any, r: Any, s: Any, max_iter: int) -> tuple[Any, A
     )
     beta = y * inv_sqrt_col
     alpha = (r - matvec(xp, p, beta)) * inv_row
-    return alpha, beta
+    return alpha * unit, beta * unit
 
 
 def fixed_point_vjp(

@@ -67,6 +67,11 @@ def vjp(fun: Callable[..., Any], x: Any, /, *args: Any, **options: Any) -> tuple
     if fun not in OPERATORS:
         names = ", ".join(f"rankops.{f.__name__}" for f in OPERATORS)
         raise TypeError(f"fun must be a rankops operator ({names}), got {fun!r}")
+    if "return_info" in options:
+        raise TypeError(
+            "rankops.vjp does not take return_info: the value it returns is the one being differentiated; "
+            "call the operator with return_info=True to read the convergence info"
+        )
     positional = _positional_names(fun)
     if len(args) > len(positional) - 1:
         raise TypeError(f"{fun.__name__} takes at most {len(positional)} positional arguments, got {1 + len(args)}")

@@ -37,6 +37,7 @@ import array_api_compat
 from ._lib._adapters import get_adapter
 from ._lib._apply import finish, prepare, run, with_value
 from ._lib._compat import is_array
+from ._lib._numerics import abs_power, abs_power_slope
 from ._lib._validation import boolean, optional_count, positive_scalar
 
 __all__ = ["softsort", "neuralsort"]
@@ -57,14 +58,14 @@ def _softsort_logits(xp: Any, s: Any, tau: Any, power: float, descending: bool) 
     s_sorted = xp.sort(s, axis=-1, descending=descending)
     diff = s_sorted[..., :, None] - s[..., None, :]
     d = xp.abs(diff)
-    dp = d**power if power != 1.0 else d
+    dp = abs_power(xp, d, power)
     # One n x n multiply instead of a negation and a division.
     logits = dp * (-1.0 / tau)
 
     def pullback(d_logits: Any) -> tuple[Any, Any]:
         d_d = d_logits * (-1.0 / tau)
-        if power != 1.0:
-            d_d = d_d * power * d ** (power - 1.0)
+        if is_array(power) or power != 1.0:
+            d_d = d_d * abs_power_slope(xp, d, power)
         d_diff = d_d * xp.sign(diff)
         # sort's pullback sends position i's cotangent to the item sorted there
         order = hard_permutation(xp, s, descending)

@@ -13,7 +13,9 @@ is solved by alternating the dual updates
 
 from ``f = g = 0``; the plan is ``P_ij = exp((f_i + g_j - C_ij) / epsilon)``.
 After each f-update the rows of P sum exactly to ``a``; the reported error is
-the L1 gap of the other marginal, ``sum_j |(P^T 1)_j - b_j|``, per problem.
+the L1 gap of the other marginal, ``sum_j |(P^T 1)_j - b_j|``, per problem,
+plus that of the rows, which is rounding only unless ``C / epsilon`` exceeds
+the float's precision (then the plan is meaningless, and this says so).
 Everything stays in the log domain, so small ``epsilon`` cannot overflow.
 
 Iterations run in blocks of ``check_every``; a problem whose error is
@@ -34,6 +36,7 @@ from __future__ import annotations
 
 import functools
 import math
+import warnings
 from typing import Any, Callable, NamedTuple
 
 import array_api_compat
@@ -43,11 +46,14 @@ from ._implicit import fixed_point_vjp
 from ._lib._adapters import get_adapter
 from ._lib._apply import Recorded, call, is_recording, record, with_value
 from ._lib._loops import freeze_rows
+from ._lib._warnings import caller_stacklevel
 from ._lib._numerics import safe_divide
 from ._lib._compat import check_same_device, is_array, is_lazy_blockwise, namespace, real_float_dtypes
 from ._lib._validation import boolean, positive_count, positive_scalar
 
-__all__ = ["sinkhorn", "SinkhornResult", "DEFAULT_MAX_ITER", "DEFAULT_TOL", "DEFAULT_CHECK_EVERY"]
+__all__ = [
+    "sinkhorn", "SinkhornResult", "SinkhornInfo", "ConvergenceWarning", "DEFAULT_MAX_ITER", "DEFAULT_TOL", "DEFAULT_CHECK_EVERY",
+]
 
 DEFAULT_MAX_ITER = 2000
 DEFAULT_TOL = 1e-3
@@ -63,6 +69,22 @@ class SinkhornResult(NamedTuple):
     n_iter: Any  # iterations run (a Python int, or a 0-d int array under JAX)
     error: Any  # (...,) L1 error of the column marginal at exit
     converged: Any  # (...,) bool: error <= tol
+
+
+class SinkhornInfo(NamedTuple):
+    """Convergence of the transport problems behind one operator call (``return_info=True``).
+
+    One entry per problem, i.e. per row of the input (per row and level for
+    :func:`rankops.soft_quantile` with an array of levels); arrays in the
+    input's namespace and device, detached from autodiff.
+    """
+
+    converged: Any  # bool: error <= tol when the solver stopped
+    error: Any  # L1 error of the target marginal at exit, in the dtype the operator computed in
+
+
+class ConvergenceWarning(RuntimeWarning):
+    """Sinkhorn stopped at ``max_iter`` with a marginal error above ``tol`` in some row."""
 
 
 def solve_vjp(
@@ -139,10 +161,15 @@ def _fixed_point(
         return u, v
 
     def error(ops: tuple[Any, Any, Any], state: tuple[Any, Any]) -> Any:
-        c_, _, lb = ops
+        # Both marginals: the rows are exact after an f-update in exact arithmetic, so their
+        # part is rounding only, except where cost / epsilon is beyond the float's precision
+        # (1e20 in float64, with squash=None and large inputs): then the plan is meaningless,
+        # and this term reports it instead of a silent "converged".
+        c_, la, lb = ops
         u, v = state
         column = xp.exp(v + lse(xp, u[..., :, None] - c_, -2))
-        return xp.sum(xp.abs(column - xp.exp(lb)), axis=-1)
+        row = xp.exp(u + lse(xp, v[..., None, :] - c_, -1))
+        return xp.sum(xp.abs(column - xp.exp(lb)), axis=-1) + xp.sum(xp.abs(row - xp.exp(la)), axis=-1)
 
     # Shapes only (Python tuples): the batch of the cost and of both marginals.
     batch = np.broadcast_shapes(tuple(c.shape[:-2]), tuple(log_a.shape[:-1]), tuple(log_b.shape[:-1]))
@@ -237,6 +264,31 @@ def sinkhorn(
         record(Recorded(None, pullback))
         return res
     return call(xp, _solve_weights, cost, weights, params)
+
+
+def warn_if_unconverged(xp: Any, error: Any, opts: dict[str, Any], where: str) -> None:
+    """Warn (:class:`ConvergenceWarning`) when some problem stopped above ``tol``.
+
+    Reads values, so only where they exist now: not on tracers (``jax.jit``,
+    ``grad``, ``vmap``, ``torch.func``) nor on Dask's lazy arrays. The eager
+    solver loop has read its error at every block already, so the read costs
+    no extra device sync there. A NaN error (a NaN or infinite input row) is
+    a data problem, not a convergence one, and does not warn.
+    """
+    if is_lazy_blockwise(xp) or not get_adapter(xp).is_concrete(error):
+        return
+    bad = error > opts["tol"]
+    if not bool(xp.any(bad)):
+        return
+    count = int(xp.sum(xp.astype(bad, xp.int32)))
+    worst = float(xp.max(xp.where(bad, error, xp.zeros_like(error))))
+    warnings.warn(
+        f"{where}: Sinkhorn stopped at max_iter={opts['max_iter']} with a marginal error above tol={opts['tol']:g} in "
+        f"{count} of {math.prod(error.shape)} transport problem(s) (largest {worst:.3g}); raise max_iter or epsilon, or pass "
+        "return_info=True to see which ones",
+        ConvergenceWarning,
+        stacklevel=caller_stacklevel(),
+    )
 
 
 def log_weights(xp: Any, w: Any, size: int, dtype: Any, device: Any) -> Any:

@@ -38,7 +38,7 @@ import array_api_compat
 
 from ._lib._adapters import get_adapter
 from ._lib._compat import is_array
-from ._lib._numerics import matvec
+from ._lib._numerics import abs_power, abs_power_slope, matvec
 
 __all__ = ["stream_vjp", "auto_block", "BLOCK_BYTES"]
 
@@ -79,7 +79,7 @@ class _SoftSort:
     def _distance(self, s_block: Any) -> tuple[Any, Any, Any]:
         diff = s_block[..., :, None] - self.s[..., None, :]
         d = self.xp.abs(diff)
-        return diff, d, (d**self.power if is_array(self.power) or self.power != 1.0 else d)
+        return diff, d, abs_power(self.xp, d, self.power)
 
     def logits(self, keys: tuple[Any, ...]) -> tuple[Any, Any]:
         """The block's logits, and what their pullback reuses."""
@@ -95,7 +95,7 @@ class _SoftSort:
         diff, d, dp = cache
         d_d = dz * (-1.0 / tau)
         if is_array(power) or power != 1.0:
-            d_d = d_d * power * d ** (power - 1.0)
+            d_d = d_d * abs_power_slope(xp, d, power)
         d_diff = d_d * xp.sign(diff)
         d_tau = xp.sum(dz * dp) / (tau * tau) if is_array(tau) else None
         # s_[i] = s[order[i]]: row i's cotangent goes back to the item sorted there. Added

@@ -47,11 +47,14 @@ from typing import Any, Callable
 
 from array_api_compat import device as _device
 
-from ._lib._apply import finish, prepare, run, with_value
+from ._lib._adapters import get_adapter
+from ._lib._apply import Prepared, finish, prepare, run, with_value
 from ._lib._compat import is_array
-from ._lib._numerics import matvec, unbroadcast
+from ._lib._numerics import abs_power, abs_power_slope, matvec, unbroadcast
 from ._lib._validation import boolean, known_options, optional_count, positive_count, positive_scalar
-from .sinkhorn import DEFAULT_MAX_ITER, DEFAULT_TOL, check_solver_options, log_weights, solve_vjp
+from .sinkhorn import (
+    DEFAULT_MAX_ITER, DEFAULT_TOL, SinkhornInfo, check_solver_options, log_weights, solve_vjp, warn_if_unconverged,
+)
 
 __all__ = ["soft_cdf", "soft_quantile", "soft_quantile_normalize", "soft_topk_mask", "SQUASHES", "DEFAULT_EPSILON"]
 
@@ -120,14 +123,17 @@ def squash_vjp(xp: Any, x: Any, method: str | None) -> tuple[Any, Pullback]:
     """:func:`squash` and its pullback ``d(squashed) -> dx``."""
     if method is None:
         return x, lambda dy: dy
-    if method == "minmax":
-        return _minmax_vjp(xp, x)
     # Dividing by the largest magnitude first keeps the squares below in range
     # for rows at 1e30 (and above subnormals for rows at 1e-30). The result does
-    # not depend on this scale, so the pullback treats it as a constant.
+    # not depend on this scale, so its gradient is exactly 0: it is stopped for
+    # autodiff too, whose scale**-2 terms would otherwise underflow to inf - inf
+    # on subnormal rows.
     scale = xp.max(xp.abs(x), axis=-1, keepdims=True)
-    scale = xp.where((scale > 0) & xp.isfinite(scale), scale, xp.ones_like(scale))
+    scale = get_adapter(xp).stop_gradient(xp, xp.where((scale > 0) & xp.isfinite(scale), scale, xp.ones_like(scale)))
     z = x / scale
+    if method == "minmax":
+        y, minmax_back = _minmax_vjp(xp, z)
+        return y, lambda dy: minmax_back(dy) / scale
     z = z - xp.mean(z, axis=-1, keepdims=True)  # exactly 0 on a constant row (all entries are +-1 now)
     var = xp.mean(z * z, axis=-1, keepdims=True)
     spread = var > 0
@@ -170,17 +176,19 @@ def _grid(xp: Any, m: int, like: Any) -> Any:
     return xp.arange(m, dtype=like.dtype, device=_device(like)) / max(m - 1, 1)
 
 
-def _plan_vjp(xp: Any, x: Any, y: Any, log_b: Any, opts: dict[str, Any], exact: str = "rows") -> tuple[Any, Pullback]:
+def _plan_vjp(xp: Any, x: Any, y: Any, log_b: Any, opts: dict[str, Any], exact: str = "rows") -> tuple[Any, Any, Pullback]:
     """Entropic plan (..., n, m) between the squashed rows of ``x`` and targets ``y``.
 
-    Pullback: ``dplan -> (dx, dlog_b, depsilon)`` (``depsilon`` None unless
+    Returns the plan, the solver's marginal error per problem (...,) and the
+    pullback ``dplan -> (dx, dlog_b, depsilon)`` (``depsilon`` None unless
     epsilon is an array).
     """
     n = x.shape[-1]
     s, squash_back = squash_vjp(xp, x, opts["squash"])
     d = y - s[..., :, None]
     power = opts["power"]
-    cost = d * d if power == 2.0 else xp.abs(d) ** power
+    square = not is_array(power) and power == 2.0
+    cost = d * d if square else abs_power(xp, xp.abs(d), power)
     log_a = xp.full((n,), -math.log(n), dtype=x.dtype, device=_device(x))
     res, solve_back = solve_vjp(
         xp, cost, log_a, log_b, epsilon=opts["epsilon"], max_iter=opts["max_iter"], tol=opts["tol"], exact=exact,
@@ -189,10 +197,10 @@ def _plan_vjp(xp: Any, x: Any, y: Any, log_b: Any, opts: dict[str, Any], exact: 
 
     def pullback(dp: Any) -> tuple[Any, Any, Any]:
         d_cost, _, d_log_b, d_eps = solve_back(dp)
-        slope = 2.0 * d if power == 2.0 else power * xp.abs(d) ** (power - 1.0) * xp.sign(d)
+        slope = 2.0 * d if square else abs_power_slope(xp, xp.abs(d), power) * xp.sign(d)
         return squash_back(-xp.sum(d_cost * slope, axis=-1)), d_log_b, d_eps
 
-    return res.plan, pullback
+    return res.plan, res.error, pullback
 
 
 def _target_weights(xp: Any, x: Any, m: int, target_weights: Any) -> tuple[Any, Any]:
@@ -216,10 +224,12 @@ def _grads(x: Any, d_eps: Any, **named: Any) -> dict[str, Any]:
 
 
 # -- cores (operator axis last; also run per Dask block with NumPy) ----------------------
-# Each ``*_vjp`` returns ``(value, pullback)``; the pullback maps the output's
-# cotangent to a dict of cotangents (``x`` and any array parameter), which is
-# how ``rankops.vjp`` differentiates on backends without autodiff. torch and
-# JAX differentiate the value itself (their autodiff ignores the pullback).
+# Each ``*_vjp`` returns ``((value, error), pullback)``: ``error`` is the
+# solver's marginal error per transport problem (for ``return_info`` and the
+# convergence warning); the pullback maps the value's cotangent to a dict of
+# cotangents (``x`` and any array parameter), which is how ``rankops.vjp``
+# differentiates on backends without autodiff. torch and JAX differentiate
+# the value itself (their autodiff ignores the pullback).
 
 
 def cdf_vjp(xp: Any, x: Any, *, opts: dict[str, Any], descending: bool = False, target_weights: Any = None) -> tuple[Any, Pullback]:
@@ -228,7 +238,7 @@ def cdf_vjp(xp: Any, x: Any, *, opts: dict[str, Any], descending: bool = False, 
     m = _targets_count(x, opts.get("num_targets"), target_weights)
     b, log_b = _target_weights(xp, x, m, target_weights)
     b_bar = xp.cumulative_sum(b, axis=-1)
-    p, plan_back = _plan_vjp(xp, sign * x, _grid(xp, m, x), log_b, opts)
+    p, err, plan_back = _plan_vjp(xp, sign * x, _grid(xp, m, x), log_b, opts)
     out = n * matvec(xp, p, b_bar)
 
     def pullback(ct: Any) -> dict[str, Any]:
@@ -239,13 +249,13 @@ def cdf_vjp(xp: Any, x: Any, *, opts: dict[str, Any], descending: bool = False, 
             d_w = xp.flip(xp.cumulative_sum(xp.flip(d_bbar, axis=-1), axis=-1), axis=-1) + d_log_b / b
         return _grads(sign * dx, d_eps, target_weights=d_w)
 
-    return out, pullback
+    return (out, err), pullback
 
 
 def rank_vjp(xp: Any, x: Any, **kwargs: Any) -> tuple[Any, Pullback]:
     n = x.shape[-1]
-    cdf, cdf_back = cdf_vjp(xp, x, **kwargs)
-    return n * cdf, lambda ct: cdf_back(n * ct)
+    (cdf, err), cdf_back = cdf_vjp(xp, x, **kwargs)
+    return (n * cdf, err), lambda ct: cdf_back(n * ct)
 
 
 def sort_vjp(xp: Any, x: Any, *, opts: dict[str, Any], descending: bool = False, target_weights: Any = None) -> tuple[Any, Pullback]:
@@ -253,7 +263,7 @@ def sort_vjp(xp: Any, x: Any, *, opts: dict[str, Any], descending: bool = False,
     x = sign * x
     m = _targets_count(x, opts.get("num_targets"), target_weights)
     b, log_b = _target_weights(xp, x, m, target_weights)
-    p, plan_back = _plan_vjp(xp, x, _grid(xp, m, x), log_b, opts, exact="columns")
+    p, err, plan_back = _plan_vjp(xp, x, _grid(xp, m, x), log_b, opts, exact="columns")
     ascending = xp.matmul(x[..., None, :], p)[..., 0, :] / b
 
     def pullback(ct: Any) -> dict[str, Any]:
@@ -263,7 +273,7 @@ def sort_vjp(xp: Any, x: Any, *, opts: dict[str, Any], descending: bool = False,
         d_w = None if target_weights is None else d_log_b / b - unbroadcast(xp, ct_b * ascending, tuple(b.shape))
         return _grads(sign * dx, d_eps, target_weights=d_w)
 
-    return sign * ascending, pullback
+    return (sign * ascending, err), pullback
 
 
 def quantile_normalize_vjp(
@@ -272,7 +282,7 @@ def quantile_normalize_vjp(
     n, m = x.shape[-1], targets.shape[0]
     t = xp.astype(targets, x.dtype)
     b, log_b = _target_weights(xp, x, m, target_weights)
-    p, plan_back = _plan_vjp(xp, x, _grid(xp, m, x), log_b, opts)
+    p, err, plan_back = _plan_vjp(xp, x, _grid(xp, m, x), log_b, opts)
     out = n * matvec(xp, p, t)
 
     def pullback(ct: Any) -> dict[str, Any]:
@@ -280,7 +290,7 @@ def quantile_normalize_vjp(
         d_t = n * unbroadcast(xp, matvec(xp, xp.matrix_transpose(p), ct), tuple(t.shape))
         return _grads(dx, d_eps, targets=d_t, target_weights=None if target_weights is None else d_log_b / b)
 
-    return out, pullback
+    return (out, err), pullback
 
 
 def topk_vjp(xp: Any, x: Any, *, k: int, opts: dict[str, Any]) -> tuple[Any, Pullback]:
@@ -289,13 +299,13 @@ def topk_vjp(xp: Any, x: Any, *, k: int, opts: dict[str, Any]) -> tuple[Any, Pul
     log_b = xp.asarray(
         [math.log(n - k) - math.log(n) if k < n else -math.inf, math.log(k) - math.log(n)], dtype=x.dtype, device=_device(x)
     )
-    p, plan_back = _plan_vjp(xp, x, _grid(xp, 2, x), log_b, opts)
+    p, err, plan_back = _plan_vjp(xp, x, _grid(xp, 2, x), log_b, opts)
 
     def pullback(ct: Any) -> dict[str, Any]:
         dx, _, d_eps = plan_back(xp.stack([xp.zeros_like(ct), n * ct], axis=-1))
         return _grads(dx, d_eps)
 
-    return n * p[..., 1], pullback
+    return (n * p[..., 1], err), pullback
 
 
 def quantile_vjp(xp: Any, x: Any, *, q: Any, opts: dict[str, Any]) -> tuple[Any, Pullback]:
@@ -304,7 +314,7 @@ def quantile_vjp(xp: Any, x: Any, *, q: Any, opts: dict[str, Any]) -> tuple[Any,
     y = xp.asarray([0.0, 0.5, 1.0], dtype=x.dtype, device=_device(x))
     if not is_array(q):
         logs = [math.log(w) if w > 0 else -math.inf for w in (q * (1 - t), t, (1 - q) * (1 - t))]
-        p, plan_back = _plan_vjp(xp, x, y, xp.asarray(logs, dtype=x.dtype, device=_device(x)), opts, exact="columns")
+        p, err, plan_back = _plan_vjp(xp, x, y, xp.asarray(logs, dtype=x.dtype, device=_device(x)), opts, exact="columns")
 
         def pullback(ct: Any) -> dict[str, Any]:
             ct_t = ct[..., None] / t
@@ -312,7 +322,7 @@ def quantile_vjp(xp: Any, x: Any, *, q: Any, opts: dict[str, Any]) -> tuple[Any,
             dx, _, d_eps = plan_back(xp.concat([zero, x[..., :, None] * ct_t[..., None], zero], axis=-1))
             return _grads(dx + p[..., 1] * ct_t, d_eps)
 
-        return xp.matmul(x[..., None, :], p)[..., 0, 1] / t, pullback
+        return (xp.matmul(x[..., None, :], p)[..., 0, 1] / t, err), pullback
 
     levels = xp.astype(q, x.dtype)[:, None]
     b = xp.concat([levels * (1 - t), xp.full_like(levels, t), (1 - levels) * (1 - t)], axis=-1)  # (L, 3)
@@ -320,7 +330,7 @@ def quantile_vjp(xp: Any, x: Any, *, q: Any, opts: dict[str, Any]) -> tuple[Any,
     floor = xp.finfo(x.dtype).smallest_normal
     log_b = xp.log(xp.maximum(b, xp.full_like(b, floor)))
     xl = x[..., None, :]
-    p, plan_back = _plan_vjp(xp, xl, y, log_b, opts, exact="columns")  # (..., L, n, 3): one solve for all levels
+    p, err, plan_back = _plan_vjp(xp, xl, y, log_b, opts, exact="columns")  # (..., L, n, 3): one solve for all levels
     out = xp.matmul(x[..., None, None, :], p)[..., 0, 1] / t
     valid = (levels[:, 0] >= 0) & (levels[:, 0] <= 1)  # levels are data: out of range -> NaN, no check
 
@@ -334,7 +344,7 @@ def quantile_vjp(xp: Any, x: Any, *, q: Any, opts: dict[str, Any]) -> tuple[Any,
         d_q = (d_b[:, 0] - d_b[:, 2]) * (1 - t)
         return _grads(dx, d_eps, q=xp.where(valid, d_q, xp.zeros_like(d_q)))
 
-    return xp.where(valid, out, xp.full_like(out, math.nan)), pullback_levels
+    return (xp.where(valid, out, xp.full_like(out, math.nan)), err), pullback_levels
 
 
 
@@ -349,8 +359,31 @@ quantile_core = with_value(quantile_vjp)
 # -- public operators ----------------------------------------------------------------------
 
 
+def _return_info(options: dict[str, Any]) -> bool:
+    """Pop the ``return_info`` option (every Sinkhorn operator takes it)."""
+    return boolean(options.pop("return_info", False), "return_info")
+
+
+def _done(p: Prepared, result: tuple[Any, Any], opts: dict[str, Any], where: str, return_info: bool, *,
+          axis_kept: bool = True, levels: bool = False) -> Any:
+    """``finish`` the value; warn when some problem did not converge; attach the info if asked.
+
+    ``levels``: the error has a trailing axis of quantile levels that goes
+    where the caller's axis was, as in the value.
+    """
+    out, err = result
+    xp = p.xp
+    err = get_adapter(xp).stop_gradient(xp, err)
+    if levels and p.axis != p.ndim - 1:
+        err = xp.moveaxis(err, -1, p.axis)
+    warn_if_unconverged(xp, err, opts, where)
+    value = finish(p, out, axis_kept=axis_kept)
+    return (value, SinkhornInfo(converged=err <= opts["tol"], error=err)) if return_info else value
+
+
 def _run_targets(core: Any, where: str, x: Any, axis: Any, options: dict[str, Any], descending: bool | None = None) -> Any:
     """Shared path of soft_rank / soft_sort / soft_cdf (targets on a grid)."""
+    return_info = _return_info(options)
     opts = transport_options(options, SOLVER_OPTIONS + TARGET_OPTIONS, where)
     arrays = _weights_array(options)
     p = prepare(x, axis=axis, arrays=arrays)
@@ -362,7 +395,7 @@ def _run_targets(core: Any, where: str, x: Any, axis: Any, options: dict[str, An
         kwargs["descending"] = boolean(descending, "descending")
     m = _targets_count(p.x, opts["num_targets"], w)
     tail = (m,) if core is sort_core else (p.n,)
-    return finish(p, run(core, p, tail, arrays, **kwargs))
+    return _done(p, run(core, p, tail, arrays, error_tail=(), **kwargs), opts, where, return_info)
 
 
 def soft_cdf(x: Any, /, *, axis: int = -1, **options: Any) -> Any:
@@ -371,7 +404,11 @@ def soft_cdf(x: Any, /, *, axis: int = -1, **options: Any) -> Any:
     Hard limit (epsilon -> 0, no ties): ``rankdata(x) / n``. Options: the
     Sinkhorn options of :mod:`rankops.transport` (``epsilon``, ``max_iter``,
     ``tol``, ``num_targets``, ``target_weights``, ``squash``, ``power``,
-    ``implicit``).
+    ``implicit``) and ``return_info`` (every Sinkhorn operator): when True,
+    return ``(value, SinkhornInfo)`` with each row's ``converged`` flag and
+    marginal ``error``. A row that stops at ``max_iter`` above ``tol`` raises
+    a :class:`~rankops.ConvergenceWarning` wherever values can be read (not
+    under ``jax.jit`` / ``grad`` / ``vmap``, not on Dask).
     """
     return _run_targets(cdf_core, "soft_cdf", x, axis, options)
 
@@ -385,17 +422,20 @@ def soft_quantile(x: Any, q: Any, /, *, axis: int = -1, **options: Any) -> Any:
     ``filler`` (t, default 0.05): weight of the middle target. Hard limit: a
     value between the order statistics bracketing level q.
     """
+    return_info = _return_info(options)
     opts = transport_options(options, SOLVER_OPTIONS + ("filler",), "soft_quantile")
     if is_array(q):
         p = prepare(x, axis=axis, arrays={"q": q})
         _check_1d(q, "q")
-        return finish(p, run(quantile_core, p, (q.shape[0],), {"q": q}, opts=opts))
+        result = run(quantile_core, p, (q.shape[0],), {"q": q}, error_tail=(q.shape[0],), opts=opts)
+        return _done(p, result, opts, "soft_quantile", return_info, levels=True)
     if isinstance(q, bool) or not isinstance(q, numbers.Real):
         raise TypeError(f"q must be a Python float or a 1-D array of levels, got {type(q).__name__}")
     if not 0.0 <= q <= 1.0:
         raise ValueError(f"q must lie in [0, 1], got {q!r}")
     p = prepare(x, axis=axis)
-    return finish(p, run(quantile_core, p, (), q=float(q), opts=opts), axis_kept=False)
+    result = run(quantile_core, p, (), error_tail=(), q=float(q), opts=opts)
+    return _done(p, result, opts, "soft_quantile", return_info, axis_kept=False)
 
 
 def soft_quantile_normalize(x: Any, targets: Any, /, *, axis: int = -1, **options: Any) -> Any:
@@ -405,6 +445,7 @@ def soft_quantile_normalize(x: Any, targets: Any, /, *, axis: int = -1, **option
     weighted uniformly or by the option ``target_weights``. Hard limit for
     m == n: ``targets[rank(x) - 1]`` (Proposition 2 of Cuturi, Teboul & Vert).
     """
+    return_info = _return_info(options)
     opts = transport_options(options, SOLVER_OPTIONS + ("target_weights",), "soft_quantile_normalize")
     if not is_array(targets):
         raise TypeError(f"targets must be a 1-D array, got {type(targets).__name__}")
@@ -413,7 +454,8 @@ def soft_quantile_normalize(x: Any, targets: Any, /, *, axis: int = -1, **option
     _check_1d(targets, "targets")
     if "target_weights" in arrays:
         _check_1d(arrays["target_weights"], "target_weights", targets.shape[0])
-    return finish(p, run(quantile_normalize_core, p, (p.n,), arrays, opts=opts))
+    result = run(quantile_normalize_core, p, (p.n,), arrays, error_tail=(), opts=opts)
+    return _done(p, result, opts, "soft_quantile_normalize", return_info)
 
 
 def soft_topk_mask(x: Any, k: int, /, *, axis: int = -1, **options: Any) -> Any:
@@ -422,12 +464,13 @@ def soft_topk_mask(x: Any, k: int, /, *, axis: int = -1, **options: Any) -> Any:
     Two targets (0 and 1) weighted ((n - k)/n, k/n); the mask is the mass an
     entry sends to the top target, times n. Hard limit: 1 on the k largest.
     """
+    return_info = _return_info(options)
     opts = transport_options(options, SOLVER_OPTIONS, "soft_topk_mask")
     k = positive_count(k, "k")
     p = prepare(x, axis=axis)
     if k > p.n:
         raise ValueError(f"k must lie in [1, n] = [1, {p.n}], got {k}")
-    return finish(p, run(topk_core, p, (p.n,), k=k, opts=opts))
+    return _done(p, run(topk_core, p, (p.n,), error_tail=(), k=k, opts=opts), opts, "soft_topk_mask", return_info)
 
 
 def sinkhorn_sort_or_rank(kind: str, x: Any, axis: Any, descending: Any, options: dict[str, Any]) -> Any:

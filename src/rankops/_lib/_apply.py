@@ -72,12 +72,23 @@ def prepare(
     return Prepared(xp, x, axis, ndim, out_dtype, array_api_compat.device(x))
 
 
-def run(impl: Callable[..., Any], p: Prepared, tail: tuple[int, ...], arrays: dict[str, Any] | None = None, **params: Any) -> Any:
+def run(
+    impl: Callable[..., Any],
+    p: Prepared,
+    tail: tuple[int, ...],
+    arrays: dict[str, Any] | None = None,
+    *,
+    error_tail: tuple[int, ...] | None = None,
+    **params: Any,
+) -> Any:
     """Apply ``impl`` along the last axis; ``tail`` is the output's trailing shape.
 
     ``arrays`` are parameter arrays (levels, targets, weights) handed to
     ``impl`` whole, next to the Python-valued ``params``. Inside
     :func:`recording` (``rankops.vjp``) the core's pullback is kept too.
+    A core that also returns the solver's per-problem error (Sinkhorn) is
+    run with ``error_tail``, the error's trailing shape; ``run`` then returns
+    ``(value, error)``.
     """
     arrays = arrays or {}
     if is_lazy_blockwise(p.xp):
@@ -85,7 +96,7 @@ def run(impl: Callable[..., Any], p: Prepared, tail: tuple[int, ...], arrays: di
 
         if is_recording():
             record(Recorded(p, _dask.last_axis_pullback(impl, p.x, arrays, params)))
-        return _dask.map_last_axis(impl, p.x, tail, p.x.dtype, arrays, **params)
+        return _dask.map_last_axis(impl, p.x, tail, p.x.dtype, arrays, error_tail=error_tail, **params)
     if is_recording():
         out, pullback = impl.vjp(p.xp, p.x, **arrays, **params)
         record(Recorded(p, pullback))

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ._compat import is_array as _is_array
+
 
 def _finite_max(xp: Any, z: Any, axis: int) -> Any:
     # Shifting by a non-finite max would turn -inf - -inf or inf - inf into
@@ -28,6 +30,34 @@ def softmax(xp: Any, z: Any, axis: int = -1) -> Any:
     """``exp(z) / sum(exp(z), axis)`` without overflow (max-shifted)."""
     e = xp.exp(z - _finite_max(xp, z, axis))
     return e / xp.sum(e, axis=axis, keepdims=True)
+
+
+def abs_power(xp: Any, d: Any, power: Any) -> Any:
+    """``d ** power`` for ``d >= 0``, whose derivative (under autodiff too) is 0 at ``d = 0``.
+
+    For ``power < 1`` the derivative ``power d ** (power - 1)`` is infinite
+    at 0, and an autodiff ``0 * inf`` would make the whole row's gradient NaN.
+    A zero here is an item compared with itself (identically 0: derivative
+    0) or an exact tie (a cusp, where we take the subgradient 0, as for
+    ``|x|`` at 0). The inner ``where`` keeps the infinite branch out of the
+    graph altogether. ``power`` may be a 0-d array (a learnable exponent).
+    """
+    if not _is_array(power) and power == 1.0:
+        return d
+    if not _is_array(power) and power > 1.0:
+        return d**power
+    zero = d == 0
+    return xp.where(zero, xp.zeros_like(d), xp.where(zero, xp.ones_like(d), d) ** power)
+
+
+def abs_power_slope(xp: Any, d: Any, power: Any) -> Any:
+    """Derivative of :func:`abs_power` in ``d``: ``power d ** (power - 1)``, 0 at ``d = 0``."""
+    if not _is_array(power) and power == 1.0:
+        return xp.ones_like(d)
+    if not _is_array(power) and power > 1.0:
+        return power * d ** (power - 1.0)
+    zero = d == 0
+    return xp.where(zero, xp.zeros_like(d), power * xp.where(zero, xp.ones_like(d), d) ** (power - 1.0))
 
 
 def safe_divide(xp: Any, num: Any, den: Any) -> Any:

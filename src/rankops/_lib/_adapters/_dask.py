@@ -9,6 +9,7 @@ target weights) reach every block whole.
 
 from __future__ import annotations
 
+import math
 import string
 from typing import Any, Callable
 
@@ -26,35 +27,54 @@ def map_last_axis(
     tail: tuple[int, ...],
     dtype: Any,
     arrays: dict[str, Any] | None = None,
+    *,
+    error_tail: tuple[int, ...] | None = None,
     **params: Any,
 ) -> Any:
     """``impl(np_xp, block, **arrays, **params)`` on each block of batch rows.
 
-    ``tail`` is the shape that replaces the operator axis in the output.
+    ``tail`` is the shape that replaces the operator axis in the output. With
+    ``error_tail`` the core returns ``(value, error)``: each block packs both
+    along one trailing axis, so the core runs once per block, and the result
+    is the pair of lazy slices.
     """
     arrays = arrays or {}
     nb = x.ndim - 1
     x = x.rechunk({nb: -1})
     batch = _LOWER[:nb]
-    out_tail = _LOWER[nb : nb + len(tail)]
     args: list[Any] = [x, batch + "z"]
     letters = iter(_UPPER)
     for a in arrays.values():
         args += [a.rechunk(-1), "".join(next(letters) for _ in range(a.ndim))]
     names = list(arrays)
 
-    def block(xb: np.ndarray, *param_blocks: np.ndarray) -> np.ndarray:
-        return np.asarray(impl(np_xp, xb, **dict(zip(names, param_blocks)), **params))
+    def apply(xb: np.ndarray, param_blocks: tuple[np.ndarray, ...]) -> Any:
+        return impl(np_xp, xb, **dict(zip(names, param_blocks)), **params)
 
-    return da.blockwise(
-        block,
-        batch + out_tail,
-        *args,
-        new_axes=dict(zip(out_tail, tail)),
-        concatenate=True,
-        dtype=dtype,
-        meta=np.empty((0,) * (nb + len(tail)), dtype=dtype),
+    if error_tail is None:
+        out_tail = _LOWER[nb : nb + len(tail)]
+        return da.blockwise(
+            lambda xb, *ps: np.asarray(apply(xb, ps)),
+            batch + out_tail,
+            *args,
+            new_axes=dict(zip(out_tail, tail)),
+            concatenate=True,
+            dtype=dtype,
+            meta=np.empty((0,) * (nb + len(tail)), dtype=dtype),
+        )
+    size, err_size = math.prod(tail), math.prod(error_tail)
+
+    def packed_block(xb: np.ndarray, *ps: np.ndarray) -> np.ndarray:
+        out, err = apply(xb, ps)
+        flat = [np.reshape(np.asarray(a, dtype=dtype), xb.shape[:nb] + (k,)) for a, k in ((out, size), (err, err_size))]
+        return np.concatenate(flat, axis=-1)
+
+    packed = da.blockwise(
+        packed_block, batch + "Z", *args, new_axes={"Z": size + err_size}, concatenate=True, dtype=dtype,
+        meta=np.empty((0,) * (nb + 1), dtype=dtype),
     )
+    batch_shape = x.shape[:nb]
+    return packed[..., :size].reshape(batch_shape + tail), packed[..., size:].reshape(batch_shape + error_tail)
 
 
 def sinkhorn(solve_weights: Callable[..., Any], cost: Any, a: Any, b: Any, params: dict[str, Any]) -> Any:
@@ -100,7 +120,8 @@ def sinkhorn(solve_weights: Callable[..., Any], cost: Any, a: Any, b: Any, param
         plan=packed[..., :n, :m].astype(out_dtype),
         f=packed[..., :n, m].astype(out_dtype),
         g=packed[..., n, :m].astype(out_dtype),
-        n_iter=packed[..., n, m + 1].max().astype(np.int64),
+        # an empty batch ran no iteration (and max has no identity)
+        n_iter=(packed[..., n, m + 1].max() if math.prod(batch_shape) else da.zeros((), dtype=compute)).astype(np.int64),
         error=error,
         converged=error <= opts["tol"],
     )

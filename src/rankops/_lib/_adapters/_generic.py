@@ -15,7 +15,7 @@ import numpy as np
 from .._loops import scan_blocks
 from .._numerics import logsumexp as _logsumexp, softmax as _softmax
 
-__all__ = ["softmax", "logsumexp", "stop_gradient", "gumbel", "iterate", "scan_blocks", "custom_vjp"]
+__all__ = ["softmax", "logsumexp", "stop_gradient", "gumbel", "iterate", "scan_blocks", "custom_vjp", "is_concrete"]
 
 
 def softmax(xp: Any, z: Any, axis: int = -1) -> Any:
@@ -28,6 +28,11 @@ def logsumexp(xp: Any, z: Any, axis: int = -1) -> Any:
 
 def stop_gradient(xp: Any, x: Any) -> Any:
     return x
+
+
+def is_concrete(x: Any) -> bool:
+    """Whether ``x`` holds values that may be read now (always, for eager backends)."""
+    return True
 
 
 def gumbel(xp: Any, key: Any, shape: tuple[int, ...], dtype: Any, device: Any) -> Any:

@@ -22,6 +22,11 @@ def stop_gradient(xp: Any, x: Any) -> Any:
     return jax.lax.stop_gradient(x)
 
 
+def is_concrete(x: Any) -> bool:
+    """False for tracers (``jit``, ``grad``, ``vmap``): their values do not exist yet."""
+    return not isinstance(x, jax.core.Tracer)
+
+
 def gumbel(xp: Any, key: Any, shape: tuple[int, ...], dtype: Any, device: Any) -> Any:
     """Gumbel(0, 1) noise from ``key``: a ``jax.random`` key or an int seed.
 

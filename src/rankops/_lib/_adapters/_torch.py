@@ -9,7 +9,7 @@ import torch
 
 from ._generic import scan_blocks  # the eager block loop
 
-__all__ = ["softmax", "logsumexp", "stop_gradient", "gumbel", "iterate", "scan_blocks", "custom_vjp", "autodiff_vjp"]
+__all__ = ["softmax", "logsumexp", "stop_gradient", "gumbel", "iterate", "scan_blocks", "custom_vjp", "autodiff_vjp", "is_concrete"]
 
 
 def softmax(xp: Any, z: Any, axis: int = -1) -> Any:
@@ -22,6 +22,11 @@ def logsumexp(xp: Any, z: Any, axis: int = -1) -> Any:
 
 def stop_gradient(xp: Any, x: Any) -> Any:
     return x.detach()
+
+
+def is_concrete(x: Any) -> bool:
+    """False inside ``torch.compile`` and ``torch.func`` transforms, where reading a value is not allowed."""
+    return not torch.compiler.is_compiling() and not torch._C._functorch.is_functorch_wrapped_tensor(x)
 
 
 def gumbel(xp: Any, key: Any, shape: tuple[int, ...], dtype: Any, device: Any) -> Any:

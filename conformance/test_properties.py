@@ -1,0 +1,409 @@
+"""Property-based tests: every public operator, every CPU backend, hostile inputs.
+
+For each drawn example (shape with 0-3 batch axes or an empty batch, n from
+1; float16 / bfloat16 / float32 / float64 / integer / bool; rows of ties,
+constants, values near the float range, 1e-30 and subnormals, mixed
+magnitudes, inf and NaN) and hyper-parameters across their valid ranges:
+
+- namespace, dtype, device and shape of the output follow the contract;
+- the input is not modified;
+- a finite row gives a finite output and a finite gradient (a NaN / inf row
+  may give anything, but only in its own row);
+- outputs lie in their documented ranges (``RANGES`` below);
+- rows are independent: replacing one row by NaN leaves the others' bits;
+- tied entries get equal soft ranks;
+- a Sinkhorn operator warns exactly when ``return_info`` reports a row that
+  stopped above ``tol``.
+
+Documented exceptions (docs/reliability.md) are encoded in ``_exception``
+and counted. Counts of inputs tried go to the terminal summary and, with
+``RANKOPS_PROPERTY_REPORT=path``, to a JSON file. ``RANKOPS_PROPERTY_EXAMPLES``
+scales the number of examples (default 1; CI runs the default).
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import array_api_compat
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, Phase, given, settings, strategies as st
+
+import rankops
+
+from .strategies import FLOAT_DTYPES, INT_DTYPES, TRIED, Example, examples
+
+# examples per (operator, backend): eager JAX compiles each new shape / option set, Dask builds graphs
+EXAMPLES = {"numpy": 25, "array_api_strict": 8, "torch": 20, "jax": 4, "dask": 6, "cupy": 20}
+SCALE = float(os.environ.get("RANKOPS_PROPERTY_EXAMPLES", "1"))
+DTYPES = {
+    "numpy": FLOAT_DTYPES[:1] + FLOAT_DTYPES[2:] + INT_DTYPES,
+    "array_api_strict": FLOAT_DTYPES[2:] + INT_DTYPES,  # no float16 in the standard
+    "torch": FLOAT_DTYPES + INT_DTYPES,
+    "jax": FLOAT_DTYPES + INT_DTYPES,
+    "dask": FLOAT_DTYPES[:1] + FLOAT_DTYPES[2:] + INT_DTYPES,
+    "cupy": FLOAT_DTYPES[:1] + FLOAT_DTYPES[2:] + INT_DTYPES,
+}
+
+
+
+# -- the operators and their hyper-parameters ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Spec:
+    name: str
+    kind: str  # what the output is: which range applies
+    params: Callable[[int], st.SearchStrategy]  # n -> strategy of option dicts
+    # (x, params, make_array) -> (fun, args, kwargs): value = fun(x, *args, **kwargs)
+    call: Callable[..., tuple[Any, tuple, dict]]
+    sinkhorn: bool = False
+
+
+def _opts(**choices: list) -> st.SearchStrategy:
+    return st.fixed_dictionaries({k: st.sampled_from(v) for k, v in choices.items()})
+
+
+SINKHORN = dict(epsilon=[1e-3, 1e-2, 0.1, 1.0], squash=["sigmoid", "arctan", "minmax", None], power=[0.5, 1, 2, 3],
+                implicit=[True, False], max_iter=[2000] * 5 + [3], tol=[1e-3, 1e-6])
+TAU = [1e-3, 0.1, 1.0, 100.0]
+BLOCKS = [None, "auto", 1, 2]
+
+
+def _targets(n: int) -> st.SearchStrategy:
+    return st.sampled_from([None, 1, 3, n])
+
+
+def _method_spec(fn: Any, kind: str, method: str) -> Spec:
+    if method == "sinkhorn":
+        params = lambda n: _opts(descending=[False, True], **SINKHORN).flatmap(  # noqa: E731
+            lambda d: _targets(n).map(lambda m: {**d, **({} if m is None else {"num_targets": m})}))
+        return Spec(f"{fn.__name__}[sinkhorn]", kind, params, lambda x, p, arr: (fn, (), p), sinkhorn=True)
+    extra = {"power": [0.5, 1, 2]} if method == "softsort" else {}
+    return Spec(
+        f"{fn.__name__}[{method}]", f"{kind}-{method}",
+        lambda n: _opts(descending=[False, True], tau=TAU, hard=[False, True], block=BLOCKS, **extra),
+        lambda x, p, arr: (fn, (), {"method": method, **p}),
+    )
+
+
+def _quantile_levels(x: Any, p: dict, arr: Callable) -> tuple:
+    p = dict(p)
+    levels = p.pop("levels")
+    q = arr(np.asarray(levels)) if isinstance(levels, tuple) else levels
+    return rankops.soft_quantile, (q,), p
+
+
+def _qnorm(x: Any, p: dict, arr: Callable) -> tuple:
+    p = dict(p)
+    m = p.pop("m")
+    return rankops.soft_quantile_normalize, (arr(np.linspace(-2.0, 3.0, m) ** 3),), p
+
+
+def _topk(x: Any, p: dict, arr: Callable) -> tuple:
+    p = dict(p)
+    return rankops.soft_topk_mask, (min(p.pop("k"), x.shape[-1]),), p
+
+
+def _sinkhorn(x: Any, p: dict, arr: Callable) -> tuple:
+    return rankops.sinkhorn, (), p
+
+
+SPECS = [
+    *[_method_spec(fn, kind, m) for m in ("sinkhorn", "softsort", "neuralsort")
+      for fn, kind in ((rankops.soft_rank, "rank"), (rankops.soft_sort, "sort"))],
+    Spec("soft_cdf", "cdf", lambda n: _targets(n).flatmap(lambda m: _opts(**SINKHORN).map(
+        lambda d: {**d, **({} if m is None else {"num_targets": m})})), lambda x, p, arr: (rankops.soft_cdf, (), p), True),
+    Spec("soft_quantile", "quantile", lambda n: _opts(levels=[0.0, 0.3, 0.5, 1.0, (0.0, 0.25, 1.0)], filler=[0.01, 0.05, 0.5],
+                                                      **SINKHORN), _quantile_levels, True),
+    Spec("soft_quantile_normalize", "qnorm", lambda n: _opts(m=[1, 2, n, 7], **SINKHORN), _qnorm, True),
+    Spec("soft_topk_mask", "mask", lambda n: _opts(k=[1, 2, n], **SINKHORN), _topk, True),
+    Spec("sinkhorn", "plan", lambda n: _opts(**{k: v for k, v in SINKHORN.items() if k not in ("squash", "power")}),
+         _sinkhorn, True),
+    Spec("softsort", "matrix", lambda n: _opts(descending=[False, True], tau=TAU, hard=[False, True], power=[0.5, 1, 2]),
+         lambda x, p, arr: (rankops.softsort, (), p)),
+    Spec("neuralsort", "matrix", lambda n: _opts(descending=[False, True], tau=TAU, hard=[False, True]),
+         lambda x, p, arr: (rankops.neuralsort, (), p)),
+]
+
+
+# -- arrays of every dtype on every backend --------------------------------------------------------
+
+
+def _array(backend: Any, device: Any, values: np.ndarray, dtype: str) -> Any:
+    """``values`` as a ``dtype`` array of ``backend`` (bfloat16 built in the framework itself)."""
+    if dtype != "bfloat16":
+        return backend.asarray(values.astype(dtype), device=device)
+    xp = backend.namespace()
+    return xp.astype(backend.asarray(values.astype(np.float32), device=device), xp.bfloat16)
+
+
+def _numpy(backend: Any, a: Any) -> np.ndarray:
+    """float64 NumPy copy of any output (bool kept)."""
+    xp = array_api_compat.array_namespace(a)
+    if str(a.dtype).endswith("bfloat16"):
+        a = xp.astype(a, xp.float32)
+    out = backend.to_numpy(a)
+    return out if out.dtype == bool else out.astype(np.float64)
+
+
+def _expected_dtype(xp: Any, x: Any, device: Any) -> Any:
+    if xp.isdtype(x.dtype, ("bool", "integral")):
+        return xp.__array_namespace_info__().default_dtypes(device=device)["real floating"]
+    return x.dtype
+
+
+def _eps(dtype: Any) -> float:
+    name = str(dtype).split(".")[-1]
+    return {"float16": 1e-3, "bfloat16": 8e-3, "float32": 1.2e-7}.get(name, 2.3e-16)
+
+
+# -- invariants -------------------------------------------------------------------------------
+
+
+def _exception(spec: Spec, p: dict, kind: str, dtype: str, backend: str) -> str | None:
+    """The documented exception (docs/reliability.md) a finite row of this kind falls under, if any."""
+    if backend == "jax" and kind == "subnormal":
+        return "subnormals-flushed"  # XLA on CPU flushes subnormals to zero: the row is all ties there
+    if spec.sinkhorn and spec.name != "sinkhorn" and kind == "subnormal":
+        # scale-free operators: the gradient grows like 1 / max|x|, beyond the dtype's range
+        return "gradient-overflow"
+    if spec.sinkhorn and dtype in ("float16", "bfloat16") and kind in ("tiny", "subnormal"):
+        return "gradient-overflow"  # 1 / 1e-4 and beyond does not fit float16; bfloat16 keeps float32's range
+    if spec.sinkhorn and p.get("squash", "sigmoid") is None and kind in ("huge", "mixed"):
+        return "unsquashed-overflow"  # squash=None: |y - x| ** power of 1e30 overflows the cost
+    if spec.name == "sinkhorn" and kind in ("huge", "mixed"):
+        return "unsquashed-overflow"  # the cost matrix is the caller's: 1e30 / epsilon overflows
+    return None
+
+
+def _check_row(spec: Spec, p: dict, x: np.ndarray, out: np.ndarray, tol: float, info: Any) -> None:
+    """Documented range of one finite row's output (``out``: that row's output, float64)."""
+    n = x.shape[-1]
+    lo, hi = x.min(), x.max()
+    span = tol * max(abs(lo), abs(hi), 1e-300)
+    kind = spec.kind
+    descending = p.get("descending", False)
+    m = p.get("num_targets", n)
+    if kind == "rank":  # n * b_bar: [n / m, n] for m targets ([1, n] for m = n)
+        assert np.all(out >= n / m * (1 - tol) - tol) and np.all(out <= n * (1 + tol)), out
+    elif kind == "cdf":
+        assert np.all(out >= 1 / m * (1 - tol) - tol) and np.all(out <= 1 + tol), out
+    elif kind in ("sort", "quantile"):  # exact convex combinations of the row
+        assert np.all(out >= lo - span) and np.all(out <= hi + span), (out, lo, hi)
+        if kind == "sort" and p.get("power", 2) >= 1 and out.size > 1:
+            steps = np.diff(-out if descending else out)
+            assert np.all(steps >= -span), out  # non-decreasing: the plan is totally positive for a convex cost
+    elif kind == "qnorm":
+        t = np.linspace(-2.0, 3.0, p["m"]) ** 3
+        assert np.all(out >= t.min() - tol * 27) and np.all(out <= t.max() + tol * 27), out
+        if p.get("power", 2) >= 1 and n > 1:  # the order of x is kept
+            order = np.argsort(x, kind="stable")
+            assert np.all(np.diff(out[order]) >= -tol * 27), (x, out)
+    elif kind == "mask":
+        assert np.all(out >= -tol) and np.all(out <= 1 + tol), out
+        if info is not None and info:  # converged: the mask holds k units of mass
+            assert abs(out.sum() - min(p["k"], n)) <= p["tol"] * n + tol * n, out
+    elif kind.startswith("rank-"):
+        # row-stochastic, not doubly stochastic: the ranks add up to n (n + 1) / 2
+        # but one may leave [1, n] at large tau (documented exception)
+        assert abs(out.sum() - n * (n + 1) / 2) <= tol * n * n * (n + 1), out
+        assert np.all(out >= -tol * n)
+        if p["hard"]:
+            assert sorted(out.tolist()) == list(range(1, n + 1)), out
+    elif kind.startswith("sort-"):
+        assert np.all(out >= lo - span) and np.all(out <= hi + span), (out, lo, hi)
+        if p["hard"]:
+            expected = np.sort(x)[::-1] if descending else np.sort(x)
+            np.testing.assert_allclose(out, expected, rtol=tol, atol=span)
+    elif kind == "matrix":
+        assert np.all(out >= -tol) and np.all(out <= 1 + tol)
+        np.testing.assert_allclose(out.sum(axis=-1), 1.0, atol=tol * n)
+    elif kind == "plan":
+        assert np.all(out >= 0)
+        np.testing.assert_allclose(out.sum(axis=-1), 1.0 / out.shape[-2], rtol=tol * n * 10, atol=tol)
+
+
+def _ties_equal(spec: Spec, p: dict, x: np.ndarray, out: np.ndarray, tol: float) -> None:
+    """Tied entries of a row get equal soft ranks (and CDFs, masks, normalized values)."""
+    if spec.kind not in ("rank", "cdf", "mask", "qnorm", "rank-softsort", "rank-neuralsort") or p.get("hard"):
+        return  # hard=True breaks ties by position, like a stable argsort
+    for value in np.unique(x):
+        group = out[x == value]
+        assert np.ptp(group) <= tol * max(1.0, np.abs(group).max()), (x, out)
+
+
+def _expected_shape(spec: Spec, p: dict, shape: tuple[int, ...]) -> tuple[int, ...]:
+    if spec.kind in ("matrix", "plan"):
+        return shape + shape[-1:]
+    if spec.kind == "quantile":
+        levels = p["levels"]
+        return shape[:-1] + ((len(levels),) if isinstance(levels, tuple) else ())
+    if spec.kind == "sort" and "num_targets" in p:
+        return shape[:-1] + (p["num_targets"],)
+    return shape
+
+
+def _cost(x: Any) -> Any:
+    """The Sinkhorn example's cost (..., n, n): distances between the row's entries."""
+    xp = array_api_compat.array_namespace(x)
+    if x.dtype == xp.bool:
+        x = xp.astype(x, xp.int32)
+    return xp.abs(x[..., :, None] - x[..., None, :])
+
+
+def _evaluate(spec: Spec, p: dict, x: Any, arr: Callable, info: bool, finite: bool) -> tuple[Any, Any, list]:
+    """``(value, converged or None, ConvergenceWarnings)`` of one call."""
+    fun, args, kwargs = spec.call(x, p, arr)
+    first = _cost(x) if fun is rankops.sinkhorn else x
+    if info and fun is not rankops.sinkhorn:
+        kwargs = {**kwargs, "return_info": True}
+    with warnings.catch_warnings(record=True) as caught:
+        if not finite:  # NumPy's "invalid value" on inf - inf: NaN rows are expected there
+            warnings.simplefilter("ignore", RuntimeWarning)
+        warnings.simplefilter("always", rankops.ConvergenceWarning)  # checked first: the later filter wins
+        out = fun(first, *args, **kwargs)
+        if array_api_compat.is_dask_array(x):  # compute here, under these filters
+            import dask
+
+            (out,) = dask.persist(out)
+    found = [w for w in caught if issubclass(w.category, rankops.ConvergenceWarning)]
+    if fun is rankops.sinkhorn:
+        return out.plan, (out.converged, out.error), found
+    return (out[0], out[1], found) if info else (out, None, found)
+
+
+def _rows(a: np.ndarray, batch: tuple[int, ...]) -> np.ndarray:
+    """(rows, rest): the batch axes flattened (the output's trailing axes kept)."""
+    return a.reshape((int(np.prod(batch)), -1))
+
+
+def check_example(backend: Any, device: Any, spec: Spec, ex: Example, p: dict) -> None:
+    xp = backend.namespace()
+    x = _array(backend, device, ex.x, ex.dtype)
+    arr = lambda values: backend.asarray(values, device=device)  # noqa: E731
+    before = _numpy(backend, x)
+    value, info, caught = _evaluate(spec, p, x, arr, info=spec.sinkhorn, finite=bool(ex.finite_rows.all()))
+
+    # the contract: namespace, dtype, device, shape; the input untouched
+    assert array_api_compat.array_namespace(value) is array_api_compat.array_namespace(x)
+    assert value.dtype == _expected_dtype(xp, x, device)
+    assert array_api_compat.device(value) == array_api_compat.device(x)
+    assert tuple(value.shape) == _expected_shape(spec, p, ex.x.shape)
+    np.testing.assert_array_equal(_numpy(backend, x), before)
+
+    batch = ex.x.shape[:-1]
+    rows = int(np.prod(batch))
+    TRIED[(backend.name, "inputs")] += 1
+    TRIED[(backend.name, f"dtype {ex.dtype}")] += 1
+    TRIED[(backend.name, "rows")] += rows
+    if rows == 0:
+        return
+    out = _rows(_numpy(backend, value), batch)
+    x_rows = _rows(np.asarray(ex.x, dtype=np.float64), batch)
+    # rounding of the compute dtype (float32 for float16 / bfloat16) over n terms, then of the output dtype
+    compute = value.dtype if value.dtype in (xp.float32, xp.float64) else xp.float32
+    tol = 256 * _eps(compute) * max(8, ex.x.shape[-1]) + 2 * _eps(value.dtype)
+
+    converged = None
+    if info is not None:
+        converged = _rows(_numpy(backend, info[0]), batch).all(axis=-1)
+        error = _rows(_numpy(backend, info[1]), batch)
+        stopped_early = bool(np.any(~_rows(_numpy(backend, info[0]), batch) & np.isfinite(error)))
+        if spec.name == "sinkhorn" or backend.name == "dask":
+            # the solver's result carries converged itself; lazy values are not read
+            assert not caught
+        else:
+            assert bool(caught) == stopped_early, (caught, error)
+        TRIED[(backend.name, "not converged (warned)")] += int(stopped_early)
+
+    exceptions = []
+    for i, kind in enumerate(ex.kinds):
+        TRIED[(backend.name, f"row {kind}")] += 1
+        if kind in ("nonfinite",):
+            continue
+        exc = _exception(spec, p, kind, ex.dtype, backend.name)
+        exceptions.append(exc)
+        if exc is not None:
+            TRIED[(backend.name, f"exception {exc}")] += 1
+            if exc == "unsquashed-overflow":
+                continue
+        assert np.all(np.isfinite(out[i])), (kind, x_rows[i], out[i])
+        if exc == "subnormals-flushed":
+            continue
+        if converged is not None and not converged[i]:
+            # stopped above tol (max_iter, or a cost beyond float precision with squash=None):
+            # reported and warned (checked above); the ranges are those of a solved transport
+            continue
+        # a converged row's marginals are off by at most its reported error: slack for the ranges
+        slack = tol + (0.0 if info is None else float(np.nanmax(error[i])) * ex.x.shape[-1])
+        _check_row(spec, p, x_rows[i].astype(np.float64), _shaped(spec, p, out[i], ex.x.shape[-1]), slack,
+                   None if converged is None else converged[i])
+        if kind == "ties" or ex.dtype in INT_DTYPES:
+            _ties_equal(spec, p, x_rows[i], out[i], tol)
+
+    _check_gradient(backend, device, spec, p, x, arr, ex, exceptions)
+    if rows >= 2 and ex.dtype not in INT_DTYPES:
+        _check_rows_independent(backend, device, spec, p, ex, out, arr)
+
+
+def _shaped(spec: Spec, p: dict, row_out: np.ndarray, n: int) -> np.ndarray:
+    return row_out.reshape(n, n) if spec.kind in ("matrix", "plan") else row_out
+
+
+def _check_gradient(backend: Any, device: Any, spec: Spec, p: dict, x: Any, arr: Callable, ex: Example, exceptions: list) -> None:
+    fun, args, kwargs = spec.call(x, p, arr)
+    first = _cost(x) if fun is rankops.sinkhorn else x
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", rankops.ConvergenceWarning)
+        if not ex.finite_rows.all():
+            warnings.simplefilter("ignore", RuntimeWarning)
+        value, vjp_fn = rankops.vjp(fun, first, *args, **kwargs)
+        if fun is rankops.sinkhorn:
+            value = value.plan
+        ct = np.random.default_rng(0).normal(size=tuple(value.shape))
+        grads = vjp_fn(_array(backend, device, ct, str(value.dtype).split(".")[-1]))
+        g = _rows(_numpy(backend, grads[0]), ex.x.shape[:-1])
+    finite_kinds = iter(exceptions)
+    for i, kind in enumerate(ex.kinds):
+        if kind == "nonfinite":
+            continue
+        exc = next(finite_kinds)
+        if exc == "unsquashed-overflow":
+            continue
+        if exc == "gradient-overflow":  # beyond the dtype's range: +-inf, but never NaN
+            assert not np.any(np.isnan(g[i])), (kind, ex.x.reshape(g.shape)[i], g[i])
+            continue
+        assert np.all(np.isfinite(g[i])), (kind, ex.dtype, ex.x.reshape(g.shape[0], -1)[i], g[i])
+    TRIED[(backend.name, "gradients")] += 1
+
+
+def _check_rows_independent(backend: Any, device: Any, spec: Spec, p: dict, ex: Example, out: np.ndarray, arr: Callable) -> None:
+    """A NaN in the first row leaves every other row's output bit for bit."""
+    poisoned = np.array(ex.x, dtype=np.float64)
+    poisoned.reshape(-1, ex.x.shape[-1])[0, 0] = np.nan
+    x = _array(backend, device, poisoned, ex.dtype)
+    value, _, _ = _evaluate(spec, p, x, arr, info=False, finite=False)
+    again = _rows(_numpy(backend, value), ex.x.shape[:-1])
+    np.testing.assert_array_equal(again[1:], out[1:])
+
+
+# -- the tests -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
+def test_hostile_inputs(backend, device, spec):
+    budget = max(1, round(EXAMPLES[backend.name] * SCALE))
+
+    phases = [ph for ph in Phase if ph is not Phase.shrink or not os.environ.get("RANKOPS_PROPERTY_NOSHRINK")]
+    @settings(max_examples=budget, deadline=None, database=None, derandomize=not os.environ.get("RANKOPS_PROPERTY_EXPLORE"),
+              suppress_health_check=list(HealthCheck), phases=phases)
+    @given(ex=examples(DTYPES[backend.name]), data=st.data())
+    def run(ex: Example, data: Any) -> None:
+        check_example(backend, device, spec, ex, data.draw(spec.params(ex.x.shape[-1]), label="options"))
+
+    run()
