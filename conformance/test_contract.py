@@ -59,6 +59,8 @@ def test_input_not_mutated(backend, device, op):
     assert_array_equal(backend.to_numpy(xb), x)
 
 
+# float32 cannot always reach the limit regime's tol: the values are what is checked
+@pytest.mark.filterwarnings("ignore::rankops.ConvergenceWarning")
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_hard_limit(backend, op, dtype):
     x = _data((4, 7), seed=4)

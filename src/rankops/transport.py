@@ -344,7 +344,9 @@ def quantile_vjp(xp: Any, x: Any, *, q: Any, opts: dict[str, Any]) -> tuple[Any,
         d_q = (d_b[:, 0] - d_b[:, 2]) * (1 - t)
         return _grads(dx, d_eps, q=xp.where(valid, d_q, xp.zeros_like(d_q)))
 
-    return (xp.where(valid, out, xp.full_like(out, math.nan)), err), pullback_levels
+    # an invalid level is a data problem, like a NaN input: NaN value and error, no convergence warning
+    nan = xp.full_like(out, math.nan)
+    return (xp.where(valid, out, nan), xp.where(valid, err, nan)), pullback_levels
 
 
 
