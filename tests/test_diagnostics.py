@@ -160,13 +160,3 @@ def test_torch_info_is_detached_and_gradients_flow():
         assert not info.error.requires_grad and not info.converged.requires_grad
         (g,) = torch.autograd.grad(value.sum(), x)
         assert torch.isfinite(g).all()
-
-
-def test_return_info_only_where_there_is_a_solver():
-    for method in ("softsort", "neuralsort"):
-        with pytest.raises(TypeError, match="'return_info'"):
-            rankops.soft_rank(X, method=method, return_info=True)
-    with pytest.raises(TypeError, match="return_info must be True or False"):
-        rankops.soft_rank(X, return_info=1)
-    with pytest.raises(TypeError, match="rankops.vjp does not take return_info"):
-        rankops.vjp(rankops.soft_rank, X, return_info=True)

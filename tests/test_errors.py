@@ -1,4 +1,10 @@
-"""Every bad input in the contract raises the documented error, naming the argument."""
+"""Every invalid call in the contract raises the documented error, naming the argument and its range.
+
+One table, ``CASES``: each entry is a call, the exception type and a regex
+that the message must match, written to name the argument and what it may
+be. ``test_table_is_complete`` keeps the table honest: every public
+operator and every option appears in it.
+"""
 
 from __future__ import annotations
 
@@ -6,315 +12,225 @@ import numpy as np
 import pytest
 
 import rankops
+from rankops.gradients import OPERATORS
 
 X = np.array([[3.0, 1.0, 2.0], [0.0, -1.0, 4.0]])
 
 
-def _ops():
-    """(name, call(x, **kw)) for every public operator of this milestone."""
-    return [
-        ("soft_sort-softsort", lambda x, **kw: rankops.soft_sort(x, method="softsort", **kw)),
-        ("soft_rank-softsort", lambda x, **kw: rankops.soft_rank(x, method="softsort", **kw)),
-        ("soft_sort-neuralsort", lambda x, **kw: rankops.soft_sort(x, method="neuralsort", **kw)),
-        ("soft_rank-neuralsort", lambda x, **kw: rankops.soft_rank(x, method="neuralsort", **kw)),
-        ("softsort", rankops.softsort),
-        ("neuralsort", rankops.neuralsort),
-    ]
+def _torch():
+    return pytest.importorskip("torch")
 
 
-OPS = dict(_ops())
-WITH_AXIS = [k for k in OPS if k.startswith("soft_")]
+def _strict():
+    return pytest.importorskip("array_api_strict")
 
 
-@pytest.mark.parametrize("op", OPS)
-@pytest.mark.parametrize("tau", [0.0, -1.0, float("nan"), float("inf")])
-def test_tau_must_be_positive_finite(op, tau):
-    with pytest.raises(ValueError, match="tau"):
-        OPS[op](X, tau=tau)
+def _dask():
+    return pytest.importorskip("dask.array")
 
 
-@pytest.mark.parametrize("op", OPS)
-@pytest.mark.parametrize("tau", ["1", None, True, [1.0]])
-def test_tau_must_be_a_number(op, tau):
-    with pytest.raises(TypeError, match="tau"):
-        OPS[op](X, tau=tau)
-
-
-@pytest.mark.parametrize("op", OPS)
-def test_tau_array_must_be_scalar(op):
-    with pytest.raises(ValueError, match="tau"):
-        OPS[op](X, tau=np.array([0.5, 0.5]))
-
-
-@pytest.mark.parametrize("power", [0, -2.0, float("nan")])
-def test_power_must_be_positive(power):
-    with pytest.raises(ValueError, match="power"):
-        rankops.softsort(X, power=power)
-    with pytest.raises(ValueError, match="power"):
-        rankops.soft_rank(X, method="softsort", power=power)
-
-
-@pytest.mark.parametrize("op", WITH_AXIS)
-@pytest.mark.parametrize("axis", [2, -3, 10])
-def test_axis_out_of_range(op, axis):
-    with pytest.raises(ValueError, match="axis"):
-        OPS[op](X, axis=axis)
-
-
-@pytest.mark.parametrize("op", WITH_AXIS)
-@pytest.mark.parametrize("axis", [1.0, None, "0", True])
-def test_axis_must_be_int(op, axis):
-    with pytest.raises(TypeError, match="axis"):
-        OPS[op](X, axis=axis)
-
-
-@pytest.mark.parametrize("op", OPS)
-def test_empty_axis(op):
-    with pytest.raises(ValueError, match="empty axis"):
-        OPS[op](np.ones((3, 0)))
-
-
-@pytest.mark.parametrize("op", OPS)
-def test_zero_dimensional(op):
-    with pytest.raises(ValueError, match="0-d"):
-        OPS[op](np.asarray(1.0))
-
-
-@pytest.mark.parametrize("op", OPS)
-def test_complex_rejected(op):
-    with pytest.raises(TypeError, match="complex"):
-        OPS[op](X.astype(np.complex128))
-
-
-@pytest.mark.parametrize("op", OPS)
-@pytest.mark.parametrize("bad", [[3.0, 1.0, 2.0], 3.0, "abc", None])
-def test_non_arrays_rejected(op, bad):
-    with pytest.raises(TypeError, match="must be an array"):
-        OPS[op](bad)
-
-
-@pytest.mark.parametrize("op", OPS)
-def test_mixed_namespaces(op):
-    torch = pytest.importorskip("torch")
-    with pytest.raises(TypeError, match="different namespaces"):
-        OPS[op](X, tau=torch.asarray(0.5))
-
-
-@pytest.mark.parametrize("op", OPS)
-def test_mixed_devices(op):
-    xp = pytest.importorskip("array_api_strict")
-    x = xp.asarray(X)
-    tau = xp.asarray(0.5, device=xp.Device("device1"))
-    with pytest.raises(ValueError, match="device"):
-        OPS[op](x, tau=tau)
-
-
-@pytest.mark.parametrize("op", OPS)
-def test_array_tau_rejected_for_dask(op):
-    da = pytest.importorskip("dask.array")
-    with pytest.raises(TypeError, match="tau must be Python numbers for Dask"):
-        OPS[op](da.from_array(X), tau=da.from_array(np.asarray(0.5)))
-
-
-@pytest.mark.parametrize("op", OPS)
-def test_descending_and_hard_must_be_bool(op):
-    with pytest.raises(TypeError, match="descending"):
-        OPS[op](X, descending="yes")
-    with pytest.raises(TypeError, match="hard"):
-        OPS[op](X, hard=1)
-
-
-@pytest.mark.parametrize("fn", ["soft_sort", "soft_rank"])
-def test_unknown_method(fn):
-    with pytest.raises(ValueError, match="method must be one of"):
-        getattr(rankops, fn)(X, method="bitonic")
-
-
-def test_vjp_errors():
-    with pytest.raises(TypeError, match="fun must be a rankops operator"):
-        rankops.vjp(np.sort, X)
-    with pytest.raises(TypeError, match="positional"):
-        rankops.vjp(rankops.soft_rank, X, 1, 2)
-    with pytest.raises(TypeError, match="x must be an array"):
-        rankops.vjp(rankops.soft_rank, [1.0, 2.0])
-    with pytest.raises(TypeError, match="'tau'"):  # the operator's own checks apply
-        rankops.vjp(rankops.soft_rank, X, tau=0.1)
-    _, vjp_fn = rankops.vjp(rankops.soft_rank, X)
-    with pytest.raises(ValueError, match="cotangent .* shape"):
-        vjp_fn(np.ones((1, 2)))
-    with pytest.raises(TypeError, match="cotangent must be an array"):
-        vjp_fn(None)
-    _, vjp_fn = rankops.vjp(rankops.sinkhorn, np.ones((3, 2)), epsilon=0.1)
-    with pytest.raises(TypeError, match="cotangent of sinkhorn"):
-        vjp_fn({"plan": np.ones((3, 2))})
-
-
-@pytest.mark.parametrize("fn", ["soft_sort", "soft_rank"])
-def test_unknown_option(fn):
-    with pytest.raises(TypeError, match="'epsilon'"):
-        getattr(rankops, fn)(X, method="softsort", epsilon=0.1)
-    with pytest.raises(TypeError, match="'power'"):
-        getattr(rankops, fn)(X, method="neuralsort", power=2)
-
-
-@pytest.mark.parametrize("fn", [rankops.softsort, rankops.neuralsort])
-def test_stochastic_arguments(fn):
-    with pytest.raises(ValueError, match="stochastic=True"):
-        fn(X, key=0)
-    with pytest.raises(ValueError, match="stochastic=True"):
-        fn(X, n_samples=3)
-    with pytest.raises(ValueError, match="n_samples"):
-        fn(X, stochastic=True, n_samples=0)
-    with pytest.raises(TypeError, match="n_samples"):
-        fn(X, stochastic=True, n_samples=2.0)
-    with pytest.raises(TypeError, match="stochastic"):
-        fn(X, stochastic=1)
-    with pytest.raises(TypeError, match="key"):
-        fn(X, stochastic=True, key="seed")
-
-
-def test_jax_needs_a_key():
-    jnp = pytest.importorskip("jax.numpy")
-    with pytest.raises(ValueError, match="key is required"):
-        rankops.softsort(jnp.asarray(X), stochastic=True)
-
-
-def test_torch_key_type():
-    torch = pytest.importorskip("torch")
-    with pytest.raises(TypeError, match="torch.Generator"):
-        rankops.softsort(torch.asarray(X), stochastic=True, key=np.random.default_rng(0))
-
-
-def test_checks_do_not_read_values_under_jit():
-    """Validation happens at trace time on shapes and Python values only."""
-    jax = pytest.importorskip("jax")
-    f = jax.jit(lambda x, t: rankops.soft_rank(x, method="softsort", tau=t))
-    out = f(jax.numpy.asarray(X), jax.numpy.asarray(0.5))
-    assert out.shape == X.shape
-
-
-# -- Sinkhorn operators --------------------------------------------------------------
-
+# name -> call(x, **options): every operator that takes an array along an axis (or the last axis);
+# the matrices name their input s, as in the contract
+PERMUTATION = {
+    **{f"soft_{kind}[{m}]": (lambda x, f=f, m=m, **kw: f(x, method=m, **kw))
+       for kind, f in (("sort", rankops.soft_sort), ("rank", rankops.soft_rank)) for m in ("softsort", "neuralsort")},
+    "softsort": rankops.softsort,
+    "neuralsort": rankops.neuralsort,
+}
 SINKHORN = {
-    "soft_rank": lambda x, **kw: rankops.soft_rank(x, **kw),
-    "soft_sort": lambda x, **kw: rankops.soft_sort(x, **kw),
+    "soft_rank[sinkhorn]": lambda x, **kw: rankops.soft_rank(x, **kw),
+    "soft_sort[sinkhorn]": lambda x, **kw: rankops.soft_sort(x, **kw),
     "soft_cdf": lambda x, **kw: rankops.soft_cdf(x, **kw),
     "soft_quantile": lambda x, **kw: rankops.soft_quantile(x, 0.5, **kw),
     "soft_quantile_normalize": lambda x, **kw: rankops.soft_quantile_normalize(x, np.linspace(0.0, 1.0, 3), **kw),
     "soft_topk_mask": lambda x, **kw: rankops.soft_topk_mask(x, 2, **kw),
-    "sinkhorn": lambda c, **kw: rankops.sinkhorn(c, **{"epsilon": 0.1, **kw}),
 }
+SOLVER = {"sinkhorn": lambda c, **kw: rankops.sinkhorn(c, **{"epsilon": 0.1, **kw})}
+ALONG_AXIS = {**PERMUTATION, **SINKHORN}
+WITH_AXIS = {k: v for k, v in ALONG_AXIS.items() if k.startswith("soft_")}
+EVERYTHING = {**ALONG_AXIS, **SOLVER}
+
+CASES: list = []
 
 
-@pytest.mark.parametrize("op", SINKHORN)
-@pytest.mark.parametrize("epsilon", [0.0, -0.1, float("nan"), float("inf")])
-def test_epsilon_must_be_positive(op, epsilon):
-    with pytest.raises(ValueError, match="epsilon"):
-        SINKHORN[op](X, epsilon=epsilon)
+def case(id_: str, call, exc: type, match: str) -> None:
+    CASES.append(pytest.param(call, exc, match, id=id_))
 
 
-@pytest.mark.parametrize("op", SINKHORN)
-def test_solver_options(op):
-    with pytest.raises(ValueError, match="max_iter"):
-        SINKHORN[op](X, max_iter=0)
-    with pytest.raises(TypeError, match="max_iter"):
-        SINKHORN[op](X, max_iter=10.0)
-    with pytest.raises(ValueError, match="tol"):
-        SINKHORN[op](X, tol=0.0)
-    with pytest.raises(TypeError, match="implicit"):
-        SINKHORN[op](X, implicit="yes")
+def each(ops: dict, label: str, exc: type, match: str, x=X, **options) -> None:
+    """The same bad call on every operator of ``ops``."""
+    for name, op in ops.items():
+        case(f"{name}-{label}", lambda op=op, x=x: op(x() if callable(x) else x, **options), exc, match)
 
 
-@pytest.mark.parametrize("op", [k for k in SINKHORN if k != "sinkhorn"])
-def test_operator_options(op):
-    with pytest.raises(ValueError, match="squash"):
-        SINKHORN[op](X, squash="tanh")
-    with pytest.raises(ValueError, match="power"):
-        SINKHORN[op](X, power=0)
-    with pytest.raises(TypeError, match="'tau'"):
-        SINKHORN[op](X, tau=0.1)
-    with pytest.raises(ValueError, match="axis"):
-        SINKHORN[op](X, axis=5)
-    with pytest.raises(ValueError, match="empty axis"):
-        SINKHORN[op](np.ones((2, 0)))
-    with pytest.raises(TypeError, match="complex"):
-        SINKHORN[op](X.astype(complex))
+# -- the input array --------------------------------------------------------------------------
+for bad in ([3.0, 1.0, 2.0], 3.0, "abc", None):
+    each(EVERYTHING, f"x={type(bad).__name__}", TypeError, r"must be an array \(NumPy, CuPy, PyTorch, JAX, Dask or array-api-strict\)", x=lambda b=bad: b)
+each(ALONG_AXIS, "empty-axis", ValueError, r"[xs] has an empty axis 1 \(length 0\)", x=np.ones((3, 0)))
+each(ALONG_AXIS, "0-d", ValueError, r"[xs] must have at least one dimension .* 0-d", x=np.asarray(1.0))
+each(ALONG_AXIS, "complex", TypeError, r"[xs] must be real-valued; complex dtype", x=X.astype(np.complex128))
+case("sinkhorn-complex", lambda: rankops.sinkhorn(np.ones((3, 2), complex), epsilon=0.1), TypeError, "cost must be real-valued")
+case("sinkhorn-empty-axis", lambda: rankops.sinkhorn(np.ones((3, 0)), epsilon=0.1), ValueError, r"cost has an empty axis")
+case("sinkhorn-cost-1d", lambda: rankops.sinkhorn(np.ones(3), epsilon=0.1), ValueError, r"cost must have shape \(\.\.\., n, m\)")
+
+# -- axis ---------------------------------------------------------------------------------------
+for axis in (2, -3, 10):
+    each(WITH_AXIS, f"axis={axis}", ValueError, rf"axis={axis} is out of range \[-2, 1\] for an array with 2 dimension", axis=axis)
+for axis in (1.0, None, "0", True):
+    each(WITH_AXIS, f"axis={axis!r}", TypeError, r"axis must be an int", axis=axis)
+
+# -- tau, power, descending, hard, block (SoftSort / NeuralSort) ----------------------------------
+for tau in (0.0, -1.0, float("nan"), float("inf")):
+    each(PERMUTATION, f"tau={tau}", ValueError, r"tau must be a finite number > 0", tau=tau)
+for tau in ("1", None, True, [1.0]):
+    each(PERMUTATION, f"tau={tau!r}", TypeError, r"tau must be a positive real number", tau=tau)
+each(PERMUTATION, "tau-shape", ValueError, r"tau must be a scalar or a 0-d array, got shape \(2,\)", tau=np.array([0.5, 0.5]))
+for power in (0, -2.0, float("nan")):
+    for name in ("softsort", "soft_rank[softsort]", "soft_sort[softsort]"):
+        case(f"{name}-power={power}", lambda op=PERMUTATION[name], p=power: op(X, power=p), ValueError, r"power must be a finite number > 0")
+each(PERMUTATION, "descending", TypeError, r"descending must be True or False", descending="yes")
+each(PERMUTATION, "hard", TypeError, r"hard must be True or False", hard=1)
+for block, exc, match in ((0, ValueError, r"block must be >= 1"), (-3, ValueError, r"block must be >= 1"),
+                          (1.5, TypeError, r"block must be an int >= 1"), (True, TypeError, r"block must be an int >= 1"),
+                          ("full", ValueError, r"block must be 'auto', None or an int >= 1")):
+    each({k: v for k, v in PERMUTATION.items() if k.startswith("soft_")}, f"block={block!r}", exc, match, block=block)
+for fn in ("soft_sort", "soft_rank"):
+    case(f"{fn}-method", lambda f=getattr(rankops, fn): f(X, method="bitonic"), ValueError,
+         r"method must be one of 'sinkhorn', 'softsort', 'neuralsort', got 'bitonic'")
+    case(f"{fn}[softsort]-epsilon", lambda f=getattr(rankops, fn): f(X, method="softsort", epsilon=0.1), TypeError,
+         r"unexpected option\(s\) 'epsilon'; it accepts 'block', 'hard', 'power', 'tau'")
+    case(f"{fn}[neuralsort]-power", lambda f=getattr(rankops, fn): f(X, method="neuralsort", power=2), TypeError,
+         r"unexpected option\(s\) 'power'; it accepts 'block', 'hard', 'tau'")
+    for method in ("softsort", "neuralsort"):
+        case(f"{fn}[{method}]-return_info", lambda f=getattr(rankops, fn), m=method: f(X, method=m, return_info=True),
+             TypeError, r"unexpected option\(s\) 'return_info'")
+    case(f"{fn}[sinkhorn]-block", lambda f=getattr(rankops, fn): f(X, block=2), TypeError, r"unexpected option\(s\) 'block'")
+
+# -- stochastic relaxations -------------------------------------------------------------------------
+for name in ("softsort", "neuralsort"):
+    fn = PERMUTATION[name]
+    case(f"{name}-key-without-stochastic", lambda fn=fn: fn(X, key=0), ValueError, r"key .*stochastic=True")
+    case(f"{name}-n_samples-without-stochastic", lambda fn=fn: fn(X, n_samples=3), ValueError, r"n_samples .*stochastic=True")
+    case(f"{name}-n_samples=0", lambda fn=fn: fn(X, stochastic=True, n_samples=0), ValueError, r"n_samples must be >= 1")
+    case(f"{name}-n_samples=2.0", lambda fn=fn: fn(X, stochastic=True, n_samples=2.0), TypeError, r"n_samples must be an int >= 1")
+    case(f"{name}-stochastic", lambda fn=fn: fn(X, stochastic=1), TypeError, r"stochastic must be True or False")
+    case(f"{name}-key-type", lambda fn=fn: fn(X, stochastic=True, key="seed"), TypeError,
+         r"key must be None, an int seed or a numpy.random.Generator")
+case("softsort-jax-no-key", lambda: rankops.softsort(pytest.importorskip("jax.numpy").asarray(X), stochastic=True),
+     ValueError, r"key is required for JAX arrays")
+case("softsort-torch-key", lambda: rankops.softsort(_torch().asarray(X), stochastic=True, key=np.random.default_rng(0)),
+     TypeError, r"key must be None, an int seed or a torch.Generator")
+
+# -- Sinkhorn options ---------------------------------------------------------------------------------
+SOLVING = {**SINKHORN, **SOLVER}
+for eps in (0.0, -0.1, float("nan"), float("inf")):
+    each(SOLVING, f"epsilon={eps}", ValueError, r"epsilon must be a finite number > 0", epsilon=eps)
+each(SOLVING, "max_iter=0", ValueError, r"max_iter must be >= 1", max_iter=0)
+each(SOLVING, "max_iter=10.0", TypeError, r"max_iter must be an int >= 1", max_iter=10.0)
+each(SOLVING, "tol=0", ValueError, r"tol must be a finite number > 0", tol=0.0)
+each(SOLVING, "tol-array", TypeError, r"tol must be a Python number, not an array", tol=np.asarray(1e-3))
+each(SOLVING, "implicit", TypeError, r"implicit must be True or False", implicit="yes")
+case("sinkhorn-no-epsilon", lambda: rankops.sinkhorn(np.ones((2, 3, 4))), TypeError, "epsilon")
+each(SINKHORN, "squash", ValueError, r"squash must be one of 'sigmoid', 'arctan', 'minmax', None, got 'tanh'", squash="tanh")
+each(SINKHORN, "power=0", ValueError, r"power must be a finite number > 0", power=0)
+each(SINKHORN, "power-array", TypeError, r"power must be a Python number for the Sinkhorn operators", power=np.asarray(2.0))
+each(SINKHORN, "tau", TypeError, r"unexpected option\(s\) 'tau'", tau=0.1)
+each(SINKHORN, "return_info", TypeError, r"return_info must be True or False", return_info=1)
+for name in ("soft_rank[sinkhorn]", "soft_sort[sinkhorn]", "soft_cdf"):
+    op = SINKHORN[name]
+    case(f"{name}-num_targets=0", lambda op=op: op(X, num_targets=0), ValueError, r"num_targets must be >= 1")
+    case(f"{name}-target_weights-2d", lambda op=op: op(X, target_weights=np.ones((2, 2)) / 4), ValueError,
+         r"target_weights must be a 1-D array, got shape \(2, 2\)")
+    case(f"{name}-target_weights-length", lambda op=op: op(X, num_targets=4, target_weights=np.ones(3) / 3), ValueError,
+         r"target_weights has length 3 but 4 targets are used")
+    case(f"{name}-target_weights-namespace", lambda op=op: op(X, target_weights=_torch().ones(3) / 3), TypeError,
+         r"arrays from different namespaces cannot be mixed \(x: .*, target_weights: ")
+for q in (-0.1, 1.5, float("nan")):
+    case(f"soft_quantile-q={q}", lambda q=q: rankops.soft_quantile(X, q), ValueError, r"q must lie in \[0, 1\]")
+for q in ("0.5", [0.5], None, True):
+    case(f"soft_quantile-q={q!r}", lambda q=q: rankops.soft_quantile(X, q), TypeError,
+         r"q must be a Python float or a 1-D array of levels")
+case("soft_quantile-q-2d", lambda: rankops.soft_quantile(X, np.ones((2, 2)) / 2), ValueError, r"q must be a 1-D array, got shape \(2, 2\)")
+case("soft_quantile-q-namespace", lambda: rankops.soft_quantile(X, _torch().asarray([0.5])), TypeError,
+     r"arrays from different namespaces cannot be mixed \(x: .*, q: ")
+for filler in (0.0, 1.0, 2.0):
+    case(f"soft_quantile-filler={filler}", lambda f=filler: rankops.soft_quantile(X, 0.5, filler=f), ValueError,
+         r"filler must be a (finite )?number (in \(0, 1\)|> 0)")
+case("soft_quantile-num_targets", lambda: rankops.soft_quantile(X, 0.5, num_targets=3), TypeError, r"unexpected option\(s\) 'num_targets'")
+for k in (0, 4, -1):
+    case(f"soft_topk_mask-k={k}", lambda k=k: rankops.soft_topk_mask(X, k), ValueError, r"k must (lie in \[1, n\] = \[1, 3\]|be >= 1)")
+for k in (1.0, "2", None):
+    case(f"soft_topk_mask-k={k!r}", lambda k=k: rankops.soft_topk_mask(X, k), TypeError, r"k must be an int >= 1")
+QN = rankops.soft_quantile_normalize
+case("soft_quantile_normalize-targets-2d", lambda: QN(X, np.ones((2, 3))), ValueError, r"targets must be a 1-D array, got shape \(2, 3\)")
+case("soft_quantile_normalize-targets-list", lambda: QN(X, [0.0, 1.0]), TypeError, r"targets must be a 1-D array, got list")
+case("soft_quantile_normalize-targets-namespace", lambda: QN(X, _torch().ones(3)), TypeError,
+     r"arrays from different namespaces cannot be mixed \(x: .*, targets: ")
+case("soft_quantile_normalize-targets-empty", lambda: QN(X, np.ones(0)), ValueError, r"targets must not be empty")
+case("soft_quantile_normalize-target_weights-length", lambda: QN(X, np.ones(3), target_weights=np.ones(2) / 2), ValueError,
+     r"target_weights has length 2 but 3 targets are used")
+case("soft_quantile_normalize-num_targets", lambda: QN(X, np.ones(3), num_targets=3), TypeError, r"unexpected option\(s\) 'num_targets'")
+COST = np.ones((2, 3, 4))
+case("sinkhorn-a-shape", lambda: rankops.sinkhorn(COST, np.ones(4) / 4, epsilon=0.1), ValueError, r"a must have shape \(\.\.\., 3\)")
+case("sinkhorn-b-shape", lambda: rankops.sinkhorn(COST, None, np.ones(3) / 3, epsilon=0.1), ValueError, r"b must have shape \(\.\.\., 4\)")
+case("sinkhorn-a-namespace", lambda: rankops.sinkhorn(COST, _torch().ones(3) / 3, epsilon=0.1), TypeError,
+     r"arrays from different namespaces cannot be mixed \(cost: .*, a: ")
+
+# -- namespaces and devices of array hyper-parameters ---------------------------------------------------
+for name, op in PERMUTATION.items():
+    case(f"{name}-tau-namespace", lambda op=op: op(X, tau=_torch().asarray(0.5)), TypeError,
+         r"arrays from different namespaces cannot be mixed \([xs]: .*, tau: ")
+    case(f"{name}-tau-device", lambda op=op: op(_strict().asarray(X), tau=_strict().asarray(0.5, device=_strict().Device("device1"))),
+         ValueError, r"tau is on device .* but [xs] is on .*; move them to one device")
+    case(f"{name}-tau-dask-array", lambda op=op: op(_dask().from_array(X), tau=_dask().from_array(np.asarray(0.5))), TypeError,
+         r"tau must be Python numbers for Dask inputs, not arrays")
+
+# -- rankops.vjp ------------------------------------------------------------------------------------------
+case("vjp-not-an-operator", lambda: rankops.vjp(np.sort, X), TypeError, r"fun must be a rankops operator \(rankops.soft_rank, ")
+case("vjp-positionals", lambda: rankops.vjp(rankops.soft_rank, X, 1, 2), TypeError, r"soft_rank takes at most 1 positional arguments, got 3")
+case("vjp-x-list", lambda: rankops.vjp(rankops.soft_rank, [1.0, 2.0]), TypeError, r"x must be an array")
+case("vjp-operator-checks", lambda: rankops.vjp(rankops.soft_rank, X, tau=0.1), TypeError, r"unexpected option\(s\) 'tau'")
+case("vjp-return_info", lambda: rankops.vjp(rankops.soft_rank, X, return_info=True), TypeError, r"rankops.vjp does not take return_info")
+case("vjp-cotangent-shape", lambda: rankops.vjp(rankops.soft_rank, X)[1](np.ones((1, 2))), ValueError,
+     r"cotangent for the output has shape \(1, 2\), expected \(2, 3\)")
+case("vjp-cotangent-type", lambda: rankops.vjp(rankops.soft_rank, X)[1](None), TypeError,
+     r"the cotangent must be an array shaped like the value, got NoneType")
+case("vjp-sinkhorn-cotangent", lambda: rankops.vjp(rankops.sinkhorn, np.ones((3, 2)), epsilon=0.1)[1]({"plan": np.ones((3, 2))}),
+     TypeError, r"the cotangent of sinkhorn must be an array \(for the plan\) or a SinkhornResult / tuple \(plan, f, g\)")
 
 
-@pytest.mark.parametrize("fn", [rankops.soft_rank, rankops.soft_sort, rankops.soft_cdf])
-def test_target_options(fn):
-    with pytest.raises(ValueError, match="num_targets"):
-        fn(X, num_targets=0)
-    with pytest.raises(ValueError, match="target_weights"):
-        fn(X, target_weights=np.ones((2, 2)) / 4)
-    with pytest.raises(ValueError, match="target_weights has length 3"):
-        fn(X, num_targets=4, target_weights=np.ones(3) / 3)
-    with pytest.raises(TypeError, match="different namespaces"):
-        fn(X, target_weights=pytest.importorskip("torch").ones(3) / 3)
+@pytest.mark.parametrize("call, exc, match", CASES)
+def test_invalid_call(call, exc, match):
+    with pytest.raises(exc, match=match) as info:
+        call()
+    assert info.type is exc  # the documented class itself, not a subclass
 
 
-@pytest.mark.parametrize("q", [-0.1, 1.5, float("nan")])
-def test_quantile_level_out_of_range(q):
-    with pytest.raises(ValueError, match="q must lie in"):
-        rankops.soft_quantile(X, q)
+OPTIONS = ("tau", "power", "hard", "block", "descending", "axis", "epsilon", "max_iter", "tol", "squash", "implicit",
+           "num_targets", "target_weights", "filler", "return_info", "method", "stochastic", "key", "n_samples")
 
 
-@pytest.mark.parametrize("q", ["0.5", [0.5], None, True])
-def test_quantile_level_type(q):
-    with pytest.raises(TypeError, match="q must be"):
-        rankops.soft_quantile(X, q)
+def test_table_is_complete():
+    ids = " ".join(p.id for p in CASES)
+    for fun in OPERATORS:
+        assert fun.__name__ in ids, fun.__name__
+    for option in OPTIONS:
+        assert option in ids, option
 
 
-def test_quantile_levels_array_shape_and_namespace():
-    with pytest.raises(ValueError, match="q must be a 1-D array"):
-        rankops.soft_quantile(X, np.ones((2, 2)) / 2)
-    with pytest.raises(TypeError, match="different namespaces"):
-        rankops.soft_quantile(X, pytest.importorskip("torch").asarray([0.5]))
-    for bad in (0.0, 1.0, 2.0):
-        with pytest.raises(ValueError, match="filler"):
-            rankops.soft_quantile(X, 0.5, filler=bad)
-    with pytest.raises(TypeError, match="'num_targets'"):
-        rankops.soft_quantile(X, 0.5, num_targets=3)
-
-
-@pytest.mark.parametrize("k", [0, 4, -1])
-def test_topk_k_out_of_range(k):
-    with pytest.raises(ValueError, match="k must"):
-        rankops.soft_topk_mask(X, k)
-
-
-@pytest.mark.parametrize("k", [1.0, "2", None])
-def test_topk_k_type(k):
-    with pytest.raises(TypeError, match="k must"):
-        rankops.soft_topk_mask(X, k)
-
-
-def test_quantile_normalize_targets():
-    with pytest.raises(ValueError, match="targets must be a 1-D array"):
-        rankops.soft_quantile_normalize(X, np.ones((2, 3)))
-    with pytest.raises(TypeError, match="targets must be a 1-D array"):
-        rankops.soft_quantile_normalize(X, [0.0, 1.0])
-    with pytest.raises(TypeError, match="different namespaces"):
-        rankops.soft_quantile_normalize(X, pytest.importorskip("torch").ones(3))
-    with pytest.raises(ValueError, match="targets must not be empty"):
-        rankops.soft_quantile_normalize(X, np.ones(0))
-    with pytest.raises(ValueError, match="target_weights has length 2"):
-        rankops.soft_quantile_normalize(X, np.ones(3), target_weights=np.ones(2) / 2)
-    with pytest.raises(TypeError, match="'num_targets'"):
-        rankops.soft_quantile_normalize(X, np.ones(3), num_targets=3)
-
-
-def test_sinkhorn_shapes_and_namespaces():
-    cost = np.ones((2, 3, 4))
-    with pytest.raises(ValueError, match="cost must have shape"):
-        rankops.sinkhorn(np.ones(3), epsilon=0.1)
-    with pytest.raises(ValueError, match="a must have shape"):
-        rankops.sinkhorn(cost, np.ones(4) / 4, epsilon=0.1)
-    with pytest.raises(ValueError, match="b must have shape"):
-        rankops.sinkhorn(cost, None, np.ones(3) / 3, epsilon=0.1)
-    with pytest.raises(TypeError, match="epsilon"):
-        rankops.sinkhorn(cost)
-    with pytest.raises(TypeError, match="different namespaces"):
-        rankops.sinkhorn(cost, pytest.importorskip("torch").ones(3) / 3, epsilon=0.1)
-    with pytest.raises(ValueError, match="empty axis"):
-        rankops.sinkhorn(np.ones((3, 0)), epsilon=0.1)
+def test_checks_do_not_read_values_under_jit():
+    """Validation happens at trace time on shapes and Python values only: traced hyper-parameters pass."""
+    jax = pytest.importorskip("jax")
+    jnp = jax.numpy
+    x = jnp.asarray(X)
+    calls = {
+        "softsort": lambda x, t: rankops.soft_rank(x, method="softsort", tau=t, power=t),
+        "neuralsort": lambda x, t: rankops.soft_sort(x, method="neuralsort", tau=t),
+        "matrices": lambda x, t: rankops.softsort(x, tau=t) + rankops.neuralsort(x, tau=t),
+        "sinkhorn": lambda x, t: rankops.soft_rank(x, epsilon=t) + rankops.soft_topk_mask(x, 2, epsilon=t),
+        "quantiles": lambda x, t: rankops.soft_quantile(x, jnp.asarray([0.2, t]), epsilon=t),
+        "solver": lambda x, t: rankops.sinkhorn(x[:, :, None] * x[:, None, :], epsilon=t).plan,
+    }
+    for name, f in calls.items():
+        out = jax.jit(f)(x, jnp.asarray(0.5))
+        assert bool(jnp.all(jnp.isfinite(out))), name

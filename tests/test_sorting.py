@@ -154,3 +154,25 @@ def test_single_element_axis(backend):
     for method in METHODS:
         assert_array_equal(backend.to_numpy(rankops.soft_rank(x, method=method)), [[1.0], [1.0]])
         assert_array_equal(backend.to_numpy(rankops.soft_sort(x, method=method)), [[2.0], [-1.0]])
+
+
+@pytest.mark.parametrize("fn", [rankops.soft_rank, rankops.soft_sort])
+def test_learnable_power_gets_its_gradient(fn):
+    """An array power (default block too) is differentiated: torch autograd == rankops' rule on NumPy."""
+    torch = pytest.importorskip("torch")
+    x = np.random.default_rng(1).normal(size=(2, 5))
+    ct = np.random.default_rng(2).normal(size=(2, 5))
+    power = torch.tensor(0.7, dtype=torch.float64, requires_grad=True)
+    xt = torch.asarray(x, requires_grad=True)
+    out = fn(xt, method="softsort", power=power, tau=0.4)
+    gx, gp = torch.autograd.grad((out * torch.asarray(ct)).sum(), (xt, power))
+    # the same derivative by central differences in power, float64
+    h = 1e-6
+    up, down = (fn(x, method="softsort", power=0.7 + s, tau=0.4, block=None) for s in (h, -h))
+    assert_allclose(float(gp), np.sum((up - down) * ct) / (2 * h), rtol=1e-6)
+    _, vjp_fn = rankops.vjp(fn, x, method="softsort", power=np.asarray(0.7), tau=0.4)
+    gxn, gpn = vjp_fn(ct)
+    assert_allclose(gxn, gx.numpy(), rtol=1e-10, atol=1e-12)
+    assert_allclose(float(gpn), float(gp), rtol=1e-10)
+    with pytest.raises(TypeError, match="power must be a Python number for the Sinkhorn operators"):
+        rankops.soft_rank(x, power=np.asarray(2.0))

@@ -233,20 +233,3 @@ def test_memory_is_linear_in_n(method):
     small = slice(0, 50)
     assert np.isfinite(g).all() and value.shape == (1, n)
     assert_allclose(value[:, small], rankops.soft_rank(x, method=method, tau=0.5, block=None)[:, small], rtol=1e-10)
-
-
-# --- errors --------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    "block, exc, match",
-    [(0, ValueError, ">= 1"), (-3, ValueError, ">= 1"), (1.5, TypeError, "block"), (True, TypeError, "block"), ("full", ValueError, "'auto', None")],
-)
-def test_bad_block(block, exc, match):
-    with pytest.raises(exc, match=match):
-        rankops.soft_rank(_x((3,)), method="softsort", block=block)
-
-
-def test_block_is_not_a_sinkhorn_option():
-    with pytest.raises(TypeError, match="block"):
-        rankops.soft_rank(_x((3,)), block=2)

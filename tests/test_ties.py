@@ -26,8 +26,8 @@ METHODS = {
 
 
 @pytest.mark.parametrize("method", METHODS)
-@pytest.mark.parametrize("descending", [False, True])
-def test_tied_entries_get_equal_ranks_and_finite_gradients(backend, method, descending):
+def test_tied_entries_get_equal_ranks_and_finite_gradients(backend, method):
+    descending = backend.name == "numpy"  # both directions, without doubling every backend's run
     soft, _, _ = METHODS[method]
     x = backend.asarray(X)
     ranks, vjp_fn = rankops.vjp(rankops.soft_rank, x, method=method, descending=descending, **soft)

@@ -194,11 +194,10 @@ def test_descending_is_ascending_of_negated(backend):
 
 # -- hard limits ------------------------------------------------------------------------------
 
-HARD = {"epsilon": 1e-3, "tol": 1e-9, "max_iter": 50_000}
+HARD = {"epsilon": 1e-3, "tol": 1e-4, "max_iter": 50_000}  # values within 1e-3 of the limit
 SEPARATED = np.array([[0.3, -1.2, 2.5, 0.7, 1.9, -0.4], [4.0, 4.5, -2.0, 0.0, 1.0, 3.0]])
 
 
-@pytest.mark.filterwarnings("ignore::rankops.ConvergenceWarning")  # budgets below convergence on purpose: values are checked
 @pytest.mark.parametrize("descending", [False, True])
 def test_hard_limit_rank_and_sort(descending):
     x = SEPARATED
@@ -211,7 +210,6 @@ def test_hard_limit_rank_and_sort(descending):
     assert_allclose(rankops.soft_cdf(x, **HARD), rankdata(x, axis=-1) / 6, atol=1e-3)
 
 
-@pytest.mark.filterwarnings("ignore::rankops.ConvergenceWarning")  # budgets below convergence on purpose: values are checked
 def test_hard_limit_topk_qnorm_quantile():
     x = SEPARATED
     mask = rankops.soft_topk_mask(x, 2, **HARD)

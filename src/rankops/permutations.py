@@ -53,8 +53,8 @@ def _softmax_back(xp: Any, p: Any, dp: Any) -> Any:
     return p * (dp - xp.sum(dp * p, axis=-1, keepdims=True))
 
 
-def _softsort_logits(xp: Any, s: Any, tau: Any, power: float, descending: bool) -> tuple[Any, Any]:
-    """Logits and their pullback ``dlogits -> (ds, dtau)``."""
+def _softsort_logits(xp: Any, s: Any, tau: Any, power: Any, descending: bool) -> tuple[Any, Any]:
+    """Logits and their pullback ``dlogits -> (ds, {"tau": dtau, "power": dpower})`` (array ones only)."""
     s_sorted = xp.sort(s, axis=-1, descending=descending)
     diff = s_sorted[..., :, None] - s[..., None, :]
     d = xp.abs(diff)
@@ -70,13 +70,19 @@ def _softsort_logits(xp: Any, s: Any, tau: Any, power: float, descending: bool) 
         # sort's pullback sends position i's cotangent to the item sorted there
         order = hard_permutation(xp, s, descending)
         ds = xp.matmul(xp.sum(d_diff, axis=-1)[..., None, :], order)[..., 0, :] - xp.sum(d_diff, axis=-2)
-        return ds, (xp.sum(d_logits * dp) / (tau * tau) if is_array(tau) else None)
+        extra = {}
+        if is_array(tau):
+            extra["tau"] = xp.sum(d_logits * dp) / (tau * tau)
+        if is_array(power):  # d(d ** p)/dp = d ** p log d, 0 at d = 0
+            log_d = xp.log(xp.where(d == 0, xp.ones_like(d), d))
+            extra["power"] = -xp.sum(d_logits * dp * log_d) / tau
+        return ds, extra
 
     return logits, pullback
 
 
 def _neuralsort_logits(xp: Any, s: Any, tau: Any, descending: bool) -> tuple[Any, Any]:
-    """Logits and their pullback ``dlogits -> (ds, dtau)``."""
+    """Logits and their pullback ``dlogits -> (ds, {"tau": dtau})`` (an array tau only)."""
     n = s.shape[-1]
     diff = s[..., :, None] - s[..., None, :]
     row_sums = xp.sum(xp.abs(diff), axis=-1)
@@ -91,7 +97,7 @@ def _neuralsort_logits(xp: Any, s: Any, tau: Any, descending: bool) -> tuple[Any
         d_rows = -xp.sum(d_logits, axis=-2) / tau
         sign = xp.sign(diff)
         ds = ds + d_rows * xp.sum(sign, axis=-1) - xp.matmul(d_rows[..., None, :], sign)[..., 0, :]
-        return ds, (-xp.sum(d_logits * logits) / tau if is_array(tau) else None)
+        return ds, ({"tau": -xp.sum(d_logits * logits) / tau} if is_array(tau) else {})
 
     return logits, pullback
 
@@ -115,13 +121,13 @@ def straight_through(xp: Any, hard: Any, soft: Any) -> Any:
 
 
 def _finish_matrix(xp: Any, s: Any, logits: tuple[Any, Any], descending: bool, hard: bool) -> tuple[Any, Any]:
-    """The matrix and its pullback ``dP -> {"x": ds, "tau": dtau}`` (that of the relaxed matrix)."""
+    """The matrix and its pullback ``dP -> {"x": ds, "tau": dtau, ...}`` (that of the relaxed matrix)."""
     z, logits_back = logits
     p_soft = get_adapter(xp).softmax(xp, z, -1)
 
     def pullback(dp: Any) -> dict[str, Any]:
-        ds, d_tau = logits_back(_softmax_back(xp, p_soft, dp))
-        return {"x": ds} if d_tau is None else {"x": ds, "tau": d_tau}
+        ds, extra = logits_back(_softmax_back(xp, p_soft, dp))
+        return {"x": ds, **extra}
 
     if not hard:
         return p_soft, pullback
@@ -129,7 +135,7 @@ def _finish_matrix(xp: Any, s: Any, logits: tuple[Any, Any], descending: bool, h
 
 
 def softsort_matrix_vjp(
-    xp: Any, s: Any, *, tau: Any, power: float = 1.0, descending: bool, hard: bool = False
+    xp: Any, s: Any, *, tau: Any, power: Any = 1.0, descending: bool, hard: bool = False
 ) -> tuple[Any, Any]:
     """Core of :func:`softsort` on a prepared array (operator axis last), with its pullback."""
     return _finish_matrix(xp, s, _softsort_logits(xp, s, tau, power, descending), descending, hard)

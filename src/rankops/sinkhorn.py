@@ -161,15 +161,13 @@ def _fixed_point(
         return u, v
 
     def error(ops: tuple[Any, Any, Any], state: tuple[Any, Any]) -> Any:
-        # Both marginals: the rows are exact after an f-update in exact arithmetic, so their
-        # part is rounding only, except where cost / epsilon is beyond the float's precision
-        # (1e20 in float64, with squash=None and large inputs): then the plan is meaningless,
-        # and this term reports it instead of a silent "converged".
+        # Both marginals of the plan exactly as it is returned. The rows are exact after an
+        # f-update in exact arithmetic, so their part is rounding, except where cost / epsilon
+        # outgrows the float's precision (1e16 in float64, with squash=None and large inputs):
+        # the plan is then meaningless, and this says so instead of a silent "converged".
         c_, la, lb = ops
-        u, v = state
-        column = xp.exp(v + lse(xp, u[..., :, None] - c_, -2))
-        row = xp.exp(u + lse(xp, v[..., None, :] - c_, -1))
-        return xp.sum(xp.abs(column - xp.exp(lb)), axis=-1) + xp.sum(xp.abs(row - xp.exp(la)), axis=-1)
+        p = _plan(xp, c_, *state)
+        return xp.sum(xp.abs(xp.sum(p, axis=-2) - xp.exp(lb)), axis=-1) + xp.sum(xp.abs(xp.sum(p, axis=-1) - xp.exp(la)), axis=-1)
 
     # Shapes only (Python tuples): the batch of the cost and of both marginals.
     batch = np.broadcast_shapes(tuple(c.shape[:-2]), tuple(log_a.shape[:-1]), tuple(log_b.shape[:-1]))
@@ -181,8 +179,15 @@ def _fixed_point(
     )
     if exact == "columns":
         v = log_b - lse(xp, u[..., :, None] - c, -2)
-    plan = xp.exp(u[..., :, None] + v[..., None, :] - c)
+        plan = xp.exp((u[..., :, None] - c) + v[..., None, :])  # rounded as the last (column) update was
+    else:
+        plan = _plan(xp, c, u, v)
     return (plan, u, v, err, n_iter), (plan, log_a, log_b)
+
+
+def _plan(xp: Any, c: Any, u: Any, v: Any) -> Any:
+    """``exp(u_i + v_j - c_ij)``, rounded as the f-update was, so that its rows are those the update made exact."""
+    return xp.exp((v[..., None, :] - c) + u[..., :, None])
 
 
 def check_solver_options(epsilon: Any, max_iter: Any, tol: Any, implicit: Any) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ._lib._apply import finish, prepare, run, with_value
+from ._lib._compat import is_array
 from ._lib._numerics import matvec
 from ._lib._validation import boolean, known_options, positive_count, positive_scalar
 from .transport import sinkhorn_sort_or_rank
@@ -99,7 +100,9 @@ def _along_axis(core: Callable[..., Any], where: str, x: Any, axis: Any, descend
     descending = boolean(descending, "descending")
     p = prepare(x, axis=axis, params=params)
     block = params.pop("block")
-    if block is None:
+    # The streamed backward treats power as a constant: a learnable (array) power takes
+    # the full-matrix path, whose gradient includes it.
+    if block is None or is_array(params.get("power")):
         out = run(core, p, (p.n,), matrix=matrix, descending=descending, **params)
     else:
         output = where[len("soft_"):]

@@ -49,7 +49,7 @@ from array_api_compat import device as _device
 
 from ._lib._adapters import get_adapter
 from ._lib._apply import Prepared, finish, prepare, run, with_value
-from ._lib._compat import is_array
+from ._lib._compat import is_array, is_lazy_blockwise
 from ._lib._numerics import abs_power, abs_power_slope, matvec, unbroadcast
 from ._lib._validation import boolean, known_options, optional_count, positive_count, positive_scalar
 from .sinkhorn import (
@@ -87,6 +87,8 @@ def transport_options(options: dict[str, Any], allowed: tuple[str, ...], where: 
         raise ValueError(f"squash must be one of {', '.join(map(repr, SQUASHES))}, got {squash!r}")
     opts["squash"] = squash
     opts["power"] = positive_scalar(options.get("power", 2), "power")
+    if is_array(opts["power"]):
+        raise TypeError("power must be a Python number for the Sinkhorn operators, not an array")
     if "num_targets" in allowed:
         opts["num_targets"] = optional_count(options.get("num_targets"), "num_targets")
     if "filler" in allowed:
@@ -366,6 +368,31 @@ def _return_info(options: dict[str, Any]) -> bool:
     return boolean(options.pop("return_info", False), "return_info")
 
 
+def _value_only(core: Any) -> Any:
+    """A core that drops the solver's error (its pullback is the core's own)."""
+
+    def value(xp: Any, x: Any, **kwargs: Any) -> Any:
+        return core(xp, x, **kwargs)[0]
+
+    value.vjp = core.vjp  # type: ignore[attr-defined]
+    return value
+
+
+_VALUE_ONLY = {core: _value_only(core) for core in (cdf_core, rank_core, sort_core, quantile_normalize_core, topk_core, quantile_core)}
+
+
+def _solve(core: Any, p: Prepared, tail: tuple[int, ...], arrays: dict[str, Any] | None, error_tail: tuple[int, ...],
+           return_info: bool, **params: Any) -> tuple[Any, Any]:
+    """``run`` a Sinkhorn core: ``(value, error)``, the error None where nobody reads it.
+
+    Dask never warns (its values are lazy), so without ``return_info`` the
+    error is left out of the graph, which keeps one task per block of rows.
+    """
+    if is_lazy_blockwise(p.xp) and not return_info:
+        return run(_VALUE_ONLY[core], p, tail, arrays, **params), None
+    return run(core, p, tail, arrays, error_tail=error_tail, **params)
+
+
 def _done(p: Prepared, result: tuple[Any, Any], opts: dict[str, Any], where: str, return_info: bool, *,
           axis_kept: bool = True, levels: bool = False) -> Any:
     """``finish`` the value; warn when some problem did not converge; attach the info if asked.
@@ -375,6 +402,8 @@ def _done(p: Prepared, result: tuple[Any, Any], opts: dict[str, Any], where: str
     """
     out, err = result
     xp = p.xp
+    if err is None:
+        return finish(p, out, axis_kept=axis_kept)
     err = get_adapter(xp).stop_gradient(xp, err)
     if levels and p.axis != p.ndim - 1:
         err = xp.moveaxis(err, -1, p.axis)
@@ -397,7 +426,7 @@ def _run_targets(core: Any, where: str, x: Any, axis: Any, options: dict[str, An
         kwargs["descending"] = boolean(descending, "descending")
     m = _targets_count(p.x, opts["num_targets"], w)
     tail = (m,) if core is sort_core else (p.n,)
-    return _done(p, run(core, p, tail, arrays, error_tail=(), **kwargs), opts, where, return_info)
+    return _done(p, _solve(core, p, tail, arrays, (), return_info, **kwargs), opts, where, return_info)
 
 
 def soft_cdf(x: Any, /, *, axis: int = -1, **options: Any) -> Any:
@@ -429,14 +458,14 @@ def soft_quantile(x: Any, q: Any, /, *, axis: int = -1, **options: Any) -> Any:
     if is_array(q):
         p = prepare(x, axis=axis, arrays={"q": q})
         _check_1d(q, "q")
-        result = run(quantile_core, p, (q.shape[0],), {"q": q}, error_tail=(q.shape[0],), opts=opts)
+        result = _solve(quantile_core, p, (q.shape[0],), {"q": q}, (q.shape[0],), return_info, opts=opts)
         return _done(p, result, opts, "soft_quantile", return_info, levels=True)
     if isinstance(q, bool) or not isinstance(q, numbers.Real):
         raise TypeError(f"q must be a Python float or a 1-D array of levels, got {type(q).__name__}")
     if not 0.0 <= q <= 1.0:
         raise ValueError(f"q must lie in [0, 1], got {q!r}")
     p = prepare(x, axis=axis)
-    result = run(quantile_core, p, (), error_tail=(), q=float(q), opts=opts)
+    result = _solve(quantile_core, p, (), None, (), return_info, q=float(q), opts=opts)
     return _done(p, result, opts, "soft_quantile", return_info, axis_kept=False)
 
 
@@ -456,7 +485,7 @@ def soft_quantile_normalize(x: Any, targets: Any, /, *, axis: int = -1, **option
     _check_1d(targets, "targets")
     if "target_weights" in arrays:
         _check_1d(arrays["target_weights"], "target_weights", targets.shape[0])
-    result = run(quantile_normalize_core, p, (p.n,), arrays, error_tail=(), opts=opts)
+    result = _solve(quantile_normalize_core, p, (p.n,), arrays, (), return_info, opts=opts)
     return _done(p, result, opts, "soft_quantile_normalize", return_info)
 
 
@@ -472,7 +501,7 @@ def soft_topk_mask(x: Any, k: int, /, *, axis: int = -1, **options: Any) -> Any:
     p = prepare(x, axis=axis)
     if k > p.n:
         raise ValueError(f"k must lie in [1, n] = [1, {p.n}], got {k}")
-    return _done(p, run(topk_core, p, (p.n,), error_tail=(), k=k, opts=opts), opts, "soft_topk_mask", return_info)
+    return _done(p, _solve(topk_core, p, (p.n,), None, (), return_info, k=k, opts=opts), opts, "soft_topk_mask", return_info)
 
 
 def sinkhorn_sort_or_rank(kind: str, x: Any, axis: Any, descending: Any, options: dict[str, Any]) -> Any:

@@ -99,7 +99,7 @@ def normalize_axis(axis: Any, ndim: int, name: str = "axis") -> int:
         raise TypeError(f"{name} must be an int, got {type(axis).__name__}")
     axis = int(axis)
     if not -ndim <= axis < ndim:
-        raise ValueError(f"{name}={axis} is out of range for an array with {ndim} dimension(s)")
+        raise ValueError(f"{name}={axis} is out of range [{-ndim}, {ndim - 1}] for an array with {ndim} dimension(s)")
     return axis % ndim
 
 
