@@ -27,6 +27,17 @@ except ImportError:
     pass
 
 
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # One pytest-xdist worker per core: torch's OpenMP pool would otherwise put two
+    # threads per worker on each core, and its small-block loops slow down badly.
+    try:
+        import torch
+
+        torch.set_num_threads(1)
+    except ImportError:
+        pass
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--backend",

@@ -32,3 +32,26 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if path:
         with open(path, "w") as f:
             json.dump({b: {w: TRIED.get((b, w), 0) for w in whats} for b in backends}, f, indent=1)
+
+
+# -- pytest-xdist: each worker counts its own inputs; the controller adds them up -----------------
+
+
+def pytest_sessionfinish(session):
+    import json
+
+    from .strategies import TRIED
+
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:  # an xdist worker
+        workeroutput["rankops_tried"] = json.dumps([[b, w, c] for (b, w), c in TRIED.items()])
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    import json
+
+    from .strategies import TRIED
+
+    for b, w, c in json.loads(getattr(node, "workeroutput", {}).get("rankops_tried", "[]")):
+        TRIED[(b, w)] += c

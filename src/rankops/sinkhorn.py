@@ -166,8 +166,7 @@ def _fixed_point(
         # outgrows the float's precision (1e16 in float64, with squash=None and large inputs):
         # the plan is then meaningless, and this says so instead of a silent "converged".
         c_, la, lb = ops
-        p = _plan(xp, c_, *state)
-        return xp.sum(xp.abs(xp.sum(p, axis=-2) - xp.exp(lb)), axis=-1) + xp.sum(xp.abs(xp.sum(p, axis=-1) - xp.exp(la)), axis=-1)
+        return _marginal_error(xp, _plan(xp, c_, *state), la, lb)
 
     # Shapes only (Python tuples): the batch of the cost and of both marginals.
     batch = np.broadcast_shapes(tuple(c.shape[:-2]), tuple(log_a.shape[:-1]), tuple(log_b.shape[:-1]))
@@ -180,9 +179,18 @@ def _fixed_point(
     if exact == "columns":
         v = log_b - lse(xp, u[..., :, None] - c, -2)
         plan = xp.exp((u[..., :, None] - c) + v[..., None, :])  # rounded as the last (column) update was
+        # The plan returned is this one: its error (rows now) is what callers must see. It is
+        # at most the columns' error before the update, except beyond float precision.
+        err = _marginal_error(xp, plan, log_a, log_b)
     else:
         plan = _plan(xp, c, u, v)
     return (plan, u, v, err, n_iter), (plan, log_a, log_b)
+
+
+def _marginal_error(xp: Any, p: Any, log_a: Any, log_b: Any) -> Any:
+    """L1 errors of both marginals of ``p``, per problem."""
+    column = xp.sum(xp.abs(xp.sum(p, axis=-2) - xp.exp(log_b)), axis=-1)
+    return column + xp.sum(xp.abs(xp.sum(p, axis=-1) - xp.exp(log_a)), axis=-1)
 
 
 def _plan(xp: Any, c: Any, u: Any, v: Any) -> Any:
