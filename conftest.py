@@ -21,8 +21,10 @@ try:  # float64 JAX arrays for finite differences; must precede any JAX work
     jax.config.update("jax_enable_x64", True)
     # Compile time dominates JAX tests on tiny arrays; XLA's optimisation passes cost a
     # fifth of it. Values are compared with tolerances, and the benchmark smoke test and
-    # the demo run rankops under JAX's default (optimised) compilation in subprocesses.
-    jax.config.update("jax_disable_most_optimizations", True)
+    # the demo run rankops under JAX's default (optimised) compilation in subprocesses;
+    # RANKOPS_JAX_OPTIMIZE=1 runs the whole suite optimised.
+    if not os.environ.get("RANKOPS_JAX_OPTIMIZE"):
+        jax.config.update("jax_disable_most_optimizations", True)
 except ImportError:
     pass
 
