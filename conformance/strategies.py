@@ -22,7 +22,6 @@ SIZES = [1, 2, 3, 5, 8]
 FLOAT_DTYPES = ["float16", "bfloat16", "float32", "float64"]
 INT_DTYPES = ["int32", "int64", "bool"]
 ROW_KINDS = ["normal", "ties", "constant", "huge", "tiny", "subnormal", "mixed", "nonfinite"]
-FINITE_KINDS = [k for k in ROW_KINDS if k != "nonfinite"]
 
 
 @dataclass(frozen=True)

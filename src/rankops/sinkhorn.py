@@ -67,7 +67,7 @@ class SinkhornResult(NamedTuple):
     f: Any  # (..., n) dual potential of the rows
     g: Any  # (..., m) dual potential of the columns
     n_iter: Any  # iterations run (a Python int, or a 0-d int array under JAX)
-    error: Any  # (...,) L1 error of the column marginal at exit
+    error: Any  # (...,) L1 error of both marginals at exit (the rows' part is rounding)
     converged: Any  # (...,) bool: error <= tol
 
 
@@ -80,7 +80,7 @@ class SinkhornInfo(NamedTuple):
     """
 
     converged: Any  # bool: error <= tol when the solver stopped
-    error: Any  # L1 error of the target marginal at exit, in the dtype the operator computed in
+    error: Any  # L1 error of both marginals at exit, in the dtype the operator computed in
 
 
 class ConvergenceWarning(RuntimeWarning):

@@ -91,10 +91,10 @@ class _SoftSort:
         xp, tau, power = self.xp, self.tau, self.power
         if cache is None:  # the matrix was kept: only what this pullback needs
             diff = keys[0][..., :, None] - self.s[..., None, :]
-            cache = self._distance(keys[0]) if is_array(power) or power != 1.0 or is_array(tau) else (diff, None, None)
+            cache = self._distance(keys[0]) if power != 1.0 or is_array(tau) else (diff, None, None)
         diff, d, dp = cache
         d_d = dz * (-1.0 / tau)
-        if is_array(power) or power != 1.0:
+        if power != 1.0:
             d_d = d_d * abs_power_slope(xp, d, power)
         d_diff = d_d * xp.sign(diff)
         d_tau = xp.sum(dz * dp) / (tau * tau) if is_array(tau) else None
@@ -274,13 +274,15 @@ def _bwd(
 
 
 def stream_vjp(
-    xp: Any, x: Any, *, method: str, output: str, block: int, descending: bool, hard: bool, tau: Any, power: Any = 1.0
+    xp: Any, x: Any, *, method: str, output: str, block: int, descending: bool, hard: bool, tau: Any, power: float = 1.0
 ) -> tuple[Any, Any]:
     """Soft sort (``output="sort"``) or soft rank (``"rank"``) of ``x`` along its last axis, with its pullback.
 
     ``block`` rows of ``P`` are formed at a time, in the forward and in the
     backward pass. The pullback maps the output's cotangent to
-    ``{"x": dx}`` (and ``"tau"`` for an array ``tau``).
+    ``{"x": dx}`` (and ``"tau"`` for an array ``tau``). ``power`` is a Python
+    number: the backward treats it as a constant, so an array power takes the
+    full-matrix path (:mod:`rankops.sorting`).
     """
     params: dict[str, Any] = {"descending": descending}
     if method == "softsort":

@@ -189,7 +189,7 @@ def _plan_vjp(xp: Any, x: Any, y: Any, log_b: Any, opts: dict[str, Any], exact: 
     s, squash_back = squash_vjp(xp, x, opts["squash"])
     d = y - s[..., :, None]
     power = opts["power"]
-    square = not is_array(power) and power == 2.0
+    square = power == 2.0  # a Python number: transport_options rejects arrays
     cost = d * d if square else abs_power(xp, xp.abs(d), power)
     log_a = xp.full((n,), -math.log(n), dtype=x.dtype, device=_device(x))
     res, solve_back = solve_vjp(
