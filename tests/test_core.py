@@ -9,7 +9,7 @@ import pytest
 
 import rankops
 from rankops.__main__ import main, run_demo
-from rankops._lib._apply import prepare
+from rankops._lib._calls import prepare
 from rankops._lib._backends import BACKENDS, get_backend
 
 

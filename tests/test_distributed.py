@@ -1,7 +1,7 @@
 """Dask beyond one process: a real ``distributed`` cluster, and the shape of the task graph.
 
-On Dask every operator runs the NumPy implementation once per block of batch
-rows (``rankops/_lib/_adapters/_dask.py``), so a cluster result must equal
+On Dask every operator runs its core once per block of batch rows, in the
+chunks' namespace (NumPy here) (``rankops/_lib/_adapters/_dask.py``), so a cluster result must equal
 the NumPy result on the same data to rounding, the task graph must grow with
 the number of chunks and never with the Sinkhorn iterations, and an operator
 axis split over several chunks must be merged into one first.

@@ -8,11 +8,17 @@ operator and every option appears in it.
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
+
 import numpy as np
 import pytest
 
 import rankops
-from rankops.gradients import OPERATORS
+from rankops._kernels.permutation import PermutationOptions
+from rankops._kernels.transport import TransportOptions
+from rankops._registry import OPERATORS
+from rankops._solvers.sinkhorn import SolverOptions
 
 X = np.array([[3.0, 1.0, 2.0], [0.0, -1.0, 4.0]])
 
@@ -206,8 +212,17 @@ def test_invalid_call(call, exc, match):
     assert info.type is exc  # the documented class itself, not a subclass
 
 
-OPTIONS = ("tau", "power", "hard", "block", "descending", "axis", "epsilon", "max_iter", "tol", "squash", "implicit",
-           "num_targets", "target_weights", "filler", "return_info", "method", "stochastic", "key", "n_samples")
+def _option_names() -> set[str]:
+    """Every keyword an operator takes: its keyword-only parameters and the fields of the option objects."""
+    names = {"return_info", "target_weights"}  # read before the option objects: a flag and an array
+    for fun in OPERATORS:
+        names |= {p.name for p in inspect.signature(fun).parameters.values() if p.kind is p.KEYWORD_ONLY}
+    for options in (TransportOptions, PermutationOptions, SolverOptions):
+        names |= {f.name for f in dataclasses.fields(options)}
+    return names
+
+
+OPTIONS = sorted(_option_names())
 
 
 def test_table_is_complete():

@@ -1,8 +1,7 @@
 """Same input, same bits: repeated calls and concurrent threads on every CPU backend.
 
-``rankops.vjp`` records pullbacks in a context variable and JAX calls share a
-compile cache; eight threads calling at once must get exactly what serial
-calls get.
+``rankops.vjp`` keeps nothing outside the call and JAX calls share a compile
+cache; eight threads calling at once must get exactly what serial calls get.
 """
 
 from __future__ import annotations

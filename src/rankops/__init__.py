@@ -7,11 +7,12 @@ arrays and differentiates under the caller's own autodiff.
 
 from __future__ import annotations
 
+from ._kernels.convergence import ConvergenceWarning, SinkhornInfo
+from .gradients import vjp
 from .permutations import neuralsort, softsort
-from .sinkhorn import ConvergenceWarning, SinkhornInfo, SinkhornResult, sinkhorn
+from .sinkhorn import SinkhornResult, sinkhorn
 from .sorting import soft_rank, soft_sort
 from .transport import soft_cdf, soft_quantile, soft_quantile_normalize, soft_topk_mask
-from .gradients import vjp
 
 __version__ = "0.1.0.dev0"
 

@@ -10,15 +10,8 @@ import numbers
 from typing import Any
 
 import array_api_compat
-from array_api_compat import is_dask_namespace, is_jax_namespace
 
-__all__ = [
-    "is_array",
-    "namespace",
-    "real_float_dtypes",
-    "check_same_device",
-    "normalize_axis",
-]
+__all__ = ["is_array", "namespace", "real_float_dtypes", "normalize_axis"]
 
 
 def is_array(value: Any) -> bool:
@@ -44,22 +37,6 @@ def namespace(*arrays: Any, names: tuple[str, ...] | None = None) -> Any:
     except TypeError as exc:
         kinds = ", ".join(f"{n}: {type(a).__module__}.{type(a).__name__}" for n, a in zip(names, arrays))
         raise TypeError(f"arrays from different namespaces cannot be mixed ({kinds})") from exc
-
-
-def check_same_device(xp: Any, arrays: tuple[Any, ...], names: tuple[str, ...]) -> Any:
-    """Return the common device of ``arrays``; ``ValueError`` if they differ.
-
-    JAX tracers have no concrete device under ``jit``; JAX itself places
-    them, so the comparison is skipped there.
-    """
-    dev = array_api_compat.device(arrays[0])
-    if is_jax_namespace(xp):
-        return dev
-    for name, a in zip(names[1:], arrays[1:]):
-        other = array_api_compat.device(a)
-        if other != dev:
-            raise ValueError(f"{name} is on device {other!r} but {names[0]} is on {dev!r}; move them to one device")
-    return dev
 
 
 def default_float(xp: Any, device: Any) -> Any:
@@ -101,8 +78,3 @@ def normalize_axis(axis: Any, ndim: int, name: str = "axis") -> int:
     if not -ndim <= axis < ndim:
         raise ValueError(f"{name}={axis} is out of range [{-ndim}, {ndim - 1}] for an array with {ndim} dimension(s)")
     return axis % ndim
-
-
-def is_lazy_blockwise(xp: Any) -> bool:
-    """Backends run block by block with the NumPy implementation (Dask)."""
-    return is_dask_namespace(xp)

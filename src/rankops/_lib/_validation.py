@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from ._compat import is_array
 
@@ -24,6 +24,29 @@ def positive_scalar(value: Any, name: str) -> Any:
     if not (math.isfinite(value) and value > 0):
         raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
     return float(value)
+
+
+def python_number(check: Callable[[Any, str], Any], context: str = "") -> Callable[[Any, str], Any]:
+    """``check``, and the value must be a Python number: it shapes the computation, not only the data."""
+
+    def checked(value: Any, name: str) -> Any:
+        value = check(value, name)
+        if is_array(value):
+            raise TypeError(f"{name} must be a Python number{context}, not an array")
+        return value
+
+    return checked
+
+
+def choice(*allowed: Any) -> Callable[[Any, str], Any]:
+    """One of ``allowed`` (compared with ``==``; ``None`` allowed where listed)."""
+
+    def checked(value: Any, name: str) -> Any:
+        if not any(value is a or (a is not None and isinstance(value, type(a)) and value == a) for a in allowed):
+            raise ValueError(f"{name} must be one of {', '.join(map(repr, allowed))}, got {value!r}")
+        return value
+
+    return checked
 
 
 def boolean(value: Any, name: str) -> bool:

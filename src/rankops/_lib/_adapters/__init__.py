@@ -1,29 +1,27 @@
-"""Framework adapters, imported only when an array of that framework arrives.
+"""The backend seam: the one place that tells namespaces apart.
 
-The operators are written once against the array API; an adapter supplies
-what the standard lacks for one framework: fused softmax / logsumexp kernels
-(faster than the portable versions), ``stop_gradient`` for straight-through
-estimators, and the framework's own random number generator. A backend
-without an adapter gets the portable versions in :mod:`._generic`.
+``get_adapter(xp)`` returns the adapter of a namespace (the protocol is
+:class:`._generic.Generic`): torch, JAX and Dask have their own, imported
+only when such an array arrives, so that the core never imports a
+framework; every other namespace (NumPy, CuPy, array-api-strict) gets the
+portable one.
 """
 
 from __future__ import annotations
 
 import importlib
-from types import ModuleType
 from typing import Any
 
-from array_api_compat import is_jax_namespace, is_torch_namespace
+from array_api_compat import is_dask_namespace, is_jax_namespace, is_torch_namespace
 
-from . import _generic
+from ._generic import GENERIC, Generic
 
-__all__ = ["get_adapter"]
+__all__ = ["get_adapter", "Generic"]
 
 
-def get_adapter(xp: Any) -> ModuleType:
-    """Return the adapter module for namespace ``xp`` (lazily imported)."""
-    if is_torch_namespace(xp):
-        return importlib.import_module(f"{__name__}._torch")
-    if is_jax_namespace(xp):
-        return importlib.import_module(f"{__name__}._jax")
-    return _generic
+def get_adapter(xp: Any) -> Generic:
+    """The adapter for namespace ``xp`` (framework adapters are imported lazily)."""
+    for is_kind, module in ((is_torch_namespace, "_torch"), (is_jax_namespace, "_jax"), (is_dask_namespace, "_dask")):
+        if is_kind(xp):
+            return importlib.import_module(f"{__name__}.{module}").ADAPTER
+    return GENERIC

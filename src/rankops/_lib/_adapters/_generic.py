@@ -1,60 +1,122 @@
-"""Portable adapter: NumPy, CuPy, Dask, array-api-strict and anything else.
+"""The adapter protocol, and its portable implementation (NumPy, CuPy, array-api-strict, any other namespace).
 
-These backends have no autodiff, so ``stop_gradient`` is the identity, and
-random numbers come from a NumPy ``Generator`` copied onto the array's
-device (a host-to-device copy for CuPy, a constant chunk for Dask).
+An adapter supplies, for one kind of array, what the array API standard
+lacks or leaves to each framework:
+
+- numerics: fused ``softmax`` / ``logsumexp``, ``stop_gradient``, Gumbel noise
+  from the framework's own generator, whether values can be read now;
+- loops: ``iterate`` (the Sinkhorn / CG fixed-point driver) and
+  ``scan_blocks`` (SoftSort / NeuralSort row blocks);
+- autodiff: ``custom_vjp`` registers a hand-written backward with the host's
+  reverse mode, ``autodiff_vjp`` is ``rankops.vjp`` through it;
+- execution: ``run`` and ``rule_vjp`` apply an operator's core to a
+  prepared call (directly here; through a cached ``jax.jit`` on JAX; block by
+  block on Dask).
+
+Here there is no autodiff: ``stop_gradient`` is the identity, ``custom_vjp``
+runs the forward only (``rankops.vjp`` calls the rule itself), and random
+numbers come from a NumPy ``Generator`` copied onto the array's device.
 """
 
 from __future__ import annotations
 
 import numbers
-from typing import Any
+from typing import Any, Callable
 
+import array_api_compat
 import numpy as np
 
-from .._loops import scan_blocks
-from .._numerics import logsumexp as _logsumexp, softmax as _softmax
+from .. import _loops, _numerics
 
-__all__ = ["softmax", "logsumexp", "stop_gradient", "gumbel", "iterate", "scan_blocks", "custom_vjp", "is_concrete"]
-
-
-def softmax(xp: Any, z: Any, axis: int = -1) -> Any:
-    return _softmax(xp, z, axis)
+__all__ = ["Generic", "GENERIC", "scatter"]
 
 
-def logsumexp(xp: Any, z: Any, axis: int = -1) -> Any:
-    return _logsumexp(xp, z, axis)
+def scatter(cts: tuple[Any, ...], wanted: tuple[str, ...], names: tuple[str, ...]) -> tuple[Any, ...]:
+    """Cotangents of the ``wanted`` outputs laid out over all of a core's outputs (None: zero)."""
+    by_name = dict(zip(wanted, cts))
+    return tuple(by_name.get(name) for name in names)
 
 
-def stop_gradient(xp: Any, x: Any) -> Any:
-    return x
+class Generic:
+    """The adapter protocol, with portable implementations; framework adapters subclass it."""
+
+    name = "generic"
+    autodiff = False  # the host has its own reverse mode (rankops.vjp uses it)
+    # Values exist only once computed, and cores run block by block in the chunks'
+    # namespace (Dask): nothing may read values, and hyper-parameters must be numbers.
+    lazy = False
+
+    # -- numerics ------------------------------------------------------------------------
+
+    def softmax(self, xp: Any, z: Any, axis: int = -1) -> Any:
+        return _numerics.softmax(xp, z, axis)
+
+    def logsumexp(self, xp: Any, z: Any, axis: int = -1) -> Any:
+        return _numerics.logsumexp(xp, z, axis)
+
+    def stop_gradient(self, xp: Any, x: Any) -> Any:
+        return x
+
+    def is_concrete(self, x: Any) -> bool:
+        """Whether ``x`` holds values that may be read now."""
+        return not self.lazy
+
+    def gumbel(self, xp: Any, key: Any, shape: tuple[int, ...], dtype: Any, device: Any) -> Any:
+        """Standard Gumbel(0, 1) noise; ``key`` is None, an int seed or a NumPy Generator."""
+        if key is None or (isinstance(key, numbers.Integral) and not isinstance(key, bool)):
+            rng = np.random.default_rng(None if key is None else int(key))
+        elif isinstance(key, np.random.Generator):
+            rng = key
+        else:
+            raise TypeError(
+                f"key must be None, an int seed or a numpy.random.Generator for this backend, got {type(key).__name__}"
+            )
+        return xp.asarray(rng.gumbel(size=shape), dtype=dtype, device=device)
+
+    # -- loops -------------------------------------------------------------------------------
+
+    def iterate(self, xp: Any, step: Any, operands: Any, state: Any, **kwargs: Any) -> Any:
+        return _loops.iterate(xp, step, operands, state, **kwargs)
+
+    def scan_blocks(self, xp: Any, body: Any, carry: Any, xs: tuple[Any, ...], block: int) -> Any:
+        return _loops.scan_blocks(xp, body, carry, xs, block)
+
+    # -- autodiff ----------------------------------------------------------------------------
+
+    def custom_vjp(self, xp: Any, fwd: Any, bwd: Any, arrays: tuple[Any, ...], n_diff: int, residuals: Any = None) -> tuple[Any, ...]:
+        """``fwd(xp, *arrays) -> (outputs, residuals)`` with the gradient ``bwd(xp, residuals, cotangents)``.
+
+        Only the first ``n_diff`` outputs carry gradients; ``residuals(xp,
+        *arrays)``, when given, rebuilds the residuals from the inputs (for
+        higher derivatives). Without autodiff: the forward only.
+        """
+        return fwd(xp, *arrays)[0]
+
+    def autodiff_vjp(self, f: Callable[..., Any], leaves: list[Any], outputs: Callable[[Any], Any]) -> Any:
+        raise NotImplementedError(f"the {self.name} adapter has no autodiff: rankops.vjp applies the operators' rules")
+
+    # -- arrays ------------------------------------------------------------------------------
+
+    def check_devices(self, arrays: tuple[Any, ...], names: tuple[str, ...]) -> None:
+        """``ValueError`` unless every array lives on the first one's device."""
+        dev = array_api_compat.device(arrays[0])
+        for name, a in zip(names[1:], arrays[1:]):
+            other = array_api_compat.device(a)
+            if other != dev:
+                raise ValueError(f"{name} is on device {other!r} but {names[0]} is on {dev!r}; move them to one device")
+
+    # -- execution -----------------------------------------------------------------------------
+
+    def run(self, call: Any) -> tuple[Any, ...]:
+        """The outputs ``call.outputs`` of ``call.core`` on the call's prepared arrays."""
+        outs = call.core(call.xp, call.x, call.opts, **call.params)
+        return call.core.select(outs, call.outputs)
+
+    def rule_vjp(self, call: Any) -> tuple[tuple[Any, ...], Callable[[tuple[Any, ...]], dict[str, Any]]]:
+        """The outputs and the core's own pullback: cotangents of ``call.outputs`` -> gradients by input name."""
+        outs, pullback = call.core.vjp(call.xp, call.x, call.opts, **call.params)
+        names = call.core.outputs
+        return call.core.select(outs, call.outputs), lambda cts: pullback(scatter(cts, call.outputs, names))
 
 
-def is_concrete(x: Any) -> bool:
-    """Whether ``x`` holds values that may be read now (always, for eager backends)."""
-    return True
-
-
-def gumbel(xp: Any, key: Any, shape: tuple[int, ...], dtype: Any, device: Any) -> Any:
-    """Standard Gumbel(0, 1) noise; ``key`` is None, an int seed or a NumPy Generator."""
-    if key is None or (isinstance(key, numbers.Integral) and not isinstance(key, bool)):
-        rng = np.random.default_rng(None if key is None else int(key))
-    elif isinstance(key, np.random.Generator):
-        rng = key
-    else:
-        raise TypeError(
-            f"key must be None, an int seed or a numpy.random.Generator for this backend, got {type(key).__name__}"
-        )
-    noise = rng.gumbel(size=shape)
-    return xp.asarray(noise, dtype=dtype, device=device)
-
-
-def iterate(xp: Any, step: Any, operands: Any, state: Any, **kwargs: Any) -> Any:
-    from .._loops import iterate as _iterate
-
-    return _iterate(xp, step, operands, state, **kwargs)
-
-
-def custom_vjp(xp: Any, fwd: Any, bwd: Any, arrays: tuple[Any, ...], n_diff: int, residuals: Any = None) -> tuple[Any, ...]:
-    """No autodiff here: the forward only (``rankops.vjp`` calls ``bwd`` itself)."""
-    return fwd(xp, *arrays)[0]
+GENERIC = Generic()

@@ -1,4 +1,4 @@
-"""JAX adapter: fused kernels, ``lax.stop_gradient`` and explicit PRNG keys."""
+"""JAX adapter: fused kernels, ``lax`` loops, ``custom_vjp``, explicit PRNG keys, a cached ``jit``."""
 
 from __future__ import annotations
 
@@ -9,230 +9,213 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from .._loops import settled
+from ._generic import Generic
 
-def softmax(xp: Any, z: Any, axis: int = -1) -> Any:
-    return jax.nn.softmax(z, axis=axis)
-
-
-def logsumexp(xp: Any, z: Any, axis: int = -1) -> Any:
-    return jax.nn.logsumexp(z, axis=axis)
-
-
-def stop_gradient(xp: Any, x: Any) -> Any:
-    return jax.lax.stop_gradient(x)
-
-
-def is_concrete(x: Any) -> bool:
-    """False for tracers (``jit``, ``grad``, ``vmap``): their values do not exist yet."""
-    return not isinstance(x, jax.core.Tracer)
-
-
-def gumbel(xp: Any, key: Any, shape: tuple[int, ...], dtype: Any, device: Any) -> Any:
-    """Gumbel(0, 1) noise from ``key``: a ``jax.random`` key or an int seed.
-
-    JAX has no global generator, so a key is required (as in ``jax.random``).
-    """
-    if key is None:
-        raise ValueError("key is required for JAX arrays: pass jax.random.key(seed) or an int seed")
-    if isinstance(key, numbers.Integral) and not isinstance(key, bool):
-        key = jax.random.key(int(key))
-    elif not isinstance(key, jax.Array):
-        raise TypeError(f"key must be a jax.random key or an int seed for JAX arrays, got {type(key).__name__}")
-    return jax.random.gumbel(key, shape, dtype=dtype)
-
-
-def iterate(
-    xp: Any, step: Any, operands: Any, state: Any, *, error: Any, freeze: Any, max_iter: int, tol: float, check_every: int
-) -> Any:
-    """``lax`` version of :func:`rankops._lib._loops.iterate`: jit, vmap and grad safe.
-
-    Forward: a ``lax.while_loop`` over blocks of ``check_every`` iterations
-    that stops once every problem is within ``tol`` (problems that got there
-    earlier are frozen, as in the eager loop). Under ``vmap`` it runs until
-    the slowest problem of the batch converges.
-
-    Reverse mode: a ``custom_vjp`` that records the state at the start of each
-    block (O(blocks x (n + m)) memory) and, in the backward pass, walks back
-    over the blocks that actually ran, recomputing each one under ``jax.vjp``:
-    the gradient of the unrolled iterations, with the kernels of one block
-    alive at a time and no work for the blocks that were never run.
-    """
-    from .._loops import settled
-
-    n_blocks = -(-max_iter // check_every)
-    # Rematerialised step: replaying a block under jax.vjp then keeps the
-    # potentials of each iteration, not its n x m kernels.
-    step_remat = jax.checkpoint(step)
-
-    def run_block(ops: Any, s: Any, block: Any, done: Any) -> Any:
-        def one(i: Any, t: Any) -> Any:
-            new = step_remat(ops, t)
-            # the last block may overshoot max_iter: its extra iterations are no-ops
-            keep = block * check_every + i >= max_iter
-            return tuple(jnp.where(keep, o, w) for o, w in zip(t, new))
-
-        return freeze(xp, done, s, jax.lax.fori_loop(0, check_every, one, s))
-
-    def forward(ops: Any, s0: Any, record: bool) -> Any:
-        spec = jax.eval_shape(error, ops, s0)  # shapes only: no kernel pass
-        err0 = jnp.full(spec.shape, jnp.inf, dtype=spec.dtype)  # nothing frozen at the start
-        history = (
-            (jax.tree_util.tree_map(lambda a: jnp.zeros((n_blocks,) + a.shape, a.dtype), s0), jnp.zeros((n_blocks,) + err0.shape, err0.dtype))
-            if record
-            else None
-        )
-
-        def cond(carry: Any) -> Any:
-            k, _, err, _ = carry
-            return (k < n_blocks) & ~jnp.all(settled(xp, err, tol))
-
-        def body(carry: Any) -> Any:
-            k, s, err, hist = carry
-            if record:
-                starts, errs = hist
-                starts = jax.tree_util.tree_map(lambda buf, a: buf.at[k].set(a), starts, s)
-                hist = (starts, errs.at[k].set(err))
-            new = run_block(ops, s, k, settled(xp, err, tol))
-            return k + 1, new, error(ops, new), hist
-
-        k, s, err, hist = jax.lax.while_loop(cond, body, (jnp.asarray(0, jnp.int32), s0, err0, history))
-        n_iter = jnp.minimum(k * check_every, max_iter)
-        return (s, n_iter, err), (k, hist)
-
-    @jax.custom_vjp
-    def loop(ops: Any, s0: Any) -> Any:
-        return forward(ops, s0, record=False)[0]
-
-    def loop_fwd(ops: Any, s0: Any) -> Any:
-        out, (k, hist) = forward(ops, s0, record=True)
-        return out, (ops, out[0], k, hist)
-
-    def loop_bwd(res: Any, cts: Any) -> Any:
-        ops, s_final, k, (starts, errs) = res
-        ct_state, _, ct_err = cts
-        _, pull_err = jax.vjp(error, ops, s_final)
-        d_ops, d_final = pull_err(ct_err)
-        d_state = jax.tree_util.tree_map(jnp.add, d_final, ct_state)
-
-        def back(carry: Any) -> Any:
-            j, d_ops_acc, d_s = carry
-            b = j - 1
-            s_start = jax.tree_util.tree_map(lambda buf: buf[b], starts)
-            done = settled(xp, errs[b], tol)
-            _, pull = jax.vjp(lambda o, s: run_block(o, s, b, done), ops, s_start)
-            d_o, d_s = pull(d_s)
-            return b, jax.tree_util.tree_map(jnp.add, d_ops_acc, d_o), d_s
-
-        _, d_ops, d_state = jax.lax.while_loop(lambda c: c[0] > 0, back, (k, d_ops, d_state))
-        return d_ops, d_state
-
-    loop.defvjp(loop_fwd, loop_bwd)
-    return loop(operands, state)
-
-
-def scan_blocks(xp: Any, body: Any, carry: Any, xs: tuple[Any, ...], block: int) -> Any:
-    """:func:`rankops._lib._loops.scan_blocks` as one ``lax.scan`` over the whole blocks, then the remainder.
-
-    The loop body is traced once (twice with a remainder), not once per block.
-    """
-    n = xs[0].shape[-1]
-    whole, rest = divmod(n, block)
-    parts = []
-    if whole > 1:
-
-        def split(x: Any) -> Any:
-            x = jnp.reshape(x[..., : whole * block], x.shape[:-1] + (whole, block))
-            return jnp.moveaxis(x, -2, 0)
-
-        carry, ys = jax.lax.scan(body, carry, tuple(split(x) for x in xs))
-        parts.append(tuple(jnp.reshape(jnp.moveaxis(y, 0, -2), y.shape[1:-1] + (whole * block,)) for y in ys))
-    elif whole == 1:
-        carry, ys = body(carry, tuple(x[..., :block] for x in xs))
-        parts.append(ys)
-    if rest:
-        carry, ys = body(carry, tuple(x[..., whole * block :] for x in xs))
-        parts.append(ys)
-    return carry, tuple(p[0] if len(p) == 1 else jnp.concatenate(p, axis=-1) for p in zip(*parts))
-
-
-def custom_vjp(xp: Any, fwd: Any, bwd: Any, arrays: tuple[Any, ...], n_diff: int, residuals: Any = None) -> tuple[Any, ...]:
-    """``fwd(xp, *arrays) -> (outputs, residuals)`` with the gradient ``bwd(xp, residuals, cotangents)``.
-
-    Registered as a ``jax.custom_vjp``, so it composes with ``jit``, ``vmap``
-    and ``grad``; only the first ``n_diff`` outputs carry gradients.
-    """
-
-    @jax.custom_vjp
-    def fn(*args: Any) -> Any:
-        return tuple(fwd(xp, *args)[0])
-
-    def fn_fwd(*args: Any) -> Any:
-        outs, res = fwd(xp, *args)
-        return tuple(outs), tuple(res)
-
-    def fn_bwd(res: Any, cts: Any) -> Any:
-        return tuple(bwd(xp, res, tuple(cts[:n_diff])))
-
-    fn.defvjp(fn_fwd, fn_bwd)
-    return fn(*arrays)
-
-
-def autodiff_vjp(f: Any, leaves: list[Any], outputs: Any) -> tuple[Any, tuple[Any, ...], Any]:
-    """``rankops.vjp`` on JAX: ``(value, outs, pull)`` from ``jax.vjp``; a None cotangent is a zero one."""
-
-    def with_outputs(*arrays: Any) -> Any:
-        value = f(*arrays)
-        return tuple(outputs(value)), value
-
-    outs, vjp_fn, value = jax.vjp(with_outputs, *leaves, has_aux=True)
-
-    def pull(cts: tuple[Any, ...]) -> tuple[Any, ...]:
-        return tuple(vjp_fn(tuple(jnp.zeros_like(o) if c is None else jnp.asarray(c, dtype=o.dtype) for o, c in zip(outs, cts))))
-
-    return value, outs, pull
-
-
-def _freeze(value: Any) -> Any:
-    if isinstance(value, dict):
-        return ("__dict__", tuple(sorted((k, _freeze(v)) for k, v in value.items())))
-    return value
-
-
-def _thaw(value: Any) -> Any:
-    if isinstance(value, tuple) and len(value) == 2 and value[0] == "__dict__":
-        return {k: _thaw(v) for k, v in value[1]}
-    return value
+__all__ = ["Jax", "ADAPTER"]
 
 
 @functools.lru_cache(maxsize=512)
-def _compiled(impl: Any, frozen: tuple[tuple[str, Any], ...]) -> Any:
-    import jax.numpy as jnp
+def _compiled(core: Any, opts: Any, static: tuple[tuple[str, Any], ...], outputs: tuple[str, ...]) -> Any:
+    def run(x: Any, arrays: dict[str, Any], opt_arrays: dict[str, Any]) -> Any:
+        return core.select(core(jnp, x, opts.merge(opt_arrays), **arrays, **dict(static)), outputs)
 
-    static = {k: _thaw(v) for k, v in frozen}
-    return jax.jit(lambda x, arrays: impl(jnp, x, **arrays, **static))
+    return jax.jit(run)
 
 
-def call(impl: Any, x: Any, arrays: dict[str, Any], params: dict[str, Any]) -> Any:
-    """``impl(jnp, x, **arrays, **params)`` through a cached ``jax.jit``.
+class Jax(Generic):
+    name = "jax"
+    autodiff = True
 
-    Eager JAX would otherwise re-trace and re-compile the solver's ``lax``
-    loops at every call. Python-valued parameters are static (part of the
-    cache key); array-valued ones (a learnable tau) are traced arguments.
-    Inside a caller's own ``jit`` / ``vmap`` / ``grad`` the inner ``jit`` is
-    simply inlined.
-    """
-    import jax.numpy as jnp
+    def softmax(self, xp: Any, z: Any, axis: int = -1) -> Any:
+        return jax.nn.softmax(z, axis=axis)
 
-    dynamic = dict(arrays)
-    static = {}
-    for k, v in params.items():
-        if isinstance(v, jax.Array):
-            dynamic[k] = v
-        else:
-            static[k] = v
-    key = tuple(sorted((k, _freeze(v)) for k, v in static.items()))
-    try:
-        hash(key)
-    except TypeError:  # an array nested in the options (a traced epsilon): no cache, trace inline
-        return impl(jnp, x, **arrays, **params)
-    return _compiled(impl, key)(x, dynamic)
+    def logsumexp(self, xp: Any, z: Any, axis: int = -1) -> Any:
+        return jax.nn.logsumexp(z, axis=axis)
+
+    def stop_gradient(self, xp: Any, x: Any) -> Any:
+        return jax.lax.stop_gradient(x)
+
+    def is_concrete(self, x: Any) -> bool:
+        """False for tracers (``jit``, ``grad``, ``vmap``): their values do not exist yet."""
+        return not isinstance(x, jax.core.Tracer)
+
+    def gumbel(self, xp: Any, key: Any, shape: tuple[int, ...], dtype: Any, device: Any) -> Any:
+        """Gumbel(0, 1) noise from ``key``: a ``jax.random`` key or an int seed.
+
+        JAX has no global generator, so a key is required (as in ``jax.random``).
+        """
+        if key is None:
+            raise ValueError("key is required for JAX arrays: pass jax.random.key(seed) or an int seed")
+        if isinstance(key, numbers.Integral) and not isinstance(key, bool):
+            key = jax.random.key(int(key))
+        elif not isinstance(key, jax.Array):
+            raise TypeError(f"key must be a jax.random key or an int seed for JAX arrays, got {type(key).__name__}")
+        return jax.random.gumbel(key, shape, dtype=dtype)
+
+    def check_devices(self, arrays: tuple[Any, ...], names: tuple[str, ...]) -> None:
+        """Nothing to compare: tracers have no concrete device under ``jit``, and JAX places arrays itself."""
+
+    def iterate(
+        self, xp: Any, step: Any, operands: Any, state: Any, *, error: Any, freeze: Any, max_iter: int, tol: float, check_every: int
+    ) -> Any:
+        """``lax`` version of :func:`rankops._lib._loops.iterate`: jit, vmap and grad safe.
+
+        Forward: a ``lax.while_loop`` over blocks of ``check_every`` iterations
+        that stops once every problem is within ``tol`` (problems that got there
+        earlier are frozen, as in the eager loop). Under ``vmap`` it runs until
+        the slowest problem of the batch converges.
+
+        Reverse mode: a ``custom_vjp`` that records the state at the start of each
+        block (O(blocks x (n + m)) memory) and, in the backward pass, walks back
+        over the blocks that actually ran, recomputing each one under ``jax.vjp``:
+        the gradient of the unrolled iterations, with the kernels of one block
+        alive at a time and no work for the blocks that were never run.
+        """
+        n_blocks = -(-max_iter // check_every)
+        # Rematerialised step: replaying a block under jax.vjp then keeps the
+        # potentials of each iteration, not its n x m kernels.
+        step_remat = jax.checkpoint(step)
+
+        def run_block(ops: Any, s: Any, block: Any, done: Any) -> Any:
+            def one(i: Any, t: Any) -> Any:
+                new = step_remat(ops, t)
+                # the last block may overshoot max_iter: its extra iterations are no-ops
+                keep = block * check_every + i >= max_iter
+                return tuple(jnp.where(keep, o, w) for o, w in zip(t, new))
+
+            return freeze(xp, done, s, jax.lax.fori_loop(0, check_every, one, s))
+
+        def forward(ops: Any, s0: Any, record: bool) -> Any:
+            spec = jax.eval_shape(error, ops, s0)  # shapes only: no kernel pass
+            err0 = jnp.full(spec.shape, jnp.inf, dtype=spec.dtype)  # nothing frozen at the start
+            history = (
+                (jax.tree_util.tree_map(lambda a: jnp.zeros((n_blocks,) + a.shape, a.dtype), s0), jnp.zeros((n_blocks,) + err0.shape, err0.dtype))
+                if record
+                else None
+            )
+
+            def cond(carry: Any) -> Any:
+                k, _, err, _ = carry
+                return (k < n_blocks) & ~jnp.all(settled(xp, err, tol))
+
+            def body(carry: Any) -> Any:
+                k, s, err, hist = carry
+                if record:
+                    starts, errs = hist
+                    starts = jax.tree_util.tree_map(lambda buf, a: buf.at[k].set(a), starts, s)
+                    hist = (starts, errs.at[k].set(err))
+                new = run_block(ops, s, k, settled(xp, err, tol))
+                return k + 1, new, error(ops, new), hist
+
+            k, s, err, hist = jax.lax.while_loop(cond, body, (jnp.asarray(0, jnp.int32), s0, err0, history))
+            n_iter = jnp.minimum(k * check_every, max_iter)
+            return (s, n_iter, err), (k, hist)
+
+        @jax.custom_vjp
+        def loop(ops: Any, s0: Any) -> Any:
+            return forward(ops, s0, record=False)[0]
+
+        def loop_fwd(ops: Any, s0: Any) -> Any:
+            out, (k, hist) = forward(ops, s0, record=True)
+            return out, (ops, out[0], k, hist)
+
+        def loop_bwd(res: Any, cts: Any) -> Any:
+            ops, s_final, k, (starts, errs) = res
+            ct_state, _, ct_err = cts
+            _, pull_err = jax.vjp(error, ops, s_final)
+            d_ops, d_final = pull_err(ct_err)
+            d_state = jax.tree_util.tree_map(jnp.add, d_final, ct_state)
+
+            def back(carry: Any) -> Any:
+                j, d_ops_acc, d_s = carry
+                b = j - 1
+                s_start = jax.tree_util.tree_map(lambda buf: buf[b], starts)
+                done = settled(xp, errs[b], tol)
+                _, pull = jax.vjp(lambda o, s: run_block(o, s, b, done), ops, s_start)
+                d_o, d_s = pull(d_s)
+                return b, jax.tree_util.tree_map(jnp.add, d_ops_acc, d_o), d_s
+
+            _, d_ops, d_state = jax.lax.while_loop(lambda c: c[0] > 0, back, (k, d_ops, d_state))
+            return d_ops, d_state
+
+        loop.defvjp(loop_fwd, loop_bwd)
+        return loop(operands, state)
+
+
+    def scan_blocks(self, xp: Any, body: Any, carry: Any, xs: tuple[Any, ...], block: int) -> Any:
+        """:func:`rankops._lib._loops.scan_blocks` as one ``lax.scan`` over the whole blocks, then the remainder.
+
+        The loop body is traced once (twice with a remainder), not once per block.
+        """
+        n = xs[0].shape[-1]
+        whole, rest = divmod(n, block)
+        parts = []
+        if whole > 1:
+
+            def split(x: Any) -> Any:
+                x = jnp.reshape(x[..., : whole * block], x.shape[:-1] + (whole, block))
+                return jnp.moveaxis(x, -2, 0)
+
+            carry, ys = jax.lax.scan(body, carry, tuple(split(x) for x in xs))
+            parts.append(tuple(jnp.reshape(jnp.moveaxis(y, 0, -2), y.shape[1:-1] + (whole * block,)) for y in ys))
+        elif whole == 1:
+            carry, ys = body(carry, tuple(x[..., :block] for x in xs))
+            parts.append(ys)
+        if rest:
+            carry, ys = body(carry, tuple(x[..., whole * block :] for x in xs))
+            parts.append(ys)
+        return carry, tuple(p[0] if len(p) == 1 else jnp.concatenate(p, axis=-1) for p in zip(*parts))
+
+    def custom_vjp(self, xp: Any, fwd: Any, bwd: Any, arrays: tuple[Any, ...], n_diff: int, residuals: Any = None) -> tuple[Any, ...]:
+        """``fwd(xp, *arrays) -> (outputs, residuals)`` with the gradient ``bwd(xp, residuals, cotangents)``.
+
+        Registered as a ``jax.custom_vjp``, so it composes with ``jit``, ``vmap``
+        and ``grad``; only the first ``n_diff`` outputs carry gradients.
+        """
+
+        @jax.custom_vjp
+        def fn(*args: Any) -> Any:
+            return tuple(fwd(xp, *args)[0])
+
+        def fn_fwd(*args: Any) -> Any:
+            outs, res = fwd(xp, *args)
+            return tuple(outs), tuple(res)
+
+        def fn_bwd(res: Any, cts: Any) -> Any:
+            return tuple(bwd(xp, res, tuple(cts[:n_diff])))
+
+        fn.defvjp(fn_fwd, fn_bwd)
+        return fn(*arrays)
+
+
+    def autodiff_vjp(self, f: Any, leaves: list[Any], outputs: Any) -> tuple[Any, tuple[Any, ...], Any]:
+        """``rankops.vjp`` on JAX: ``(value, outs, pull)`` from ``jax.vjp``; a None cotangent is a zero one."""
+
+        def with_outputs(*arrays: Any) -> Any:
+            value = f(*arrays)
+            return tuple(outputs(value)), value
+
+        outs, vjp_fn, value = jax.vjp(with_outputs, *leaves, has_aux=True)
+
+        def pull(cts: tuple[Any, ...]) -> tuple[Any, ...]:
+            return tuple(vjp_fn(tuple(jnp.zeros_like(o) if c is None else jnp.asarray(c, dtype=o.dtype) for o, c in zip(outs, cts))))
+
+        return value, outs, pull
+
+    def run(self, call: Any) -> tuple[Any, ...]:
+        """The core through a cached ``jax.jit``.
+
+        Eager JAX would otherwise re-trace and re-compile the solver's ``lax``
+        loops at every call. Python-valued parameters and options are static
+        (part of the cache key); arrays, among them array-valued options (a
+        learnable ``tau``), are traced arguments. Inside a caller's own ``jit``
+        / ``vmap`` / ``grad`` the inner ``jit`` is simply inlined.
+        """
+        opts, opt_arrays = call.opts.split()
+        arrays = {k: v for k, v in call.params.items() if isinstance(v, jax.Array)}
+        static = tuple(sorted((k, v) for k, v in call.params.items() if k not in arrays))
+        return _compiled(call.core, opts, static, call.outputs)(call.x, arrays, opt_arrays)
+
+
+ADAPTER = Jax()

@@ -1,4 +1,4 @@
-"""PyTorch adapter: fused kernels, ``detach`` and ``torch.Generator``."""
+"""PyTorch adapter: fused kernels, ``detach``, ``torch.Generator``, autograd."""
 
 from __future__ import annotations
 
@@ -7,59 +7,10 @@ from typing import Any
 
 import torch
 
-from ._generic import scan_blocks  # the eager block loop
+from .. import _loops
+from ._generic import Generic
 
-__all__ = ["softmax", "logsumexp", "stop_gradient", "gumbel", "iterate", "scan_blocks", "custom_vjp", "autodiff_vjp", "is_concrete"]
-
-
-def softmax(xp: Any, z: Any, axis: int = -1) -> Any:
-    return torch.softmax(z, dim=axis)
-
-
-def logsumexp(xp: Any, z: Any, axis: int = -1) -> Any:
-    return torch.logsumexp(z, dim=axis)
-
-
-def stop_gradient(xp: Any, x: Any) -> Any:
-    return x.detach()
-
-
-def is_concrete(x: Any) -> bool:
-    """False inside ``torch.compile`` and ``torch.func`` transforms, where reading a value is not allowed."""
-    return not torch.compiler.is_compiling() and not torch._C._functorch.is_functorch_wrapped_tensor(x)
-
-
-def gumbel(xp: Any, key: Any, shape: tuple[int, ...], dtype: Any, device: Any) -> Any:
-    """Gumbel(0, 1) as ``-log(E)``, E ~ Exp(1), from the caller's generator.
-
-    ``key``: None (torch's global generator, so ``torch.manual_seed`` applies),
-    an int seed, or a ``torch.Generator`` on the array's device.
-    """
-    if isinstance(key, numbers.Integral) and not isinstance(key, bool):
-        key = torch.Generator(device=device).manual_seed(int(key))
-    elif key is not None and not isinstance(key, torch.Generator):
-        raise TypeError(f"key must be None, an int seed or a torch.Generator for torch arrays, got {type(key).__name__}")
-    e = torch.empty(shape, dtype=dtype, device=device).exponential_(generator=key)
-    return -torch.log(e)
-
-
-def iterate(xp: Any, step: Any, operands: Any, state: Any, **kwargs: Any) -> Any:
-    """Eager loop; under autograd each block is checkpointed.
-
-    Checkpointing keeps only the potentials at block boundaries and recomputes
-    a block's kernels during the backward pass, so memory grows with the
-    number of blocks times O(n + m), not with iterations times O(n m).
-    """
-    from torch.utils.checkpoint import checkpoint
-
-    from .._loops import iterate as _iterate
-
-    def block(run: Any, s: Any) -> Any:
-        if torch.is_grad_enabled():
-            return checkpoint(run, s, use_reentrant=False)
-        return run(s)
-
-    return _iterate(xp, step, operands, state, block=block, **kwargs)
+__all__ = ["Torch", "ADAPTER"]
 
 
 class _Custom(torch.autograd.Function):
@@ -94,38 +45,80 @@ class _Custom(torch.autograd.Function):
         return (None, *bwd(xp, res, cts[:n_diff]))
 
 
-def custom_vjp(xp: Any, fwd: Any, bwd: Any, arrays: tuple[Any, ...], n_diff: int, residuals: Any = None) -> tuple[Any, ...]:
-    """``fwd(xp, *arrays) -> (outputs, residuals)`` with the gradient ``bwd(xp, residuals, cotangents)``.
+class Torch(Generic):
+    name = "torch"
+    autodiff = True
 
-    Only the first ``n_diff`` outputs carry gradients. ``residuals(xp,
-    *arrays)``, when given, recomputes the residuals from the inputs: a
-    backward pass with ``create_graph=True`` then runs ``bwd`` under autograd
-    (higher derivatives). Without it such a pass raises instead of silently
-    returning a wrong second derivative.
-    """
-    return _Custom.apply((xp, fwd, bwd, n_diff, residuals), *arrays)
+    def softmax(self, xp: Any, z: Any, axis: int = -1) -> Any:
+        return torch.softmax(z, dim=axis)
+
+    def logsumexp(self, xp: Any, z: Any, axis: int = -1) -> Any:
+        return torch.logsumexp(z, dim=axis)
+
+    def stop_gradient(self, xp: Any, x: Any) -> Any:
+        return x.detach()
+
+    def is_concrete(self, x: Any) -> bool:
+        """False inside ``torch.compile`` and ``torch.func`` transforms, where reading a value is not allowed."""
+        return not torch.compiler.is_compiling() and not torch._C._functorch.is_functorch_wrapped_tensor(x)
+
+    def gumbel(self, xp: Any, key: Any, shape: tuple[int, ...], dtype: Any, device: Any) -> Any:
+        """Gumbel(0, 1) as ``-log(E)``, E ~ Exp(1), from the caller's generator.
+
+        ``key``: None (torch's global generator, so ``torch.manual_seed`` applies),
+        an int seed, or a ``torch.Generator`` on the array's device.
+        """
+        if isinstance(key, numbers.Integral) and not isinstance(key, bool):
+            key = torch.Generator(device=device).manual_seed(int(key))
+        elif key is not None and not isinstance(key, torch.Generator):
+            raise TypeError(f"key must be None, an int seed or a torch.Generator for torch arrays, got {type(key).__name__}")
+        e = torch.empty(shape, dtype=dtype, device=device).exponential_(generator=key)
+        return -torch.log(e)
+
+    def iterate(self, xp: Any, step: Any, operands: Any, state: Any, **kwargs: Any) -> Any:
+        """Eager loop; under autograd each block is checkpointed.
+
+        Checkpointing keeps only the potentials at block boundaries and recomputes
+        a block's kernels during the backward pass, so memory grows with the
+        number of blocks times O(n + m), not with iterations times O(n m).
+        """
+        from torch.utils.checkpoint import checkpoint
+
+        def block(run: Any, s: Any) -> Any:
+            if torch.is_grad_enabled():
+                return checkpoint(run, s, use_reentrant=False)
+            return run(s)
+
+        return _loops.iterate(xp, step, operands, state, block=block, **kwargs)
+
+    def custom_vjp(self, xp: Any, fwd: Any, bwd: Any, arrays: tuple[Any, ...], n_diff: int, residuals: Any = None) -> tuple[Any, ...]:
+        """Registered as a ``torch.autograd.Function``; without ``residuals`` a ``create_graph=True`` pass raises
+        instead of silently returning a wrong second derivative."""
+        return _Custom.apply((xp, fwd, bwd, n_diff, residuals), *arrays)
+
+    def autodiff_vjp(self, f: Any, leaves: list[Any], outputs: Any) -> tuple[Any, tuple[Any, ...], Any]:
+        """``rankops.vjp`` on torch: ``(value, outs, pull)`` with ``pull(cotangents) -> grads``.
+
+        ``outputs(value)`` are the differentiable outputs; a None cotangent is a
+        zero one. The graph is kept, so ``pull`` may be called again.
+        """
+        leaves = [leaf.detach().requires_grad_(True) for leaf in leaves]
+        with torch.enable_grad():
+            value = f(*leaves)
+        outs = tuple(outputs(value))
+
+        def pull(cts: tuple[Any, ...]) -> tuple[Any, ...]:
+            pairs = [(o, c) for o, c in zip(outs, cts) if c is not None]
+            grads = torch.autograd.grad(
+                [o for o, _ in pairs], leaves, [c.to(o.dtype) for o, c in pairs], retain_graph=True, allow_unused=True
+            )
+            return tuple(torch.zeros_like(leaf) if g is None else g for leaf, g in zip(leaves, grads))
+
+        if isinstance(value, tuple):  # a NamedTuple result: detach its tensors
+            value = type(value)(*(v.detach() if isinstance(v, torch.Tensor) else v for v in value))
+        else:
+            value = value.detach()
+        return value, outs, pull
 
 
-def autodiff_vjp(f: Any, leaves: list[Any], outputs: Any) -> tuple[Any, tuple[Any, ...], Any]:
-    """``rankops.vjp`` on torch: ``(value, outs, pull)`` with ``pull(cotangents) -> grads``.
-
-    ``outputs(value)`` are the differentiable outputs; a None cotangent is a
-    zero one. The graph is kept, so ``pull`` may be called again.
-    """
-    leaves = [leaf.detach().requires_grad_(True) for leaf in leaves]
-    with torch.enable_grad():
-        value = f(*leaves)
-    outs = tuple(outputs(value))
-
-    def pull(cts: tuple[Any, ...]) -> tuple[Any, ...]:
-        pairs = [(o, c) for o, c in zip(outs, cts) if c is not None]
-        grads = torch.autograd.grad(
-            [o for o, _ in pairs], leaves, [c.to(o.dtype) for o, c in pairs], retain_graph=True, allow_unused=True
-        )
-        return tuple(torch.zeros_like(leaf) if g is None else g for leaf, g in zip(leaves, grads))
-
-    if isinstance(value, tuple):  # a NamedTuple result: detach its tensors
-        value = type(value)(*(v.detach() if isinstance(v, torch.Tensor) else v for v in value))
-    else:
-        value = value.detach()
-    return value, outs, pull
+ADAPTER = Torch()

@@ -36,9 +36,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._lib._adapters import get_adapter
-from ._lib._loops import freeze_rows
-from ._lib._numerics import matvec, safe_divide, unbroadcast
+from .._lib._adapters import get_adapter
+from .._lib._loops import freeze_rows
+from .._lib._numerics import matvec, safe_divide, unbroadcast
 
 __all__ = ["fixed_point_vjp"]
 

@@ -1,0 +1,108 @@
+"""Docstring sections shared by the public operators (filled in by ``_lib._docs.fill_doc``)."""
+
+from __future__ import annotations
+
+import textwrap
+
+__all__ = ["SECTIONS"]
+
+SECTIONS = {
+    "x": """
+        x : array
+            Any array API array (NumPy, CuPy, PyTorch, JAX, Dask, array-api-strict);
+            integer and bool inputs are promoted to the default floating dtype.
+        axis : int, default -1
+            The operator's axis; every other axis is a batch axis.
+    """,
+    "sinkhorn_options": """
+        epsilon : float or 0-d array, default 1e-2
+            Entropic regularisation in the units of the squashed cost (which the
+            default squash bounds by 1): larger is smoother. A 0-d array of the
+            input's namespace is traced and receives a gradient.
+        max_iter : int, default 2000
+            Sinkhorn iteration budget.
+        tol : float, default 1e-3
+            The solver stops once every row's L1 marginal error is within ``tol``.
+        squash : {"sigmoid", "arctan", "minmax", None}, default "sigmoid"
+            How each row is mapped into [0, 1] before the cost: sigmoid (or
+            arctan) of the standardized row, an affine map, or none.
+        implicit : bool, default True
+            Gradients by implicit differentiation of the fixed point (memory
+            independent of the iterations run); False unrolls the iterations.
+        return_info : bool, default False
+            Also return a :class:`rankops.SinkhornInfo` (each row's ``converged``
+            flag and marginal ``error``). A row that stops at ``max_iter`` above
+            ``tol`` raises a :class:`rankops.ConvergenceWarning` wherever values
+            can be read (not under ``jax.jit`` / ``grad`` / ``vmap``, not on Dask).
+    """,
+    "targets": """
+        num_targets : int, optional
+            m, the number of targets (default: the length of ``target_weights``, else n).
+        target_weights : 1-D array, optional
+            Probability weights b of the m targets (default uniform); differentiable.
+    """,
+    "cost_power": """
+        power : float, default 2
+            Exponent of the transport cost ``|y_j - g(x)_i| ** power``.
+    """,
+    "relaxations": """
+        power : float or 0-d array
+            ``method="sinkhorn"``: exponent of the transport cost ``|y_j -
+            g(x)_i| ** power`` (a number, default 2). ``method="softsort"``:
+            exponent of the distance ``|s_[i] - s_j| ** power`` (default 1; a 0-d
+            array is learnable).
+        tau : float or 0-d array, default 1.0
+            ``"softsort"``, ``"neuralsort"``: temperature; the hard operator as
+            ``tau -> 0``. A 0-d array receives a gradient.
+        hard : bool, default False
+            ``"softsort"``, ``"neuralsort"``: straight-through, the exact value
+            with the gradient of the relaxed one.
+        block : "auto", int or None, default "auto"
+            ``"softsort"``, ``"neuralsort"``: rows of the n x n matrix formed at
+            a time, in the forward and backward passes (memory O(n block) per
+            row); "auto" sizes blocks to about 36 MiB, None forms the whole
+            matrix and lets torch / JAX differentiate it (JAX forward mode).
+    """,
+    "matrix": """
+        s : array, shape (..., n)
+            Scores; every leading axis is a batch axis.
+        tau : float or 0-d array, default 1.0
+            Temperature; as ``tau -> 0`` the matrix tends to the permutation
+            matrix that sorts ``s``. A 0-d array receives a gradient.
+        descending : bool, default True
+            Row 0 is the largest entry when True (the papers' convention).
+        hard : bool, default False
+            Straight-through: the exact permutation matrix, with the gradient
+            of the relaxed one.
+        stochastic : bool, default False
+            Sample from the Plackett-Luce distribution with log-weights ``s``
+            (Gumbel-perturbed scores, Grover et al. 2019, Sec. 4.1).
+        key : None, int or generator, optional
+            The noise's seed or the framework's own generator
+            (``torch.Generator``, a ``jax.random`` key, a
+            ``numpy.random.Generator``); None uses torch's global generator or a
+            fresh NumPy one, and is an error on JAX.
+        n_samples : int, optional
+            Prepend a sample axis of this length (``stochastic=True`` only).
+    """,
+    "matrix_returns": """
+        Returns
+        -------
+        P : array, shape ([n_samples,] ..., n, n)
+            Row-stochastic; row i is a distribution over the items (columns) for
+            the i-th position of the sorted order. Same namespace, device and
+            floating dtype as ``s``.
+    """,
+}
+
+# soft_sort / soft_rank: the method choice, then every method's options (numpydoc "Other Parameters")
+SECTIONS["methods"] = "\n".join([
+    textwrap.dedent("""
+    method : {"sinkhorn", "softsort", "neuralsort"}, default "sinkhorn"
+        The relaxation; each takes the options listed below. An option the
+        method does not know raises ``TypeError``.
+
+    Other Parameters
+    ----------------"""),
+    *(textwrap.dedent(SECTIONS[name]).strip("\n") for name in ("sinkhorn_options", "targets", "relaxations")),
+])

@@ -1,0 +1,294 @@
+r"""SoftSort and NeuralSort operators over the row kernels of :mod:`.rows`.
+
+With ``P`` the relaxed permutation matrix (row i: the item at position i):
+
+- matrix: ``P`` itself (``rankops.softsort`` / ``rankops.neuralsort``);
+- sort:   ``y = P @ x``          (position i gets a weighted mean of items);
+- rank:   ``r = P^T @ (1..n)``   (item j gets its expected 1-based position).
+
+The sort needs row i of ``P`` for output i only, and the ranks are a sum
+over rows, so both are computed ``block`` rows at a time (every column at
+once): memory O(B n block) instead of the O(B n^2) of the full matrix (the
+papers' own code runs out of memory near n = 3700 on CPU, Prillo &
+Eisenschlos 2020, A.4.6). The backward pass recomputes each block's rows and
+applies the closed-form pullbacks of the softmax (``dz = P * (dP - sum_j dP P)``):
+
+- sort, cotangent g:  ``dx += P^T g``, ``dz_ij = g_i P_ij (x_j - y_i)``;
+- rank, cotangent h:  ``dz_ij = i P_ij (h_j - (P h)_i)``;
+
+then the row kernel's pullback of the logits. That rule is registered with
+torch and JAX through the adapter's ``custom_vjp`` (the host keeps ``x``,
+``tau`` and O(n) vectors between the passes) and is the rule ``rankops.vjp``
+applies on the other backends. ``block=None`` forms the whole matrix as one
+block and lets torch / JAX differentiate it themselves (JAX forward mode, a
+learnable ``power``); ``rankops.vjp`` then applies the same rule with the
+matrix kept. ``hard=True`` returns the exact permutation, sort or ranks with
+the gradient of the relaxed ones (straight-through).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import array_api_compat
+
+from .._lib._adapters import get_adapter
+from .._lib._calls import Call, core, prepare
+from .._lib._compat import is_array
+from .._lib._numerics import matvec
+from .._lib._options import Options, option
+from .._lib._validation import boolean, optional_count, positive_count, positive_scalar
+from .rows import ROWS, exact, permutation_matrix, positions
+
+__all__ = [
+    "PermutationOptions", "matrix_core", "dense_core", "stream_core", "bind_sort_or_rank", "bind_matrix", "auto_block", "BLOCK_BYTES",
+]
+
+# Bytes of one block of logits over the whole batch. glibc serves allocations
+# above 32 MiB with mmap and returns them on free; smaller ones come from the
+# heap, where thousands of same-sized block temporaries fragment it (RSS grew
+# to 1.9 GiB for a 16 MiB block at n = 20000, B = 1). A block step keeps about
+# ten such temporaries alive.
+BLOCK_BYTES = 36 * 2**20
+
+
+def _block(value: Any, name: str) -> Any:
+    """``"auto"``, None (the full matrix) or an int >= 1 (rows per block)."""
+    if value is None or (isinstance(value, str) and value == "auto"):
+        return value
+    if isinstance(value, str):
+        raise ValueError(f"{name} must be 'auto', None or an int >= 1, got {value!r}")
+    return positive_count(value, name)
+
+
+@dataclasses.dataclass(frozen=True)
+class PermutationOptions(Options):
+    """Options of SoftSort and NeuralSort (``power``: SoftSort only)."""
+
+    tau: Any = option(1.0, positive_scalar)  # a number, or a 0-d array (learnable)
+    power: Any = option(1.0, positive_scalar)
+    hard: bool = option(False, boolean)
+    block: Any = option("auto", _block)
+
+
+OPTION_NAMES = {"softsort": ("tau", "power", "hard", "block"), "neuralsort": ("tau", "hard", "block")}
+
+
+def auto_block(batch_shape: tuple[int, ...], n: int, itemsize: int) -> int:
+    """Rows per block so that one block of logits takes about ``BLOCK_BYTES``."""
+    size = max(1, math.prod(batch_shape)) * n * itemsize
+    return max(1, min(n, BLOCK_BYTES // size))
+
+
+def straight_through(xp: Any, hard: Any, soft: Any) -> Any:
+    """The value of ``hard`` with the gradient of ``soft``: ``stop(hard) + (soft - stop(soft))``."""
+    stop = get_adapter(xp).stop_gradient
+    return stop(xp, hard) + (soft - stop(xp, soft))
+
+
+def _rows(xp: Any, s: Any, tau: Any, method: str, block: int, descending: bool, power: Any, aux: tuple[Any, ...] | None = None) -> Any:
+    cls = ROWS[method]
+    aux = cls.aux(xp, s, block=block, descending=descending) if aux is None else aux
+    return cls(xp, s, tau, aux, block=block, descending=descending, power=power)
+
+
+def _softmax_back(xp: Any, p: Any, dp: Any) -> Any:
+    """Pullback of a row softmax with output ``p``."""
+    return p * (dp - xp.sum(dp * p, axis=-1, keepdims=True))
+
+
+def _square(shape: tuple[int, ...], opts: Any, params: dict[str, Any]) -> dict[str, Any]:
+    return {"value": (shape[-1], shape[-1])}
+
+
+@core(tails=_square)
+def matrix_core(xp: Any, s: Any, opts: PermutationOptions, *, method: str, descending: bool) -> Any:
+    """The relaxed permutation matrix (..., n, n) and its pullback (that of the relaxed matrix when ``hard``)."""
+    rows = _rows(xp, s, opts.tau, method, s.shape[-1], descending, opts.power)
+    z, cache = rows.logits(rows.keys)
+    p = get_adapter(xp).softmax(xp, z, -1)
+
+    def pullback(cts: tuple[Any, ...]) -> dict[str, Any]:
+        cols, extras = rows.back(rows.keys, _softmax_back(xp, p, cts[0]), z, cache)
+        return {"x": rows.finish(cols), **extras}
+
+    return ((straight_through(xp, permutation_matrix(xp, s, descending), p) if opts.hard else p),), pullback
+
+
+# -- sorts and ranks, a block of rows at a time -----------------------------------------------
+
+
+def _read(xp: Any, output: str, p: Any, s: Any, w: Any) -> Any:
+    """One block's contribution: its sorted outputs, or its rows' share of the ranks (``w``: their positions)."""
+    return matvec(xp, p, s) if output == "sort" else xp.matmul(w, p)
+
+
+def _forward(xp: Any, rows: Any, output: str, block: int) -> Any:
+    """The relaxed value, one block of rows at a time."""
+    softmax, scan = get_adapter(xp).softmax, get_adapter(xp).scan_blocks
+    s = rows.s
+    if output == "sort":
+
+        def sort_body(carry: Any, keys: tuple[Any, ...]) -> Any:
+            return carry, (_read(xp, output, softmax(xp, rows.logits(keys)[0], -1), s, None),)
+
+        return scan(xp, sort_body, (), rows.keys, block)[1][0]
+
+    def rank_body(acc: Any, blk: tuple[Any, ...]) -> Any:
+        *keys, w = blk
+        return acc + _read(xp, output, softmax(xp, rows.logits(tuple(keys))[0], -1), s, w), ()
+
+    return scan(xp, rank_body, xp.zeros_like(s), (*rows.keys, positions(xp, s)), block)[0]
+
+
+def _backward(xp: Any, rows: Any, output: str, block: int, ct: Any, p_kept: Any = None) -> tuple[Any, dict[str, Any]]:
+    """``(ds, {"tau": ..., "power": ...})`` for the cotangent ``ct`` of the relaxed value (``p_kept``: the one-block matrix)."""
+    softmax = get_adapter(xp).softmax
+    s = rows.s
+    n_keys = len(rows.keys)
+
+    def body(acc: tuple[Any, ...], blk: tuple[Any, ...]) -> Any:
+        cols_acc, extras_acc = acc
+        keys, extra = blk[:n_keys], blk[n_keys:]
+        # with the matrix kept, the logits are recomputed only where the pullback needs them
+        z, cache = rows.logits(keys) if p_kept is None else (None, None)
+        p = softmax(xp, z, -1) if p_kept is None else p_kept
+        if output == "sort":
+            (g,) = extra
+            y = matvec(xp, p, s)
+            dz = g[..., :, None] * p * (s[..., None, :] - y[..., :, None])
+        else:
+            (w,) = extra
+            dz = w[:, None] * p * (ct[..., None, :] - matvec(xp, p, ct)[..., :, None])
+        cols, extras = rows.back(keys, dz, z, cache)
+        if output == "sort":
+            cols = (cols[0] + xp.matmul(g[..., None, :], p)[..., 0, :], *cols[1:])
+        return (tuple(a + c for a, c in zip(cols_acc, cols)), {k: extras_acc[k] + extras[k] for k in extras_acc}), ()
+
+    extra = (ct,) if output == "sort" else (positions(xp, s),)
+    zero = xp.zeros((), dtype=s.dtype, device=array_api_compat.device(s))
+    init_extras = {k: zero for k, v in (("tau", rows.tau), ("power", getattr(rows, "power", None))) if is_array(v)}
+    init = (tuple(xp.zeros_like(s) for _ in range(rows.n_cols)), init_extras)
+    (cols, extras), _ = get_adapter(xp).scan_blocks(xp, body, init, (*rows.keys, *extra), block)
+    return rows.finish(cols), extras
+
+
+def _same(shape: tuple[int, ...], opts: Any, params: dict[str, Any]) -> dict[str, Any]:
+    return {"value": tuple(shape)}
+
+
+@core(tails=_same)
+def dense_core(xp: Any, x: Any, opts: PermutationOptions, *, method: str, output: str, descending: bool) -> Any:
+    """The whole matrix as one block, differentiated by the host's autodiff (the rule keeps the matrix)."""
+    n = x.shape[-1]
+    rows = _rows(xp, x, opts.tau, method, n, descending, opts.power)
+    p = get_adapter(xp).softmax(xp, rows.logits(rows.keys)[0], -1)
+    soft = _read(xp, output, p, x, positions(xp, x))
+
+    def pullback(cts: tuple[Any, ...]) -> dict[str, Any]:
+        ds, extras = _backward(xp, rows, output, n, cts[0], p_kept=p)
+        return {"x": ds, **extras}
+
+    return ((straight_through(xp, exact(xp, x, output, descending), soft) if opts.hard else soft),), pullback
+
+
+@dataclasses.dataclass(frozen=True)
+class _Streamed:
+    """The streamed computation's static part; ``tau`` is None when an array tau travels with the inputs."""
+
+    method: str
+    output: str
+    block: int
+    descending: bool
+    power: Any
+    tau: Any
+    hard: bool
+    keep: bool  # the matrix fits in one block: keep it (no larger than a block) instead of recomputing it
+
+    def rows(self, xp: Any, res: tuple[Any, ...]) -> Any:
+        has_tau = self.tau is None
+        s = res[0]
+        tau = xp.astype(res[1], s.dtype) if has_tau else self.tau
+        aux = res[1 + has_tau : 1 + has_tau + ROWS[self.method].n_aux]
+        return _rows(xp, s, tau, self.method, self.block, self.descending, self.power, aux)
+
+    def residuals(self, xp: Any, s: Any, *tau_array: Any) -> tuple[Any, ...]:
+        """What the backward pass keeps: ``s``, an array ``tau``, O(n) vectors (sort order or row sums)."""
+        res = (s, *tau_array, *ROWS[self.method].aux(xp, s, block=self.block, descending=self.descending))
+        if not self.keep:
+            return res
+        rows = self.rows(xp, res)
+        return (*res, get_adapter(xp).softmax(xp, rows.logits(rows.keys)[0], -1))
+
+    def fwd(self, xp: Any, s: Any, *tau_array: Any) -> tuple[tuple[Any], tuple[Any, ...]]:
+        res = self.residuals(xp, s, *tau_array)
+        if self.hard:
+            value = exact(xp, s, self.output, self.descending)
+        elif self.keep:
+            value = _read(xp, self.output, res[-1], s, positions(xp, s))
+        else:
+            value = _forward(xp, self.rows(xp, res), self.output, self.block)
+        return (value,), res
+
+    def bwd(self, xp: Any, res: tuple[Any, ...], cts: tuple[Any, ...]) -> tuple[Any, ...]:
+        has_tau = self.tau is None
+        (ct,) = cts
+        if ct is None:  # torch: the output was not used
+            return (None,) * (1 + has_tau)
+        rows = self.rows(xp, res)
+        ds, extras = _backward(xp, rows, self.output, self.block, xp.astype(ct, rows.s.dtype), res[-1] if self.keep else None)
+        return (ds, xp.astype(extras["tau"], res[1].dtype)) if has_tau else (ds,)
+
+
+@core(tails=_same)
+def stream_core(xp: Any, x: Any, opts: PermutationOptions, *, method: str, output: str, descending: bool) -> Any:
+    """``block`` rows of ``P`` at a time, in the forward and in the backward pass (a number ``power`` only)."""
+    n = x.shape[-1]
+    block = opts.block
+    if block == "auto":  # sized on the array the core receives (one Dask block, say)
+        block = auto_block(tuple(x.shape[:-1]), n, xp.finfo(x.dtype).bits // 8)
+    block = min(block, n)
+    tau = opts.tau
+    spec = _Streamed(method, output, block, descending, opts.power, None if is_array(tau) else tau, opts.hard,
+                     keep=not opts.hard and block >= n)
+    # An array tau travels with the differentiated arrays, a number as a constant.
+    arrays = (x, tau) if is_array(tau) else (x,)
+    (value,) = get_adapter(xp).custom_vjp(xp, spec.fwd, spec.bwd, arrays, n_diff=1, residuals=spec.residuals)
+
+    def pullback(cts: tuple[Any, ...]) -> dict[str, Any]:
+        return dict(zip(("x", "tau"), spec.bwd(xp, spec.residuals(xp, *arrays), cts)))
+
+    return (value,), pullback
+
+
+# -- binding the public calls ---------------------------------------------------------------------------
+
+
+def bind_sort_or_rank(method: str, output: str, x: Any, axis: Any, descending: Any, options: dict[str, Any]) -> Call:
+    """``soft_sort`` / ``soft_rank`` (``output``) with ``method="softsort"`` or ``"neuralsort"``."""
+    opts, _ = PermutationOptions.parse(options, f"soft_{output}(method={method!r})", names=OPTION_NAMES[method])
+    descending = boolean(descending, "descending")
+    p = prepare(x, axis=axis, opts=opts)
+    # The streamed backward treats power as a constant: a learnable (array) power takes
+    # the full matrix, whose gradient includes it.
+    kernel = dense_core if opts.block is None or is_array(opts.power) else stream_core
+    return Call(kernel, p, opts, {"method": method, "output": output, "descending": descending})
+
+
+def bind_matrix(method: str, s: Any, options: dict[str, Any], *, descending: Any, stochastic: Any, key: Any, n_samples: Any) -> Call:
+    """``rankops.softsort`` / ``rankops.neuralsort``: the matrix of ``s`` (Gumbel-perturbed when ``stochastic``)."""
+    opts, _ = PermutationOptions.parse(options, method, names=tuple(options))
+    descending = boolean(descending, "descending")
+    stochastic = boolean(stochastic, "stochastic")
+    n_samples = optional_count(n_samples, "n_samples")
+    if not stochastic and (key is not None or n_samples is not None):
+        raise ValueError("key and n_samples are only used with stochastic=True")
+    p = prepare(s, name="s", opts=opts)
+    if stochastic:
+        x = p.x
+        shape = ((n_samples,) if n_samples is not None else ()) + tuple(x.shape)
+        x = x + p.adapter.gumbel(p.xp, key, shape, x.dtype, p.device)
+        p = dataclasses.replace(p, x=x, axis=x.ndim - 1, ndim=x.ndim)
+    return Call(matrix_core, p, opts, {"method": method, "descending": descending})

@@ -1,0 +1,74 @@
+r"""The squash ``g``: each row mapped into [0, 1] before the transport cost (Cuturi et al. 2019, Sec. 5).
+
+``"sigmoid"`` of the standardized row (the g~ of Cuturi et al. 2019),
+``"arctan"`` likewise, ``"minmax"`` (affine onto [0, 1]) or ``None``
+(inputs used as they are). Standardizing first divides by the row's largest
+magnitude, so rows at 1e-30 or 1e30 give the same result as rows at 1 and
+nothing overflows in float32. Each squash comes with its pullback, written
+against the array API (``rankops.vjp`` uses it where the host has no autodiff).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+from .._lib._adapters import get_adapter
+
+__all__ = ["SQUASHES", "squash_vjp"]
+
+SQUASHES = ("sigmoid", "arctan", "minmax", None)
+Pullback = Callable[..., Any]
+
+
+def squash_vjp(xp: Any, x: Any, method: str | None) -> tuple[Any, Pullback]:
+    """:func:`squash` and its pullback ``d(squashed) -> dx``."""
+    if method is None:
+        return x, lambda dy: dy
+    # Dividing by the largest magnitude first keeps the squares below in range
+    # for rows at 1e30 (and above subnormals for rows at 1e-30). The result does
+    # not depend on this scale, so its gradient is exactly 0: it is stopped for
+    # autodiff too, whose scale**-2 terms would otherwise underflow to inf - inf
+    # on subnormal rows.
+    scale = xp.max(xp.abs(x), axis=-1, keepdims=True)
+    scale = get_adapter(xp).stop_gradient(xp, xp.where((scale > 0) & xp.isfinite(scale), scale, xp.ones_like(scale)))
+    z = x / scale
+    if method == "minmax":
+        y, minmax_back = _minmax_vjp(xp, z)
+        return y, lambda dy: minmax_back(dy) / scale
+    z = z - xp.mean(z, axis=-1, keepdims=True)  # exactly 0 on a constant row (all entries are +-1 now)
+    var = xp.mean(z * z, axis=-1, keepdims=True)
+    spread = var > 0
+    # sqrt only of positive values: sqrt'(0) = inf would turn a constant row's gradient into NaN
+    sigma = xp.sqrt(xp.where(spread, var, xp.ones_like(var)))
+    z = z / sigma
+    y = 1.0 / (1.0 + xp.exp(-z)) if method == "sigmoid" else 0.5 + xp.atan(z) / math.pi
+
+    def pullback(dy: Any) -> Any:
+        dz = dy * y * (1.0 - y) if method == "sigmoid" else dy / (math.pi * (1.0 + z * z))
+        # standardization (a layer norm): remove the components along 1 and along z
+        dz = dz - xp.where(spread, z * xp.mean(dz * z, axis=-1, keepdims=True), xp.zeros_like(dz))
+        dz = dz / sigma
+        return (dz - xp.mean(dz, axis=-1, keepdims=True)) / scale
+
+    return y, pullback
+
+
+def _minmax_vjp(xp: Any, x: Any) -> tuple[Any, Pullback]:
+    lo = xp.min(x, axis=-1, keepdims=True)
+    hi = xp.max(x, axis=-1, keepdims=True)
+    span = hi - lo
+    spread = span > 0
+    safe = xp.where(spread, span, xp.ones_like(span))
+    y = xp.where(spread, (x - lo) / safe, xp.full_like(x, 0.5))
+
+    def pullback(dy: Any) -> Any:
+        dy = xp.where(spread, dy, xp.zeros_like(dy)) / safe
+        d_lo = -xp.sum(dy * (1.0 - y), axis=-1, keepdims=True)  # lo moves x - lo and the span
+        d_hi = -xp.sum(dy * y, axis=-1, keepdims=True)
+        # min / max share their gradient evenly among tied extremes, as torch and JAX do
+        at_lo = xp.astype(x == lo, x.dtype)
+        at_hi = xp.astype(x == hi, x.dtype)
+        return dy + d_lo * at_lo / xp.sum(at_lo, axis=-1, keepdims=True) + d_hi * at_hi / xp.sum(at_hi, axis=-1, keepdims=True)
+
+    return y, pullback

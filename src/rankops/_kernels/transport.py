@@ -1,0 +1,329 @@
+r"""Optimal-transport cores: soft ranks, sorts, CDFs, quantiles, top-k, and the solver itself.
+
+Each operator is one entropic transport (:mod:`rankops._solvers.sinkhorn`)
+between the n inputs, squashed into [0, 1] (:mod:`.squash`), and an ordered
+target measure, read out differently (Cuturi, Teboul & Vert 2019,
+Definitions 1-2; Cuturi et al. 2019, Definition 2 and Alg. 2). Per row, with
+``a = 1/n``, targets ``y_j = j / (m - 1)``, weights ``b`` (uniform by
+default), ``b_bar = cumsum(b)``, cost ``C_ij = |y_j - g(x)_i| ** power`` and
+``P`` the epsilon-entropic plan between ``(a, g(x))`` and ``(b, y)``:
+
+- ``cdf  = a^-1 (P b_bar)``, in [0, 1]; ``rank = n cdf``;
+- ``sort = b^-1 (P^T x)``, length m;
+- ``quantile_normalize = a^-1 (P targets)``;
+- ``topk``: two targets y = (0, 1) weighted ((n - k)/n, k/n); the mask is
+  ``a^-1 P[:, 1]``, in [0, 1], summing to k;
+- ``quantile`` at level q (Eq. 4 of Cuturi, Teboul & Vert): three targets
+  (0, 1/2, 1) weighted (q (1 - t), t, (1 - q)(1 - t)) for a filler weight
+  t; the quantile is the middle entry of the soft sort.
+
+``descending=True`` (ranks, sorts) is the ascending operator applied to
+``-x`` (sorted values negated back), so the largest entry gets rank 1.
+
+Each core returns ``(value, error)`` (the solver's marginal error per
+transport problem, for :mod:`.convergence`) and a pullback mapping the
+value's cotangent to a dict of cotangents (``x`` and any array parameter),
+which is how ``rankops.vjp`` differentiates on backends without autodiff;
+torch and JAX differentiate the value itself.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+from array_api_compat import device as _device
+
+from .._lib._calls import Call, Prepared, core, prepare
+from .._lib._compat import is_array
+from .._lib._numerics import abs_power, abs_power_slope, matvec, safe_divide, unbroadcast
+from .._lib._options import option
+from .._lib._validation import boolean, choice, optional_count, positive_scalar, python_number
+from .._solvers.sinkhorn import SolverOptions, log_weights, solve_vjp
+from .convergence import Reported
+from .squash import SQUASHES, squash_vjp
+
+__all__ = [
+    "TransportOptions", "DEFAULT_EPSILON", "cdf_core", "rank_core", "sort_core", "quantile_normalize_core", "topk_core",
+    "quantile_core", "solver_core", "bind_targets", "bind_sort_or_rank", "reported", "check_1d", "return_info", "SOLVER_OPTIONS",
+]
+
+DEFAULT_EPSILON = 1e-2
+DEFAULT_FILLER = 0.05
+
+
+def _filler(value: Any, name: str) -> float:
+    filler = positive_scalar(value, name)
+    if is_array(filler) or not filler < 1:
+        raise ValueError(f"{name} must be a number in (0, 1), got {filler!r}")
+    return filler
+
+
+@dataclasses.dataclass(frozen=True)
+class TransportOptions(SolverOptions):
+    """Options of the Sinkhorn operators (docs/api.md has each one's meaning and default)."""
+
+    epsilon: Any = option(DEFAULT_EPSILON, positive_scalar)
+    # Implicit differentiation by default: a quarter of the checkpointed unrolled
+    # backward's memory, independent of the iteration count, and about 3x faster
+    # (benchmarks/memory.py; docs/api.md "Gradients: implicit or unrolled").
+    implicit: bool = option(True, boolean)
+    squash: str | None = option("sigmoid", choice(*SQUASHES))
+    power: float = option(2.0, python_number(positive_scalar, " for the Sinkhorn operators"))
+    num_targets: int | None = option(None, optional_count)
+    filler: float = option(DEFAULT_FILLER, _filler)
+
+
+def _grid(xp: Any, m: int, like: Any) -> Any:
+    return xp.arange(m, dtype=like.dtype, device=_device(like)) / max(m - 1, 1)
+
+
+def _plan_vjp(xp: Any, x: Any, y: Any, log_b: Any, opts: TransportOptions, exact: str = "rows") -> tuple[Any, Any, Any]:
+    """Entropic plan (..., n, m) between the squashed rows of ``x`` and targets ``y``.
+
+    Returns the plan, the solver's marginal error per problem (...,) and the
+    pullback ``dplan -> (dx, dlog_b, depsilon)`` (``depsilon`` None unless
+    epsilon is an array).
+    """
+    n = x.shape[-1]
+    s, squash_back = squash_vjp(xp, x, opts.squash)
+    d = y - s[..., :, None]
+    power = opts.power
+    square = power == 2.0  # a Python number: the options reject arrays
+    cost = d * d if square else abs_power(xp, xp.abs(d), power)
+    log_a = xp.full((n,), -math.log(n), dtype=x.dtype, device=_device(x))
+    res, solve_back = solve_vjp(xp, cost, log_a, log_b, opts, exact=exact)
+
+    def pullback(dp: Any) -> tuple[Any, Any, Any]:
+        d_cost, _, d_log_b, d_eps = solve_back(dp)
+        slope = 2.0 * d if square else abs_power_slope(xp, xp.abs(d), power) * xp.sign(d)
+        return squash_back(-xp.sum(d_cost * slope, axis=-1)), d_log_b, d_eps
+
+    return res.plan, res.error, pullback
+
+
+def targets_count(n: int, opts: TransportOptions, target_weights: Any) -> int:
+    """m: ``num_targets``, else the length of ``target_weights``, else n."""
+    return opts.num_targets if opts.num_targets is not None else (target_weights.shape[0] if target_weights is not None else n)
+
+
+def _target_weights(xp: Any, x: Any, m: int, target_weights: Any) -> tuple[Any, Any]:
+    """``(b, log_b)``: uniform unless the caller gave weights."""
+    log_b = log_weights(xp, target_weights, m, x.dtype, _device(x))
+    if target_weights is None:
+        return xp.full((m,), 1.0 / m, dtype=x.dtype, device=_device(x)), log_b
+    return xp.astype(target_weights, x.dtype), log_b
+
+
+def _grads(x: Any, d_eps: Any, **named: Any) -> dict[str, Any]:
+    """The cotangents of a core: ``x``, ``epsilon`` when it is an array, then parameter arrays."""
+    out = {"x": x, **{k: v for k, v in named.items() if v is not None}}
+    if d_eps is not None:
+        out["epsilon"] = d_eps
+    return out
+
+
+def _along(shape: tuple[int, ...], opts: Any, params: dict[str, Any]) -> dict[str, Any]:
+    return {"value": tuple(shape), "error": ()}
+
+
+REPORTED = ("value", "error")
+
+
+@core(tails=_along, outputs=REPORTED)
+def cdf_core(xp: Any, x: Any, opts: TransportOptions, *, descending: bool = False, target_weights: Any = None) -> Any:
+    sign = -1.0 if descending else 1.0
+    n = x.shape[-1]
+    m = targets_count(n, opts, target_weights)
+    b, log_b = _target_weights(xp, x, m, target_weights)
+    b_bar = xp.cumulative_sum(b, axis=-1)
+    p, err, plan_back = _plan_vjp(xp, sign * x, _grid(xp, m, x), log_b, opts)
+    out = n * matvec(xp, p, b_bar)
+
+    def pullback(cts: tuple[Any, ...]) -> dict[str, Any]:
+        ct = cts[0]
+        dx, d_log_b, d_eps = plan_back(n * ct[..., :, None] * b_bar)
+        d_w = None
+        if target_weights is not None:
+            d_bbar = n * unbroadcast(xp, matvec(xp, xp.matrix_transpose(p), ct), tuple(b.shape))
+            d_w = xp.flip(xp.cumulative_sum(xp.flip(d_bbar, axis=-1), axis=-1), axis=-1) + d_log_b / b
+        return _grads(sign * dx, d_eps, target_weights=d_w)
+
+    return (out, err), pullback
+
+
+@core(tails=_along, outputs=REPORTED)
+def rank_core(xp: Any, x: Any, opts: TransportOptions, **params: Any) -> Any:
+    n = x.shape[-1]
+    (cdf, err), cdf_back = cdf_core.vjp(xp, x, opts, **params)
+    return (n * cdf, err), lambda cts: cdf_back((n * cts[0], None))
+
+
+def _sorted_tails(shape: tuple[int, ...], opts: TransportOptions, params: dict[str, Any]) -> dict[str, Any]:
+    return {"value": (targets_count(shape[-1], opts, params.get("target_weights")),), "error": ()}
+
+
+@core(tails=_sorted_tails, outputs=REPORTED)
+def sort_core(xp: Any, x: Any, opts: TransportOptions, *, descending: bool = False, target_weights: Any = None) -> Any:
+    sign = -1.0 if descending else 1.0
+    x = sign * x
+    m = targets_count(x.shape[-1], opts, target_weights)
+    b, log_b = _target_weights(xp, x, m, target_weights)
+    p, err, plan_back = _plan_vjp(xp, x, _grid(xp, m, x), log_b, opts, exact="columns")
+    ascending = xp.matmul(x[..., None, :], p)[..., 0, :] / b
+
+    def pullback(cts: tuple[Any, ...]) -> dict[str, Any]:
+        ct_b = sign * cts[0] / b
+        dx, d_log_b, d_eps = plan_back(x[..., :, None] * ct_b[..., None, :])
+        dx = dx + matvec(xp, p, ct_b)
+        d_w = None if target_weights is None else d_log_b / b - unbroadcast(xp, ct_b * ascending, tuple(b.shape))
+        return _grads(sign * dx, d_eps, target_weights=d_w)
+
+    return (sign * ascending, err), pullback
+
+
+@core(tails=_along, outputs=REPORTED)
+def quantile_normalize_core(xp: Any, x: Any, opts: TransportOptions, *, targets: Any, target_weights: Any = None) -> Any:
+    n, m = x.shape[-1], targets.shape[0]
+    t = xp.astype(targets, x.dtype)
+    b, log_b = _target_weights(xp, x, m, target_weights)
+    p, err, plan_back = _plan_vjp(xp, x, _grid(xp, m, x), log_b, opts)
+    out = n * matvec(xp, p, t)
+
+    def pullback(cts: tuple[Any, ...]) -> dict[str, Any]:
+        ct = cts[0]
+        dx, d_log_b, d_eps = plan_back(n * ct[..., :, None] * t)
+        d_t = n * unbroadcast(xp, matvec(xp, xp.matrix_transpose(p), ct), tuple(t.shape))
+        return _grads(dx, d_eps, targets=d_t, target_weights=None if target_weights is None else d_log_b / b)
+
+    return (out, err), pullback
+
+
+@core(tails=_along, outputs=REPORTED)
+def topk_core(xp: Any, x: Any, opts: TransportOptions, *, k: int) -> Any:
+    n = x.shape[-1]
+    # log weights in Python: k = n gives an exact -inf (an empty target), no log(0) warning
+    log_b = xp.asarray(
+        [math.log(n - k) - math.log(n) if k < n else -math.inf, math.log(k) - math.log(n)], dtype=x.dtype, device=_device(x)
+    )
+    p, err, plan_back = _plan_vjp(xp, x, _grid(xp, 2, x), log_b, opts)
+
+    def pullback(cts: tuple[Any, ...]) -> dict[str, Any]:
+        ct = cts[0]
+        dx, _, d_eps = plan_back(xp.stack([xp.zeros_like(ct), n * ct], axis=-1))
+        return _grads(dx, d_eps)
+
+    return (n * p[..., 1], err), pullback
+
+
+def _quantile_tails(shape: tuple[int, ...], opts: TransportOptions, params: dict[str, Any]) -> dict[str, Any]:
+    q = params["q"]
+    levels = (q.shape[0],) if is_array(q) else ()
+    return {"value": levels, "error": levels}
+
+
+@core(tails=_quantile_tails, outputs=REPORTED)
+def quantile_core(xp: Any, x: Any, opts: TransportOptions, *, q: Any) -> Any:
+    """Levels ``q``: a Python float (output drops the axis) or a 1-D array (axis -> levels)."""
+    t = opts.filler
+    y = xp.asarray([0.0, 0.5, 1.0], dtype=x.dtype, device=_device(x))
+    if not is_array(q):
+        logs = [math.log(w) if w > 0 else -math.inf for w in (q * (1 - t), t, (1 - q) * (1 - t))]
+        p, err, plan_back = _plan_vjp(xp, x, y, xp.asarray(logs, dtype=x.dtype, device=_device(x)), opts, exact="columns")
+
+        def pullback(cts: tuple[Any, ...]) -> dict[str, Any]:
+            ct_t = cts[0][..., None] / t
+            zero = xp.zeros_like(x)[..., None]  # (..., n, 1)
+            dx, _, d_eps = plan_back(xp.concat([zero, x[..., :, None] * ct_t[..., None], zero], axis=-1))
+            return _grads(dx + p[..., 1] * ct_t, d_eps)
+
+        return (xp.matmul(x[..., None, :], p)[..., 0, 1] / t, err), pullback
+
+    levels = xp.astype(q, x.dtype)[:, None]
+    b = xp.concat([levels * (1 - t), xp.full_like(levels, t), (1 - levels) * (1 - t)], axis=-1)  # (L, 3)
+    # Levels 0 and 1 give an empty filler; a tiny weight keeps log finite.
+    floor = xp.finfo(x.dtype).smallest_normal
+    log_b = xp.log(xp.maximum(b, xp.full_like(b, floor)))
+    xl = x[..., None, :]
+    p, err, plan_back = _plan_vjp(xp, xl, y, log_b, opts, exact="columns")  # (..., L, n, 3): one solve for all levels
+    out = xp.matmul(x[..., None, None, :], p)[..., 0, 1] / t
+    valid = (levels[:, 0] >= 0) & (levels[:, 0] <= 1)  # levels are data: out of range -> NaN, no check
+
+    def pullback_levels(cts: tuple[Any, ...]) -> dict[str, Any]:
+        ct_t = xp.where(valid, cts[0], xp.zeros_like(cts[0]))[..., None, None] / t  # (..., L, 1, 1)
+        zero = xp.zeros_like(p[..., :1])
+        dp = xp.concat([zero, xl[..., :, None] * ct_t, zero], axis=-1)
+        dx, d_log_b, d_eps = plan_back(dp)
+        dx = xp.sum(dx, axis=-2) + xp.sum(p[..., 1] * ct_t[..., 0], axis=-2)
+        d_b = xp.where(b > floor, d_log_b / xp.where(b > floor, b, xp.ones_like(b)), xp.zeros_like(b))
+        d_q = (d_b[:, 0] - d_b[:, 2]) * (1 - t)
+        return _grads(dx, d_eps, q=xp.where(valid, d_q, xp.zeros_like(d_q)))
+
+    # an invalid level is a data problem, like a NaN input: NaN value and error, no convergence warning
+    nan = xp.full_like(out, math.nan)
+    return (xp.where(valid, out, nan), xp.where(valid, err, nan)), pullback_levels
+
+
+def _solver_tails(shape: tuple[int, ...], opts: SolverOptions, params: dict[str, Any]) -> dict[str, Any]:
+    n, m = shape
+    return {"plan": (n, m), "f": (n,), "g": (m,), "error": (), "n_iter": None}
+
+
+@core(tails=_solver_tails, outputs=("plan", "f", "g", "error", "n_iter"), core_ndim=2, batched={"a": (0,), "b": (1,)})
+def solver_core(xp: Any, cost: Any, opts: SolverOptions, *, a: Any = None, b: Any = None) -> Any:
+    """:func:`rankops.sinkhorn` on a cost in its compute dtype; the pullback takes cotangents of ``(plan, f, g)``."""
+    device = _device(cost)
+    log_a = log_weights(xp, a, cost.shape[-2], cost.dtype, device)
+    log_b = log_weights(xp, b, cost.shape[-1], cost.dtype, device)
+    res, solve_back = solve_vjp(xp, cost, log_a, log_b, opts)
+
+    def pullback(cts: tuple[Any, ...]) -> dict[str, Any]:
+        d_plan, d_f, d_g = cts[:3]
+        d_cost, d_log_a, d_log_b, d_eps = solve_back(xp.zeros_like(res.plan) if d_plan is None else d_plan, d_f, d_g)
+        # d/dw log(w) = 1/w; an empty entry (w = 0) moves nothing
+        weights = {name: safe_divide(xp, d, xp.astype(w, cost.dtype)) for name, w, d in (("a", a, d_log_a), ("b", b, d_log_b))
+                   if w is not None}
+        return _grads(d_cost, d_eps, **weights)
+
+    return (res.plan, res.f, res.g, res.error, res.n_iter), pullback
+
+
+# -- binding the public calls ---------------------------------------------------------------------------
+
+SOLVER_OPTIONS = ("epsilon", "max_iter", "tol", "squash", "power", "implicit")
+
+
+def return_info(options: dict[str, Any]) -> bool:
+    """Pop the ``return_info`` option (every Sinkhorn operator takes it)."""
+    return boolean(options.pop("return_info", False), "return_info")
+
+
+def check_1d(value: Any, name: str, length: int | None = None) -> None:
+    if value.ndim != 1:
+        raise ValueError(f"{name} must be a 1-D array, got shape {tuple(value.shape)}")
+    if value.shape[0] == 0:
+        raise ValueError(f"{name} must not be empty")
+    if length is not None and value.shape[0] != length:
+        raise ValueError(f"{name} has length {value.shape[0]} but {length} targets are used")
+
+
+def reported(kernel: Any, p: Prepared, opts: TransportOptions, params: dict[str, Any], where: str, info: bool, **readout: Any) -> Call:
+    """A Sinkhorn operator's call, read out by :class:`~.convergence.Reported`."""
+    return Call(kernel, p, opts, params, Reported(opts, where, info, lazy=p.adapter.lazy, **readout))
+
+
+def bind_targets(kernel: Any, where: str, x: Any, axis: Any, options: dict[str, Any], descending: Any = None) -> Call:
+    """``soft_cdf``, and ``soft_rank`` / ``soft_sort`` with ``method="sinkhorn"``: targets on a grid."""
+    info = return_info(options)
+    opts, arrays = TransportOptions.parse(options, where, names=SOLVER_OPTIONS + ("num_targets",), arrays=("target_weights",))
+    p = prepare(x, axis=axis, opts=opts, arrays=arrays)
+    if "target_weights" in arrays:
+        check_1d(arrays["target_weights"], "target_weights", opts.num_targets)
+    params = dict(arrays) if descending is None else {**arrays, "descending": boolean(descending, "descending")}
+    return reported(kernel, p, opts, params, where, info)
+
+
+def bind_sort_or_rank(output: str, x: Any, axis: Any, descending: Any, options: dict[str, Any]) -> Call:
+    """``soft_sort`` / ``soft_rank`` (``output``) with ``method="sinkhorn"``."""
+    return bind_targets(sort_core if output == "sort" else rank_core, f"soft_{output}(method='sinkhorn')", x, axis, options, descending)

@@ -1,0 +1,212 @@
+"""Cores and calls: what an operator runs, on what, and how its outputs become the public value.
+
+A :class:`Core` is a kernel written once against the array API for
+trailing core axes: ``rule(xp, x, opts, **params) -> (outputs, pullback)``,
+``outputs`` a tuple named by ``Core.outputs`` and ``pullback`` the core's
+own backward rule, mapping their cotangents (None: zero) to a dict of
+cotangents by input name (``"x"``, then parameter names, then array-valued
+options such as ``"tau"``). Calling a core gives the outputs, which hosts
+with autodiff differentiate themselves; :meth:`Core.vjp` gives the pair.
+
+:func:`prepare` validates the operator's input (namespace, device, dtype,
+axis) once and moves the operator axis last; a :class:`Call` bundles the
+core, the prepared input, the frozen options and the parameters with a
+readout (:class:`Along` for array values) that turns the core's outputs
+into the public value and maps the public value's cotangent back.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Mapping
+
+import array_api_compat
+
+from ._adapters import get_adapter
+from ._compat import namespace, normalize_axis, real_float_dtypes
+from ._options import Options
+
+__all__ = ["Core", "core", "Prepared", "prepare", "Call", "Along"]
+
+
+class Core:
+    """A kernel with its own backward rule; see the module docstring.
+
+    ``tails(core_shape, opts, params)`` gives each output's trailing shape
+    (None: one count per call), which lazy backends need before running;
+    ``core_ndim`` is the number of trailing core axes of ``x``; ``batched``
+    names the parameters that share ``x``'s batch axes, with the core axes
+    of ``x`` they span (the marginals of the transport solver).
+    """
+
+    def __init__(
+        self,
+        rule: Callable[..., tuple[tuple[Any, ...], Callable[..., dict[str, Any]]]],
+        *,
+        tails: Callable[..., dict[str, Any]],
+        outputs: tuple[str, ...] = ("value",),
+        core_ndim: int = 1,
+        batched: Mapping[str, tuple[int, ...]] | None = None,
+    ) -> None:
+        self.rule, self.tails, self.outputs, self.core_ndim = rule, tails, outputs, core_ndim
+        self.batched = dict(batched or {})
+        self.__name__ = rule.__name__
+        self.__doc__ = rule.__doc__
+
+    def __call__(self, xp: Any, x: Any, opts: Options, **params: Any) -> tuple[Any, ...]:
+        return self.rule(xp, x, opts, **params)[0]
+
+    def vjp(self, xp: Any, x: Any, opts: Options, **params: Any) -> tuple[tuple[Any, ...], Callable[..., dict[str, Any]]]:
+        return self.rule(xp, x, opts, **params)
+
+    def select(self, outs: tuple[Any, ...], wanted: tuple[str, ...]) -> tuple[Any, ...]:
+        return tuple(outs[self.outputs.index(w)] for w in wanted)
+
+    def __repr__(self) -> str:
+        return f"<rankops core {self.__name__}>"
+
+
+def core(*, tails: Callable[..., dict[str, Any]], **kwargs: Any) -> Callable[[Callable[..., Any]], Core]:
+    """Decorator: a rule function as a :class:`Core`."""
+    return lambda rule: Core(rule, tails=tails, **kwargs)
+
+
+@dataclasses.dataclass(frozen=True)
+class Prepared:
+    """An operator's input after validation: compute dtype, operator axis last."""
+
+    xp: Any
+    x: Any
+    axis: int | None  # the caller's axis, normalized (None: the core axes were already last)
+    ndim: int
+    out_dtype: Any
+    name: str  # the input's name in the signature (x, s, cost)
+
+    @property
+    def adapter(self) -> Any:
+        return get_adapter(self.xp)
+
+    @property
+    def n(self) -> int:
+        return self.x.shape[-1]
+
+    @property
+    def device(self) -> Any:
+        return array_api_compat.device(self.x)
+
+    def _moved(self) -> bool:
+        return self.axis is not None and self.axis != self.ndim - 1
+
+    def finish(self, out: Any, *, axis_kept: bool = True) -> Any:
+        """The operator axis back where the caller had it (when the output keeps one), in the caller's dtype."""
+        if axis_kept and self._moved():
+            out = self.xp.moveaxis(out, -1, self.axis)
+        return out if out.dtype == self.out_dtype else self.xp.astype(out, self.out_dtype)
+
+    def unfinish(self, ct: Any, *, axis_kept: bool = True) -> Any:
+        """The inverse of :meth:`finish` on a cotangent: compute dtype, operator axis last."""
+        ct = self.xp.astype(ct, self.x.dtype)
+        return self.xp.moveaxis(ct, self.axis, -1) if axis_kept and self._moved() else ct
+
+    def restore(self, dx: Any) -> Any:
+        """A gradient of the prepared input in the caller's layout (axis back in place)."""
+        return self.xp.moveaxis(dx, -1, self.axis) if self._moved() else dx
+
+
+def prepare(
+    x: Any,
+    *,
+    axis: Any = -1,
+    name: str = "x",
+    opts: Options | None = None,
+    arrays: Mapping[str, Any] | None = None,
+    core_ndim: int = 1,
+) -> Prepared:
+    """Validate ``x`` and move its operator axis last.
+
+    An operator with several core axes (``core_ndim > 1``: the solver's
+    ``(n, m)`` costs) takes them last as given, and ``axis`` is not used.
+
+    Array-valued options (a learnable ``tau``) and parameter arrays (levels,
+    targets, weights) must share ``x``'s namespace and device; lazy backends
+    (Dask) take hyper-parameters as Python numbers only.
+    """
+    scalars = {} if opts is None else opts.arrays()
+    given = {name: x, **scalars, **(arrays or {})}
+    xp = namespace(*given.values(), names=tuple(given))
+    adapter = get_adapter(xp)
+    if scalars and adapter.lazy:
+        raise TypeError(f"{', '.join(scalars)} must be Python numbers for Dask inputs, not arrays")
+    if len(given) > 1:
+        adapter.check_devices(tuple(given.values()), tuple(given))
+    compute_dtype, out_dtype = real_float_dtypes(xp, x, name)
+    ndim = x.ndim
+    if core_ndim > 1:
+        axis = None
+    else:
+        if ndim == 0:
+            raise ValueError(f"{name} must have at least one dimension to sort along, got a 0-d array")
+        axis = normalize_axis(axis, ndim)
+        if x.shape[axis] == 0:
+            raise ValueError(f"{name} has an empty axis {axis} (length 0): there is nothing to sort or rank")
+    if x.dtype != compute_dtype:
+        # astype copies; inputs are never written to, so no defensive copy otherwise.
+        x = xp.astype(x, compute_dtype)
+    if axis is not None and axis != ndim - 1:
+        x = xp.moveaxis(x, axis, -1)
+    return Prepared(xp, x, axis, ndim, out_dtype, name)
+
+
+class Along:
+    """Readout of an array value along the operator axis (kept, or dropped as by a scalar quantile level)."""
+
+    outputs: tuple[str, ...] = ("value",)
+
+    def __init__(self, *, axis_kept: bool = True) -> None:
+        self.axis_kept = axis_kept
+
+    def finish(self, p: Prepared, outs: tuple[Any, ...]) -> Any:
+        return p.finish(outs[0], axis_kept=self.axis_kept)
+
+    def pull(self, p: Prepared, cts: tuple[Any, ...]) -> tuple[Any, ...]:
+        """Cotangents of the public value -> those of ``self.outputs`` (None: zero)."""
+        return (p.unfinish(cts[0], axis_kept=self.axis_kept),) + (None,) * (len(self.outputs) - 1)
+
+
+@dataclasses.dataclass(frozen=True)
+class Call:
+    """One validated operator call: run it with ``adapter.run(call)``, read it with ``finish``."""
+
+    core: Core
+    prepared: Prepared
+    opts: Options
+    params: Mapping[str, Any]  # parameter arrays and Python-valued arguments, by name
+    readout: Any = Along()
+
+    @property
+    def xp(self) -> Any:
+        return self.prepared.xp
+
+    @property
+    def x(self) -> Any:
+        return self.prepared.x
+
+    @property
+    def adapter(self) -> Any:
+        return self.prepared.adapter
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        return self.readout.outputs
+
+    def finish(self, outs: tuple[Any, ...]) -> Any:
+        return self.readout.finish(self.prepared, outs)
+
+    def pull(self, cts: tuple[Any, ...]) -> tuple[Any, ...]:
+        return self.readout.pull(self.prepared, cts)
+
+    def gradients(self, grads: Mapping[str, Any]) -> dict[str, Any]:
+        """The core's gradients by argument name, the input's in the caller's layout."""
+        out = dict(grads)
+        out[self.prepared.name] = self.prepared.restore(out.pop("x"))
+        return out

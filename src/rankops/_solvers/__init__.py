@@ -1,0 +1,1 @@
+"""Solvers under the kernels: log-domain Sinkhorn and its implicit differentiation."""

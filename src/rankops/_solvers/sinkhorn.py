@@ -1,0 +1,194 @@
+r"""Batched log-domain Sinkhorn: the transport solver behind the OT operators.
+
+For a cost ``C`` of shape ``(..., n, m)`` and marginals ``a`` (n) and ``b``
+(m), the entropic optimal transport problem (Cuturi, Teboul & Vert 2019,
+Eq. 3; Cuturi et al. 2019, Alg. 2)
+
+    min_P <P, C> - epsilon H(P)   subject to   P 1 = a,  P^T 1 = b
+
+is solved by alternating the dual updates
+
+    g_j <- epsilon log b_j - epsilon logsumexp_i((f_i - C_ij) / epsilon)
+    f_i <- epsilon log a_i - epsilon logsumexp_j((g_j - C_ij) / epsilon)
+
+from ``f = g = 0``; the plan is ``P_ij = exp((f_i + g_j - C_ij) / epsilon)``.
+After each f-update the rows of P sum exactly to ``a``; the reported error is
+the L1 gap of the other marginal, ``sum_j |(P^T 1)_j - b_j|``, per problem,
+plus that of the rows, which is rounding only unless ``C / epsilon`` exceeds
+the float's precision (then the plan is meaningless, and this says so).
+Everything stays in the log domain, so small ``epsilon`` cannot overflow.
+
+Iterations run in blocks of ``check_every``; a problem whose error is
+within ``tol`` after a block is frozen there, and the solver stops once all
+are (or at ``max_iter``). Each problem's result therefore depends on that
+problem alone: batched, one by one, in Dask blocks or under ``jax.vmap``.
+
+Gradients are those of the unrolled iterations by default. torch
+checkpoints each block; JAX runs the loop as a ``lax.while_loop`` under a
+``custom_vjp`` that stores the potentials at block starts and replays only
+the blocks that ran, so ``jit``, ``vmap`` and ``grad`` all apply and memory
+holds one block's kernels at a time, not one per iteration. ``implicit=True``
+differentiates the fixed point instead (:mod:`.implicit`): the
+backward keeps the final plan only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from typing import Any, Callable, NamedTuple
+
+import array_api_compat
+import numpy as np
+
+from .._lib._adapters import get_adapter
+from .._lib._compat import is_array
+from .._lib._loops import freeze_rows
+from .._lib._options import Options, option
+from .._lib._validation import boolean, positive_count, positive_scalar, python_number
+from .implicit import fixed_point_vjp
+
+__all__ = ["SinkhornResult", "SolverOptions", "solve_vjp", "log_weights", "DEFAULT_MAX_ITER", "DEFAULT_TOL", "DEFAULT_CHECK_EVERY"]
+
+DEFAULT_MAX_ITER = 2000
+DEFAULT_TOL = 1e-3
+DEFAULT_CHECK_EVERY = 10
+
+
+class SinkhornResult(NamedTuple):
+    """Solution of a batch of entropic OT problems (a NamedTuple: a JAX pytree)."""
+
+    plan: Any  # (..., n, m) transport plan
+    f: Any  # (..., n) dual potential of the rows
+    g: Any  # (..., m) dual potential of the columns
+    n_iter: Any  # iterations run (a Python int, or a 0-d int array under JAX)
+    error: Any  # (...,) L1 error of both marginals at exit (the rows' part is rounding)
+    converged: Any  # (...,) bool: error <= tol
+
+
+
+@dataclasses.dataclass(frozen=True)
+class SolverOptions(Options):
+    """Options of the solver, shared by every Sinkhorn operator."""
+
+    epsilon: Any = option(None, positive_scalar)  # a number, or a 0-d array (learnable, traced)
+    max_iter: int = option(DEFAULT_MAX_ITER, positive_count)
+    tol: float = option(DEFAULT_TOL, python_number(positive_scalar))
+    implicit: bool = option(False, boolean)
+
+
+def solve_vjp(
+    xp: Any,
+    cost: Any,
+    log_a: Any,
+    log_b: Any,
+    opts: SolverOptions,
+    *,
+    exact: str = "rows",
+    check_every: int = DEFAULT_CHECK_EVERY,
+) -> tuple[SinkhornResult, Callable[..., Any]]:
+    """Solve on prepared arrays: ``log_a`` (..., n) and ``log_b`` (..., m) broadcast against ``cost``.
+
+    Works on scaled potentials ``u = f / epsilon``, ``v = g / epsilon`` so the
+    cost is divided by epsilon once, not at every iteration. The plan's rows
+    sum exactly to ``a`` (the last update is f's); ``exact="columns"`` adds a
+    final g-update so that its columns sum exactly to ``b`` instead, which
+    makes ``b^-1 P^T x`` an exact convex combination (soft sorts, quantiles).
+
+    ``implicit=True`` hides the iterations from the host's autodiff: the plan
+    and potentials get the gradient of the fixed point
+    (:mod:`.implicit`), computed from the final plan alone.
+
+    Returns the result and its pullback ``(dplan, df=None, dg=None) ->
+    (dcost, dlog_a, dlog_b, depsilon)`` by the implicit rule, which is how
+    backends without autodiff differentiate (``depsilon`` is None unless
+    epsilon is an array).
+    """
+    epsilon, max_iter, tol = opts.epsilon, opts.max_iter, opts.tol
+    c = cost / epsilon
+    fwd = functools.partial(_fixed_point, max_iter=max_iter, tol=tol, check_every=check_every, exact=exact)
+    bwd = functools.partial(fixed_point_vjp, exact=exact, max_iter=max_iter, cost_shape=tuple(c.shape))
+    if opts.implicit:
+        plan, u, v, err, n_iter = get_adapter(xp).custom_vjp(xp, fwd, bwd, (c, log_a, log_b), n_diff=3)
+    else:
+        plan, u, v, err, n_iter = fwd(xp, c, log_a, log_b)[0]
+
+    def pullback(d_plan: Any, d_f: Any = None, d_g: Any = None) -> tuple[Any, Any, Any, Any]:
+        d_u = None if d_f is None else d_f * epsilon
+        d_v = None if d_g is None else d_g * epsilon
+        d_c, d_log_a, d_log_b = bwd(xp, (plan, log_a, log_b), (d_plan, d_u, d_v))
+        d_eps = None
+        if is_array(epsilon):
+            d_eps = -xp.sum(d_c * c) / epsilon
+            for d, w in ((d_f, u), (d_g, v)):
+                if d is not None:
+                    d_eps = d_eps + xp.sum(d * w)
+        return d_c / epsilon, d_log_a, d_log_b, d_eps
+
+    return SinkhornResult(plan, u * epsilon, v * epsilon, n_iter, err, err <= tol), pullback
+
+
+def _fixed_point(
+    xp: Any, c: Any, log_a: Any, log_b: Any, *, max_iter: int, tol: float, check_every: int, exact: str
+) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    """Run the iterations on the scaled cost ``c = C / epsilon``.
+
+    Returns ``((plan, u, v, error, n_iter), residuals)``, the residuals being
+    what the implicit backward needs: the plan and both log-marginals.
+    """
+    adapter = get_adapter(xp)
+    lse = adapter.logsumexp
+    # The loop's functions take their arrays explicitly (no closure over them),
+    # so an adapter can differentiate through the loop with a custom rule.
+    operands = (c, log_a, log_b)
+
+    def step(ops: tuple[Any, Any, Any], state: tuple[Any, Any]) -> tuple[Any, Any]:
+        c_, la, lb = ops
+        v = lb - lse(xp, state[0][..., :, None] - c_, -2)
+        u = la - lse(xp, v[..., None, :] - c_, -1)
+        return u, v
+
+    def error(ops: tuple[Any, Any, Any], state: tuple[Any, Any]) -> Any:
+        # Both marginals of the plan exactly as it is returned. The rows are exact after an
+        # f-update in exact arithmetic, so their part is rounding, except where cost / epsilon
+        # outgrows the float's precision (1e16 in float64, with squash=None and large inputs):
+        # the plan is then meaningless, and this says so instead of a silent "converged".
+        c_, la, lb = ops
+        return _marginal_error(xp, _plan(xp, c_, *state), la, lb)
+
+    # Shapes only (Python tuples): the batch of the cost and of both marginals.
+    batch = np.broadcast_shapes(tuple(c.shape[:-2]), tuple(log_a.shape[:-1]), tuple(log_b.shape[:-1]))
+    device = array_api_compat.device(c)
+    u0 = xp.zeros(batch + (c.shape[-2],), dtype=c.dtype, device=device)
+    v0 = xp.zeros(batch + (c.shape[-1],), dtype=c.dtype, device=device)
+    (u, v), n_iter, err = adapter.iterate(
+        xp, step, operands, (u0, v0), error=error, freeze=freeze_rows, max_iter=max_iter, tol=tol, check_every=check_every
+    )
+    if exact == "columns":
+        v = log_b - lse(xp, u[..., :, None] - c, -2)
+        plan = xp.exp((u[..., :, None] - c) + v[..., None, :])  # rounded as the last (column) update was
+        # The plan returned is this one: its error (rows now) is what callers must see. It is
+        # at most the columns' error before the update, except beyond float precision.
+        err = _marginal_error(xp, plan, log_a, log_b)
+    else:
+        plan = _plan(xp, c, u, v)
+    return (plan, u, v, err, n_iter), (plan, log_a, log_b)
+
+
+def _marginal_error(xp: Any, p: Any, log_a: Any, log_b: Any) -> Any:
+    """L1 errors of both marginals of ``p``, per problem."""
+    column = xp.sum(xp.abs(xp.sum(p, axis=-2) - xp.exp(log_b)), axis=-1)
+    return column + xp.sum(xp.abs(xp.sum(p, axis=-1) - xp.exp(log_a)), axis=-1)
+
+
+def _plan(xp: Any, c: Any, u: Any, v: Any) -> Any:
+    """``exp(u_i + v_j - c_ij)``, rounded as the f-update was, so that its rows are those the update made exact."""
+    return xp.exp((v[..., None, :] - c) + u[..., :, None])
+
+
+def log_weights(xp: Any, w: Any, size: int, dtype: Any, device: Any) -> Any:
+    """``log(w)`` in ``dtype``, or the uniform ``-log(size)`` when ``w`` is None."""
+    if w is None:
+        return xp.full((size,), -math.log(size), dtype=dtype, device=device)
+    return xp.log(xp.astype(w, dtype))
