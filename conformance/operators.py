@@ -1,7 +1,10 @@
 """The registry of public operators the conformance suite checks.
 
-An operator joins the suite by one ``register(...)`` call here: every
-property in this package then runs on it, on every backend and device.
+Each entry names the (operator, method) of ``rankops._registry.OPERATORS``
+it exercises; ``test_registry.py`` fails when a pair has no ``Operator``
+variant or no property ``Spec``. An operator joins the suite by one
+``register(...)`` call and one ``Spec`` here: every check in this package
+then runs on it, on every backend and device.
 Hard references are independent NumPy / SciPy computations along the last
 axis, in float64.
 """
@@ -13,9 +16,11 @@ from typing import Any, Callable
 
 import array_api_compat
 import numpy as np
+from hypothesis import strategies as st
 from scipy.stats import rankdata
 
 import rankops
+from rankops._registry import OPERATORS as REGISTRY
 
 
 @dataclass(frozen=True, eq=False)  # hashed by identity, so jax.jit can take it
@@ -31,6 +36,9 @@ class Operator:
     hard_atol: float = 1e-6
     # (x, **kwargs) -> rankops.vjp(...) of the same computation; its first gradient is x's
     vjp: Callable[..., Any] | None = None
+    # the public operator and method this entry exercises: a key of rankops._registry.OPERATORS
+    public: Callable[..., Any] | None = None
+    method: str = "sinkhorn"
 
     def __call__(self, x: Any, *, limit: bool = False, **kwargs: Any) -> Any:
         """Call with the finite (or, ``limit=True``, the near-zero) regularisation."""
@@ -46,6 +54,8 @@ OPERATORS: list[Operator] = []
 def register(op: Operator) -> Operator:
     if any(o.name == op.name for o in OPERATORS):
         raise ValueError(f"operator {op.name!r} registered twice")
+    if op.public not in REGISTRY or op.method not in REGISTRY[op.public]:
+        raise ValueError(f"{op.name!r}: ({op.public}, {op.method!r}) is not in rankops._registry.OPERATORS")
     OPERATORS.append(op)
     return op
 
@@ -90,6 +100,7 @@ for _method in ("softsort", "neuralsort"):
                 {"tau": 1e-3},
                 lambda x, d=_desc: _sorted(x, d),
                 vjp=via_vjp(rankops.soft_sort, method=_method, descending=_desc),
+                public=rankops.soft_sort, method=_method,
             )
         )
         register(
@@ -100,6 +111,7 @@ for _method in ("softsort", "neuralsort"):
                 {"tau": 1e-3},
                 lambda x, d=_desc: _ranks(x, d),
                 vjp=via_vjp(rankops.soft_rank, method=_method, descending=_desc),
+                public=rankops.soft_rank, method=_method,
             )
         )
     # default blocks hold the small test rows whole: make the streamed path cross blocks
@@ -114,6 +126,7 @@ for _method in ("softsort", "neuralsort"):
                 {"tau": 1e-3, **_opts},
                 _ranks if _op == "soft_rank" else _sorted,
                 vjp=via_vjp(_fn, method=_method),
+                public=_fn, method=_method,
             )
         )
     register(
@@ -126,27 +139,30 @@ for _method in ("softsort", "neuralsort"):
             fd_gradient=False,
             hard_atol=0.0,
             vjp=via_vjp(rankops.soft_sort, method=_method),
+            public=rankops.soft_sort, method=_method,
         )
     )
 
 register(
-    Operator("softsort", rankops.softsort, {"tau": 0.5}, {"tau": 1e-3}, _permutation, _square, has_axis=False, vjp=via_vjp(rankops.softsort))
+    Operator("softsort", rankops.softsort, {"tau": 0.5}, {"tau": 1e-3}, _permutation, _square, has_axis=False, vjp=via_vjp(rankops.softsort),
+             public=rankops.softsort, method="softsort")
 )
 register(
     Operator(
         "neuralsort", rankops.neuralsort, {"tau": 0.5}, {"tau": 1e-3}, _permutation, _square, has_axis=False,
-        vjp=via_vjp(rankops.neuralsort),
+        vjp=via_vjp(rankops.neuralsort), public=rankops.neuralsort, method="neuralsort",
     )
 )
 register(
     Operator(
         "softsort[power=2]", rankops.softsort, {"tau": 0.5, "power": 2}, {"tau": 1e-4, "power": 2}, _permutation, _square,
-        has_axis=False, vjp=via_vjp(rankops.softsort),
+        has_axis=False, vjp=via_vjp(rankops.softsort), public=rankops.softsort, method="softsort",
     )
 )
 register(
     Operator("neuralsort[hard]", rankops.neuralsort, {"tau": 0.5, "hard": True}, {"tau": 0.5, "hard": True}, _permutation, _square,
-             has_axis=False, fd_gradient=False, hard_atol=0.0, vjp=via_vjp(rankops.neuralsort))
+             has_axis=False, fd_gradient=False, hard_atol=0.0, vjp=via_vjp(rankops.neuralsort),
+             public=rankops.neuralsort, method="neuralsort")
 )
 
 
@@ -188,6 +204,7 @@ for _desc in (False, True):
             f"soft_rank[sinkhorn{_suffix}]",
             lambda x, d=_desc, **kw: rankops.soft_rank(x, descending=d, **kw),
             OT, OT_LIMIT, lambda x, d=_desc: _ranks(x, d), hard_atol=1e-2, vjp=via_vjp(rankops.soft_rank, descending=_desc),
+            public=rankops.soft_rank,
         )
     )
     register(
@@ -195,22 +212,25 @@ for _desc in (False, True):
             f"soft_sort[sinkhorn{_suffix}]",
             lambda x, d=_desc, **kw: rankops.soft_sort(x, descending=d, **kw),
             OT, OT_LIMIT, lambda x, d=_desc: _sorted(x, d), hard_atol=1e-2, vjp=via_vjp(rankops.soft_sort, descending=_desc),
+            public=rankops.soft_sort,
         )
     )
 register(
-    Operator("soft_cdf", rankops.soft_cdf, OT, OT_LIMIT, lambda x: _ranks(x) / x.shape[-1], hard_atol=1e-2, vjp=via_vjp(rankops.soft_cdf))
+    Operator("soft_cdf", rankops.soft_cdf, OT, OT_LIMIT, lambda x: _ranks(x) / x.shape[-1], hard_atol=1e-2, vjp=via_vjp(rankops.soft_cdf),
+             public=rankops.soft_cdf)
 )
 register(
     Operator(
         "soft_topk_mask[k=1]", lambda x, **kw: rankops.soft_topk_mask(x, 1, **kw), OT, OT_LIMIT,
         lambda x: (_ranks(x, True) <= 1).astype(np.float64), hard_atol=1e-2,
-        vjp=via_vjp(rankops.soft_topk_mask, lambda x: (1,)),
+        vjp=via_vjp(rankops.soft_topk_mask, lambda x: (1,)), public=rankops.soft_topk_mask,
     )
 )
 register(
     Operator(
         "soft_quantile[0.5]", lambda x, **kw: rankops.soft_quantile(x, 0.5, **kw), OT, OT_LIMIT,
         lambda x: np.median(x, axis=-1), _drop_last, hard_atol=1e-2, vjp=via_vjp(rankops.soft_quantile, lambda x: (0.5,)),
+        public=rankops.soft_quantile,
     )
 )
 register(
@@ -218,7 +238,7 @@ register(
         "soft_quantile[levels]", lambda x, **kw: rankops.soft_quantile(x, _like(x, LEVELS), **kw), OT, OT_LIMIT,
         lambda x: np.sort(x, axis=-1)[..., [round(q * (x.shape[-1] - 1)) for q in LEVELS]],
         lambda shape: (*shape[:-1], len(LEVELS)), hard_atol=1e-2,
-        vjp=via_vjp(rankops.soft_quantile, lambda x: (_like(x, LEVELS),)),
+        vjp=via_vjp(rankops.soft_quantile, lambda x: (_like(x, LEVELS),)), public=rankops.soft_quantile,
     )
 )
 register(
@@ -230,6 +250,7 @@ register(
         OT, OT_LIMIT,
         lambda x: _linspace_targets(x.shape[-1])[rankdata(x, axis=-1).astype(int) - 1], hard_atol=1e-2,
         vjp=via_vjp(rankops.soft_quantile_normalize, lambda x: (_like(x, _linspace_targets(x.shape[-1])),)),
+        public=rankops.soft_quantile_normalize,
     )
 )
 register(
@@ -239,6 +260,7 @@ register(
         {**OT, "epsilon": 0.5}, PLAN_LIMIT,
         lambda x: np.broadcast_to(np.eye(x.shape[-1]) / x.shape[-1], (*x.shape, x.shape[-1])),
         _square, has_axis=False, hard_atol=1e-2, vjp=lambda x, **kw: _sinkhorn_plan_vjp(x, **kw),
+        public=rankops.sinkhorn,
     )
 )
 
@@ -255,3 +277,87 @@ def _sinkhorn_plan_vjp(x: Any, **kwargs: Any) -> Any:
         return (xp.sum(d, axis=-1),)
 
     return res.plan, chained
+
+
+# -- property specs (conformance/test_properties.py): one per (operator, method) -----------
+
+
+@dataclass(frozen=True)
+class Spec:
+    name: str
+    kind: str  # what the output is: which range applies
+    params: Callable[[int], st.SearchStrategy]  # n -> strategy of option dicts
+    # (x, params, make_array) -> (fun, args, kwargs): value = fun(x, *args, **kwargs)
+    call: Callable[..., tuple[Any, tuple, dict]]
+    sinkhorn: bool = False
+    public: Callable[..., Any] | None = None  # the key of rankops._registry.OPERATORS it covers
+    method: str = "sinkhorn"
+
+
+def _opts(**choices: list) -> st.SearchStrategy:
+    return st.fixed_dictionaries({k: st.sampled_from(v) for k, v in choices.items()})
+
+
+SINKHORN = dict(epsilon=[1e-3, 1e-2, 0.1, 1.0], squash=["sigmoid", "arctan", "minmax", None], power=[0.5, 1, 2, 3],
+                implicit=[True, False], max_iter=[2000] * 5 + [3], tol=[1e-3, 1e-6])
+TAU = [1e-3, 0.1, 1.0, 100.0]
+BLOCKS = [None, "auto", 1, 2]
+
+
+def _with_targets(n: int, **extra: list) -> st.SearchStrategy:
+    """Sinkhorn options and a number of targets m (1, 3 or n; left out: the default n)."""
+    return st.tuples(_opts(**SINKHORN, **extra), st.sampled_from([None, 1, 3, n])).map(
+        lambda t: {**t[0], **({} if t[1] is None else {"num_targets": t[1]})})
+
+
+def _method_spec(fn: Any, kind: str, method: str) -> Spec:
+    if method == "sinkhorn":
+        return Spec(f"{fn.__name__}[sinkhorn]", kind, lambda n: _with_targets(n, descending=[False, True]),
+                    lambda x, p, arr: (fn, (), p), sinkhorn=True, public=fn)
+    extra = {"power": [0.5, 1, 2]} if method == "softsort" else {}
+    return Spec(
+        f"{fn.__name__}[{method}]", f"{kind}-{method}",
+        lambda n: _opts(descending=[False, True], tau=TAU, hard=[False, True], block=BLOCKS, **extra),
+        lambda x, p, arr: (fn, (), {"method": method, **p}),
+        public=fn, method=method,
+    )
+
+
+def _quantile_levels(x: Any, p: dict, arr: Callable) -> tuple:
+    p = dict(p)
+    levels = p.pop("levels")
+    q = arr(np.asarray(levels)) if isinstance(levels, tuple) else levels
+    return rankops.soft_quantile, (q,), p
+
+
+def _qnorm(x: Any, p: dict, arr: Callable) -> tuple:
+    p = dict(p)
+    m = p.pop("m")
+    return rankops.soft_quantile_normalize, (arr(np.linspace(-2.0, 3.0, m) ** 3),), p
+
+
+def _topk(x: Any, p: dict, arr: Callable) -> tuple:
+    p = dict(p)
+    return rankops.soft_topk_mask, (min(p.pop("k"), x.shape[-1]),), p
+
+
+def _sinkhorn(x: Any, p: dict, arr: Callable) -> tuple:
+    return rankops.sinkhorn, (), p
+
+
+SPECS = [
+    *[_method_spec(fn, kind, m) for m in ("sinkhorn", "softsort", "neuralsort")
+      for fn, kind in ((rankops.soft_rank, "rank"), (rankops.soft_sort, "sort"))],
+    Spec("soft_cdf", "cdf", _with_targets, lambda x, p, arr: (rankops.soft_cdf, (), p), True,
+         rankops.soft_cdf),
+    Spec("soft_quantile", "quantile", lambda n: _opts(levels=[0.0, 0.3, 0.5, 1.0, (0.0, 0.25, 1.0)], filler=[0.01, 0.05, 0.5],
+                                                      **SINKHORN), _quantile_levels, True, rankops.soft_quantile),
+    Spec("soft_quantile_normalize", "qnorm", lambda n: _opts(m=[1, 2, n, 7], **SINKHORN), _qnorm, True, rankops.soft_quantile_normalize),
+    Spec("soft_topk_mask", "mask", lambda n: _opts(k=[1, 2, n], **SINKHORN), _topk, True, rankops.soft_topk_mask),
+    Spec("sinkhorn", "plan", lambda n: _opts(**{k: v for k, v in SINKHORN.items() if k not in ("squash", "power")}),
+         _sinkhorn, True, rankops.sinkhorn),
+    Spec("softsort", "matrix", lambda n: _opts(descending=[False, True], tau=TAU, hard=[False, True], power=[0.5, 1, 2]),
+         lambda x, p, arr: (rankops.softsort, (), p), public=rankops.softsort, method="softsort"),
+    Spec("neuralsort", "matrix", lambda n: _opts(descending=[False, True], tau=TAU, hard=[False, True]),
+         lambda x, p, arr: (rankops.neuralsort, (), p), public=rankops.neuralsort, method="neuralsort"),
+]

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import os
 import warnings
-from dataclasses import dataclass
 from typing import Any, Callable
 
 import array_api_compat
@@ -35,6 +34,7 @@ from hypothesis import HealthCheck, Phase, given, settings, strategies as st
 
 import rankops
 
+from .operators import SPECS, Spec
 from .strategies import FLOAT_DTYPES, INT_DTYPES, TRIED, Example, examples
 
 # examples per (operator, backend): eager JAX compiles each new shape / option set, Dask builds graphs
@@ -49,86 +49,6 @@ DTYPES = {
     "cupy": FLOAT_DTYPES[:1] + FLOAT_DTYPES[2:] + INT_DTYPES,
 }
 
-
-
-# -- the operators and their hyper-parameters ------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Spec:
-    name: str
-    kind: str  # what the output is: which range applies
-    params: Callable[[int], st.SearchStrategy]  # n -> strategy of option dicts
-    # (x, params, make_array) -> (fun, args, kwargs): value = fun(x, *args, **kwargs)
-    call: Callable[..., tuple[Any, tuple, dict]]
-    sinkhorn: bool = False
-
-
-def _opts(**choices: list) -> st.SearchStrategy:
-    return st.fixed_dictionaries({k: st.sampled_from(v) for k, v in choices.items()})
-
-
-SINKHORN = dict(epsilon=[1e-3, 1e-2, 0.1, 1.0], squash=["sigmoid", "arctan", "minmax", None], power=[0.5, 1, 2, 3],
-                implicit=[True, False], max_iter=[2000] * 5 + [3], tol=[1e-3, 1e-6])
-TAU = [1e-3, 0.1, 1.0, 100.0]
-BLOCKS = [None, "auto", 1, 2]
-
-
-def _with_targets(n: int, **extra: list) -> st.SearchStrategy:
-    """Sinkhorn options and a number of targets m (1, 3 or n; left out: the default n)."""
-    return st.tuples(_opts(**SINKHORN, **extra), st.sampled_from([None, 1, 3, n])).map(
-        lambda t: {**t[0], **({} if t[1] is None else {"num_targets": t[1]})})
-
-
-def _method_spec(fn: Any, kind: str, method: str) -> Spec:
-    if method == "sinkhorn":
-        return Spec(f"{fn.__name__}[sinkhorn]", kind, lambda n: _with_targets(n, descending=[False, True]),
-                    lambda x, p, arr: (fn, (), p), sinkhorn=True)
-    extra = {"power": [0.5, 1, 2]} if method == "softsort" else {}
-    return Spec(
-        f"{fn.__name__}[{method}]", f"{kind}-{method}",
-        lambda n: _opts(descending=[False, True], tau=TAU, hard=[False, True], block=BLOCKS, **extra),
-        lambda x, p, arr: (fn, (), {"method": method, **p}),
-    )
-
-
-def _quantile_levels(x: Any, p: dict, arr: Callable) -> tuple:
-    p = dict(p)
-    levels = p.pop("levels")
-    q = arr(np.asarray(levels)) if isinstance(levels, tuple) else levels
-    return rankops.soft_quantile, (q,), p
-
-
-def _qnorm(x: Any, p: dict, arr: Callable) -> tuple:
-    p = dict(p)
-    m = p.pop("m")
-    return rankops.soft_quantile_normalize, (arr(np.linspace(-2.0, 3.0, m) ** 3),), p
-
-
-def _topk(x: Any, p: dict, arr: Callable) -> tuple:
-    p = dict(p)
-    return rankops.soft_topk_mask, (min(p.pop("k"), x.shape[-1]),), p
-
-
-def _sinkhorn(x: Any, p: dict, arr: Callable) -> tuple:
-    return rankops.sinkhorn, (), p
-
-
-SPECS = [
-    *[_method_spec(fn, kind, m) for m in ("sinkhorn", "softsort", "neuralsort")
-      for fn, kind in ((rankops.soft_rank, "rank"), (rankops.soft_sort, "sort"))],
-    Spec("soft_cdf", "cdf", _with_targets, lambda x, p, arr: (rankops.soft_cdf, (), p), True),
-    Spec("soft_quantile", "quantile", lambda n: _opts(levels=[0.0, 0.3, 0.5, 1.0, (0.0, 0.25, 1.0)], filler=[0.01, 0.05, 0.5],
-                                                      **SINKHORN), _quantile_levels, True),
-    Spec("soft_quantile_normalize", "qnorm", lambda n: _opts(m=[1, 2, n, 7], **SINKHORN), _qnorm, True),
-    Spec("soft_topk_mask", "mask", lambda n: _opts(k=[1, 2, n], **SINKHORN), _topk, True),
-    Spec("sinkhorn", "plan", lambda n: _opts(**{k: v for k, v in SINKHORN.items() if k not in ("squash", "power")}),
-         _sinkhorn, True),
-    Spec("softsort", "matrix", lambda n: _opts(descending=[False, True], tau=TAU, hard=[False, True], power=[0.5, 1, 2]),
-         lambda x, p, arr: (rankops.softsort, (), p)),
-    Spec("neuralsort", "matrix", lambda n: _opts(descending=[False, True], tau=TAU, hard=[False, True]),
-         lambda x, p, arr: (rankops.neuralsort, (), p)),
-]
 
 
 # -- arrays of every dtype on every backend --------------------------------------------------------
