@@ -65,3 +65,21 @@ def test_smoke_page_has_numeric_rows(smoke, title):
     assert {n for n, _ in timed} == {"8", "32"}, text
     peaks = re.findall(r"^\| \d+ \| [\w-]+ \| -?\d+\.\d+ \| [^|]* \| -?\d+\.\d+ \| [^|]* \|$", text, flags=re.M)
     assert len(peaks) >= 6, text
+
+
+def test_compare_reads_every_timed_row(smoke):
+    """``python -m benchmarks.compare`` finds each section's rankops rows; a page against itself gives ratio 1."""
+    from benchmarks.compare import read_times
+
+    _, out = smoke
+    page = str(out / "benchmarks.md")
+    times = read_times(page)
+    for title in SECTIONS[:3]:
+        found = {(n, c) for s, n, c in times if s == title and c.startswith("rankops-")}
+        assert found == {(n, f"rankops-{b}") for n in (8, 32) for b in ("numpy", "torch", "jax")}, (title, found)
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.compare", page, page], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    rows = [line.split(" | ") for line in proc.stdout.splitlines() if re.match(r"\| [A-Z].* \| \d+ \|", line)]
+    assert len(rows) >= 18 and {r[5] for r in rows} == {r[8].rstrip(" |") for r in rows} == {"1.00"}, proc.stdout
+    assert "geometric mean of new/base over 36 rankops times: 1.000" in proc.stdout, proc.stdout
