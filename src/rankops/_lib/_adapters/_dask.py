@@ -160,12 +160,17 @@ class Dask(Generic):
     name = "dask"
     lazy = True
 
-    def run(self, call: Any) -> tuple[Any, ...]:
-        blocks = _Blocks(call)
+    @staticmethod
+    def _forward(blocks: _Blocks) -> tuple[Any, ...]:
+        call = blocks.call
         return blocks.forward(call.core.tails(call.x.shape[blocks.nb :], call.opts, call.params))
 
+    def run(self, call: Any) -> tuple[Any, ...]:
+        return self._forward(_Blocks(call))
+
     def rule_vjp(self, call: Any) -> tuple[tuple[Any, ...], Callable[[tuple[Any, ...]], dict[str, Any]]]:
-        return self.run(call), _Blocks(call).pullback
+        blocks = _Blocks(call)  # one layout (rechunked arrays, index letters) for both passes
+        return self._forward(blocks), blocks.pullback
 
 
 ADAPTER = Dask()
