@@ -166,6 +166,56 @@ register(
 )
 
 
+# -- O(n log n) methods: permutahedron projections, LapSum, isotonic regression ---------------
+# Limit regime: strength / alpha 1e-3 against gaps >= 0.5 (conformance.inputs.well_separated):
+# no block pools, exp(-500) of the Laplace tails: the hard values up to rounding.
+for _method, _soft, _limit in (
+    ("permutahedron", {"strength": 0.5}, {"strength": 1e-3}),
+    ("permutahedron", {"strength": 0.5, "regularization": "kl"}, {"strength": 1e-3, "regularization": "kl"}),
+    ("lapsum", {"alpha": 0.5}, {"alpha": 1e-3}),
+):
+    _tag = _method + ("-kl" if _soft.get("regularization") == "kl" else "")
+    for _desc in (False, True):
+        _suffix = "-desc" if _desc else ""
+        for _fn, _ref in ((rankops.soft_rank, _ranks), (rankops.soft_sort, _sorted)):
+            register(
+                Operator(
+                    f"{_fn.__name__}[{_tag}{_suffix}]",
+                    lambda x, f=_fn, m=_method, d=_desc, **kw: f(x, method=m, descending=d, **kw),
+                    _soft, _limit, lambda x, r=_ref, d=_desc: r(x, d),
+                    vjp=via_vjp(_fn, method=_method, descending=_desc),
+                    public=_fn, method=_method,
+                )
+            )
+
+
+def _half_k(x: Any) -> float:
+    """k = 1.5 (0.5 for a single entry): a real k, inside (0, n) for every n."""
+    return 1.5 if x.shape[-1] > 1 else 0.5
+
+
+register(
+    Operator(
+        "soft_topk_mask[lapsum]", lambda x, axis=-1, **kw: rankops.soft_topk_mask(x, 1.5 if x.shape[axis] > 1 else 0.5, axis=axis, method="lapsum", **kw),
+        {"alpha": 0.5}, {"alpha": 1e-3},
+        lambda x: np.clip(_half_k(x) + 1 - _ranks(x, True), 0.0, 1.0),
+        vjp=via_vjp(rankops.soft_topk_mask, lambda x: (_half_k(x),), method="lapsum"), public=rankops.soft_topk_mask, method="lapsum",
+    )
+)
+
+
+def _isotonic_reference(x: np.ndarray) -> np.ndarray:
+    from scipy.optimize import isotonic_regression
+
+    return np.apply_along_axis(lambda row: isotonic_regression(row).x, -1, x)
+
+
+register(
+    Operator("isotonic_regression", rankops.isotonic_regression, {}, {}, _isotonic_reference, hard_atol=1e-12,
+             vjp=via_vjp(rankops.isotonic_regression), public=rankops.isotonic_regression, method="isotonic")
+)
+
+
 # -- Sinkhorn operators ---------------------------------------------------------------
 # Finite regime: epsilon = 0.1 to a tolerance float32 reaches too (every
 # backend stops at the same iteration: the same arithmetic, problem by
@@ -323,6 +373,18 @@ def _method_spec(fn: Any, kind: str, method: str) -> Spec:
     )
 
 
+def _fast_spec(fn: Any, kind: str, method: str) -> Spec:
+    extra = {"strength": [1e-4, 1e-2, 1.0, 1e4], "regularization": ["l2", "kl"]} if method == "permutahedron" else {"alpha": [1e-4, 1e-2, 1.0, 1e4]}
+    return Spec(f"{fn.__name__}[{method}]", f"{kind}-{method}", lambda n: _opts(descending=[False, True], **extra),
+                lambda x, p, arr: (fn, (), {"method": method, **p}), public=fn, method=method)
+
+
+def _lapsum_topk(x: Any, p: dict, arr: Callable) -> tuple:
+    p = dict(p)
+    n = x.shape[-1]
+    return rankops.soft_topk_mask, (p.pop("k") * n,), {"method": "lapsum", **p}
+
+
 def _quantile_levels(x: Any, p: dict, arr: Callable) -> tuple:
     p = dict(p)
     levels = p.pop("levels")
@@ -360,4 +422,10 @@ SPECS = [
          lambda x, p, arr: (rankops.softsort, (), p), public=rankops.softsort, method="softsort"),
     Spec("neuralsort", "matrix", lambda n: _opts(descending=[False, True], tau=TAU, hard=[False, True]),
          lambda x, p, arr: (rankops.neuralsort, (), p), public=rankops.neuralsort, method="neuralsort"),
+    *[_fast_spec(fn, kind, m) for m in ("permutahedron", "lapsum") for fn, kind in ((rankops.soft_rank, "rank"), (rankops.soft_sort, "sort"))],
+    # k as a fraction of n: real, inside (0, n) for every n
+    Spec("soft_topk_mask[lapsum]", "mask-lapsum", lambda n: _opts(k=[0.01, 0.3, 0.5, 0.99], alpha=[1e-4, 1e-2, 1.0, 1e4]), _lapsum_topk,
+         public=rankops.soft_topk_mask, method="lapsum"),
+    Spec("isotonic_regression", "isotonic", lambda n: _opts(increasing=[True, False]),
+         lambda x, p, arr: (rankops.isotonic_regression, (), p), public=rankops.isotonic_regression, method="isotonic"),
 ]

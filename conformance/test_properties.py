@@ -134,6 +134,28 @@ def _check_row(spec: Spec, p: dict, x: np.ndarray, out: np.ndarray, tol: float, 
         assert np.all(out >= -tol) and np.all(out <= 1 + tol), out
         if info is not None and info:  # converged: the mask holds k units of mass
             assert abs(out.sum() - min(p["k"], n)) <= p["tol"] * n + tol * n, out
+    elif kind in ("rank-permutahedron", "rank-lapsum"):
+        # a point of the permutahedron (LapSum: F(u) + F(-u) = 1 pairs up): the ranks add up to n (n + 1) / 2
+        assert abs(out.sum() - n * (n + 1) / 2) <= tol * n * n * (n + 1), out
+        low, high = (1.0, n) if kind == "rank-permutahedron" else (0.5, n + 0.5)
+        assert np.all(out >= low - tol * n) and np.all(out <= high + tol * n), out
+    elif kind == "sort-permutahedron":
+        assert np.all(np.diff(-out if descending else out) >= -span * n), out  # sorted
+        if p["regularization"] == "l2":  # a point of the permutahedron of x: in [min, max], sum kept
+            assert np.all(out >= lo - span * n) and np.all(out <= hi + span * n), (out, lo, hi)
+            assert abs(out.sum() - x.sum()) <= span * n * n, (out, x)
+    elif kind == "sort-lapsum":  # R(t) = i - 1/2 lies within alpha log(2n) of the row's range
+        reach = p["alpha"] * np.log(2 * n)
+        assert np.all(out >= lo - reach - span * n) and np.all(out <= hi + reach + span * n), (out, lo, hi)
+        assert np.all(np.diff(-out if descending else out) >= -span * n - tol * reach), out
+    elif kind == "mask-lapsum":
+        assert np.all(out >= -tol) and np.all(out <= 1 + tol), out
+        assert abs(out.sum() - p["k"] * n) <= tol * n, out
+    elif kind == "isotonic":  # monotone, in [min, max], blocks hold means: the sum is kept
+        steps = np.diff(out if p["increasing"] else -out)
+        assert np.all(steps >= -span * n), out
+        assert np.all(out >= lo - span * n) and np.all(out <= hi + span * n), (out, lo, hi)
+        assert abs(out.sum() - x.sum()) <= span * n * n, (out, x)
     elif kind.startswith("rank-"):
         # row-stochastic, not doubly stochastic: the ranks add up to n (n + 1) / 2
         # but one may leave [1, n] at large tau (documented exception)
@@ -156,7 +178,8 @@ def _check_row(spec: Spec, p: dict, x: np.ndarray, out: np.ndarray, tol: float, 
 
 def _ties_equal(spec: Spec, p: dict, x: np.ndarray, out: np.ndarray, tol: float) -> None:
     """Tied entries of a row get equal soft ranks (and CDFs, masks, normalized values)."""
-    if spec.kind not in ("rank", "cdf", "mask", "qnorm", "rank-softsort", "rank-neuralsort") or p.get("hard"):
+    if spec.kind not in ("rank", "cdf", "mask", "qnorm", "rank-softsort", "rank-neuralsort", "rank-permutahedron", "rank-lapsum",
+                         "mask-lapsum") or p.get("hard"):
         return  # hard=True breaks ties by position, like a stable argsort
     for value in np.unique(x):
         group = out[x == value]

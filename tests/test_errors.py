@@ -15,6 +15,8 @@ import numpy as np
 import pytest
 
 import rankops
+from rankops._kernels.lapsum import LapsumOptions
+from rankops._kernels.permutahedron import PermutahedronOptions
 from rankops._kernels.permutation import PermutationOptions
 from rankops._kernels.transport import TransportOptions
 from rankops._registry import OPERATORS
@@ -52,7 +54,13 @@ SINKHORN = {
     "soft_topk_mask": lambda x, **kw: rankops.soft_topk_mask(x, 2, **kw),
 }
 SOLVER = {"sinkhorn": lambda c, **kw: rankops.sinkhorn(c, **{"epsilon": 0.1, **kw})}
-ALONG_AXIS = {**PERMUTATION, **SINKHORN}
+FAST = {
+    **{f"soft_{kind}[{m}]": (lambda x, f=f, m=m, **kw: f(x, method=m, **kw))
+       for kind, f in (("sort", rankops.soft_sort), ("rank", rankops.soft_rank)) for m in ("permutahedron", "lapsum")},
+    "soft_topk_mask[lapsum]": lambda x, **kw: rankops.soft_topk_mask(x, 1.5, method="lapsum", **kw),
+}
+ISOTONIC = {"isotonic_regression": lambda y, **kw: rankops.isotonic_regression(y, **kw)}
+ALONG_AXIS = {**PERMUTATION, **SINKHORN, **FAST, **ISOTONIC}
 WITH_AXIS = {k: v for k, v in ALONG_AXIS.items() if k.startswith("soft_")}
 EVERYTHING = {**ALONG_AXIS, **SOLVER}
 
@@ -72,9 +80,9 @@ def each(ops: dict, label: str, exc: type, match: str, x=X, **options) -> None:
 # -- the input array --------------------------------------------------------------------------
 for bad in ([3.0, 1.0, 2.0], 3.0, "abc", None):
     each(EVERYTHING, f"x={type(bad).__name__}", TypeError, r"must be an array \(NumPy, CuPy, PyTorch, JAX, Dask or array-api-strict\)", x=lambda b=bad: b)
-each(ALONG_AXIS, "empty-axis", ValueError, r"[xs] has an empty axis 1 \(length 0\)", x=np.ones((3, 0)))
-each(ALONG_AXIS, "0-d", ValueError, r"[xs] must have at least one dimension .* 0-d", x=np.asarray(1.0))
-each(ALONG_AXIS, "complex", TypeError, r"[xs] must be real-valued; complex dtype", x=X.astype(np.complex128))
+each(ALONG_AXIS, "empty-axis", ValueError, r"[xsy] has an empty axis 1 \(length 0\)", x=np.ones((3, 0)))
+each(ALONG_AXIS, "0-d", ValueError, r"[xsy] must have at least one dimension .* 0-d", x=np.asarray(1.0))
+each(ALONG_AXIS, "complex", TypeError, r"[xsy] must be real-valued; complex dtype", x=X.astype(np.complex128))
 case("sinkhorn-complex", lambda: rankops.sinkhorn(np.ones((3, 2), complex), epsilon=0.1), TypeError, "cost must be real-valued")
 case("sinkhorn-empty-axis", lambda: rankops.sinkhorn(np.ones((3, 0)), epsilon=0.1), ValueError, r"cost has an empty axis")
 case("sinkhorn-cost-1d", lambda: rankops.sinkhorn(np.ones(3), epsilon=0.1), ValueError, r"cost must have shape \(\.\.\., n, m\)")
@@ -102,7 +110,7 @@ for block, exc, match in ((0, ValueError, r"block must be >= 1"), (-3, ValueErro
     each({k: v for k, v in PERMUTATION.items() if k.startswith("soft_")}, f"block={block!r}", exc, match, block=block)
 for fn in ("soft_sort", "soft_rank"):
     case(f"{fn}-method", lambda f=getattr(rankops, fn): f(X, method="bitonic"), ValueError,
-         r"method must be one of 'sinkhorn', 'softsort', 'neuralsort', got 'bitonic'")
+         r"method must be one of 'sinkhorn', 'softsort', 'neuralsort', 'permutahedron', 'lapsum', got 'bitonic'")
     case(f"{fn}[softsort]-epsilon", lambda f=getattr(rankops, fn): f(X, method="softsort", epsilon=0.1), TypeError,
          r"unexpected option\(s\) 'epsilon'; it accepts 'block', 'hard', 'power', 'tau'")
     case(f"{fn}[neuralsort]-power", lambda f=getattr(rankops, fn): f(X, method="neuralsort", power=2), TypeError,
@@ -111,6 +119,44 @@ for fn in ("soft_sort", "soft_rank"):
         case(f"{fn}[{method}]-return_info", lambda f=getattr(rankops, fn), m=method: f(X, method=m, return_info=True),
              TypeError, r"unexpected option\(s\) 'return_info'")
     case(f"{fn}[sinkhorn]-block", lambda f=getattr(rankops, fn): f(X, block=2), TypeError, r"unexpected option\(s\) 'block'")
+
+# -- permutahedron, LapSum, isotonic regression ------------------------------------------------------
+PERMUTAHEDRON = {k: v for k, v in FAST.items() if "permutahedron" in k}
+LAPSUM = {k: v for k, v in FAST.items() if "lapsum" in k}
+for value in (0.0, -1.0, float("nan"), float("inf")):
+    each(PERMUTAHEDRON, f"strength={value}", ValueError, r"strength must be a finite number > 0", strength=value)
+    each(LAPSUM, f"alpha={value}", ValueError, r"alpha must be a finite number > 0", alpha=value)
+each(PERMUTAHEDRON, "strength-array", TypeError, r"strength must be a Python number, not an array", strength=np.asarray(1.0))
+each(LAPSUM, "alpha-array", TypeError, r"alpha must be a Python number, not an array", alpha=np.asarray(1.0))
+each(LAPSUM, "alpha-str", TypeError, r"alpha must be a positive real number", alpha="1")
+each(PERMUTAHEDRON, "regularization", ValueError, r"regularization must be one of 'l2', 'kl', got 'entropy'", regularization="entropy")
+each(PERMUTAHEDRON, "tau", TypeError, r"unexpected option\(s\) 'tau'; it accepts 'regularization', 'strength'", tau=0.1)
+each(LAPSUM, "epsilon", TypeError, r"unexpected option\(s\) 'epsilon'; it accepts 'alpha'", epsilon=0.1)
+each({k: v for k, v in FAST.items() if k.startswith("soft_sort") or k.startswith("soft_rank")}, "descending", TypeError,
+     r"descending must be True or False", descending="yes")
+for k in (0.0, 3.0, -1.0, float("nan"), float("inf")):
+    case(f"soft_topk_mask[lapsum]-k={k}", lambda k=k: rankops.soft_topk_mask(X, k, method="lapsum"), ValueError,
+         r"k must lie in the open interval \(0, n\) = \(0, 3\) for method='lapsum'")
+for k in ("2", None, True):
+    case(f"soft_topk_mask[lapsum]-k={k!r}", lambda k=k: rankops.soft_topk_mask(X, k, method="lapsum"), TypeError,
+         r"k must be a real number or an array")
+case("soft_topk_mask[lapsum]-k-shape", lambda: rankops.soft_topk_mask(X, np.ones(3), method="lapsum"), ValueError,
+     r"k must be a number or an array of the batch shape \(2,\) \(x without axis\), got shape \(3,\)")
+case("soft_topk_mask[lapsum]-k-namespace", lambda: rankops.soft_topk_mask(X, _torch().ones(2), method="lapsum"), TypeError,
+     r"arrays from different namespaces cannot be mixed \(x: .*, k: ")
+case("soft_topk_mask-method", lambda: rankops.soft_topk_mask(X, 2, method="softsort"), ValueError,
+     r"method must be 'sinkhorn' or 'lapsum' for soft_topk_mask, got 'softsort'")
+case("soft_topk_mask[lapsum]-return_info", lambda: rankops.soft_topk_mask(X, 1.5, method="lapsum", return_info=True), TypeError,
+     r"unexpected option\(s\) 'return_info'")
+ISO = rankops.isotonic_regression
+case("isotonic_regression-increasing", lambda: ISO(X, increasing=1), TypeError, r"increasing must be True or False")
+case("isotonic_regression-weights-shape", lambda: ISO(X, weights=np.ones(2)), ValueError,
+     r"weights must have the shape of y \(2, 3\) or \(3,\), got \(2,\)")
+case("isotonic_regression-weights-list", lambda: ISO(X, weights=[1.0, 1.0, 1.0]), TypeError, r"weights must be an array")
+case("isotonic_regression-weights-namespace", lambda: ISO(X, weights=_torch().ones(3)), TypeError,
+     r"arrays from different namespaces cannot be mixed \(y: .*, weights: ")
+case("isotonic_regression-weights-complex", lambda: ISO(X, weights=np.ones(3, complex)), TypeError, r"weights must be a real array")
+case("isotonic_regression-options", lambda: ISO(X, tau=0.1), TypeError, r"unexpected keyword argument 'tau'")
 
 # -- stochastic relaxations -------------------------------------------------------------------------
 for name in ("softsort", "neuralsort"):
@@ -217,7 +263,7 @@ def _option_names() -> set[str]:
     names = {"return_info", "target_weights"}  # read before the option objects: a flag and an array
     for fun in OPERATORS:
         names |= {p.name for p in inspect.signature(fun).parameters.values() if p.kind is p.KEYWORD_ONLY}
-    for options in (TransportOptions, PermutationOptions, SolverOptions):
+    for options in (TransportOptions, PermutationOptions, SolverOptions, PermutahedronOptions, LapsumOptions):
         names |= {f.name for f in dataclasses.fields(options)}
     return names
 

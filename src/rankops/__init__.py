@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ._kernels.convergence import ConvergenceWarning, SinkhornInfo
 from .gradients import vjp
+from .isotonic import isotonic_regression
 from .permutations import neuralsort, softsort
 from .sinkhorn import SinkhornResult, sinkhorn
 from .sorting import soft_rank, soft_sort
@@ -29,6 +30,7 @@ __all__ = [
     "ConvergenceWarning",
     "softsort",
     "neuralsort",
+    "isotonic_regression",
     "vjp",
     "__version__",
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .isotonic import isotonic_regression
 from .permutations import neuralsort, softsort
 from .sinkhorn import sinkhorn
 from .sorting import METHODS, soft_rank, soft_sort
@@ -16,8 +17,9 @@ OPERATORS = {
     soft_cdf: ("sinkhorn",),
     soft_quantile: ("sinkhorn",),
     soft_quantile_normalize: ("sinkhorn",),
-    soft_topk_mask: ("sinkhorn",),
+    soft_topk_mask: ("sinkhorn", "lapsum"),
     sinkhorn: ("sinkhorn",),
     softsort: ("softsort",),
     neuralsort: ("neuralsort",),
+    isotonic_regression: ("isotonic",),
 }

@@ -19,7 +19,7 @@ import functools
 from typing import Any
 
 from ._docstrings import SECTIONS
-from ._kernels import permutation, transport
+from ._kernels import lapsum, permutahedron, permutation, transport
 from ._lib._calls import Call
 from ._lib._docs import fill_doc
 from ._lib._operator import operator
@@ -31,6 +31,8 @@ METHODS = {
     "sinkhorn": transport.bind_sort_or_rank,
     "softsort": functools.partial(permutation.bind_sort_or_rank, "softsort"),
     "neuralsort": functools.partial(permutation.bind_sort_or_rank, "neuralsort"),
+    "permutahedron": permutahedron.bind_sort_or_rank,
+    "lapsum": lapsum.bind_sort_or_rank,
 }
 
 

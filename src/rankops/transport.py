@@ -14,6 +14,7 @@ import numbers
 from typing import Any
 
 from ._docstrings import SECTIONS
+from ._kernels import lapsum
 from ._kernels.transport import (
     SOLVER_OPTIONS, TransportOptions, bind_targets, cdf_core, check_1d, quantile_core, quantile_normalize_core, reported,
     return_info, topk_core,
@@ -163,7 +164,7 @@ def soft_quantile_normalize(x: Any, targets: Any, /, *, axis: int = -1, **option
 
 @operator
 @fill_doc(**SECTIONS)
-def soft_topk_mask(x: Any, k: int, /, *, axis: int = -1, **options: Any) -> Any:
+def soft_topk_mask(x: Any, k: Any, /, *, axis: int = -1, method: str = "sinkhorn", **options: Any) -> Any:
     """Soft indicator of the k largest entries along ``axis``: values in [0, 1] summing to k.
 
     Two targets (0 and 1) weighted ((n - k)/n, k/n); the mask is the mass an
@@ -192,6 +193,10 @@ def soft_topk_mask(x: Any, k: int, /, *, axis: int = -1, **options: Any) -> Any:
     >>> np.round(rankops.soft_topk_mask(np.array([0.3, -1.2, 2.5, 0.7]), 2, epsilon=1e-3), 2)
     array([0., 0., 1., 1.])
     """
+    if isinstance(method, str) and method == "lapsum":
+        return lapsum.bind_topk(x, k, axis, options)
+    if not (isinstance(method, str) and method == "sinkhorn"):
+        raise ValueError(f"method must be 'sinkhorn' or 'lapsum' for soft_topk_mask, got {method!r}")
     info = return_info(options)
     opts, _ = TransportOptions.parse(options, "soft_topk_mask", names=SOLVER_OPTIONS)
     k = positive_count(k, "k")

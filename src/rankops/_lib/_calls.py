@@ -182,6 +182,7 @@ class Call:
     opts: Options
     params: Mapping[str, Any]  # parameter arrays and Python-valued arguments, by name
     readout: Any = Along()
+    along: tuple[str, ...] = ()  # parameters laid out like the input (operator axis last): their gradients are moved back too
 
     @property
     def xp(self) -> Any:
@@ -209,4 +210,7 @@ class Call:
         """The core's gradients by argument name, the input's in the caller's layout."""
         out = dict(grads)
         out[self.prepared.name] = self.prepared.restore(out.pop("x"))
+        for name in self.along:
+            if out.get(name) is not None:
+                out[name] = self.prepared.restore(out[name])
         return out

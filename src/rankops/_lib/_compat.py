@@ -11,7 +11,7 @@ from typing import Any
 
 import array_api_compat
 
-__all__ = ["is_array", "namespace", "real_float_dtypes", "normalize_axis"]
+__all__ = ["is_array", "namespace", "real_float_dtypes", "normalize_axis", "index_dtype", "default_float"]
 
 
 def is_array(value: Any) -> bool:
@@ -45,6 +45,14 @@ def default_float(xp: Any, device: Any) -> Any:
         return xp.__array_namespace_info__().default_dtypes(device=device)["real floating"]
     except (AttributeError, TypeError, ValueError):  # pragma: no cover - old namespaces
         return xp.asarray(0.0).dtype
+
+
+def index_dtype(xp: Any, device: Any) -> Any:
+    """The namespace's default indexing dtype (what ``argsort`` returns and ``take_along_axis`` takes)."""
+    try:
+        return xp.__array_namespace_info__().default_dtypes(device=device)["indexing"]
+    except (AttributeError, TypeError, ValueError):  # pragma: no cover - old namespaces
+        return xp.asarray(0).dtype
 
 
 def real_float_dtypes(xp: Any, x: Any, name: str = "x") -> tuple[Any, Any]:

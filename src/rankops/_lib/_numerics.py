@@ -26,6 +26,19 @@ def logsumexp(xp: Any, z: Any, axis: int = -1) -> Any:
     return xp.squeeze(xp.log(s) + m, axis=axis)
 
 
+def logaddexp(xp: Any, a: Any, b: Any) -> Any:
+    """``log(exp(a) + exp(b))`` that keeps NaN rows quiet.
+
+    NumPy's ``logaddexp`` warns on NaN input, and the textbook
+    ``max + log1p(exp(-|a - b|))`` on ``-inf - -inf``: equal operands
+    (both ``-inf`` included) are compared as 0 apart instead.
+    """
+    same = a == b
+    zero = xp.zeros_like(a)
+    gap = xp.abs(xp.where(same, zero, a) - xp.where(same, zero, b))
+    return xp.maximum(a, b) + xp.log1p(xp.exp(-gap))
+
+
 def softmax(xp: Any, z: Any, axis: int = -1) -> Any:
     """``exp(z) / sum(exp(z), axis)`` without overflow (max-shifted)."""
     e = xp.exp(z - _finite_max(xp, z, axis))

@@ -3,7 +3,8 @@
 An adapter supplies, for one kind of array, what the array API standard
 lacks or leaves to each framework:
 
-- numerics: fused ``softmax`` / ``logsumexp``, ``stop_gradient``, Gumbel noise
+- numerics: fused ``softmax`` / ``logsumexp``, ``stop_gradient``, row-wise scans
+  and ``searchsorted`` (:mod:`.._scans`), Gumbel noise
   from the framework's own generator, whether values can be read now;
 - loops: ``iterate`` (the Sinkhorn / CG fixed-point driver) and
   ``scan_blocks`` (SoftSort / NeuralSort row blocks);
@@ -26,7 +27,7 @@ from typing import Any, Callable
 import array_api_compat
 import numpy as np
 
-from .. import _loops, _numerics
+from .. import _loops, _numerics, _scans
 
 __all__ = ["Generic", "GENERIC", "scatter"]
 
@@ -56,6 +57,15 @@ class Generic:
 
     def stop_gradient(self, xp: Any, x: Any) -> Any:
         return x
+
+    def linear_scan(self, xp: Any, a: Any, b: Any, *, reverse: bool = False) -> Any:
+        return _scans.linear_scan(xp, a, b, reverse=reverse)
+
+    def cumlogsumexp(self, xp: Any, z: Any, *, reverse: bool = False) -> Any:
+        return _scans.cumlogsumexp(xp, z, reverse=reverse)
+
+    def searchsorted(self, xp: Any, sorted_seq: Any, values: Any, *, side: str = "left") -> Any:
+        return _scans.searchsorted(xp, sorted_seq, values, side=side)
 
     def is_concrete(self, x: Any) -> bool:
         """Whether ``x`` holds values that may be read now."""

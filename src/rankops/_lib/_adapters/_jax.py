@@ -36,6 +36,25 @@ class Jax(Generic):
     def stop_gradient(self, xp: Any, x: Any) -> Any:
         return jax.lax.stop_gradient(x)
 
+    def linear_scan(self, xp: Any, a: Any, b: Any, *, reverse: bool = False) -> Any:
+        """``lax.associative_scan`` of the affine maps: O(n) work, log depth."""
+
+        def combine(earlier: Any, later: Any) -> Any:
+            (a1, b1), (a2, b2) = earlier, later
+            return a1 * a2, b2 + a2 * b1
+
+        return jax.lax.associative_scan(combine, (a, b), reverse=reverse, axis=a.ndim - 1)[1]
+
+    def cumlogsumexp(self, xp: Any, z: Any, *, reverse: bool = False) -> Any:
+        return jax.lax.cumlogsumexp(z, axis=z.ndim - 1, reverse=reverse)
+
+    def searchsorted(self, xp: Any, sorted_seq: Any, values: Any, *, side: str = "left") -> Any:
+        batch = values.shape[:-1]
+        flat_seq = jnp.reshape(sorted_seq, (-1, sorted_seq.shape[-1]))
+        flat_val = jnp.reshape(values, (-1, values.shape[-1]))
+        idx = jax.vmap(functools.partial(jnp.searchsorted, side=side))(flat_seq, flat_val)
+        return jnp.reshape(idx, batch + (values.shape[-1],))
+
     def is_concrete(self, x: Any) -> bool:
         """False for tracers (``jit``, ``grad``, ``vmap``): their values do not exist yet."""
         return not isinstance(x, jax.core.Tracer)

@@ -58,6 +58,14 @@ class Torch(Generic):
     def stop_gradient(self, xp: Any, x: Any) -> Any:
         return x.detach()
 
+    def cumlogsumexp(self, xp: Any, z: Any, *, reverse: bool = False) -> Any:
+        if reverse:
+            return torch.flip(torch.logcumsumexp(torch.flip(z, (-1,)), dim=-1), (-1,))
+        return torch.logcumsumexp(z, dim=-1)
+
+    def searchsorted(self, xp: Any, sorted_seq: Any, values: Any, *, side: str = "left") -> Any:
+        return torch.searchsorted(sorted_seq.contiguous(), values.contiguous(), right=side == "right")
+
     def is_concrete(self, x: Any) -> bool:
         """False inside ``torch.compile`` and ``torch.func`` transforms, where reading a value is not allowed."""
         return not torch.compiler.is_compiling() and not torch._C._functorch.is_functorch_wrapped_tensor(x)

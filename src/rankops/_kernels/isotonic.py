@@ -1,0 +1,319 @@
+r"""Exact isotonic regression as array operations: ``ceil(log2 n)`` rounds of parallel merges.
+
+Pool-adjacent-violators is sequential. Here the row is split into
+segments of 1, 2, 4, ... entries; at every round each pair of neighbouring
+segments, both already solved, is merged. Merging two increasing solutions
+``L`` (left) and ``R`` (right) changes exactly one block: a suffix of ``L``
+and a prefix of ``R`` pool into one value ``v*``, and the merged solution is
+``min(L, v*)`` on the left, ``max(R, v*)`` on the right. ``L_j`` joins the
+pool iff the mean of ``S_j = L[j:] + {R_i < L_j}`` is below ``L_j`` (the
+merged objective's slope at ``v = L_j`` is negative), ``R_i`` iff the mean of
+``{L_j > R_i} + R[:i+1]`` is above ``R_i``. One row-wise ``searchsorted`` per
+side and prefix sums within the segments evaluate every test at once, so a
+round costs O(n log n) work and a fixed number of array operations, with no
+data-dependent loop (``jax.jit`` and ``vmap`` see a static graph). Sums run
+outward from the segment boundary, so a small pool is never the difference
+of two large prefix sums.
+
+Two losses share the rounds, each block taking the value that minimises it:
+
+- ``"l2"``: ``sum_i w_i (v_i - y_i)^2``, block value ``sum w y / sum w``
+  (weights ``w > 0``; ``scipy.optimize.isotonic_regression``);
+- ``"kl"``: ``sum_i exp(y_i - v_i) + exp(w_i) v_i`` (Blondel et al. 2020,
+  Eq. 9, weights given as logs), block value ``LSE(y_B) - LSE(w_B)``: a
+  Bregman isotonic problem whose blocks pool by the same rule, with sums
+  taken in the log domain.
+
+The Jacobian is block-wise (Blondel et al. 2020, Lemma 1): for ``"l2"``,
+``dv_B / dy_i = w_i / W_B``; for ``"kl"``, ``softmax(y_B)_i``. Blocks are
+the runs of equal values of the solution, as in torchsort; their sums are
+segmented scans, O(n log n) work and no n x n anything.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import array_api_compat
+
+from .._lib._adapters import get_adapter
+from .._lib._calls import Call, core, prepare
+from .._lib._compat import index_dtype
+from .._lib._numerics import logaddexp, unbroadcast
+from .._lib._options import Options
+from .._lib._scans import take
+from .._lib._validation import boolean
+
+__all__ = ["fit", "decreasing", "block_starts", "block_sums", "block_first", "regression_core", "bind_regression"]
+
+
+class _L2:
+    identity = 0.0
+
+    @staticmethod
+    def single(xp: Any, y: Any, w: Any) -> Any:
+        """The value of a one-entry block."""
+        return y
+
+    @staticmethod
+    def stats(xp: Any, v: Any, w: Any) -> tuple[Any, Any]:
+        # block totals of w v equal those of w y: every block holds its mean
+        return w * v, w
+
+    @staticmethod
+    def cum(xp: Any, adapter: Any, a: Any, reverse: bool) -> Any:
+        if reverse:
+            return xp.flip(xp.cumulative_sum(xp.flip(a, axis=-1), axis=-1), axis=-1)
+        return xp.cumulative_sum(a, axis=-1)
+
+    @staticmethod
+    def comb(xp: Any, a: Any, b: Any) -> Any:
+        return a + b
+
+    @staticmethod
+    def value(xp: Any, num: Any, den: Any, fallback: Any) -> Any:
+        some = den > 0
+        return xp.where(some, num / xp.where(some, den, xp.ones_like(den)), fallback)
+
+    @staticmethod
+    def above(xp: Any, a: Any, b: Any, ref: Any) -> Any:
+        """``sum_S w (v - ref)`` from S's totals, for a set S of values above ``ref`` (0 for an empty S)."""
+        return a - ref * b
+
+    @staticmethod
+    def below(xp: Any, a: Any, b: Any, ref: Any) -> Any:
+        """``sum_S w (ref - v)`` for a set S of values below ``ref``."""
+        return ref * b - a
+
+
+def _log1mexp(xp: Any, d: Any) -> Any:
+    """``log(1 - exp(d))`` for ``d <= 0``, -inf at ``d >= 0`` (rounding may push d past 0)."""
+    t = -xp.expm1(xp.minimum(d, xp.zeros_like(d)))
+    some = t > 0
+    return xp.where(some, xp.log(xp.where(some, t, xp.ones_like(t))), xp.full_like(t, -math.inf))
+
+
+class _KL:
+    identity = -math.inf
+
+    @staticmethod
+    def single(xp: Any, y: Any, w: Any) -> Any:
+        return y - w
+
+    @staticmethod
+    def stats(xp: Any, v: Any, w: Any) -> tuple[Any, Any]:
+        # log of exp(v_B) * sum_B exp(w): the block's LSE(y_B)
+        return v + w, w
+
+    @staticmethod
+    def cum(xp: Any, adapter: Any, a: Any, reverse: bool) -> Any:
+        return adapter.cumlogsumexp(xp, a, reverse=reverse)
+
+    @staticmethod
+    def comb(xp: Any, a: Any, b: Any) -> Any:
+        return logaddexp(xp, a, b)
+
+    @staticmethod
+    def value(xp: Any, num: Any, den: Any, fallback: Any) -> Any:
+        some = den > -math.inf
+        return xp.where(some, num - xp.where(some, den, xp.zeros_like(den)), fallback)
+
+    # the same sums as _L2's, as logs: sum_S exp(w) (exp(v) - exp(ref)) and its mirror
+    @staticmethod
+    def above(xp: Any, a: Any, b: Any, ref: Any) -> Any:
+        some = b > -math.inf
+        b = xp.where(some, b, xp.zeros_like(b))
+        return xp.where(some, a + _log1mexp(xp, ref + b - a), xp.full_like(a, -math.inf))
+
+    @staticmethod
+    def below(xp: Any, a: Any, b: Any, ref: Any) -> Any:
+        some = b > -math.inf
+        b = xp.where(some, b, xp.zeros_like(b))
+        return xp.where(some, ref + b + _log1mexp(xp, a - ref - b), xp.full_like(b, -math.inf))
+
+
+KINDS = {"l2": _L2, "kl": _KL}
+
+
+def _merge(xp: Any, adapter: Any, kind: Any, v: Any, w: Any, h: int) -> Any:
+    """One round: every pair of solved neighbouring segments of length ``h`` merged.
+
+    ``L_j`` pools iff ``sum_(R_i < L_j) w (L_j - R_i) > sum_(L_i > L_j) w (L_i - L_j)``
+    (the merged objective decreases past ``L_j``), ``R_i`` iff the mirror
+    inequality holds. Each side sums only over values strictly beyond the
+    reference, so an entry with nothing to violate compares an exact 0 and
+    never pools on rounding.
+    """
+    batch, big = v.shape[:-1], v.shape[-1]
+    pairs = big // (2 * h)
+    dev = array_api_compat.device(v)
+    vv = xp.reshape(v, batch + (pairs, 2, h))
+    ww = xp.reshape(w, batch + (pairs, 2, h))
+    left, right = vv[..., 0, :], vv[..., 1, :]
+    a_l, b_l = kind.stats(xp, left, ww[..., 0, :])
+    a_r, b_r = kind.stats(xp, right, ww[..., 1, :])
+    edge = xp.full(batch + (pairs, 1), kind.identity, dtype=v.dtype, device=dev)
+    # suf[j]: totals of left[j:] (suf[h]: empty); pre[k]: totals of right[:k]
+    suf = (xp.concat([kind.cum(xp, adapter, a_l, True), edge], axis=-1), xp.concat([kind.cum(xp, adapter, b_l, True), edge], axis=-1))
+    pre = (xp.concat([edge, kind.cum(xp, adapter, a_r, False)], axis=-1), xp.concat([edge, kind.cum(xp, adapter, b_r, False)], axis=-1))
+
+    def at(tot: tuple[Any, Any], i: Any) -> tuple[Any, Any]:
+        return take(xp, tot[0], i), take(xp, tot[1], i)
+
+    search = adapter.searchsorted
+    pool_l = kind.below(xp, *at(pre, search(xp, right, left, side="left")), left) > kind.above(
+        xp, *at(suf, search(xp, left, left, side="right")), left
+    )
+    pool_r = kind.above(xp, *at(suf, search(xp, left, right, side="right")), right) > kind.below(
+        xp, *at(pre, search(xp, right, right, side="left")), right
+    )
+    idx = index_dtype(xp, dev)
+    start = h - xp.sum(xp.astype(pool_l, idx), axis=-1, keepdims=True)  # the pool: left[start:] + right[:stop]
+    stop = xp.sum(xp.astype(pool_r, idx), axis=-1, keepdims=True)
+    (sa, sb), (pa, pb) = at(suf, start), at(pre, stop)
+    pooled = kind.value(xp, kind.comb(xp, sa, pa), kind.comb(xp, sb, pb), left[..., -1:])
+    pos = xp.arange(h, dtype=idx, device=dev)
+    # masks from the pool's ends, so that values and sums agree even where rounding
+    # breaks a test's monotonicity (only between values equal up to rounding)
+    left = xp.where(pos >= start, pooled, left)
+    right = xp.where(pos < stop, pooled, right)
+    return xp.reshape(xp.stack([left, right], axis=-2), batch + (big,))
+
+
+def fit(xp: Any, adapter: Any, y: Any, w: Any, kind: str = "l2") -> Any:
+    """The increasing isotonic fit of ``y`` with weights ``w`` along the last axis (see the module docstring).
+
+    ``w`` broadcasts against ``y``; for ``"kl"`` it holds log-weights.
+    """
+    n = y.shape[-1]
+    rules = KINDS[kind]
+    y, w = xp.broadcast_arrays(y, w)
+    v = rules.single(xp, y, w)
+    if n == 1:
+        return v
+    big = 1 << (n - 1).bit_length()
+    if big > n:
+        # padding at the right: the row's largest value with no weight, which never
+        # pools (a pool's value is at most the row's maximum) and never moves a mean
+        pad_shape = y.shape[:-1] + (big - n,)
+        top = xp.max(v, axis=-1, keepdims=True)
+        v = xp.concat([v, xp.broadcast_to(top, pad_shape)], axis=-1)
+        w = xp.concat([w, xp.full(pad_shape, rules.identity, dtype=y.dtype, device=array_api_compat.device(y))], axis=-1)
+    h = 1
+    while h < big:
+        v = _merge(xp, adapter, rules, v, w, h)
+        h *= 2
+    return v[..., :n] if big > n else v
+
+
+def decreasing(xp: Any, adapter: Any, y: Any, w: Any, kind: str = "l2") -> Any:
+    """The decreasing fit: the increasing fit of the reversed row, reversed back."""
+    y, w = xp.broadcast_arrays(y, w)
+    return xp.flip(fit(xp, adapter, xp.flip(y, axis=-1), xp.flip(w, axis=-1), kind), axis=-1)
+
+
+def block_starts(xp: Any, v: Any) -> Any:
+    """True where a block of the solution ``v`` starts (a run of equal values, as torchsort partitions it)."""
+    first = xp.ones(v.shape[:-1] + (1,), dtype=xp.bool, device=array_api_compat.device(v))
+    return xp.concat([first, v[..., 1:] != v[..., :-1]], axis=-1)
+
+
+def singletons(xp: Any, v: Any) -> Any:
+    """True on the entries that form a block alone."""
+    starts = block_starts(xp, v)
+    return starts & xp.concat([starts[..., 1:], xp.ones_like(starts[..., :1])], axis=-1)
+
+
+def block_sums(xp: Any, adapter: Any, starts: Any, g: Any) -> Any:
+    """Each entry's block total of ``g``: a segmented scan from each side (no cancellation between blocks)."""
+    one, zero = xp.ones_like(g), xp.zeros_like(g)
+    ends = xp.concat([starts[..., 1:], xp.ones_like(starts[..., :1])], axis=-1)
+    forward = adapter.linear_scan(xp, xp.where(starts, zero, one), g)
+    backward = adapter.linear_scan(xp, xp.where(ends, zero, one), g, reverse=True)
+    return forward + backward - g
+
+
+def block_first(xp: Any, adapter: Any, starts: Any, g: Any) -> Any:
+    """Each entry's block's first value of ``g`` (carried forward exactly: ``1 * h + 0``)."""
+    return adapter.linear_scan(xp, xp.where(starts, xp.zeros_like(g), xp.ones_like(g)), xp.where(starts, g, xp.zeros_like(g)))
+
+
+# -- rankops.isotonic_regression ----------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class IsotonicOptions(Options):
+    """``isotonic_regression`` has no hyper-parameters."""
+
+
+@dataclasses.dataclass(frozen=True)
+class _Regression:
+    increasing: bool
+    weighted: bool
+
+    def fwd(self, xp: Any, y: Any, *w: Any) -> tuple[tuple[Any], tuple[Any, ...]]:
+        weights = w[0] if w else xp.ones_like(y)
+        solve = fit if self.increasing else decreasing
+        v = solve(xp, get_adapter(xp), y, weights)
+        v = xp.where(xp.any(xp.isnan(y), axis=-1, keepdims=True), xp.full_like(v, math.nan), v)  # NaN rows stay NaN
+        return (v,), (y, weights, v)
+
+    def bwd(self, xp: Any, res: tuple[Any, ...], cts: tuple[Any, ...]) -> tuple[Any, ...]:
+        (ct,) = cts
+        if ct is None:
+            return (None,) * (1 + self.weighted)
+        y, w, v = res
+        adapter = get_adapter(xp)
+        y, w = xp.broadcast_arrays(y, w)
+        starts = block_starts(xp, v)
+        # v_B = sum_B w y / W_B: dv_B/dy_i = w_i / W_B, dv_B/dw_i = (y_i - v_B) / W_B
+        per_weight = block_sums(xp, adapter, starts, xp.astype(ct, y.dtype)) / block_sums(xp, adapter, starts, w)
+        dy = w * per_weight
+        if not self.weighted:
+            return (dy,)
+        return dy, unbroadcast(xp, (y - v) * per_weight, tuple(res[1].shape))
+
+
+def _same(shape: tuple[int, ...], opts: Any, params: dict[str, Any]) -> dict[str, Any]:
+    return {"value": tuple(shape)}
+
+
+@core(tails=_same, batched={"weights": (0,)})
+def regression_core(xp: Any, y: Any, opts: IsotonicOptions, *, increasing: bool, weights: Any) -> Any:
+    """The least-squares isotonic fit and its block-wise pullback (to ``weights`` too)."""
+    spec = _Regression(increasing, weights is not None)
+    arrays = (y,) if weights is None else (y, weights)
+    adapter = get_adapter(xp)
+    if adapter.autodiff:
+        (value,) = adapter.custom_vjp(xp, spec.fwd, spec.bwd, arrays, n_diff=1)
+        res = None
+    else:
+        (value,), res = spec.fwd(xp, *arrays)
+
+    def pullback(cts: tuple[Any, ...]) -> dict[str, Any]:
+        grads = spec.bwd(xp, spec.fwd(xp, *arrays)[1] if res is None else res, cts)
+        return dict(zip(("x", "weights"), grads))
+
+    return (value,), pullback
+
+
+def bind_regression(y: Any, weights: Any, increasing: Any, axis: Any) -> Call:
+    """``rankops.isotonic_regression``: ``weights`` None, shaped like ``y``, or 1-D of length n."""
+    opts, _ = IsotonicOptions.parse({}, "isotonic_regression")
+    increasing = boolean(increasing, "increasing")
+    if weights is None:
+        return Call(regression_core, prepare(y, axis=axis, name="y"), opts, {"increasing": increasing, "weights": None})
+    p = prepare(y, axis=axis, name="y", arrays={"weights": weights})
+    xp, n = p.xp, p.n
+    if not xp.isdtype(weights.dtype, ("real floating", "integral")):
+        raise TypeError(f"weights must be a real array, got dtype {weights.dtype}")
+    if tuple(weights.shape) == (n,):
+        w = weights
+    elif weights.ndim == p.ndim and tuple(weights.shape) == tuple(p.restore(p.x).shape):
+        w = xp.moveaxis(weights, p.axis, -1) if p.axis != p.ndim - 1 else weights
+    else:
+        raise ValueError(f"weights must have the shape of y {tuple(p.restore(p.x).shape)} or ({n},), got {tuple(weights.shape)}")
+    w = xp.astype(w, p.x.dtype)
+    return Call(regression_core, p, opts, {"increasing": increasing, "weights": w}, along=("weights",) if w.ndim > 1 else ())

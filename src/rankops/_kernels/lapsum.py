@@ -1,0 +1,319 @@
+r"""Soft rank, sort and top-k from sums of Laplace CDFs (after Struski et al. 2025, "LapSum").
+
+With ``F`` the standard Laplace CDF (``F(u) = exp(u)/2`` for ``u < 0``,
+``1 - exp(-u)/2`` for ``u >= 0``), its density ``f(u) = exp(-|u|)/2`` and the
+scale ``alpha``, each row defines the increasing function
+
+    R(t) = sum_j F((t - x_j) / alpha),   from 0 (t -> -inf) to n (t -> inf),
+
+and:
+
+- soft rank ``r_i = 1/2 + R(x_i)`` (hard limit: ``rankdata``, ties averaged);
+- soft sort: the i-th value is the ``t`` with ``R(t) = i - 1/2``;
+- top-k mask ``m_i = F((x_i - b) / alpha)`` with ``R(b) = n - k``, so that
+  ``sum_i m_i = k`` for any real k in (0, n).
+
+After one sort, ``R`` at every point is two sums of exponentials of sorted
+gaps, written as the scans ``P_k = 1 + a_k P_(k-1)`` and
+``Q_k = a_(k+1) (1 + Q_(k+1))`` with ``a_k = exp(-(x_k - x_(k-1)) / alpha)
+<= 1``: no overflow at any scale, no cancellation. On the segment
+``[x_k, x_(k+1)]`` that brackets a level c, ``R(t) = c`` is a quadratic in
+``z = exp((t - x_k) / alpha)``, ``(Q/2) z^2 + (k - c) z - P/2 = 0``, solved
+in the form that does not cancel. Gradients are closed-form and O(n):
+
+- rank: ``dx_k = (g_k D_k - K_k) / alpha`` with ``D``, ``K`` kernel sums
+  ``sum_j f((x_k - x_j)/alpha)`` of 1 and of the cotangent;
+- sort (implicit function): row i of the Jacobian is ``f((t_i - x_j)/alpha)``
+  normalised over j; the transpose is one more pair of scans, over the
+  sorted outputs;
+- top-k: ``dx_j = f_j (g_j - sum_i g_i f_i / sum_i f_i) / alpha`` with
+  ``f_i = f((x_i - b)/alpha)``, and ``dk = sum_i g_i f_i / sum_i f_i``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import numbers
+from typing import Any
+
+import array_api_compat
+
+from .._lib._adapters import get_adapter
+from .._lib._calls import Call, core, prepare
+from .._lib._compat import index_dtype, is_array
+from .._lib._numerics import logaddexp, safe_divide
+from .._lib._options import Options, option
+from .._lib._scans import take
+from .._lib._validation import boolean, positive_scalar, python_number
+
+__all__ = ["LapsumOptions", "rank_core", "sort_core", "topk_core", "bind_sort_or_rank", "bind_topk"]
+
+
+@dataclasses.dataclass(frozen=True)
+class LapsumOptions(Options):
+    """Options of ``method="lapsum"``."""
+
+    alpha: float = option(1.0, python_number(positive_scalar))
+
+
+def _same(shape: tuple[int, ...], opts: Any, params: dict[str, Any]) -> dict[str, Any]:
+    return {"value": tuple(shape)}
+
+
+def _decay(xp: Any, s: Any, alpha: float) -> Any:
+    """``a_k = exp(-(s_k - s_(k-1)) / alpha)`` for an increasing row (``a_0 = 0``: nothing before)."""
+    zero = xp.zeros_like(s[..., :1])
+    return xp.concat([zero, xp.exp(-(s[..., 1:] - s[..., :-1]) / alpha)], axis=-1)
+
+
+def _kernel_sums(xp: Any, adapter: Any, a: Any, c: Any) -> tuple[Any, Any]:
+    """``(sum_(j<=k) c_j e^-(s_k - s_j)/alpha, sum_(j>k) c_j e^-(s_j - s_k)/alpha)`` for each k, from the decays ``a``."""
+    up = adapter.linear_scan(xp, a, c)
+    ahead = xp.concat([a[..., 1:], xp.zeros_like(a[..., :1])], axis=-1)  # a_(k+1)
+    down = adapter.linear_scan(xp, ahead, c, reverse=True)  # sum_(j>=k)
+    after = ahead * xp.concat([down[..., 1:], xp.zeros_like(down[..., :1])], axis=-1)
+    return up, after
+
+
+@dataclasses.dataclass(frozen=True)
+class _Sorted:
+    """A row sorted ascending, with what every LapSum quantity is built from."""
+
+    s: Any  # sorted entries
+    order: Any  # s = x[order]
+    a: Any  # decays
+    p: Any  # P_k = sum_(j<=k) e^-(s_k - s_j)/alpha, in [1, k]
+    q: Any  # Q_k = sum_(j>k) e^-(s_j - s_k)/alpha, in [0, n - k - 1]
+
+    @classmethod
+    def of(cls, xp: Any, x: Any, alpha: float) -> "_Sorted":
+        adapter = get_adapter(xp)
+        order = xp.argsort(x, axis=-1, stable=True)
+        s = take(xp, x, order)
+        a = _decay(xp, s, alpha)
+        p, q = _kernel_sums(xp, adapter, a, xp.ones_like(s))
+        return cls(s, order, a, p, q)
+
+    def levels(self, xp: Any) -> Any:
+        """``R`` at the sorted entries: ``R(s_k) = (k + 1) - P_k/2 + Q_k/2`` (k 0-based; k + 1/2 in the hard limit)."""
+        k = xp.arange(1, self.s.shape[-1] + 1, dtype=self.s.dtype, device=array_api_compat.device(self.s))
+        return k + 0.5 * (self.q - self.p)
+
+    def solve(self, xp: Any, c: Any, count: Any, alpha: float) -> tuple[Any, Any, Any]:
+        """``(anchor, lam, D)``: ``t = anchor + alpha lam`` solves ``R(t) = c``, and ``D = sum_j e^-|t - s_j|/alpha``.
+
+        ``count`` = #{k: R(s_k) <= c}, so ``t`` lies in the gap ``[s_lo,
+        s_hi]`` of width ``g`` between entries ``count - 1`` and ``count``
+        (a half-line at either end), where ``R(t) = count - (A h / 2) / zeta
+        + (B h / 2) zeta`` with ``A = P_lo`` the kernel sum at and below
+        ``s_lo``, ``B = 1 + Q_hi`` at and above ``s_hi``, ``h = exp(-g /
+        (2 alpha))`` and ``zeta = exp((t - mid) / alpha)`` about the gap's
+        midpoint. With ``b = count - c``, the root is solved in logs (``log h
+        = -g / (2 alpha)`` never underflows) and in the form that does not
+        cancel: ``zeta = A h / (b + r)`` for ``b >= 0``, ``(|b| + r) / (B h)``
+        otherwise, ``r = sqrt(b^2 + A B h^2)``. The root is returned from the
+        gap's end it lies in the half of (``s_lo`` for ``b >= 0``): there
+        ``lam = log A - log(b + r)`` (``log(|b| + r) - log B`` from ``s_hi``)
+        is moderate, where an offset from the midpoint, ``g / (2 alpha)``,
+        would cancel in float32 once the gap is 1e7 alphas wide.
+        """
+        n = self.s.shape[-1]
+        lo, hi = xp.clip(count - 1, 0, n - 1), xp.clip(count, 0, n - 1)
+        s_lo, s_hi = take(xp, self.s, lo), take(xp, self.s, hi)
+        zero = xp.zeros_like(s_lo)
+        big_a = xp.where(count >= 1, take(xp, self.p, lo), zero)
+        big_b = xp.where(count <= n - 1, 1.0 + take(xp, self.q, hi), zero)
+        log_h = -(s_hi - s_lo) / (2.0 * alpha)  # 0 at the ends, where lo == hi
+        b = xp.astype(count, c.dtype) - c
+        log_a, log_b, log_abs_b = _log(xp, big_a), _log(xp, big_b), _log(xp, xp.abs(b))
+        log_r = 0.5 * logaddexp(xp, 2.0 * log_abs_b, log_a + log_b + 2.0 * log_h)
+        log_sum = logaddexp(xp, log_abs_b, log_r)  # log(|b| + r)
+        left = b >= 0
+        lam = xp.where(left, log_a - log_sum, log_sum - log_b)
+        # distances from t to s_lo and s_hi, in alphas: (lam, 2 g - lam) or (2 g + lam, -lam), g = -log h
+        to_lo = xp.where(left, lam, lam - 2.0 * log_h)
+        to_hi = xp.where(left, -2.0 * log_h - lam, -lam)
+        dens = _weighted_exp(xp, big_a, log_a, to_lo) + _weighted_exp(xp, big_b, log_b, to_hi)
+        return xp.where(left, s_lo, s_hi), lam, dens
+
+
+def _weighted_exp(xp: Any, weight: Any, log_weight: Any, distance: Any) -> Any:
+    """``weight * exp(-distance)``, 0 for a zero weight whatever the distance (no -inf + inf)."""
+    some = weight > 0
+    zero = xp.zeros_like(weight)
+    return xp.where(some, xp.exp(xp.where(some, log_weight, zero) - xp.where(some, distance, zero)), zero)
+
+
+def _log(xp: Any, a: Any) -> Any:
+    """``log(a)`` for ``a >= 0``, -inf at 0 without NumPy's divide-by-zero warning (NaN stays NaN)."""
+    zero = a == 0
+    return xp.where(zero, xp.full_like(a, -math.inf), xp.log(xp.where(zero, xp.ones_like(a), a)))
+
+
+def _unsort(xp: Any, v: Any, order: Any) -> Any:
+    return take(xp, v, xp.argsort(order, axis=-1))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Rank:
+    alpha: float
+    descending: bool
+
+    def fwd(self, xp: Any, x: Any) -> tuple[tuple[Any], tuple[Any, ...]]:
+        srt = _Sorted.of(xp, -x if self.descending else x, self.alpha)
+        return (_unsort(xp, srt.levels(xp) + 0.5, srt.order),), (srt.s, srt.order)
+
+    def bwd(self, xp: Any, res: tuple[Any, ...], cts: tuple[Any, ...]) -> tuple[Any]:
+        (ct,) = cts
+        if ct is None:
+            return (None,)
+        s, order = res
+        adapter = get_adapter(xp)
+        a = _decay(xp, s, self.alpha)
+        g = take(xp, xp.astype(ct, s.dtype), order)
+        p, q = _kernel_sums(xp, adapter, a, xp.ones_like(s))
+        pg, qg = _kernel_sums(xp, adapter, a, g)
+        # own-index terms cancel: (g_k * 1 - g_k) e^0 appears in both sums
+        dx = (g * (p + q) - (pg + qg)) / (2.0 * self.alpha)
+        dx = _unsort(xp, dx, order)
+        return (-dx if self.descending else dx,)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Sort:
+    alpha: float
+    descending: bool
+
+    def fwd(self, xp: Any, x: Any) -> tuple[tuple[Any], tuple[Any, ...]]:
+        srt = _Sorted.of(xp, -x if self.descending else x, self.alpha)
+        n = x.shape[-1]
+        c = xp.arange(n, dtype=x.dtype, device=array_api_compat.device(x)) + 0.5
+        c = xp.broadcast_to(c, x.shape)
+        count = get_adapter(xp).searchsorted(xp, srt.levels(xp), c, side="right")
+        anchor, lam, dens = srt.solve(xp, c, count, self.alpha)
+        t = anchor + self.alpha * lam
+        return ((-t if self.descending else t),), (srt.s, srt.order, t, dens)
+
+    def bwd(self, xp: Any, res: tuple[Any, ...], cts: tuple[Any, ...]) -> tuple[Any]:
+        (ct,) = cts
+        if ct is None:
+            return (None,)
+        s, order, t, dens = res
+        adapter = get_adapter(xp)
+        g = xp.astype(ct, s.dtype)
+        if self.descending:
+            g = -g
+        w = safe_divide(xp, g, dens)  # row i of the Jacobian, normalised: its weight on the kernel
+        # sum_i w_i e^-|t_i - s_j|/alpha for every sorted entry s_j, by scans over the (increasing) t
+        at = _decay(xp, t, self.alpha)
+        up = adapter.linear_scan(xp, at, w)
+        down = adapter.linear_scan(xp, xp.concat([at[..., 1:], xp.zeros_like(at[..., :1])], axis=-1), w, reverse=True)
+        n = t.shape[-1]
+        m = adapter.searchsorted(xp, t, s, side="right")  # t[:m] <= s_j < t[m:]
+        below, above = xp.clip(m - 1, 0, None), xp.clip(m, None, n - 1)
+        zero = xp.zeros_like(s)
+        from_below = xp.where(m >= 1, xp.exp(-(s - take(xp, t, below)) / self.alpha) * take(xp, up, below), zero)
+        from_above = xp.where(m < n, xp.exp(-(take(xp, t, above) - s) / self.alpha) * take(xp, down, above), zero)
+        dx = _unsort(xp, from_below + from_above, order)
+        return (-dx if self.descending else dx,)
+
+
+@dataclasses.dataclass(frozen=True)
+class _TopK:
+    alpha: float
+    k: Any  # a Python number, or None when k is an array argument
+
+    def _k(self, xp: Any, x: Any, k_array: tuple[Any, ...]) -> Any:
+        if k_array:
+            return xp.astype(k_array[0], x.dtype)[..., None]
+        return xp.full(x.shape[:-1] + (1,), self.k, dtype=x.dtype, device=array_api_compat.device(x))
+
+    def fwd(self, xp: Any, x: Any, *k_array: Any) -> tuple[tuple[Any], tuple[Any, ...]]:
+        srt = _Sorted.of(xp, x, self.alpha)
+        n = x.shape[-1]
+        c = n - self._k(xp, x, k_array)
+        idx = index_dtype(xp, array_api_compat.device(x))
+        count = xp.sum(xp.astype(srt.levels(xp) <= c, idx), axis=-1, keepdims=True)
+        anchor, lam, _ = srt.solve(xp, c, count, self.alpha)
+        # (x - b) / alpha from the anchor: b itself would round alpha lam away at |x| >> alpha
+        u = (x - anchor) / self.alpha - lam
+        e = 0.5 * xp.exp(-xp.abs(u))
+        mask = xp.where(u < 0, e, 1.0 - e)
+        return (mask,), (e / self.alpha,)
+
+    def bwd(self, xp: Any, res: tuple[Any, ...], cts: tuple[Any, ...]) -> tuple[Any, ...]:
+        (ct,) = cts
+        has_k = self.k is None
+        if ct is None:
+            return (None,) * (1 + has_k)
+        (f,) = res
+        g = xp.astype(ct, f.dtype)
+        mean = safe_divide(xp, xp.sum(g * f, axis=-1, keepdims=True), xp.sum(f, axis=-1, keepdims=True))
+        dx = f * (g - mean)
+        return (dx, mean[..., 0]) if has_k else (dx,)
+
+
+def _run(xp: Any, spec: Any, arrays: tuple[Any, ...]) -> Any:
+    """The spec's value, registered with the host's autodiff; the pullback for ``rankops.vjp`` elsewhere."""
+    adapter = get_adapter(xp)
+    if adapter.autodiff:
+        (value,) = adapter.custom_vjp(xp, spec.fwd, spec.bwd, arrays, n_diff=1)
+        res = None
+    else:
+        (value,), res = spec.fwd(xp, *arrays)
+    names = ("x", "k")
+
+    def pullback(cts: tuple[Any, ...]) -> dict[str, Any]:
+        grads = spec.bwd(xp, spec.fwd(xp, *arrays)[1] if res is None else res, cts)
+        return dict(zip(names, grads))
+
+    return (value,), pullback
+
+
+@core(tails=_same)
+def rank_core(xp: Any, x: Any, opts: LapsumOptions, *, descending: bool) -> Any:
+    """``1/2 + R(x_i)``."""
+    return _run(xp, _Rank(opts.alpha, descending), (x,))
+
+
+@core(tails=_same)
+def sort_core(xp: Any, x: Any, opts: LapsumOptions, *, descending: bool) -> Any:
+    """The solutions of ``R(t) = i - 1/2``."""
+    return _run(xp, _Sort(opts.alpha, descending), (x,))
+
+
+@core(tails=_same, batched={"k": ()})
+def topk_core(xp: Any, x: Any, opts: LapsumOptions, *, k: Any) -> Any:
+    """``F((x_i - b)/alpha)`` with ``R(b) = n - k``."""
+    if is_array(k):
+        return _run(xp, _TopK(opts.alpha, None), (x, k))
+    return _run(xp, _TopK(opts.alpha, k), (x,))
+
+
+def bind_sort_or_rank(output: str, x: Any, axis: Any, descending: Any, options: dict[str, Any]) -> Call:
+    """``soft_sort`` / ``soft_rank`` with ``method="lapsum"``."""
+    opts, _ = LapsumOptions.parse(options, f"soft_{output}(method='lapsum')")
+    descending = boolean(descending, "descending")
+    p = prepare(x, axis=axis, opts=opts)
+    return Call(rank_core if output == "rank" else sort_core, p, opts, {"descending": descending})
+
+
+def bind_topk(x: Any, k: Any, axis: Any, options: dict[str, Any]) -> Call:
+    """``soft_topk_mask(method="lapsum")``: ``k`` a real in (0, n), or an array of per-row k (the batch shape)."""
+    opts, _ = LapsumOptions.parse(options, "soft_topk_mask(method='lapsum')")
+    if is_array(k):
+        p = prepare(x, axis=axis, opts=opts, arrays={"k": k})
+        batch = tuple(p.x.shape[:-1])
+        if tuple(k.shape) not in ((), batch):
+            raise ValueError(f"k must be a number or an array of the batch shape {batch} (x without axis), got shape {tuple(k.shape)}")
+        if not p.xp.isdtype(k.dtype, ("real floating", "integral")):
+            raise TypeError(f"k must be a real array, got dtype {k.dtype}")
+        k = p.xp.broadcast_to(p.xp.astype(k, p.x.dtype), batch)
+        return Call(topk_core, p, opts, {"k": k})
+    if isinstance(k, bool) or not isinstance(k, numbers.Real):
+        raise TypeError(f"k must be a real number or an array, got {type(k).__name__}")
+    p = prepare(x, axis=axis, opts=opts)
+    if not (math.isfinite(k) and 0 < k < p.n):
+        raise ValueError(f"k must lie in the open interval (0, n) = (0, {p.n}) for method='lapsum', got {k!r}")
+    return Call(topk_core, p, opts, {"k": float(k)})

@@ -1,0 +1,160 @@
+r"""Soft sort and soft rank as projections onto the permutahedron (Blondel, Teboul, Berthet & Djolonga 2020).
+
+With ``rho = (n, n-1, ..., 1)``, ``eps`` the strength and ``P_Q(z, w)`` the
+projection of z onto the permutahedron of w under regularisation Q
+(Blondel et al., Eq. 6), per row:
+
+- soft rank ``r = P_Q(x / eps, rho)``, 1-based ascending;
+- soft sort ``P_Q(rho / eps, -x)``, negated: ascending.
+
+Proposition 3 of the paper turns each projection into one sort and one
+isotonic regression. With ``s`` the sorted (decreasing) entries:
+
+- ``"l2"``: ``P(z, w) = z - v`` unsorted, ``v = iso(s_z - w)`` decreasing;
+  the rank is ``s - iso(s - rho)``, the sort ``rho/eps - iso(rho/eps - s)``;
+- ``"kl"``: ``P(z, w) = exp(z - v)``, ``v = iso_kl(s_z, log w)``; the rank is
+  ``exp(s - iso_kl(s, log rho))``, the sort ``rho/eps - iso_kl(rho/eps, s)``.
+
+On one-entry blocks the projection is the hard value, and it is returned
+exactly (the soft sort as ``(iso(y) - y) - s``, the first term exactly 0
+there): the direct forms cancel to 0 for entries of 1e30 and lose ``s``
+under ``rho / eps`` in float32 at small strengths, where torchsort's
+values are off by the data's own scale.
+
+The conventions (scaling, which side is sorted, descending via ``-x``) are
+torchsort's, so values and gradients agree with ``torchsort.soft_rank`` /
+``soft_sort`` at the same ``regularization`` and ``regularization_strength``.
+The isotonic step is :mod:`.isotonic` (exact, O(n log n) array
+operations); its Jacobian is block-wise, so the backward pass is block
+sums: O(n) memory, nothing n x n.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import array_api_compat
+
+from .._lib._adapters import get_adapter
+from .._lib._calls import Call, core, prepare
+from .._lib._options import Options, option
+from .._lib._scans import take
+from .._lib._validation import boolean, choice, positive_scalar, python_number
+from . import isotonic
+
+__all__ = ["PermutahedronOptions", "projection_core", "bind_sort_or_rank"]
+
+
+@dataclasses.dataclass(frozen=True)
+class PermutahedronOptions(Options):
+    """Options of ``method="permutahedron"``."""
+
+    regularization: str = option("l2", choice("l2", "kl"))
+    strength: float = option(1.0, python_number(positive_scalar))
+
+
+def _same(shape: tuple[int, ...], opts: Any, params: dict[str, Any]) -> dict[str, Any]:
+    return {"value": tuple(shape)}
+
+
+def _rho(xp: Any, like: Any) -> Any:
+    n = like.shape[-1]
+    return xp.arange(n, 0, -1, dtype=like.dtype, device=array_api_compat.device(like))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Projection:
+    output: str  # "rank" or "sort"
+    regularization: str
+    strength: float
+    descending: bool
+
+    def fwd(self, xp: Any, x: Any) -> tuple[tuple[Any], tuple[Any, ...]]:
+        adapter = get_adapter(xp)
+        rho = _rho(xp, x)
+        if self.output == "rank":
+            z = (-x if self.descending else x) / self.strength
+        else:
+            z = x if self.descending else -x
+        order = xp.argsort(z, axis=-1, descending=True, stable=True)
+        s = take(xp, z, order)
+        # On a one-entry block the projection is the hard value; it is returned as such, since
+        # s - iso(s - rho) cancels to 0 for entries of 1e30 and rho/eps - iso(rho/eps - s)
+        # loses s under rho/eps in float32. Pooled entries take the direct form, which
+        # gives tied entries bit-equal ranks.
+        if self.output == "rank":
+            if self.regularization == "l2":
+                sol = isotonic.decreasing(xp, adapter, s - rho, xp.ones_like(s))
+                direct = s - sol
+            else:
+                sol = isotonic.decreasing(xp, adapter, s, xp.log(rho), "kl")
+                direct = xp.exp(s - sol)
+            value = xp.where(isotonic.singletons(xp, sol), rho, direct)
+            value = take(xp, value, xp.argsort(order, axis=-1))
+        else:
+            w = rho / self.strength
+            y = w - s  # both fits hold w - s on one-entry blocks
+            if self.regularization == "l2":
+                sol = isotonic.decreasing(xp, adapter, y, xp.ones_like(s))
+            else:
+                sol = isotonic.decreasing(xp, adapter, w, s, "kl")
+            # (sol - y) is exactly 0 on one-entry blocks: the value is then s itself
+            value = s - (sol - y) if self.descending else (sol - y) - s
+        # a NaN has no place in the order: the whole row is NaN rather than quietly ranked
+        value = xp.where(xp.any(xp.isnan(x), axis=-1, keepdims=True), xp.full_like(value, math.nan), value)
+        return (value,), (s, sol, order, value)
+
+    def bwd(self, xp: Any, res: tuple[Any, ...], cts: tuple[Any, ...]) -> tuple[Any]:
+        (ct,) = cts
+        if ct is None:  # torch: the output was not used
+            return (None,)
+        s, sol, order, value = res
+        adapter = get_adapter(xp)
+        ct = xp.astype(ct, s.dtype)
+        inverse = xp.argsort(order, axis=-1)
+        starts = isotonic.block_starts(xp, sol)
+        if self.output == "rank":
+            g = ct * value if self.regularization == "kl" else ct  # through exp(s - sol)
+            g = take(xp, g, order)
+            g = g - _block_weights(xp, adapter, starts, s, self.regularization) * isotonic.block_sums(xp, adapter, starts, g)
+            sign = -1.0 if self.descending else 1.0
+            return (take(xp, g, inverse) * (sign / self.strength),)
+        # sort: d value / d s = block weights (mean for l2, softmax of s for kl), and s = sort(-+x) undoes the sign
+        g = _block_weights(xp, adapter, starts, s, self.regularization) * isotonic.block_sums(xp, adapter, starts, ct)
+        return (take(xp, g, inverse),)
+
+
+def _block_weights(xp: Any, adapter: Any, starts: Any, s: Any, regularization: str) -> Any:
+    """Each entry's weight in its block's derivative: ``1 / |B|`` (l2) or ``softmax(s_B)`` (kl; s decreasing)."""
+    if regularization == "l2":
+        return 1.0 / isotonic.block_sums(xp, adapter, starts, xp.ones_like(s))
+    # the block's first entry is its largest: exp(s - s_first) lies in (0, 1]
+    e = xp.exp(s - isotonic.block_first(xp, adapter, starts, s))
+    return e / isotonic.block_sums(xp, adapter, starts, e)
+
+
+@core(tails=_same)
+def projection_core(xp: Any, x: Any, opts: PermutahedronOptions, *, output: str, descending: bool) -> Any:
+    """Soft rank or sort by projection onto the permutahedron, with the block-wise backward rule."""
+    spec = _Projection(output, opts.regularization, opts.strength, descending)
+    adapter = get_adapter(xp)
+    if adapter.autodiff:
+        (value,) = adapter.custom_vjp(xp, spec.fwd, spec.bwd, (x,), n_diff=1)
+        res = None
+    else:
+        (value,), res = spec.fwd(xp, x)
+
+    def pullback(cts: tuple[Any, ...]) -> dict[str, Any]:
+        return {"x": spec.bwd(xp, spec.fwd(xp, x)[1] if res is None else res, cts)[0]}
+
+    return (value,), pullback
+
+
+def bind_sort_or_rank(output: str, x: Any, axis: Any, descending: Any, options: dict[str, Any]) -> Call:
+    """``soft_sort`` / ``soft_rank`` with ``method="permutahedron"``."""
+    opts, _ = PermutahedronOptions.parse(options, f"soft_{output}(method='permutahedron')")
+    descending = boolean(descending, "descending")
+    p = prepare(x, axis=axis, opts=opts)
+    return Call(projection_core, p, opts, {"output": output, "descending": descending})
