@@ -93,16 +93,28 @@ SECTIONS = {
             the i-th position of the sorted order. Same namespace, device and
             floating dtype as ``s``.
     """,
+    "fast": """
+        strength : float, default 1.0
+            ``method="permutahedron"``: regularisation strength of the projection
+            onto the permutahedron (Blondel et al. 2020; torchsort's
+            ``regularization_strength``); the hard operator as ``strength -> 0``.
+        regularization : {"l2", "kl"}, default "l2"
+            ``method="permutahedron"``: quadratic or entropic regularisation.
+        alpha : float, default 1.0
+            ``method="lapsum"``: scale of the Laplace CDFs summed (after Struski
+            et al. 2025); the hard operator as ``alpha -> 0``.
+    """,
 }
 
 # soft_sort / soft_rank: the method choice, then every method's options (numpydoc "Other Parameters")
 SECTIONS["methods"] = "\n".join([
     textwrap.dedent("""
-    method : {"sinkhorn", "softsort", "neuralsort"}, default "sinkhorn"
+    method : {"sinkhorn", "softsort", "neuralsort", "permutahedron", "lapsum"}, default "sinkhorn"
         The relaxation; each takes the options listed below. An option the
-        method does not know raises ``TypeError``.
+        method does not know raises ``TypeError``. ``"permutahedron"`` and
+        ``"lapsum"`` cost O(n log n) per row (one sort; no n x n matrix).
 
     Other Parameters
     ----------------"""),
-    *(textwrap.dedent(SECTIONS[name]).strip("\n") for name in ("sinkhorn_options", "targets", "relaxations")),
+    *(textwrap.dedent(SECTIONS[name]).strip("\n") for name in ("sinkhorn_options", "targets", "relaxations", "fast")),
 ])

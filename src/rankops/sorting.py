@@ -9,8 +9,11 @@ items for the i-th position of the sorted order):
 ``P`` comes from an entropic optimal transport to an ordered grid
 (``"sinkhorn"``, Cuturi, Teboul & Vert 2019, the default), or from ``x``
 itself (``"softsort"``, Prillo & Eisenschlos 2020; ``"neuralsort"``, Grover
-et al. 2019). A method is one entry of :data:`METHODS`: a function that
-validates its options and binds the call to its kernels.
+et al. 2019). Two methods need no matrix at all and cost O(n log n):
+``"permutahedron"`` (a projection onto the permutahedron, Blondel et al.
+2020) and ``"lapsum"`` (sums of Laplace CDFs, after Struski et al. 2025).
+A method is one entry of :data:`METHODS`: a function that validates its
+options and binds the call to its kernels.
 """
 
 from __future__ import annotations
@@ -75,6 +78,8 @@ def soft_sort(x: Any, /, *, axis: int = -1, descending: bool = False, method: st
     array([[-1.2,  0.3,  0.7,  2.5]])
     >>> np.round(rankops.soft_sort(x, method="neuralsort", tau=1.0), 2)
     array([[-0.84,  0.27,  0.71,  2.16]])
+    >>> np.round(rankops.soft_sort(x, method="permutahedron", strength=1.0), 2)
+    array([[-0.92,  0.08,  1.08,  2.08]])
     """
     return _bind("sort", x, axis, descending, method, options)
 
@@ -114,6 +119,8 @@ def soft_rank(x: Any, /, *, axis: int = -1, descending: bool = False, method: st
     array([[2., 1., 4., 3.]])
     >>> np.round(rankops.soft_rank(x, method="softsort", tau=0.5), 2)
     array([[2.32, 1.05, 3.92, 2.72]])
+    >>> np.round(rankops.soft_rank(x, method="lapsum", alpha=0.5), 2)
+    array([[2.21, 1.04, 3.98, 2.78]])
     >>> ranks, info = rankops.soft_rank(x, return_info=True)
     >>> bool(info.converged.all())
     True

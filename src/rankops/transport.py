@@ -168,13 +168,19 @@ def soft_topk_mask(x: Any, k: Any, /, *, axis: int = -1, method: str = "sinkhorn
     """Soft indicator of the k largest entries along ``axis``: values in [0, 1] summing to k.
 
     Two targets (0 and 1) weighted ((n - k)/n, k/n); the mask is the mass an
-    entry sends to the top target, times n (Cuturi et al. 2019).
+    entry sends to the top target, times n (Cuturi et al. 2019). With
+    ``method="lapsum"``: ``m_i = F((x_i - b) / alpha)`` for the Laplace CDF F
+    and the threshold b solving ``sum_i m_i = k``, in O(n log n).
 
     Parameters
     ----------
     %(x)s
-    k : int
-        How many entries to select, in [1, n].
+    k : int, float or array
+        How many entries to select: an int in [1, n] (``"sinkhorn"``); a real
+        in (0, n), or an array of per-row k of the batch shape, differentiable
+        (``"lapsum"``).
+    method : {"sinkhorn", "lapsum"}, default "sinkhorn"
+        ``"lapsum"`` takes the one option ``alpha`` (float, default 1.0).
 
     Other Parameters
     ----------------
@@ -192,6 +198,8 @@ def soft_topk_mask(x: Any, k: Any, /, *, axis: int = -1, method: str = "sinkhorn
     >>> import numpy as np, rankops
     >>> np.round(rankops.soft_topk_mask(np.array([0.3, -1.2, 2.5, 0.7]), 2, epsilon=1e-3), 2)
     array([0., 0., 1., 1.])
+    >>> np.round(rankops.soft_topk_mask(np.array([0.3, -1.2, 2.5, 0.7]), 1.5, method="lapsum", alpha=0.1), 2)
+    array([0.01, 0.  , 1.  , 0.49])
     """
     if isinstance(method, str) and method == "lapsum":
         return lapsum.bind_topk(x, k, axis, options)
