@@ -20,28 +20,19 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import statistics
 import subprocess
 import sys
-import time
 from typing import Any, Callable
 
 import numpy as np
+
+from ._timing import interleaved_medians
 
 METHODS = {"permutahedron": {}, "lapsum": {}}
 
 
 def _median_ms(fns: dict[str, Callable[[], Any]], repeats: int) -> dict[str, float]:
-    """Interleaved repeats (every contender once per round), after one warm-up call each."""
-    for f in fns.values():
-        f()
-    times: dict[str, list[float]] = {k: [] for k in fns}
-    for _ in range(repeats):
-        for k, f in fns.items():
-            t0 = time.perf_counter()
-            f()
-            times[k].append(time.perf_counter() - t0)
-    return {k: 1e3 * statistics.median(v) for k, v in times.items()}
+    return {k: 1e3 * v for k, v in interleaved_medians(fns, repeats).items()}
 
 
 def _contenders(x: np.ndarray) -> dict[str, tuple[Callable[[], Any], Callable[[], Any]]]:

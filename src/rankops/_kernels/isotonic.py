@@ -39,7 +39,7 @@ from typing import Any
 import array_api_compat
 
 from .._lib._adapters import get_adapter
-from .._lib._calls import Call, core, prepare
+from .._lib._calls import Call, core, hand_written, prepare, same_shape
 from .._lib._compat import index_dtype
 from .._lib._numerics import logaddexp, unbroadcast
 from .._lib._options import Options
@@ -276,27 +276,11 @@ class _Regression:
         return dy, unbroadcast(xp, (y - v) * per_weight, tuple(res[1].shape))
 
 
-def _same(shape: tuple[int, ...], opts: Any, params: dict[str, Any]) -> dict[str, Any]:
-    return {"value": tuple(shape)}
-
-
-@core(tails=_same, batched={"weights": (0,)})
+@core(tails=same_shape, batched={"weights": (0,)})
 def regression_core(xp: Any, y: Any, opts: IsotonicOptions, *, increasing: bool, weights: Any) -> Any:
     """The least-squares isotonic fit and its block-wise pullback (to ``weights`` too)."""
     spec = _Regression(increasing, weights is not None)
-    arrays = (y,) if weights is None else (y, weights)
-    adapter = get_adapter(xp)
-    if adapter.autodiff:
-        (value,) = adapter.custom_vjp(xp, spec.fwd, spec.bwd, arrays, n_diff=1)
-        res = None
-    else:
-        (value,), res = spec.fwd(xp, *arrays)
-
-    def pullback(cts: tuple[Any, ...]) -> dict[str, Any]:
-        grads = spec.bwd(xp, spec.fwd(xp, *arrays)[1] if res is None else res, cts)
-        return dict(zip(("x", "weights"), grads))
-
-    return (value,), pullback
+    return hand_written(xp, spec.fwd, spec.bwd, (y,) if weights is None else (y, weights), ("x", "weights"))
 
 
 def bind_regression(y: Any, weights: Any, increasing: Any, axis: Any) -> Call:

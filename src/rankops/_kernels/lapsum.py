@@ -40,7 +40,7 @@ from typing import Any
 import array_api_compat
 
 from .._lib._adapters import get_adapter
-from .._lib._calls import Call, core, prepare
+from .._lib._calls import Call, core, hand_written, prepare, same_shape
 from .._lib._compat import index_dtype, is_array
 from .._lib._numerics import logaddexp, safe_divide
 from .._lib._options import Options, option
@@ -57,23 +57,26 @@ class LapsumOptions(Options):
     alpha: float = option(1.0, python_number(positive_scalar))
 
 
-def _same(shape: tuple[int, ...], opts: Any, params: dict[str, Any]) -> dict[str, Any]:
-    return {"value": tuple(shape)}
-
-
 def _decay(xp: Any, s: Any, alpha: float) -> Any:
     """``a_k = exp(-(s_k - s_(k-1)) / alpha)`` for an increasing row (``a_0 = 0``: nothing before)."""
     zero = xp.zeros_like(s[..., :1])
     return xp.concat([zero, xp.exp(-(s[..., 1:] - s[..., :-1]) / alpha)], axis=-1)
 
 
+def _ahead(xp: Any, a: Any) -> Any:
+    """``a_(k+1)`` at k (0 at the end): the decays of a scan run from the end."""
+    return xp.concat([a[..., 1:], xp.zeros_like(a[..., :1])], axis=-1)
+
+
+def _both_ways(xp: Any, adapter: Any, a: Any, c: Any) -> tuple[Any, Any]:
+    """``(sum_(j<=k) c_j e^-(s_k - s_j)/alpha, sum_(j>=k) c_j e^-(s_j - s_k)/alpha)`` for each k, from the decays ``a``."""
+    return adapter.linear_scan(xp, a, c), adapter.linear_scan(xp, _ahead(xp, a), c, reverse=True)
+
+
 def _kernel_sums(xp: Any, adapter: Any, a: Any, c: Any) -> tuple[Any, Any]:
-    """``(sum_(j<=k) c_j e^-(s_k - s_j)/alpha, sum_(j>k) c_j e^-(s_j - s_k)/alpha)`` for each k, from the decays ``a``."""
-    up = adapter.linear_scan(xp, a, c)
-    ahead = xp.concat([a[..., 1:], xp.zeros_like(a[..., :1])], axis=-1)  # a_(k+1)
-    down = adapter.linear_scan(xp, ahead, c, reverse=True)  # sum_(j>=k)
-    after = ahead * xp.concat([down[..., 1:], xp.zeros_like(down[..., :1])], axis=-1)
-    return up, after
+    """``(sum_(j<=k) c_j e^-(s_k - s_j)/alpha, sum_(j>k) c_j e^-(s_j - s_k)/alpha)``: the second one exclusive."""
+    up, down = _both_ways(xp, adapter, a, c)
+    return up, _ahead(xp, a) * xp.concat([down[..., 1:], xp.zeros_like(down[..., :1])], axis=-1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,6 +85,7 @@ class _Sorted:
 
     s: Any  # sorted entries
     order: Any  # s = x[order]
+    inverse: Any  # x = s[inverse]
     a: Any  # decays
     p: Any  # P_k = sum_(j<=k) e^-(s_k - s_j)/alpha, in [1, k]
     q: Any  # Q_k = sum_(j>k) e^-(s_j - s_k)/alpha, in [0, n - k - 1]
@@ -93,7 +97,7 @@ class _Sorted:
         s = take(xp, x, order)
         a = _decay(xp, s, alpha)
         p, q = _kernel_sums(xp, adapter, a, xp.ones_like(s))
-        return cls(s, order, a, p, q)
+        return cls(s, order, xp.argsort(order, axis=-1), a, p, q)
 
     def levels(self, xp: Any) -> Any:
         """``R`` at the sorted entries: ``R(s_k) = (k + 1) - P_k/2 + Q_k/2`` (k 0-based; k + 1/2 in the hard limit)."""
@@ -151,10 +155,6 @@ def _log(xp: Any, a: Any) -> Any:
     return xp.where(zero, xp.full_like(a, -math.inf), xp.log(xp.where(zero, xp.ones_like(a), a)))
 
 
-def _unsort(xp: Any, v: Any, order: Any) -> Any:
-    return take(xp, v, xp.argsort(order, axis=-1))
-
-
 @dataclasses.dataclass(frozen=True)
 class _Rank:
     alpha: float
@@ -162,21 +162,18 @@ class _Rank:
 
     def fwd(self, xp: Any, x: Any) -> tuple[tuple[Any], tuple[Any, ...]]:
         srt = _Sorted.of(xp, -x if self.descending else x, self.alpha)
-        return (_unsort(xp, srt.levels(xp) + 0.5, srt.order),), (srt.s, srt.order)
+        # the backward's kernel sums of 1 are the forward's P + Q: kept, not rescanned
+        return (take(xp, srt.levels(xp) + 0.5, srt.inverse),), (srt.order, srt.inverse, srt.a, srt.p + srt.q)
 
     def bwd(self, xp: Any, res: tuple[Any, ...], cts: tuple[Any, ...]) -> tuple[Any]:
         (ct,) = cts
         if ct is None:
             return (None,)
-        s, order = res
-        adapter = get_adapter(xp)
-        a = _decay(xp, s, self.alpha)
-        g = take(xp, xp.astype(ct, s.dtype), order)
-        p, q = _kernel_sums(xp, adapter, a, xp.ones_like(s))
-        pg, qg = _kernel_sums(xp, adapter, a, g)
+        order, inverse, a, ones = res
+        g = take(xp, xp.astype(ct, a.dtype), order)
+        pg, qg = _kernel_sums(xp, get_adapter(xp), a, g)
         # own-index terms cancel: (g_k * 1 - g_k) e^0 appears in both sums
-        dx = (g * (p + q) - (pg + qg)) / (2.0 * self.alpha)
-        dx = _unsort(xp, dx, order)
+        dx = take(xp, (g * ones - (pg + qg)) / (2.0 * self.alpha), inverse)
         return (-dx if self.descending else dx,)
 
 
@@ -193,29 +190,27 @@ class _Sort:
         count = get_adapter(xp).searchsorted(xp, srt.levels(xp), c, side="right")
         anchor, lam, dens = srt.solve(xp, c, count, self.alpha)
         t = anchor + self.alpha * lam
-        return ((-t if self.descending else t),), (srt.s, srt.order, t, dens)
+        return ((-t if self.descending else t),), (srt.s, srt.inverse, t, dens)
 
     def bwd(self, xp: Any, res: tuple[Any, ...], cts: tuple[Any, ...]) -> tuple[Any]:
         (ct,) = cts
         if ct is None:
             return (None,)
-        s, order, t, dens = res
+        s, inverse, t, dens = res
         adapter = get_adapter(xp)
         g = xp.astype(ct, s.dtype)
         if self.descending:
             g = -g
         w = safe_divide(xp, g, dens)  # row i of the Jacobian, normalised: its weight on the kernel
         # sum_i w_i e^-|t_i - s_j|/alpha for every sorted entry s_j, by scans over the (increasing) t
-        at = _decay(xp, t, self.alpha)
-        up = adapter.linear_scan(xp, at, w)
-        down = adapter.linear_scan(xp, xp.concat([at[..., 1:], xp.zeros_like(at[..., :1])], axis=-1), w, reverse=True)
+        up, down = _both_ways(xp, adapter, _decay(xp, t, self.alpha), w)
         n = t.shape[-1]
         m = adapter.searchsorted(xp, t, s, side="right")  # t[:m] <= s_j < t[m:]
         below, above = xp.clip(m - 1, 0, None), xp.clip(m, None, n - 1)
         zero = xp.zeros_like(s)
         from_below = xp.where(m >= 1, xp.exp(-(s - take(xp, t, below)) / self.alpha) * take(xp, up, below), zero)
         from_above = xp.where(m < n, xp.exp(-(take(xp, t, above) - s) / self.alpha) * take(xp, down, above), zero)
-        dx = _unsort(xp, from_below + from_above, order)
+        dx = take(xp, from_below + from_above, inverse)
         return (-dx if self.descending else dx,)
 
 
@@ -254,41 +249,25 @@ class _TopK:
         return (dx, mean[..., 0]) if has_k else (dx,)
 
 
-def _run(xp: Any, spec: Any, arrays: tuple[Any, ...]) -> Any:
-    """The spec's value, registered with the host's autodiff; the pullback for ``rankops.vjp`` elsewhere."""
-    adapter = get_adapter(xp)
-    if adapter.autodiff:
-        (value,) = adapter.custom_vjp(xp, spec.fwd, spec.bwd, arrays, n_diff=1)
-        res = None
-    else:
-        (value,), res = spec.fwd(xp, *arrays)
-    names = ("x", "k")
-
-    def pullback(cts: tuple[Any, ...]) -> dict[str, Any]:
-        grads = spec.bwd(xp, spec.fwd(xp, *arrays)[1] if res is None else res, cts)
-        return dict(zip(names, grads))
-
-    return (value,), pullback
-
-
-@core(tails=_same)
+@core(tails=same_shape)
 def rank_core(xp: Any, x: Any, opts: LapsumOptions, *, descending: bool) -> Any:
     """``1/2 + R(x_i)``."""
-    return _run(xp, _Rank(opts.alpha, descending), (x,))
+    spec = _Rank(opts.alpha, descending)
+    return hand_written(xp, spec.fwd, spec.bwd, (x,))
 
 
-@core(tails=_same)
+@core(tails=same_shape)
 def sort_core(xp: Any, x: Any, opts: LapsumOptions, *, descending: bool) -> Any:
     """The solutions of ``R(t) = i - 1/2``."""
-    return _run(xp, _Sort(opts.alpha, descending), (x,))
+    spec = _Sort(opts.alpha, descending)
+    return hand_written(xp, spec.fwd, spec.bwd, (x,))
 
 
-@core(tails=_same, batched={"k": ()})
+@core(tails=same_shape, batched={"k": ()})
 def topk_core(xp: Any, x: Any, opts: LapsumOptions, *, k: Any) -> Any:
     """``F((x_i - b)/alpha)`` with ``R(b) = n - k``."""
-    if is_array(k):
-        return _run(xp, _TopK(opts.alpha, None), (x, k))
-    return _run(xp, _TopK(opts.alpha, k), (x,))
+    spec = _TopK(opts.alpha, None if is_array(k) else k)
+    return hand_written(xp, spec.fwd, spec.bwd, (x, k) if is_array(k) else (x,), ("x", "k"))
 
 
 def bind_sort_or_rank(output: str, x: Any, axis: Any, descending: Any, options: dict[str, Any]) -> Call:

@@ -38,7 +38,7 @@ from typing import Any
 import array_api_compat
 
 from .._lib._adapters import get_adapter
-from .._lib._calls import Call, core, prepare
+from .._lib._calls import Call, core, hand_written, prepare, same_shape
 from .._lib._options import Options, option
 from .._lib._scans import take
 from .._lib._validation import boolean, choice, positive_scalar, python_number
@@ -53,10 +53,6 @@ class PermutahedronOptions(Options):
 
     regularization: str = option("l2", choice("l2", "kl"))
     strength: float = option(1.0, python_number(positive_scalar))
-
-
-def _same(shape: tuple[int, ...], opts: Any, params: dict[str, Any]) -> dict[str, Any]:
-    return {"value": tuple(shape)}
 
 
 def _rho(xp: Any, like: Any) -> Any:
@@ -79,6 +75,7 @@ class _Projection:
         else:
             z = x if self.descending else -x
         order = xp.argsort(z, axis=-1, descending=True, stable=True)
+        inverse = xp.argsort(order, axis=-1)
         s = take(xp, z, order)
         # On a one-entry block the projection is the hard value; it is returned as such, since
         # s - iso(s - rho) cancels to 0 for entries of 1e30 and rho/eps - iso(rho/eps - s)
@@ -92,7 +89,7 @@ class _Projection:
                 sol = isotonic.decreasing(xp, adapter, s, xp.log(rho), "kl")
                 direct = xp.exp(s - sol)
             value = xp.where(isotonic.singletons(xp, sol), rho, direct)
-            value = take(xp, value, xp.argsort(order, axis=-1))
+            value = take(xp, value, inverse)
         else:
             w = rho / self.strength
             y = w - s  # both fits hold w - s on one-entry blocks
@@ -104,16 +101,15 @@ class _Projection:
             value = s - (sol - y) if self.descending else (sol - y) - s
         # a NaN has no place in the order: the whole row is NaN rather than quietly ranked
         value = xp.where(xp.any(xp.isnan(x), axis=-1, keepdims=True), xp.full_like(value, math.nan), value)
-        return (value,), (s, sol, order, value)
+        return (value,), (s, sol, order, inverse, value)
 
     def bwd(self, xp: Any, res: tuple[Any, ...], cts: tuple[Any, ...]) -> tuple[Any]:
         (ct,) = cts
         if ct is None:  # torch: the output was not used
             return (None,)
-        s, sol, order, value = res
+        s, sol, order, inverse, value = res
         adapter = get_adapter(xp)
         ct = xp.astype(ct, s.dtype)
-        inverse = xp.argsort(order, axis=-1)
         starts = isotonic.block_starts(xp, sol)
         if self.output == "rank":
             g = ct * value if self.regularization == "kl" else ct  # through exp(s - sol)
@@ -135,21 +131,11 @@ def _block_weights(xp: Any, adapter: Any, starts: Any, s: Any, regularization: s
     return e / isotonic.block_sums(xp, adapter, starts, e)
 
 
-@core(tails=_same)
+@core(tails=same_shape)
 def projection_core(xp: Any, x: Any, opts: PermutahedronOptions, *, output: str, descending: bool) -> Any:
     """Soft rank or sort by projection onto the permutahedron, with the block-wise backward rule."""
     spec = _Projection(output, opts.regularization, opts.strength, descending)
-    adapter = get_adapter(xp)
-    if adapter.autodiff:
-        (value,) = adapter.custom_vjp(xp, spec.fwd, spec.bwd, (x,), n_diff=1)
-        res = None
-    else:
-        (value,), res = spec.fwd(xp, x)
-
-    def pullback(cts: tuple[Any, ...]) -> dict[str, Any]:
-        return {"x": spec.bwd(xp, spec.fwd(xp, x)[1] if res is None else res, cts)[0]}
-
-    return (value,), pullback
+    return hand_written(xp, spec.fwd, spec.bwd, (x,))
 
 
 def bind_sort_or_rank(output: str, x: Any, axis: Any, descending: Any, options: dict[str, Any]) -> Call:

@@ -35,7 +35,7 @@ from typing import Any
 import array_api_compat
 
 from .._lib._adapters import get_adapter
-from .._lib._calls import Call, core, prepare
+from .._lib._calls import Call, core, hand_written, prepare, same_shape
 from .._lib._compat import is_array
 from .._lib._numerics import matvec
 from .._lib._options import Options, option
@@ -175,11 +175,7 @@ def _backward(xp: Any, rows: Any, output: str, block: int, ct: Any, p_kept: Any 
     return rows.finish(cols), extras
 
 
-def _same(shape: tuple[int, ...], opts: Any, params: dict[str, Any]) -> dict[str, Any]:
-    return {"value": tuple(shape)}
-
-
-@core(tails=_same)
+@core(tails=same_shape)
 def dense_core(xp: Any, x: Any, opts: PermutationOptions, *, method: str, output: str, descending: bool) -> Any:
     """The whole matrix as one block, differentiated by the host's autodiff (the rule keeps the matrix)."""
     n = x.shape[-1]
@@ -242,7 +238,7 @@ class _Streamed:
         return (ds, xp.astype(extras["tau"], res[1].dtype)) if has_tau else (ds,)
 
 
-@core(tails=_same)
+@core(tails=same_shape)
 def stream_core(xp: Any, x: Any, opts: PermutationOptions, *, method: str, output: str, descending: bool) -> Any:
     """``block`` rows of ``P`` at a time, in the forward and in the backward pass (a number ``power`` only)."""
     n = x.shape[-1]

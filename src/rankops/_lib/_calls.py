@@ -26,7 +26,7 @@ from ._adapters import get_adapter
 from ._compat import namespace, normalize_axis, real_float_dtypes
 from ._options import Options
 
-__all__ = ["Core", "core", "Prepared", "prepare", "Call", "Along"]
+__all__ = ["Core", "core", "same_shape", "hand_written", "Prepared", "prepare", "Call", "Along"]
 
 
 class Core:
@@ -69,6 +69,35 @@ class Core:
 def core(*, tails: Callable[..., dict[str, Any]], **kwargs: Any) -> Callable[[Callable[..., Any]], Core]:
     """Decorator: a rule function as a :class:`Core`."""
     return lambda rule: Core(rule, tails=tails, **kwargs)
+
+
+def same_shape(shape: tuple[int, ...], opts: Any, params: Mapping[str, Any]) -> dict[str, Any]:
+    """``tails`` of a core whose one output is shaped like its input."""
+    return {"value": tuple(shape)}
+
+
+def hand_written(
+    xp: Any, fwd: Callable[..., Any], bwd: Callable[..., Any], arrays: tuple[Any, ...], names: tuple[str, ...] = ("x",)
+) -> tuple[tuple[Any, ...], Callable[..., dict[str, Any]]]:
+    """A core's ``(outputs, pullback)`` from a forward and its hand-written backward.
+
+    ``fwd(xp, *arrays) -> (outputs, residuals)``, ``bwd(xp, residuals,
+    cotangents) -> one gradient per array`` (named by ``names``). Hosts with
+    autodiff register the pair (``custom_vjp``) and the pullback recomputes
+    the residuals when ``rankops.vjp`` asks for it; elsewhere the forward's
+    residuals are kept for the pullback.
+    """
+    adapter = get_adapter(xp)
+    if adapter.autodiff:
+        outs, res = adapter.custom_vjp(xp, fwd, bwd, arrays, n_diff=1), None
+    else:
+        outs, res = fwd(xp, *arrays)
+
+    def pullback(cts: tuple[Any, ...]) -> dict[str, Any]:
+        grads = bwd(xp, fwd(xp, *arrays)[1] if res is None else res, cts)
+        return dict(zip(names, grads))
+
+    return tuple(outs), pullback
 
 
 @dataclasses.dataclass(frozen=True)
