@@ -1,0 +1,177 @@
+"""The O(n log n) methods against independent float64 references written here.
+
+- permutahedron: Blondel et al. 2020, Proposition 3, with a sequential PAV
+  (L2 and KL) in plain Python; torchsort itself when it is installed;
+- LapSum: the sums of Laplace CDFs evaluated pairwise (O(n^2)), the sort and
+  the top-k threshold by ``scipy.optimize.brentq``;
+- isotonic regression: ``scipy.optimize.isotonic_regression``;
+- gradients: central finite differences through ``rankops.vjp``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from numpy.testing import assert_allclose
+from scipy.optimize import brentq, isotonic_regression
+from scipy.special import logsumexp
+
+import rankops
+
+RNG = np.random.default_rng(20261123)
+
+
+def _pav(y: np.ndarray, w: np.ndarray, kind: str) -> np.ndarray:
+    """Decreasing isotonic fit by the sequential stack algorithm (l2: weights w; kl: log-weights w)."""
+    blocks: list[list] = []  # [values, weights]
+    value = (lambda b: np.average(b[0], weights=b[1])) if kind == "l2" else (lambda b: logsumexp(b[0]) - logsumexp(b[1]))
+    for yi, wi in zip(y, w):
+        blocks.append([[yi], [wi]])
+        while len(blocks) > 1 and value(blocks[-2]) <= value(blocks[-1]):
+            last = blocks.pop()
+            blocks[-1][0] += last[0]
+            blocks[-1][1] += last[1]
+    return np.concatenate([[value(b)] * len(b[0]) for b in blocks])
+
+
+def _projection(x: np.ndarray, output: str, reg: str, strength: float) -> np.ndarray:
+    """Blondel et al. 2020, Prop. 3, row by row: soft rank P(x/eps, rho), ascending soft sort -P(rho/eps, -x)."""
+    out = []
+    for row in x:
+        n = len(row)
+        rho = np.arange(n, 0, -1.0)
+        if output == "rank":
+            order = np.argsort(-row, kind="stable")
+            s = row[order] / strength
+            v = _pav(s - rho, np.ones(n), "l2") if reg == "l2" else _pav(s, np.log(rho), "kl")
+            r = s - v if reg == "l2" else np.exp(s - v)
+            out.append(r[np.argsort(order)])
+        else:
+            s = np.sort(-row)[::-1]
+            w = rho / strength
+            v = _pav(w - s, np.ones(n), "l2") if reg == "l2" else _pav(w, s, "kl")
+            out.append(v - w)
+    return np.array(out)
+
+
+def _central(f, x: np.ndarray, ct: np.ndarray, h: float = 1e-6) -> np.ndarray:
+    g = np.zeros_like(x)
+    for idx in np.ndindex(x.shape):
+        e = np.zeros_like(x)
+        e[idx] = h
+        g[idx] = (np.sum(f(x + e) * ct) - np.sum(f(x - e) * ct)) / (2 * h)
+    return g
+
+
+@pytest.mark.parametrize("reg", ["l2", "kl"])
+@pytest.mark.parametrize("strength", [0.05, 1.0, 10.0])
+@pytest.mark.parametrize("output", ["rank", "sort"])
+def test_permutahedron_equals_proposition_3(output, reg, strength):
+    x = RNG.normal(size=(4, 9))
+    fn = getattr(rankops, f"soft_{output}")
+    got = fn(x, method="permutahedron", regularization=reg, strength=strength)
+    assert_allclose(got, _projection(x, output, reg, strength), rtol=1e-10, atol=1e-10)
+    ct = RNG.normal(size=x.shape)
+    _, vjp_fn = rankops.vjp(fn, x, method="permutahedron", regularization=reg, strength=strength)
+    fd = _central(lambda z: fn(z, method="permutahedron", regularization=reg, strength=strength), x, ct)
+    assert_allclose(vjp_fn(ct)[0], fd, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("reg", ["l2", "kl"])
+@pytest.mark.parametrize("output", ["rank", "sort"])
+def test_permutahedron_equals_torchsort(output, reg):
+    torch = pytest.importorskip("torch")
+    torchsort = pytest.importorskip("torchsort")
+    x = torch.tensor(RNG.normal(size=(5, 40)), requires_grad=True)
+    ct = torch.tensor(RNG.normal(size=(5, 40)))
+    ref = getattr(torchsort, f"soft_{output}")(x, regularization=reg, regularization_strength=0.3)
+    got = getattr(rankops, f"soft_{output}")(x, method="permutahedron", regularization=reg, strength=0.3)
+    assert_allclose(got.detach().numpy(), ref.detach().numpy(), rtol=1e-10, atol=1e-10)
+    (g_ref,) = torch.autograd.grad(ref, x, ct)
+    (g_got,) = torch.autograd.grad(got, x, ct)
+    assert_allclose(g_got.numpy(), g_ref.numpy(), rtol=1e-10, atol=1e-10)
+
+
+def test_permutahedron_one_entry_blocks_are_exact():
+    """Where torchsort's direct forms cancel (1e30 entries; rho / eps swamping s in float32)."""
+    x = np.array([1e30, -1e30, 3e29, 5.0])
+    assert_allclose(rankops.soft_rank(x, method="permutahedron"), [4.0, 1.0, 3.0, 2.0], rtol=0)
+    x32 = RNG.normal(size=(2, 1000)).astype(np.float32)
+    assert_allclose(rankops.soft_sort(x32, method="permutahedron", strength=1e-4), np.sort(x32, axis=-1), rtol=0, atol=0)
+
+
+def _laplace_cdf(u: np.ndarray) -> np.ndarray:
+    return np.where(u < 0, 0.5 * np.exp(np.minimum(u, 0)), 1 - 0.5 * np.exp(-np.maximum(u, 0)))
+
+
+@pytest.mark.parametrize("alpha", [0.05, 0.5, 3.0])
+def test_lapsum_equals_laplace_sums(alpha):
+    x = RNG.normal(size=(3, 12))
+    x[0, 1] = x[0, 0]  # a tie
+    ranks = 0.5 + _laplace_cdf((x[..., :, None] - x[..., None, :]) / alpha).sum(-1)
+    assert_allclose(rankops.soft_rank(x, method="lapsum", alpha=alpha), ranks, rtol=1e-12, atol=1e-12)
+    sorts = []
+    for row in x:
+        f = lambda t, c: _laplace_cdf((t - row) / alpha).sum() - c  # noqa: E731
+        lo, hi = row.min() - 60 * alpha, row.max() + 60 * alpha
+        sorts.append([brentq(f, lo, hi, args=(i - 0.5,), xtol=1e-14) for i in range(1, len(row) + 1)])
+    assert_allclose(rankops.soft_sort(x, method="lapsum", alpha=alpha), sorts, rtol=1e-11, atol=1e-11)
+    k = np.array([0.4, 3.5, 11.2])
+    masks = []
+    for row, kk in zip(x, k):
+        b = brentq(lambda t: _laplace_cdf((row - t) / alpha).sum() - kk, row.min() - 60 * alpha, row.max() + 60 * alpha, xtol=1e-14)
+        masks.append(_laplace_cdf((row - b) / alpha))
+    got = rankops.soft_topk_mask(x, k, method="lapsum", alpha=alpha)
+    assert_allclose(got, masks, rtol=1e-10, atol=1e-10)
+    assert_allclose(got.sum(-1), k, rtol=1e-12)
+
+
+@pytest.mark.parametrize("op", ["rank", "sort", "topk"])
+def test_lapsum_gradients_match_central_differences(op):
+    x = RNG.normal(size=(2, 7))
+    ct = RNG.normal(size=x.shape)
+    if op == "topk":
+        k = np.array([1.5, 4.2])
+        fn, args = rankops.soft_topk_mask, (k,)
+    else:
+        fn, args = getattr(rankops, f"soft_{op}"), ()
+    call = lambda z, *a: fn(z, *(a or args), method="lapsum", alpha=0.7)  # noqa: E731
+    _, vjp_fn = rankops.vjp(fn, x, *args, method="lapsum", alpha=0.7)
+    grads = vjp_fn(ct)
+    assert_allclose(grads[0], _central(call, x, ct), rtol=1e-6, atol=1e-7)
+    if op == "topk":
+        dk = [(np.sum(ct * (call(x, k + h) - call(x, k - h)))) / 2e-6 for h in 1e-6 * np.eye(2)]
+        assert_allclose(grads[1], dk, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("n", [1, 2, 5, 8, 13, 100])
+def test_isotonic_regression_equals_scipy(n):
+    y = RNG.normal(size=(3, n)).cumsum(-1) * 0.2 + RNG.normal(size=(3, n))
+    w = RNG.uniform(0.2, 2.0, size=(3, n))
+    for increasing in (True, False):
+        ref = np.stack([isotonic_regression(r, weights=ww, increasing=increasing).x for r, ww in zip(y, w)])
+        got = rankops.isotonic_regression(y, weights=w, increasing=increasing)
+        assert_allclose(got, ref, rtol=1e-12, atol=1e-12)
+
+
+def test_isotonic_kl_equals_sequential_pav():
+    """The KL rounds (used by regularization="kl") against the sequential stack algorithm."""
+    from array_api_compat import array_namespace
+
+    from rankops._kernels import isotonic
+    from rankops._lib._adapters import get_adapter
+
+    y, lw = RNG.normal(size=(3, 77)) * 3, RNG.normal(size=(3, 77))
+    xp = array_namespace(y)
+    got = isotonic.decreasing(xp, get_adapter(xp), y, lw, "kl")
+    assert_allclose(got, np.stack([_pav(a, b, "kl") for a, b in zip(y, lw)]), rtol=1e-12, atol=1e-12)
+
+
+def test_isotonic_gradients_match_central_differences():
+    y = RNG.normal(size=(2, 9))
+    w = RNG.uniform(0.5, 2.0, size=(2, 9))
+    ct = RNG.normal(size=y.shape)
+    _, vjp_fn = rankops.vjp(rankops.isotonic_regression, y, weights=w)
+    dy, dw = vjp_fn(ct)
+    assert_allclose(dy, _central(lambda z: rankops.isotonic_regression(z, weights=w), y, ct), rtol=1e-6, atol=1e-7)
+    assert_allclose(dw, _central(lambda z: rankops.isotonic_regression(y, weights=z), w, ct), rtol=1e-6, atol=1e-7)
