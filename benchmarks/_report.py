@@ -276,6 +276,11 @@ def write_report(out: Path, results: dict, args, settings: dict, command: str, s
                   "no reference (the papers' code would need n^2 4 bytes = "
                   f"{args.large_n ** 2 * 4 / 2**30:.3g} GiB per matrix).", ""]
         lines += _large(results["large"], settings)
+    if results.get("fast"):
+        lines += ["", "## Fast soft ranks: permutahedron and LapSum", "",
+                  "`python -m benchmarks.fast` (see [fast methods](fast-methods.md)): soft_rank, float32, CPU; "
+                  "forward+backward of `sum(w * out)`; torchsort (C++) measured in the same run when installed.", "",
+                  results["fast"].rstrip(), "", "![fast methods: time against n](img/fast-time-fwdbwd.png)"]
     if failures:
         lines += ["", "## Failures", ""] + [f"- {_cell(f)}" for f in failures]
     lines += ["", METHODOLOGY]

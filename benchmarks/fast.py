@@ -7,8 +7,10 @@ Prints three tables:
    ``lapsum`` on torch (CPU), JAX (``jax.jit``) and NumPy (``rankops.vjp``),
    next to ``torchsort.soft_rank`` (when installed) measured in the same run,
    with the ratio rankops / torchsort;
-2. peak memory growth of one torch forward+backward at B = 1, n = 10^6, each
-   contender in a fresh process (``ru_maxrss`` after the call minus before);
+2. peak memory of one torch forward+backward at B = 1, n = 10^6, each
+   contender in a fresh process: the resident set polled while the call
+   runs, minus the resident set just before it (input and gradient
+   included: 8 MB at n = 10^6);
 3. all five methods at B = 20, n = 1000 on torch: forward+backward time and
    the distance to the hard ranks at default settings (max |soft - rankdata|).
 
@@ -84,10 +86,11 @@ def _contenders(x: np.ndarray) -> dict[str, tuple[Callable[[], Any], Callable[[]
     return out
 
 
-def time_table(sizes: list[int], batch: int, repeats: int) -> list[str]:
+def time_table(sizes: list[int], batch: int, repeats: int, series: dict[str, dict[int, float]] | None = None) -> list[str]:
+    """The time table's rows; ``series`` (when given) receives contender -> {n: fwd+bwd ms} for the plot."""
     rows = ["| B | n | contender | forward ms | fwd+bwd ms | fwd+bwd / torchsort |", "|---|---|---|---|---|---|"]
     for n in sizes:
-        b = batch if n <= 100_000 else 1
+        b = batch if n < 100_000 else 1
         x = np.random.default_rng(0).normal(size=(b, n)).astype(np.float32)
         cont = _contenders(x)
         if n > 10_000:  # NumPy's portable scans are O(n log n) Python-level steps: skip the big ones
@@ -98,12 +101,40 @@ def time_table(sizes: list[int], batch: int, repeats: int) -> list[str]:
         for k in cont:
             ratio = f"{both[k] / ref:.2f}" if ref else "-"
             rows.append(f"| {b} | {n} | {k} | {fwd[k]:.2f} | {both[k]:.2f} | {ratio} |")
+            if series is not None:
+                series.setdefault(k, {})[n] = both[k]
     return rows
 
 
+def plot(path: str, series: dict[str, dict[int, float]], batch: int) -> None:
+    """Forward+backward time against n, log-log, one line per contender."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for name, by_n in sorted(series.items()):
+        ns = sorted(by_n)
+        ax.plot(ns, [by_n[n] for n in ns], marker="o", label=name, linestyle="--" if "torchsort" in name else "-")
+    ax.set(xscale="log", yscale="log", xlabel="n", ylabel="forward+backward (ms)",
+           title=f"soft_rank, float32 CPU, B = {batch} (B = 1 from n = 10^5)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
 _MEMORY_CHILD = r"""
-import json, resource, sys, numpy as np, torch
+import gc, json, os, sys, threading, time, numpy as np, torch
 name, n = sys.argv[1], int(sys.argv[2])
+page = os.sysconf("SC_PAGE_SIZE")
+
+def rss():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * page
+
 x = torch.from_numpy(np.random.default_rng(0).normal(size=(1, n)).astype(np.float32))
 ct = torch.ones_like(x)
 if name == "torchsort":
@@ -111,15 +142,25 @@ if name == "torchsort":
 else:
     import rankops; f = lambda v: rankops.soft_rank(v, method=name)
 f(x[:, :1000].detach().requires_grad_(True)).backward(ct[:, :1000])  # imports and first-call setup
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+gc.collect()
+base, peak, stop = rss(), [0], threading.Event()
+
+def sample():  # the resident set, polled while the call runs: its growth over the baseline
+    while not stop.is_set():
+        peak[0] = max(peak[0], rss())
+        time.sleep(0.0005)
+
+t = threading.Thread(target=sample); t.start()
 leaf = x.detach().requires_grad_(True)
 f(leaf).backward(ct)
-print(json.dumps((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 2**20))
+stop.set(); t.join()
+peak[0] = max(peak[0], rss())
+print(json.dumps((peak[0] - base) / 2**30))
 """
 
 
 def memory_table(n: int) -> list[str]:
-    rows = [f"| contender (torch, B = 1, n = {n}) | peak RSS growth, fwd+bwd (GiB) |", "|---|---|"]
+    rows = [f"| contender (torch, B = 1, n = {n}) | peak resident-set growth, fwd+bwd (GiB) |", "|---|---|"]
     names = list(METHODS) + (["torchsort"] if importlib.util.find_spec("torchsort") else [])
     for name in names:
         out = subprocess.run([sys.executable, "-c", _MEMORY_CHILD, name, str(n)], capture_output=True, text=True, check=True)
@@ -159,15 +200,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch", type=int, default=20)
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--big", type=int, default=1_000_000)
-    ap.add_argument("--quick", action="store_true", help="small sizes, few repeats: checks that every contender runs")
+    ap.add_argument("--quick", action="store_true", help="tiny sizes, one repeat: checks that every contender runs")
+    ap.add_argument("--plot", help="also save the time plot (PNG) here")
     args = ap.parse_args(argv)
     if args.quick:
-        args.sizes, args.repeats, args.big = [100, 1000], 2, 20_000
-    print("\n".join(time_table(args.sizes, args.batch, args.repeats)))
+        args.sizes, args.batch, args.repeats, args.big = [16, 64], 2, 1, 4096
+    series: dict[str, dict[int, float]] = {}
+    print("\n".join(time_table(args.sizes, args.batch, args.repeats, series)))
     print()
     print("\n".join(memory_table(args.big)))
     print()
-    print("\n".join(methods_table(args.batch, 1000 if not args.quick else 200, args.repeats)))
+    print("\n".join(methods_table(args.batch, 1000 if not args.quick else 64, args.repeats)))
+    if args.plot:
+        plot(args.plot, series, args.batch)
     return 0
 
 

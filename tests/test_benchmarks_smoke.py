@@ -83,3 +83,14 @@ def test_compare_reads_every_timed_row(smoke):
     rows = [line.split(" | ") for line in proc.stdout.splitlines() if re.match(r"\| [A-Z].* \| \d+ \|", line)]
     assert len(rows) >= 18 and {r[5] for r in rows} == {r[8].rstrip(" |") for r in rows} == {"1.00"}, proc.stdout
     assert "geometric mean of new/base over 36 rankops times: 1.000" in proc.stdout, proc.stdout
+
+
+def test_smoke_fast_section_times_every_contender(smoke):
+    """The fast-methods section (``python -m benchmarks.fast --quick``): a time for each method on each host, and its plot."""
+    _, out = smoke
+    text = _section((out / "benchmarks.md").read_text(), "Fast soft ranks")
+    timed = re.findall(r"^\| \d+ \| (\d+) \| rankops (\w+) ([\w-]+) \| \d+\.\d+ \| \d+\.\d+ \|", text, flags=re.M)
+    assert {(m, h) for _, m, h in timed} == {(m, h) for m in ("permutahedron", "lapsum") for h in ("torch", "jax-jit", "numpy")}, text
+    assert {n for n, _, _ in timed} == {"16", "64"}, text
+    assert len(re.findall(r"^\| (?:permutahedron|lapsum) \| \d+\.\d+ \|$", text, flags=re.M)) == 2, text
+    assert (out / "img" / "fast-time-fwdbwd.png").stat().st_size > 1000 and "](img/fast-time-fwdbwd.png)" in text

@@ -175,3 +175,33 @@ def test_isotonic_gradients_match_central_differences():
     dy, dw = vjp_fn(ct)
     assert_allclose(dy, _central(lambda z: rankops.isotonic_regression(z, weights=w), y, ct), rtol=1e-6, atol=1e-7)
     assert_allclose(dw, _central(lambda z: rankops.isotonic_regression(y, weights=z), w, ct), rtol=1e-6, atol=1e-7)
+
+
+def _rounds_of_run_pooling(y: np.ndarray) -> int:
+    """How many rounds of pooling every maximal decreasing run of blocks a row needs (sequential reference)."""
+    u, starts, r = y.astype(float), np.ones(len(y), bool), 0
+    while np.any(u[:-1] > u[1:]):
+        starts = starts & ~np.concatenate([[False], u[:-1] > u[1:]])
+        ids = np.cumsum(starts) - 1
+        u, r = (np.bincount(ids, u) / np.bincount(ids))[ids], r + 1
+    return r
+
+
+@pytest.mark.parametrize("host", ["numpy", "torch", "jax-jit", "jax-vmap"])
+def test_isotonic_rows_left_unsettled_by_run_pooling_finish_exactly(host):
+    """A row that needs more than log2(n) run-pooling rounds (the merge rounds finish it) next to rows that need none or one."""
+    walk = np.random.default_rng(1530)
+    hard = np.cumsum(walk.choice([-1.0, 1.0], size=32) * walk.exponential(size=32)) + walk.normal(size=32) * 0.1
+    assert _rounds_of_run_pooling(hard) > 5  # the reference's count, so the test keeps its point
+    y = np.stack([hard, np.arange(32.0), np.arange(32.0)[::-1]])
+    ref = np.stack([isotonic_regression(r).x for r in y])
+    if host == "numpy":
+        got = rankops.isotonic_regression(y)
+    elif host == "torch":
+        torch = pytest.importorskip("torch")
+        got = rankops.isotonic_regression(torch.asarray(y)).numpy()
+    else:
+        jax = pytest.importorskip("jax")
+        f = jax.jit(rankops.isotonic_regression) if host == "jax-jit" else jax.vmap(rankops.isotonic_regression)
+        got = np.asarray(f(jax.numpy.asarray(y)))
+    assert_allclose(got, ref, rtol=1e-12, atol=1e-12)

@@ -1,15 +1,16 @@
-r"""Exact isotonic regression as array operations: ``ceil(log2 n)`` rounds of parallel merges.
+r"""Exact isotonic regression as array operations: run pooling, then ``ceil(log2 n)`` rounds of parallel merges.
 
-Pool-adjacent-violators is sequential. Here the row is split into
-segments of 1, 2, 4, ... entries; at every round each pair of neighbouring
-segments, both already solved, is merged. Merging two increasing solutions
-``L`` (left) and ``R`` (right) changes exactly one block: a suffix of ``L``
-and a prefix of ``R`` pool into one value ``v*``, and the merged solution is
-``min(L, v*)`` on the left, ``max(R, v*)`` on the right. ``L_j`` joins the
-pool iff the mean of ``S_j = L[j:] + {R_i < L_j}`` is below ``L_j`` (the
-merged objective's slope at ``v = L_j`` is negative), ``R_i`` iff the mean of
-``{L_j > R_i} + R[:i+1]`` is above ``R_i``. One row-wise ``searchsorted`` per
-side and prefix sums within the segments evaluate every test at once, so a
+Pool-adjacent-violators is sequential. Here, first (least squares), every
+maximal run of strictly decreasing blocks pools at once, for at most
+``ceil(log2 n)`` rounds: most rows settle in one or two (:func:`_pool_runs`).
+Rows left unsettled, and the KL problem, go through merge rounds: the row
+is split into segments of 1, 2, 4, ... entries; at every round each pair of
+neighbouring segments, both already solved, is merged. Merging two
+increasing solutions ``L`` (left) and ``R`` (right) changes exactly one
+block: a suffix of ``L`` and a prefix of ``R`` pool into one value ``v*``,
+and the merged solution is ``min(L, v*)`` on the left, ``max(R, v*)`` on the
+right (:func:`_merge` states the pool tests). One row-wise ``searchsorted``
+per side and sums within the segments evaluate every test at once, so a
 round costs O(n log n) work and a fixed number of array operations, with no
 data-dependent loop (``jax.jit`` and ``vmap`` see a static graph). Sums run
 outward from the segment boundary, so a small pool is never the difference
@@ -27,7 +28,8 @@ Two losses share the rounds, each block taking the value that minimises it:
 The Jacobian is block-wise (Blondel et al. 2020, Lemma 1): for ``"l2"``,
 ``dv_B / dy_i = w_i / W_B``; for ``"kl"``, ``softmax(y_B)_i``. Blocks are
 the runs of equal values of the solution, as in torchsort; their sums are
-segmented scans, O(n log n) work and no n x n anything.
+the adapter's segmented sums (a scatter-add on torch, scans elsewhere): no
+n x n anything.
 """
 
 from __future__ import annotations
@@ -43,7 +45,6 @@ from .._lib._calls import Call, core, hand_written, prepare, same_shape
 from .._lib._compat import index_dtype
 from .._lib._numerics import logaddexp, unbroadcast
 from .._lib._options import Options
-from .._lib._scans import take
 from .._lib._validation import boolean
 
 __all__ = ["fit", "decreasing", "block_starts", "block_sums", "block_first", "regression_core", "bind_regression"]
@@ -140,52 +141,102 @@ KINDS = {"l2": _L2, "kl": _KL}
 def _merge(xp: Any, adapter: Any, kind: Any, v: Any, w: Any, h: int) -> Any:
     """One round: every pair of solved neighbouring segments of length ``h`` merged.
 
-    ``L_j`` pools iff ``sum_(R_i < L_j) w (L_j - R_i) > sum_(L_i > L_j) w (L_i - L_j)``
+    ``L_j`` pools iff ``sum_(R_i < L_j) w (L_j - R_i) > sum_(k > j) w (L_k - L_j)``
     (the merged objective decreases past ``L_j``), ``R_i`` iff the mirror
-    inequality holds. Each side sums only over values strictly beyond the
-    reference, so an entry with nothing to violate compares an exact 0 and
-    never pools on rounding.
+    inequality holds. The right-hand sides need no search: the segments are
+    sorted, and an equal neighbour adds 0. The left-hand side must also be
+    above the empty sum, so an entry with nothing to violate never pools on
+    the rounding of the right-hand side.
     """
     batch, big = v.shape[:-1], v.shape[-1]
     pairs = big // (2 * h)
     dev = array_api_compat.device(v)
     vv = xp.reshape(v, batch + (pairs, 2, h))
-    ww = xp.reshape(w, batch + (pairs, 2, h))
+    a, b = kind.stats(xp, vv, xp.reshape(w, batch + (pairs, 2, h)))
+    # both totals and both halves in one array, so each scan and lookup is one call
+    tot = xp.stack([a, b])
+    edge = xp.full(tot.shape[:-1] + (1,), kind.identity, dtype=v.dtype, device=dev)
+    # pre[k]: the totals of each half's first k entries; suf[j]: of its entries from j on
+    pre = xp.concat([edge, kind.cum(xp, adapter, tot, False)], axis=-1)[..., 1, :]
+    suf = xp.concat([kind.cum(xp, adapter, tot, True), edge], axis=-1)[..., 0, :]
     left, right = vv[..., 0, :], vv[..., 1, :]
-    a_l, b_l = kind.stats(xp, left, ww[..., 0, :])
-    a_r, b_r = kind.stats(xp, right, ww[..., 1, :])
-    edge = xp.full(batch + (pairs, 1), kind.identity, dtype=v.dtype, device=dev)
-    # suf[j]: totals of left[j:] (suf[h]: empty); pre[k]: totals of right[:k]
-    suf = (xp.concat([kind.cum(xp, adapter, a_l, True), edge], axis=-1), xp.concat([kind.cum(xp, adapter, b_l, True), edge], axis=-1))
-    pre = (xp.concat([edge, kind.cum(xp, adapter, a_r, False)], axis=-1), xp.concat([edge, kind.cum(xp, adapter, b_r, False)], axis=-1))
 
-    def at(tot: tuple[Any, Any], i: Any) -> tuple[Any, Any]:
-        return take(xp, tot[0], i), take(xp, tot[1], i)
+    def at(sums: Any, i: Any) -> tuple[Any, Any]:
+        got = adapter.take(xp, sums, xp.broadcast_to(i, (2,) + tuple(i.shape)))
+        return got[0, ...], got[1, ...]
 
-    search = adapter.searchsorted
-    pool_l = kind.below(xp, *at(pre, search(xp, right, left, side="left")), left) > kind.above(
-        xp, *at(suf, search(xp, left, left, side="right")), left
-    )
-    pool_r = kind.above(xp, *at(suf, search(xp, left, right, side="right")), right) > kind.below(
-        xp, *at(pre, search(xp, right, right, side="left")), right
-    )
+    cross_l = kind.below(xp, *at(pre, adapter.searchsorted(xp, right, left, side="left")), left)
+    cross_r = kind.above(xp, *at(suf, adapter.searchsorted(xp, left, right, side="right")), right)
+    pool_l = (cross_l > kind.above(xp, suf[0, ..., 1:], suf[1, ..., 1:], left)) & (cross_l > kind.identity)
+    pool_r = (cross_r > kind.below(xp, pre[0, ..., :h], pre[1, ..., :h], right)) & (cross_r > kind.identity)
     idx = index_dtype(xp, dev)
     start = h - xp.sum(xp.astype(pool_l, idx), axis=-1, keepdims=True)  # the pool: left[start:] + right[:stop]
     stop = xp.sum(xp.astype(pool_r, idx), axis=-1, keepdims=True)
     (sa, sb), (pa, pb) = at(suf, start), at(pre, stop)
     pooled = kind.value(xp, kind.comb(xp, sa, pa), kind.comb(xp, sb, pb), left[..., -1:])
-    pos = xp.arange(h, dtype=idx, device=dev)
     # masks from the pool's ends, so that values and sums agree even where rounding
     # breaks a test's monotonicity (only between values equal up to rounding)
-    left = xp.where(pos >= start, pooled, left)
-    right = xp.where(pos < stop, pooled, right)
-    return xp.reshape(xp.stack([left, right], axis=-2), batch + (big,))
+    pos = xp.reshape(xp.arange(2 * h, dtype=idx, device=dev), (2, h))
+    inside = (pos >= start[..., None]) & (pos < (h + stop)[..., None])
+    return xp.reshape(xp.where(inside, pooled[..., None], vv), batch + (big,))
+
+
+def _pool_runs(xp: Any, adapter: Any, v: Any, w: Any, max_rounds: int) -> tuple[Any, Any]:
+    """Pool every maximal run of strictly decreasing blocks at once, for up to ``max_rounds`` rounds ("l2").
+
+    Adjacent violators end in one block of the solution (the PAV argument),
+    so a whole decreasing run of blocks may pool at once; a row is settled
+    when no block is above its successor. Typical rows settle in 1-3 rounds
+    (soft ranks at the default strength: 1-2), adversarial ones need O(n):
+    those go on to the merge rounds. The result is blocks of means with the
+    same isotonic fit as ``v``. Returns ``(v, settled)``.
+    """
+
+    def drops(u: Any) -> Any:
+        return u[..., :-1] > u[..., 1:]
+
+    def step(weights: Any, state: tuple[Any, Any]) -> tuple[Any, Any]:
+        u, starts = state
+        starts = starts & ~xp.concat([xp.zeros_like(starts[..., :1]), drops(u)], axis=-1)
+        u = adapter.segment_sum(xp, starts, weights * u) / adapter.segment_sum(xp, starts, weights)
+        return u, starts
+
+    def error(weights: Any, state: tuple[Any, Any]) -> Any:
+        return xp.astype(xp.any(drops(state[0]), axis=-1), v.dtype)
+
+    def freeze(xp: Any, done: Any, old: tuple[Any, ...], new: tuple[Any, ...]) -> tuple[Any, ...]:
+        return tuple(xp.where(done[..., None], o, n) for o, n in zip(old, new))
+
+    starts = xp.ones(v.shape, dtype=xp.bool, device=array_api_compat.device(v))
+    (v, _), _, err = adapter.iterate(xp, step, w, (v, starts), error=error, freeze=freeze, max_iter=max_rounds, tol=0.0, check_every=1)
+    return v, ~(err > 0)
+
+
+def _merges(xp: Any, adapter: Any, rules: Any, v: Any, w: Any) -> Any:
+    """All ``ceil(log2 n)`` merge rounds, from one-entry segments to the whole row."""
+    n = v.shape[-1]
+    big = 1 << (n - 1).bit_length()
+    if big > n:
+        # padding at the right: the row's largest value with no weight, which never
+        # pools (a pool's value is at most the row's maximum) and never moves a mean
+        pad_shape = v.shape[:-1] + (big - n,)
+        top = xp.max(v, axis=-1, keepdims=True)
+        v = xp.concat([v, xp.broadcast_to(top, pad_shape)], axis=-1)
+        w = xp.concat([w, xp.full(pad_shape, rules.identity, dtype=v.dtype, device=array_api_compat.device(v))], axis=-1)
+    h = 1
+    while h < big:
+        v = _merge(xp, adapter, rules, v, w, h)
+        h *= 2
+    return v[..., :n] if big > n else v
 
 
 def fit(xp: Any, adapter: Any, y: Any, w: Any, kind: str = "l2") -> Any:
     """The increasing isotonic fit of ``y`` with weights ``w`` along the last axis (see the module docstring).
 
-    ``w`` broadcasts against ``y``; for ``"kl"`` it holds log-weights.
+    ``w`` broadcasts against ``y``; for ``"kl"`` it holds log-weights. For
+    ``"l2"``, rounds that pool whole decreasing runs come first (cheap, and
+    enough for most rows); the merge rounds then finish any row they left
+    unsettled, and are skipped where the host can tell that none is.
     """
     n = y.shape[-1]
     rules = KINDS[kind]
@@ -193,19 +244,10 @@ def fit(xp: Any, adapter: Any, y: Any, w: Any, kind: str = "l2") -> Any:
     v = rules.single(xp, y, w)
     if n == 1:
         return v
-    big = 1 << (n - 1).bit_length()
-    if big > n:
-        # padding at the right: the row's largest value with no weight, which never
-        # pools (a pool's value is at most the row's maximum) and never moves a mean
-        pad_shape = y.shape[:-1] + (big - n,)
-        top = xp.max(v, axis=-1, keepdims=True)
-        v = xp.concat([v, xp.broadcast_to(top, pad_shape)], axis=-1)
-        w = xp.concat([w, xp.full(pad_shape, rules.identity, dtype=y.dtype, device=array_api_compat.device(y))], axis=-1)
-    h = 1
-    while h < big:
-        v = _merge(xp, adapter, rules, v, w, h)
-        h *= 2
-    return v[..., :n] if big > n else v
+    if kind != "l2":
+        return _merges(xp, adapter, rules, v, w)
+    v, settled = _pool_runs(xp, adapter, v, w, (n - 1).bit_length())
+    return adapter.unless(xp, xp.all(settled), lambda u: _merges(xp, adapter, rules, u, w), v)
 
 
 def decreasing(xp: Any, adapter: Any, y: Any, w: Any, kind: str = "l2") -> Any:
@@ -227,17 +269,13 @@ def singletons(xp: Any, v: Any) -> Any:
 
 
 def block_sums(xp: Any, adapter: Any, starts: Any, g: Any) -> Any:
-    """Each entry's block total of ``g``: a segmented scan from each side (no cancellation between blocks)."""
-    one, zero = xp.ones_like(g), xp.zeros_like(g)
-    ends = xp.concat([starts[..., 1:], xp.ones_like(starts[..., :1])], axis=-1)
-    forward = adapter.linear_scan(xp, xp.where(starts, zero, one), g)
-    backward = adapter.linear_scan(xp, xp.where(ends, zero, one), g, reverse=True)
-    return forward + backward - g
+    """Each entry's block total of ``g`` (the adapter's segmented sum: no cancellation between blocks)."""
+    return adapter.segment_sum(xp, starts, g)
 
 
 def block_first(xp: Any, adapter: Any, starts: Any, g: Any) -> Any:
-    """Each entry's block's first value of ``g`` (carried forward exactly: ``1 * h + 0``)."""
-    return adapter.linear_scan(xp, xp.where(starts, xp.zeros_like(g), xp.ones_like(g)), xp.where(starts, g, xp.zeros_like(g)))
+    """Each entry's block's first value of ``g``."""
+    return adapter.segment_first(xp, starts, g)
 
 
 # -- rankops.isotonic_regression ----------------------------------------------------------------

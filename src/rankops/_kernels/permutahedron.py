@@ -40,7 +40,6 @@ import array_api_compat
 from .._lib._adapters import get_adapter
 from .._lib._calls import Call, core, hand_written, prepare, same_shape
 from .._lib._options import Options, option
-from .._lib._scans import take
 from .._lib._validation import boolean, choice, positive_scalar, python_number
 from . import isotonic
 
@@ -75,8 +74,8 @@ class _Projection:
         else:
             z = x if self.descending else -x
         order = xp.argsort(z, axis=-1, descending=True, stable=True)
-        inverse = xp.argsort(order, axis=-1)
-        s = take(xp, z, order)
+        inverse = adapter.invert_permutation(xp, order)
+        s = adapter.take(xp, z, order)
         # On a one-entry block the projection is the hard value; it is returned as such, since
         # s - iso(s - rho) cancels to 0 for entries of 1e30 and rho/eps - iso(rho/eps - s)
         # loses s under rho/eps in float32. Pooled entries take the direct form, which
@@ -89,7 +88,7 @@ class _Projection:
                 sol = isotonic.decreasing(xp, adapter, s, xp.log(rho), "kl")
                 direct = xp.exp(s - sol)
             value = xp.where(isotonic.singletons(xp, sol), rho, direct)
-            value = take(xp, value, inverse)
+            value = adapter.take(xp, value, inverse)
         else:
             w = rho / self.strength
             y = w - s  # both fits hold w - s on one-entry blocks
@@ -113,13 +112,13 @@ class _Projection:
         starts = isotonic.block_starts(xp, sol)
         if self.output == "rank":
             g = ct * value if self.regularization == "kl" else ct  # through exp(s - sol)
-            g = take(xp, g, order)
+            g = adapter.take(xp, g, order)
             g = g - _block_weights(xp, adapter, starts, s, self.regularization) * isotonic.block_sums(xp, adapter, starts, g)
             sign = -1.0 if self.descending else 1.0
-            return (take(xp, g, inverse) * (sign / self.strength),)
+            return (adapter.take(xp, g, inverse) * (sign / self.strength),)
         # sort: d value / d s = block weights (mean for l2, softmax of s for kl), and s = sort(-+x) undoes the sign
         g = _block_weights(xp, adapter, starts, s, self.regularization) * isotonic.block_sums(xp, adapter, starts, ct)
-        return (take(xp, g, inverse),)
+        return (adapter.take(xp, g, inverse),)
 
 
 def _block_weights(xp: Any, adapter: Any, starts: Any, s: Any, regularization: str) -> Any:

@@ -18,26 +18,59 @@ import array_api_compat
 from ._compat import index_dtype
 from ._numerics import logaddexp
 
-__all__ = ["linear_scan", "cumlogsumexp", "searchsorted", "take"]
+__all__ = ["linear_scan", "cumlogsumexp", "searchsorted", "take", "segment_sum", "segment_first"]
 
 
-def _shift(xp: Any, a: Any, d: int, fill: float) -> Any:
-    """``a`` moved ``d`` places right along the last axis, ``fill`` entering at the left."""
-    pad = xp.full(a.shape[:-1] + (d,), fill, dtype=a.dtype, device=array_api_compat.device(a))
-    return xp.concat([pad, a[..., : a.shape[-1] - d]], axis=-1)
+def _doubling(xp: Any, pairs: tuple[Any, ...], combine: Callable[..., tuple[Any, ...]], reverse: bool) -> tuple[Any, ...]:
+    """Inclusive scan of an associative ``combine(earlier, later)`` by doubling.
 
-
-def _doubling(xp: Any, pairs: tuple[Any, ...], combine: Callable[..., tuple[Any, ...]], fills: tuple[float, ...], reverse: bool) -> tuple[Any, ...]:
-    """Inclusive scan of an associative ``combine(earlier, later)`` by doubling."""
+    At step ``d`` the first ``d`` entries are final already; only the rest
+    combine, each with the entry ``d`` places before it.
+    """
     if reverse:
         pairs = tuple(xp.flip(p, axis=-1) for p in pairs)
     n = pairs[0].shape[-1]
     d = 1
     while d < n:
-        earlier = tuple(_shift(xp, p, d, f) for p, f in zip(pairs, fills))
-        pairs = combine(earlier, pairs)
+        tails = combine(tuple(p[..., : n - d] for p in pairs), tuple(p[..., d:] for p in pairs))
+        pairs = tuple(xp.concat([p[..., :d], t], axis=-1) for p, t in zip(pairs, tails))
         d *= 2
     return tuple(xp.flip(p, axis=-1) for p in pairs) if reverse else pairs
+
+
+# Rows longer than this are scanned in chunks of _CHUNK entries: the same ceil(log2 n)
+# steps, but each step of the outer scan runs over n / _CHUNK entries, not n.
+_CHUNK = 32
+_CHUNKED_FROM = 2048
+
+
+def _affine(xp: Any, a: Any, b: Any) -> tuple[Any, Any]:
+    """The doubling scan of ``h_i = a_i h_(i-1) + b_i``: ``(prod a_0..a_i, h_i)`` for every i."""
+
+    def combine(earlier: tuple[Any, ...], later: tuple[Any, ...]) -> tuple[Any, ...]:
+        (a1, b1), (a2, b2) = earlier, later
+        return a1 * a2, b2 + a2 * b1
+
+    return _doubling(xp, (a, b), combine, False)
+
+
+def _chunked(xp: Any, a: Any, b: Any) -> Any:
+    n = a.shape[-1]
+    if n < _CHUNKED_FROM:
+        return _affine(xp, a, b)[1]
+    m = -(-n // _CHUNK)
+    if m * _CHUNK > n:  # padding at the end (a = 1, b = 0) changes no earlier entry
+        pad = a.shape[:-1] + (m * _CHUNK - n,)
+        dev = array_api_compat.device(a)
+        a = xp.concat([a, xp.ones(pad, dtype=a.dtype, device=dev)], axis=-1)
+        b = xp.concat([b, xp.zeros(pad, dtype=b.dtype, device=dev)], axis=-1)
+    shape = a.shape[:-1] + (m, _CHUNK)
+    prod, h = _affine(xp, xp.reshape(a, shape), xp.reshape(b, shape))
+    # what enters each chunk from the ones before it: the scan of the chunks' end values
+    ends = _chunked(xp, prod[..., -1], h[..., -1])
+    enter = xp.concat([xp.zeros_like(ends[..., :1]), ends[..., :-1]], axis=-1)
+    h = h + prod * enter[..., None]
+    return xp.reshape(h, a.shape)[..., :n]
 
 
 def linear_scan(xp: Any, a: Any, b: Any, *, reverse: bool = False) -> Any:
@@ -46,14 +79,13 @@ def linear_scan(xp: Any, a: Any, b: Any, *, reverse: bool = False) -> Any:
     With ``0 <= a_i <= 1`` every partial product stays in [0, 1], so the
     scan neither overflows nor cancels: sums of ``exp`` of sorted data are
     written this way (``a_i = exp(-(x_i - x_(i-1)) / alpha)``), and a
-    segmented sum is ``a_i = 0`` at each segment start, 1 elsewhere.
+    segmented sum is ``a_i = 0`` at each segment start, 1 elsewhere. Long
+    rows run as a scan within chunks, then one over the chunks' ends
+    (O(n) work instead of O(n log n), in as many steps).
     """
-
-    def combine(earlier: tuple[Any, ...], later: tuple[Any, ...]) -> tuple[Any, ...]:
-        (a1, b1), (a2, b2) = earlier, later
-        return a1 * a2, b2 + a2 * b1
-
-    return _doubling(xp, (a, b), combine, (1.0, 0.0), reverse)[1]
+    if reverse:
+        return xp.flip(_chunked(xp, xp.flip(a, axis=-1), xp.flip(b, axis=-1)), axis=-1)
+    return _chunked(xp, a, b)
 
 
 def cumlogsumexp(xp: Any, z: Any, *, reverse: bool = False) -> Any:
@@ -62,7 +94,7 @@ def cumlogsumexp(xp: Any, z: Any, *, reverse: bool = False) -> Any:
     def combine(earlier: tuple[Any, ...], later: tuple[Any, ...]) -> tuple[Any, ...]:
         return (logaddexp(xp, earlier[0], later[0]),)
 
-    return _doubling(xp, (z,), combine, (-float("inf"),), reverse)[0]
+    return _doubling(xp, (z,), combine, reverse)[0]
 
 
 def take(xp: Any, a: Any, index: Any) -> Any:
@@ -90,3 +122,22 @@ def searchsorted(xp: Any, sorted_seq: Any, values: Any, *, side: str = "left") -
         lo = xp.where(active & right, mid + 1, lo)
         hi = xp.where(active & ~right, mid, hi)
     return lo
+
+
+def segment_sum(xp: Any, starts: Any, g: Any) -> Any:
+    """Each entry's segment total of ``g``; segments are runs that begin where ``starts`` is True.
+
+    A segmented scan to each segment's end, carried back unchanged: every
+    entry of a segment gets the bit-identical total, and no total is the
+    difference of two long prefix sums.
+    """
+    zero = xp.zeros_like(g)
+    ends = xp.concat([starts[..., 1:], xp.ones_like(starts[..., :1])], axis=-1)
+    running = linear_scan(xp, xp.where(starts, zero, xp.ones_like(g)), g)
+    return linear_scan(xp, xp.where(ends, zero, xp.ones_like(g)), xp.where(ends, running, zero), reverse=True)
+
+
+def segment_first(xp: Any, starts: Any, g: Any) -> Any:
+    """Each entry's segment's first value of ``g`` (carried forward exactly: ``1 * h + 0``)."""
+    zero = xp.zeros_like(g)
+    return linear_scan(xp, xp.where(starts, zero, xp.ones_like(g)), xp.where(starts, g, zero))

@@ -3,11 +3,13 @@
 An adapter supplies, for one kind of array, what the array API standard
 lacks or leaves to each framework:
 
-- numerics: fused ``softmax`` / ``logsumexp``, ``stop_gradient``, row-wise scans
-  and ``searchsorted`` (:mod:`.._scans`), Gumbel noise
+- numerics: fused ``softmax`` / ``logsumexp``, ``stop_gradient``, row-wise scans,
+  segmented sums, ``searchsorted``, gathers and permutation inverses
+  (:mod:`.._scans`; scatters where the host has them), Gumbel noise
   from the framework's own generator, whether values can be read now;
-- loops: ``iterate`` (the Sinkhorn / CG fixed-point driver) and
-  ``scan_blocks`` (SoftSort / NeuralSort row blocks);
+- loops: ``iterate`` (the Sinkhorn / CG fixed-point driver, also isotonic
+  run pooling), ``scan_blocks`` (SoftSort / NeuralSort row blocks) and
+  ``unless`` (work skipped when the host can tell it is not needed);
 - autodiff: ``custom_vjp`` registers a hand-written backward with the host's
   reverse mode, ``autodiff_vjp`` is ``rankops.vjp`` through it;
 - execution: ``run`` and ``rule_vjp`` apply an operator's core to a
@@ -67,6 +69,20 @@ class Generic:
     def searchsorted(self, xp: Any, sorted_seq: Any, values: Any, *, side: str = "left") -> Any:
         return _scans.searchsorted(xp, sorted_seq, values, side=side)
 
+    def take(self, xp: Any, a: Any, index: Any) -> Any:
+        """``a[..., index]`` row by row (``index`` has ``a``'s batch shape)."""
+        return _scans.take(xp, a, index)
+
+    def invert_permutation(self, xp: Any, order: Any) -> Any:
+        """The inverse of each row's permutation ``order`` (a sort here; a scatter where the host has one)."""
+        return xp.argsort(order, axis=-1)
+
+    def segment_sum(self, xp: Any, starts: Any, g: Any) -> Any:
+        return _scans.segment_sum(xp, starts, g)
+
+    def segment_first(self, xp: Any, starts: Any, g: Any) -> Any:
+        return _scans.segment_first(xp, starts, g)
+
     def is_concrete(self, x: Any) -> bool:
         """Whether ``x`` holds values that may be read now."""
         return not self.lazy
@@ -90,6 +106,17 @@ class Generic:
 
     def scan_blocks(self, xp: Any, body: Any, carry: Any, xs: tuple[Any, ...], block: int) -> Any:
         return _loops.scan_blocks(xp, body, carry, xs, block)
+
+    def unless(self, xp: Any, skip: Any, fn: Callable[[Any], Any], operand: Any) -> Any:
+        """``fn(operand)``, or ``operand`` when the 0-d boolean ``skip`` is True.
+
+        ``fn`` must return ``operand`` unchanged wherever it could have been
+        skipped: the flag only saves work, so a host that cannot read it yet
+        (lazy arrays, traced code) may run ``fn`` anyway.
+        """
+        if self.is_concrete(skip) and bool(skip):
+            return operand
+        return fn(operand)
 
     # -- autodiff ----------------------------------------------------------------------------
 

@@ -55,6 +55,16 @@ class Jax(Generic):
         idx = jax.vmap(functools.partial(jnp.searchsorted, side=side))(flat_seq, flat_val)
         return jnp.reshape(idx, batch + (values.shape[-1],))
 
+    def take(self, xp: Any, a: Any, index: Any) -> Any:
+        # indices are in range by construction: no clamping or wrapping in the gather
+        return jnp.take_along_axis(a, index, axis=-1, mode="promise_in_bounds")
+
+    def invert_permutation(self, xp: Any, order: Any) -> Any:
+        n = order.shape[-1]
+        flat = jnp.reshape(order, (-1, n))
+        inv = jax.vmap(lambda o: jnp.zeros_like(o).at[o].set(jnp.arange(n, dtype=o.dtype), unique_indices=True))(flat)
+        return jnp.reshape(inv, order.shape)
+
     def is_concrete(self, x: Any) -> bool:
         """False for tracers (``jit``, ``grad``, ``vmap``): their values do not exist yet."""
         return not isinstance(x, jax.core.Tracer)
@@ -161,6 +171,10 @@ class Jax(Generic):
         loop.defvjp(loop_fwd, loop_bwd)
         return loop(operands, state)
 
+
+    def unless(self, xp: Any, skip: Any, fn: Any, operand: Any) -> Any:
+        """``lax.cond``: under ``jit`` the skipped branch costs nothing (under ``vmap`` both run)."""
+        return jax.lax.cond(skip, lambda o: o, fn, operand)
 
     def scan_blocks(self, xp: Any, body: Any, carry: Any, xs: tuple[Any, ...], block: int) -> Any:
         """:func:`rankops._lib._loops.scan_blocks` as one ``lax.scan`` over the whole blocks, then the remainder.

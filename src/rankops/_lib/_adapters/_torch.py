@@ -66,6 +66,24 @@ class Torch(Generic):
     def searchsorted(self, xp: Any, sorted_seq: Any, values: Any, *, side: str = "left") -> Any:
         return torch.searchsorted(sorted_seq.contiguous(), values.contiguous(), right=side == "right")
 
+    def take(self, xp: Any, a: Any, index: Any) -> Any:
+        # take_along_dim wraps negative indices (a remainder per call); these never are negative
+        return torch.gather(a, -1, index)
+
+    def invert_permutation(self, xp: Any, order: Any) -> Any:
+        ranks = torch.arange(order.shape[-1], device=order.device).expand_as(order)
+        return torch.empty_like(order).scatter_(-1, order, ranks)
+
+    def segment_sum(self, xp: Any, starts: Any, g: Any) -> Any:
+        # each segment summed in index order into its own slot: no cancellation between segments
+        ids = torch.cumsum(starts, dim=-1) - 1
+        return torch.zeros_like(g).scatter_add(-1, ids, g).gather(-1, ids)
+
+    def segment_first(self, xp: Any, starts: Any, g: Any) -> Any:
+        pos = torch.arange(g.shape[-1], device=g.device)
+        first = torch.cummax(torch.where(starts, pos, torch.zeros_like(pos)), dim=-1).values
+        return torch.gather(g, -1, first)
+
     def is_concrete(self, x: Any) -> bool:
         """False inside ``torch.compile`` and ``torch.func`` transforms, where reading a value is not allowed."""
         return not torch.compiler.is_compiling() and not torch._C._functorch.is_functorch_wrapped_tensor(x)
