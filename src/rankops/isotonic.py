@@ -19,9 +19,11 @@ def isotonic_regression(y: Any, /, *, weights: Any = None, increasing: bool = Tr
     the same solution as ``scipy.optimize.isotonic_regression(y,
     weights=weights, increasing=increasing).x``, for every backend and batch.
     The solution is piecewise constant, each block holding its weighted mean
-    (Barlow et al. 1972); it is computed exactly in ``ceil(log2 n)`` rounds of
-    parallel merges (array operations only: no Python loop over the data, so
-    ``jax.jit`` and ``vmap`` apply).
+    (Barlow et al. 1972); it is computed exactly with array operations only:
+    rounds that pool every decreasing run of blocks at once (most rows settle
+    in one or two), then, for rows still unsettled after ``ceil(log2 n)`` of
+    them, ``ceil(log2 n)`` rounds of parallel merges. No Python loop over the
+    data, so ``jax.jit`` and ``vmap`` apply (see docs/fast-methods.md).
 
     Parameters
     ----------
