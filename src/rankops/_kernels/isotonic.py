@@ -43,6 +43,7 @@ import array_api_compat
 from .._lib._adapters import get_adapter
 from .._lib._calls import Call, core, hand_written, prepare, same_shape
 from .._lib._compat import index_dtype
+from .._lib._loops import freeze_rows
 from .._lib._numerics import logaddexp, unbroadcast
 from .._lib._options import Options
 from .._lib._validation import boolean
@@ -204,11 +205,8 @@ def _pool_runs(xp: Any, adapter: Any, v: Any, w: Any, max_rounds: int) -> tuple[
     def error(weights: Any, state: tuple[Any, Any]) -> Any:
         return xp.astype(xp.any(drops(state[0]), axis=-1), v.dtype)
 
-    def freeze(xp: Any, done: Any, old: tuple[Any, ...], new: tuple[Any, ...]) -> tuple[Any, ...]:
-        return tuple(xp.where(done[..., None], o, n) for o, n in zip(old, new))
-
     starts = xp.ones(v.shape, dtype=xp.bool, device=array_api_compat.device(v))
-    (v, _), _, err = adapter.iterate(xp, step, w, (v, starts), error=error, freeze=freeze, max_iter=max_rounds, tol=0.0, check_every=1)
+    (v, _), _, err = adapter.iterate(xp, step, w, (v, starts), error=error, freeze=freeze_rows, max_iter=max_rounds, tol=0.0, check_every=1)
     return v, ~(err > 0)
 
 

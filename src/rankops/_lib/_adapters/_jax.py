@@ -171,7 +171,6 @@ class Jax(Generic):
         loop.defvjp(loop_fwd, loop_bwd)
         return loop(operands, state)
 
-
     def unless(self, xp: Any, skip: Any, fn: Any, operand: Any) -> Any:
         """``lax.cond``: under ``jit`` the skipped branch costs nothing (under ``vmap`` both run)."""
         return jax.lax.cond(skip, lambda o: o, fn, operand)
