@@ -3,18 +3,25 @@
 Prints three tables:
 
 1. time (median of interleaved repeats, ms) of soft_rank forward and
-   forward+backward, B rows of n, float32: rankops ``permutahedron`` and
-   ``lapsum`` on torch (CPU), JAX (``jax.jit``) and NumPy (``rankops.vjp``),
+   forward+backward, float32, B = 20 rows of n and one row at n = 10^5 and
+   10^6: rankops ``permutahedron`` and ``lapsum`` on torch (CPU), JAX
+   (``jax.jit``) and NumPy (``rankops.vjp``),
    next to ``torchsort.soft_rank`` (when installed) measured in the same run,
    with the ratio rankops / torchsort;
 2. peak memory of one torch forward+backward at B = 1, n = 10^6, each
    contender in a fresh process: the resident set polled while the call
    runs, minus the resident set just before it (input and gradient
    included: 8 MB at n = 10^6);
-3. all five methods at B = 20, n = 1000 on torch: forward+backward time and
-   the distance to the hard ranks at default settings (max |soft - rankdata|).
+3. all five methods at B = 20, n = 1000 on torch: forward+backward time, peak
+   memory (as in 2.) and the distance to the hard ranks at default settings
+   (max |soft - rankdata|).
 
-Usage: python -m benchmarks.fast [--sizes 100 1000 10000 100000] [--batch 20] [--repeats 7] [--big 1000000] [--quick]
+torchpsort, SoftTorch (torch) and SoftJAX (jax.jit) join tables 1 and 2 when
+installed, at the settings that equal strength 1, l2 (their values agree with
+rankops' to float32 rounding).
+
+Usage: python -m benchmarks.fast [--sizes 100 1000 10000 100000] [--batch 20] [--single 100000 1000000]
+                                 [--repeats 7] [--big 1000000] [--quick]
 """
 
 from __future__ import annotations
@@ -83,14 +90,64 @@ def _contenders(x: np.ndarray) -> dict[str, tuple[Callable[[], Any], Callable[[]
             return leaf.grad
 
         out["torchsort (C++)"] = (ts_fwd, ts_bwd)
+    out.update(_pure_peers(x, xt, ctt, xj, ctj))
     return out
 
 
-def time_table(sizes: list[int], batch: int, repeats: int, series: dict[str, dict[int, float]] | None = None) -> list[str]:
-    """The time table's rows; ``series`` (when given) receives contender -> {n: fwd+bwd ms} for the plot."""
+# SoftTorch / SoftJAX project z / softness onto the permutahedron of rho / (n - 1)
+# and scale back by n - 1; the l2 projection is positively homogeneous, so
+# softness = strength (n - 1) is torchsort's (and rankops') strength.
+def _soft_kwargs(n: int) -> dict[str, Any]:
+    return {"softness": float(max(n - 1, 1)), "mode": "c0", "method": "fast_soft_sort", "descending": False, "standardize": False}
+
+
+def _pure_peers(x: np.ndarray, xt: Any, ctt: Any, xj: Any, ctj: Any) -> dict[str, tuple[Callable[[], Any], Callable[[], Any]]]:
+    """torchpsort and SoftTorch (torch) and SoftJAX (jax.jit), l2 at strength 1, when installed.
+
+    They declare Python >= 3.12 but run on 3.11: docs/benchmarks.md says how
+    to install them (``pip install --ignore-requires-python``).
+    """
+    import torch
+
+    n = x.shape[-1]
+    fns: dict[str, Callable[[Any], Any]] = {}
+    if importlib.util.find_spec("torchpsort") is not None:
+        import torchpsort
+
+        fns["torchpsort (numba PAV)"] = lambda v: torchpsort.soft_rank(v, tau=1.0, reg="l2")
+    if importlib.util.find_spec("softtorch") is not None:
+        import softtorch
+
+        fns["SoftTorch fast_soft_sort"] = lambda v: softtorch.rank(v, dim=-1, **_soft_kwargs(n))
+    out: dict[str, tuple[Callable[[], Any], Callable[[], Any]]] = {}
+    for name, f in fns.items():
+        def fwd(f: Callable[[Any], Any] = f) -> Any:
+            with torch.no_grad():
+                return f(xt)
+
+        def bwd(f: Callable[[Any], Any] = f) -> Any:
+            leaf = xt.detach().requires_grad_(True)
+            f(leaf).backward(ctt)
+            return leaf.grad
+
+        out[name] = (fwd, bwd)
+    # SoftJAX's PAV is a sequential lax.fori_loop: 9.7 s per call at n = 10^5 (measured once), so it stops at 10^4
+    if importlib.util.find_spec("softjax") is not None and n <= 10_000:
+        import jax
+        import jax.numpy as jnp
+        import softjax
+
+        sj = jax.jit(lambda v: softjax.rank(v, axis=-1, **_soft_kwargs(n)))
+        sjb = jax.jit(jax.grad(lambda v: jnp.sum(softjax.rank(v, axis=-1, **_soft_kwargs(n)) * ctj)))
+        out["SoftJAX fast_soft_sort jax-jit"] = (lambda: sj(xj).block_until_ready(), lambda: sjb(xj).block_until_ready())
+    return out
+
+
+def time_table(shapes: list[tuple[int, int]], repeats: int, series: dict[str, dict[int, float]] | None = None) -> list[str]:
+    """The time table's rows, one block per (B, n); ``series`` (when given) receives contender -> {n: fwd+bwd ms} of the largest B, for the plot."""
     rows = ["| B | n | contender | forward ms | fwd+bwd ms | fwd+bwd / torchsort |", "|---|---|---|---|---|---|"]
-    for n in sizes:
-        b = batch if n < 100_000 else 1
+    top = max(b for b, _ in shapes)
+    for b, n in shapes:
         x = np.random.default_rng(0).normal(size=(b, n)).astype(np.float32)
         cont = _contenders(x)
         if n > 10_000:  # NumPy's portable scans are O(n log n) Python-level steps: skip the big ones
@@ -101,7 +158,7 @@ def time_table(sizes: list[int], batch: int, repeats: int, series: dict[str, dic
         for k in cont:
             ratio = f"{both[k] / ref:.2f}" if ref else "-"
             rows.append(f"| {b} | {n} | {k} | {fwd[k]:.2f} | {both[k]:.2f} | {ratio} |")
-            if series is not None:
+            if series is not None and b == top:
                 series.setdefault(k, {})[n] = both[k]
     return rows
 
@@ -118,7 +175,7 @@ def plot(path: str, series: dict[str, dict[int, float]], batch: int) -> None:
         ns = sorted(by_n)
         ax.plot(ns, [by_n[n] for n in ns], marker="o", label=name, linestyle="--" if "torchsort" in name else "-")
     ax.set(xscale="log", yscale="log", xlabel="n", ylabel="forward+backward (ms)",
-           title=f"soft_rank, float32 CPU, B = {batch} (B = 1 from n = 10^5)")
+           title=f"soft_rank, float32 CPU, B = {batch}")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -128,20 +185,25 @@ def plot(path: str, series: dict[str, dict[int, float]], batch: int) -> None:
 
 _MEMORY_CHILD = r"""
 import gc, json, os, sys, threading, time, numpy as np, torch
-name, n = sys.argv[1], int(sys.argv[2])
+name, b, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 page = os.sysconf("SC_PAGE_SIZE")
 
 def rss():
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * page
 
-x = torch.from_numpy(np.random.default_rng(0).normal(size=(1, n)).astype(np.float32))
+x = torch.from_numpy(np.random.default_rng(0).normal(size=(b, n)).astype(np.float32))
 ct = torch.ones_like(x)
+soft = dict(softness=float(max(n - 1, 1)), mode="c0", method="fast_soft_sort", descending=False, standardize=False)
 if name == "torchsort":
     import torchsort; f = lambda v: torchsort.soft_rank(v)
+elif name == "torchpsort":
+    import torchpsort; f = lambda v: torchpsort.soft_rank(v, tau=1.0, reg="l2")
+elif name == "SoftTorch":
+    import softtorch; f = lambda v: softtorch.rank(v, dim=-1, **soft)
 else:
     import rankops; f = lambda v: rankops.soft_rank(v, method=name)
-f(x[:, :1000].detach().requires_grad_(True)).backward(ct[:, :1000])  # imports and first-call setup
+f(x[:1, :100].detach().requires_grad_(True)).backward(ct[:1, :100])  # imports and first-call setup
 gc.collect()
 base, peak, stop = rss(), [0], threading.Event()
 
@@ -159,12 +221,20 @@ print(json.dumps((peak[0] - base) / 2**30))
 """
 
 
+_PEERS = {"torchsort": "torchsort", "torchpsort": "torchpsort", "SoftTorch": "softtorch"}
+
+
+def _peak_gib(name: str, batch: int, n: int) -> float:
+    """Peak resident-set growth (GiB) of one torch forward+backward of ``name``, in a fresh process."""
+    out = subprocess.run([sys.executable, "-c", _MEMORY_CHILD, name, str(batch), str(n)], capture_output=True, text=True, check=True)
+    return float(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
 def memory_table(n: int) -> list[str]:
     rows = [f"| contender (torch, B = 1, n = {n}) | peak resident-set growth, fwd+bwd (GiB) |", "|---|---|"]
-    names = list(METHODS) + (["torchsort"] if importlib.util.find_spec("torchsort") else [])
+    names = list(METHODS) + [k for k, mod in _PEERS.items() if importlib.util.find_spec(mod) is not None]
     for name in names:
-        out = subprocess.run([sys.executable, "-c", _MEMORY_CHILD, name, str(n)], capture_output=True, text=True, check=True)
-        rows.append(f"| {name} | {json.loads(out.stdout.strip().splitlines()[-1]):.3f} |")
+        rows.append(f"| {name} | {_peak_gib(name, 1, n):.3f} |")
     return rows
 
 
@@ -186,11 +256,12 @@ def methods_table(batch: int, n: int, repeats: int) -> list[str]:
 
         fns[m] = bwd
     times = _median_ms(fns, max(1, repeats // 2))
-    rows = [f"| method (torch, B = {batch}, n = {n}, defaults) | fwd+bwd ms | max abs(soft - rankdata) |", "|---|---|---|"]
+    rows = [f"| method (torch, B = {batch}, n = {n}, defaults) | fwd+bwd ms | peak memory, fwd+bwd (MiB) | max abs(soft - rankdata) |",
+            "|---|---|---|---|"]
     for m in fns:
         with torch.no_grad():
             gap = float(np.abs(rankops.soft_rank(xt, method=m).numpy() - hard).max())
-        rows.append(f"| {m} | {times[m]:.1f} | {gap:.3g} |")
+        rows.append(f"| {m} | {times[m]:.1f} | {1024 * _peak_gib(m, batch, n):.1f} | {gap:.3g} |")
     return rows
 
 
@@ -198,15 +269,17 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", type=int, nargs="+", default=[100, 1000, 10_000, 100_000])
     ap.add_argument("--batch", type=int, default=20)
+    ap.add_argument("--single", type=int, nargs="*", default=[100_000, 1_000_000], help="sizes also timed with B = 1")
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--big", type=int, default=1_000_000)
     ap.add_argument("--quick", action="store_true", help="tiny sizes, one repeat: checks that every contender runs")
     ap.add_argument("--plot", help="also save the time plot (PNG) here")
     args = ap.parse_args(argv)
     if args.quick:
-        args.sizes, args.batch, args.repeats, args.big = [16, 64], 2, 1, 4096
+        args.sizes, args.batch, args.repeats, args.big, args.single = [16, 64], 2, 1, 4096, [128]
     series: dict[str, dict[int, float]] = {}
-    print("\n".join(time_table(args.sizes, args.batch, args.repeats, series)))
+    shapes = [(args.batch, n) for n in args.sizes] + [(1, n) for n in args.single]
+    print("\n".join(time_table(shapes, args.repeats, series)))
     print()
     print("\n".join(memory_table(args.big)))
     print()

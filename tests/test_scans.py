@@ -66,6 +66,10 @@ def test_segment_sums_and_firsts(host):
             assert len(set(sums[row, lo:hi].tolist())) == 1  # bit-identical across the segment
             assert_allclose(sums[row, lo], np.sum(g[row, lo:hi]), rtol=1e-12, atol=1e-12)
             assert_array_equal(firsts[row, lo:hi], g[row, lo])
+    # stacked operands share the starts (broadcast): each slice equals its own segmented sum
+    stacked = back(adapter.segment_sum(xp, to(starts), to(np.stack([g, -3.0 * g]))))
+    assert_array_equal(stacked[0], sums)
+    assert_allclose(stacked[1], -3.0 * sums, rtol=1e-12, atol=1e-9)
 
 
 @pytest.mark.parametrize("host", HOSTS)

@@ -194,19 +194,23 @@ def _pool_runs(xp: Any, adapter: Any, v: Any, w: Any, max_rounds: int) -> tuple[
     """
 
     def drops(u: Any) -> Any:
-        return u[..., :-1] > u[..., 1:]
+        # True before each block that is above its successor, False at the row's end
+        return xp.concat([u[..., :-1] > u[..., 1:], xp.zeros_like(u[..., :1], dtype=xp.bool)], axis=-1)
 
-    def step(weights: Any, state: tuple[Any, Any]) -> tuple[Any, Any]:
-        u, starts = state
-        starts = starts & ~xp.concat([xp.zeros_like(starts[..., :1]), drops(u)], axis=-1)
-        u = adapter.segment_sum(xp, starts, weights * u) / adapter.segment_sum(xp, starts, weights)
-        return u, starts
+    def step(weights: Any, state: tuple[Any, Any, Any]) -> tuple[Any, Any, Any]:
+        u, starts, down = state
+        # a block that follows a drop joins its predecessor's run
+        starts = starts & ~xp.concat([xp.zeros_like(starts[..., :1]), down[..., :-1]], axis=-1)
+        # both totals in one segmented sum (one scatter on torch)
+        tot = adapter.segment_sum(xp, starts, xp.stack([weights * u, xp.broadcast_to(weights, u.shape)]))
+        u = tot[0, ...] / tot[1, ...]
+        return u, starts, drops(u)
 
-    def error(weights: Any, state: tuple[Any, Any]) -> Any:
-        return xp.astype(xp.any(drops(state[0]), axis=-1), v.dtype)
+    def error(weights: Any, state: tuple[Any, Any, Any]) -> Any:
+        return xp.astype(xp.any(state[2], axis=-1), v.dtype)
 
     starts = xp.ones(v.shape, dtype=xp.bool, device=array_api_compat.device(v))
-    (v, _), _, err = adapter.iterate(xp, step, w, (v, starts), error=error, freeze=freeze_rows, max_iter=max_rounds, tol=0.0, check_every=1)
+    (v, _, _), _, err = adapter.iterate(xp, step, w, (v, starts, drops(v)), error=error, freeze=freeze_rows, max_iter=max_rounds, tol=0.0, check_every=1)
     return v, ~(err > 0)
 
 
@@ -260,9 +264,8 @@ def block_starts(xp: Any, v: Any) -> Any:
     return xp.concat([first, v[..., 1:] != v[..., :-1]], axis=-1)
 
 
-def singletons(xp: Any, v: Any) -> Any:
-    """True on the entries that form a block alone."""
-    starts = block_starts(xp, v)
+def singletons(xp: Any, starts: Any) -> Any:
+    """True on the entries that form a block alone, from the blocks' ``starts``."""
     return starts & xp.concat([starts[..., 1:], xp.ones_like(starts[..., :1])], axis=-1)
 
 

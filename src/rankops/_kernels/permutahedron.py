@@ -80,54 +80,51 @@ class _Projection:
         # s - iso(s - rho) cancels to 0 for entries of 1e30 and rho/eps - iso(rho/eps - s)
         # loses s under rho/eps in float32. Pooled entries take the direct form, which
         # gives tied entries bit-equal ranks.
-        if self.output == "rank":
-            if self.regularization == "l2":
-                sol = isotonic.decreasing(xp, adapter, s - rho, xp.ones_like(s))
-                direct = s - sol
-            else:
-                sol = isotonic.decreasing(xp, adapter, s, xp.log(rho), "kl")
-                direct = xp.exp(s - sol)
-            value = xp.where(isotonic.singletons(xp, sol), rho, direct)
-            value = adapter.take(xp, value, inverse)
-        else:
+        if self.output == "sort":
             w = rho / self.strength
             y = w - s  # both fits hold w - s on one-entry blocks
-            if self.regularization == "l2":
-                sol = isotonic.decreasing(xp, adapter, y, xp.ones_like(s))
-            else:
-                sol = isotonic.decreasing(xp, adapter, w, s, "kl")
+        if self.output == "rank" and self.regularization == "l2":
+            sol = isotonic.decreasing(xp, adapter, s - rho, xp.ones_like(s))
+        elif self.output == "rank":
+            sol = isotonic.decreasing(xp, adapter, s, xp.log(rho), "kl")
+        elif self.regularization == "l2":
+            sol = isotonic.decreasing(xp, adapter, y, xp.ones_like(s))
+        else:
+            sol = isotonic.decreasing(xp, adapter, w, s, "kl")
+        starts = isotonic.block_starts(xp, sol)
+        if self.output == "rank":
+            direct = s - sol if self.regularization == "l2" else xp.exp(s - sol)
+            value = adapter.take(xp, xp.where(isotonic.singletons(xp, starts), rho, direct), inverse)
+        else:
             # (sol - y) is exactly 0 on one-entry blocks: the value is then s itself
             value = s - (sol - y) if self.descending else (sol - y) - s
         # a NaN has no place in the order: the whole row is NaN rather than quietly ranked
         value = xp.where(xp.any(xp.isnan(x), axis=-1, keepdims=True), xp.full_like(value, math.nan), value)
-        return (value,), (s, sol, order, inverse, value)
+        return (value,), (s, starts, order, inverse, value)
 
     def bwd(self, xp: Any, res: tuple[Any, ...], cts: tuple[Any, ...]) -> tuple[Any]:
         (ct,) = cts
         if ct is None:  # torch: the output was not used
             return (None,)
-        s, sol, order, inverse, value = res
+        s, starts, order, inverse, value = res
         adapter = get_adapter(xp)
         ct = xp.astype(ct, s.dtype)
-        starts = isotonic.block_starts(xp, sol)
         if self.output == "rank":
             g = ct * value if self.regularization == "kl" else ct  # through exp(s - sol)
             g = adapter.take(xp, g, order)
-            g = g - _block_weights(xp, adapter, starts, s, self.regularization) * isotonic.block_sums(xp, adapter, starts, g)
+            g = g - _block_average(xp, adapter, starts, s, g, self.regularization)
             sign = -1.0 if self.descending else 1.0
             return (adapter.take(xp, g, inverse) * (sign / self.strength),)
-        # sort: d value / d s = block weights (mean for l2, softmax of s for kl), and s = sort(-+x) undoes the sign
-        g = _block_weights(xp, adapter, starts, s, self.regularization) * isotonic.block_sums(xp, adapter, starts, ct)
-        return (adapter.take(xp, g, inverse),)
+        # sort: d value / d s is the block average, and s = sort(-+x) undoes the sign
+        return (adapter.take(xp, _block_average(xp, adapter, starts, s, ct, self.regularization), inverse),)
 
 
-def _block_weights(xp: Any, adapter: Any, starts: Any, s: Any, regularization: str) -> Any:
-    """Each entry's weight in its block's derivative: ``1 / |B|`` (l2) or ``softmax(s_B)`` (kl; s decreasing)."""
-    if regularization == "l2":
-        return 1.0 / isotonic.block_sums(xp, adapter, starts, xp.ones_like(s))
+def _block_average(xp: Any, adapter: Any, starts: Any, s: Any, g: Any, regularization: str) -> Any:
+    """``sum_B g`` weighted by each entry's share of its block: ``1 / |B|`` (l2) or ``softmax(s_B)`` (kl; s decreasing)."""
     # the block's first entry is its largest: exp(s - s_first) lies in (0, 1]
-    e = xp.exp(s - isotonic.block_first(xp, adapter, starts, s))
-    return e / isotonic.block_sums(xp, adapter, starts, e)
+    w = xp.ones_like(s) if regularization == "l2" else xp.exp(s - isotonic.block_first(xp, adapter, starts, s))
+    total = isotonic.block_sums(xp, adapter, starts, xp.stack([w, g]))  # one segmented sum for both
+    return w * (total[1, ...] / total[0, ...])
 
 
 @core(tails=same_shape)

@@ -78,6 +78,7 @@ class Generic:
         return xp.argsort(order, axis=-1)
 
     def segment_sum(self, xp: Any, starts: Any, g: Any) -> Any:
+        """Each entry's segment total of ``g`` along the last axis; ``starts`` (True where a segment begins) broadcasts against ``g``."""
         return _scans.segment_sum(xp, starts, g)
 
     def segment_first(self, xp: Any, starts: Any, g: Any) -> Any:

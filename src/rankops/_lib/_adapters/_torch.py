@@ -76,7 +76,8 @@ class Torch(Generic):
 
     def segment_sum(self, xp: Any, starts: Any, g: Any) -> Any:
         # each segment summed in index order into its own slot: no cancellation between segments
-        ids = torch.cumsum(starts, dim=-1) - 1
+        # (starts may broadcast against g: stacked sums share one scatter)
+        ids = (torch.cumsum(starts, dim=-1) - 1).expand_as(g)
         return torch.zeros_like(g).scatter_add(-1, ids, g).gather(-1, ids)
 
     def segment_first(self, xp: Any, starts: Any, g: Any) -> Any:
