@@ -281,6 +281,11 @@ def write_report(out: Path, results: dict, args, settings: dict, command: str, s
                   "`python -m benchmarks.fast` (see [fast methods](fast-methods.md)): soft_rank, float32, CPU; "
                   "forward+backward of `sum(w * out)`; torchsort (C++) measured in the same run when installed.", "",
                   results["fast"].rstrip(), "", "![fast methods: time against n](img/fast-time-fwdbwd.png)"]
+    if results.get("kernels"):
+        lines += ["", "## Kernels on permutations", "",
+                  "`python -m benchmarks.kernels` (see [kernels](kernels.md)): `kendall_kernel` Gram matrices by signs and by "
+                  "merges against `scipy.stats.kendalltau` in a loop over the pairs; `soft_kendall_tau` forward+backward "
+                  "with its peak memory.", "", results["kernels"].rstrip()]
     if failures:
         lines += ["", "## Failures", ""] + [f"- {_cell(f)}" for f in failures]
     lines += ["", METHODOLOGY]

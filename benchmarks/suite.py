@@ -331,17 +331,27 @@ def failures(results: dict, smoke: bool) -> list[str]:
     return bad
 
 
-def run_fast(args: argparse.Namespace, out: Path, bad: list[str]) -> str:
-    """The fast-methods section: :mod:`benchmarks.fast` in a fresh process; its tables, as printed."""
+def _run_module(name: str, args: argparse.Namespace, bad: list[str], extra: list[str], full: list[str]) -> str:
+    """``python -m benchmarks.<name>`` in a fresh process (``--quick`` under ``--smoke``); its tables, as printed."""
     import subprocess
 
-    (out / "img").mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "benchmarks.fast", "--plot", str(out / "img" / "fast-time-fwdbwd.png")]
-    cmd += ["--quick"] if args.smoke else ["--batch", str(args.batch), "--repeats", str(args.repeats)]
+    cmd = [sys.executable, "-m", f"benchmarks.{name}", *extra] + (["--quick"] if args.smoke else full)
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=args.timeout)
     if proc.returncode != 0:
-        bad.append(f"fast: exit {proc.returncode}: {proc.stderr[-300:]}")
+        bad.append(f"{name}: exit {proc.returncode}: {proc.stderr[-300:]}")
     return proc.stdout
+
+
+def run_fast(args: argparse.Namespace, out: Path, bad: list[str]) -> str:
+    """The fast-methods section: :mod:`benchmarks.fast`."""
+    (out / "img").mkdir(parents=True, exist_ok=True)
+    return _run_module("fast", args, bad, ["--plot", str(out / "img" / "fast-time-fwdbwd.png")],
+                       ["--batch", str(args.batch), "--repeats", str(args.repeats)])
+
+
+def run_kernels(args: argparse.Namespace, bad: list[str]) -> str:
+    """The kernels section: :mod:`benchmarks.kernels` (the smooth tau up to p = 10^4: p = 10^5 takes minutes)."""
+    return _run_module("kernels", args, bad, [], ["--repeats", str(args.repeats), "--soft", "1000", "10000"])
 
 
 # -- command line ------------------------------------------------------------------------
@@ -352,8 +362,9 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--sizes", type=int, nargs="+", default=[100, 300, 1000, 4000, 16000])
     p.add_argument("--batch", type=int, default=20, help="B, rows per batch (default 20)")
     p.add_argument("--repeats", type=int, default=5, help="timed repeats up to n=1000 (3 up to 4000, then 1)")
-    p.add_argument("--groups", nargs="+", choices=[*GROUPS, "large", "fast"], default=[*GROUPS, "large", "fast"],
-                   help="fast: the O(n log n) methods against torchsort (python -m benchmarks.fast)")
+    p.add_argument("--groups", nargs="+", choices=[*GROUPS, "large", "fast", "kernels"], default=[*GROUPS, "large", "fast", "kernels"],
+                   help="fast: the O(n log n) methods against torchsort (python -m benchmarks.fast); "
+                        "kernels: Kendall Gram matrices and the smooth tau (python -m benchmarks.kernels)")
     p.add_argument("--large-n", type=int, default=100_000, help="n of the large cases (B=1, torch)")
     p.add_argument("--tau", type=float, default=1.0, help="SoftSort / NeuralSort temperature (torchsort strength)")
     p.add_argument("--epsilon", type=float, default=0.1, help="Sinkhorn group: absolute epsilon, both sides")
@@ -394,6 +405,8 @@ def main(argv=None) -> int:
     bad = failures(results, args.smoke)
     if "fast" in args.groups:
         results["fast"] = run_fast(args, out, bad)
+    if "kernels" in args.groups:
+        results["kernels"] = run_kernels(args, bad)
     from ._report import write_report
 
     page = write_report(out, results, args, settings, command, started, bad)

@@ -217,6 +217,35 @@ register(
 )
 
 
+# -- The smooth Kendall tau, against a fixed partner with ties --------------------------
+def _partner(x: Any, axis: int = -1) -> Any:
+    """0, 1, 2, 0, 1, 2, ... along ``axis``, broadcast like x: a partner with ties, in x's namespace and device."""
+    xp = array_api_compat.array_namespace(x)
+    n = x.shape[axis]
+    dtype = x.dtype if xp.isdtype(x.dtype, "real floating") else None
+    shape = [1] * x.ndim
+    shape[axis] = n
+    pattern = xp.asarray([float(i % 3) for i in range(n)], dtype=dtype, device=array_api_compat.device(x))
+    return xp.broadcast_to(xp.reshape(pattern, tuple(shape)), tuple(x.shape))
+
+
+def _tau_a(x: np.ndarray) -> np.ndarray:
+    """Kendall's tau-a of each row against the partner, by explicit pair signs (ties count as neither)."""
+    n = x.shape[-1]
+    y = np.arange(n) % 3.0
+    sx = np.sign(x[..., :, None] - x[..., None, :])
+    sy = np.sign(y[:, None] - y[None, :])
+    return np.sum(sx * sy, axis=(-2, -1)) / max(n * (n - 1), 1)
+
+
+register(
+    Operator("soft_kendall_tau", lambda x, axis=-1, **kw: rankops.soft_kendall_tau(x, _partner(x, axis), axis=axis, **kw),
+             {"tau": 0.5}, {"tau": 1e-4}, _tau_a, out_shape=lambda shape: shape[:-1],
+             vjp=lambda x, axis=-1, **kw: rankops.vjp(rankops.soft_kendall_tau, x, _partner(x, axis), axis=axis, **kw),
+             public=rankops.soft_kendall_tau, method="soft_kendall_tau")
+)
+
+
 # -- Sinkhorn operators ---------------------------------------------------------------
 # Finite regime: epsilon = 0.1 to a tolerance float32 reaches too (every
 # backend stops at the same iteration: the same arithmetic, problem by
@@ -427,6 +456,8 @@ SPECS = [
     # k as a fraction of n: real, inside (0, n) for every n
     Spec("soft_topk_mask[lapsum]", "mask-lapsum", lambda n: _opts(k=[0.01, 0.3, 0.5, 0.99], alpha=[1e-4, 1e-2, 1.0, 1e4]), _lapsum_topk,
          public=rankops.soft_topk_mask, method="lapsum"),
+    Spec("soft_kendall_tau", "tau", lambda n: _opts(tau=[1e-4, 1e-2, 1.0, 1e4]),
+         lambda x, p, arr: (rankops.soft_kendall_tau, (_partner(x),), p), public=rankops.soft_kendall_tau, method="soft_kendall_tau"),
     Spec("isotonic_regression", "isotonic", lambda n: _opts(increasing=[True, False]),
          lambda x, p, arr: (rankops.isotonic_regression, (), p), public=rankops.isotonic_regression, method="isotonic"),
 ]

@@ -168,6 +168,8 @@ def _check_row(spec: Spec, p: dict, x: np.ndarray, out: np.ndarray, tol: float, 
         if p["hard"]:
             expected = np.sort(x)[::-1] if descending else np.sort(x)
             np.testing.assert_allclose(out, expected, rtol=tol, atol=span)
+    elif kind == "tau":  # a mean of products of two tanh: in [-1, 1]
+        assert np.all(np.abs(out) <= 1 + tol), out
     elif kind == "matrix":
         assert np.all(out >= -tol) and np.all(out <= 1 + tol)
         np.testing.assert_allclose(out.sum(axis=-1), 1.0, atol=tol * n)
@@ -189,6 +191,8 @@ def _ties_equal(spec: Spec, p: dict, x: np.ndarray, out: np.ndarray, tol: float)
 def _expected_shape(spec: Spec, p: dict, shape: tuple[int, ...]) -> tuple[int, ...]:
     if spec.kind in ("matrix", "plan"):
         return shape + shape[-1:]
+    if spec.kind == "tau":
+        return shape[:-1]
     if spec.kind == "quantile":
         levels = p["levels"]
         return shape[:-1] + ((len(levels),) if isinstance(levels, tuple) else ())

@@ -94,3 +94,12 @@ def test_smoke_fast_section_times_every_contender(smoke):
     assert {n for n, _, _ in timed} == {"16", "64", "128"}, text  # B = 2 rows, and one row of 128
     assert len(re.findall(r"^\| (?:permutahedron|lapsum) \| \d+\.\d+ \|$", text, flags=re.M)) == 2, text
     assert (out / "img" / "fast-time-fwdbwd.png").stat().st_size > 1000 and "](img/fast-time-fwdbwd.png)" in text
+
+
+def test_smoke_kernels_section_times_every_contender(smoke):
+    """The kernels section (``python -m benchmarks.kernels --quick``): a time per algorithm and host, SciPy's loop, the smooth tau's memory."""
+    _, out = smoke
+    text = _section((out / "benchmarks.md").read_text(), "Kernels on permutations")
+    rows = re.findall(r"^\| (\d+) \| 3 \|((?: \d+\.\d+ \|){6})$", text, flags=re.M)
+    assert [p for p, _ in rows] == ["8", "40"], text
+    assert re.search(r"^\| 200 \| \d+\.\d+ \| -?\d+\.\d+ \| 0 \|$", text, flags=re.M), text

@@ -10,6 +10,7 @@ from __future__ import annotations
 from ._kernels.convergence import ConvergenceWarning, SinkhornInfo
 from .gradients import vjp
 from .isotonic import isotonic_regression
+from .kernels import kendall_kernel, mallows_kernel, soft_kendall_tau, suquan_targets
 from .permutations import neuralsort, softsort
 from .sinkhorn import SinkhornResult, sinkhorn
 from .sorting import soft_rank, soft_sort
@@ -31,6 +32,10 @@ __all__ = [
     "softsort",
     "neuralsort",
     "isotonic_regression",
+    "kendall_kernel",
+    "mallows_kernel",
+    "soft_kendall_tau",
+    "suquan_targets",
     "vjp",
     "__version__",
 ]

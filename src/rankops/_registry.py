@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .isotonic import isotonic_regression
+from .kernels import soft_kendall_tau
 from .permutations import neuralsort, softsort
 from .sinkhorn import sinkhorn
 from .sorting import METHODS, soft_rank, soft_sort
@@ -22,4 +23,5 @@ OPERATORS = {
     softsort: ("softsort",),
     neuralsort: ("neuralsort",),
     isotonic_regression: ("isotonic",),
+    soft_kendall_tau: ("soft_kendall_tau",),
 }

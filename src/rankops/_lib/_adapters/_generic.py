@@ -108,6 +108,14 @@ class Generic:
     def scan_blocks(self, xp: Any, body: Any, carry: Any, xs: tuple[Any, ...], block: int) -> Any:
         return _loops.scan_blocks(xp, body, carry, xs, block)
 
+    def compiled(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """``fn(xp, *arrays)`` compiled once per shape where the host compiles (JAX), else ``fn`` itself.
+
+        For kernels called outside a :class:`~.._calls.Call` (the permutation
+        kernels): eager JAX would otherwise compile every operation on its own.
+        """
+        return fn
+
     def unless(self, xp: Any, skip: Any, fn: Callable[[Any], Any], operand: Any) -> Any:
         """``fn(operand)``, or ``operand`` when the 0-d boolean ``skip`` is True.
 

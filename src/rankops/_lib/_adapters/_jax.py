@@ -23,6 +23,11 @@ def _compiled(core: Any, opts: Any, static: tuple[tuple[str, Any], ...], outputs
     return jax.jit(run)
 
 
+@functools.lru_cache(maxsize=64)
+def _jitted(fn: Any) -> Any:
+    return jax.jit(fn, static_argnums=(0,))
+
+
 class Jax(Generic):
     name = "jax"
     autodiff = True
@@ -64,6 +69,9 @@ class Jax(Generic):
         flat = jnp.reshape(order, (-1, n))
         inv = jax.vmap(lambda o: jnp.zeros_like(o).at[o].set(jnp.arange(n, dtype=o.dtype), unique_indices=True))(flat)
         return jnp.reshape(inv, order.shape)
+
+    def compiled(self, fn: Any) -> Any:
+        return _jitted(fn)
 
     def segment_sum(self, xp: Any, starts: Any, g: Any) -> Any:
         # one scatter-add into a slot per segment (4-5x XLA's two scans at n = 10^4), read back by gather
