@@ -10,7 +10,8 @@ import pytest
 import rankops
 from rankops._registry import OPERATORS
 
-PUBLIC = [*OPERATORS, rankops.vjp]
+PUBLIC = [*OPERATORS, rankops.vjp, rankops.kendall_kernel, rankops.mallows_kernel, rankops.suquan_targets,
+          rankops.losses.spearman_loss, rankops.losses.topk_loss]
 
 
 @pytest.mark.parametrize("fun", PUBLIC, ids=lambda f: f.__name__)

@@ -158,6 +158,24 @@ case("isotonic_regression-weights-namespace", lambda: ISO(X, weights=_torch().on
 case("isotonic_regression-weights-complex", lambda: ISO(X, weights=np.ones(3, complex)), TypeError, r"weights must be a real array")
 case("isotonic_regression-options", lambda: ISO(X, tau=0.1), TypeError, r"unexpected keyword argument 'tau'")
 
+# -- kernels on permutations, the smooth Kendall tau, losses -----------------------------------------
+SKT = rankops.soft_kendall_tau
+case("soft_kendall_tau-tau", lambda: SKT(X, X, tau=0.0), ValueError, r"tau must be")
+case("soft_kendall_tau-tau-array", lambda: SKT(X, X, tau=np.asarray(0.1)), TypeError, r"tau must be a Python number")
+case("soft_kendall_tau-shapes", lambda: SKT(X, np.ones((2, 4))), ValueError, r"x \(2, 3\) and y \(2, 4\) must have broadcastable shapes")
+case("soft_kendall_tau-namespace", lambda: SKT(X, _torch().ones(2, 3)), TypeError, r"arrays from different namespaces cannot be mixed")
+case("soft_kendall_tau-list", lambda: SKT(X, [[1.0, 2.0, 3.0]] * 2), TypeError, r"y")
+case("soft_kendall_tau-axis", lambda: SKT(X, X, axis=2), ValueError, r"axis")
+case("kendall_kernel-1d", lambda: rankops.kendall_kernel(np.ones(3)), ValueError, r"x must have at least 2 dimensions")
+case("kendall_kernel-entries", lambda: rankops.kendall_kernel(X, np.ones((2, 4))), ValueError, r"x and y must have as many entries")
+case("kendall_kernel-algorithm", lambda: rankops.kendall_kernel(X, algorithm="quick"), ValueError, r"algorithm must be one of")
+case("mallows_kernel-lam", lambda: rankops.mallows_kernel(X, lam=-0.5), ValueError, r"lam must be a finite number >= 0")
+case("suquan_targets-range", lambda: rankops.suquan_targets(np.zeros(3), low=1.0, high=0.0), ValueError, r"low < high")
+case("suquan_targets-int", lambda: rankops.suquan_targets(np.zeros(3, dtype=int)), TypeError, r"h must be a real floating array")
+case("spearman_loss-shapes", lambda: rankops.losses.spearman_loss(X, X[:, :2]), ValueError, r"must have the same shape")
+case("topk_loss-k", lambda: rankops.losses.topk_loss(X, np.array([0, 1]), 4), ValueError, r"k must be an int in \[1, n = 3\]")
+case("topk_loss-labels", lambda: rankops.losses.topk_loss(X, np.array([0.0, 1.0]), 1), TypeError, r"labels must be an integer array")
+
 # -- stochastic relaxations -------------------------------------------------------------------------
 for name in ("softsort", "neuralsort"):
     fn = PERMUTATION[name]

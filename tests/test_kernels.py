@@ -16,21 +16,10 @@ from numpy.testing import assert_allclose
 from scipy.stats import kendalltau
 
 import rankops
+from tests.hosts import HOSTS
+from tests.hosts import host as _host
 from rankops._kernels import kendall
 
-HOSTS = ["numpy", "array_api_strict", "torch", "jax"]
-
-
-def _host(name):
-    """``(to, run)``: arrays of the host, and ``run(f, *arrays)`` (under ``jax.jit`` on JAX: eager JAX compiles op by op)."""
-    mod = pytest.importorskip(name if name != "jax" else "jax.numpy")
-    if name == "numpy":
-        return (lambda a: a), (lambda f, *a: f(*a))
-    if name == "jax":
-        import jax
-
-        return (lambda a: mod.asarray(a)), (lambda f, *a: jax.jit(f)(*a))
-    return (lambda a: mod.asarray(a)), (lambda f, *a: f(*a))
 
 
 def _counts(u: np.ndarray, v: np.ndarray) -> tuple[int, int]:

@@ -336,3 +336,21 @@ def test_learnable_epsilon_gradient_torch_and_jax():
     jax = pytest.importorskip("jax")
     g = jax.grad(lambda e: jax.numpy.sum(rankops.soft_rank(jax.numpy.asarray(x), epsilon=e, **opts) * w))(jax.numpy.asarray(0.1))
     assert_allclose(float(g), float(eps.grad), rtol=1e-7)
+
+
+@pytest.mark.parametrize("host", ["numpy", "torch"])
+def test_levels_and_k_by_keyword(host):
+    """q and k by keyword (as OTT and users pass them) give the positional call's values and gradients."""
+    mod = pytest.importorskip(host)
+    rng = np.random.default_rng(11)
+    x = mod.asarray(rng.normal(size=(3, 9)))
+    for fn, name, value in ((rankops.soft_quantile, "q", 0.3), (rankops.soft_topk_mask, "k", 2)):
+        np.testing.assert_array_equal(np.asarray(fn(x, **{name: value})), np.asarray(fn(x, value)))
+    levels = np.array([0.2, 0.7])
+    _, by_position = rankops.vjp(rankops.soft_quantile, np.asarray(x), levels, epsilon=0.1)
+    _, by_keyword = rankops.vjp(rankops.soft_quantile, np.asarray(x), q=levels, epsilon=0.1)
+    ct = np.linspace(-1.0, 1.0, 6).reshape(3, 2)
+    for a, b in zip(by_position(ct), by_keyword(ct)):  # x's gradient, then the levels'
+        np.testing.assert_array_equal(a, b)
+    with pytest.raises(TypeError, match="multiple values"):
+        rankops.soft_quantile(x, 0.5, q=0.3)

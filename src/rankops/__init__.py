@@ -16,6 +16,8 @@ from .sinkhorn import SinkhornResult, sinkhorn
 from .sorting import soft_rank, soft_sort
 from .transport import soft_cdf, soft_quantile, soft_quantile_normalize, soft_topk_mask
 
+from . import losses  # noqa: E402  (rankops.losses.spearman_loss, ...: built on the operators above)
+
 __version__ = "0.1.0.dev0"
 
 __all__ = [

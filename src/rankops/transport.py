@@ -64,7 +64,7 @@ def soft_cdf(x: Any, /, *, axis: int = -1, **options: Any) -> Any:
 
 @operator
 @fill_doc(**SECTIONS)
-def soft_quantile(x: Any, q: Any, /, *, axis: int = -1, **options: Any) -> Any:
+def soft_quantile(x: Any, /, q: Any, *, axis: int = -1, **options: Any) -> Any:
     """Sinkhorn quantile(s) of level ``q`` along ``axis`` (Eq. 4 of Cuturi, Teboul & Vert 2019).
 
     Three targets (0, 1/2, 1) weighted (q (1 - t), t, (1 - q)(1 - t)) for a
@@ -164,7 +164,7 @@ def soft_quantile_normalize(x: Any, targets: Any, /, *, axis: int = -1, **option
 
 @operator
 @fill_doc(**SECTIONS)
-def soft_topk_mask(x: Any, k: Any, /, *, axis: int = -1, method: str = "sinkhorn", **options: Any) -> Any:
+def soft_topk_mask(x: Any, /, k: Any, *, axis: int = -1, method: str = "sinkhorn", **options: Any) -> Any:
     """Soft indicator of the k largest entries along ``axis``: values in [0, 1] summing to k.
 
     Two targets (0 and 1) weighted ((n - k)/n, k/n); the mask is the mass an

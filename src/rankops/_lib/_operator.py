@@ -64,7 +64,9 @@ class Operator:
         self._bind = bind
         self._value = value
         params = inspect.signature(bind).parameters.values()
-        self.positional = tuple(p.name for p in params if p.kind is inspect.Parameter.POSITIONAL_ONLY)
+        # the array arguments that may come by position (``q`` and ``k`` may also come by keyword)
+        kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        self.positional = tuple(p.name for p in params if p.kind in kinds)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         call = self._bind(*args, **kwargs)
