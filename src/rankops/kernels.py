@@ -43,22 +43,22 @@ def _counts(x: Any, y: Any, axis: Any, algorithm: str) -> tuple[Any, Any, Any, A
     """``(xp, n_c - n_d, n_c + n_d, output dtype, p)`` between the vectors of ``x`` and ``y`` (default ``x``)."""
     xp = namespace(x) if y is None else namespace(x, y, names=("x", "y"))
     algorithm = choice(*_ALGORITHMS)(algorithm, "algorithm")
+    adapter = get_adapter(xp)
     xv, out = _vectors(x, xp, axis, "x")
     if y is None:
         yv = xv
     else:
-        get_adapter(xp).check_devices((x, y), ("x", "y"))
+        adapter.check_devices((x, y), ("x", "y"))
         yv, out_y = _vectors(y, xp, axis, "y")
         if yv.shape[-1] != xv.shape[-1]:
             raise ValueError(f"x and y must have as many entries along axis {axis}: {xv.shape[-1]} and {yv.shape[-1]}")
-        yv = yv if yv.dtype == xv.dtype else xp.astype(yv, xp.result_type(xv.dtype, yv.dtype))
-        xv = xv if xv.dtype == yv.dtype else xp.astype(xv, yv.dtype)
+        common = xp.result_type(xv.dtype, yv.dtype)
+        xv, yv = (v if v.dtype == common else xp.astype(v, common) for v in (xv, yv))
         out = xp.result_type(out, out_y)
     batch = tuple(_broadcast(xv.shape[:-2], yv.shape[:-2]))
     xv = xp.broadcast_to(xv, batch + tuple(xv.shape[-2:]))
     yv = xp.broadcast_to(yv, batch + tuple(yv.shape[-2:]))
     p = xv.shape[-1]
-    adapter = get_adapter(xp)
     if algorithm == "merges" and adapter.lazy:
         raise ValueError("algorithm='merges' gathers along rows, which Dask arrays cannot; use 'signs' (what 'auto' picks on Dask)")
     merges = algorithm == "merges" or (algorithm == "auto" and p > kendall.SIGNS_UP_TO and not adapter.lazy)

@@ -82,13 +82,13 @@ def _tied_pairs(xp: Any, adapter: Any, starts: Any) -> Any:
 def _inversions(xp: Any, adapter: Any, z: Any) -> Any:
     """Strict inversions ``#{i < j: z_i > z_j}`` along the last axis: merge sort's levels, each counted by ``searchsorted``."""
     p = z.shape[-1]
+    idx = index_dtype(xp, array_api_compat.device(z))
+    if p == 1:
+        return xp.zeros(z.shape[:-1], dtype=idx, device=array_api_compat.device(z))
     big = 1 << (p - 1).bit_length()
     if big > p:  # +inf at the end: larger than or equal to everything, after everything
         pad = xp.full(z.shape[:-1] + (big - p,), math.inf, dtype=z.dtype, device=array_api_compat.device(z))
         z = xp.concat([z, pad], axis=-1)
-    idx = index_dtype(xp, array_api_compat.device(z))
-    if p == 1:
-        return xp.zeros(z.shape[:-1], dtype=idx, device=array_api_compat.device(z))
     total = xp.sum(xp.astype(z[..., 0::2] > z[..., 1::2], idx), axis=-1)
     h = 2
     while h < big:
@@ -107,6 +107,10 @@ def by_merges(xp: Any, x: Any, y: Any) -> tuple[Any, Any]:
     p, n, m = x.shape[-1], x.shape[-2], y.shape[-2]
     batch = math.prod(x.shape[:-2]) or 1
     pairs = p * (p - 1) // 2
+    # each vector's own ties, once: x sorted is what every pair's lexicographic order puts x in
+    x_sorted = xp.sort(x, axis=-1)
+    starts_x_all = block_starts(xp, x_sorted)
+    tied_x_all = _tied_pairs(xp, adapter, starts_x_all)  # (..., N)
     tied_y = _tied_pairs(xp, adapter, block_starts(xp, xp.sort(y, axis=-1)))  # (..., M)
     # y's stable order, shared by every pair: the secondary key of the lexicographic sort
     y_order = xp.argsort(y, axis=-1, stable=True)
@@ -119,11 +123,10 @@ def by_merges(xp: Any, x: Any, y: Any) -> tuple[Any, Any]:
         # lexicographic order by (x, y): stable sort by x of the pair already in y's order
         x_by_y = adapter.take(xp, xp.broadcast_to(xa, shape), xp.broadcast_to(xp.expand_dims(y_order, axis=-3), shape))
         second = xp.argsort(x_by_y, axis=-1, stable=True)
-        xs = adapter.take(xp, x_by_y, second)
         ys = adapter.take(xp, xp.broadcast_to(xp.expand_dims(y_sorted, axis=-3), shape), second)
         discordant = _inversions(xp, adapter, ys)
-        starts_x = block_starts(xp, xs)
-        tied_x = _tied_pairs(xp, adapter, starts_x)
+        starts_x = xp.expand_dims(starts_x_all[..., a0 : min(a0 + rows, n), :], axis=-2)  # x in that order: sorted
+        tied_x = xp.expand_dims(tied_x_all[..., a0 : min(a0 + rows, n)], axis=-1)
         tied_xy = _tied_pairs(xp, adapter, starts_x | block_starts(xp, ys))
         both = pairs - tied_x - xp.expand_dims(tied_y, axis=-2) + tied_xy
         dots.append(xp.astype(both - 2 * discordant, x.dtype))

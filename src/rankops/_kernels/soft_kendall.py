@@ -96,7 +96,8 @@ def _scalar_tails(shape: tuple[int, ...], opts: Any, params: Any) -> dict[str, A
 @core(tails=_scalar_tails, batched={"y": (0,)})
 def soft_kendall_core(xp: Any, x: Any, opts: SoftKendallOptions, *, y: Any) -> Any:
     """The smooth tau-a of matching rows of ``x`` and ``y`` and its streamed backward pass."""
-    return hand_written(xp, _SoftTau(opts.tau).fwd, _SoftTau(opts.tau).bwd, (x, y), ("x", "y"))
+    spec = _SoftTau(opts.tau)
+    return hand_written(xp, spec.fwd, spec.bwd, (x, y), ("x", "y"))
 
 
 def bind_soft_kendall_tau(x: Any, y: Any, axis: Any, tau: float) -> Call:
