@@ -11,7 +11,7 @@ import rankops
 from rankops._registry import OPERATORS
 
 PUBLIC = [*OPERATORS, rankops.vjp, rankops.kendall_kernel, rankops.mallows_kernel, rankops.suquan_targets,
-          rankops.losses.spearman_loss, rankops.losses.topk_loss]
+          *(getattr(rankops.losses, name) for name in rankops.losses.__all__)]
 
 
 @pytest.mark.parametrize("fun", PUBLIC, ids=lambda f: f.__name__)

@@ -175,6 +175,19 @@ case("suquan_targets-int", lambda: rankops.suquan_targets(np.zeros(3, dtype=int)
 case("spearman_loss-shapes", lambda: rankops.losses.spearman_loss(X, X[:, :2]), ValueError, r"must have the same shape")
 case("topk_loss-k", lambda: rankops.losses.topk_loss(X, np.array([0, 1]), 4), ValueError, r"k must be an int in \[1, n = 3\]")
 case("topk_loss-labels", lambda: rankops.losses.topk_loss(X, np.array([0.0, 1.0]), 1), TypeError, r"labels must be an integer array")
+LS = rankops.losses
+case("soft_spearman-shapes", lambda: LS.soft_spearman(X, X[:1]), ValueError, r"x \(2, 3\) and y \(1, 3\) must have the same shape")
+case("kendall_loss-list", lambda: LS.kendall_loss(X, [[1.0, 2.0, 3.0]] * 2), TypeError, r"target must be an array")
+case("kendall_loss-namespace", lambda: LS.kendall_loss(X, _torch().ones(2, 3)), TypeError, r"arrays from different namespaces")
+case("ndcg_loss-k", lambda: LS.ndcg_loss(X, X, 0), ValueError, r"k must be an int in \[1, n = 3\]")
+case("ndcg_loss-gain", lambda: LS.ndcg_loss(X, X, gain="log"), ValueError, r"gain must be 'exp' or 'linear'")
+case("ndcg_loss-mask-dtype", lambda: LS.ndcg_loss(X, X, mask=np.ones((2, 3))), TypeError, r"mask must be a boolean array")
+case("ndcg_loss-mask-shape", lambda: LS.ndcg_loss(X, X, mask=np.ones(3, bool)), ValueError, r"scores \(2, 3\) and mask \(3,\)")
+case("permutation_loss-method", lambda: LS.permutation_loss(X, X, method="lapsum"), ValueError, r"needs a relaxed permutation matrix")
+case("permutation_loss-squash", lambda: LS.permutation_loss(X, X, method="sinkhorn", squash="erf"), ValueError, r"squash must be one of")
+case("quantile_loss-q", lambda: LS.quantile_loss(X, X, 1.5), ValueError, r"q must be a number in \[0, 1\]")
+case("quantile_loss-method", lambda: LS.quantile_loss(X, X, 0.5, method="bogus"), ValueError, r"method")
+case("pinball_loss-q", lambda: LS.pinball_loss(X, X, -0.1), ValueError, r"q must be a number in \[0, 1\]")
 
 # -- stochastic relaxations -------------------------------------------------------------------------
 for name in ("softsort", "neuralsort"):

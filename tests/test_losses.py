@@ -9,6 +9,7 @@ from scipy.stats import rankdata, spearmanr
 
 import rankops
 import rankops.losses as losses
+from tests import reference
 from tests.hosts import HOSTS
 from tests.hosts import host as _host
 
@@ -93,3 +94,244 @@ def test_topk_loss_hard_limit_axis_gradient_and_errors():
         losses.topk_loss(scores, labels.astype(float), 2)
     with pytest.raises(ValueError, match="shape without axis"):
         losses.topk_loss(scores, labels[:2], 2)
+
+
+# -- the pair: soft Spearman correlation and the Kendall loss -------------------------------------
+
+
+def _tau_a(x: np.ndarray, y: np.ndarray) -> float:
+    n = len(x)
+    s = sum(np.sign(x[i] - x[j]) * np.sign(y[i] - y[j]) for i in range(n) for j in range(i + 1, n))
+    return s / (n * (n - 1) / 2)
+
+
+@pytest.mark.parametrize("host", HOSTS)
+def test_soft_spearman_is_pearson_of_both_soft_ranks(host):
+    to, run = _host(host)
+    rng = np.random.default_rng(4)
+    x, y = rng.normal(size=(3, 9)), rng.normal(size=(3, 9))
+    got = np.asarray(run(lambda a, b: losses.soft_spearman(a, b, method="softsort", tau=0.3), to(x), to(y)))
+    rx, ry = (np.asarray(rankops.soft_rank(v, method="softsort", tau=0.3)) for v in (x, y))
+    assert_allclose(got, _pearson_rows(rx, ry), rtol=1e-6 if host == "jax" else 1e-10, atol=1e-7)
+    hard = losses.soft_spearman(x.T, y.T, axis=0, strength=1e-6)
+    assert_allclose(hard, [spearmanr(u, v).statistic for u, v in zip(x, y)], atol=1e-9)
+
+
+@pytest.mark.parametrize("host", HOSTS)
+def test_kendall_loss_smooths_the_predictions_signs_only(host):
+    to, run = _host(host)
+    rng = np.random.default_rng(5)
+    pred = rng.normal(size=(3, 8))
+    target = rng.integers(0, 4, size=(3, 8)).astype(np.float64)  # tied targets count 0
+    tau = 0.4
+    got = np.asarray(run(lambda p, t: losses.kendall_loss(p, t, tau=tau), to(pred), to(target)))
+    n = 8
+    iu = np.triu_indices(n, 1)
+    dp = (pred[:, :, None] - pred[:, None, :])[:, iu[0], iu[1]]
+    dt = (target[:, :, None] - target[:, None, :])[:, iu[0], iu[1]]
+    expected = 1 - (np.tanh(dp / tau) * np.sign(dt)).sum(axis=-1) / (n * (n - 1) / 2)
+    assert_allclose(got, expected, rtol=1e-6 if host == "jax" else 1e-12, atol=1e-7 if host == "jax" else 1e-12)
+    hard = losses.kendall_loss(pred.T, target.T, axis=0, tau=1e-6)
+    assert_allclose(hard, [1 - _tau_a(u, v) for u, v in zip(pred, target)], atol=1e-12)
+
+
+# -- NDCG@k --------------------------------------------------------------------------------------
+
+
+def _ndcg_reference(r: np.ndarray, gains: np.ndarray, k: int) -> np.ndarray:
+    """The docstring's formula, float64, on given descending soft ranks ``r``."""
+    dcg = (gains * np.clip(k + 1 - r, 0, 1) / np.log2(1 + r)).sum(axis=-1)
+    top = -np.sort(-gains, axis=-1)
+    pos = np.arange(1, gains.shape[-1] + 1)
+    idcg = (top * (pos <= k) / np.log2(1 + pos)).sum(axis=-1)
+    return 1 - np.where(idcg > 0, dcg / np.where(idcg > 0, idcg, 1), 0)
+
+
+@pytest.mark.parametrize("host", HOSTS)
+def test_ndcg_loss_equals_the_formula_on_soft_ranks(host):
+    to, run = _host(host)
+    rng = np.random.default_rng(6)
+    scores, rel = rng.normal(size=(4, 10)), rng.integers(0, 4, size=(4, 10)).astype(np.float64)
+    rel[3] = 0  # no relevant entry: NDCG 0, loss 1
+    for k in (1, 4, 10):
+        got = np.asarray(run(lambda s, r: losses.ndcg_loss(s, r, k, method="lapsum", alpha=0.5), to(scores), to(rel)))
+        r = np.asarray(rankops.soft_rank(scores, descending=True, method="lapsum", alpha=0.5))
+        assert_allclose(got, _ndcg_reference(r, 2.0**rel - 1, k), rtol=1e-6 if host == "jax" else 1e-12, atol=1e-7)
+        assert got[3] == 1.0
+
+
+def test_ndcg_loss_hard_limit_equals_scikit_learn_with_padding_masks():
+    metrics = pytest.importorskip("sklearn.metrics")
+    rng = np.random.default_rng(7)
+    scores, rel = rng.normal(size=(5, 12)), rng.integers(0, 5, size=(5, 12)).astype(np.float64)
+    lengths = np.array([12, 7, 3, 9, 1])
+    mask = np.arange(12)[None, :] < lengths[:, None]
+    padded = np.where(mask, scores, 1e3)  # padding that would rank first if it were scored
+    for k in (1, 3, 12):
+        got = losses.ndcg_loss(padded, rel, k, mask=mask, gain="linear", strength=1e-7)
+        ref = [1 - metrics.ndcg_score(rel[i : i + 1, :m], scores[i : i + 1, :m], k=k) if m > 1 else
+               1 - float(rel[i, 0] > 0) for i, m in enumerate(lengths)]
+        assert_allclose(got, ref, atol=1e-9)
+    with pytest.raises(TypeError, match="mask must be a boolean"):
+        losses.ndcg_loss(scores, rel, mask=mask.astype(float))
+    with pytest.raises(ValueError, match="gain must be"):
+        losses.ndcg_loss(scores, rel, gain="log")
+    with pytest.raises(ValueError, match="k must be"):
+        losses.ndcg_loss(scores, rel, 13)
+
+
+def test_ndcg_loss_gradient_equals_central_differences_and_skips_padding():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(8)
+    scores, rel = rng.normal(size=(2, 6)), rng.integers(0, 3, size=(2, 6)).astype(np.float64)
+    mask = np.ones((2, 6), dtype=bool)
+    mask[1, 4:] = False
+    w = np.array([0.7, -1.3])
+    s = torch.tensor(scores, requires_grad=True)
+    (losses.ndcg_loss(s, torch.tensor(rel), 3, mask=torch.tensor(mask), method="softsort", tau=0.5) * torch.tensor(w)).sum().backward()
+
+    def f(a):
+        return float(w @ np.asarray(losses.ndcg_loss(a, rel, 3, mask=mask, method="softsort", tau=0.5)))
+
+    fd = np.zeros_like(scores)
+    for idx in np.ndindex(scores.shape):
+        e = np.zeros_like(scores)
+        e[idx] = 1
+        fd[idx] = reference.central_difference(f, scores, e)
+    assert_allclose(s.grad.numpy(), fd, rtol=1e-6, atol=1e-9)
+    assert np.all(s.grad.numpy()[1, 4:] == 0)
+
+
+# -- learning to sort: the permutation cross-entropy ------------------------------------------------
+
+
+def _cross_entropy(p: np.ndarray, target: np.ndarray) -> np.ndarray:
+    true = reference.permutation_matrix(target)
+    return -(true * np.log(p + np.finfo(np.float64).tiny)).sum(axis=(-2, -1)) / p.shape[-1]
+
+
+@pytest.mark.parametrize("host", HOSTS)
+def test_permutation_loss_is_the_cross_entropy_with_the_true_permutation(host):
+    to, run = _host(host)
+    rng = np.random.default_rng(9)
+    scores, target = rng.normal(size=(3, 7)), rng.normal(size=(3, 7))
+    tol = {"rtol": 1e-5, "atol": 1e-6} if host == "jax" else {"rtol": 1e-10, "atol": 1e-12}
+    for method, ref in (("neuralsort", reference.neuralsort), ("softsort", reference.softsort)):
+        got = np.asarray(run(lambda s, t: losses.permutation_loss(s, t, method=method, tau=0.3), to(scores), to(target)))
+        assert_allclose(got, _cross_entropy(ref(scores, 0.3), target), **tol)
+
+
+def test_permutation_loss_sinkhorn_is_the_scaled_plan_and_tends_to_zero_on_the_right_order():
+    rng = np.random.default_rng(10)
+    scores, target = rng.normal(size=(2, 6)), rng.normal(size=(2, 6))
+    got = losses.permutation_loss(scores, target, method="sinkhorn", epsilon=0.05, tol=1e-10, max_iter=100_000)
+    n = 6
+    plans = [reference.ot_plan_1d(-s, reference.grid(n), np.full(n, 1 / n), 0.05) for s in scores]
+    assert_allclose(got, _cross_entropy(n * np.stack(plans).swapaxes(-1, -2), target), rtol=1e-7)
+    sharp = losses.permutation_loss(target, target, method="sinkhorn", epsilon=1e-4, tol=1e-9, max_iter=100_000)
+    assert np.all(sharp < 1e-4)
+    with pytest.raises(ValueError, match="relaxed permutation matrix"):
+        losses.permutation_loss(scores, target, method="permutahedron")
+    with pytest.raises(ValueError, match="squash must be"):
+        losses.permutation_loss(scores, target, method="sinkhorn", squash="tanh")
+
+
+def test_permutation_loss_gradient_equals_central_differences():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(11)
+    scores, target = rng.normal(size=(2, 5)), rng.normal(size=(2, 5))
+    for method, opts in (("neuralsort", {"tau": 0.5}), ("sinkhorn", {"epsilon": 0.1, "tol": 1e-12, "max_iter": 10_000})):
+        s = torch.tensor(scores, requires_grad=True)
+        losses.permutation_loss(s, torch.tensor(target), method=method, **opts).sum().backward()
+
+        def f(a):
+            return float(np.sum(losses.permutation_loss(a, target, method=method, **opts)))
+
+        fd = np.zeros_like(scores)
+        for idx in np.ndindex(scores.shape):
+            e = np.zeros_like(scores)
+            e[idx] = 1
+            fd[idx] = reference.central_difference(f, scores, e)
+        assert_allclose(s.grad.numpy(), fd, rtol=1e-5, atol=1e-8, err_msg=method)
+
+
+# -- quantile regression: the soft quantile of the residuals, and the pinball baseline ------------
+
+
+@pytest.mark.parametrize("host", HOSTS)
+@pytest.mark.parametrize("q", [0.0, 0.3, 0.5, 1.0])
+def test_quantile_loss_hard_limit_is_numpys_quantile_of_abs_residuals(host, q):
+    to, run = _host(host)
+    rng = np.random.default_rng(12)
+    pred, target = rng.normal(size=(3, 11)), rng.normal(size=(3, 11))
+    expected = np.quantile(np.abs(target - pred), q, axis=-1)
+    for method, opts in (("permutahedron", {"strength": 1e-7}), ("softsort", {"tau": 1e-7})):
+        got = np.asarray(run(lambda p, t: losses.quantile_loss(p, t, q, method=method, **opts), to(pred), to(target)))
+        assert_allclose(got, expected, atol=1e-6 if host == "jax" else 1e-9, err_msg=method)
+    # the paper's S-quantile (Sinkhorn, centred filler): close to the hard quantile at small epsilon
+    sk = losses.quantile_loss(pred, target, q)
+    assert_allclose(sk, np.asarray(rankops.soft_quantile(np.abs(target - pred), q)))
+    if 0 < q < 1:
+        assert_allclose(sk, expected, atol=0.05)
+
+
+def test_quantile_loss_axis_gradient_and_errors():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(13)
+    pred, target = rng.normal(size=(9, 2)), rng.normal(size=(9, 2))
+    got = losses.quantile_loss(pred, target, 0.4, axis=0, method="permutahedron", strength=1e-7)
+    assert_allclose(got, np.quantile(np.abs(target - pred), 0.4, axis=0), atol=1e-9)
+    p = torch.tensor(pred, requires_grad=True)
+    losses.quantile_loss(p, torch.tensor(target), 0.4, axis=0, method="lapsum", alpha=0.3).sum().backward()
+
+    def f(a):
+        return float(np.sum(losses.quantile_loss(a, target, 0.4, axis=0, method="lapsum", alpha=0.3)))
+
+    fd = np.zeros_like(pred)
+    for idx in np.ndindex(pred.shape):
+        e = np.zeros_like(pred)
+        e[idx] = 1
+        fd[idx] = reference.central_difference(f, pred, e)
+    assert_allclose(p.grad.numpy(), fd, rtol=1e-6, atol=1e-9)
+    for bad in (1.5, -0.1, True, "0.5"):
+        with pytest.raises(ValueError, match="q must be a number in"):
+            losses.quantile_loss(pred, target, bad)
+
+
+@pytest.mark.parametrize("host", HOSTS)
+def test_pinball_loss_equals_scikit_learn(host):
+    metrics = pytest.importorskip("sklearn.metrics")
+    to, run = _host(host)
+    rng = np.random.default_rng(14)
+    pred, target = rng.normal(size=(3, 20)), rng.normal(size=(3, 20))
+    for q in (0.1, 0.5, 0.9):
+        got = np.asarray(run(lambda p, t: losses.pinball_loss(p, t, q), to(pred), to(target)))
+        ref = [metrics.mean_pinball_loss(t, p, alpha=q) for p, t in zip(pred, target)]
+        assert_allclose(got, ref, rtol=1e-6 if host == "jax" else 1e-12)
+
+
+# -- Dask: every loss, lazily, equal to NumPy -------------------------------------------------------
+
+CASES = {
+    "spearman_loss": lambda s, t, r, lab, m: losses.spearman_loss(s, t),
+    "soft_spearman": lambda s, t, r, lab, m: losses.soft_spearman(s, t, method="lapsum"),
+    "kendall_loss": lambda s, t, r, lab, m: losses.kendall_loss(s, t),
+    "topk_loss": lambda s, t, r, lab, m: losses.topk_loss(s, lab, 2),
+    "ndcg_loss": lambda s, t, r, lab, m: losses.ndcg_loss(s, r, 3, mask=m),
+    "permutation_loss": lambda s, t, r, lab, m: losses.permutation_loss(s, t, method="sinkhorn", epsilon=0.05),
+    "quantile_loss": lambda s, t, r, lab, m: losses.quantile_loss(s, t, 0.5),
+    "pinball_loss": lambda s, t, r, lab, m: losses.pinball_loss(s, t, 0.3),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_every_loss_runs_lazily_on_dask(name):
+    da = pytest.importorskip("dask.array")
+    rng = np.random.default_rng(15)
+    s, t = rng.normal(size=(6, 7)), rng.normal(size=(6, 7))
+    rel, labels = rng.integers(0, 3, size=(6, 7)).astype(float), rng.integers(0, 7, size=6)
+    mask = np.arange(7)[None, :] < rng.integers(1, 8, size=6)[:, None]
+    args = (s, t, rel, labels, mask)
+    lazy = CASES[name](*(da.from_array(a, chunks=(2,) + a.shape[1:-1] + ((4,) if a.ndim > 1 else ())) for a in args))
+    assert isinstance(lazy, da.Array)
+    assert_allclose(lazy.compute(), CASES[name](*args), rtol=1e-12, atol=1e-12)

@@ -173,4 +173,10 @@ class Dask(Generic):
         return self._forward(blocks), blocks.pullback
 
 
+    def rows(self, xp: Any, fn: Callable[..., Any], *arrays: Any, dtype: Any) -> Any:
+        whole = [a.rechunk({a.ndim - 1: -1}) for a in arrays]
+        bxp = array_api_compat.array_namespace(whole[0]._meta)
+        return da.map_blocks(lambda *b: fn(bxp, *b), *whole, dtype=dtype, meta=bxp.empty((0,) * whole[0].ndim, dtype=dtype))
+
+
 ADAPTER = Dask()

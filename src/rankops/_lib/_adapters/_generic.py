@@ -84,6 +84,15 @@ class Generic:
     def segment_first(self, xp: Any, starts: Any, g: Any) -> Any:
         return _scans.segment_first(xp, starts, g)
 
+    def rows(self, xp: Any, fn: Callable[..., Any], *arrays: Any, dtype: Any) -> Any:
+        """``fn(xp, *arrays)``, an array of ``arrays[0]``'s shape and ``dtype`` computed from whole rows (last axis).
+
+        For the row helpers outside a :class:`~.._calls.Call` that need a sort or
+        a gather (the losses' hard ranks of targets): a lazy host maps ``fn``
+        over blocks of whole rows in its chunks' own namespace.
+        """
+        return fn(xp, *arrays)
+
     def is_concrete(self, x: Any) -> bool:
         """Whether ``x`` holds values that may be read now."""
         return not self.lazy

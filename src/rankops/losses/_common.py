@@ -1,0 +1,59 @@
+"""Helpers the losses share: row layout, argument checks, hard ranks of targets, Pearson's correlation."""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any
+
+from .._lib._adapters import get_adapter
+from .._lib._compat import normalize_axis
+
+DEFAULT_METHOD = "permutahedron"
+
+
+def _last(xp: Any, a: Any, axis: int) -> Any:
+    return a if axis == a.ndim - 1 else xp.moveaxis(a, axis, -1)
+
+
+def _same_shape(a: Any, b: Any, names: tuple[str, str]) -> None:
+    if tuple(a.shape) != tuple(b.shape):
+        raise ValueError(f"{names[0]} {tuple(a.shape)} and {names[1]} {tuple(b.shape)} must have the same shape")
+
+
+def _rows_of(xp: Any, a: Any, b: Any, axis: Any, names: tuple[str, str]) -> tuple[int, Any, Any]:
+    """Checked ``(axis, a, b)`` with the rows' axis moved last (``b`` cast to ``a``'s dtype)."""
+    _same_shape(a, b, names)
+    axis = normalize_axis(axis, a.ndim)
+    return axis, _last(xp, a, axis), _last(xp, b, axis)
+
+
+def _row_count(n: int, k: Any, name: str = "k") -> int:
+    if isinstance(k, bool) or not isinstance(k, numbers.Integral) or not 1 <= k <= n:
+        raise ValueError(f"{name} must be an int in [1, n = {n}], got {k!r}")
+    return int(k)
+
+
+def _level(q: Any) -> float:
+    if isinstance(q, bool) or not isinstance(q, numbers.Real) or not 0 <= q <= 1:
+        raise ValueError(f"q must be a number in [0, 1], got {q!r}")
+    return float(q)
+
+
+def _rankdata(xp: Any, t: Any) -> Any:
+    s = xp.sort(t, axis=-1)
+    adapter = get_adapter(xp)
+    below = adapter.searchsorted(xp, s, t, side="left")
+    upto = adapter.searchsorted(xp, s, t, side="right")
+    return xp.astype(below + upto + 1, t.dtype) / 2
+
+
+def rankdata(xp: Any, t: Any) -> Any:
+    """``scipy.stats.rankdata`` (ties averaged, 1-based) along the last axis: ``(#{< t} + #{<= t} + 1) / 2``; no gradient."""
+    return get_adapter(xp).rows(xp, _rankdata, t, dtype=t.dtype)
+
+
+def _pearson(xp: Any, a: Any, b: Any) -> Any:
+    """Pearson's correlation of matching rows (last axis); NaN for a constant row, as in SciPy."""
+    ac = a - xp.mean(a, axis=-1, keepdims=True)
+    bc = b - xp.mean(b, axis=-1, keepdims=True)
+    return xp.sum(ac * bc, axis=-1) / xp.sqrt(xp.sum(ac * ac, axis=-1) * xp.sum(bc * bc, axis=-1))

@@ -1,0 +1,132 @@
+"""Rank correlations as losses: Spearman through soft ranks, Kendall through smooth pair signs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._lib._compat import namespace, normalize_axis
+from ..kernels import soft_kendall_tau
+from ..sorting import soft_rank
+from ._common import DEFAULT_METHOD, _last, _pearson, _rows_of, _same_shape, rankdata
+
+__all__ = ["spearman_loss", "soft_spearman", "kendall_loss"]
+
+
+def spearman_loss(pred: Any, target: Any, /, *, axis: int = -1, method: str = DEFAULT_METHOD, **options: Any) -> Any:
+    r"""``1 - corr(soft_rank(pred), rankdata(target))``: a differentiable Spearman loss per row.
+
+    ``corr`` is Pearson's correlation along ``axis``; ``rankdata(target)``
+    ranks the targets with ties averaged, like ``scipy.stats.rankdata``, and
+    carries no gradient (targets are data). As the relaxation tends to the
+    hard ranks (``strength``, ``alpha``, ``tau``, ``epsilon`` -> 0) the loss
+    tends to ``1 - scipy.stats.spearmanr(pred, target)``. Values in [0, 2];
+    a row whose targets (or soft ranks) are all equal has no correlation:
+    NaN, as in SciPy.
+
+    Parameters
+    ----------
+    pred : array
+        Predictions; every axis but ``axis`` is a batch axis. Differentiable.
+    target : array
+        Same shape, namespace and device; any real dtype.
+    axis : int, default -1
+        The axis along which the rows are ranked.
+    method : str, default "permutahedron"
+        Any method of :func:`rankops.soft_rank`; ``**options`` are its options.
+
+    Returns
+    -------
+    array
+        ``pred``'s shape without ``axis``.
+
+    Examples
+    --------
+    >>> import numpy as np, rankops.losses
+    >>> pred, target = np.array([0.1, 0.4, 0.35, 0.8]), np.array([1.0, 2.0, 3.0, 4.0])
+    >>> round(float(rankops.losses.spearman_loss(pred, target, strength=1e-3)), 6)   # 1 - spearmanr = 1 - 0.8
+    0.2
+    """
+    xp = namespace(pred, target, names=("pred", "target"))
+    axis, _, t = _rows_of(xp, pred, target, axis, ("pred", "target"))
+    r = _last(xp, soft_rank(pred, axis=axis, method=method, **options), axis)
+    return 1 - _pearson(xp, r, rankdata(xp, xp.astype(t, r.dtype)))
+
+
+def soft_spearman(x: Any, y: Any, /, *, axis: int = -1, method: str = DEFAULT_METHOD, **options: Any) -> Any:
+    r"""``corr(soft_rank(x), soft_rank(y))``: a soft Spearman correlation, differentiable in both arguments.
+
+    For two learned scorings of the same items (agreement between two
+    models, a rank-correlation regulariser). Pearson's correlation of the
+    soft ranks along ``axis``; tends to ``scipy.stats.spearmanr(x, y)`` as
+    the relaxation tends to the hard ranks. Values in [-1, 1]; NaN for a
+    row whose soft ranks are all equal.
+
+    Parameters
+    ----------
+    x, y : array
+        Same shape, namespace and device; every axis but ``axis`` is a batch axis.
+    axis : int, default -1
+        The axis along which the rows are ranked.
+    method : str, default "permutahedron"
+        Any method of :func:`rankops.soft_rank`; ``**options`` are its options.
+
+    Returns
+    -------
+    array
+        ``x``'s shape without ``axis``.
+
+    Examples
+    --------
+    >>> import numpy as np, rankops.losses
+    >>> x, y = np.array([0.1, 0.4, 0.35, 0.8]), np.array([1.0, 2.0, 3.0, 4.0])
+    >>> round(float(rankops.losses.soft_spearman(x, y, strength=1e-3)), 6)   # scipy.stats.spearmanr
+    0.8
+    """
+    xp = namespace(x, y, names=("x", "y"))
+    _same_shape(x, y, ("x", "y"))
+    axis = normalize_axis(axis, x.ndim)
+    rx = _last(xp, soft_rank(x, axis=axis, method=method, **options), axis)
+    ry = _last(xp, soft_rank(y, axis=axis, method=method, **options), axis)
+    return _pearson(xp, rx, ry)
+
+
+# tanh(_SHARP * d) rounds to exactly 1 in float64 for every rank gap d >= 1/2
+_SHARP = 40.0
+
+
+def kendall_loss(pred: Any, target: Any, /, *, axis: int = -1, tau: float = 0.1) -> Any:
+    r"""``1 - T(pred, target)``: the smooth Kendall tau of :func:`rankops.soft_kendall_tau` as a loss.
+
+    ``T = sum_{i<j} tanh((pred_i - pred_j)/tau) sign(target_i - target_j) / P``,
+    ``P = n (n-1)/2``: the pair signs of the predictions are smoothed, those
+    of the targets are exact (targets are data and carry no gradient; tied
+    targets count 0, as in Kendall's tau-a). As ``tau -> 0`` the loss tends
+    to ``1 - tau_a(pred, target)``. Values in [0, 2]; O(n) memory, O(n^2) time.
+    The Kendall counterpart of :func:`spearman_loss`.
+
+    Parameters
+    ----------
+    pred, target : array
+        Same shape, namespace and device; every axis but ``axis`` is a batch axis.
+    axis : int, default -1
+        The axis of the entries.
+    tau : float, default 0.1
+        Width of the smooth sign, in the units of ``pred``.
+
+    Returns
+    -------
+    array
+        ``pred``'s shape without ``axis``.
+
+    Examples
+    --------
+    >>> import numpy as np, rankops.losses
+    >>> pred, target = np.array([0.1, 0.4, 0.35, 0.8]), np.array([1.0, 2.0, 3.0, 4.0])
+    >>> round(float(rankops.losses.kendall_loss(pred, target, tau=1e-4)), 6)   # 1 - tau_a = 1 - 4/6
+    0.333333
+    """
+    xp = namespace(pred, target, names=("pred", "target"))
+    _, p, t = _rows_of(xp, pred, target, axis, ("pred", "target"))
+    # the targets' pair signs through the same smooth sign: rank gaps (>= 1/2 unless tied) scaled so that tanh is exactly +-1
+    sharp = rankdata(xp, xp.astype(t, p.dtype)) * (_SHARP * tau)
+    return 1 - soft_kendall_tau(p, sharp, axis=-1, tau=tau)

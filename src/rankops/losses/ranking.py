@@ -1,0 +1,240 @@
+"""Losses on the order of a list: top-k classification, NDCG@k, and learning to sort with a permutation matrix."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import array_api_compat
+
+from .._kernels.squash import SQUASHES, squash_vjp
+from .._lib._adapters import get_adapter
+from .._lib._compat import namespace, normalize_axis
+from ..permutations import neuralsort, softsort
+from ..sinkhorn import sinkhorn
+from ..sorting import soft_rank
+from ._common import DEFAULT_METHOD, _last, _row_count, _rows_of, _same_shape
+
+__all__ = ["topk_loss", "ndcg_loss", "permutation_loss", "MATRIX_METHODS"]
+
+MATRIX_METHODS = ("neuralsort", "softsort", "sinkhorn")
+
+
+def topk_loss(scores: Any, labels: Any, k: int, /, *, axis: int = -1, method: str = DEFAULT_METHOD, **options: Any) -> Any:
+    r"""The top-k loss of Cuturi et al. (2019, paper 002): ``relu(n - k + 1 - soft_rank(scores)[label])``.
+
+    With ascending 1-based soft ranks, the true class is among the k largest
+    scores when its rank is at least ``n - k + 1``: the loss is then 0, and
+    otherwise grows with the number of places the label misses the top k
+    by. ``k = 1`` is a soft "is the label the arg max" loss.
+
+    Parameters
+    ----------
+    scores : array
+        Class scores along ``axis`` (n classes); differentiable.
+    labels : array
+        Integer class indices in [0, n), ``scores``' shape without ``axis``
+        (one per row), same namespace and device. Out-of-range labels give
+        ``n - k + 1`` (no class matched), not an error: checking would read
+        the data.
+    k : int
+        1 <= k <= n.
+    axis : int, default -1
+        The class axis.
+    method : str, default "permutahedron"
+        Any method of :func:`rankops.soft_rank`; ``**options`` are its options.
+
+    Returns
+    -------
+    array
+        ``scores``' shape without ``axis``, values >= 0.
+
+    Examples
+    --------
+    >>> import numpy as np, rankops.losses
+    >>> scores = np.array([[0.1, 2.0, 1.0, -1.0], [3.0, 0.0, 1.0, 2.0]])
+    >>> rankops.losses.topk_loss(scores, np.array([2, 1]), 2, strength=1e-3)   # row 1: class 1 ranks last
+    array([0., 2.])
+    """
+    xp = namespace(scores, labels, names=("scores", "labels"))
+    axis = normalize_axis(axis, scores.ndim)
+    n = scores.shape[axis]
+    k = _row_count(n, k)
+    if not xp.isdtype(labels.dtype, "integral"):
+        raise TypeError(f"labels must be an integer array of class indices, got dtype {labels.dtype}")
+    expected = tuple(scores.shape[:axis]) + tuple(scores.shape[axis + 1 :])
+    if tuple(labels.shape) != expected:
+        raise ValueError(f"labels must have scores' shape without axis {axis}: {expected}, got {tuple(labels.shape)}")
+    r = _last(xp, soft_rank(scores, axis=axis, method=method, **options), axis)
+    # the label's rank as a masked sum (a gather that every backend, Dask included, has)
+    hit = xp.arange(n, device=array_api_compat.device(r))[None, :] == xp.reshape(labels, (-1, 1))
+    hit = xp.reshape(hit, tuple(labels.shape) + (n,))
+    label_rank = xp.sum(xp.where(hit, r, xp.zeros_like(r)), axis=-1)
+    margin = (n - k + 1) - label_rank
+    return xp.maximum(margin, xp.zeros_like(margin))
+
+
+def _descending(xp: Any, a: Any) -> Any:
+    return xp.flip(xp.sort(a, axis=-1), axis=-1)
+
+
+def ndcg_loss(scores: Any, relevance: Any, /, k: int | None = None, *, mask: Any = None, axis: int = -1,
+              gain: str = "exp", method: str = DEFAULT_METHOD, **options: Any) -> Any:
+    r"""``1 - NDCG@k`` with soft ranks in the discounts: a differentiable ranking loss for lists, ragged ones included.
+
+    With ``r = soft_rank(scores, descending=True)`` (1 = best) and gains
+    ``g = 2**relevance - 1`` (``gain="exp"``, Burges et al. 2005) or
+    ``g = relevance`` (``"linear"``, as ``sklearn.metrics.ndcg_score``)::
+
+        DCG@k  = sum_j g_j c_k(r_j) / log2(1 + r_j),   c_k(r) = clip(k + 1 - r, 0, 1)
+        NDCG@k = DCG@k / IDCG@k
+
+    IDCG@k is the DCG of the gains sorted decreasingly (no gradient). The
+    cut-off ``c_k`` is 1 up to rank k and falls linearly to 0 at k + 1, so
+    the loss is continuous in the scores and, as the relaxation tends to the
+    hard ranks of distinct scores, tends to ``1 - NDCG@k`` exactly
+    (ApproxNDCG of Qin et al. 2010 with the sigmoid ranks replaced by
+    ``soft_rank``, NeuralNDCG's setting of Pobrotyn & Bialobrzeski 2021).
+    A row with no relevant entry (IDCG = 0) has NDCG 0 (loss 1, no
+    gradient), as in scikit-learn.
+
+    Parameters
+    ----------
+    scores : array
+        Predicted scores along ``axis``; differentiable.
+    relevance : array
+        Same shape; graded relevance >= 0 (data: no gradient).
+    k : int, optional
+        Cut-off in [1, n]; ``None``: the whole list.
+    mask : bool array, optional
+        Same shape; False marks padding of a ragged list. Padding gets no
+        gain and is scored below every entry of its row (gradient 0), so in
+        the hard limit the loss equals that of the unpadded list; a
+        relaxation that looks at the whole row (Sinkhorn's standardizing
+        squash, NeuralSort) still sees the padding's positions.
+    axis : int, default -1
+        The list axis.
+    gain : {"exp", "linear"}, default "exp"
+    method : str, default "permutahedron"
+        Any method of :func:`rankops.soft_rank`; ``**options`` are its options.
+
+    Returns
+    -------
+    array
+        ``scores``' shape without ``axis``, values in [0, 1] in the hard limit.
+
+    Examples
+    --------
+    >>> import numpy as np, rankops.losses
+    >>> scores, rel = np.array([2.0, 0.5, 1.0]), np.array([0.0, 2.0, 1.0])
+    >>> round(float(rankops.losses.ndcg_loss(scores, rel, strength=1e-3)), 4)   # 1 - NDCG: best item ranked last
+    0.4131
+    """
+    arrays = (scores, relevance) if mask is None else (scores, relevance, mask)
+    xp = namespace(*arrays, names=("scores", "relevance", "mask")[: len(arrays)])
+    axis, s, rel = _rows_of(xp, scores, relevance, axis, ("scores", "relevance"))
+    n = s.shape[-1]
+    k = n if k is None else _row_count(n, k)
+    if gain not in ("exp", "linear"):
+        raise ValueError(f"gain must be 'exp' or 'linear', got {gain!r}")
+    rel = xp.astype(rel, s.dtype)
+    g = 2.0**rel - 1.0 if gain == "exp" else rel
+    if mask is not None:
+        _same_shape(scores, mask, ("scores", "mask"))
+        if mask.dtype != xp.bool:
+            raise TypeError(f"mask must be a boolean array (False marks padding), got dtype {mask.dtype}")
+        valid = _last(xp, mask, axis)
+        inf = xp.asarray(math.inf, dtype=s.dtype, device=array_api_compat.device(s))
+        lo = xp.min(xp.where(valid, s, inf), axis=-1, keepdims=True)
+        hi = xp.max(xp.where(valid, s, -inf), axis=-1, keepdims=True)
+        # one range (plus one) below the row's valid entries; an all-padding row gets 0
+        pad = xp.where(lo <= hi, 2 * lo - hi - 1, xp.zeros_like(lo))
+        s = xp.where(valid, s, pad)
+        g = xp.where(valid, g, xp.zeros_like(g))
+    r = soft_rank(s, axis=-1, descending=True, method=method, **options)
+    cut = xp.clip(k + 1 - r, 0, 1)
+    dcg = xp.sum(g * cut / xp.log2(1 + r), axis=-1)
+    pos = xp.arange(1, n + 1, dtype=s.dtype, device=array_api_compat.device(s))
+    ideal_discount = xp.where(pos <= k, 1 / xp.log2(1 + pos), xp.zeros_like(pos))
+    idcg = xp.sum(get_adapter(xp).rows(xp, _descending, g, dtype=g.dtype) * ideal_discount, axis=-1)
+    some = idcg > 0
+    return 1 - xp.where(some, dcg / xp.where(some, idcg, xp.ones_like(idcg)), xp.zeros_like(dcg))
+
+
+def _log_matrix(xp: Any, s: Any, method: str, options: dict[str, Any]) -> Any:
+    """``log P``: row i of the relaxed permutation matrix of ``s`` (last axis) is a distribution over the items for rank i (1 = largest)."""
+    if method == "softsort":
+        p = softsort(s, **options)
+    elif method == "neuralsort":
+        p = neuralsort(s, **options)
+    else:
+        # the S-sort's plan (Cuturi et al. 2019): n * plan^T between the squashed scores (a = 1/n) and the grid j/(n-1)
+        # (b = 1/n), descending: the grid is matched against -s
+        options = dict(options)
+        squash, power = options.pop("squash", "sigmoid"), options.pop("power", 2.0)
+        if squash not in SQUASHES:
+            raise ValueError(f"squash must be one of {SQUASHES}, got {squash!r}")
+        options.setdefault("epsilon", 1e-2)
+        z, _ = squash_vjp(xp, -s, squash)
+        n = s.shape[-1]
+        grid = xp.arange(n, dtype=s.dtype, device=array_api_compat.device(s)) / max(n - 1, 1)
+        cost = xp.abs(z[..., :, None] - grid) ** power
+        p = n * xp.matrix_transpose(sinkhorn(cost, **options).plan)
+    tiny = xp.finfo(p.dtype).smallest_normal
+    return xp.log(p + tiny)  # an underflowed probability costs -log(tiny), not inf
+
+
+def permutation_loss(scores: Any, target: Any, /, *, axis: int = -1, method: str = "neuralsort", **options: Any) -> Any:
+    r"""Cross-entropy between the relaxed permutation matrix of ``scores`` and the permutation that sorts ``target``.
+
+    ``L = -(1/n) sum_i log P_hat[i, pi(i)]``, ``pi(i)`` the index of the i-th
+    largest target (ties in order of appearance) and ``P_hat`` the relaxed
+    permutation matrix of the scores, rows indexed by rank: the
+    learning-to-sort objective of NeuralSort (Grover et al. 2019, Sec. 6.1),
+    SoftSort (Prillo & Eisenschlos 2020, Sec. 5) and the Sinkhorn sort
+    (Cuturi et al. 2019, Sec. 5). 0 when ``P_hat`` is the true permutation;
+    ``-log(tiny)`` bounds each term where a probability underflows.
+
+    Parameters
+    ----------
+    scores : array
+        Predicted scores along ``axis``; differentiable.
+    target : array
+        Same shape: the values whose order is to be learned (data).
+    axis : int, default -1
+        The axis of the items.
+    method : {"neuralsort", "softsort", "sinkhorn"}, default "neuralsort"
+        ``neuralsort`` / ``softsort``: :func:`rankops.neuralsort` /
+        :func:`rankops.softsort` with ``**options`` (``tau``, ...).
+        ``sinkhorn``: ``n`` times the transposed plan of
+        :func:`rankops.sinkhorn` between the squashed scores and the grid
+        ``j / (n - 1)``, cost ``|y_j - g(s)_i| ** power``; options ``epsilon``
+        (1e-2), ``squash`` ("sigmoid"), ``power`` (2), ``max_iter``, ``tol``,
+        ``implicit``. The O(n log n) methods have no permutation matrix: use
+        :func:`spearman_loss` with them.
+
+    Returns
+    -------
+    array
+        ``scores``' shape without ``axis``, values >= 0.
+
+    Examples
+    --------
+    >>> import numpy as np, rankops.losses
+    >>> target = np.array([3.0, 1.0, 2.0])
+    >>> bool(rankops.losses.permutation_loss(np.array([0.9, 0.1, 0.5]), target, tau=0.01) < 1e-6)   # right order
+    True
+    >>> bool(rankops.losses.permutation_loss(np.array([0.1, 0.9, 0.5]), target, tau=0.01) > 10)     # wrong order
+    True
+    """
+    xp = namespace(scores, target, names=("scores", "target"))
+    if method not in MATRIX_METHODS:
+        raise ValueError(f"permutation_loss needs a relaxed permutation matrix: method must be one of {MATRIX_METHODS}, "
+                         f"got {method!r} (spearman_loss works with every method)")
+    _, s, t = _rows_of(xp, scores, target, axis, ("scores", "target"))
+    n = s.shape[-1]
+    log_p = _log_matrix(xp, s, method, options)
+    # the true matrix as a one-hot of the descending order (a gather that every backend, Dask included, has)
+    order = xp.argsort(t, axis=-1, descending=True, stable=True)
+    hit = order[..., :, None] == xp.arange(n, device=array_api_compat.device(order))
+    return -xp.sum(xp.where(hit, log_p, xp.zeros_like(log_p)), axis=(-2, -1)) / n
