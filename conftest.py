@@ -66,6 +66,16 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(f"RANKOPS_REQUIRE_BACKENDS names unusable backends: {missing}")
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Script runs (marker ``scripts``) take minutes: they run when ``-m`` selects them, and are listed as skipped otherwise."""
+    if "scripts" in (config.getoption("markexpr") or ""):
+        return
+    skip = pytest.mark.skip(reason="end-to-end script run: select with `pytest -m scripts` (docs/testing.md)")
+    for item in items:
+        if "scripts" in item.keywords:
+            item.add_marker(skip)
+
+
 def pytest_report_header(config: pytest.Config) -> list[str]:
     lines = []
     for b in _selected(config):

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.scripts
+
 ROOT = Path(__file__).resolve().parents[1]
 SECTIONS = ("Soft ranks with SoftSort", "Soft ranks with NeuralSort", "Sinkhorn soft sort", "Large n")
 

@@ -335,3 +335,30 @@ def test_every_loss_runs_lazily_on_dask(name):
     lazy = CASES[name](*(da.from_array(a, chunks=(2,) + a.shape[1:-1] + ((4,) if a.ndim > 1 else ())) for a in args))
     assert isinstance(lazy, da.Array)
     assert_allclose(lazy.compute(), CASES[name](*args), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("host", ["torch", "jax"])
+def test_permutation_loss_sinkhorn_float32_implicit_gradient_at_small_epsilon(host):
+    """Regression: log(plan + tiny) put 1/P cotangents on underflowed plan entries, and float32's implicit backward blew up."""
+    to, _ = _host(host)
+    s = np.array([[0.1885, -0.6332, -0.3776, -1.0911, -1.2777]])
+    v = np.array([[-0.5, -1.2, 0.3, -2.0, 1.0]])
+
+    def grad(x, implicit):
+        if host == "torch":
+            import torch
+
+            leaf = torch.tensor(x, requires_grad=True)
+            losses.permutation_loss(leaf, torch.tensor(v, dtype=leaf.dtype), method="sinkhorn", epsilon=1e-3,
+                                    implicit=implicit).sum().backward()
+            return leaf.grad.numpy()
+        import jax
+
+        vv = to(v.astype(x.dtype))
+        return np.asarray(jax.jit(jax.grad(lambda a: losses.permutation_loss(a, vv, method="sinkhorn", epsilon=1e-3,
+                                                                             implicit=implicit).sum()))(to(x)))
+
+    exact = grad(s, False)
+    assert_allclose(grad(s, True), exact, rtol=1e-3)
+    for implicit in (True, False):
+        assert_allclose(grad(s.astype(np.float32), implicit), exact, rtol=0.02, atol=0.2)

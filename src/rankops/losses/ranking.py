@@ -28,6 +28,13 @@ def topk_loss(scores: Any, labels: Any, k: int, /, *, axis: int = -1, method: st
     otherwise grows with the number of places the label misses the top k
     by. ``k = 1`` is a soft "is the label the arg max" loss.
 
+    Prefer a method whose soft ranks keep the order of the scores
+    (``"permutahedron"``, ``"lapsum"``, ``"sinkhorn"``): SoftSort's and
+    NeuralSort's soft ranks may cross at moderate ``tau`` (the arg max need
+    not get the largest soft rank), and a network trained with this loss
+    then learns to exploit the crossing (examples/topk_classification.py
+    shows it at ``tau >= 0.1``).
+
     Parameters
     ----------
     scores : array
@@ -163,25 +170,27 @@ def ndcg_loss(scores: Any, relevance: Any, /, k: int | None = None, *, mask: Any
 
 def _log_matrix(xp: Any, s: Any, method: str, options: dict[str, Any]) -> Any:
     """``log P``: row i of the relaxed permutation matrix of ``s`` (last axis) is a distribution over the items for rank i (1 = largest)."""
-    if method == "softsort":
-        p = softsort(s, **options)
-    elif method == "neuralsort":
-        p = neuralsort(s, **options)
-    else:
-        # the S-sort's plan (Cuturi et al. 2019): n * plan^T between the squashed scores (a = 1/n) and the grid j/(n-1)
-        # (b = 1/n), descending: the grid is matched against -s
-        options = dict(options)
-        squash, power = options.pop("squash", "sigmoid"), options.pop("power", 2.0)
-        if squash not in SQUASHES:
-            raise ValueError(f"squash must be one of {SQUASHES}, got {squash!r}")
-        options.setdefault("epsilon", 1e-2)
-        z, _ = squash_vjp(xp, -s, squash)
-        n = s.shape[-1]
-        grid = xp.arange(n, dtype=s.dtype, device=array_api_compat.device(s)) / max(n - 1, 1)
-        cost = xp.abs(z[..., :, None] - grid) ** power
-        p = n * xp.matrix_transpose(sinkhorn(cost, **options).plan)
-    tiny = xp.finfo(p.dtype).smallest_normal
-    return xp.log(p + tiny)  # an underflowed probability costs -log(tiny), not inf
+    if method != "sinkhorn":
+        p = (softsort if method == "softsort" else neuralsort)(s, **options)
+        return xp.log(p + xp.finfo(p.dtype).smallest_normal)  # an underflowed probability costs -log(tiny), not inf
+    # The S-sort's plan (Cuturi et al. 2019): n * plan^T between the squashed scores (a = 1/n) and the grid j/(n-1)
+    # (b = 1/n), descending: the grid is matched against -s. log P straight from the potentials,
+    # log n + (f_i + g_j - C_ij) / epsilon: the log of a plan entry that underflows would put a 1/P cotangent on it,
+    # which float32's implicit backward cannot absorb. f_i + g_j is exact under implicit differentiation.
+    options = dict(options)
+    squash, power = options.pop("squash", "sigmoid"), options.pop("power", 2.0)
+    if squash not in SQUASHES:
+        raise ValueError(f"squash must be one of {SQUASHES}, got {squash!r}")
+    options.setdefault("epsilon", 1e-2)
+    options.setdefault("implicit", True)  # as soft_rank: memory independent of the iterations, and faster
+    z, _ = squash_vjp(xp, -s, squash)
+    n = s.shape[-1]
+    grid = xp.arange(n, dtype=s.dtype, device=array_api_compat.device(s)) / max(n - 1, 1)
+    cost = xp.abs(z[..., :, None] - grid) ** power
+    res = sinkhorn(cost, **options)
+    eps = options["epsilon"]
+    log_plan = (res.f[..., :, None] + res.g[..., None, :] - cost) / eps
+    return math.log(n) + xp.matrix_transpose(log_plan)
 
 
 def permutation_loss(scores: Any, target: Any, /, *, axis: int = -1, method: str = "neuralsort", **options: Any) -> Any:
@@ -193,7 +202,8 @@ def permutation_loss(scores: Any, target: Any, /, *, axis: int = -1, method: str
     learning-to-sort objective of NeuralSort (Grover et al. 2019, Sec. 6.1),
     SoftSort (Prillo & Eisenschlos 2020, Sec. 5) and the Sinkhorn sort
     (Cuturi et al. 2019, Sec. 5). 0 when ``P_hat`` is the true permutation;
-    ``-log(tiny)`` bounds each term where a probability underflows.
+    ``-log(tiny)`` bounds each term where a SoftSort / NeuralSort probability
+    underflows; the Sinkhorn plan's log is read from its potentials.
 
     Parameters
     ----------
@@ -210,7 +220,7 @@ def permutation_loss(scores: Any, target: Any, /, *, axis: int = -1, method: str
         :func:`rankops.sinkhorn` between the squashed scores and the grid
         ``j / (n - 1)``, cost ``|y_j - g(s)_i| ** power``; options ``epsilon``
         (1e-2), ``squash`` ("sigmoid"), ``power`` (2), ``max_iter``, ``tol``,
-        ``implicit``. The O(n log n) methods have no permutation matrix: use
+        ``implicit`` (True, as in :func:`rankops.soft_rank`). The O(n log n) methods have no permutation matrix: use
         :func:`spearman_loss` with them.
 
     Returns

@@ -24,6 +24,11 @@ def quantile_loss(pred: Any, target: Any, q: float, /, *, axis: int = -1, method
     (:func:`rankops.soft_quantile`, its options); any other method of
     :func:`rankops.soft_sort` interpolates its soft sort linearly at position
     ``q (n - 1)``, which equals ``numpy.quantile(|r|, q)`` in the hard limit.
+    Their temperatures are in the units of the residuals, and they smooth the
+    widest gaps last only up to a point: a ``strength`` or ``alpha`` large
+    against the gap between the inliers and the outliers pools them, and the
+    soft quantile moves towards the outliers (permutahedron at the default
+    strength 1 is the exact order statistic for residuals of a few units).
 
     Parameters
     ----------
