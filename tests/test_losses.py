@@ -16,6 +16,16 @@ from tests.hosts import host as _host
 METHODS = [("permutahedron", {"strength": 0.5}), ("lapsum", {"alpha": 0.5}), ("softsort", {"tau": 0.5})]
 
 
+def _central_differences(f, x: np.ndarray) -> np.ndarray:
+    """The gradient of scalar ``f`` at ``x``, entry by entry."""
+    fd = np.zeros_like(x)
+    for idx in np.ndindex(x.shape):
+        e = np.zeros_like(x)
+        e[idx] = 1
+        fd[idx] = reference.central_difference(f, x, e)
+    return fd
+
+
 def _pearson_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.array([np.corrcoef(u, v)[0, 1] for u, v in zip(a, b)])
 
@@ -53,12 +63,7 @@ def test_spearman_loss_gradient_equals_central_differences():
     def f(a):
         return float(w @ np.asarray(losses.spearman_loss(a, target, method="lapsum", alpha=0.7)))
 
-    h, fd = 1e-6, np.zeros_like(pred)
-    for idx in np.ndindex(pred.shape):
-        up, down = pred.copy(), pred.copy()
-        up[idx] += h
-        down[idx] -= h
-        fd[idx] = (f(up) - f(down)) / (2 * h)
+    fd = _central_differences(f, pred)
     assert_allclose(p.grad.numpy(), fd, rtol=1e-6, atol=1e-9)
 
 
@@ -193,11 +198,7 @@ def test_ndcg_loss_gradient_equals_central_differences_and_skips_padding():
     def f(a):
         return float(w @ np.asarray(losses.ndcg_loss(a, rel, 3, mask=mask, method="softsort", tau=0.5)))
 
-    fd = np.zeros_like(scores)
-    for idx in np.ndindex(scores.shape):
-        e = np.zeros_like(scores)
-        e[idx] = 1
-        fd[idx] = reference.central_difference(f, scores, e)
+    fd = _central_differences(f, scores)
     assert_allclose(s.grad.numpy(), fd, rtol=1e-6, atol=1e-9)
     assert np.all(s.grad.numpy()[1, 4:] == 0)
 
@@ -247,11 +248,7 @@ def test_permutation_loss_gradient_equals_central_differences():
         def f(a):
             return float(np.sum(losses.permutation_loss(a, target, method=method, **opts)))
 
-        fd = np.zeros_like(scores)
-        for idx in np.ndindex(scores.shape):
-            e = np.zeros_like(scores)
-            e[idx] = 1
-            fd[idx] = reference.central_difference(f, scores, e)
+        fd = _central_differences(f, scores)
         assert_allclose(s.grad.numpy(), fd, rtol=1e-5, atol=1e-8, err_msg=method)
 
 
@@ -287,11 +284,7 @@ def test_quantile_loss_axis_gradient_and_errors():
     def f(a):
         return float(np.sum(losses.quantile_loss(a, target, 0.4, axis=0, method="lapsum", alpha=0.3)))
 
-    fd = np.zeros_like(pred)
-    for idx in np.ndindex(pred.shape):
-        e = np.zeros_like(pred)
-        e[idx] = 1
-        fd[idx] = reference.central_difference(f, pred, e)
+    fd = _central_differences(f, pred)
     assert_allclose(p.grad.numpy(), fd, rtol=1e-6, atol=1e-9)
     for bad in (1.5, -0.1, True, "0.5"):
         with pytest.raises(ValueError, match="q must be a number in"):
