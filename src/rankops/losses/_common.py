@@ -5,6 +5,8 @@ from __future__ import annotations
 import numbers
 from typing import Any
 
+import array_api_compat
+
 from .._lib._adapters import get_adapter
 from .._lib._compat import normalize_axis
 
@@ -21,10 +23,15 @@ def _same_shape(a: Any, b: Any, names: tuple[str, str]) -> None:
 
 
 def _rows_of(xp: Any, a: Any, b: Any, axis: Any, names: tuple[str, str]) -> tuple[int, Any, Any]:
-    """Checked ``(axis, a, b)`` with the rows' axis moved last (``b`` cast to ``a``'s dtype)."""
+    """Checked ``(axis, a, b)``: same shapes, ``axis`` normalized, and the rows' axis moved last in both."""
     _same_shape(a, b, names)
     axis = normalize_axis(axis, a.ndim)
     return axis, _last(xp, a, axis), _last(xp, b, axis)
+
+
+def _one_hot(xp: Any, index: Any, n: int) -> Any:
+    """``index[..., None] == arange(n)``: a gather as a mask, which every backend (Dask included) has."""
+    return index[..., None] == xp.arange(n, device=array_api_compat.device(index))
 
 
 def _row_count(n: int, k: Any, name: str = "k") -> int:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._lib._compat import namespace, normalize_axis
+from .._lib._compat import namespace
 from ..kernels import soft_kendall_tau
 from ..sorting import soft_rank
-from ._common import DEFAULT_METHOD, _last, _pearson, _rows_of, _same_shape, rankdata
+from ._common import DEFAULT_METHOD, _pearson, _rows_of, rankdata
 
 __all__ = ["spearman_loss", "soft_spearman", "kendall_loss"]
 
@@ -47,8 +47,8 @@ def spearman_loss(pred: Any, target: Any, /, *, axis: int = -1, method: str = DE
     0.2
     """
     xp = namespace(pred, target, names=("pred", "target"))
-    axis, _, t = _rows_of(xp, pred, target, axis, ("pred", "target"))
-    r = _last(xp, soft_rank(pred, axis=axis, method=method, **options), axis)
+    _, p, t = _rows_of(xp, pred, target, axis, ("pred", "target"))
+    r = soft_rank(p, method=method, **options)
     return 1 - _pearson(xp, r, rankdata(xp, xp.astype(t, r.dtype)))
 
 
@@ -83,11 +83,8 @@ def soft_spearman(x: Any, y: Any, /, *, axis: int = -1, method: str = DEFAULT_ME
     0.8
     """
     xp = namespace(x, y, names=("x", "y"))
-    _same_shape(x, y, ("x", "y"))
-    axis = normalize_axis(axis, x.ndim)
-    rx = _last(xp, soft_rank(x, axis=axis, method=method, **options), axis)
-    ry = _last(xp, soft_rank(y, axis=axis, method=method, **options), axis)
-    return _pearson(xp, rx, ry)
+    _, x, y = _rows_of(xp, x, y, axis, ("x", "y"))
+    return _pearson(xp, soft_rank(x, method=method, **options), soft_rank(y, method=method, **options))
 
 
 # tanh(_SHARP * d) rounds to exactly 1 in float64 for every rank gap d >= 1/2

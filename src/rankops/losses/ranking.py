@@ -13,7 +13,7 @@ from .._lib._compat import namespace, normalize_axis
 from ..permutations import neuralsort, softsort
 from ..sinkhorn import sinkhorn
 from ..sorting import soft_rank
-from ._common import DEFAULT_METHOD, _last, _row_count, _rows_of, _same_shape
+from ._common import DEFAULT_METHOD, _last, _one_hot, _row_count, _rows_of, _same_shape
 
 __all__ = ["topk_loss", "ndcg_loss", "permutation_loss", "MATRIX_METHODS"]
 
@@ -72,11 +72,8 @@ def topk_loss(scores: Any, labels: Any, k: int, /, *, axis: int = -1, method: st
     expected = tuple(scores.shape[:axis]) + tuple(scores.shape[axis + 1 :])
     if tuple(labels.shape) != expected:
         raise ValueError(f"labels must have scores' shape without axis {axis}: {expected}, got {tuple(labels.shape)}")
-    r = _last(xp, soft_rank(scores, axis=axis, method=method, **options), axis)
-    # the label's rank as a masked sum (a gather that every backend, Dask included, has)
-    hit = xp.arange(n, device=array_api_compat.device(r))[None, :] == xp.reshape(labels, (-1, 1))
-    hit = xp.reshape(hit, tuple(labels.shape) + (n,))
-    label_rank = xp.sum(xp.where(hit, r, xp.zeros_like(r)), axis=-1)
+    r = soft_rank(_last(xp, scores, axis), method=method, **options)
+    label_rank = xp.sum(xp.where(_one_hot(xp, labels, n), r, xp.zeros_like(r)), axis=-1)
     margin = (n - k + 1) - label_rank
     return xp.maximum(margin, xp.zeros_like(margin))
 
@@ -244,7 +241,6 @@ def permutation_loss(scores: Any, target: Any, /, *, axis: int = -1, method: str
     _, s, t = _rows_of(xp, scores, target, axis, ("scores", "target"))
     n = s.shape[-1]
     log_p = _log_matrix(xp, s, method, options)
-    # the true matrix as a one-hot of the descending order (a gather that every backend, Dask included, has)
-    order = xp.argsort(t, axis=-1, descending=True, stable=True)
-    hit = order[..., :, None] == xp.arange(n, device=array_api_compat.device(order))
+    # the true matrix: row i one-hot at the i-th largest target
+    hit = _one_hot(xp, xp.argsort(t, axis=-1, descending=True, stable=True), n)
     return -xp.sum(xp.where(hit, log_p, xp.zeros_like(log_p)), axis=(-2, -1)) / n

@@ -59,7 +59,7 @@ def quantile_loss(pred: Any, target: Any, q: float, /, *, axis: int = -1, method
     r = xp.abs(target - pred)
     if method == "sinkhorn":
         return soft_quantile(r, q, axis=axis, **options)
-    srt = _last(xp, soft_sort(r, axis=axis, method=method, **options), axis)
+    srt = soft_sort(_last(xp, r, axis), method=method, **options)
     n = srt.shape[-1]
     pos = q * (n - 1)
     i = min(int(pos), n - 1)

@@ -172,7 +172,6 @@ class Dask(Generic):
         blocks = _Blocks(call)  # one layout (rechunked arrays, index letters) for both passes
         return self._forward(blocks), blocks.pullback
 
-
     def rows(self, xp: Any, fn: Callable[..., Any], *arrays: Any, dtype: Any) -> Any:
         whole = [a.rechunk({a.ndim - 1: -1}) for a in arrays]
         bxp = array_api_compat.array_namespace(whole[0]._meta)
