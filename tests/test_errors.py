@@ -239,6 +239,7 @@ case("soft_quantile-q-namespace", lambda: rankops.soft_quantile(X, _torch().asar
 for filler in (0.0, 1.0, 2.0):
     case(f"soft_quantile-filler={filler}", lambda f=filler: rankops.soft_quantile(X, 0.5, filler=f), ValueError,
          r"filler must be a (finite )?number (in \(0, 1\)|> 0)")
+case("soft_quantile-centered", lambda: rankops.soft_quantile(X, 0.5, centered="yes"), TypeError, r"centered must be True or False")
 case("soft_quantile-num_targets", lambda: rankops.soft_quantile(X, 0.5, num_targets=3), TypeError, r"unexpected option\(s\) 'num_targets'")
 for k in (0, 4, -1):
     case(f"soft_topk_mask-k={k}", lambda k=k: rankops.soft_topk_mask(X, k), ValueError, r"k must (lie in \[1, n\] = \[1, 3\]|be >= 1)")

@@ -131,15 +131,45 @@ def test_topk_mask_matches_reference_and_sums_to_k(backend):
     assert np.all((got >= 0) & (got <= 1 + 1e-12))
 
 
-@pytest.mark.parametrize("q", [0.0, 0.3, 0.5, 1.0])
-def test_quantile_matches_filler_construction(backend, q):
+def _filler_weights(q, t, centered):
+    """The three target weights of level q: centred on q (API.md), or 001's Eq. 4."""
+    if not centered:
+        return np.array([q * (1 - t), t, (1 - q) * (1 - t)])
+    width = max(min(t, 2 * min(q, 1 - q)), 1e-6 * t)
+    lo, hi = max(q - width / 2, 0.0), max(1 - q - width / 2, 0.0)
+    return np.array([lo, 1 - lo - hi, hi])
+
+
+@pytest.mark.parametrize("centered", [True, False])
+@pytest.mark.parametrize("q", [0.0, 0.02, 0.3, 0.5, 0.97, 1.0])
+def test_quantile_matches_filler_construction(backend, q, centered):
     x = _x((2, 9), seed=4)
     t = 0.1
-    got = backend.to_numpy(rankops.soft_quantile(backend.asarray(x), q, epsilon=0.05, filler=t, **TIGHT))
-    b = np.array([q * (1 - t), t, (1 - q) * (1 - t)])
-    expected = np.array([(ref.ot_plan_1d(row, np.array([0, 0.5, 1]), b, 0.05)[:, 1] @ row) / t for row in x])
+    got = backend.to_numpy(rankops.soft_quantile(backend.asarray(x), q, epsilon=0.05, filler=t, centered=centered, **TIGHT))
+    b = _filler_weights(q, t, centered)
+    plans = [ref.ot_plan_1d(row, np.array([0, 0.5, 1]), b, 0.05) for row in x]
+    expected = np.array([(p[:, 1] @ row) / p[:, 1].sum() for p, row in zip(plans, x)])
     assert got.shape == (2,)
     assert_allclose(got, expected, atol=1e-8)
+    levels = backend.to_numpy(rankops.soft_quantile(backend.asarray(x), backend.asarray(np.array([q])), epsilon=0.05, filler=t,
+                                                    centered=centered, **TIGHT))
+    assert_allclose(levels[:, 0], expected, atol=1e-8)
+
+
+def test_centred_quantile_is_unbiased():
+    """The issue's case: Eq. 4 puts the middle block at q + t (1/2 - q); centred, it is the mean of Q over [q -+ t/2]."""
+    x = np.linspace(0.0, 1.0, 100)
+    q, t = 0.2, 0.05
+    srt = np.sort(x)
+    # the empirical quantile function averaged over [q - t/2, q + t/2]: each order statistic weighted by its overlap
+    cells = np.arange(100) / 100
+    overlap = np.clip(np.minimum(cells + 0.01, q + t / 2) - np.maximum(cells, q - t / 2), 0, None)
+    hard = overlap @ srt / t
+    opts = {"filler": t, "epsilon": 1e-3, "squash": "minmax", "tol": 1e-5, "max_iter": 100_000}
+    got = rankops.soft_quantile(x, q, **opts)
+    assert_allclose(got, hard, atol=1e-4)
+    biased = rankops.soft_quantile(x, q, centered=False, **opts)
+    assert biased - q > 0.01  # 001 Eq. 4: the block is centred at q + t (1/2 - q) = 0.215
 
 
 def test_vector_quantile_levels_and_axis(backend):
@@ -150,6 +180,30 @@ def test_vector_quantile_levels_and_axis(backend):
     for i, level in enumerate(q):
         scalar = backend.to_numpy(rankops.soft_quantile(backend.asarray(x), float(level), axis=0, epsilon=0.05, **TIGHT))
         assert_allclose(got[i], scalar, atol=1e-10)
+
+
+@pytest.mark.parametrize("centered", [True, False])
+def test_level_gradient_is_central_difference_in_every_region(centered):
+    """d value / d q by the NumPy rule (rankops.vjp) and by torch autograd, against central differences.
+
+    Levels 0.01 and 0.985 lie where the centred filler shrinks (t' = 2 min(q, 1 - q)), 0.3 and 0.6 where it does not.
+    """
+    x = _x((2, 8), seed=21)
+    levels = np.array([0.01, 0.3, 0.6, 0.985])
+    opts = {"epsilon": 0.05, "filler": 0.1, "centered": centered, "tol": 1e-12, "max_iter": 100_000}
+    ct = np.random.default_rng(22).normal(size=(2, 4))
+    _, vjp_fn = rankops.vjp(rankops.soft_quantile, x, levels, **opts)
+    d_x, d_q = vjp_fn(ct)
+    for i in range(4):
+        e = np.eye(4)[i]
+        h = 1e-6
+        fd = (ct * (rankops.soft_quantile(x, levels + h * e, **opts) - rankops.soft_quantile(x, levels - h * e, **opts))).sum() / (2 * h)
+        assert_allclose(d_q[i], fd, rtol=1e-5, atol=1e-8, err_msg=str(levels[i]))
+    torch = pytest.importorskip("torch")
+    xt, qt = torch.tensor(x, requires_grad=True), torch.tensor(levels, requires_grad=True)
+    (torch.tensor(ct) * rankops.soft_quantile(xt, qt, **opts)).sum().backward()
+    assert_allclose(qt.grad.numpy(), d_q, rtol=1e-6, atol=1e-9)
+    assert_allclose(xt.grad.numpy(), d_x, rtol=1e-6, atol=1e-9)
 
 
 def test_out_of_range_array_level_gives_nan():

@@ -65,10 +65,17 @@ def soft_cdf(x: Any, /, *, axis: int = -1, **options: Any) -> Any:
 @operator
 @fill_doc(**SECTIONS)
 def soft_quantile(x: Any, /, q: Any, *, axis: int = -1, **options: Any) -> Any:
-    """Sinkhorn quantile(s) of level ``q`` along ``axis`` (Eq. 4 of Cuturi, Teboul & Vert 2019).
+    """Sinkhorn quantile(s) of level ``q`` along ``axis`` (after Eq. 4 of Cuturi, Teboul & Vert 2019).
 
-    Three targets (0, 1/2, 1) weighted (q (1 - t), t, (1 - q)(1 - t)) for a
-    filler weight t; the quantile is the middle entry of the soft sort.
+    Three targets (0, 1/2, 1); the quantile is the middle entry of the soft
+    sort. Centred (the default), they are weighted (q - t/2, t, 1 - q - t/2)
+    for a filler weight t, so the middle block of mass covers
+    [q - t/2, q + t/2] and the hard limit is the mean of the row's quantile
+    function over that interval; near q = 0 and 1 t shrinks to
+    2 min(q, 1 - q) (never below 1e-6 t: levels 0 and 1 give the soft minimum
+    and maximum). ``centered=False`` is the paper's Eq. 4, weights
+    (q (1 - t), t, (1 - q)(1 - t)), whose middle block sits at
+    q + t (1/2 - q): biased towards the median.
 
     Parameters
     ----------
@@ -83,6 +90,8 @@ def soft_quantile(x: Any, /, q: Any, *, axis: int = -1, **options: Any) -> Any:
     ----------------
     filler : float in (0, 1), default 0.05
         t, the weight of the middle target.
+    centered : bool, default True
+        Centre the middle block of mass on q (see above); False: Eq. 4.
     %(sinkhorn_options)s
     %(cost_power)s
 
@@ -102,7 +111,7 @@ def soft_quantile(x: Any, /, q: Any, *, axis: int = -1, **options: Any) -> Any:
     (1, 2)
     """
     info = return_info(options)
-    opts, _ = TransportOptions.parse(options, "soft_quantile", names=SOLVER_OPTIONS + ("filler",))
+    opts, _ = TransportOptions.parse(options, "soft_quantile", names=SOLVER_OPTIONS + ("filler", "centered"))
     if is_array(q):
         p = prepare(x, axis=axis, opts=opts, arrays={"q": q})
         check_1d(q, "q")

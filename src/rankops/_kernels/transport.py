@@ -13,9 +13,11 @@ default), ``b_bar = cumsum(b)``, cost ``C_ij = |y_j - g(x)_i| ** power`` and
 - ``quantile_normalize = a^-1 (P targets)``;
 - ``topk``: two targets y = (0, 1) weighted ((n - k)/n, k/n); the mask is
   ``a^-1 P[:, 1]``, in [0, 1], summing to k;
-- ``quantile`` at level q (Eq. 4 of Cuturi, Teboul & Vert): three targets
-  (0, 1/2, 1) weighted (q (1 - t), t, (1 - q)(1 - t)) for a filler weight
-  t; the quantile is the middle entry of the soft sort.
+- ``quantile`` at level q: three targets (0, 1/2, 1) weighted
+  (q - t/2, t, 1 - q - t/2) for a filler weight t, shrunk near the ends
+  (``centered=True``), or (q (1 - t), t, (1 - q)(1 - t)) (Eq. 4 of Cuturi,
+  Teboul & Vert, ``centered=False``); the quantile is the middle entry of
+  the soft sort.
 
 ``descending=True`` (ranks, sorts) is the ascending operator applied to
 ``-x`` (sorted values negated back), so the largest entry gets rank 1.
@@ -51,6 +53,7 @@ __all__ = [
 
 DEFAULT_EPSILON = 1e-2
 DEFAULT_FILLER = 0.05
+MIN_FILLER = 1e-6  # the centred filler's floor, relative to t: levels 0 and 1 still read a (soft) order statistic
 
 
 def _filler(value: Any, name: str) -> float:
@@ -73,10 +76,16 @@ class TransportOptions(SolverOptions):
     power: float = option(2.0, python_number(positive_scalar, " for the Sinkhorn operators"))
     num_targets: int | None = option(None, optional_count)
     filler: float = option(DEFAULT_FILLER, _filler)
+    centered: bool = option(True, boolean)
 
 
 def _grid(xp: Any, m: int, like: Any) -> Any:
     return xp.arange(m, dtype=like.dtype, device=_device(like)) / max(m - 1, 1)
+
+
+def _cost_fn(xp: Any, power: float) -> Any:
+    """``h(d) = |d| ** power``, elementwise."""
+    return (lambda d: d * d) if power == 2.0 else (lambda d: abs_power(xp, xp.abs(d), power))
 
 
 def _plan_vjp(xp: Any, x: Any, y: Any, log_b: Any, opts: TransportOptions, exact: str = "rows") -> tuple[Any, Any, Any]:
@@ -91,7 +100,7 @@ def _plan_vjp(xp: Any, x: Any, y: Any, log_b: Any, opts: TransportOptions, exact
     d = y - s[..., :, None]
     power = opts.power
     square = power == 2.0  # a Python number: the options reject arrays
-    cost = d * d if square else abs_power(xp, xp.abs(d), power)
+    cost = _cost_fn(xp, power)(d)
     log_a = xp.full((n,), -math.log(n), dtype=x.dtype, device=_device(x))
     res, solve_back = solve_vjp(xp, cost, log_a, log_b, opts, exact=exact)
 
@@ -217,6 +226,35 @@ def topk_core(xp: Any, x: Any, opts: TransportOptions, *, k: int) -> Any:
     return (n * p[..., 1], err), pullback
 
 
+def _level_weights(xp: Any, q: Any, t: float, centered: bool) -> tuple[Any, Any]:
+    """Target weights ``b`` (L, 3) of the levels ``q`` (L, 1), and the pullback ``d_b -> d_q``.
+
+    ``centered=False``: 001 Eq. 4, ``(q (1 - t), t, (1 - q)(1 - t))``, whose
+    middle block of mass covers ``[q - t q, q + t (1 - q)]``, centred at
+    ``q + t (1/2 - q)``. ``centered=True``: ``(q - t'/2, t', 1 - q - t'/2)``
+    with ``t' = min(t, 2 min(q, 1 - q))``, never below ``MIN_FILLER t`` (the
+    block ``[q - t'/2, q + t'/2]``, centred on q, shrinking near the ends; at
+    levels 0 and 1 it holds only the soft minimum or maximum).
+    """
+    if not centered:
+        b = xp.concat([q * (1 - t), xp.full_like(q, t), (1 - q) * (1 - t)], axis=-1)
+        return b, lambda d_b: (d_b[:, 0] - d_b[:, 2]) * (1 - t)
+    near = 2 * xp.minimum(q, 1 - q)
+    shrunk = (near < t) & (near > MIN_FILLER * t)
+    width = xp.where(shrunk, near, xp.where(near <= MIN_FILLER * t, xp.full_like(q, MIN_FILLER * t), xp.full_like(q, t)))
+    zero = xp.zeros_like(q)
+    lo, hi = xp.maximum(q - width / 2, zero), xp.maximum(1 - q - width / 2, zero)
+    b = xp.concat([lo, 1 - lo - hi, hi], axis=-1)
+
+    def pullback(d_b: Any) -> Any:
+        d_width = xp.where(shrunk, xp.where(q < 0.5, 2 * xp.ones_like(q), -2 * xp.ones_like(q)), zero)
+        d_lo = xp.where(q - width / 2 > 0, 1 - d_width / 2, zero)
+        d_hi = xp.where(1 - q - width / 2 > 0, -1 - d_width / 2, zero)
+        return (d_b[:, :1] * d_lo + d_b[:, 1:2] * (-d_lo - d_hi) + d_b[:, 2:] * d_hi)[:, 0]
+
+    return b, pullback
+
+
 def _quantile_tails(shape: tuple[int, ...], opts: TransportOptions, params: dict[str, Any]) -> dict[str, Any]:
     q = params["q"]
     levels = (q.shape[0],) if is_array(q) else ()
@@ -225,44 +263,45 @@ def _quantile_tails(shape: tuple[int, ...], opts: TransportOptions, params: dict
 
 @core(tails=_quantile_tails, outputs=REPORTED)
 def quantile_core(xp: Any, x: Any, opts: TransportOptions, *, q: Any) -> Any:
-    """Levels ``q``: a Python float (output drops the axis) or a 1-D array (axis -> levels)."""
-    t = opts.filler
-    y = xp.asarray([0.0, 0.5, 1.0], dtype=x.dtype, device=_device(x))
+    """Levels ``q``: a Python float (output drops the axis) or a 1-D array (axis -> levels), all in one batched solve."""
     if not is_array(q):
-        logs = [math.log(w) if w > 0 else -math.inf for w in (q * (1 - t), t, (1 - q) * (1 - t))]
-        p, err, plan_back = _plan_vjp(xp, x, y, xp.asarray(logs, dtype=x.dtype, device=_device(x)), opts, exact="columns")
+        (out, err), back = _levels_core(xp, x, opts, xp.asarray([q], dtype=x.dtype, device=_device(x)))
 
         def pullback(cts: tuple[Any, ...]) -> dict[str, Any]:
-            ct_t = cts[0][..., None] / t
-            zero = xp.zeros_like(x)[..., None]  # (..., n, 1)
-            dx, _, d_eps = plan_back(xp.concat([zero, x[..., :, None] * ct_t[..., None], zero], axis=-1))
-            return _grads(dx + p[..., 1] * ct_t, d_eps)
+            grads = back((cts[0][..., None],))
+            del grads["q"]  # a Python level is not differentiated
+            return grads
 
-        return (xp.matmul(x[..., None, :], p)[..., 0, 1] / t, err), pullback
+        return (out[..., 0], err[..., 0]), pullback
+    return _levels_core(xp, x, opts, xp.astype(q, x.dtype))
 
-    levels = xp.astype(q, x.dtype)[:, None]
-    b = xp.concat([levels * (1 - t), xp.full_like(levels, t), (1 - levels) * (1 - t)], axis=-1)  # (L, 3)
-    # Levels 0 and 1 give an empty filler; a tiny weight keeps log finite.
+
+def _levels_core(xp: Any, x: Any, opts: TransportOptions, levels: Any) -> Any:
+    """Each level's middle sorted value ``x . P[:, 1] / sum(P[:, 1])`` (the middle column sums to its weight)."""
+    y = xp.asarray([0.0, 0.5, 1.0], dtype=x.dtype, device=_device(x))
+    b, weights_back = _level_weights(xp, levels[:, None], opts.filler, opts.centered)  # (L, 3)
+    # an empty side block (a level below the filler's half-width) gets a tiny weight that keeps log finite
     floor = xp.finfo(x.dtype).smallest_normal
     log_b = xp.log(xp.maximum(b, xp.full_like(b, floor)))
     xl = x[..., None, :]
-    p, err, plan_back = _plan_vjp(xp, xl, y, log_b, opts, exact="columns")  # (..., L, n, 3): one solve for all levels
-    out = xp.matmul(x[..., None, None, :], p)[..., 0, 1] / t
-    valid = (levels[:, 0] >= 0) & (levels[:, 0] <= 1)  # levels are data: out of range -> NaN, no check
+    p, err, plan_back = _plan_vjp(xp, xl, y, log_b, opts, exact="columns")  # (..., L, n, 3)
+    mass = xp.sum(p[..., 1], axis=-1)  # (..., L)
+    out = xp.matmul(x[..., None, None, :], p)[..., 0, 1] / mass
+    valid = (levels >= 0) & (levels <= 1)  # levels are data: out of range -> NaN, no check
 
-    def pullback_levels(cts: tuple[Any, ...]) -> dict[str, Any]:
-        ct_t = xp.where(valid, cts[0], xp.zeros_like(cts[0]))[..., None, None] / t  # (..., L, 1, 1)
+    def pullback(cts: tuple[Any, ...]) -> dict[str, Any]:
+        ct_m = xp.where(valid, cts[0], xp.zeros_like(cts[0])) / mass  # (..., L)
         zero = xp.zeros_like(p[..., :1])
-        dp = xp.concat([zero, xl[..., :, None] * ct_t, zero], axis=-1)
+        dp = xp.concat([zero, (xl - out[..., None])[..., None] * ct_m[..., None, None], zero], axis=-1)
         dx, d_log_b, d_eps = plan_back(dp)
-        dx = xp.sum(dx, axis=-2) + xp.sum(p[..., 1] * ct_t[..., 0], axis=-2)
+        dx = xp.sum(dx, axis=-2) + xp.sum(p[..., 1] * ct_m[..., None], axis=-2)
         d_b = xp.where(b > floor, d_log_b / xp.where(b > floor, b, xp.ones_like(b)), xp.zeros_like(b))
-        d_q = (d_b[:, 0] - d_b[:, 2]) * (1 - t)
+        d_q = weights_back(d_b)
         return _grads(dx, d_eps, q=xp.where(valid, d_q, xp.zeros_like(d_q)))
 
     # an invalid level is a data problem, like a NaN input: NaN value and error, no convergence warning
     nan = xp.full_like(out, math.nan)
-    return (xp.where(valid, out, nan), xp.where(valid, err, nan)), pullback_levels
+    return (xp.where(valid, out, nan), xp.where(valid, err, nan)), pullback
 
 
 def _solver_tails(shape: tuple[int, ...], opts: SolverOptions, params: dict[str, Any]) -> dict[str, Any]:
