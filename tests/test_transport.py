@@ -156,6 +156,28 @@ def test_quantile_matches_filler_construction(backend, q, centered):
     assert_allclose(levels[:, 0], expected, atol=1e-8)
 
 
+@pytest.mark.parametrize("q", [0.0, 1.0])
+def test_float32_end_levels_read_the_extreme(q):
+    """At levels 0 and 1 the centred middle weight is 1e-6 t: in float32 it must not cancel to 0 (1 - (1 - 5e-9) = 0).
+
+    Value and gradient in float32 against the same call in float64, including a one-entry row.
+    """
+    opts = {"epsilon": 0.05, "filler": 0.01, "tol": 1e-6, "max_iter": 100_000}  # t = 0.01: 1 - 5e-9 rounds to 1
+    for x in (_x((2, 9), seed=6), np.array([[2806.0]])):
+        ct = np.ones(x.shape[0])
+        want, back64 = rankops.vjp(rankops.soft_quantile, x, q, **opts)
+        got, back32 = rankops.vjp(rankops.soft_quantile, x.astype(np.float32), q, **opts)
+        assert got.dtype == np.float32
+        assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+        (g32,), (g64,) = back32(ct.astype(np.float32)), back64(ct)
+        assert np.all(np.isfinite(g32))
+        assert_allclose(g32, g64, atol=1e-3)
+        torch = pytest.importorskip("torch")
+        xt = torch.tensor(x, dtype=torch.float32, requires_grad=True)
+        rankops.soft_quantile(xt, q, **opts).sum().backward()
+        assert_allclose(xt.grad.numpy(), g64, atol=1e-3)
+
+
 def test_centred_quantile_is_unbiased():
     """The issue's case: Eq. 4 puts the middle block at q + t (1/2 - q); centred, it is the mean of Q over [q -+ t/2]."""
     x = np.linspace(0.0, 1.0, 100)

@@ -244,7 +244,10 @@ def _level_weights(xp: Any, q: Any, t: float, centered: bool) -> tuple[Any, Any]
     width = xp.where(shrunk, near, xp.where(near <= MIN_FILLER * t, xp.full_like(q, MIN_FILLER * t), xp.full_like(q, t)))
     zero = xp.zeros_like(q)
     lo, hi = xp.maximum(q - width / 2, zero), xp.maximum(1 - q - width / 2, zero)
-    b = xp.concat([lo, 1 - lo - hi, hi], axis=-1)
+    # the middle weight is the width less its clipped parts, not 1 - lo - hi:
+    # in float32, 1 - (1 - 5e-9) is 0, and a level-0 quantile would read nothing
+    mid = width - xp.maximum(width / 2 - q, zero) - xp.maximum(width / 2 - (1 - q), zero)
+    b = xp.concat([lo, mid, hi], axis=-1)
 
     def pullback(d_b: Any) -> Any:
         d_width = xp.where(shrunk, xp.where(q < 0.5, 2 * xp.ones_like(q), -2 * xp.ones_like(q)), zero)
