@@ -10,6 +10,7 @@ into a failure, so that a missing install can never pass silently.
 from __future__ import annotations
 
 import os
+import sys
 
 import pytest
 
@@ -115,3 +116,26 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         else:
             params.append(pytest.param(b, id=b.name))
     metafunc.parametrize((name, "device") if with_device else name, params)
+
+
+
+_MAPS = "/proc/self/maps"  # Linux; elsewhere no such per-process limit applies
+_MAPS_BUDGET = 30_000  # about half of the default vm.max_map_count (65,530)
+
+
+@pytest.fixture(autouse=True)
+def _release_jax_executables():
+    """Drop JAX's compiled executables once they hold too many memory mappings.
+
+    XLA's CPU executables keep three mappings per compiled kernel for as long
+    as their cache entries live, and a test run compiles thousands (hypothesis
+    draws many shapes and options; eager JAX compiles each op per shape):
+    one pytest-xdist worker used to reach Linux's ``vm.max_map_count`` and
+    segfault in XLA's next compile. Clearing costs only recompiles.
+    """
+    yield
+    jax = sys.modules.get("jax")
+    if jax is not None and os.path.exists(_MAPS):
+        with open(_MAPS, "rb") as maps:
+            if maps.read().count(b"\n") > _MAPS_BUDGET:
+                jax.clear_caches()
