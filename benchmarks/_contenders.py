@@ -17,6 +17,11 @@ compute it on the same seeded float32 (B, n) input ``x``:
   max_iterations=max_iter, implicit_diff=None)``: the same squash (sigmoid of
   the standardized row), targets, squared cost and stopping rule, both
   differentiated through the iterations.
+- "sinkhorn-defaults": ``rankops.soft_rank(x)`` at every default (epsilon
+  1e-2, tol 1e-3, m = n, implicit gradients) on torch and JAX, against the
+  O(n^2) floor of any dense transport, "dense-torch": one (B, n, n) cost,
+  ``softmax`` and product, ``softmax(-(x_i - y_j)^2 / epsilon) @ (1..n)``
+  (a floor to measure against, not the same operator: values not compared).
 - "large-*": torch only, B = 1: soft ranks by SoftSort and NeuralSort,
   ``soft_quantile(x, q)`` and ``soft_topk_mask(x, k)`` (Sinkhorn, rankops'
   defaults).
@@ -35,12 +40,14 @@ from typing import Any, Callable
 
 from ._common import seeded_inputs
 
-REFERENCE = {"softsort": "paper-torch", "neuralsort": "paper-torch", "sinkhorn": "ott-jax"}
+REFERENCE = {"softsort": "paper-torch", "neuralsort": "paper-torch", "sinkhorn": "ott-jax", "sinkhorn-defaults": "dense-torch"}
 CONTENDERS = {
     "softsort": ("rankops-numpy", "rankops-torch", "rankops-jax", "paper-torch", "torchsort"),
     "neuralsort": ("rankops-numpy", "rankops-torch", "rankops-jax", "paper-torch"),
     "sinkhorn": ("rankops-numpy", "rankops-torch", "rankops-jax", "ott-jax"),
+    "sinkhorn-defaults": ("rankops-torch", "rankops-jax", "dense-torch"),
 }
+FLOORS = ("dense-torch",)  # references that bound the cost of another computation: values not compared
 OPTIONAL = {"ott-jax": "ott", "torchsort": "torchsort"}  # contender -> module; absent: skipped, not failed
 NOT_COMPARED = ("torchsort",)  # another relaxation: timed, values not checked
 LARGE = {
@@ -76,6 +83,8 @@ def _rankops_op(group: str, n: int, s: dict) -> Callable[[Any], Any]:
     if group == "sinkhorn":
         kw = {"epsilon": s["epsilon"], "tol": s["tol"], "max_iter": s["max_iter"], "num_targets": targets(n, s)}
         return lambda v: rankops.soft_sort(v, implicit=False, **kw)
+    if group == "sinkhorn-defaults":
+        return rankops.soft_rank
     if group in ("large-softsort", "large-neuralsort"):
         return lambda v: rankops.soft_rank(v, method=group[len("large-"):], tau=s["tau"])
     if group == "large-quantile":
@@ -185,6 +194,17 @@ def _ott(s: dict) -> Callable[[int], Callable[[Any], Any]]:
     return lambda n: (lambda v: soft_sort.sort(v, axis=-1, num_targets=targets(n, s), **kw))
 
 
+def _dense(s: dict) -> Callable[[int], Callable[[Any], Any]]:
+    import torch
+
+    def floor(v):
+        y = torch.linspace(0.0, 1.0, v.shape[-1], dtype=v.dtype)
+        p = torch.softmax(-((v[..., :, None] - y) ** 2) / 1e-2, dim=-1)
+        return p @ torch.arange(1, v.shape[-1] + 1, dtype=v.dtype)
+
+    return lambda n: floor
+
+
 def _torchsort(s: dict) -> Callable[[int], Callable[[Any], Any]]:
     import torchsort
 
@@ -209,6 +229,8 @@ def build(group: str, contender: str, n: int, batch: int, s: dict) -> Case:
         return _torch_case(_paper(group, s), x, w)
     if contender == "torchsort":
         return _torch_case(_torchsort(s), x, w)
+    if contender == "dense-torch":
+        return _torch_case(_dense(s), x, w)
     if contender == "ott-jax":
         return _jax_case(_ott(s), x, w)
     raise ValueError(f"unknown contender {contender!r}")

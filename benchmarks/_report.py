@@ -12,8 +12,9 @@ TITLES = {
     "softsort": "Soft ranks with SoftSort",
     "neuralsort": "Soft ranks with NeuralSort",
     "sinkhorn": "Sinkhorn soft sort",
+    "sinkhorn-defaults": "Sinkhorn soft ranks at the defaults, against the dense floor",
 }
-REF_NAMES = {"paper-torch": "the papers' PyTorch code", "ott-jax": "OTT-JAX"}
+REF_NAMES = {"paper-torch": "the papers' PyTorch code", "ott-jax": "OTT-JAX", "dense-torch": "one dense n x n softmax (the O(n^2) floor)"}
 PASS_NAMES = {"fwd": "fwd", "fb": "fwd+bwd"}
 PACKAGES = ("numpy", "torch", "jax", "jaxlib", "ott-jax", "torchsort", "matplotlib")
 
@@ -182,14 +183,21 @@ def _header(args, settings: dict, command: str, started: datetime.datetime, elap
 
 
 def _group_intro(group: str, settings: dict) -> str:
+    if group == "sinkhorn-defaults":
+        return ("`rankops.soft_rank(x)` with every default (epsilon 1e-2, tol 1e-3, m = n targets, implicit "
+                "gradients) on torch and JAX, against one dense transport step on torch: the (B, n, n) cost, its "
+                "softmax and a product, `softmax(-(x_i - y_j)^2 / 0.01) @ (1..n)`, the least any O(n^2) method does. "
+                "Not the same operator, so values are not compared; the ratio says how many such passes the "
+                "Sinkhorn solve and its implicit backward cost.")
     if group == "sinkhorn":
         return (f"`rankops.soft_sort(x, epsilon={settings['epsilon']}, tol={settings['tol']}, "
                 f"max_iter={settings['max_iter']}, num_targets=m, implicit=False)` against OTT-JAX's "
                 "`ott.tools.soft_sort.sort(x, num_targets=m, epsilon=..., threshold=tol, max_iterations=max_iter, "
                 "implicit_diff=None, initializer=DefaultInitializer())`, both differentiated through the iterations "
-                "(rankops-numpy's `rankops.vjp` uses the implicit rule, the only one it has) and both starting from "
-                "zero potentials (at m = n OTT's `sort` would otherwise pick its sorting initializer, whose loop "
-                "reverse-mode autodiff cannot go through). The full n x n transport costs O(n^2) memory and time "
+                "(rankops-numpy's `rankops.vjp` uses the implicit rule, the only one it has). rankops starts from the "
+                "exact unregularised potentials of the sorted row (`rankops._solvers.monotone`), differentiated "
+                "with the iterations; OTT starts from zero potentials (at m = n its `sort` would otherwise pick its "
+                "sorting initializer, whose loop reverse-mode autodiff cannot go through). The full n x n transport costs O(n^2) memory and time "
                 f"per iteration on both sides, so the targets are capped: m = min(n, {settings['targets']}), the "
                 "same m on both sides, which keeps n = 16000 at O(n m) per iteration.")
     name = "SoftSort" if group == "softsort" else "NeuralSort"

@@ -296,6 +296,14 @@ for _desc in (False, True):
         )
     )
 register(
+    Operator(
+        # k = 1: valid at every test shape (n = 1 makes it the full sort); n x 2 transports otherwise
+        "soft_sort[sinkhorn-topk1]", lambda x, **kw: rankops.soft_sort(x, topk=1, **kw), OT, OT_LIMIT,
+        lambda x: np.sort(x, axis=-1)[..., -1:], lambda shape: (*shape[:-1], 1), hard_atol=1e-2,
+        vjp=via_vjp(rankops.soft_sort, topk=1), public=rankops.soft_sort,
+    )
+)
+register(
     Operator("soft_cdf", rankops.soft_cdf, OT, OT_LIMIT, lambda x: _ranks(x) / x.shape[-1], hard_atol=1e-2, vjp=via_vjp(rankops.soft_cdf),
              public=rankops.soft_cdf)
 )

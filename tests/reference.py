@@ -70,12 +70,13 @@ def squash_sigmoid(x):
     return expit(z / np.where(std > 0, std, 1.0))
 
 
-def sinkhorn_plan(cost, a, b, eps, iters=100_000, tol=1e-14):
-    """Plain float64 log-domain Sinkhorn on one (n, m) problem, to full convergence."""
+def sinkhorn_plan(cost, a, b, eps, iters=100_000, tol=1e-14, f0=None):
+    """Plain float64 log-domain Sinkhorn on one (n, m) problem, to full convergence, from ``f = f0`` (default 0)."""
     from scipy.special import logsumexp
 
     cost, a, b = (np.asarray(v, dtype=np.float64) for v in (cost, a, b))
-    f, g = np.zeros(cost.shape[0]), np.zeros(cost.shape[1])
+    f = np.zeros(cost.shape[0]) if f0 is None else np.asarray(f0, dtype=np.float64)
+    g = np.zeros(cost.shape[1])
     with np.errstate(divide="ignore"):
         la, lb = np.log(a), np.log(b)
     for _ in range(iters):

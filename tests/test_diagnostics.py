@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import warnings
 
+from array_api_compat import array_namespace
 import numpy as np
 import pytest
 from numpy.testing import assert_allclose, assert_array_equal
@@ -60,18 +61,26 @@ def test_return_info_fields_and_value(backend, device, op):
 
 def test_info_follows_the_axis_of_levels(backend):
     x = backend.asarray(X.T)  # operator axis 0
-    value, info = _quiet(rankops.soft_quantile, x, backend.asarray(LEVELS), axis=0, epsilon=1e-3, max_iter=4, return_info=True)
-    _, info_last = _quiet(rankops.soft_quantile, backend.asarray(X), backend.asarray(LEVELS), epsilon=1e-3, max_iter=4, return_info=True)
+    value, info = _quiet(rankops.soft_quantile, x, backend.asarray(LEVELS), axis=0, epsilon=1e-2, max_iter=4, return_info=True)
+    _, info_last = _quiet(rankops.soft_quantile, backend.asarray(X), backend.asarray(LEVELS), epsilon=1e-2, max_iter=4, return_info=True)
     assert tuple(value.shape) == tuple(info.error.shape) == (3, 3)
     assert_allclose(backend.to_numpy(info.error), backend.to_numpy(info_last.error).T, rtol=1e-12)
 
 
 def _reference_error(row, iters, epsilon):
-    """Column-marginal L1 error of soft_rank's transport after exactly ``iters`` Sinkhorn iterations."""
+    """Column-marginal L1 error of soft_rank's transport after exactly ``iters`` Sinkhorn iterations.
+
+    They start where the operators start: at the exact unregularised potentials (tests/test_monotone.py checks
+    those against linprog); the first g-update discards g, so f alone fixes the start.
+    """
+    from rankops._solvers.monotone import grid_potentials
+
     n = len(row)
-    cost = (ref.grid(n)[None, :] - ref.squash_sigmoid(row)[:, None]) ** 2
+    s = ref.squash_sigmoid(row)
+    cost = (ref.grid(n)[None, :] - s[:, None]) ** 2
     uniform = np.full(n, 1.0 / n)
-    plan = ref.sinkhorn_plan(cost, uniform, uniform, epsilon, iters=iters, tol=-1.0)
+    f0, _ = grid_potentials(array_namespace(s), s, np.log(uniform), np.log(uniform), lambda d: d * d)
+    plan = ref.sinkhorn_plan(cost, uniform, uniform, epsilon, iters=iters, tol=-1.0, f0=f0)
     return np.abs(plan.sum(axis=0) - uniform).sum()
 
 
@@ -79,13 +88,13 @@ def test_unconverged_rows_are_reported_with_their_error(backend, device):
     x = np.concatenate([X[:2], np.full((1, 12), 0.7)])  # a constant row is solved by the first iteration
     xb = backend.asarray(x, device=device)
     if backend.name == "dask":  # lazy: nothing to read, so no warning (test_dask_info_is_lazy_and_matches_numpy)
-        value, info = rankops.soft_rank(xb, epsilon=1e-3, max_iter=3, return_info=True)
+        value, info = rankops.soft_rank(xb, epsilon=1e-2, max_iter=3, return_info=True)
     else:
         with pytest.warns(rankops.ConvergenceWarning, match=r"soft_rank.*max_iter=3.*tol=0\.001 in 2 of 3 transport problem") as record:
-            value, info = rankops.soft_rank(xb, epsilon=1e-3, max_iter=3, return_info=True)
+            value, info = rankops.soft_rank(xb, epsilon=1e-2, max_iter=3, return_info=True)
         assert record[0].filename == __file__  # points at the caller's line
     assert_array_equal(backend.to_numpy(info.converged), [False, False, True])
-    expected = [_reference_error(row, 3, 1e-3) for row in x]
+    expected = [_reference_error(row, 3, 1e-2) for row in x]
     assert_allclose(backend.to_numpy(info.error), expected, rtol=1e-9, atol=1e-12)
     assert np.all(np.isfinite(backend.to_numpy(value)))
 
@@ -97,7 +106,7 @@ def test_every_operator_warns_when_stopped_early(op):
 
     numpy_backend = get_backend("numpy")
     with pytest.warns(rankops.ConvergenceWarning, match=op.split("[")[0]):
-        call(X, numpy_backend, None, epsilon=1e-3, max_iter=2)
+        call(X, numpy_backend, None, epsilon=1e-2, max_iter=2)
 
 
 def test_no_warning_when_converged_or_for_nan_rows():
@@ -115,28 +124,28 @@ def test_no_warning_when_converged_or_for_nan_rows():
 def test_warnings_can_be_silenced_and_escalated():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", rankops.ConvergenceWarning)
-        rankops.soft_cdf(X, epsilon=1e-3, max_iter=2)
+        rankops.soft_cdf(X, epsilon=1e-2, max_iter=2)
     with warnings.catch_warnings():
         warnings.simplefilter("error", rankops.ConvergenceWarning)
         with pytest.raises(rankops.ConvergenceWarning):
-            rankops.soft_cdf(X, epsilon=1e-3, max_iter=2)
+            rankops.soft_cdf(X, epsilon=1e-2, max_iter=2)
     assert issubclass(rankops.ConvergenceWarning, RuntimeWarning)
 
 
 def test_jax_jit_returns_info_without_warning():
     jax = pytest.importorskip("jax")
-    f = jax.jit(lambda x: rankops.soft_topk_mask(x, 4, epsilon=1e-3, max_iter=2, return_info=True))
+    f = jax.jit(lambda x: rankops.soft_topk_mask(x, 4, epsilon=0.1, max_iter=2, return_info=True))
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # traced values cannot be read: no warning, info instead
         value, info = f(jax.numpy.asarray(X))
     assert not np.any(np.asarray(info.converged))
-    batched = jax.vmap(lambda r: rankops.soft_rank(r, epsilon=1e-3, max_iter=2, return_info=True)[1].error)
+    batched = jax.vmap(lambda r: rankops.soft_rank(r, epsilon=1e-2, max_iter=2, return_info=True)[1].error)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert batched(jax.numpy.asarray(X)).shape == (3,)
     # eager JAX (grad included) has concrete values and warns like the other backends
     with pytest.warns(rankops.ConvergenceWarning):
-        jax.grad(lambda x: rankops.soft_rank(x, epsilon=1e-3, max_iter=2).sum())(jax.numpy.asarray(X))
+        jax.grad(lambda x: rankops.soft_rank(x, epsilon=1e-2, max_iter=2).sum())(jax.numpy.asarray(X))
 
 
 def test_dask_info_is_lazy_and_matches_numpy():
@@ -144,9 +153,9 @@ def test_dask_info_is_lazy_and_matches_numpy():
     x = da.from_array(np.concatenate([X, X[::-1]]), chunks=(2, 12))
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # nothing is computed, so nothing to warn about
-        value, info = rankops.soft_rank(x, epsilon=1e-3, max_iter=3, return_info=True)
+        value, info = rankops.soft_rank(x, epsilon=1e-2, max_iter=3, return_info=True)
     assert isinstance(info.error, da.Array) and info.error.chunks == ((2, 2, 2),)
-    expected_value, expected = _quiet(rankops.soft_rank, np.asarray(x), epsilon=1e-3, max_iter=3, return_info=True)
+    expected_value, expected = _quiet(rankops.soft_rank, np.asarray(x), epsilon=1e-2, max_iter=3, return_info=True)
     assert_array_equal(info.error.compute(), expected.error)
     assert_array_equal(info.converged.compute(), expected.converged)
     assert_array_equal(value.compute(), expected_value)
@@ -156,7 +165,7 @@ def test_torch_info_is_detached_and_gradients_flow():
     torch = pytest.importorskip("torch")
     x = torch.asarray(X, requires_grad=True)
     for implicit in (True, False):
-        value, info = _quiet(rankops.soft_sort, x, epsilon=1e-3, max_iter=3, implicit=implicit, return_info=True)
+        value, info = _quiet(rankops.soft_sort, x, epsilon=1e-2, max_iter=3, implicit=implicit, return_info=True)
         assert not info.error.requires_grad and not info.converged.requires_grad
         (g,) = torch.autograd.grad(value.sum(), x)
         assert torch.isfinite(g).all()

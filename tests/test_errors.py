@@ -239,6 +239,14 @@ case("soft_quantile-q-namespace", lambda: rankops.soft_quantile(X, _torch().asar
 for filler in (0.0, 1.0, 2.0):
     case(f"soft_quantile-filler={filler}", lambda f=filler: rankops.soft_quantile(X, 0.5, filler=f), ValueError,
          r"filler must be a (finite )?number (in \(0, 1\)|> 0)")
+for k, error, message in ((0, ValueError, r"topk must be >= 1, got 0"), (4, ValueError, r"topk must lie in \[1, n\] = \[1, 3\], got 4"),
+                          (1.5, TypeError, r"topk must be an int >= 1, got float"), ("2", TypeError, r"topk must be an int >= 1, got str")):
+    case(f"soft_sort-topk={k!r}", lambda k=k: rankops.soft_sort(X, topk=k), error, message)
+for name, value in (("num_targets", 2), ("target_weights", np.ones(2) / 2)):
+    case(f"soft_sort-topk-{name}", lambda name=name, value=value: rankops.soft_sort(X, topk=2, **{name: value}), ValueError,
+         rf"topk fixes the targets \(k values and one filler\); do not pass {name} with it")
+case("soft_sort[softsort]-topk", lambda: rankops.soft_sort(X, topk=2, method="softsort"), TypeError, r"unexpected option\(s\) 'topk'")
+case("soft_rank-topk", lambda: rankops.soft_rank(X, topk=2), TypeError, r"unexpected option\(s\) 'topk'")
 case("soft_quantile-centered", lambda: rankops.soft_quantile(X, 0.5, centered="yes"), TypeError, r"centered must be True or False")
 case("soft_quantile-num_targets", lambda: rankops.soft_quantile(X, 0.5, num_targets=3), TypeError, r"unexpected option\(s\) 'num_targets'")
 for k in (0, 4, -1):

@@ -54,7 +54,10 @@ def soft_sort(x: Any, /, *, axis: int = -1, descending: bool = False, method: st
     ``P @ x`` for a relaxed permutation matrix ``P``. With ``"sinkhorn"``
     this is ``b^-1 (P^T x)`` for the plan ``P`` between the squashed entries
     and m targets on [0, 1] (Cuturi, Teboul & Vert 2019, Definition 1); the
-    values are exact convex combinations of the entries.
+    values are exact convex combinations of the entries. Sinkhorn's
+    ``topk=k`` keeps the k largest only: k targets of mass 1/n and one
+    filler target of mass (n - k)/n, an n x (k + 1) transport (as OTT-JAX's
+    ``soft_sort.sort(topk=k)``).
 
     Parameters
     ----------
@@ -76,6 +79,8 @@ def soft_sort(x: Any, /, *, axis: int = -1, descending: bool = False, method: st
     >>> x = np.array([[0.3, -1.2, 2.5, 0.7]])
     >>> np.round(rankops.soft_sort(x, epsilon=1e-3), 2)
     array([[-1.2,  0.3,  0.7,  2.5]])
+    >>> np.round(rankops.soft_sort(x, topk=2, epsilon=1e-3), 2)
+    array([[0.7, 2.5]])
     >>> np.round(rankops.soft_sort(x, method="neuralsort", tau=1.0), 2)
     array([[-0.84,  0.27,  0.71,  2.16]])
     >>> np.round(rankops.soft_sort(x, method="permutahedron", strength=1.0), 2)

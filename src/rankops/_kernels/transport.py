@@ -41,7 +41,8 @@ from .._lib._calls import Call, Prepared, core, prepare
 from .._lib._compat import is_array
 from .._lib._numerics import abs_power, abs_power_slope, matvec, safe_divide, unbroadcast
 from .._lib._options import option
-from .._lib._validation import boolean, choice, optional_count, positive_scalar, python_number
+from .._lib._validation import boolean, choice, optional_count, positive_count, positive_scalar, python_number
+from .._solvers.monotone import grid_potentials
 from .._solvers.sinkhorn import SolverOptions, log_weights, solve_vjp
 from .convergence import Reported
 from .squash import SQUASHES, squash_vjp
@@ -97,15 +98,19 @@ def _plan_vjp(xp: Any, x: Any, y: Any, log_b: Any, opts: TransportOptions, exact
     """
     n = x.shape[-1]
     s, squash_back = squash_vjp(xp, x, opts.squash)
-    d = y - s[..., :, None]
     power = opts.power
     square = power == 2.0  # a Python number: the options reject arrays
-    cost = _cost_fn(xp, power)(d)
     log_a = xp.full((n,), -math.log(n), dtype=x.dtype, device=_device(x))
-    res, solve_back = solve_vjp(xp, cost, log_a, log_b, opts, exact=exact)
+    # Warm start at the exact unregularised potentials; they solve that problem only for a convex cost.
+    warm = power >= 1.0 and n > 1 and y.shape[0] > 1
+    init = grid_potentials(xp, s, log_a, log_b, _cost_fn(xp, power)) if warm else None
+    # The differences y_j - s_i are recomputed in the pullback, and the cost is passed without a
+    # name here: neither stays alive through the solve (each is a whole (..., n, m) array).
+    res, solve_back = solve_vjp(xp, _cost_fn(xp, power)(y - s[..., :, None]), log_a, log_b, opts, exact=exact, init=init)
 
     def pullback(dp: Any) -> tuple[Any, Any, Any]:
         d_cost, _, d_log_b, d_eps = solve_back(dp)
+        d = y - s[..., :, None]
         slope = 2.0 * d if square else abs_power_slope(xp, xp.abs(d), power) * xp.sign(d)
         return squash_back(-xp.sum(d_cost * slope, axis=-1)), d_log_b, d_eps
 
@@ -170,26 +175,55 @@ def rank_core(xp: Any, x: Any, opts: TransportOptions, **params: Any) -> Any:
 
 
 def _sorted_tails(shape: tuple[int, ...], opts: TransportOptions, params: dict[str, Any]) -> dict[str, Any]:
-    return {"value": (targets_count(shape[-1], opts, params.get("target_weights")),), "error": ()}
+    topk = params.get("topk")
+    return {"value": (topk if topk is not None else targets_count(shape[-1], opts, params.get("target_weights")),), "error": ()}
+
+
+def _topk_weights(xp: Any, x: Any, k: int, filler_first: bool) -> tuple[Any, Any]:
+    """``(b, log_b)`` of k targets of mass 1/n each and one filler of mass (n - k)/n, below them or above."""
+    n = x.shape[-1]
+    # log weights in Python, exact; k < n (k = n is the full sort, bound as such)
+    counts = [n - k] + [1] * k if filler_first else [1] * k + [n - k]
+    logs = [math.log(c) - math.log(n) for c in counts]
+    log_b = xp.asarray(logs, dtype=x.dtype, device=_device(x))
+    return xp.exp(log_b), log_b
 
 
 @core(tails=_sorted_tails, outputs=REPORTED)
-def sort_core(xp: Any, x: Any, opts: TransportOptions, *, descending: bool = False, target_weights: Any = None) -> Any:
+def sort_core(
+    xp: Any, x: Any, opts: TransportOptions, *, descending: bool = False, target_weights: Any = None, topk: int | None = None
+) -> Any:
+    """``b^-1 P^T x``; ``topk``: only the k largest, from k + 1 targets (OTT-JAX's construction, Cuturi et al. 2019).
+
+    The filler target takes the n - k smallest entries' mass in one column,
+    so the plan is n x (k + 1) instead of n x n. Ascending, it is the first
+    column (dropped); descending (the ascending sort of ``-x``), the last.
+    """
     sign = -1.0 if descending else 1.0
     x = sign * x
-    m = targets_count(x.shape[-1], opts, target_weights)
-    b, log_b = _target_weights(xp, x, m, target_weights)
+    if topk is None:
+        m = targets_count(x.shape[-1], opts, target_weights)
+        b, log_b = _target_weights(xp, x, m, target_weights)
+        kept = slice(None)
+    else:
+        m = topk + 1
+        b, log_b = _topk_weights(xp, x, topk, filler_first=not descending)
+        kept = slice(0, topk) if descending else slice(1, m)
     p, err, plan_back = _plan_vjp(xp, x, _grid(xp, m, x), log_b, opts, exact="columns")
     ascending = xp.matmul(x[..., None, :], p)[..., 0, :] / b
 
     def pullback(cts: tuple[Any, ...]) -> dict[str, Any]:
-        ct_b = sign * cts[0] / b
+        ct = cts[0]
+        if topk is not None:  # the filler's value is not an output: zero cotangent
+            zero = xp.zeros_like(ct[..., :1])
+            ct = xp.concat([ct, zero] if descending else [zero, ct], axis=-1)
+        ct_b = sign * ct / b
         dx, d_log_b, d_eps = plan_back(x[..., :, None] * ct_b[..., None, :])
         dx = dx + matvec(xp, p, ct_b)
         d_w = None if target_weights is None else d_log_b / b - unbroadcast(xp, ct_b * ascending, tuple(b.shape))
         return _grads(sign * dx, d_eps, target_weights=d_w)
 
-    return (sign * ascending, err), pullback
+    return (sign * ascending[..., kept], err), pullback
 
 
 @core(tails=_along, outputs=REPORTED)
@@ -288,9 +322,10 @@ def _levels_core(xp: Any, x: Any, opts: TransportOptions, levels: Any) -> Any:
     log_b = xp.log(xp.maximum(b, xp.full_like(b, floor)))
     xl = x[..., None, :]
     p, err, plan_back = _plan_vjp(xp, xl, y, log_b, opts, exact="columns")  # (..., L, n, 3)
-    mass = xp.sum(p[..., 1], axis=-1)  # (..., L)
-    out = xp.matmul(x[..., None, None, :], p)[..., 0, 1] / mass
     valid = (levels >= 0) & (levels <= 1)  # levels are data: out of range -> NaN, no check
+    # an invalid level's middle weight is negative, floored: its column may hold no mass at all
+    mass = xp.where(valid, xp.sum(p[..., 1], axis=-1), xp.ones_like(p[..., 0, 1]))  # (..., L)
+    out = xp.matmul(x[..., None, None, :], p)[..., 0, 1] / mass
 
     def pullback(cts: tuple[Any, ...]) -> dict[str, Any]:
         ct_m = xp.where(valid, cts[0], xp.zeros_like(cts[0])) / mass  # (..., L)
@@ -367,5 +402,24 @@ def bind_targets(kernel: Any, where: str, x: Any, axis: Any, options: dict[str, 
 
 
 def bind_sort_or_rank(output: str, x: Any, axis: Any, descending: Any, options: dict[str, Any]) -> Call:
-    """``soft_sort`` / ``soft_rank`` (``output``) with ``method="sinkhorn"``."""
-    return bind_targets(sort_core if output == "sort" else rank_core, f"soft_{output}(method='sinkhorn')", x, axis, options, descending)
+    """``soft_sort`` / ``soft_rank`` (``output``) with ``method="sinkhorn"``; ``soft_sort`` also takes ``topk``."""
+    where = f"soft_{output}(method='sinkhorn')"
+    if output == "sort" and options.get("topk") is not None:
+        return _bind_topk(where, x, axis, descending, dict(options))
+    options = {k: v for k, v in options.items() if not (output == "sort" and k == "topk")}  # topk=None: the full sort
+    return bind_targets(sort_core if output == "sort" else rank_core, where, x, axis, options, descending)
+
+
+def _bind_topk(where: str, x: Any, axis: Any, descending: Any, options: dict[str, Any]) -> Call:
+    k = positive_count(options.pop("topk"), "topk")
+    for name in ("num_targets", "target_weights"):
+        if options.get(name) is not None:
+            raise ValueError(f"{where}: topk fixes the targets (k values and one filler); do not pass {name} with it")
+    info = return_info(options)
+    opts, _ = TransportOptions.parse(options, where, names=SOLVER_OPTIONS)
+    p = prepare(x, axis=axis, opts=opts)
+    if k > p.n:
+        raise ValueError(f"topk must lie in [1, n] = [1, {p.n}], got {k}")
+    params = {"descending": boolean(descending, "descending")}
+    # k = n leaves the filler empty: that is the full sort
+    return reported(sort_core, p, opts, params if k == p.n else {**params, "topk": k}, where, info)

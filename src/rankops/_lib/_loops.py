@@ -37,17 +37,22 @@ def iterate(
     tol: float,
     check_every: int,
     block: Callable[[Callable[[Any], Any], Any], Any] | None = None,
+    blocked: bool = False,
 ) -> tuple[Any, int, Any]:
     """Return ``(state, n_iter, error)``.
 
-    ``step(operands, state)`` is one iteration and ``error(operands, state)``
-    the per-problem error; ``freeze(xp, done, old, new)`` returns ``new`` with
-    the problems flagged in ``done`` reset to ``old``; ``block(run, state)``
-    may wrap each block (checkpointing).
+    ``step(operands, state)`` is one iteration, or with ``blocked=True``
+    ``step(operands, state, count)`` runs a whole block of ``count <=
+    check_every`` iterations; ``error(operands, state)`` is the per-problem
+    error; ``freeze(xp, done, old, new)`` returns ``new`` with the problems
+    flagged in ``done`` reset to ``old``; ``block(run, state)`` may wrap each
+    block (checkpointing).
     """
 
     def run_block(k: int) -> Callable[[Any], Any]:
         def run(s: Any) -> Any:
+            if blocked:
+                return step(operands, s, k)
             for _ in range(k):
                 s = step(operands, s)
             return s

@@ -11,7 +11,7 @@ from typing import Any
 from ._compat import is_array as _is_array
 
 
-def _finite_max(xp: Any, z: Any, axis: int) -> Any:
+def finite_max(xp: Any, z: Any, axis: int) -> Any:
     # Shifting by a non-finite max would turn -inf - -inf or inf - inf into
     # NaN; shifting by 0 instead keeps all-(-inf) rows at -inf and lets a
     # +inf entry dominate, as the unshifted formula would.
@@ -21,7 +21,7 @@ def _finite_max(xp: Any, z: Any, axis: int) -> Any:
 
 def logsumexp(xp: Any, z: Any, axis: int = -1) -> Any:
     """``log(sum(exp(z), axis))`` without overflow (max-shifted)."""
-    m = _finite_max(xp, z, axis)
+    m = finite_max(xp, z, axis)
     s = xp.sum(xp.exp(z - m), axis=axis, keepdims=True)
     return xp.squeeze(xp.log(s) + m, axis=axis)
 
@@ -41,7 +41,7 @@ def logaddexp(xp: Any, a: Any, b: Any) -> Any:
 
 def softmax(xp: Any, z: Any, axis: int = -1) -> Any:
     """``exp(z) / sum(exp(z), axis)`` without overflow (max-shifted)."""
-    e = xp.exp(z - _finite_max(xp, z, axis))
+    e = xp.exp(z - finite_max(xp, z, axis))
     return e / xp.sum(e, axis=axis, keepdims=True)
 
 

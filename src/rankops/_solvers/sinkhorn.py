@@ -45,6 +45,7 @@ import numpy as np
 from .._lib._adapters import get_adapter
 from .._lib._compat import is_array
 from .._lib._loops import freeze_rows
+from .._lib._numerics import finite_max, matvec, safe_divide
 from .._lib._options import Options, option
 from .._lib._validation import boolean, positive_count, positive_scalar, python_number
 from .implicit import fixed_point_vjp
@@ -87,6 +88,7 @@ def solve_vjp(
     *,
     exact: str = "rows",
     check_every: int = DEFAULT_CHECK_EVERY,
+    init: tuple[Any, Any] | None = None,
 ) -> tuple[SinkhornResult, Callable[..., Any]]:
     """Solve on prepared arrays: ``log_a`` (..., n) and ``log_b`` (..., m) broadcast against ``cost``.
 
@@ -95,6 +97,11 @@ def solve_vjp(
     sum exactly to ``a`` (the last update is f's); ``exact="columns"`` adds a
     final g-update so that its columns sum exactly to ``b`` instead, which
     makes ``b^-1 P^T x`` an exact convex combination (soft sorts, quantiles).
+
+    ``init``: starting potentials ``(f, g)`` (default zero), for example the
+    exact unregularised ones of :mod:`.monotone`. Under ``implicit=True`` the
+    result's gradient does not depend on them; unrolled, it flows through
+    them as through the iterations.
 
     ``implicit=True`` hides the iterations from the host's autodiff: the plan
     and potentials get the gradient of the fixed point
@@ -107,12 +114,25 @@ def solve_vjp(
     """
     epsilon, max_iter, tol = opts.epsilon, opts.max_iter, opts.tol
     c = cost / epsilon
+    del cost  # the scaled cost replaces it: one (..., n, m) array alive through the solve, not two
+    batch = np.broadcast_shapes(tuple(c.shape[:-2]), tuple(log_a.shape[:-1]), tuple(log_b.shape[:-1]))  # shapes only
+    if init is None:
+        device = array_api_compat.device(c)
+        u0 = xp.zeros(batch + (c.shape[-2],), dtype=c.dtype, device=device)
+        v0 = xp.zeros(batch + (c.shape[-1],), dtype=c.dtype, device=device)
+    else:
+        u0, v0 = (xp.broadcast_to(p / epsilon, batch + (size,)) for p, size in zip(init, c.shape[-2:]))
     fwd = functools.partial(_fixed_point, max_iter=max_iter, tol=tol, check_every=check_every, exact=exact)
     bwd = functools.partial(fixed_point_vjp, exact=exact, max_iter=max_iter, cost_shape=tuple(c.shape))
     if opts.implicit:
-        plan, u, v, err, n_iter = get_adapter(xp).custom_vjp(xp, fwd, bwd, (c, log_a, log_b), n_diff=3)
+
+        def bwd_all(xp_: Any, res: Any, cts: Any) -> tuple[Any, ...]:
+            # the fixed point does not depend on where the iterations started
+            return (*bwd(xp_, res, cts), xp.zeros_like(u0), xp.zeros_like(v0))
+
+        plan, u, v, err, n_iter = get_adapter(xp).custom_vjp(xp, fwd, bwd_all, (c, log_a, log_b, u0, v0), n_diff=3)
     else:
-        plan, u, v, err, n_iter = fwd(xp, c, log_a, log_b)[0]
+        plan, u, v, err, n_iter = fwd(xp, c, log_a, log_b, u0, v0)[0]
 
     def pullback(d_plan: Any, d_f: Any = None, d_g: Any = None) -> tuple[Any, Any, Any, Any]:
         d_u = None if d_f is None else d_f * epsilon
@@ -130,50 +150,91 @@ def solve_vjp(
 
 
 def _fixed_point(
-    xp: Any, c: Any, log_a: Any, log_b: Any, *, max_iter: int, tol: float, check_every: int, exact: str
+    xp: Any, c: Any, log_a: Any, log_b: Any, u0: Any, v0: Any, *, max_iter: int, tol: float, check_every: int, exact: str
 ) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
-    """Run the iterations on the scaled cost ``c = C / epsilon``.
+    """Run the iterations on the scaled cost ``c = C / epsilon`` from the scaled potentials ``(u0, v0)``.
 
     Returns ``((plan, u, v, error, n_iter), residuals)``, the residuals being
     what the implicit backward needs: the plan and both log-marginals.
     """
     adapter = get_adapter(xp)
-    lse = adapter.logsumexp
-    # The loop's functions take their arrays explicitly (no closure over them),
-    # so an adapter can differentiate through the loop with a custom rule.
     operands = (c, log_a, log_b)
+    block = functools.partial(_block, xp, check_every=check_every)
 
-    def step(ops: tuple[Any, Any, Any], state: tuple[Any, Any]) -> tuple[Any, Any]:
-        c_, la, lb = ops
-        v = lb - lse(xp, state[0][..., :, None] - c_, -2)
-        u = la - lse(xp, v[..., None, :] - c_, -1)
-        return u, v
+    def error(ops: tuple[Any, Any, Any], state: tuple[Any, Any, Any]) -> Any:
+        return state[2][..., 0]
 
-    def error(ops: tuple[Any, Any, Any], state: tuple[Any, Any]) -> Any:
-        # Both marginals of the plan exactly as it is returned. The rows are exact after an
-        # f-update in exact arithmetic, so their part is rounding, except where cost / epsilon
-        # outgrows the float's precision (1e16 in float64, with squash=None and large inputs):
-        # the plan is then meaningless, and this says so instead of a silent "converged".
-        c_, la, lb = ops
-        return _marginal_error(xp, _plan(xp, c_, *state), la, lb)
-
-    # Shapes only (Python tuples): the batch of the cost and of both marginals.
-    batch = np.broadcast_shapes(tuple(c.shape[:-2]), tuple(log_a.shape[:-1]), tuple(log_b.shape[:-1]))
-    device = array_api_compat.device(c)
-    u0 = xp.zeros(batch + (c.shape[-2],), dtype=c.dtype, device=device)
-    v0 = xp.zeros(batch + (c.shape[-1],), dtype=c.dtype, device=device)
-    (u, v), n_iter, err = adapter.iterate(
-        xp, step, operands, (u0, v0), error=error, freeze=freeze_rows, max_iter=max_iter, tol=tol, check_every=check_every
+    state0 = (u0, v0, xp.zeros_like(u0[..., :1]))
+    (u, v, _), n_iter, _ = adapter.iterate(
+        xp, block, operands, state0, error=error, freeze=freeze_rows, max_iter=max_iter, tol=tol, check_every=check_every,
+        blocked=True,
     )
+    plan = _plan(xp, c, u, v)
     if exact == "columns":
-        v = log_b - lse(xp, u[..., :, None] - c, -2)
-        plan = xp.exp((u[..., :, None] - c) + v[..., None, :])  # rounded as the last (column) update was
-        # The plan returned is this one: its error (rows now) is what callers must see. It is
-        # at most the columns' error before the update, except beyond float precision.
-        err = _marginal_error(xp, plan, log_a, log_b)
-    else:
-        plan = _plan(xp, c, u, v)
+        # the column update v <- log b - logsumexp_i(u_i - c_ij), applied to the plan it rescales
+        ratio = safe_divide(xp, xp.exp(log_b), xp.sum(plan, axis=-2))
+        plan = plan * ratio[..., None, :]
+        v = xp.where(ratio > 0, v + xp.log(xp.where(ratio > 0, ratio, xp.ones_like(ratio))), xp.full_like(v, -math.inf))
+    # The error of the plan exactly as it is returned. The last update makes one side exact
+    # in exact arithmetic, so its part is rounding, except where cost / epsilon outgrows the
+    # float's precision (1e16 in float64, with squash=None and large inputs): the plan is
+    # then meaningless, and this says so instead of a silent "converged".
+    err = _marginal_error(xp, plan, log_a, log_b)
     return (plan, u, v, err, n_iter), (plan, log_a, log_b)
+
+
+def _block(xp: Any, ops: tuple[Any, Any, Any], state: tuple[Any, Any, Any], count: Any, *, check_every: int) -> tuple[Any, ...]:
+    """``count`` Sinkhorn iterations (at most ``check_every``): one in the log domain, the rest by scaling.
+
+    The log-domain iteration (one ``logsumexp`` per side) brings the
+    potentials within reach whatever their start; it also yields the
+    stabilized kernel ``K_ij = exp(v_j - c_ij - max_j(v_j - c_ij))``, whose
+    entries are at most 1 and whose rows each hold a 1. The remaining
+    iterations are the same updates written on scalings of that kernel
+    (Schmitzer 2019, "Stabilized sparse scaling algorithms"):
+    ``beta = b / (K^T alpha)``, ``alpha = a / (K beta)``: two products with
+    K, no exponential. They are absorbed into the potentials at the end of
+    the block, which also returns the error of the block's plan, ``L1`` over
+    both marginals, from those products. ``count`` is a Python int, or a 0-d
+    array under ``jax.jit``.
+    """
+    adapter = get_adapter(xp)
+    c, log_a, log_b = ops
+    u, v, _ = state
+    v = log_b - adapter.logsumexp(xp, u[..., :, None] - c, -2)
+    t = v[..., None, :] - c
+    shift = finite_max(xp, t, -1)
+    kernel = xp.exp(t - shift)
+    a, b = xp.exp(log_a), xp.exp(log_b)
+    # A column or row of K that underflowed entirely gets a large, finite scaling, not inf.
+    # The floor is the square root of the smallest normal: autodiff of b / z forms 1 / z**2,
+    # which must stay finite (else 0 * inf = NaN where an empty filler column meets a zero cotangent).
+    tiny = math.sqrt(xp.finfo(c.dtype).smallest_normal)
+
+    def floor(z: Any) -> Any:
+        return xp.maximum(z, xp.full_like(z, tiny))
+
+    def scale(s: tuple[Any, Any, Any, Any]) -> tuple[Any, Any, Any, Any]:
+        alpha = s[0]
+        col = _vecmat(xp, alpha, kernel)
+        beta = b / floor(col)
+        row = matvec(xp, kernel, beta)
+        return a / floor(row), beta, col, row
+
+    row = xp.sum(kernel, axis=-1)
+    side = kernel.shape[:-2] + (kernel.shape[-1],)
+    # scalings 1 and col = b make the absorption below a no-op when no scaling iteration runs
+    start = (a / floor(row), xp.ones(side, dtype=c.dtype, device=array_api_compat.device(c)), xp.broadcast_to(b, side), row)
+    alpha, beta, col, row = adapter.repeat(xp, scale, start, count - 1, check_every - 1)
+    u = log_a - shift[..., 0] - xp.log(floor(row))
+    v = v + (log_b - xp.log(floor(col)))
+    err = xp.sum(xp.abs(beta * _vecmat(xp, alpha, kernel) - b), axis=-1) + xp.sum(xp.abs(alpha * row - a), axis=-1)
+    return u, v, err[..., None]
+
+
+def _vecmat(xp: Any, v: Any, a: Any) -> Any:
+    """Batched ``v @ a`` over the second-to-last axis of ``a`` (a row vector: ``a^T v`` without a transpose)."""
+    return xp.matmul(v[..., None, :], a)[..., 0, :]
 
 
 def _marginal_error(xp: Any, p: Any, log_a: Any, log_b: Any) -> Any:

@@ -117,6 +117,16 @@ class Generic:
     def scan_blocks(self, xp: Any, body: Any, carry: Any, xs: tuple[Any, ...], block: int) -> Any:
         return _loops.scan_blocks(xp, body, carry, xs, block)
 
+    def repeat(self, xp: Any, body: Callable[[Any], Any], state: Any, count: Any, most: int) -> Any:
+        """``body`` applied ``count`` times to ``state`` (a tuple of arrays); ``count <= most``.
+
+        ``count`` is a Python int here; under ``jax.jit`` it may be traced
+        (see the JAX adapter), which is why ``most`` bounds it.
+        """
+        for _ in range(count):
+            state = body(state)
+        return state
+
     def compiled(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """``fn(xp, *arrays)`` compiled once per shape where the host compiles (JAX), else ``fn`` itself.
 

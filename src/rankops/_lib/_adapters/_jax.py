@@ -108,7 +108,8 @@ class Jax(Generic):
         """Nothing to compare: tracers have no concrete device under ``jit``, and JAX places arrays itself."""
 
     def iterate(
-        self, xp: Any, step: Any, operands: Any, state: Any, *, error: Any, freeze: Any, max_iter: int, tol: float, check_every: int
+        self, xp: Any, step: Any, operands: Any, state: Any, *, error: Any, freeze: Any, max_iter: int, tol: float, check_every: int,
+        blocked: bool = False,
     ) -> Any:
         """``lax`` version of :func:`rankops._lib._loops.iterate`: jit, vmap and grad safe.
 
@@ -129,6 +130,9 @@ class Jax(Generic):
         step_remat = jax.checkpoint(step)
 
         def run_block(ops: Any, s: Any, block: Any, done: Any) -> Any:
+            if blocked:  # the step runs the block itself: tell it how many iterations are left
+                return freeze(xp, done, s, step_remat(ops, s, jnp.minimum(check_every, max_iter - block * check_every)))
+
             def one(i: Any, t: Any) -> Any:
                 new = step_remat(ops, t)
                 # the last block may overshoot max_iter: its extra iterations are no-ops
@@ -192,6 +196,14 @@ class Jax(Generic):
 
         loop.defvjp(loop_fwd, loop_bwd)
         return loop(operands, state)
+
+    def repeat(self, xp: Any, body: Any, state: Any, count: Any, most: int) -> Any:
+        """One ``lax.fori_loop`` of ``most`` steps, those from ``count`` on masked: ``count`` may be traced."""
+
+        def one(i: Any, s: Any) -> Any:
+            return tuple(jnp.where(i < count, new, old) for new, old in zip(body(s), s))
+
+        return jax.lax.fori_loop(0, most, one, tuple(state)) if most > 0 else tuple(state)
 
     def unless(self, xp: Any, skip: Any, fn: Any, operand: Any) -> Any:
         """``lax.cond``: under ``jit`` the skipped branch costs nothing (under ``vmap`` both run)."""

@@ -23,7 +23,9 @@ class _Custom(torch.autograd.Function):
         outs, res = fwd(xp, *arrays)
         ctx.spec = spec
         ctx.n_res = len(res)
-        ctx.save_for_backward(*res, *arrays)
+        # the inputs are kept only to rebuild the residuals for a second derivative: the
+        # scaled cost of a Sinkhorn solve is a whole plan's worth of memory the backward does not need
+        ctx.save_for_backward(*res, *(arrays if spec[4] is not None else ()))
         ctx.mark_non_differentiable(*(o for o in outs[n_diff:] if isinstance(o, torch.Tensor)))
         return tuple(outs)
 
