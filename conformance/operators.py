@@ -277,6 +277,20 @@ def _drop_last(shape: tuple[int, ...]) -> tuple[int, ...]:
     return shape[:-1]
 
 
+def _quantized(x: np.ndarray, m: int) -> np.ndarray:
+    """The hard soft_quantize: each entry gets the mean of its block of the sorted row under the north-west-corner plan."""
+    n = x.shape[-1]
+    # the exact plan between a = 1/n and b = 1/m on sorted rows: overlap of [i/n, (i+1)/n] and [j/m, (j+1)/m]
+    edges_a, edges_b = np.arange(n + 1) / n, np.arange(m + 1) / m
+    plan = np.clip(np.minimum(edges_a[1:, None], edges_b[None, 1:]) - np.maximum(edges_a[:-1, None], edges_b[None, :-1]), 0, None)
+    order = np.argsort(x, axis=-1, kind="stable")
+    srt = np.take_along_axis(x, order, -1)
+    out_sorted = n * (srt @ plan * m) @ plan.T
+    out = np.empty_like(out_sorted)
+    np.put_along_axis(out, order, out_sorted, -1)
+    return out
+
+
 for _desc in (False, True):
     _suffix = "-desc" if _desc else ""
     register(
@@ -339,6 +353,12 @@ register(
         lambda x: _linspace_targets(x.shape[-1])[rankdata(x, axis=-1).astype(int) - 1], hard_atol=1e-2,
         vjp=via_vjp(rankops.soft_quantile_normalize, lambda x: (_like(x, _linspace_targets(x.shape[-1])),)),
         public=rankops.soft_quantile_normalize,
+    )
+)
+register(
+    Operator(
+        "soft_quantize[3]", lambda x, **kw: rankops.soft_quantize(x, 3, **kw), OT, OT_LIMIT, lambda x: _quantized(x, 3), hard_atol=1e-2,
+        vjp=via_vjp(rankops.soft_quantize, lambda x: (3,)), public=rankops.soft_quantize,
     )
 )
 register(
@@ -453,6 +473,9 @@ SPECS = [
     Spec("soft_quantile", "quantile", lambda n: _opts(levels=[0.0, 0.3, 0.5, 1.0, (0.0, 0.25, 1.0)], filler=[0.01, 0.05, 0.5],
                                                       **SINKHORN), _quantile_levels, True, rankops.soft_quantile),
     Spec("soft_quantile_normalize", "qnorm", lambda n: _opts(m=[1, 2, n, 7], **SINKHORN), _qnorm, True, rankops.soft_quantile_normalize),
+    Spec("soft_quantize", "quantize", lambda n: _opts(m=[1, 2, n, 7], **SINKHORN),
+         lambda x, p, arr: (rankops.soft_quantize, ({**p}.pop("m"),), {k: v for k, v in p.items() if k != "m"}), True,
+         rankops.soft_quantize),
     Spec("soft_topk_mask", "mask", lambda n: _opts(k=[1, 2, n], **SINKHORN), _topk, True, rankops.soft_topk_mask),
     Spec("sinkhorn", "plan", lambda n: _opts(**{k: v for k, v in SINKHORN.items() if k not in ("squash", "power")}),
          _sinkhorn, True, rankops.sinkhorn),

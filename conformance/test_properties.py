@@ -119,7 +119,7 @@ def _check_row(spec: Spec, p: dict, x: np.ndarray, out: np.ndarray, tol: float, 
         assert np.all(out >= n / m * (1 - tol) - tol) and np.all(out <= n * (1 + tol)), out
     elif kind == "cdf":
         assert np.all(out >= 1 / m * (1 - tol) - tol) and np.all(out <= 1 + tol), out
-    elif kind in ("sort", "quantile"):  # exact convex combinations of the row
+    elif kind in ("sort", "quantile", "quantize"):  # exact convex combinations of the row
         assert np.all(out >= lo - span) and np.all(out <= hi + span), (out, lo, hi)
         if kind == "sort" and p.get("power", 2) >= 1 and out.size > 1:
             steps = np.diff(-out if descending else out)

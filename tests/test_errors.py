@@ -247,6 +247,9 @@ for name, value in (("num_targets", 2), ("target_weights", np.ones(2) / 2)):
          rf"topk fixes the targets \(k values and one filler\); do not pass {name} with it")
 case("soft_sort[softsort]-topk", lambda: rankops.soft_sort(X, topk=2, method="softsort"), TypeError, r"unexpected option\(s\) 'topk'")
 case("soft_rank-topk", lambda: rankops.soft_rank(X, topk=2), TypeError, r"unexpected option\(s\) 'topk'")
+case("soft_quantize-num_levels=0", lambda: rankops.soft_quantize(X, 0), ValueError, r"num_levels must be >= 1, got 0")
+case("soft_quantize-num_levels=2.0", lambda: rankops.soft_quantize(X, 2.0), TypeError, r"num_levels must be an int >= 1, got float")
+case("soft_quantize-tau", lambda: rankops.soft_quantize(X, 2, tau=0.1), TypeError, r"unexpected option\(s\) 'tau'")
 case("soft_quantile-centered", lambda: rankops.soft_quantile(X, 0.5, centered="yes"), TypeError, r"centered must be True or False")
 case("soft_quantile-num_targets", lambda: rankops.soft_quantile(X, 0.5, num_targets=3), TypeError, r"unexpected option\(s\) 'num_targets'")
 for k in (0, 4, -1):

@@ -154,6 +154,48 @@ def test_topk_sort_gradient():
         assert_allclose(xt.grad.numpy(), d_x, atol=1e-9)
 
 
+def _quantize_reference(row, m, plan):
+    """n P diag(1/b) P^T x for a plan between a = 1/n and b = 1/m (rows in the order of ``row``)."""
+    levels = plan.T @ row * m
+    return len(row) * plan @ levels
+
+
+@pytest.mark.parametrize("m", [1, 3, 7])
+def test_quantize_matches_reference(backend, m):
+    x = _x((2, 7), seed=15)
+    got = backend.to_numpy(rankops.soft_quantize(backend.asarray(x), m, epsilon=0.05, **TIGHT))
+    plans = [ref.ot_plan_1d(row, ref.grid(m), np.full(m, 1.0 / m), 0.05) for row in x]
+    assert_allclose(got, [_quantize_reference(row, m, p) for row, p in zip(x, plans)], atol=1e-8)
+    assert_allclose(got.mean(-1), x.mean(-1), atol=1e-8)  # mass is moved, not created: the row mean is kept
+
+
+@pytest.mark.parametrize("m", [2, 3, 4])
+def test_quantize_hard_limit_is_the_north_west_corner(m):
+    """epsilon -> 0: block means of the sorted row (an entry shared between blocks where 6 is not a multiple of m)."""
+    x = SEPARATED
+    got = rankops.soft_quantize(x, m, **HARD)
+    for row, out in zip(x, got):
+        order = np.argsort(row)
+        plan = np.empty((6, m))
+        plan[order] = ref.north_west_corner(np.full(6, 1 / 6), np.full(m, 1 / m))
+        assert_allclose(out, _quantize_reference(row, m, plan), atol=1e-2)
+
+
+def test_quantize_gradient():
+    x = _x((2, 6), seed=16)
+    opts = {"epsilon": 0.05, "tol": 1e-12, "max_iter": 100_000}
+    ct = np.random.default_rng(17).normal(size=(2, 6))
+    _, back = rankops.vjp(rankops.soft_quantize, x, 3, **opts)
+    (d_x,) = back(ct)
+    h = 1e-6
+    fd = np.array([[(ct * (rankops.soft_quantize(x + h * e, 3, **opts) - rankops.soft_quantize(x - h * e, 3, **opts))).sum() / (2 * h)
+                    for e in np.eye(12)[6 * r: 6 * r + 6].reshape(6, 2, 6)] for r in range(2)])
+    assert_allclose(d_x, fd, atol=1e-6)
+    torch = pytest.importorskip("torch")
+    xt = torch.asarray(x).requires_grad_(True)
+    assert torch.autograd.gradcheck(lambda v: rankops.soft_quantize(v, 3, **GRAD), (xt,), atol=1e-6)
+
+
 def test_quantile_normalize_matches_reference(backend):
     x = _x((2, 6), seed=2)
     targets = np.array([-1.0, 0.0, 0.5, 2.0, 3.0])

@@ -7,7 +7,7 @@ from .kernels import soft_kendall_tau
 from .permutations import neuralsort, softsort
 from .sinkhorn import sinkhorn
 from .sorting import METHODS, soft_rank, soft_sort
-from .transport import soft_cdf, soft_quantile, soft_quantile_normalize, soft_topk_mask
+from .transport import soft_cdf, soft_quantile, soft_quantile_normalize, soft_quantize, soft_topk_mask
 
 __all__ = ["OPERATORS"]
 
@@ -18,6 +18,7 @@ OPERATORS = {
     soft_cdf: ("sinkhorn",),
     soft_quantile: ("sinkhorn",),
     soft_quantile_normalize: ("sinkhorn",),
+    soft_quantize: ("sinkhorn",),
     soft_topk_mask: ("sinkhorn", "lapsum"),
     sinkhorn: ("sinkhorn",),
     softsort: ("softsort",),

@@ -16,8 +16,8 @@ from typing import Any
 from ._docstrings import SECTIONS
 from ._kernels import lapsum
 from ._kernels.transport import (
-    SOLVER_OPTIONS, TransportOptions, bind_targets, cdf_core, check_1d, quantile_core, quantile_normalize_core, reported,
-    return_info, topk_core,
+    SOLVER_OPTIONS, TransportOptions, bind_targets, cdf_core, check_1d, quantile_core, quantile_normalize_core, quantize_core,
+    reported, return_info, topk_core,
 )
 from ._lib._calls import prepare
 from ._lib._compat import is_array
@@ -25,7 +25,7 @@ from ._lib._docs import fill_doc
 from ._lib._operator import operator
 from ._lib._validation import positive_count
 
-__all__ = ["soft_cdf", "soft_quantile", "soft_quantile_normalize", "soft_topk_mask"]
+__all__ = ["soft_cdf", "soft_quantile", "soft_quantile_normalize", "soft_quantize", "soft_topk_mask"]
 
 
 @operator
@@ -169,6 +169,48 @@ def soft_quantile_normalize(x: Any, targets: Any, /, *, axis: int = -1, **option
     if weights:
         check_1d(weights["target_weights"], "target_weights", targets.shape[0])
     return reported(quantile_normalize_core, p, opts, arrays, "soft_quantile_normalize", info)
+
+
+@operator
+@fill_doc(**SECTIONS)
+def soft_quantize(x: Any, num_levels: int, /, *, axis: int = -1, **options: Any) -> Any:
+    """Soft quantization onto ``num_levels`` values: ``n P diag(b)^-1 P^T x``, b uniform over m = ``num_levels`` targets.
+
+    The entries are soft-sorted onto m targets (``b^-1 P^T x``, m values),
+    then each entry is replaced by its row of the plan's mix of them
+    (``a^-1 P``), as OTT-JAX's ``soft_sort.quantize``. As ``epsilon -> 0``
+    the sorted entries fall into m consecutive blocks of mass 1/m each and
+    every entry takes its block's mean (the north-west-corner plan's,
+    sharing an entry between blocks where n is not a multiple of m).
+
+    Parameters
+    ----------
+    %(x)s
+    num_levels : int
+        m >= 1, the number of levels (m = 1: every entry becomes the mean).
+
+    Other Parameters
+    ----------------
+    %(sinkhorn_options)s
+    %(cost_power)s
+
+    Returns
+    -------
+    array
+        Shape, namespace, device and floating dtype of ``x``.
+
+    Examples
+    --------
+    >>> import numpy as np, rankops
+    >>> x = np.array([0.3, -1.2, 2.5, 0.7, 1.0, -0.8])
+    >>> np.round(rankops.soft_quantize(x, 2, epsilon=1e-3), 2)
+    array([-0.57, -0.57,  1.4 ,  1.4 ,  1.4 , -0.57])
+    """
+    info = return_info(options)
+    opts, _ = TransportOptions.parse(options, "soft_quantize", names=SOLVER_OPTIONS)
+    m = positive_count(num_levels, "num_levels")
+    p = prepare(x, axis=axis, opts=opts)
+    return reported(quantize_core, p, opts, {"num_levels": m}, "soft_quantize", info)
 
 
 @operator

@@ -49,7 +49,7 @@ from .squash import SQUASHES, squash_vjp
 
 __all__ = [
     "TransportOptions", "DEFAULT_EPSILON", "cdf_core", "rank_core", "sort_core", "quantile_normalize_core", "topk_core",
-    "quantile_core", "solver_core", "bind_targets", "bind_sort_or_rank", "reported", "check_1d", "return_info", "SOLVER_OPTIONS",
+    "quantile_core", "quantize_core", "solver_core", "bind_targets", "bind_sort_or_rank", "reported", "check_1d", "return_info", "SOLVER_OPTIONS",
 ]
 
 DEFAULT_EPSILON = 1e-2
@@ -239,6 +239,26 @@ def quantile_normalize_core(xp: Any, x: Any, opts: TransportOptions, *, targets:
         dx, d_log_b, d_eps = plan_back(n * ct[..., :, None] * t)
         d_t = n * unbroadcast(xp, matvec(xp, xp.matrix_transpose(p), ct), tuple(t.shape))
         return _grads(dx, d_eps, targets=d_t, target_weights=None if target_weights is None else d_log_b / b)
+
+    return (out, err), pullback
+
+
+@core(tails=_along, outputs=REPORTED)
+def quantize_core(xp: Any, x: Any, opts: TransportOptions, *, num_levels: int) -> Any:
+    """``n P diag(1/b) P^T x``: each entry moved to its plan's mix of the m soft-sorted values (OTT-JAX's ``quantize``)."""
+    n, m = x.shape[-1], num_levels
+    b = xp.full((m,), 1.0 / m, dtype=x.dtype, device=_device(x))
+    p, err, plan_back = _plan_vjp(xp, x, _grid(xp, m, x), xp.log(b), opts, exact="columns")
+    levels = xp.matmul(x[..., None, :], p)[..., 0, :] / b  # the m soft-sorted values
+    out = n * matvec(xp, p, levels)
+
+    def pullback(cts: tuple[Any, ...]) -> dict[str, Any]:
+        ct = cts[0]
+        ct_levels = n * xp.matmul(ct[..., None, :], p)[..., 0, :] / b  # d out / d levels, pulled back
+        # out_i = n sum_j P_ij levels_j with levels_j = sum_k P_kj x_k / b_j: P enters twice
+        dp = n * ct[..., :, None] * levels[..., None, :] + x[..., :, None] * ct_levels[..., None, :]
+        dx, _, d_eps = plan_back(dp)
+        return _grads(dx + matvec(xp, p, ct_levels), d_eps)
 
     return (out, err), pullback
 
