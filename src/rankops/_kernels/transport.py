@@ -39,7 +39,7 @@ from array_api_compat import device as _device
 
 from .._lib._calls import Call, Prepared, core, prepare
 from .._lib._compat import is_array
-from .._lib._numerics import abs_power, abs_power_slope, matvec, safe_divide, unbroadcast
+from .._lib._numerics import abs_power, abs_power_slope, matvec, safe_divide, unbroadcast, vecmat
 from .._lib._options import option
 from .._lib._validation import boolean, choice, optional_count, positive_count, positive_scalar, python_number
 from .._solvers.monotone import grid_potentials
@@ -84,9 +84,11 @@ def _grid(xp: Any, m: int, like: Any) -> Any:
     return xp.arange(m, dtype=like.dtype, device=_device(like)) / max(m - 1, 1)
 
 
-def _cost_fn(xp: Any, power: float) -> Any:
-    """``h(d) = |d| ** power``, elementwise."""
-    return (lambda d: d * d) if power == 2.0 else (lambda d: abs_power(xp, xp.abs(d), power))
+def _cost_fns(xp: Any, power: float) -> tuple[Any, Any]:
+    """``h(d) = |d| ** power`` and its derivative ``h'(d)``, elementwise (``power`` a Python number)."""
+    if power == 2.0:
+        return (lambda d: d * d), (lambda d: 2.0 * d)
+    return (lambda d: abs_power(xp, xp.abs(d), power)), (lambda d: abs_power_slope(xp, xp.abs(d), power) * xp.sign(d))
 
 
 def _plan_vjp(xp: Any, x: Any, y: Any, log_b: Any, opts: TransportOptions, exact: str = "rows") -> tuple[Any, Any, Any]:
@@ -98,20 +100,18 @@ def _plan_vjp(xp: Any, x: Any, y: Any, log_b: Any, opts: TransportOptions, exact
     """
     n = x.shape[-1]
     s, squash_back = squash_vjp(xp, x, opts.squash)
-    power = opts.power
-    square = power == 2.0  # a Python number: the options reject arrays
+    h, h_slope = _cost_fns(xp, opts.power)  # a Python number: the options reject arrays
     log_a = xp.full((n,), -math.log(n), dtype=x.dtype, device=_device(x))
     # Warm start at the exact unregularised potentials; they solve that problem only for a convex cost.
-    warm = power >= 1.0 and n > 1 and y.shape[0] > 1
-    init = grid_potentials(xp, s, log_a, log_b, _cost_fn(xp, power)) if warm else None
+    warm = opts.power >= 1.0 and n > 1 and y.shape[0] > 1
+    init = grid_potentials(xp, s, log_a, log_b, h) if warm else None
     # The differences y_j - s_i are recomputed in the pullback, and the cost is passed without a
     # name here: neither stays alive through the solve (each is a whole (..., n, m) array).
-    res, solve_back = solve_vjp(xp, _cost_fn(xp, power)(y - s[..., :, None]), log_a, log_b, opts, exact=exact, init=init)
+    res, solve_back = solve_vjp(xp, h(y - s[..., :, None]), log_a, log_b, opts, exact=exact, init=init)
 
     def pullback(dp: Any) -> tuple[Any, Any, Any]:
         d_cost, _, d_log_b, d_eps = solve_back(dp)
-        d = y - s[..., :, None]
-        slope = 2.0 * d if square else abs_power_slope(xp, xp.abs(d), power) * xp.sign(d)
+        slope = h_slope(y - s[..., :, None])
         return squash_back(-xp.sum(d_cost * slope, axis=-1)), d_log_b, d_eps
 
     return res.plan, res.error, pullback
@@ -210,7 +210,7 @@ def sort_core(
         b, log_b = _topk_weights(xp, x, topk, filler_first=not descending)
         kept = slice(0, topk) if descending else slice(1, m)
     p, err, plan_back = _plan_vjp(xp, x, _grid(xp, m, x), log_b, opts, exact="columns")
-    ascending = xp.matmul(x[..., None, :], p)[..., 0, :] / b
+    ascending = vecmat(xp, x, p) / b
 
     def pullback(cts: tuple[Any, ...]) -> dict[str, Any]:
         ct = cts[0]
@@ -249,12 +249,12 @@ def quantize_core(xp: Any, x: Any, opts: TransportOptions, *, num_levels: int) -
     n, m = x.shape[-1], num_levels
     b = xp.full((m,), 1.0 / m, dtype=x.dtype, device=_device(x))
     p, err, plan_back = _plan_vjp(xp, x, _grid(xp, m, x), xp.log(b), opts, exact="columns")
-    levels = xp.matmul(x[..., None, :], p)[..., 0, :] / b  # the m soft-sorted values
+    levels = vecmat(xp, x, p) / b  # the m soft-sorted values
     out = n * matvec(xp, p, levels)
 
     def pullback(cts: tuple[Any, ...]) -> dict[str, Any]:
         ct = cts[0]
-        ct_levels = n * xp.matmul(ct[..., None, :], p)[..., 0, :] / b  # d out / d levels, pulled back
+        ct_levels = n * vecmat(xp, ct, p) / b  # d out / d levels, pulled back
         # out_i = n sum_j P_ij levels_j with levels_j = sum_k P_kj x_k / b_j: P enters twice
         dp = n * ct[..., :, None] * levels[..., None, :] + x[..., :, None] * ct_levels[..., None, :]
         dx, _, d_eps = plan_back(dp)
@@ -424,14 +424,15 @@ def bind_targets(kernel: Any, where: str, x: Any, axis: Any, options: dict[str, 
 def bind_sort_or_rank(output: str, x: Any, axis: Any, descending: Any, options: dict[str, Any]) -> Call:
     """``soft_sort`` / ``soft_rank`` (``output``) with ``method="sinkhorn"``; ``soft_sort`` also takes ``topk``."""
     where = f"soft_{output}(method='sinkhorn')"
-    if output == "sort" and options.get("topk") is not None:
-        return _bind_topk(where, x, axis, descending, dict(options))
-    options = {k: v for k, v in options.items() if not (output == "sort" and k == "topk")}  # topk=None: the full sort
+    if output == "sort":
+        topk = options.pop("topk", None)  # None: the full sort
+        if topk is not None:
+            return _bind_topk(where, x, axis, descending, topk, options)
     return bind_targets(sort_core if output == "sort" else rank_core, where, x, axis, options, descending)
 
 
-def _bind_topk(where: str, x: Any, axis: Any, descending: Any, options: dict[str, Any]) -> Call:
-    k = positive_count(options.pop("topk"), "topk")
+def _bind_topk(where: str, x: Any, axis: Any, descending: Any, topk: Any, options: dict[str, Any]) -> Call:
+    k = positive_count(topk, "topk")
     for name in ("num_targets", "target_weights"):
         if options.get(name) is not None:
             raise ValueError(f"{where}: topk fixes the targets (k values and one filler); do not pass {name} with it")

@@ -91,3 +91,8 @@ def unbroadcast(xp: Any, g: Any, shape: tuple[int, ...]) -> Any:
 def matvec(xp: Any, a: Any, v: Any) -> Any:
     """Batched matrix-vector product ``a @ v`` over the last axis of ``v`` (``xp.matmul`` needs a column)."""
     return xp.matmul(a, v[..., None])[..., 0]
+
+
+def vecmat(xp: Any, v: Any, a: Any) -> Any:
+    """Batched ``v @ a`` over the second-to-last axis of ``a`` (a row vector: ``a^T v`` without a transpose)."""
+    return xp.matmul(v[..., None, :], a)[..., 0, :]

@@ -13,12 +13,15 @@ follow by telescoping along it:
 
 from ``g_0 = 0``; the cost being a Monge array (convex ``h``), they satisfy
 ``f_i + g_j <= C_ij`` everywhere, so they solve the unregularised dual.
-A breakpoint shared by both sides takes the column step first in both
-formulas, so the two telescopes walk the same staircase.
+The row steps ``j(i)`` come from one binary search; the column steps
+``i(j)`` are read off them, so both telescopes walk one staircase. A
+breakpoint shared by both sides (within the sums' rounding) may step right
+or down first: the two choices give the dual's extreme solutions, and the
+start is their mean (see :func:`grid_potentials`).
 
 The entropic potentials differ from these by O(epsilon log n): started
 here, Sinkhorn skips the phase where the potentials travel O(max C)
-from zero. An O(n log n) sort and two binary searches per row.
+from zero. An O(n log n) sort and four binary searches per row.
 """
 
 from __future__ import annotations

@@ -45,7 +45,7 @@ import numpy as np
 from .._lib._adapters import get_adapter
 from .._lib._compat import is_array
 from .._lib._loops import freeze_rows
-from .._lib._numerics import finite_max, matvec, safe_divide
+from .._lib._numerics import finite_max, matvec, safe_divide, vecmat
 from .._lib._options import Options, option
 from .._lib._validation import boolean, positive_count, positive_scalar, python_number
 from .implicit import fixed_point_vjp
@@ -216,7 +216,7 @@ def _block(xp: Any, ops: tuple[Any, Any, Any], state: tuple[Any, Any, Any], coun
 
     def scale(s: tuple[Any, Any, Any, Any]) -> tuple[Any, Any, Any, Any]:
         alpha = s[0]
-        col = _vecmat(xp, alpha, kernel)
+        col = vecmat(xp, alpha, kernel)
         beta = b / floor(col)
         row = matvec(xp, kernel, beta)
         return a / floor(row), beta, col, row
@@ -228,13 +228,8 @@ def _block(xp: Any, ops: tuple[Any, Any, Any], state: tuple[Any, Any, Any], coun
     alpha, beta, col, row = adapter.repeat(xp, scale, start, count - 1, check_every - 1)
     u = log_a - shift[..., 0] - xp.log(floor(row))
     v = v + (log_b - xp.log(floor(col)))
-    err = xp.sum(xp.abs(beta * _vecmat(xp, alpha, kernel) - b), axis=-1) + xp.sum(xp.abs(alpha * row - a), axis=-1)
+    err = xp.sum(xp.abs(beta * vecmat(xp, alpha, kernel) - b), axis=-1) + xp.sum(xp.abs(alpha * row - a), axis=-1)
     return u, v, err[..., None]
-
-
-def _vecmat(xp: Any, v: Any, a: Any) -> Any:
-    """Batched ``v @ a`` over the second-to-last axis of ``a`` (a row vector: ``a^T v`` without a transpose)."""
-    return xp.matmul(v[..., None, :], a)[..., 0, :]
 
 
 def _marginal_error(xp: Any, p: Any, log_a: Any, log_b: Any) -> Any:
