@@ -16,9 +16,10 @@ from typing import Any
 from ._docstrings import SECTIONS
 from ._kernels import lapsum
 from ._kernels.transport import (
-    SOLVER_OPTIONS, TransportOptions, bind_targets, cdf_core, check_1d, quantile_core, quantile_normalize_core, quantize_core,
-    reported, return_info, topk_core,
+    SOLVER_OPTIONS, TransportOptions, bind_targets, cdf_core, check_1d, quantile_normalize_core, quantize_core, reported,
+    return_info, topk_core,
 )
+from ._kernels.quantile import quantile_core
 from ._lib._calls import prepare
 from ._lib._compat import is_array
 from ._lib._docs import fill_doc

@@ -1,4 +1,4 @@
-r"""Optimal-transport cores: soft ranks, sorts, CDFs, quantiles, top-k, and the solver itself.
+r"""Optimal-transport cores: soft ranks, sorts, CDFs, top-k, quantization, and the solver itself.
 
 Each operator is one entropic transport (:mod:`rankops._solvers.sinkhorn`)
 between the n inputs, squashed into [0, 1] (:mod:`.squash`), and an ordered
@@ -13,11 +13,7 @@ default), ``b_bar = cumsum(b)``, cost ``C_ij = |y_j - g(x)_i| ** power`` and
 - ``quantile_normalize = a^-1 (P targets)``;
 - ``topk``: two targets y = (0, 1) weighted ((n - k)/n, k/n); the mask is
   ``a^-1 P[:, 1]``, in [0, 1], summing to k;
-- ``quantile`` at level q: three targets (0, 1/2, 1) weighted
-  (q - t/2, t, 1 - q - t/2) for a filler weight t, shrunk near the ends
-  (``centered=True``), or (q (1 - t), t, (1 - q)(1 - t)) (Eq. 4 of Cuturi,
-  Teboul & Vert, ``centered=False``); the quantile is the middle entry of
-  the soft sort.
+- ``quantile``: three targets per level, in :mod:`.quantile`.
 
 ``descending=True`` (ranks, sorts) is the ascending operator applied to
 ``-x`` (sorted values negated back), so the largest entry gets rank 1.
@@ -49,12 +45,11 @@ from .squash import SQUASHES, squash_vjp
 
 __all__ = [
     "TransportOptions", "DEFAULT_EPSILON", "cdf_core", "rank_core", "sort_core", "quantile_normalize_core", "topk_core",
-    "quantile_core", "quantize_core", "solver_core", "bind_targets", "bind_sort_or_rank", "reported", "check_1d", "return_info", "SOLVER_OPTIONS",
+    "quantize_core", "plan_vjp", "grads", "REPORTED", "solver_core", "bind_targets", "bind_sort_or_rank", "reported", "check_1d", "return_info", "SOLVER_OPTIONS",
 ]
 
 DEFAULT_EPSILON = 1e-2
 DEFAULT_FILLER = 0.05
-MIN_FILLER = 1e-6  # the centred filler's floor, relative to t: levels 0 and 1 still read a (soft) order statistic
 
 
 def _filler(value: Any, name: str) -> float:
@@ -91,7 +86,7 @@ def _cost_fns(xp: Any, power: float) -> tuple[Any, Any]:
     return (lambda d: abs_power(xp, xp.abs(d), power)), (lambda d: abs_power_slope(xp, xp.abs(d), power) * xp.sign(d))
 
 
-def _plan_vjp(xp: Any, x: Any, y: Any, log_b: Any, opts: TransportOptions, exact: str = "rows") -> tuple[Any, Any, Any]:
+def plan_vjp(xp: Any, x: Any, y: Any, log_b: Any, opts: TransportOptions, exact: str = "rows") -> tuple[Any, Any, Any]:
     """Entropic plan (..., n, m) between the squashed rows of ``x`` and targets ``y``.
 
     Returns the plan, the solver's marginal error per problem (...,) and the
@@ -130,7 +125,7 @@ def _target_weights(xp: Any, x: Any, m: int, target_weights: Any) -> tuple[Any, 
     return xp.astype(target_weights, x.dtype), log_b
 
 
-def _grads(x: Any, d_eps: Any, **named: Any) -> dict[str, Any]:
+def grads(x: Any, d_eps: Any, **named: Any) -> dict[str, Any]:
     """The cotangents of a core: ``x``, ``epsilon`` when it is an array, then parameter arrays."""
     out = {"x": x, **{k: v for k, v in named.items() if v is not None}}
     if d_eps is not None:
@@ -152,7 +147,7 @@ def cdf_core(xp: Any, x: Any, opts: TransportOptions, *, descending: bool = Fals
     m = targets_count(n, opts, target_weights)
     b, log_b = _target_weights(xp, x, m, target_weights)
     b_bar = xp.cumulative_sum(b, axis=-1)
-    p, err, plan_back = _plan_vjp(xp, sign * x, _grid(xp, m, x), log_b, opts)
+    p, err, plan_back = plan_vjp(xp, sign * x, _grid(xp, m, x), log_b, opts)
     out = n * matvec(xp, p, b_bar)
 
     def pullback(cts: tuple[Any, ...]) -> dict[str, Any]:
@@ -162,7 +157,7 @@ def cdf_core(xp: Any, x: Any, opts: TransportOptions, *, descending: bool = Fals
         if target_weights is not None:
             d_bbar = n * unbroadcast(xp, matvec(xp, xp.matrix_transpose(p), ct), tuple(b.shape))
             d_w = xp.flip(xp.cumulative_sum(xp.flip(d_bbar, axis=-1), axis=-1), axis=-1) + d_log_b / b
-        return _grads(sign * dx, d_eps, target_weights=d_w)
+        return grads(sign * dx, d_eps, target_weights=d_w)
 
     return (out, err), pullback
 
@@ -209,7 +204,7 @@ def sort_core(
         m = topk + 1
         b, log_b = _topk_weights(xp, x, topk, filler_first=not descending)
         kept = slice(0, topk) if descending else slice(1, m)
-    p, err, plan_back = _plan_vjp(xp, x, _grid(xp, m, x), log_b, opts, exact="columns")
+    p, err, plan_back = plan_vjp(xp, x, _grid(xp, m, x), log_b, opts, exact="columns")
     ascending = vecmat(xp, x, p) / b
 
     def pullback(cts: tuple[Any, ...]) -> dict[str, Any]:
@@ -221,7 +216,7 @@ def sort_core(
         dx, d_log_b, d_eps = plan_back(x[..., :, None] * ct_b[..., None, :])
         dx = dx + matvec(xp, p, ct_b)
         d_w = None if target_weights is None else d_log_b / b - unbroadcast(xp, ct_b * ascending, tuple(b.shape))
-        return _grads(sign * dx, d_eps, target_weights=d_w)
+        return grads(sign * dx, d_eps, target_weights=d_w)
 
     return (sign * ascending[..., kept], err), pullback
 
@@ -231,14 +226,14 @@ def quantile_normalize_core(xp: Any, x: Any, opts: TransportOptions, *, targets:
     n, m = x.shape[-1], targets.shape[0]
     t = xp.astype(targets, x.dtype)
     b, log_b = _target_weights(xp, x, m, target_weights)
-    p, err, plan_back = _plan_vjp(xp, x, _grid(xp, m, x), log_b, opts)
+    p, err, plan_back = plan_vjp(xp, x, _grid(xp, m, x), log_b, opts)
     out = n * matvec(xp, p, t)
 
     def pullback(cts: tuple[Any, ...]) -> dict[str, Any]:
         ct = cts[0]
         dx, d_log_b, d_eps = plan_back(n * ct[..., :, None] * t)
         d_t = n * unbroadcast(xp, matvec(xp, xp.matrix_transpose(p), ct), tuple(t.shape))
-        return _grads(dx, d_eps, targets=d_t, target_weights=None if target_weights is None else d_log_b / b)
+        return grads(dx, d_eps, targets=d_t, target_weights=None if target_weights is None else d_log_b / b)
 
     return (out, err), pullback
 
@@ -248,7 +243,7 @@ def quantize_core(xp: Any, x: Any, opts: TransportOptions, *, num_levels: int) -
     """``n P diag(1/b) P^T x``: each entry moved to its plan's mix of the m soft-sorted values (OTT-JAX's ``quantize``)."""
     n, m = x.shape[-1], num_levels
     b = xp.full((m,), 1.0 / m, dtype=x.dtype, device=_device(x))
-    p, err, plan_back = _plan_vjp(xp, x, _grid(xp, m, x), xp.log(b), opts, exact="columns")
+    p, err, plan_back = plan_vjp(xp, x, _grid(xp, m, x), xp.log(b), opts, exact="columns")
     levels = vecmat(xp, x, p) / b  # the m soft-sorted values
     out = n * matvec(xp, p, levels)
 
@@ -258,7 +253,7 @@ def quantize_core(xp: Any, x: Any, opts: TransportOptions, *, num_levels: int) -
         # out_i = n sum_j P_ij levels_j with levels_j = sum_k P_kj x_k / b_j: P enters twice
         dp = n * ct[..., :, None] * levels[..., None, :] + x[..., :, None] * ct_levels[..., None, :]
         dx, _, d_eps = plan_back(dp)
-        return _grads(dx + matvec(xp, p, ct_levels), d_eps)
+        return grads(dx + matvec(xp, p, ct_levels), d_eps)
 
     return (out, err), pullback
 
@@ -270,96 +265,14 @@ def topk_core(xp: Any, x: Any, opts: TransportOptions, *, k: int) -> Any:
     log_b = xp.asarray(
         [math.log(n - k) - math.log(n) if k < n else -math.inf, math.log(k) - math.log(n)], dtype=x.dtype, device=_device(x)
     )
-    p, err, plan_back = _plan_vjp(xp, x, _grid(xp, 2, x), log_b, opts)
+    p, err, plan_back = plan_vjp(xp, x, _grid(xp, 2, x), log_b, opts)
 
     def pullback(cts: tuple[Any, ...]) -> dict[str, Any]:
         ct = cts[0]
         dx, _, d_eps = plan_back(xp.stack([xp.zeros_like(ct), n * ct], axis=-1))
-        return _grads(dx, d_eps)
+        return grads(dx, d_eps)
 
     return (n * p[..., 1], err), pullback
-
-
-def _level_weights(xp: Any, q: Any, t: float, centered: bool) -> tuple[Any, Any]:
-    """Target weights ``b`` (L, 3) of the levels ``q`` (L, 1), and the pullback ``d_b -> d_q``.
-
-    ``centered=False``: 001 Eq. 4, ``(q (1 - t), t, (1 - q)(1 - t))``, whose
-    middle block of mass covers ``[q - t q, q + t (1 - q)]``, centred at
-    ``q + t (1/2 - q)``. ``centered=True``: ``(q - t'/2, t', 1 - q - t'/2)``
-    with ``t' = min(t, 2 min(q, 1 - q))``, never below ``MIN_FILLER t`` (the
-    block ``[q - t'/2, q + t'/2]``, centred on q, shrinking near the ends; at
-    levels 0 and 1 it holds only the soft minimum or maximum).
-    """
-    if not centered:
-        b = xp.concat([q * (1 - t), xp.full_like(q, t), (1 - q) * (1 - t)], axis=-1)
-        return b, lambda d_b: (d_b[:, 0] - d_b[:, 2]) * (1 - t)
-    near = 2 * xp.minimum(q, 1 - q)
-    shrunk = (near < t) & (near > MIN_FILLER * t)
-    width = xp.where(shrunk, near, xp.where(near <= MIN_FILLER * t, xp.full_like(q, MIN_FILLER * t), xp.full_like(q, t)))
-    zero = xp.zeros_like(q)
-    lo, hi = xp.maximum(q - width / 2, zero), xp.maximum(1 - q - width / 2, zero)
-    # the middle weight is the width less its clipped parts, not 1 - lo - hi:
-    # in float32, 1 - (1 - 5e-9) is 0, and a level-0 quantile would read nothing
-    mid = width - xp.maximum(width / 2 - q, zero) - xp.maximum(width / 2 - (1 - q), zero)
-    b = xp.concat([lo, mid, hi], axis=-1)
-
-    def pullback(d_b: Any) -> Any:
-        d_width = xp.where(shrunk, xp.where(q < 0.5, 2 * xp.ones_like(q), -2 * xp.ones_like(q)), zero)
-        d_lo = xp.where(q - width / 2 > 0, 1 - d_width / 2, zero)
-        d_hi = xp.where(1 - q - width / 2 > 0, -1 - d_width / 2, zero)
-        return (d_b[:, :1] * d_lo + d_b[:, 1:2] * (-d_lo - d_hi) + d_b[:, 2:] * d_hi)[:, 0]
-
-    return b, pullback
-
-
-def _quantile_tails(shape: tuple[int, ...], opts: TransportOptions, params: dict[str, Any]) -> dict[str, Any]:
-    q = params["q"]
-    levels = (q.shape[0],) if is_array(q) else ()
-    return {"value": levels, "error": levels}
-
-
-@core(tails=_quantile_tails, outputs=REPORTED)
-def quantile_core(xp: Any, x: Any, opts: TransportOptions, *, q: Any) -> Any:
-    """Levels ``q``: a Python float (output drops the axis) or a 1-D array (axis -> levels), all in one batched solve."""
-    if not is_array(q):
-        (out, err), back = _levels_core(xp, x, opts, xp.asarray([q], dtype=x.dtype, device=_device(x)))
-
-        def pullback(cts: tuple[Any, ...]) -> dict[str, Any]:
-            grads = back((cts[0][..., None],))
-            del grads["q"]  # a Python level is not differentiated
-            return grads
-
-        return (out[..., 0], err[..., 0]), pullback
-    return _levels_core(xp, x, opts, xp.astype(q, x.dtype))
-
-
-def _levels_core(xp: Any, x: Any, opts: TransportOptions, levels: Any) -> Any:
-    """Each level's middle sorted value ``x . P[:, 1] / sum(P[:, 1])`` (the middle column sums to its weight)."""
-    y = xp.asarray([0.0, 0.5, 1.0], dtype=x.dtype, device=_device(x))
-    b, weights_back = _level_weights(xp, levels[:, None], opts.filler, opts.centered)  # (L, 3)
-    # an empty side block (a level below the filler's half-width) gets a tiny weight that keeps log finite
-    floor = xp.finfo(x.dtype).smallest_normal
-    log_b = xp.log(xp.maximum(b, xp.full_like(b, floor)))
-    xl = x[..., None, :]
-    p, err, plan_back = _plan_vjp(xp, xl, y, log_b, opts, exact="columns")  # (..., L, n, 3)
-    valid = (levels >= 0) & (levels <= 1)  # levels are data: out of range -> NaN, no check
-    # an invalid level's middle weight is negative, floored: its column may hold no mass at all
-    mass = xp.where(valid, xp.sum(p[..., 1], axis=-1), xp.ones_like(p[..., 0, 1]))  # (..., L)
-    out = xp.matmul(x[..., None, None, :], p)[..., 0, 1] / mass
-
-    def pullback(cts: tuple[Any, ...]) -> dict[str, Any]:
-        ct_m = xp.where(valid, cts[0], xp.zeros_like(cts[0])) / mass  # (..., L)
-        zero = xp.zeros_like(p[..., :1])
-        dp = xp.concat([zero, (xl - out[..., None])[..., None] * ct_m[..., None, None], zero], axis=-1)
-        dx, d_log_b, d_eps = plan_back(dp)
-        dx = xp.sum(dx, axis=-2) + xp.sum(p[..., 1] * ct_m[..., None], axis=-2)
-        d_b = xp.where(b > floor, d_log_b / xp.where(b > floor, b, xp.ones_like(b)), xp.zeros_like(b))
-        d_q = weights_back(d_b)
-        return _grads(dx, d_eps, q=xp.where(valid, d_q, xp.zeros_like(d_q)))
-
-    # an invalid level is a data problem, like a NaN input: NaN value and error, no convergence warning
-    nan = xp.full_like(out, math.nan)
-    return (xp.where(valid, out, nan), xp.where(valid, err, nan)), pullback
 
 
 def _solver_tails(shape: tuple[int, ...], opts: SolverOptions, params: dict[str, Any]) -> dict[str, Any]:
@@ -381,7 +294,7 @@ def solver_core(xp: Any, cost: Any, opts: SolverOptions, *, a: Any = None, b: An
         # d/dw log(w) = 1/w; an empty entry (w = 0) moves nothing
         weights = {name: safe_divide(xp, d, xp.astype(w, cost.dtype)) for name, w, d in (("a", a, d_log_a), ("b", b, d_log_b))
                    if w is not None}
-        return _grads(d_cost, d_eps, **weights)
+        return grads(d_cost, d_eps, **weights)
 
     return (res.plan, res.f, res.g, res.error, res.n_iter), pullback
 

@@ -1,0 +1,106 @@
+r"""Sinkhorn quantiles: three targets, the level read off the middle one (after Cuturi, Teboul & Vert 2019, Eq. 4).
+
+Per row and level q, the n squashed entries (weights 1/n) are sent to
+targets (0, 1/2, 1) weighted (q - t/2, t, 1 - q - t/2) for a filler weight
+t, shrunk near the ends (``centered=True``), or (q (1 - t), t, (1 - q)(1 - t))
+(Eq. 4, ``centered=False``); the quantile is the middle entry of the soft
+sort, ``x . P[:, 1] / sum(P[:, 1])``. Every level is its own transport
+problem, all of them in one batched solve (:func:`.transport.plan_vjp`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from array_api_compat import device as _device
+
+from .._lib._calls import core
+from .._lib._compat import is_array
+from .transport import REPORTED, TransportOptions, grads, plan_vjp
+
+__all__ = ["quantile_core", "MIN_FILLER"]
+
+MIN_FILLER = 1e-6  # the centred filler's floor, relative to t: levels 0 and 1 still read a (soft) order statistic
+
+
+def _level_weights(xp: Any, q: Any, t: float, centered: bool) -> tuple[Any, Any]:
+    """Target weights ``b`` (L, 3) of the levels ``q`` (L, 1), and the pullback ``d_b -> d_q``.
+
+    ``centered=False``: 001 Eq. 4, ``(q (1 - t), t, (1 - q)(1 - t))``, whose
+    middle block of mass covers ``[q - t q, q + t (1 - q)]``, centred at
+    ``q + t (1/2 - q)``. ``centered=True``: ``(q - t'/2, t', 1 - q - t'/2)``
+    with ``t' = min(t, 2 min(q, 1 - q))``, never below ``MIN_FILLER t`` (the
+    block ``[q - t'/2, q + t'/2]``, centred on q, shrinking near the ends; at
+    levels 0 and 1 it holds only the soft minimum or maximum).
+    """
+    if not centered:
+        b = xp.concat([q * (1 - t), xp.full_like(q, t), (1 - q) * (1 - t)], axis=-1)
+        return b, lambda d_b: (d_b[:, 0] - d_b[:, 2]) * (1 - t)
+    near = 2 * xp.minimum(q, 1 - q)
+    shrunk = (near < t) & (near > MIN_FILLER * t)
+    width = xp.where(shrunk, near, xp.where(near <= MIN_FILLER * t, xp.full_like(q, MIN_FILLER * t), xp.full_like(q, t)))
+    zero = xp.zeros_like(q)
+    lo, hi = xp.maximum(q - width / 2, zero), xp.maximum(1 - q - width / 2, zero)
+    # the middle weight is the width less its clipped parts, not 1 - lo - hi:
+    # in float32, 1 - (1 - 5e-9) is 0, and a level-0 quantile would read nothing
+    mid = width - xp.maximum(width / 2 - q, zero) - xp.maximum(width / 2 - (1 - q), zero)
+    b = xp.concat([lo, mid, hi], axis=-1)
+
+    def pullback(d_b: Any) -> Any:
+        d_width = xp.where(shrunk, xp.where(q < 0.5, 2 * xp.ones_like(q), -2 * xp.ones_like(q)), zero)
+        d_lo = xp.where(q - width / 2 > 0, 1 - d_width / 2, zero)
+        d_hi = xp.where(1 - q - width / 2 > 0, -1 - d_width / 2, zero)
+        return (d_b[:, :1] * d_lo + d_b[:, 1:2] * (-d_lo - d_hi) + d_b[:, 2:] * d_hi)[:, 0]
+
+    return b, pullback
+
+
+def _quantile_tails(shape: tuple[int, ...], opts: TransportOptions, params: dict[str, Any]) -> dict[str, Any]:
+    q = params["q"]
+    levels = (q.shape[0],) if is_array(q) else ()
+    return {"value": levels, "error": levels}
+
+
+@core(tails=_quantile_tails, outputs=REPORTED)
+def quantile_core(xp: Any, x: Any, opts: TransportOptions, *, q: Any) -> Any:
+    """Levels ``q``: a Python float (output drops the axis) or a 1-D array (axis -> levels), all in one batched solve."""
+    if not is_array(q):
+        (out, err), back = _levels_core(xp, x, opts, xp.asarray([q], dtype=x.dtype, device=_device(x)))
+
+        def pullback(cts: tuple[Any, ...]) -> dict[str, Any]:
+            grads = back((cts[0][..., None],))
+            del grads["q"]  # a Python level is not differentiated
+            return grads
+
+        return (out[..., 0], err[..., 0]), pullback
+    return _levels_core(xp, x, opts, xp.astype(q, x.dtype))
+
+
+def _levels_core(xp: Any, x: Any, opts: TransportOptions, levels: Any) -> Any:
+    """Each level's middle sorted value ``x . P[:, 1] / sum(P[:, 1])`` (the middle column sums to its weight)."""
+    y = xp.asarray([0.0, 0.5, 1.0], dtype=x.dtype, device=_device(x))
+    b, weights_back = _level_weights(xp, levels[:, None], opts.filler, opts.centered)  # (L, 3)
+    # an empty side block (a level below the filler's half-width) gets a tiny weight that keeps log finite
+    floor = xp.finfo(x.dtype).smallest_normal
+    log_b = xp.log(xp.maximum(b, xp.full_like(b, floor)))
+    xl = x[..., None, :]
+    p, err, plan_back = plan_vjp(xp, xl, y, log_b, opts, exact="columns")  # (..., L, n, 3)
+    valid = (levels >= 0) & (levels <= 1)  # levels are data: out of range -> NaN, no check
+    # an invalid level's middle weight is negative, floored: its column may hold no mass at all
+    mass = xp.where(valid, xp.sum(p[..., 1], axis=-1), xp.ones_like(p[..., 0, 1]))  # (..., L)
+    out = xp.matmul(x[..., None, None, :], p)[..., 0, 1] / mass
+
+    def pullback(cts: tuple[Any, ...]) -> dict[str, Any]:
+        ct_m = xp.where(valid, cts[0], xp.zeros_like(cts[0])) / mass  # (..., L)
+        zero = xp.zeros_like(p[..., :1])
+        dp = xp.concat([zero, (xl - out[..., None])[..., None] * ct_m[..., None, None], zero], axis=-1)
+        dx, d_log_b, d_eps = plan_back(dp)
+        dx = xp.sum(dx, axis=-2) + xp.sum(p[..., 1] * ct_m[..., None], axis=-2)
+        d_b = xp.where(b > floor, d_log_b / xp.where(b > floor, b, xp.ones_like(b)), xp.zeros_like(b))
+        d_q = weights_back(d_b)
+        return grads(dx, d_eps, q=xp.where(valid, d_q, xp.zeros_like(d_q)))
+
+    # an invalid level is a data problem, like a NaN input: NaN value and error, no convergence warning
+    nan = xp.full_like(out, math.nan)
+    return (xp.where(valid, out, nan), xp.where(valid, err, nan)), pullback
