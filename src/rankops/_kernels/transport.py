@@ -35,10 +35,10 @@ from array_api_compat import device as _device
 
 from .._lib._calls import Call, Prepared, core, prepare
 from .._lib._compat import is_array
-from .._lib._numerics import abs_power, abs_power_slope, matvec, safe_divide, unbroadcast, vecmat
+from .._lib._numerics import matvec, safe_divide, unbroadcast, vecmat
 from .._lib._options import option
 from .._lib._validation import boolean, choice, optional_count, positive_count, positive_scalar, python_number
-from .._solvers.monotone import grid_potentials
+from .._solvers.line import line_plan_vjp
 from .._solvers.sinkhorn import SolverOptions, log_weights, solve_vjp
 from .convergence import Reported
 from .squash import SQUASHES, squash_vjp
@@ -79,13 +79,6 @@ def _grid(xp: Any, m: int, like: Any) -> Any:
     return xp.arange(m, dtype=like.dtype, device=_device(like)) / max(m - 1, 1)
 
 
-def _cost_fns(xp: Any, power: float) -> tuple[Any, Any]:
-    """``h(d) = |d| ** power`` and its derivative ``h'(d)``, elementwise (``power`` a Python number)."""
-    if power == 2.0:
-        return (lambda d: d * d), (lambda d: 2.0 * d)
-    return (lambda d: abs_power(xp, xp.abs(d), power)), (lambda d: abs_power_slope(xp, xp.abs(d), power) * xp.sign(d))
-
-
 def plan_vjp(xp: Any, x: Any, y: Any, log_b: Any, opts: TransportOptions, exact: str = "rows") -> tuple[Any, Any, Any]:
     """Entropic plan (..., n, m) between the squashed rows of ``x`` and targets ``y``.
 
@@ -95,21 +88,14 @@ def plan_vjp(xp: Any, x: Any, y: Any, log_b: Any, opts: TransportOptions, exact:
     """
     n = x.shape[-1]
     s, squash_back = squash_vjp(xp, x, opts.squash)
-    h, h_slope = _cost_fns(xp, opts.power)  # a Python number: the options reject arrays
     log_a = xp.full((n,), -math.log(n), dtype=x.dtype, device=_device(x))
-    # Warm start at the exact unregularised potentials; they solve that problem only for a convex cost.
-    warm = opts.power >= 1.0 and n > 1 and y.shape[0] > 1
-    init = grid_potentials(xp, s, log_a, log_b, h) if warm else None
-    # The differences y_j - s_i are recomputed in the pullback, and the cost is passed without a
-    # name here: neither stays alive through the solve (each is a whole (..., n, m) array).
-    res, solve_back = solve_vjp(xp, h(y - s[..., :, None]), log_a, log_b, opts, exact=exact, init=init)
+    plan, err, line_back = line_plan_vjp(xp, s, y, log_a, log_b, opts, power=opts.power, exact=exact)
 
     def pullback(dp: Any) -> tuple[Any, Any, Any]:
-        d_cost, _, d_log_b, d_eps = solve_back(dp)
-        slope = h_slope(y - s[..., :, None])
-        return squash_back(-xp.sum(d_cost * slope, axis=-1)), d_log_b, d_eps
+        ds, d_log_b, d_eps = line_back(dp)
+        return squash_back(ds), d_log_b, d_eps
 
-    return res.plan, res.error, pullback
+    return plan, err, pullback
 
 
 def targets_count(n: int, opts: TransportOptions, target_weights: Any) -> int:

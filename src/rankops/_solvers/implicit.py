@@ -40,7 +40,7 @@ from .._lib._adapters import get_adapter
 from .._lib._loops import freeze_rows
 from .._lib._numerics import matvec, safe_divide, unbroadcast
 
-__all__ = ["fixed_point_vjp"]
+__all__ = ["fixed_point_vjp", "dual_cotangents"]
 
 CHECK_EVERY = 10
 
@@ -108,6 +108,24 @@ def _schur_solve(xp: Any, p: Any, r: Any, s: Any, max_iter: int) -> tuple[Any, A
     return alpha * unit, beta * unit
 
 
+def dual_cotangents(
+    xp: Any, p: Any, r: Any, s: Any, log_a: Any, log_b: Any, *, exact: str, max_iter: int
+) -> tuple[Any, Any, Any, Any]:
+    """``(alpha, beta, a, b)``: the system above solved for right-hand sides ``(r, s)``, its constant fixed as the last update fixes it."""
+    n, m = p.shape[-2:]
+    if n >= m:
+        alpha, beta = _schur_solve(xp, p, r, s, max_iter)
+    else:
+        beta, alpha = _schur_solve(xp, _mT(xp, p), s, r, max_iter)
+    a, b = xp.exp(log_a), xp.exp(log_b)
+    # Fix the free constant as the exact final update does (module docstring).
+    if exact == "columns":
+        shift = -xp.sum(alpha * a, axis=-1, keepdims=True) / xp.sum(a, axis=-1, keepdims=True)
+    else:
+        shift = xp.sum(beta * b, axis=-1, keepdims=True) / xp.sum(b, axis=-1, keepdims=True)
+    return alpha + shift, beta - shift, a, b
+
+
 def fixed_point_vjp(
     xp: Any,
     residuals: tuple[Any, Any, Any],
@@ -131,17 +149,6 @@ def fixed_point_vjp(
         r = r + ct_u
     if ct_v is not None:
         s = s + ct_v
-    n, m = p.shape[-2:]
-    if n >= m:
-        alpha, beta = _schur_solve(xp, p, r, s, max_iter)
-    else:
-        beta, alpha = _schur_solve(xp, _mT(xp, p), s, r, max_iter)
-    a, b = xp.exp(log_a), xp.exp(log_b)
-    # Fix the free constant as the exact final update does (module docstring).
-    if exact == "columns":
-        shift = -xp.sum(alpha * a, axis=-1, keepdims=True) / xp.sum(a, axis=-1, keepdims=True)
-    else:
-        shift = xp.sum(beta * b, axis=-1, keepdims=True) / xp.sum(b, axis=-1, keepdims=True)
-    alpha, beta = alpha + shift, beta - shift
+    alpha, beta, a, b = dual_cotangents(xp, p, r, s, log_a, log_b, exact=exact, max_iter=max_iter)
     dc = unbroadcast(xp, p * (alpha[..., :, None] + beta[..., None, :]) - gp, cost_shape)
     return dc, unbroadcast(xp, alpha * a, tuple(log_a.shape)), unbroadcast(xp, beta * b, tuple(log_b.shape))

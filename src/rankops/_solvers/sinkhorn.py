@@ -50,7 +50,7 @@ from .._lib._options import Options, option
 from .._lib._validation import boolean, positive_count, positive_scalar, python_number
 from .implicit import fixed_point_vjp
 
-__all__ = ["SinkhornResult", "SolverOptions", "solve_vjp", "log_weights", "DEFAULT_MAX_ITER", "DEFAULT_TOL", "DEFAULT_CHECK_EVERY"]
+__all__ = ["SinkhornResult", "SolverOptions", "solve_vjp", "fixed_point", "log_weights", "DEFAULT_MAX_ITER", "DEFAULT_TOL", "DEFAULT_CHECK_EVERY"]
 
 DEFAULT_MAX_ITER = 2000
 DEFAULT_TOL = 1e-3
@@ -122,7 +122,7 @@ def solve_vjp(
         v0 = xp.zeros(batch + (c.shape[-1],), dtype=c.dtype, device=device)
     else:
         u0, v0 = (xp.broadcast_to(p / epsilon, batch + (size,)) for p, size in zip(init, c.shape[-2:]))
-    fwd = functools.partial(_fixed_point, max_iter=max_iter, tol=tol, check_every=check_every, exact=exact)
+    fwd = functools.partial(fixed_point, max_iter=max_iter, tol=tol, check_every=check_every, exact=exact)
     bwd = functools.partial(fixed_point_vjp, exact=exact, max_iter=max_iter, cost_shape=tuple(c.shape))
     if opts.implicit:
 
@@ -149,7 +149,7 @@ def solve_vjp(
     return SinkhornResult(plan, u * epsilon, v * epsilon, n_iter, err, err <= tol), pullback
 
 
-def _fixed_point(
+def fixed_point(
     xp: Any, c: Any, log_a: Any, log_b: Any, u0: Any, v0: Any, *, max_iter: int, tol: float, check_every: int, exact: str
 ) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
     """Run the iterations on the scaled cost ``c = C / epsilon`` from the scaled potentials ``(u0, v0)``.
@@ -204,7 +204,10 @@ def _block(xp: Any, ops: tuple[Any, Any, Any], state: tuple[Any, Any, Any], coun
     v = log_b - adapter.logsumexp(xp, u[..., :, None] - c, -2)
     t = v[..., None, :] - c
     shift = finite_max(xp, t, -1)
-    kernel = xp.exp(t - shift)
+    # rebinding frees each (..., n, m) intermediate as the next one is made
+    t = t - shift
+    kernel = xp.exp(t)
+    del t
     a, b = xp.exp(log_a), xp.exp(log_b)
     # A column or row of K that underflowed entirely gets a large, finite scaling, not inf.
     # The floor is the square root of the smallest normal: autodiff of b / z forms 1 / z**2,
