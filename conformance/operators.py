@@ -34,6 +34,7 @@ class Operator:
     has_axis: bool = True  # takes axis=; otherwise works on the last axis
     fd_gradient: bool = True  # False for straight-through ops: their gradient is not that of their value
     hard_atol: float = 1e-6
+    features: int = 0  # output axes after the operator's (sort_with's feature axis)
     # (x, **kwargs) -> rankops.vjp(...) of the same computation; its first gradient is x's
     vjp: Callable[..., Any] | None = None
     # the public operator and method this entry exercises: a key of rankops._registry.OPERATORS
@@ -361,6 +362,35 @@ register(
         vjp=via_vjp(rankops.soft_quantize, lambda x: (3,)), public=rankops.soft_quantize,
     )
 )
+def _vectors(x: Any, axis: int = -1) -> Any:
+    """sort_with's vectors built from x: the row and the row reversed (a feature axis of 2), in x's namespace."""
+    xp = array_api_compat.array_namespace(x)
+    return xp.stack([x, xp.flip(x, axis=axis)], axis=-1)
+
+
+def _sorted_with(x: np.ndarray) -> np.ndarray:
+    """The hard sort_with of ``_vectors(x)`` by x: both features ordered by argsort(x)."""
+    return np.take_along_axis(np.stack([x, x[..., ::-1]], axis=-1), np.argsort(x, axis=-1)[..., None], axis=-2)
+
+
+def _sort_with_vjp(x: Any, axis: int = -1, **kwargs: Any) -> Any:
+    """rankops.vjp of sort_with(_vectors(x), x), chained to x by hand in the array's namespace."""
+    xp = array_api_compat.array_namespace(x)
+    value, vjp_fn = rankops.vjp(rankops.sort_with, _vectors(x, axis), x, axis=axis, **kwargs)
+
+    def chained(ct: Any) -> tuple[Any]:
+        d_v, d_c = vjp_fn(ct)[:2]
+        return (d_c + d_v[..., 0] + xp.flip(d_v[..., 1], axis=axis),)
+
+    return value, chained
+
+
+register(
+    Operator(
+        "sort_with[reversed]", lambda x, axis=-1, **kw: rankops.sort_with(_vectors(x, axis), x, axis=axis, **kw), OT, OT_LIMIT,
+        _sorted_with, lambda shape: (*shape, 2), hard_atol=1e-2, features=1, vjp=_sort_with_vjp, public=rankops.sort_with,
+    )
+)
 register(
     Operator(
         "sinkhorn.plan",
@@ -476,6 +506,9 @@ SPECS = [
     Spec("soft_quantize", "quantize", lambda n: _opts(m=[1, 2, n, 7], **SINKHORN),
          lambda x, p, arr: (rankops.soft_quantize, ({**p}.pop("m"),), {k: v for k, v in p.items() if k != "m"}), True,
          rankops.soft_quantize),
+    Spec("sort_with", "sort_with", lambda n: st.tuples(_opts(**SINKHORN, descending=[False, True]), st.sampled_from(
+        [{}, {"num_targets": 1}, {"num_targets": 3}, {"topk": 1}, {"topk": n}])).map(lambda t: {**t[0], **t[1]}),
+         lambda x, p, arr: (rankops.sort_with, (x,), p), True, rankops.sort_with),
     Spec("soft_topk_mask", "mask", lambda n: _opts(k=[1, 2, n], **SINKHORN), _topk, True, rankops.soft_topk_mask),
     Spec("sinkhorn", "plan", lambda n: _opts(**{k: v for k, v in SINKHORN.items() if k not in ("squash", "power")}),
          _sinkhorn, True, rankops.sinkhorn),

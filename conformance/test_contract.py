@@ -75,8 +75,8 @@ def test_axis(backend, op):
     xb = backend.asarray(np.moveaxis(x, -1, 1))
     got = backend.to_numpy(op(xb, axis=1))
     expected = backend.to_numpy(op(backend.asarray(x)))
-    if expected.ndim == x.ndim:  # the axis is kept (or replaced in place), not dropped
-        expected = np.moveaxis(expected, -1, 1)
+    if expected.ndim == x.ndim + op.features:  # the axis is kept (or replaced in place), not dropped
+        expected = np.moveaxis(expected, -1 - op.features, 1)
     assert_allclose(got, expected, rtol=1e-12, atol=1e-12)
 
 

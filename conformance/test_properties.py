@@ -34,7 +34,7 @@ from hypothesis import HealthCheck, Phase, given, settings, strategies as st
 
 import rankops
 
-from .operators import SPECS, Spec
+from .operators import SPECS, Spec, _vectors
 from .strategies import FLOAT_DTYPES, INT_DTYPES, TRIED, Example, examples
 
 # examples per (operator, backend): eager JAX compiles each new shape / option set, Dask builds graphs
@@ -119,10 +119,11 @@ def _check_row(spec: Spec, p: dict, x: np.ndarray, out: np.ndarray, tol: float, 
         assert np.all(out >= n / m * (1 - tol) - tol) and np.all(out <= n * (1 + tol)), out
     elif kind == "cdf":
         assert np.all(out >= 1 / m * (1 - tol) - tol) and np.all(out <= 1 + tol), out
-    elif kind in ("sort", "quantile", "quantize"):  # exact convex combinations of the row
+    elif kind in ("sort", "quantile", "quantize", "sort_with"):  # exact convex combinations of the row
         assert np.all(out >= lo - span) and np.all(out <= hi + span), (out, lo, hi)
-        if kind == "sort" and p.get("power", 2) >= 1 and out.size > 1:
-            steps = np.diff(-out if descending else out)
+        values = out[:, 0] if kind == "sort_with" else out  # sort_with's first feature is the criterion itself
+        if kind in ("sort", "sort_with") and p.get("power", 2) >= 1 and values.size > 1:
+            steps = np.diff(-values if descending else values)
             assert np.all(steps >= -span), out  # non-decreasing: the plan is totally positive for a convex cost
     elif kind == "qnorm":
         t = np.linspace(-2.0, 3.0, p["m"]) ** 3
@@ -198,6 +199,8 @@ def _expected_shape(spec: Spec, p: dict, shape: tuple[int, ...]) -> tuple[int, .
         return shape[:-1] + ((len(levels),) if isinstance(levels, tuple) else ())
     if spec.kind == "sort" and "num_targets" in p:
         return shape[:-1] + (p["num_targets"],)
+    if spec.kind == "sort_with":  # the feature axis of conformance.operators._vectors
+        return shape[:-1] + (p.get("topk", p.get("num_targets", shape[-1])), 2)
     return shape
 
 
@@ -209,10 +212,15 @@ def _cost(x: Any) -> Any:
     return xp.abs(x[..., :, None] - x[..., None, :])
 
 
+def _first(fun: Any, x: Any) -> Any:
+    """The operator's first argument, from the example x: sinkhorn's cost, sort_with's vectors (x is their criterion)."""
+    return _cost(x) if fun is rankops.sinkhorn else _vectors(x) if fun is rankops.sort_with else x
+
+
 def _evaluate(spec: Spec, p: dict, x: Any, arr: Callable, info: bool, finite: bool) -> tuple[Any, Any, list]:
     """``(value, converged or None, ConvergenceWarnings)`` of one call."""
     fun, args, kwargs = spec.call(x, p, arr)
-    first = _cost(x) if fun is rankops.sinkhorn else x
+    first = _first(fun, x)
     if info and fun is not rankops.sinkhorn:
         kwargs = {**kwargs, "return_info": True}
     with warnings.catch_warnings(record=True) as caught:
@@ -310,6 +318,8 @@ def check_example(backend: Any, device: Any, spec: Spec, ex: Example, p: dict) -
 
 
 def _shaped(spec: Spec, p: dict, row_out: np.ndarray, n: int) -> np.ndarray:
+    if spec.kind == "sort_with":
+        return row_out.reshape(-1, 2)
     return row_out.reshape(n, n) if spec.kind in ("matrix", "plan") else row_out
 
 
@@ -317,7 +327,7 @@ def _check_gradient(
     backend: Any, device: Any, spec: Spec, p: dict, x: Any, arr: Callable, ex: Example, exceptions: list, clean: bool
 ) -> None:
     fun, args, kwargs = spec.call(x, p, arr)
-    first = _cost(x) if fun is rankops.sinkhorn else x
+    first = _first(fun, x)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", rankops.ConvergenceWarning)
         if not clean or "gradient-overflow" in exceptions:  # NumPy warns of the (documented) overflow
@@ -327,7 +337,8 @@ def _check_gradient(
             value = value.plan
         ct = np.random.default_rng(0).normal(size=tuple(value.shape))
         grads = vjp_fn(_array(backend, device, ct, str(value.dtype).split(".")[-1]))
-        g = _rows(_numpy(backend, grads[0]), ex.x.shape[:-1])
+        # the first argument's gradient (sort_with: also its criterion's, x itself)
+        g = np.concatenate([_rows(_numpy(backend, d), ex.x.shape[:-1]) for d in grads[: 2 if fun is rankops.sort_with else 1]], axis=-1)
     for i, (kind, exc) in enumerate(zip(ex.kinds, exceptions)):
         if kind == "nonfinite" or exc == "unsquashed-overflow":
             continue

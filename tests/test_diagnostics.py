@@ -32,6 +32,7 @@ OPERATORS = {
         lambda x, b, d, **kw: rankops.soft_quantile_normalize(x, b.asarray(TARGETS, device=d), **kw), (3,)
     ),
     "soft_topk_mask": (lambda x, b, d, **kw: rankops.soft_topk_mask(x, 4, **kw), (3,)),
+    "sort_with": (lambda x, b, d, **kw: rankops.sort_with(x[..., None], x, topk=4, **kw), (3,)),
 }
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import re
 
 import numpy as np
 import pytest
@@ -54,6 +55,7 @@ SINKHORN = {
     "soft_topk_mask": lambda x, **kw: rankops.soft_topk_mask(x, 2, **kw),
 }
 SOLVER = {"sinkhorn": lambda c, **kw: rankops.sinkhorn(c, **{"epsilon": 0.1, **kw})}
+SORT_WITH = {"sort_with": lambda x, **kw: rankops.sort_with(x[..., None], x, **kw)}  # vectors and a criterion: rows below
 FAST = {
     **{f"soft_{kind}[{m}]": (lambda x, f=f, m=m, **kw: f(x, method=m, **kw))
        for kind, f in (("sort", rankops.soft_sort), ("rank", rankops.soft_rank)) for m in ("permutahedron", "lapsum")},
@@ -205,7 +207,7 @@ case("softsort-torch-key", lambda: rankops.softsort(_torch().asarray(X), stochas
      TypeError, r"key must be None, an int seed or a torch.Generator")
 
 # -- Sinkhorn options ---------------------------------------------------------------------------------
-SOLVING = {**SINKHORN, **SOLVER}
+SOLVING = {**SINKHORN, **SORT_WITH, **SOLVER}
 for eps in (0.0, -0.1, float("nan"), float("inf")):
     each(SOLVING, f"epsilon={eps}", ValueError, r"epsilon must be a finite number > 0", epsilon=eps)
 each(SOLVING, "max_iter=0", ValueError, r"max_iter must be >= 1", max_iter=0)
@@ -214,13 +216,14 @@ each(SOLVING, "tol=0", ValueError, r"tol must be a finite number > 0", tol=0.0)
 each(SOLVING, "tol-array", TypeError, r"tol must be a Python number, not an array", tol=np.asarray(1e-3))
 each(SOLVING, "implicit", TypeError, r"implicit must be True or False", implicit="yes")
 case("sinkhorn-no-epsilon", lambda: rankops.sinkhorn(np.ones((2, 3, 4))), TypeError, "epsilon")
-each(SINKHORN, "squash", ValueError, r"squash must be one of 'sigmoid', 'arctan', 'minmax', None, got 'tanh'", squash="tanh")
-each(SINKHORN, "power=0", ValueError, r"power must be a finite number > 0", power=0)
-each(SINKHORN, "power-array", TypeError, r"power must be a Python number for the Sinkhorn operators", power=np.asarray(2.0))
-each(SINKHORN, "tau", TypeError, r"unexpected option\(s\) 'tau'", tau=0.1)
-each(SINKHORN, "return_info", TypeError, r"return_info must be True or False", return_info=1)
-for name in ("soft_rank[sinkhorn]", "soft_sort[sinkhorn]", "soft_cdf"):
-    op = SINKHORN[name]
+TRANSPORT = {**SINKHORN, **SORT_WITH}
+each(TRANSPORT, "squash", ValueError, r"squash must be one of 'sigmoid', 'arctan', 'minmax', None, got 'tanh'", squash="tanh")
+each(TRANSPORT, "power=0", ValueError, r"power must be a finite number > 0", power=0)
+each(TRANSPORT, "power-array", TypeError, r"power must be a Python number for the Sinkhorn operators", power=np.asarray(2.0))
+each(TRANSPORT, "tau", TypeError, r"unexpected option\(s\) 'tau'", tau=0.1)
+each(TRANSPORT, "return_info", TypeError, r"return_info must be True or False", return_info=1)
+for name in ("soft_rank[sinkhorn]", "soft_sort[sinkhorn]", "soft_cdf", "sort_with"):
+    op = TRANSPORT[name]
     case(f"{name}-num_targets=0", lambda op=op: op(X, num_targets=0), ValueError, r"num_targets must be >= 1")
     case(f"{name}-target_weights-2d", lambda op=op: op(X, target_weights=np.ones((2, 2)) / 4), ValueError,
          r"target_weights must be a 1-D array, got shape \(2, 2\)")
@@ -270,6 +273,36 @@ case("sinkhorn-a-shape", lambda: rankops.sinkhorn(COST, np.ones(4) / 4, epsilon=
 case("sinkhorn-b-shape", lambda: rankops.sinkhorn(COST, None, np.ones(3) / 3, epsilon=0.1), ValueError, r"b must have shape \(\.\.\., 4\)")
 case("sinkhorn-a-namespace", lambda: rankops.sinkhorn(COST, _torch().ones(3) / 3, epsilon=0.1), TypeError,
      r"arrays from different namespaces cannot be mixed \(cost: .*, a: ")
+
+# -- sort_with: the vectors x, then the criterion they are sorted by ---------------------------------------
+SW = rankops.sort_with
+V = X[..., None]  # one feature per entry of X
+case("sort_with-x-list", lambda: SW([[1.0], [2.0]], X), TypeError, r"x must be an array")
+case("sort_with-criterion-list", lambda: SW(V, [3.0, 1.0, 2.0]), TypeError, r"criterion must be an array")
+for label, x in (("no-features", X), ("shape", np.ones((2, 4, 1))), ("broadcast", np.ones((1, 3, 2))), ("1-d", np.ones(3))):
+    case(f"sort_with-x-{label}", lambda x=x: SW(x, X), ValueError,
+         rf"x must have criterion's shape \(2, 3\) followed by one or more feature axes, got shape {re.escape(str(x.shape))}")
+case("sort_with-namespace", lambda: SW(_torch().asarray(V), X), TypeError, r"arrays from different namespaces cannot be mixed \(x: .*, criterion: ")
+case("sort_with-device", lambda: SW(_strict().asarray(V), _strict().asarray(X, device=_strict().Device("device1"))), ValueError,
+     r"criterion is on device .* but x is on .*; move them to one device")
+case("sort_with-x-complex", lambda: SW(V.astype(np.complex128), X), TypeError, r"x must be real-valued; complex dtype")
+case("sort_with-criterion-complex", lambda: SW(V, X.astype(np.complex128)), TypeError, r"criterion must be real-valued; complex dtype")
+case("sort_with-criterion-0-d", lambda: SW(np.ones(2), np.asarray(1.0)), ValueError, r"criterion must have at least one dimension .* 0-d")
+case("sort_with-empty-axis", lambda: SW(np.ones((3, 0, 2)), np.ones((3, 0))), ValueError, r"criterion has an empty axis 1 \(length 0\)")
+for axis in (2, -3):
+    case(f"sort_with-axis={axis}", lambda axis=axis: SW(V, X, axis=axis), ValueError,
+         rf"axis={axis} is out of range \[-2, 1\] for an array with 2 dimension")
+case("sort_with-axis=1.0", lambda: SW(V, X, axis=1.0), TypeError, r"axis must be an int")
+case("sort_with-descending", lambda: SW(V, X, descending="yes"), TypeError, r"descending must be True or False")
+for k, error, message in ((0, ValueError, r"topk must be >= 1, got 0"), (4, ValueError, r"topk must lie in \[1, n\] = \[1, 3\], got 4"),
+                          (1.5, TypeError, r"topk must be an int >= 1, got float")):
+    case(f"sort_with-topk={k!r}", lambda k=k: SW(V, X, topk=k), error, message)
+for name, value in (("num_targets", 2), ("target_weights", np.ones(2) / 2)):
+    case(f"sort_with-topk-{name}", lambda name=name, value=value: SW(V, X, topk=2, **{name: value}), ValueError,
+         rf"topk fixes the targets \(k values and one filler\); do not pass {name} with it")
+case("sort_with-filler", lambda: SW(V, X, filler=0.1), TypeError, r"unexpected option\(s\) 'filler'")
+case("sort_with-epsilon-dask", lambda: SW(_dask().from_array(V), _dask().from_array(X), epsilon=_dask().from_array(np.asarray(0.1))),
+     TypeError, r"epsilon must be Python numbers for Dask inputs, not arrays")
 
 # -- namespaces and devices of array hyper-parameters ---------------------------------------------------
 for name, op in PERMUTATION.items():
@@ -334,6 +367,7 @@ def test_checks_do_not_read_values_under_jit():
         "sinkhorn": lambda x, t: rankops.soft_rank(x, epsilon=t) + rankops.soft_topk_mask(x, 2, epsilon=t),
         "quantiles": lambda x, t: rankops.soft_quantile(x, jnp.asarray([0.2, t]), epsilon=t),
         "solver": lambda x, t: rankops.sinkhorn(x[:, :, None] * x[:, None, :], epsilon=t).plan,
+        "sort_with": lambda x, t: rankops.sort_with(x[..., None], x, topk=2, epsilon=t)[..., 0],
     }
     for name, f in calls.items():
         out = jax.jit(f)(x, jnp.asarray(0.5))

@@ -14,7 +14,7 @@ from .kernels import kendall_kernel, mallows_kernel, soft_kendall_tau, suquan_ta
 from .permutations import neuralsort, softsort
 from .sinkhorn import SinkhornResult, sinkhorn
 from .sorting import soft_rank, soft_sort
-from .transport import soft_cdf, soft_quantile, soft_quantile_normalize, soft_quantize, soft_topk_mask
+from .transport import soft_cdf, soft_quantile, soft_quantile_normalize, soft_quantize, soft_topk_mask, sort_with
 
 from . import losses  # noqa: E402  (rankops.losses.spearman_loss, ...: built on the operators above)
 
@@ -28,6 +28,7 @@ __all__ = [
     "soft_quantile_normalize",
     "soft_quantize",
     "soft_topk_mask",
+    "sort_with",
     "sinkhorn",
     "SinkhornResult",
     "SinkhornInfo",

@@ -7,7 +7,7 @@ from .kernels import soft_kendall_tau
 from .permutations import neuralsort, softsort
 from .sinkhorn import sinkhorn
 from .sorting import METHODS, soft_rank, soft_sort
-from .transport import soft_cdf, soft_quantile, soft_quantile_normalize, soft_quantize, soft_topk_mask
+from .transport import soft_cdf, soft_quantile, soft_quantile_normalize, soft_quantize, soft_topk_mask, sort_with
 
 __all__ = ["OPERATORS"]
 
@@ -20,6 +20,7 @@ OPERATORS = {
     soft_quantile_normalize: ("sinkhorn",),
     soft_quantize: ("sinkhorn",),
     soft_topk_mask: ("sinkhorn", "lapsum"),
+    sort_with: ("sinkhorn",),
     sinkhorn: ("sinkhorn",),
     softsort: ("softsort",),
     neuralsort: ("neuralsort",),

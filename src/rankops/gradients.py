@@ -56,7 +56,8 @@ def vjp(fun: Callable[..., Any], x: Any, /, *args: Any, **options: Any) -> tuple
     fun : rankops operator
         One of ``rankops.soft_rank``, ``soft_sort``, ``soft_cdf``,
         ``soft_quantile``, ``soft_quantile_normalize``, ``soft_topk_mask``,
-        ``sinkhorn``, ``softsort``, ``neuralsort``.
+        ``sort_with`` (gradients of ``x`` and ``criterion``), ``sinkhorn``,
+        ``softsort``, ``neuralsort``.
     x : array
         The operator's first argument (``cost`` for ``sinkhorn``).
     *args, **options

@@ -5,7 +5,7 @@ Each is one entropic transport between the n entries of a row, squashed into
 & Vert 2019, Definitions 1-2 and Eq. 4; Cuturi et al. 2019, Alg. 2); the
 cores and the math are in :mod:`rankops._kernels.transport`. ``soft_rank``
 and ``soft_sort`` with ``method="sinkhorn"`` (:mod:`rankops.sorting`) use the
-same transport.
+same transport; ``sort_with`` carries vectors along ``soft_sort``'s plan.
 """
 
 from __future__ import annotations
@@ -20,13 +20,14 @@ from ._kernels.transport import (
     return_info, topk_core,
 )
 from ._kernels.quantile import quantile_core
+from ._kernels.sort_with import bind_sort_with
 from ._lib._calls import prepare
 from ._lib._compat import is_array
 from ._lib._docs import fill_doc
 from ._lib._operator import operator
 from ._lib._validation import positive_count
 
-__all__ = ["soft_cdf", "soft_quantile", "soft_quantile_normalize", "soft_quantize", "soft_topk_mask"]
+__all__ = ["soft_cdf", "soft_quantile", "soft_quantile_normalize", "soft_quantize", "soft_topk_mask", "sort_with"]
 
 
 @operator
@@ -265,3 +266,72 @@ def soft_topk_mask(x: Any, /, k: Any, *, axis: int = -1, method: str = "sinkhorn
         raise ValueError(f"k must lie in [1, n] = [1, {p.n}], got {k}")
     return reported(topk_core, p, opts, {"k": k}, "soft_topk_mask", info)
 
+
+
+@operator
+@fill_doc(**SECTIONS)
+def sort_with(
+    x: Any, criterion: Any, /, *, axis: int = -1, topk: int | None = None, descending: bool = False, **options: Any
+) -> Any:
+    """Soft-sort vectors by a real criterion: ``b^-1 P^T X``, each output a convex combination of the vectors.
+
+    Per row, ``P`` is the plan ``soft_sort(criterion)`` uses: the entropic
+    transport between the n squashed criterion values (weights a = 1/n) and m
+    targets on a grid in [0, 1] (weights b); the n vectors ``X`` (n x F) are
+    carried along it, ``diag(b)^-1 P^T X`` (m x F), ascending in the criterion
+    (Cuturi, Teboul & Vert 2019; OTT-JAX's ``soft_sort.sort_with``). With
+    ``topk=k``, only the k vectors of largest criterion: k targets of mass 1/n
+    and one filler of mass (n - k)/n, whose vector is dropped (as
+    ``soft_sort(topk=k)``). ``sort_with(c[..., None], c)`` is
+    ``soft_sort(c)[..., None]``.
+
+    Parameters
+    ----------
+    x : array
+        The vectors: ``criterion``'s shape followed by one or more feature
+        axes (``x.shape[:criterion.ndim] == criterion.shape``); integer and bool
+        inputs are promoted to the default floating dtype. Differentiable.
+    criterion : array
+        The values to sort by, shape ``(..., n, ...)`` with n along ``axis``;
+        same namespace and device as ``x``, any real dtype (computed in x's
+        floating dtype). Differentiable.
+    axis : int, default -1
+        The criterion's axis to sort along; every other axis of ``criterion``
+        is a batch axis.
+    topk : int, optional
+        k in [1, n]: return only the k vectors of largest criterion (k = n is
+        the full sort). Fixes the targets: not with ``num_targets`` or
+        ``target_weights``.
+    descending : bool, default False
+        The largest criterion first.
+
+    Other Parameters
+    ----------------
+    %(sinkhorn_options)s
+    %(targets)s
+    %(cost_power)s
+
+    Returns
+    -------
+    array
+        ``criterion``'s shape with the length n along ``axis`` replaced by m
+        (n, ``num_targets``, the length of ``target_weights``, or k with
+        ``topk``), followed by x's feature axes; x's namespace, device and
+        floating dtype. Tends to the vectors ordered by ``argsort(criterion)``
+        (the last k with ``topk``) as ``epsilon -> 0`` on criteria without ties.
+
+    Examples
+    --------
+    >>> import numpy as np, rankops
+    >>> c = np.array([0.3, -1.2, 2.5, 0.7])
+    >>> x = np.array([[1.0, 0.0], [2.0, 0.0], [3.0, 1.0], [4.0, 1.0]])
+    >>> np.round(rankops.sort_with(x, c, epsilon=1e-3), 2)
+    array([[2., 0.],
+           [1., 0.],
+           [4., 1.],
+           [3., 1.]])
+    >>> np.round(rankops.sort_with(x, c, topk=2, descending=True, epsilon=1e-3), 2)
+    array([[3., 1.],
+           [4., 1.]])
+    """
+    return bind_sort_with(x, criterion, axis, topk, descending, options)

@@ -44,7 +44,7 @@ from .convergence import Reported
 from .squash import SQUASHES, squash_vjp
 
 __all__ = [
-    "TransportOptions", "DEFAULT_EPSILON", "cdf_core", "rank_core", "sort_core", "quantile_normalize_core", "topk_core",
+    "TransportOptions", "DEFAULT_EPSILON", "grid", "target_measure", "topk_weights", "cdf_core", "rank_core", "sort_core", "quantile_normalize_core", "topk_core",
     "quantize_core", "plan_vjp", "grads", "REPORTED", "solver_core", "bind_targets", "bind_sort_or_rank", "reported", "check_1d", "return_info", "SOLVER_OPTIONS",
 ]
 
@@ -75,7 +75,7 @@ class TransportOptions(SolverOptions):
     centered: bool = option(True, boolean)
 
 
-def _grid(xp: Any, m: int, like: Any) -> Any:
+def grid(xp: Any, m: int, like: Any) -> Any:
     return xp.arange(m, dtype=like.dtype, device=_device(like)) / max(m - 1, 1)
 
 
@@ -103,7 +103,7 @@ def targets_count(n: int, opts: TransportOptions, target_weights: Any) -> int:
     return opts.num_targets if opts.num_targets is not None else (target_weights.shape[0] if target_weights is not None else n)
 
 
-def _target_weights(xp: Any, x: Any, m: int, target_weights: Any) -> tuple[Any, Any]:
+def target_measure(xp: Any, x: Any, m: int, target_weights: Any) -> tuple[Any, Any]:
     """``(b, log_b)``: uniform unless the caller gave weights."""
     log_b = log_weights(xp, target_weights, m, x.dtype, _device(x))
     if target_weights is None:
@@ -131,9 +131,9 @@ def cdf_core(xp: Any, x: Any, opts: TransportOptions, *, descending: bool = Fals
     sign = -1.0 if descending else 1.0
     n = x.shape[-1]
     m = targets_count(n, opts, target_weights)
-    b, log_b = _target_weights(xp, x, m, target_weights)
+    b, log_b = target_measure(xp, x, m, target_weights)
     b_bar = xp.cumulative_sum(b, axis=-1)
-    p, err, plan_back = plan_vjp(xp, sign * x, _grid(xp, m, x), log_b, opts)
+    p, err, plan_back = plan_vjp(xp, sign * x, grid(xp, m, x), log_b, opts)
     out = n * matvec(xp, p, b_bar)
 
     def pullback(cts: tuple[Any, ...]) -> dict[str, Any]:
@@ -160,7 +160,7 @@ def _sorted_tails(shape: tuple[int, ...], opts: TransportOptions, params: dict[s
     return {"value": (topk if topk is not None else targets_count(shape[-1], opts, params.get("target_weights")),), "error": ()}
 
 
-def _topk_weights(xp: Any, x: Any, k: int, filler_first: bool) -> tuple[Any, Any]:
+def topk_weights(xp: Any, x: Any, k: int, filler_first: bool) -> tuple[Any, Any]:
     """``(b, log_b)`` of k targets of mass 1/n each and one filler of mass (n - k)/n, below them or above."""
     n = x.shape[-1]
     # log weights in Python, exact; k < n (k = n is the full sort, bound as such)
@@ -184,13 +184,13 @@ def sort_core(
     x = sign * x
     if topk is None:
         m = targets_count(x.shape[-1], opts, target_weights)
-        b, log_b = _target_weights(xp, x, m, target_weights)
+        b, log_b = target_measure(xp, x, m, target_weights)
         kept = slice(None)
     else:
         m = topk + 1
-        b, log_b = _topk_weights(xp, x, topk, filler_first=not descending)
+        b, log_b = topk_weights(xp, x, topk, filler_first=not descending)
         kept = slice(0, topk) if descending else slice(1, m)
-    p, err, plan_back = plan_vjp(xp, x, _grid(xp, m, x), log_b, opts, exact="columns")
+    p, err, plan_back = plan_vjp(xp, x, grid(xp, m, x), log_b, opts, exact="columns")
     ascending = vecmat(xp, x, p) / b
 
     def pullback(cts: tuple[Any, ...]) -> dict[str, Any]:
@@ -211,8 +211,8 @@ def sort_core(
 def quantile_normalize_core(xp: Any, x: Any, opts: TransportOptions, *, targets: Any, target_weights: Any = None) -> Any:
     n, m = x.shape[-1], targets.shape[0]
     t = xp.astype(targets, x.dtype)
-    b, log_b = _target_weights(xp, x, m, target_weights)
-    p, err, plan_back = plan_vjp(xp, x, _grid(xp, m, x), log_b, opts)
+    b, log_b = target_measure(xp, x, m, target_weights)
+    p, err, plan_back = plan_vjp(xp, x, grid(xp, m, x), log_b, opts)
     out = n * matvec(xp, p, t)
 
     def pullback(cts: tuple[Any, ...]) -> dict[str, Any]:
@@ -229,7 +229,7 @@ def quantize_core(xp: Any, x: Any, opts: TransportOptions, *, num_levels: int) -
     """``n P diag(1/b) P^T x``: each entry moved to its plan's mix of the m soft-sorted values (OTT-JAX's ``quantize``)."""
     n, m = x.shape[-1], num_levels
     b = xp.full((m,), 1.0 / m, dtype=x.dtype, device=_device(x))
-    p, err, plan_back = plan_vjp(xp, x, _grid(xp, m, x), xp.log(b), opts, exact="columns")
+    p, err, plan_back = plan_vjp(xp, x, grid(xp, m, x), xp.log(b), opts, exact="columns")
     levels = vecmat(xp, x, p) / b  # the m soft-sorted values
     out = n * matvec(xp, p, levels)
 
@@ -251,7 +251,7 @@ def topk_core(xp: Any, x: Any, opts: TransportOptions, *, k: int) -> Any:
     log_b = xp.asarray(
         [math.log(n - k) - math.log(n) if k < n else -math.inf, math.log(k) - math.log(n)], dtype=x.dtype, device=_device(x)
     )
-    p, err, plan_back = plan_vjp(xp, x, _grid(xp, 2, x), log_b, opts)
+    p, err, plan_back = plan_vjp(xp, x, grid(xp, 2, x), log_b, opts)
 
     def pullback(cts: tuple[Any, ...]) -> dict[str, Any]:
         ct = cts[0]
