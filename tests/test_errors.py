@@ -92,8 +92,28 @@ case("sinkhorn-cost-1d", lambda: rankops.sinkhorn(np.ones(3), epsilon=0.1), Valu
 # -- axis ---------------------------------------------------------------------------------------
 for axis in (2, -3, 10):
     each(WITH_AXIS, f"axis={axis}", ValueError, rf"axis={axis} is out of range \[-2, 1\] for an array with 2 dimension", axis=axis)
-for axis in (1.0, None, "0", True):
+for axis in (1.0, None, "0", True, [0, 1]):
     each(WITH_AXIS, f"axis={axis!r}", TypeError, r"axis must be an int", axis=axis)
+# a tuple of axes (the vector operators); X is 2-D
+each(WITH_AXIS, "axis=()", ValueError, r"axis=\(\) is an empty tuple: give at least one axis", axis=())
+each(WITH_AXIS, "axis=(1, -1)", ValueError, r"axis=\(1, -1\) names axis 1 twice", axis=(1, -1))
+each(WITH_AXIS, "axis=(0, 2)", ValueError, r"axis=\(0, 2\): 2 is out of range \[-2, 1\] for an array with 2 dimension", axis=(0, 2))
+each(WITH_AXIS, "axis=(0, 1.0)", TypeError, r"axis must be an int or a tuple of ints, got an entry of type float", axis=(0, 1.0))
+each(WITH_AXIS, "axis=(0, True)", TypeError, r"axis must be an int or a tuple of ints, got an entry of type bool", axis=(0, True))
+each(WITH_AXIS, "empty-axis-in-tuple", ValueError, r"x has an empty axis 1 \(length 0\)", x=np.ones((3, 0)), axis=(0, 1))
+ONE_AXIS = {
+    "isotonic_regression": lambda **kw: rankops.isotonic_regression(X, **kw),
+    "kendall_kernel": lambda **kw: rankops.kendall_kernel(X, **kw),
+    "mallows_kernel": lambda **kw: rankops.mallows_kernel(X, **kw),
+    **{f"losses.{f}": (lambda f=f, **kw: getattr(rankops.losses, f)(X, X, **kw))
+       for f in ("spearman_loss", "soft_spearman", "kendall_loss", "ndcg_loss", "permutation_loss")},
+    "losses.topk_loss": lambda **kw: rankops.losses.topk_loss(X, np.array([0, 1]), 1, **kw),
+    "losses.quantile_loss": lambda **kw: rankops.losses.quantile_loss(X, X, 0.5, **kw),
+    "losses.pinball_loss": lambda **kw: rankops.losses.pinball_loss(X, X, 0.5, **kw),
+}
+for name, call in ONE_AXIS.items():
+    case(f"{name}-axis-tuple", lambda call=call: call(axis=(0, 1)), TypeError,
+         rf"{name} works along one axis: axis must be an int, got the tuple \(0, 1\)")
 
 # -- tau, power, descending, hard, block (SoftSort / NeuralSort) ----------------------------------
 for tau in (0.0, -1.0, float("nan"), float("inf")):

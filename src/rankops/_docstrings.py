@@ -11,8 +11,13 @@ SECTIONS = {
         x : array
             Any array API array (NumPy, CuPy, PyTorch, JAX, Dask, array-api-strict);
             integer and bool inputs are promoted to the default floating dtype.
-        axis : int, default -1
-            The operator's axis; every other axis is a batch axis.
+        axis : int or tuple of ints, default -1
+            The operator's axis; every other axis is a batch axis. A tuple of
+            axes is one operator axis: they are flattened (in increasing order,
+            C order) into one of length the product of their lengths, and the
+            result is laid out back (an output axis of another length, as
+            quantile levels or ``num_targets``, takes the first axis' place
+            and the others are dropped).
     """,
     "sinkhorn_options": """
         epsilon : float or 0-d array, default 1e-2

@@ -25,11 +25,11 @@ __all__ = ["kendall_kernel", "mallows_kernel", "soft_kendall_tau", "suquan_targe
 _ALGORITHMS = ("auto", "signs", "merges")
 
 
-def _vectors(a: Any, xp: Any, axis: Any, name: str) -> tuple[Any, Any]:
+def _vectors(a: Any, xp: Any, axis: Any, name: str, where: str) -> tuple[Any, Any]:
     """``a`` with its entries' axis last and its vectors' axis second to last; ``(array, output dtype)``."""
     if a.ndim < 2:
         raise ValueError(f"{name} must have at least 2 dimensions (vectors, entries), got shape {tuple(a.shape)}")
-    ax = normalize_axis(axis, a.ndim)
+    ax = normalize_axis(axis, a.ndim, where=where)
     compute, out = real_float_dtypes(xp, a, name)
     a = a if a.dtype == compute else xp.astype(a, compute)
     if ax != a.ndim - 1:
@@ -39,17 +39,17 @@ def _vectors(a: Any, xp: Any, axis: Any, name: str) -> tuple[Any, Any]:
     return a, out
 
 
-def _counts(x: Any, y: Any, axis: Any, algorithm: str) -> tuple[Any, Any, Any, Any, int]:
+def _counts(x: Any, y: Any, axis: Any, algorithm: str, where: str) -> tuple[Any, Any, Any, Any, int]:
     """``(xp, n_c - n_d, n_c + n_d, output dtype, p)`` between the vectors of ``x`` and ``y`` (default ``x``)."""
     xp = namespace(x) if y is None else namespace(x, y, names=("x", "y"))
     algorithm = choice(*_ALGORITHMS)(algorithm, "algorithm")
     adapter = get_adapter(xp)
-    xv, out = _vectors(x, xp, axis, "x")
+    xv, out = _vectors(x, xp, axis, "x", where)
     if y is None:
         yv = xv
     else:
         adapter.check_devices((x, y), ("x", "y"))
-        yv, out_y = _vectors(y, xp, axis, "y")
+        yv, out_y = _vectors(y, xp, axis, "y", where)
         if yv.shape[-1] != xv.shape[-1]:
             raise ValueError(f"x and y must have as many entries along axis {axis}: {xv.shape[-1]} and {yv.shape[-1]}")
         common = xp.result_type(xv.dtype, yv.dtype)
@@ -120,7 +120,7 @@ def kendall_kernel(x: Any, y: Any = None, /, *, axis: int = -1, algorithm: str =
            [-1.        ,  1.        , -0.33333333],
            [ 0.33333333, -0.33333333,  1.        ]])
     """
-    xp, dot, _, out, p = _counts(x, y, axis, algorithm)
+    xp, dot, _, out, p = _counts(x, y, axis, algorithm, "kendall_kernel")
     k = dot / max(p * (p - 1) / 2, 1)  # p = 1: no pairs, 0
     return k if k.dtype == out else xp.astype(k, out)
 
@@ -162,7 +162,7 @@ def mallows_kernel(x: Any, y: Any = None, /, *, lam: float = 1.0, axis: int = -1
            [0.6065, 0.3679, 1.    ]])
     """
     lam = python_number(_non_negative)(lam, "lam")
-    xp, dot, both, out, _ = _counts(x, y, axis, algorithm)
+    xp, dot, both, out, _ = _counts(x, y, axis, algorithm, "mallows_kernel")
     k = xp.exp(-lam * ((both - dot) / 2))
     return k if k.dtype == out else xp.astype(k, out)
 
@@ -174,7 +174,7 @@ def _non_negative(value: Any, name: str) -> Any:
 
 
 @operator
-def soft_kendall_tau(x: Any, y: Any, /, *, axis: int = -1, tau: float = 0.1) -> Any:
+def soft_kendall_tau(x: Any, y: Any, /, *, axis: int | tuple[int, ...] = -1, tau: float = 0.1) -> Any:
     r"""A differentiable Kendall tau-a between matching vectors of ``x`` and ``y``.
 
     ``T(x, y) = sum_{i<j} tanh((x_i - x_j)/tau) tanh((y_i - y_j)/tau) / (p (p-1)/2)``:
@@ -191,8 +191,9 @@ def soft_kendall_tau(x: Any, y: Any, /, *, axis: int = -1, tau: float = 0.1) -> 
         Same shape (or broadcastable), same namespace and device; the
         entries lie along ``axis``, every other axis is a batch axis.
         Differentiable in both.
-    axis : int, default -1
-        The axis of the entries.
+    axis : int or tuple of ints, default -1
+        The axis of the entries (a tuple: those axes flattened into one, in
+        increasing order; all of them dropped from the output).
     tau : float, default 0.1
         Width of the smooth sign (> 0), in the units of the data.
 

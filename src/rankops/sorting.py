@@ -48,7 +48,7 @@ def _bind(output: str, x: Any, axis: Any, descending: Any, method: Any, options:
 
 @operator
 @fill_doc(**SECTIONS)
-def soft_sort(x: Any, /, *, axis: int = -1, descending: bool = False, method: str = "sinkhorn", **options: Any) -> Any:
+def soft_sort(x: Any, /, *, axis: int | tuple[int, ...] = -1, descending: bool = False, method: str = "sinkhorn", **options: Any) -> Any:
     """Differentiable sort of ``x`` along ``axis`` (ascending by default).
 
     ``P @ x`` for a relaxed permutation matrix ``P``. With ``"sinkhorn"``
@@ -91,7 +91,7 @@ def soft_sort(x: Any, /, *, axis: int = -1, descending: bool = False, method: st
 
 @operator
 @fill_doc(**SECTIONS)
-def soft_rank(x: Any, /, *, axis: int = -1, descending: bool = False, method: str = "sinkhorn", **options: Any) -> Any:
+def soft_rank(x: Any, /, *, axis: int | tuple[int, ...] = -1, descending: bool = False, method: str = "sinkhorn", **options: Any) -> Any:
     """Differentiable 1-based ranks of ``x`` along ``axis``.
 
     Ascending like ``scipy.stats.rankdata`` (the smallest entry has rank 1);

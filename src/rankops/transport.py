@@ -32,7 +32,7 @@ __all__ = ["soft_cdf", "soft_quantile", "soft_quantile_normalize", "soft_quantiz
 
 @operator
 @fill_doc(**SECTIONS)
-def soft_cdf(x: Any, /, *, axis: int = -1, **options: Any) -> Any:
+def soft_cdf(x: Any, /, *, axis: int | tuple[int, ...] = -1, **options: Any) -> Any:
     """Sinkhorn CDF of each entry within its row: ``a^-1 (P b_bar)``, in [0, 1].
 
     ``P`` is the entropic plan between the squashed entries (weights a = 1/n)
@@ -66,7 +66,7 @@ def soft_cdf(x: Any, /, *, axis: int = -1, **options: Any) -> Any:
 
 @operator
 @fill_doc(**SECTIONS)
-def soft_quantile(x: Any, /, q: Any, *, axis: int = -1, **options: Any) -> Any:
+def soft_quantile(x: Any, /, q: Any, *, axis: int | tuple[int, ...] = -1, **options: Any) -> Any:
     """Sinkhorn quantile(s) of level ``q`` along ``axis`` (after Eq. 4 of Cuturi, Teboul & Vert 2019).
 
     Three targets (0, 1/2, 1); the quantile is the middle entry of the soft
@@ -128,7 +128,7 @@ def soft_quantile(x: Any, /, q: Any, *, axis: int = -1, **options: Any) -> Any:
 
 @operator
 @fill_doc(**SECTIONS)
-def soft_quantile_normalize(x: Any, targets: Any, /, *, axis: int = -1, **options: Any) -> Any:
+def soft_quantile_normalize(x: Any, targets: Any, /, *, axis: int | tuple[int, ...] = -1, **options: Any) -> Any:
     """Replace each entry by a target value, keeping the order of ``x``: ``a^-1 (P targets)``.
 
     Proposition 2 of Cuturi, Teboul & Vert 2019 (``T(x) = n P f``); with a
@@ -175,7 +175,7 @@ def soft_quantile_normalize(x: Any, targets: Any, /, *, axis: int = -1, **option
 
 @operator
 @fill_doc(**SECTIONS)
-def soft_quantize(x: Any, num_levels: int, /, *, axis: int = -1, **options: Any) -> Any:
+def soft_quantize(x: Any, num_levels: int, /, *, axis: int | tuple[int, ...] = -1, **options: Any) -> Any:
     """Soft quantization onto ``num_levels`` values: ``n P diag(b)^-1 P^T x``, b uniform over m = ``num_levels`` targets.
 
     The entries are soft-sorted onto m targets (``b^-1 P^T x``, m values),
@@ -217,7 +217,7 @@ def soft_quantize(x: Any, num_levels: int, /, *, axis: int = -1, **options: Any)
 
 @operator
 @fill_doc(**SECTIONS)
-def soft_topk_mask(x: Any, /, k: Any, *, axis: int = -1, method: str = "sinkhorn", **options: Any) -> Any:
+def soft_topk_mask(x: Any, /, k: Any, *, axis: int | tuple[int, ...] = -1, method: str = "sinkhorn", **options: Any) -> Any:
     """Soft indicator of the k largest entries along ``axis``: values in [0, 1] summing to k.
 
     Two targets (0 and 1) weighted ((n - k)/n, k/n); the mask is the mass an

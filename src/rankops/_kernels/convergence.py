@@ -62,15 +62,15 @@ def warn_if_unconverged(adapter: Any, xp: Any, error: Any, opts: Any, where: str
 class Reported(Along):
     """Readout of a Sinkhorn operator: the value, warned about and, if asked, with its :class:`SinkhornInfo`.
 
-    ``levels``: the error has a trailing axis of quantile levels that goes
-    where the caller's axis was, as in the value. Lazy backends never warn,
+    ``levels``: the value and the error have a trailing axis of quantile
+    levels that goes where the caller's (first) axis was. Lazy backends never warn,
     so without ``return_info`` the error is left out of their graph (one task
     per block of rows).
     """
 
     def __init__(self, opts: Any, where: str, return_info: bool, *, lazy: bool, axis_kept: bool = True, levels: bool = False) -> None:
-        super().__init__(axis_kept=axis_kept)
-        self.opts, self.where, self.return_info, self.levels = opts, where, return_info, levels
+        super().__init__(axis_kept=axis_kept, levels=levels)
+        self.opts, self.where, self.return_info = opts, where, return_info
         self.outputs = ("value",) if lazy and not return_info else ("value", "error")
 
     def finish(self, p: Prepared, outs: tuple[Any, ...]) -> Any:
@@ -79,7 +79,7 @@ class Reported(Along):
             return value
         xp, adapter = p.xp, p.adapter
         err = adapter.stop_gradient(xp, outs[1])
-        if self.levels and p.axis != p.ndim - 1:
-            err = xp.moveaxis(err, -1, p.axis)
+        if self.levels:
+            err = p.place(err, levels=True)
         warn_if_unconverged(adapter, xp, err, self.opts, self.where)
         return (value, SinkhornInfo(converged=err <= self.opts.tol, error=err)) if self.return_info else value

@@ -322,21 +322,25 @@ def regression_core(xp: Any, y: Any, opts: IsotonicOptions, *, increasing: bool,
     return hand_written(xp, spec.fwd, spec.bwd, (y,) if weights is None else (y, weights), ("x", "weights"))
 
 
+# one axis only: the order constraint is a chain along it (several axes would ask for a partial order)
+WHERE = "isotonic_regression"
+
+
 def bind_regression(y: Any, weights: Any, increasing: Any, axis: Any) -> Call:
     """``rankops.isotonic_regression``: ``weights`` None, shaped like ``y``, or 1-D of length n."""
-    opts, _ = IsotonicOptions.parse({}, "isotonic_regression")
+    opts, _ = IsotonicOptions.parse({}, WHERE)
     increasing = boolean(increasing, "increasing")
     if weights is None:
-        return Call(regression_core, prepare(y, axis=axis, name="y"), opts, {"increasing": increasing, "weights": None})
-    p = prepare(y, axis=axis, name="y", arrays={"weights": weights})
+        return Call(regression_core, prepare(y, axis=axis, name="y", single=WHERE), opts, {"increasing": increasing, "weights": None})
+    p = prepare(y, axis=axis, name="y", arrays={"weights": weights}, single=WHERE)
     xp, n = p.xp, p.n
     if not xp.isdtype(weights.dtype, ("real floating", "integral")):
         raise TypeError(f"weights must be a real array, got dtype {weights.dtype}")
     if tuple(weights.shape) == (n,):
         w = weights
-    elif weights.ndim == p.ndim and tuple(weights.shape) == tuple(p.restore(p.x).shape):
-        w = xp.moveaxis(weights, p.axis, -1) if p.axis != p.ndim - 1 else weights
+    elif tuple(weights.shape) == p.shape:
+        w = p.arrange(weights)
     else:
-        raise ValueError(f"weights must have the shape of y {tuple(p.restore(p.x).shape)} or ({n},), got {tuple(weights.shape)}")
+        raise ValueError(f"weights must have the shape of y {p.shape} or ({n},), got {tuple(weights.shape)}")
     w = xp.astype(w, p.x.dtype)
     return Call(regression_core, p, opts, {"increasing": increasing, "weights": w}, along=("weights",) if w.ndim > 1 else ())

@@ -286,5 +286,5 @@ def bind_matrix(method: str, s: Any, options: dict[str, Any], *, descending: Any
         x = p.x
         shape = ((n_samples,) if n_samples is not None else ()) + tuple(x.shape)
         x = x + p.adapter.gumbel(p.xp, key, shape, x.dtype, p.device)
-        p = dataclasses.replace(p, x=x, axis=x.ndim - 1, ndim=x.ndim)
+        p = dataclasses.replace(p, x=x, axes=(x.ndim - 1,), shape=tuple(x.shape))
     return Call(matrix_core, p, opts, {"method": method, "descending": descending})

@@ -101,7 +101,7 @@ def soft_kendall_core(xp: Any, x: Any, opts: SoftKendallOptions, *, y: Any) -> A
 
 
 def bind_soft_kendall_tau(x: Any, y: Any, axis: Any, tau: float) -> Call:
-    """``rankops.soft_kendall_tau``: ``x`` and ``y`` broadcast to one shape, entries along ``axis``."""
+    """``rankops.soft_kendall_tau``: ``x`` and ``y`` broadcast to one shape, entries along ``axis`` (or a tuple of axes)."""
     xp = namespace(x, y, names=("x", "y"))
     if tuple(x.shape) != tuple(y.shape):
         try:
@@ -110,9 +110,7 @@ def bind_soft_kendall_tau(x: Any, y: Any, axis: Any, tau: float) -> Call:
             raise ValueError(f"x {tuple(x.shape)} and y {tuple(y.shape)} must have broadcastable shapes") from err
     opts, _ = SoftKendallOptions.parse({"tau": tau}, "soft_kendall_tau")
     p = prepare(x, axis=axis, opts=opts, arrays={"y": y})
-    y = xp.astype(y, p.x.dtype) if y.dtype != p.x.dtype else y
-    if p.axis is not None and p.axis != p.ndim - 1:
-        y = xp.moveaxis(y, p.axis, -1)
+    y = p.arrange(xp.astype(y, p.x.dtype) if y.dtype != p.x.dtype else y)  # laid out as x (several axes: merged alike)
     return Call(soft_kendall_core, p, opts, {"y": y}, readout=Along(axis_kept=False), along=("y",))
 
 

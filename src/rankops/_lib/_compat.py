@@ -11,7 +11,7 @@ from typing import Any
 
 import array_api_compat
 
-__all__ = ["is_array", "namespace", "real_float_dtypes", "normalize_axis", "index_dtype", "default_float"]
+__all__ = ["is_array", "namespace", "real_float_dtypes", "normalize_axis", "normalize_axes", "index_dtype", "default_float"]
 
 
 def is_array(value: Any) -> bool:
@@ -78,11 +78,42 @@ def real_float_dtypes(xp: Any, x: Any, name: str = "x") -> tuple[Any, Any]:
     return xp.float32, dtype
 
 
-def normalize_axis(axis: Any, ndim: int, name: str = "axis") -> int:
-    """Return ``axis`` as a non-negative int; errors name the argument."""
+def normalize_axis(axis: Any, ndim: int, name: str = "axis", *, where: str | None = None) -> int:
+    """Return ``axis`` as a non-negative int; errors name the argument (and ``where``, for a tuple)."""
+    if isinstance(axis, tuple):
+        raise TypeError(
+            f"{where or 'this function'} works along one axis: {name} must be an int, got the tuple {axis!r} "
+            "(tuples of axes are taken by the soft vector operators: soft_rank, soft_sort, soft_quantile, ...)"
+        )
     if isinstance(axis, bool) or not isinstance(axis, numbers.Integral):
         raise TypeError(f"{name} must be an int, got {type(axis).__name__}")
     axis = int(axis)
     if not -ndim <= axis < ndim:
         raise ValueError(f"{name}={axis} is out of range [{-ndim}, {ndim - 1}] for an array with {ndim} dimension(s)")
     return axis % ndim
+
+
+def normalize_axes(axis: Any, ndim: int, name: str = "axis") -> tuple[int, ...]:
+    """An int ``axis``, or a non-empty tuple of distinct ones, as increasing non-negative axes.
+
+    Checks the Python value only: an int gives a 1-tuple (errors as
+    :func:`normalize_axis`); a tuple must be non-empty, of ints in range,
+    without repeats once normalized (``(1, -1)`` on a 2-D array repeats 1).
+    The order of the entries is not kept: the axes are returned sorted.
+    """
+    if not isinstance(axis, tuple):
+        if isinstance(axis, bool) or not isinstance(axis, numbers.Integral):
+            raise TypeError(f"{name} must be an int or a tuple of ints, got {type(axis).__name__}")
+        return (normalize_axis(axis, ndim, name),)
+    if not axis:
+        raise ValueError(f"{name}=() is an empty tuple: give at least one axis")
+    for a in axis:
+        if isinstance(a, bool) or not isinstance(a, numbers.Integral):
+            raise TypeError(f"{name} must be an int or a tuple of ints, got an entry of type {type(a).__name__} in {axis!r}")
+        if not -ndim <= a < ndim:
+            raise ValueError(f"{name}={axis!r}: {int(a)} is out of range [{-ndim}, {ndim - 1}] for an array with {ndim} dimension(s)")
+    axes = tuple(int(a) % ndim for a in axis)
+    repeated = sorted({a for a in axes if axes.count(a) > 1})
+    if repeated:
+        raise ValueError(f"{name}={axis!r} names axis {repeated[0]} twice (axes normalized for an array with {ndim} dimension(s))")
+    return tuple(sorted(axes))

@@ -22,10 +22,10 @@ def _same_shape(a: Any, b: Any, names: tuple[str, str]) -> None:
         raise ValueError(f"{names[0]} {tuple(a.shape)} and {names[1]} {tuple(b.shape)} must have the same shape")
 
 
-def _rows_of(xp: Any, a: Any, b: Any, axis: Any, names: tuple[str, str]) -> tuple[int, Any, Any]:
+def _rows_of(xp: Any, a: Any, b: Any, axis: Any, names: tuple[str, str], where: str) -> tuple[int, Any, Any]:
     """Checked ``(axis, a, b)``: same shapes, ``axis`` normalized, and the rows' axis moved last in both."""
     _same_shape(a, b, names)
-    axis = normalize_axis(axis, a.ndim)
+    axis = normalize_axis(axis, a.ndim, where=where)  # one axis: a tuple raises TypeError naming the loss
     return axis, _last(xp, a, axis), _last(xp, b, axis)
 
 

@@ -47,7 +47,7 @@ def spearman_loss(pred: Any, target: Any, /, *, axis: int = -1, method: str = DE
     0.2
     """
     xp = namespace(pred, target, names=("pred", "target"))
-    _, p, t = _rows_of(xp, pred, target, axis, ("pred", "target"))
+    _, p, t = _rows_of(xp, pred, target, axis, ("pred", "target"), "losses.spearman_loss")
     r = soft_rank(p, method=method, **options)
     return 1 - _pearson(xp, r, rankdata(xp, xp.astype(t, r.dtype)))
 
@@ -83,7 +83,7 @@ def soft_spearman(x: Any, y: Any, /, *, axis: int = -1, method: str = DEFAULT_ME
     0.8
     """
     xp = namespace(x, y, names=("x", "y"))
-    _, x, y = _rows_of(xp, x, y, axis, ("x", "y"))
+    _, x, y = _rows_of(xp, x, y, axis, ("x", "y"), "losses.soft_spearman")
     return _pearson(xp, soft_rank(x, method=method, **options), soft_rank(y, method=method, **options))
 
 
@@ -123,7 +123,7 @@ def kendall_loss(pred: Any, target: Any, /, *, axis: int = -1, tau: float = 0.1)
     0.333333
     """
     xp = namespace(pred, target, names=("pred", "target"))
-    _, p, t = _rows_of(xp, pred, target, axis, ("pred", "target"))
+    _, p, t = _rows_of(xp, pred, target, axis, ("pred", "target"), "losses.kendall_loss")
     # the targets' pair signs through the same smooth sign: rank gaps (>= 1/2 unless tied) scaled so that tanh is exactly +-1
     sharp = rankdata(xp, xp.astype(t, p.dtype)) * (_SHARP * tau)
     return 1 - soft_kendall_tau(p, sharp, axis=-1, tau=tau)

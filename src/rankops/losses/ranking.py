@@ -64,7 +64,7 @@ def topk_loss(scores: Any, labels: Any, k: int, /, *, axis: int = -1, method: st
     array([0., 2.])
     """
     xp = namespace(scores, labels, names=("scores", "labels"))
-    axis = normalize_axis(axis, scores.ndim)
+    axis = normalize_axis(axis, scores.ndim, where="losses.topk_loss")
     n = scores.shape[axis]
     k = _row_count(n, k)
     if not xp.isdtype(labels.dtype, "integral"):
@@ -136,7 +136,7 @@ def ndcg_loss(scores: Any, relevance: Any, /, k: int | None = None, *, mask: Any
     """
     arrays = (scores, relevance) if mask is None else (scores, relevance, mask)
     xp = namespace(*arrays, names=("scores", "relevance", "mask")[: len(arrays)])
-    axis, s, rel = _rows_of(xp, scores, relevance, axis, ("scores", "relevance"))
+    axis, s, rel = _rows_of(xp, scores, relevance, axis, ("scores", "relevance"), "losses.ndcg_loss")
     n = s.shape[-1]
     k = n if k is None else _row_count(n, k)
     if gain not in ("exp", "linear"):
@@ -238,7 +238,7 @@ def permutation_loss(scores: Any, target: Any, /, *, axis: int = -1, method: str
     if method not in MATRIX_METHODS:
         raise ValueError(f"permutation_loss needs a relaxed permutation matrix: method must be one of {MATRIX_METHODS}, "
                          f"got {method!r} (spearman_loss works with every method)")
-    _, s, t = _rows_of(xp, scores, target, axis, ("scores", "target"))
+    _, s, t = _rows_of(xp, scores, target, axis, ("scores", "target"), "losses.permutation_loss")
     n = s.shape[-1]
     log_p = _log_matrix(xp, s, method, options)
     # the true matrix: row i one-hot at the i-th largest target

@@ -55,7 +55,7 @@ def quantile_loss(pred: Any, target: Any, q: float, /, *, axis: int = -1, method
     xp = namespace(pred, target, names=("pred", "target"))
     _same_shape(pred, target, ("pred", "target"))
     q = _level(q)
-    axis = normalize_axis(axis, pred.ndim)
+    axis = normalize_axis(axis, pred.ndim, where="losses.quantile_loss")
     r = xp.abs(target - pred)
     if method == "sinkhorn":
         return soft_quantile(r, q, axis=axis, **options)
@@ -97,4 +97,4 @@ def pinball_loss(pred: Any, target: Any, q: float, /, *, axis: int = -1) -> Any:
     _same_shape(pred, target, ("pred", "target"))
     q = _level(q)
     r = target - pred
-    return xp.mean(xp.maximum(q * r, (q - 1) * r), axis=normalize_axis(axis, pred.ndim))
+    return xp.mean(xp.maximum(q * r, (q - 1) * r), axis=normalize_axis(axis, pred.ndim, where="losses.pinball_loss"))
