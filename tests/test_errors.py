@@ -105,6 +105,7 @@ ONE_AXIS = {
     "isotonic_regression": lambda **kw: rankops.isotonic_regression(X, **kw),
     "kendall_kernel": lambda **kw: rankops.kendall_kernel(X, **kw),
     "mallows_kernel": lambda **kw: rankops.mallows_kernel(X, **kw),
+    "sort_with": lambda **kw: rankops.sort_with(X[..., None], X, **kw),
     **{f"losses.{f}": (lambda f=f, **kw: getattr(rankops.losses, f)(X, X, **kw))
        for f in ("spearman_loss", "soft_spearman", "kendall_loss", "ndcg_loss", "permutation_loss")},
     "losses.topk_loss": lambda **kw: rankops.losses.topk_loss(X, np.array([0, 1]), 1, **kw),

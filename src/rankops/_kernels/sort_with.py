@@ -144,7 +144,7 @@ def bind_sort_with(x: Any, criterion: Any, axis: Any, topk: Any, descending: Any
     real_float_dtypes(xp, criterion, "criterion")
     if criterion.ndim == 0:
         raise ValueError("criterion must have at least one dimension to sort along, got a 0-d array")
-    axis = normalize_axis(axis, criterion.ndim)
+    axis = normalize_axis(axis, criterion.ndim, where="sort_with")
     shape, n = tuple(criterion.shape), criterion.shape[axis]
     if n == 0:
         raise ValueError(f"criterion has an empty axis {axis} (length 0): there is nothing to sort")
