@@ -266,7 +266,17 @@ for filler in (0.0, 1.0, 2.0):
 for k, error, message in ((0, ValueError, r"topk must be >= 1, got 0"), (4, ValueError, r"topk must lie in \[1, n\] = \[1, 3\], got 4"),
                           (1.5, TypeError, r"topk must be an int >= 1, got float"), ("2", TypeError, r"topk must be an int >= 1, got str")):
     case(f"soft_sort-topk={k!r}", lambda k=k: rankops.soft_sort(X, topk=k), error, message)
-for name, value in (("num_targets", 2), ("target_weights", np.ones(2) / 2)):
+# input weights: the Sinkhorn ranks, sorts, CDF, quantiles and quantile normalization
+WEIGHTED = {k: v for k, v in SINKHORN.items() if k != "soft_topk_mask"}
+each(WEIGHTED, "weights-shape", ValueError, r"weights must have the shape of x \(2, 3\) or \(3,\), got \(2,\)", weights=np.ones(2))
+each(WEIGHTED, "weights-complex", TypeError, r"weights must be a real array, got dtype complex128", weights=np.ones(3, complex))
+for name, op in WEIGHTED.items():
+    case(f"{name}-weights-namespace", lambda op=op: op(X, weights=_torch().ones(3)), TypeError,
+         r"arrays from different namespaces cannot be mixed \(x: .*, weights: ")
+for name in ("soft_topk_mask", "soft_rank[softsort]", "soft_sort[permutahedron]", "soft_quantize"):
+    op = {**SINKHORN, **PERMUTATION, **FAST, "soft_quantize": lambda x, **kw: rankops.soft_quantize(x, 2, **kw)}[name]
+    case(f"{name}-weights", lambda op=op: op(X, weights=np.ones(3)), TypeError, r"unexpected option\(s\) 'weights'")
+for name, value in (("num_targets", 2), ("target_weights", np.ones(2) / 2), ("weights", np.ones(3))):
     case(f"soft_sort-topk-{name}", lambda name=name, value=value: rankops.soft_sort(X, topk=2, **{name: value}), ValueError,
          rf"topk fixes the targets \(k values and one filler\); do not pass {name} with it")
 case("soft_sort[softsort]-topk", lambda: rankops.soft_sort(X, topk=2, method="softsort"), TypeError, r"unexpected option\(s\) 'topk'")

@@ -46,6 +46,15 @@ SECTIONS = {
         target_weights : 1-D array, optional
             Probability weights b of the m targets (default uniform); differentiable.
     """,
+    "weights": """
+        weights : array, optional
+            The entries' masses a (default uniform, 1/n): shaped like ``x``, or
+            1-D of length n for every row; normalized per row, ``a = w / sum(w)``
+            (the squash does not see them); differentiable. Weighted sorts and
+            quantiles read the weighted quantile function; an integer weight k
+            is the entry repeated k times. A zero weight leaves its entry
+            without mass (its CDF and rank are 0/0, NaN); not with ``topk``.
+    """,
     "cost_power": """
         power : float, default 2
             Exponent of the transport cost ``|y_j - g(x)_i| ** power``.
@@ -121,5 +130,5 @@ SECTIONS["methods"] = "\n".join([
 
     Other Parameters
     ----------------"""),
-    *(textwrap.dedent(SECTIONS[name]).strip("\n") for name in ("sinkhorn_options", "targets", "relaxations", "fast")),
+    *(textwrap.dedent(SECTIONS[name]).strip("\n") for name in ("sinkhorn_options", "targets", "weights", "relaxations", "fast")),
 ])

@@ -16,7 +16,7 @@ from typing import Any
 from ._docstrings import SECTIONS
 from ._kernels import lapsum
 from ._kernels.transport import (
-    SOLVER_OPTIONS, TransportOptions, bind_targets, cdf_core, check_1d, quantile_normalize_core, quantize_core, reported,
+    SOLVER_OPTIONS, TransportOptions, bind_targets, cdf_core, check_1d, input_weights, quantile_normalize_core, quantize_core, reported,
     return_info, topk_core,
 )
 from ._kernels.quantile import quantile_core
@@ -47,6 +47,7 @@ def soft_cdf(x: Any, /, *, axis: int | tuple[int, ...] = -1, **options: Any) -> 
     ----------------
     %(sinkhorn_options)s
     %(targets)s
+    %(weights)s
     %(cost_power)s
 
     Returns
@@ -95,6 +96,7 @@ def soft_quantile(x: Any, /, q: Any, *, axis: int | tuple[int, ...] = -1, **opti
     centered : bool, default True
         Centre the middle block of mass on q (see above); False: Eq. 4.
     %(sinkhorn_options)s
+    %(weights)s
     %(cost_power)s
 
     Returns
@@ -113,17 +115,17 @@ def soft_quantile(x: Any, /, q: Any, *, axis: int | tuple[int, ...] = -1, **opti
     (1, 2)
     """
     info = return_info(options)
-    opts, _ = TransportOptions.parse(options, "soft_quantile", names=SOLVER_OPTIONS + ("filler", "centered"))
+    opts, weights = TransportOptions.parse(options, "soft_quantile", names=SOLVER_OPTIONS + ("filler", "centered"), arrays=("weights",))
     if is_array(q):
-        p = prepare(x, axis=axis, opts=opts, arrays={"q": q})
+        p = prepare(x, axis=axis, opts=opts, arrays={"q": q, **weights})
         check_1d(q, "q")
-        return reported(quantile_core, p, opts, {"q": q}, "soft_quantile", info, levels=True)
+        return reported(quantile_core, p, opts, input_weights(p, {"q": q, **weights}), "soft_quantile", info, levels=True)
     if isinstance(q, bool) or not isinstance(q, numbers.Real):
         raise TypeError(f"q must be a Python float or a 1-D array of levels, got {type(q).__name__}")
     if not 0.0 <= q <= 1.0:
         raise ValueError(f"q must lie in [0, 1], got {q!r}")
-    p = prepare(x, axis=axis, opts=opts)
-    return reported(quantile_core, p, opts, {"q": float(q)}, "soft_quantile", info, axis_kept=False)
+    p = prepare(x, axis=axis, opts=opts, arrays=weights)
+    return reported(quantile_core, p, opts, input_weights(p, {"q": float(q), **weights}), "soft_quantile", info, axis_kept=False)
 
 
 @operator
@@ -146,6 +148,7 @@ def soft_quantile_normalize(x: Any, targets: Any, /, *, axis: int | tuple[int, .
     target_weights : 1-D array, optional
         Probability weights of the m targets (default uniform); differentiable.
     %(sinkhorn_options)s
+    %(weights)s
     %(cost_power)s
 
     Returns
@@ -162,15 +165,17 @@ def soft_quantile_normalize(x: Any, targets: Any, /, *, axis: int | tuple[int, .
     array([  1.,   0., 100.,  10.])
     """
     info = return_info(options)
-    opts, weights = TransportOptions.parse(options, "soft_quantile_normalize", names=SOLVER_OPTIONS, arrays=("target_weights",))
+    opts, weights = TransportOptions.parse(
+        options, "soft_quantile_normalize", names=SOLVER_OPTIONS, arrays=("target_weights", "weights")
+    )
     if not is_array(targets):
         raise TypeError(f"targets must be a 1-D array, got {type(targets).__name__}")
     arrays = {"targets": targets, **weights}
     p = prepare(x, axis=axis, opts=opts, arrays=arrays)
     check_1d(targets, "targets")
-    if weights:
+    if "target_weights" in weights:
         check_1d(weights["target_weights"], "target_weights", targets.shape[0])
-    return reported(quantile_normalize_core, p, opts, arrays, "soft_quantile_normalize", info)
+    return reported(quantile_normalize_core, p, opts, input_weights(p, arrays), "soft_quantile_normalize", info)
 
 
 @operator

@@ -17,7 +17,7 @@ from array_api_compat import device as _device
 
 from .._lib._calls import core
 from .._lib._compat import is_array
-from .transport import REPORTED, TransportOptions, grads, plan_vjp
+from .transport import REPORTED, WEIGHTS, TransportOptions, grads, plan_vjp
 
 __all__ = ["quantile_core", "MIN_FILLER"]
 
@@ -62,11 +62,11 @@ def _quantile_tails(shape: tuple[int, ...], opts: TransportOptions, params: dict
     return {"value": levels, "error": levels}
 
 
-@core(tails=_quantile_tails, outputs=REPORTED)
-def quantile_core(xp: Any, x: Any, opts: TransportOptions, *, q: Any) -> Any:
+@core(tails=_quantile_tails, outputs=REPORTED, batched=WEIGHTS)
+def quantile_core(xp: Any, x: Any, opts: TransportOptions, *, q: Any, weights: Any = None) -> Any:
     """Levels ``q``: a Python float (output drops the axis) or a 1-D array (axis -> levels), all in one batched solve."""
     if not is_array(q):
-        (out, err), back = _levels_core(xp, x, opts, xp.asarray([q], dtype=x.dtype, device=_device(x)))
+        (out, err), back = _levels_core(xp, x, opts, xp.asarray([q], dtype=x.dtype, device=_device(x)), weights)
 
         def pullback(cts: tuple[Any, ...]) -> dict[str, Any]:
             grads = back((cts[0][..., None],))
@@ -74,10 +74,10 @@ def quantile_core(xp: Any, x: Any, opts: TransportOptions, *, q: Any) -> Any:
             return grads
 
         return (out[..., 0], err[..., 0]), pullback
-    return _levels_core(xp, x, opts, xp.astype(q, x.dtype))
+    return _levels_core(xp, x, opts, xp.astype(q, x.dtype), weights)
 
 
-def _levels_core(xp: Any, x: Any, opts: TransportOptions, levels: Any) -> Any:
+def _levels_core(xp: Any, x: Any, opts: TransportOptions, levels: Any, weights: Any) -> Any:
     """Each level's middle sorted value ``x . P[:, 1] / sum(P[:, 1])`` (the middle column sums to its weight)."""
     y = xp.asarray([0.0, 0.5, 1.0], dtype=x.dtype, device=_device(x))
     b, weights_back = _level_weights(xp, levels[:, None], opts.filler, opts.centered)  # (L, 3)
@@ -85,7 +85,8 @@ def _levels_core(xp: Any, x: Any, opts: TransportOptions, levels: Any) -> Any:
     floor = xp.finfo(x.dtype).smallest_normal
     log_b = xp.log(xp.maximum(b, xp.full_like(b, floor)))
     xl = x[..., None, :]
-    p, err, plan_back = plan_vjp(xp, xl, y, log_b, opts, exact="columns")  # (..., L, n, 3)
+    wl = None if weights is None else weights[..., None, :]
+    p, err, plan_back = plan_vjp(xp, xl, y, log_b, opts, exact="columns", weights=wl)  # (..., L, n, 3)
     valid = (levels >= 0) & (levels <= 1)  # levels are data: out of range -> NaN, no check
     # an invalid level's middle weight is negative, floored: its column may hold no mass at all
     mass = xp.where(valid, xp.sum(p[..., 1], axis=-1), xp.ones_like(p[..., 0, 1]))  # (..., L)
@@ -95,11 +96,12 @@ def _levels_core(xp: Any, x: Any, opts: TransportOptions, levels: Any) -> Any:
         ct_m = xp.where(valid, cts[0], xp.zeros_like(cts[0])) / mass  # (..., L)
         zero = xp.zeros_like(p[..., :1])
         dp = xp.concat([zero, (xl - out[..., None])[..., None] * ct_m[..., None, None], zero], axis=-1)
-        dx, d_log_b, d_eps = plan_back(dp)
+        dx, d_log_b, d_eps, d_a = plan_back(dp)
         dx = xp.sum(dx, axis=-2) + xp.sum(p[..., 1] * ct_m[..., None], axis=-2)
         d_b = xp.where(b > floor, d_log_b / xp.where(b > floor, b, xp.ones_like(b)), xp.zeros_like(b))
         d_q = weights_back(d_b)
-        return grads(dx, d_eps, q=xp.where(valid, d_q, xp.zeros_like(d_q)))
+        d_w = None if d_a is None else d_a[..., 0, :]
+        return grads(dx, d_eps, q=xp.where(valid, d_q, xp.zeros_like(d_q)), weights=d_w)
 
     # an invalid level is a data problem, like a NaN input: NaN value and error, no convergence warning
     nan = xp.full_like(out, math.nan)

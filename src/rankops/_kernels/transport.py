@@ -79,21 +79,41 @@ def grid(xp: Any, m: int, like: Any) -> Any:
     return xp.arange(m, dtype=like.dtype, device=_device(like)) / max(m - 1, 1)
 
 
-def plan_vjp(xp: Any, x: Any, y: Any, log_b: Any, opts: TransportOptions, exact: str = "rows") -> tuple[Any, Any, Any]:
-    """Entropic plan (..., n, m) between the squashed rows of ``x`` and targets ``y``.
+def input_measure(xp: Any, x: Any, weights: Any) -> tuple[Any, Any]:
+    """``(1 / a, log a)`` of the entries: ``a = 1/n`` (``1 / a`` the Python number n), or ``weights`` normalized per row."""
+    n = x.shape[-1]
+    if weights is None:
+        return float(n), xp.full((n,), -math.log(n), dtype=x.dtype, device=_device(x))
+    w = xp.astype(weights, x.dtype)
+    total = xp.sum(w, axis=-1, keepdims=True)
+    return total / w, xp.log(w) - xp.log(total)
+
+
+def plan_vjp(
+    xp: Any, x: Any, y: Any, log_b: Any, opts: TransportOptions, exact: str = "rows", weights: Any = None
+) -> tuple[Any, Any, Any]:
+    """Entropic plan (..., n, m) between the squashed rows of ``x`` (weights ``a``: :func:`input_measure`) and targets ``y``.
 
     Returns the plan, the solver's marginal error per problem (...,) and the
-    pullback ``dplan -> (dx, dlog_b, depsilon)`` (``depsilon`` None unless
-    epsilon is an array).
+    pullback ``(dplan, dlog_a=None) -> (dx, dlog_b, depsilon, dweights)``
+    (``depsilon`` None unless epsilon is an array, ``dweights`` None
+    without weights; ``dlog_a`` is what the readout adds on ``log a``).
     """
-    n = x.shape[-1]
     s, squash_back = squash_vjp(xp, x, opts.squash)
-    log_a = xp.full((n,), -math.log(n), dtype=x.dtype, device=_device(x))
+    _, log_a = input_measure(xp, x, weights)
     plan, err, line_back = line_plan_vjp(xp, s, y, log_a, log_b, opts, power=opts.power, exact=exact)
 
-    def pullback(dp: Any) -> tuple[Any, Any, Any]:
-        ds, d_log_b, d_eps = line_back(dp)
-        return squash_back(ds), d_log_b, d_eps
+    def pullback(dp: Any, d_log_a: Any = None) -> tuple[Any, Any, Any, Any]:
+        ds, d_log_a_plan, d_log_b, d_eps = line_back(dp)
+        d_w = None
+        if weights is not None:
+            g = d_log_a_plan if d_log_a is None else d_log_a_plan + d_log_a
+            # log a = log w - log sum(w): d w = (g / a - sum g) / sum(w); an empty entry (w = 0) moves nothing
+            w = xp.astype(weights, x.dtype)
+            total = xp.sum(w, axis=-1, keepdims=True)
+            d_w = unbroadcast(xp, (safe_divide(xp, g, w) * total - xp.sum(g, axis=-1, keepdims=True)) / total,
+                              tuple(weights.shape))
+        return squash_back(ds), d_log_b, d_eps, d_w
 
     return plan, err, pullback
 
@@ -124,31 +144,37 @@ def _along(shape: tuple[int, ...], opts: Any, params: dict[str, Any]) -> dict[st
 
 
 REPORTED = ("value", "error")
+WEIGHTS = {"weights": (0,)}  # the entries' weights share x's batch axes and span its axis (Dask blocks them alike)
 
 
-@core(tails=_along, outputs=REPORTED)
-def cdf_core(xp: Any, x: Any, opts: TransportOptions, *, descending: bool = False, target_weights: Any = None) -> Any:
+@core(tails=_along, outputs=REPORTED, batched=WEIGHTS)
+def cdf_core(
+    xp: Any, x: Any, opts: TransportOptions, *, descending: bool = False, target_weights: Any = None, weights: Any = None
+) -> Any:
     sign = -1.0 if descending else 1.0
     n = x.shape[-1]
     m = targets_count(n, opts, target_weights)
     b, log_b = target_measure(xp, x, m, target_weights)
     b_bar = xp.cumulative_sum(b, axis=-1)
-    p, err, plan_back = plan_vjp(xp, sign * x, grid(xp, m, x), log_b, opts)
-    out = n * matvec(xp, p, b_bar)
+    inv_a, _ = input_measure(xp, x, weights)
+    p, err, plan_back = plan_vjp(xp, sign * x, grid(xp, m, x), log_b, opts, weights=weights)
+    out = inv_a * matvec(xp, p, b_bar)
 
     def pullback(cts: tuple[Any, ...]) -> dict[str, Any]:
         ct = cts[0]
-        dx, d_log_b, d_eps = plan_back(n * ct[..., :, None] * b_bar)
+        ct_a = inv_a * ct
+        # out_i = (P b_bar)_i / a_i: log a enters the readout too, d out_i / d log a_i = -out_i
+        dx, d_log_b, d_eps, d_a = plan_back(ct_a[..., :, None] * b_bar, None if weights is None else -ct * out)
         d_w = None
         if target_weights is not None:
-            d_bbar = n * unbroadcast(xp, matvec(xp, xp.matrix_transpose(p), ct), tuple(b.shape))
+            d_bbar = unbroadcast(xp, matvec(xp, xp.matrix_transpose(p), ct_a), tuple(b.shape))
             d_w = xp.flip(xp.cumulative_sum(xp.flip(d_bbar, axis=-1), axis=-1), axis=-1) + d_log_b / b
-        return grads(sign * dx, d_eps, target_weights=d_w)
+        return grads(sign * dx, d_eps, target_weights=d_w, weights=d_a)
 
     return (out, err), pullback
 
 
-@core(tails=_along, outputs=REPORTED)
+@core(tails=_along, outputs=REPORTED, batched=WEIGHTS)
 def rank_core(xp: Any, x: Any, opts: TransportOptions, **params: Any) -> Any:
     n = x.shape[-1]
     (cdf, err), cdf_back = cdf_core.vjp(xp, x, opts, **params)
@@ -170,9 +196,10 @@ def topk_weights(xp: Any, x: Any, k: int, filler_first: bool) -> tuple[Any, Any]
     return xp.exp(log_b), log_b
 
 
-@core(tails=_sorted_tails, outputs=REPORTED)
+@core(tails=_sorted_tails, outputs=REPORTED, batched=WEIGHTS)
 def sort_core(
-    xp: Any, x: Any, opts: TransportOptions, *, descending: bool = False, target_weights: Any = None, topk: int | None = None
+    xp: Any, x: Any, opts: TransportOptions, *, descending: bool = False, target_weights: Any = None, topk: int | None = None,
+    weights: Any = None,
 ) -> Any:
     """``b^-1 P^T x``; ``topk``: only the k largest, from k + 1 targets (OTT-JAX's construction, Cuturi et al. 2019).
 
@@ -190,7 +217,7 @@ def sort_core(
         m = topk + 1
         b, log_b = topk_weights(xp, x, topk, filler_first=not descending)
         kept = slice(0, topk) if descending else slice(1, m)
-    p, err, plan_back = plan_vjp(xp, x, grid(xp, m, x), log_b, opts, exact="columns")
+    p, err, plan_back = plan_vjp(xp, x, grid(xp, m, x), log_b, opts, exact="columns", weights=weights)
     ascending = vecmat(xp, x, p) / b
 
     def pullback(cts: tuple[Any, ...]) -> dict[str, Any]:
@@ -199,27 +226,31 @@ def sort_core(
             zero = xp.zeros_like(ct[..., :1])
             ct = xp.concat([ct, zero] if descending else [zero, ct], axis=-1)
         ct_b = sign * ct / b
-        dx, d_log_b, d_eps = plan_back(x[..., :, None] * ct_b[..., None, :])
+        dx, d_log_b, d_eps, d_a = plan_back(x[..., :, None] * ct_b[..., None, :])
         dx = dx + matvec(xp, p, ct_b)
         d_w = None if target_weights is None else d_log_b / b - unbroadcast(xp, ct_b * ascending, tuple(b.shape))
-        return grads(sign * dx, d_eps, target_weights=d_w)
+        return grads(sign * dx, d_eps, target_weights=d_w, weights=d_a)
 
     return (sign * ascending[..., kept], err), pullback
 
 
-@core(tails=_along, outputs=REPORTED)
-def quantile_normalize_core(xp: Any, x: Any, opts: TransportOptions, *, targets: Any, target_weights: Any = None) -> Any:
-    n, m = x.shape[-1], targets.shape[0]
+@core(tails=_along, outputs=REPORTED, batched=WEIGHTS)
+def quantile_normalize_core(
+    xp: Any, x: Any, opts: TransportOptions, *, targets: Any, target_weights: Any = None, weights: Any = None
+) -> Any:
+    m = targets.shape[0]
     t = xp.astype(targets, x.dtype)
     b, log_b = target_measure(xp, x, m, target_weights)
-    p, err, plan_back = plan_vjp(xp, x, grid(xp, m, x), log_b, opts)
-    out = n * matvec(xp, p, t)
+    inv_a, _ = input_measure(xp, x, weights)
+    p, err, plan_back = plan_vjp(xp, x, grid(xp, m, x), log_b, opts, weights=weights)
+    out = inv_a * matvec(xp, p, t)
 
     def pullback(cts: tuple[Any, ...]) -> dict[str, Any]:
         ct = cts[0]
-        dx, d_log_b, d_eps = plan_back(n * ct[..., :, None] * t)
-        d_t = n * unbroadcast(xp, matvec(xp, xp.matrix_transpose(p), ct), tuple(t.shape))
-        return grads(dx, d_eps, targets=d_t, target_weights=None if target_weights is None else d_log_b / b)
+        ct_a = inv_a * ct
+        dx, d_log_b, d_eps, d_a = plan_back(ct_a[..., :, None] * t, None if weights is None else -ct * out)
+        d_t = unbroadcast(xp, matvec(xp, xp.matrix_transpose(p), ct_a), tuple(t.shape))
+        return grads(dx, d_eps, targets=d_t, target_weights=None if target_weights is None else d_log_b / b, weights=d_a)
 
     return (out, err), pullback
 
@@ -238,7 +269,7 @@ def quantize_core(xp: Any, x: Any, opts: TransportOptions, *, num_levels: int) -
         ct_levels = n * vecmat(xp, ct, p) / b  # d out / d levels, pulled back
         # out_i = n sum_j P_ij levels_j with levels_j = sum_k P_kj x_k / b_j: P enters twice
         dp = n * ct[..., :, None] * levels[..., None, :] + x[..., :, None] * ct_levels[..., None, :]
-        dx, _, d_eps = plan_back(dp)
+        dx, _, d_eps, _ = plan_back(dp)
         return grads(dx + matvec(xp, p, ct_levels), d_eps)
 
     return (out, err), pullback
@@ -255,7 +286,7 @@ def topk_core(xp: Any, x: Any, opts: TransportOptions, *, k: int) -> Any:
 
     def pullback(cts: tuple[Any, ...]) -> dict[str, Any]:
         ct = cts[0]
-        dx, _, d_eps = plan_back(xp.stack([xp.zeros_like(ct), n * ct], axis=-1))
+        dx, _, d_eps, _ = plan_back(xp.stack([xp.zeros_like(ct), n * ct], axis=-1))
         return grads(dx, d_eps)
 
     return (n * p[..., 1], err), pullback
@@ -305,17 +336,36 @@ def check_1d(value: Any, name: str, length: int | None = None) -> None:
 
 
 def reported(kernel: Any, p: Prepared, opts: TransportOptions, params: dict[str, Any], where: str, info: bool, **readout: Any) -> Call:
-    """A Sinkhorn operator's call, read out by :class:`~.convergence.Reported`."""
-    return Call(kernel, p, opts, params, Reported(opts, where, info, lazy=p.adapter.lazy, **readout))
+    """A Sinkhorn operator's call, read out by :class:`~.convergence.Reported`; input-shaped ``weights`` are laid out as ``x``."""
+    along = ("weights",) if params.get("weights") is not None and params["weights"].ndim > 1 else ()
+    return Call(kernel, p, opts, params, Reported(opts, where, info, lazy=p.adapter.lazy, **readout), along=along)
+
+
+def input_weights(p: Prepared, arrays: dict[str, Any]) -> dict[str, Any]:
+    """``arrays`` with ``weights`` (shaped like x, or 1-D of length n) in the prepared layout and compute dtype."""
+    weights = arrays.get("weights")
+    if weights is None:
+        return arrays
+    xp = p.xp
+    if not xp.isdtype(weights.dtype, ("real floating", "integral")):
+        raise TypeError(f"weights must be a real array, got dtype {weights.dtype}")
+    if tuple(weights.shape) == p.shape and weights.ndim > 1:
+        weights = p.arrange(weights)
+    elif tuple(weights.shape) != (p.n,):
+        raise ValueError(f"weights must have the shape of x {p.shape} or ({p.n},), got {tuple(weights.shape)}")
+    return {**arrays, "weights": xp.astype(weights, p.x.dtype)}
 
 
 def bind_targets(kernel: Any, where: str, x: Any, axis: Any, options: dict[str, Any], descending: Any = None) -> Call:
     """``soft_cdf``, and ``soft_rank`` / ``soft_sort`` with ``method="sinkhorn"``: targets on a grid."""
     info = return_info(options)
-    opts, arrays = TransportOptions.parse(options, where, names=SOLVER_OPTIONS + ("num_targets",), arrays=("target_weights",))
+    opts, arrays = TransportOptions.parse(
+        options, where, names=SOLVER_OPTIONS + ("num_targets",), arrays=("target_weights", "weights")
+    )
     p = prepare(x, axis=axis, opts=opts, arrays=arrays)
     if "target_weights" in arrays:
         check_1d(arrays["target_weights"], "target_weights", opts.num_targets)
+    arrays = input_weights(p, arrays)
     params = dict(arrays) if descending is None else {**arrays, "descending": boolean(descending, "descending")}
     return reported(kernel, p, opts, params, where, info)
 
@@ -332,7 +382,7 @@ def bind_sort_or_rank(output: str, x: Any, axis: Any, descending: Any, options: 
 
 def _bind_topk(where: str, x: Any, axis: Any, descending: Any, topk: Any, options: dict[str, Any]) -> Call:
     k = positive_count(topk, "topk")
-    for name in ("num_targets", "target_weights"):
+    for name in ("num_targets", "target_weights", "weights"):
         if options.get(name) is not None:
             raise ValueError(f"{where}: topk fixes the targets (k values and one filler); do not pass {name} with it")
     info = return_info(options)

@@ -50,7 +50,7 @@ def cost_fns(xp: Any, power: float) -> tuple[Callable[[Any], Any], Callable[[Any
 def line_plan_vjp(
     xp: Any, s: Any, y: Any, log_a: Any, log_b: Any, opts: SolverOptions, *, power: float, exact: str
 ) -> tuple[Any, Any, Callable[[Any], tuple[Any, Any, Any]]]:
-    """The plan ``(..., n, m)`` between ``s`` (..., n) and ``y`` (m,), its marginal error, and the pullback ``dplan -> (ds, dlog_b, depsilon)``.
+    """The plan ``(..., n, m)`` between ``s`` (..., n) and ``y`` (m,), its marginal error, and the pullback ``dplan -> (ds, dlog_a, dlog_b, depsilon)``.
 
     ``log_a`` and ``log_b`` broadcast against the plan's batch (``depsilon``
     is None unless epsilon is an array).
@@ -74,9 +74,9 @@ def line_plan_vjp(
     else:
         (plan, err), res = fwd(xp, *arrays)
 
-    def pullback(dp: Any) -> tuple[Any, Any, Any]:
-        ds, _, _, d_log_b, _, _ = bwd(xp, (plan, s, y, log_a, log_b) if res is None else res, (dp,))
-        return ds, d_log_b, None
+    def pullback(dp: Any) -> tuple[Any, Any, Any, Any]:
+        ds, _, d_log_a, d_log_b, _, _ = bwd(xp, (plan, s, y, log_a, log_b) if res is None else res, (dp,))
+        return ds, d_log_a, d_log_b, None
 
     return plan, err, pullback
 
@@ -88,10 +88,10 @@ def _autodiff_cost(xp: Any, s: Any, y: Any, log_a: Any, log_b: Any, opts: Solver
     # neither stays alive through the solve (each is a whole (..., n, m) array).
     res, solve_back = solve_vjp(xp, h(y - s[..., :, None]), log_a, log_b, opts, exact=exact, init=init)
 
-    def pullback(dp: Any) -> tuple[Any, Any, Any]:
-        d_cost, _, d_log_b, d_eps = solve_back(dp)
+    def pullback(dp: Any) -> tuple[Any, Any, Any, Any]:
+        d_cost, d_log_a, d_log_b, d_eps = solve_back(dp)
         ds = -xp.sum(d_cost * h_slope(y - s[..., :, None]), axis=-1)
-        return unbroadcast(xp, ds, tuple(s.shape)), d_log_b, d_eps
+        return unbroadcast(xp, ds, tuple(s.shape)), d_log_a, d_log_b, d_eps
 
     return res.plan, res.error, pullback
 
