@@ -7,7 +7,9 @@ from typing import Any
 
 import array_api_compat
 
-from .._kernels.squash import SQUASHES, squash_vjp
+from .._kernels.squash import squash_vjp
+from .._kernels.transport import SOLVER_OPTIONS, TransportOptions, grid
+from .._solvers.line import cost_fns
 from .._lib._adapters import get_adapter
 from .._lib._compat import namespace, normalize_axis
 from ..permutations import neuralsort, softsort
@@ -174,19 +176,13 @@ def _log_matrix(xp: Any, s: Any, method: str, options: dict[str, Any]) -> Any:
     # (b = 1/n), descending: the grid is matched against -s. log P straight from the potentials,
     # log n + (f_i + g_j - C_ij) / epsilon: the log of a plan entry that underflows would put a 1/P cotangent on it,
     # which float32's implicit backward cannot absorb. f_i + g_j is exact under implicit differentiation.
-    options = dict(options)
-    squash, power = options.pop("squash", "sigmoid"), options.pop("power", 2.0)
-    if squash not in SQUASHES:
-        raise ValueError(f"squash must be one of {SQUASHES}, got {squash!r}")
-    options.setdefault("epsilon", 1e-2)
-    options.setdefault("implicit", True)  # as soft_rank: memory independent of the iterations, and faster
-    z, _ = squash_vjp(xp, -s, squash)
+    # Options, defaults, squash and cost are soft_rank's (one TransportOptions, one grid, one cost).
+    opts, _ = TransportOptions.parse(options, "losses.permutation_loss(method='sinkhorn')", names=SOLVER_OPTIONS)
+    z, _ = squash_vjp(xp, -s, opts.squash)
     n = s.shape[-1]
-    grid = xp.arange(n, dtype=s.dtype, device=array_api_compat.device(s)) / max(n - 1, 1)
-    cost = xp.abs(z[..., :, None] - grid) ** power
-    res = sinkhorn(cost, **options)
-    eps = options["epsilon"]
-    log_plan = (res.f[..., :, None] + res.g[..., None, :] - cost) / eps
+    cost = cost_fns(xp, opts.power)[0](grid(xp, n, s) - z[..., :, None])
+    res = sinkhorn(cost, epsilon=opts.epsilon, max_iter=opts.max_iter, tol=opts.tol, implicit=opts.implicit)
+    log_plan = (res.f[..., :, None] + res.g[..., None, :] - cost) / opts.epsilon
     return math.log(n) + xp.matrix_transpose(log_plan)
 
 
