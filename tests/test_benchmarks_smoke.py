@@ -107,3 +107,16 @@ def test_smoke_kernels_section_times_every_contender(smoke):
     rows = re.findall(r"^\| (\d+) \| 3 \|((?: \d+\.\d+ \|){6})$", text, flags=re.M)
     assert [p for p, _ in rows] == ["8", "40"], text
     assert re.search(r"^\| 200 \| \d+\.\d+ \| -?\d+\.\d+ \| 0 \|$", text, flags=re.M), text
+
+
+@pytest.mark.parametrize("script, args, rows", [
+    ("benchmarks.topk_sort", ["--batch", "2", "--n", "40", "--ks", "1", "5", "--repeats", "1"], 3),
+    ("benchmarks.quantile_levels", ["--batch", "2", "--n", "40", "--levels", "1", "4", "--repeats", "1"], 4),
+])
+def test_single_question_scripts_print_their_table(script, args, rows):
+    """The scripts behind docs/benchmarks-scripts.md at tiny sizes: a table with one timed row per case."""
+    pytest.importorskip("torch")
+    proc = subprocess.run([sys.executable, "-m", script, *args], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    timed = [line for line in proc.stdout.splitlines() if re.match(r"\| [\w=]+ \|.*\| [\d.]+x \|", line)]
+    assert len(timed) == rows, proc.stdout
