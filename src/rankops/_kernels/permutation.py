@@ -269,8 +269,15 @@ def bind_sort_or_rank(method: str, output: str, x: Any, axis: Any, descending: A
     p = prepare(x, axis=axis, opts=opts)
     # The streamed backward treats power as a constant: a learnable (array) power takes
     # the full matrix, whose gradient includes it.
-    kernel = dense_core if opts.block is None or is_array(opts.power) else stream_core
+    dense = opts.block is None or is_array(opts.power) or (opts.block == "auto" and _fits(p))
+    kernel = dense_core if dense else stream_core
     return Call(kernel, p, opts, {"method": method, "output": output, "descending": descending})
+
+
+def _fits(p: Any) -> bool:
+    """Whether ``block="auto"`` builds the whole (..., n, n) matrix: within the host's ``dense_matrix_bytes``."""
+    itemsize = p.xp.finfo(p.x.dtype).bits // 8
+    return math.prod(p.x.shape[:-1]) * p.n * p.n * itemsize <= p.adapter.dense_matrix_bytes
 
 
 def bind_matrix(method: str, s: Any, options: dict[str, Any], *, descending: Any, stochastic: Any, key: Any, n_samples: Any) -> Call:

@@ -48,6 +48,11 @@ class Generic:
     # Values exist only once computed, and cores run block by block in the chunks'
     # namespace (Dask): nothing may read values, and hyper-parameters must be numbers.
     lazy = False
+    # SoftSort / NeuralSort with block="auto": the largest (..., n, n) matrix (bytes, over the
+    # whole batch) built whole and differentiated by the host rather than streamed in row blocks.
+    # Streaming bounds memory; the whole matrix is faster only where the host's own backward of
+    # it beats recomputing the rows (torch; not XLA, which fuses the streamed blocks).
+    dense_matrix_bytes = 0
 
     # -- numerics ------------------------------------------------------------------------
 
