@@ -106,6 +106,10 @@ def _both(backend, name, axis, seed=0):
 @pytest.mark.parametrize("axis", AXES, ids=str)
 @pytest.mark.parametrize("name", CASES)
 def test_tuple_axis_equals_manual_flatten(backend, name, axis):
+    if backend.name in ("jax", "torch", "dask") and axis != AXES[-1]:
+        # the layout is one host-independent code path (prepare / Prepared), checked with every tuple on
+        # NumPy and array-api-strict; the compiling hosts take the general case only (JAX compiles per shape)
+        pytest.skip("one tuple (all three axes) per operator on this host")
     got, expected = _both(backend, name, axis)
     assert got.shape == expected.shape
     assert_allclose(got, expected, rtol=1e-9, atol=1e-9)
