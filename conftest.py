@@ -67,14 +67,23 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(f"RANKOPS_REQUIRE_BACKENDS names unusable backends: {missing}")
 
 
+# markers whose tests run only when ``-m`` names them (docs/testing.md), with the reason shown otherwise
+_OPT_IN = {
+    "scripts": "end-to-end script run: select with `pytest -m scripts` (docs/testing.md)",
+    "slow": "the 10^5-inputs property tier (hours of CPU): select with `pytest -m slow` (docs/testing.md)",
+}
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Script runs (marker ``scripts``) take minutes: they run when ``-m`` selects them, and are listed as skipped otherwise."""
-    if "scripts" in (config.getoption("markexpr") or ""):
-        return
-    skip = pytest.mark.skip(reason="end-to-end script run: select with `pytest -m scripts` (docs/testing.md)")
-    for item in items:
-        if "scripts" in item.keywords:
-            item.add_marker(skip)
+    """Script runs (``scripts``) take minutes and the large property tier (``slow``) hours: they run when ``-m`` selects them, and are listed as skipped otherwise."""
+    markexpr = config.getoption("markexpr") or ""
+    for marker, reason in _OPT_IN.items():
+        if marker in markexpr:
+            continue
+        skip = pytest.mark.skip(reason=reason)
+        for item in items:
+            if marker in item.keywords:
+                item.add_marker(skip)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:

@@ -85,7 +85,7 @@ class Example:
         return np.isfinite(rows).all(axis=-1)
 
 
-def _round(values: np.ndarray, dtype: str) -> np.ndarray:
+def rounded(values: np.ndarray, dtype: str) -> np.ndarray:
     """Values as they are in ``dtype`` (float64 holds every float16/bfloat16/float32 value)."""
     if dtype == "bfloat16":  # round to nearest even on the top 16 bits of float32
         bits = values.astype(np.float32).view(np.uint32).astype(np.uint64)
@@ -108,7 +108,7 @@ def examples(draw: st.DrawFn, dtypes: list[str], sizes: list[int] = SIZES, kinds
         return Example(x.reshape(batch + (n,)), dtype, ("integer",) * rows)
     row_kinds = tuple(draw(st.lists(st.sampled_from(kinds), min_size=rows, max_size=rows)))
     x = np.stack([row_values(k, n, dtype, rng) for k in row_kinds]) if rows else np.zeros((0, n))
-    return Example(_round(x, dtype).reshape(batch + (n,)), dtype, row_kinds)
+    return Example(rounded(x, dtype).reshape(batch + (n,)), dtype, row_kinds)
 
 
 # (backend, what) -> how many were tried; printed by conformance/conftest.py

@@ -83,7 +83,7 @@ class _Projection:
         if self.output == "sort":
             w = rho / self.strength
             y = w - s  # both fits hold w - s on one-entry blocks
-        if self.output == "rank" and self.regularization == "l2":
+        if self.output == "rank" and self.regularization == "l2":  # only the blocks of sol are used
             sol = isotonic.decreasing(xp, adapter, s - rho, xp.ones_like(s))
         elif self.output == "rank":
             sol = isotonic.decreasing(xp, adapter, s, xp.log(rho), "kl")
@@ -93,8 +93,8 @@ class _Projection:
             sol = isotonic.decreasing(xp, adapter, w, s, "kl")
         starts = isotonic.block_starts(xp, sol)
         if self.output == "rank":
-            direct = s - sol if self.regularization == "l2" else xp.exp(s - sol)
-            value = adapter.take(xp, xp.where(isotonic.singletons(xp, starts), rho, direct), inverse)
+            value = adapter.take(xp, xp.where(isotonic.singletons(xp, starts), rho, _pooled_ranks(xp, adapter, starts, s, rho,
+                                                                                                   self.regularization)), inverse)
         else:
             # (sol - y) is exactly 0 on one-entry blocks: the value is then s itself
             value = s - (sol - y) if self.descending else (sol - y) - s
@@ -117,6 +117,25 @@ class _Projection:
             return (adapter.take(xp, g, inverse) * (sign / self.strength),)
         # sort: d value / d s is the block average, and s = sort(-+x) undoes the sign
         return (adapter.take(xp, _block_average(xp, adapter, starts, s, ct, self.regularization), inverse),)
+
+
+def _pooled_ranks(xp: Any, adapter: Any, starts: Any, s: Any, rho: Any, regularization: str) -> Any:
+    """The rank projection on pooled blocks: ``mean_B(rho) + s - mean_B(s)`` (l2), ``sum_B(rho) softmax_B(s)`` (kl).
+
+    These equal ``s - iso(s - rho)`` and ``exp(s - iso_kl(s, log rho))``, but
+    are written on ``d = s - s_first`` (the block's largest entry): the direct
+    forms subtract two numbers of the size of ``x / strength``, which at 1e4 /
+    1e-4 in float32 leaves ranks off by several positions (a tied block is
+    exactly ``mean_B(rho)`` here).
+    """
+    d = s - isotonic.block_first(xp, adapter, starts, s)
+    shape = d if regularization == "l2" else xp.exp(d)
+    stacked = xp.stack([xp.ones_like(s), xp.broadcast_to(rho, s.shape), shape])
+    count, total_rho, total = (isotonic.block_sums(xp, adapter, starts, stacked)[i, ...]
+                               for i in range(3))
+    if regularization == "l2":
+        return total_rho / count + (d - total / count)
+    return total_rho * (shape / total)
 
 
 def _block_average(xp: Any, adapter: Any, starts: Any, s: Any, g: Any, regularization: str) -> Any:

@@ -30,8 +30,11 @@ def squash_vjp(xp: Any, x: Any, method: str | None) -> tuple[Any, Pullback]:
     # not depend on this scale, so its gradient is exactly 0: it is stopped for
     # autodiff too, whose scale**-2 terms would otherwise underflow to inf - inf
     # on subnormal rows.
+    adapter = get_adapter(xp)
     scale = xp.max(xp.abs(x), axis=-1, keepdims=True)
-    scale = get_adapter(xp).stop_gradient(xp, xp.where((scale > 0) & xp.isfinite(scale), scale, xp.ones_like(scale)))
+    # where arithmetic flushes subnormals, a subnormal row is a row of zeros: a constant row
+    least = xp.finfo(x.dtype).smallest_normal if adapter.flushes_subnormals else 0.0
+    scale = adapter.stop_gradient(xp, xp.where((scale > least) & xp.isfinite(scale), scale, xp.ones_like(scale)))
     z = x / scale
     if method == "minmax":
         y, minmax_back = _minmax_vjp(xp, z)

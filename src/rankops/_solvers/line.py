@@ -27,15 +27,12 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable
 
-import numpy as np
-from array_api_compat import device as _device
-
 from .._lib._adapters import get_adapter
 from .._lib._compat import is_array
 from .._lib._numerics import abs_power, abs_power_slope, matvec, unbroadcast
 from .implicit import dual_cotangents
 from .monotone import grid_potentials
-from .sinkhorn import DEFAULT_CHECK_EVERY, SolverOptions, fixed_point, solve_vjp
+from .sinkhorn import DEFAULT_CHECK_EVERY, SolverOptions, fixed_point, scaled_start, solve_vjp
 
 __all__ = ["line_plan_vjp", "cost_fns"]
 
@@ -65,7 +62,7 @@ def line_plan_vjp(
     # Python values only in the closures (jax.custom_vjp must not close over traced arrays)
     fwd = functools.partial(_forward, h=h, eps=eps, opts=opts, exact=exact)
     bwd = functools.partial(_backward, h_slope=h_slope, eps=eps, power=power, exact=exact, max_iter=opts.max_iter)
-    u0, v0 = _start(xp, s, y, log_a, log_b, init, eps)
+    u0, v0 = scaled_start(xp, init, eps, tuple(s.shape[:-1]), log_a, log_b, s)
     arrays = (s, y, log_a, log_b, u0, v0)
     adapter = get_adapter(xp)
     if adapter.autodiff:
@@ -94,14 +91,6 @@ def _autodiff_cost(xp: Any, s: Any, y: Any, log_a: Any, log_b: Any, opts: Solver
         return unbroadcast(xp, ds, tuple(s.shape)), d_log_a, d_log_b, d_eps
 
     return res.plan, res.error, pullback
-
-
-def _start(xp: Any, s: Any, y: Any, log_a: Any, log_b: Any, init: Any, eps: float) -> tuple[Any, Any]:
-    """Scaled starting potentials ``(f / epsilon, g / epsilon)`` shaped like the plan's rows and columns (zero: no warm start)."""
-    batch = np.broadcast_shapes(tuple(s.shape[:-1]), tuple(log_a.shape[:-1]), tuple(log_b.shape[:-1]))
-    if init is None:
-        return xp.zeros(batch + (s.shape[-1],), dtype=s.dtype, device=_device(s)), xp.zeros(batch + (y.shape[0],), dtype=s.dtype, device=_device(s))
-    return tuple(xp.broadcast_to(p / eps, batch + (p.shape[-1],)) for p in init)
 
 
 def _forward(xp: Any, s: Any, y: Any, log_a: Any, log_b: Any, u0: Any, v0: Any, *, h: Any, eps: float,

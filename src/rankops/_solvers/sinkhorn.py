@@ -45,12 +45,12 @@ import numpy as np
 from .._lib._adapters import get_adapter
 from .._lib._compat import is_array
 from .._lib._loops import freeze_rows
-from .._lib._numerics import finite_max, matvec, safe_divide, vecmat
+from .._lib._numerics import finite_max, matvec, vecmat
 from .._lib._options import Options, option
 from .._lib._validation import boolean, positive_count, positive_scalar, python_number
 from .implicit import fixed_point_vjp
 
-__all__ = ["SinkhornResult", "SolverOptions", "solve_vjp", "fixed_point", "log_weights", "DEFAULT_MAX_ITER", "DEFAULT_TOL", "DEFAULT_CHECK_EVERY"]
+__all__ = ["SinkhornResult", "SolverOptions", "solve_vjp", "fixed_point", "scaled_start", "log_weights", "DEFAULT_MAX_ITER", "DEFAULT_TOL", "DEFAULT_CHECK_EVERY"]
 
 DEFAULT_MAX_ITER = 2000
 DEFAULT_TOL = 1e-3
@@ -115,13 +115,7 @@ def solve_vjp(
     epsilon, max_iter, tol = opts.epsilon, opts.max_iter, opts.tol
     c = cost / epsilon
     del cost  # the scaled cost replaces it: one (..., n, m) array alive through the solve, not two
-    batch = np.broadcast_shapes(tuple(c.shape[:-2]), tuple(log_a.shape[:-1]), tuple(log_b.shape[:-1]))  # shapes only
-    if init is None:
-        device = array_api_compat.device(c)
-        u0 = xp.zeros(batch + (c.shape[-2],), dtype=c.dtype, device=device)
-        v0 = xp.zeros(batch + (c.shape[-1],), dtype=c.dtype, device=device)
-    else:
-        u0, v0 = (xp.broadcast_to(p / epsilon, batch + (size,)) for p, size in zip(init, c.shape[-2:]))
+    u0, v0 = scaled_start(xp, init, epsilon, tuple(c.shape[:-2]), log_a, log_b, c)
     fwd = functools.partial(fixed_point, max_iter=max_iter, tol=tol, check_every=check_every, exact=exact)
     bwd = functools.partial(fixed_point_vjp, exact=exact, max_iter=max_iter, cost_shape=tuple(c.shape))
     if opts.implicit:
@@ -149,6 +143,18 @@ def solve_vjp(
     return SinkhornResult(plan, u * epsilon, v * epsilon, n_iter, err, err <= tol), pullback
 
 
+def scaled_start(xp: Any, init: Any, epsilon: Any, batch: tuple[int, ...], log_a: Any, log_b: Any, like: Any) -> tuple[Any, Any]:
+    """Scaled starting potentials ``(f / epsilon, g / epsilon)`` over the broadcast batch of ``batch``, ``log_a`` and ``log_b``.
+
+    Zero without ``init``; ``like`` gives the dtype and device.
+    """
+    batch = np.broadcast_shapes(batch, tuple(log_a.shape[:-1]), tuple(log_b.shape[:-1]))  # shapes only
+    sizes = (log_a.shape[-1], log_b.shape[-1])
+    if init is None:
+        return tuple(xp.zeros(batch + (size,), dtype=like.dtype, device=array_api_compat.device(like)) for size in sizes)
+    return tuple(xp.broadcast_to(p / epsilon, batch + (size,)) for p, size in zip(init, sizes))
+
+
 def fixed_point(
     xp: Any, c: Any, log_a: Any, log_b: Any, u0: Any, v0: Any, *, max_iter: int, tol: float, check_every: int, exact: str
 ) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
@@ -171,8 +177,11 @@ def fixed_point(
     )
     plan = _plan(xp, c, u, v)
     if exact == "columns":
-        # the column update v <- log b - logsumexp_i(u_i - c_ij), applied to the plan it rescales
-        ratio = safe_divide(xp, xp.exp(log_b), xp.sum(plan, axis=-2))
+        # the column update v <- log b - logsumexp_i(u_i - c_ij), applied to the plan it rescales;
+        # the column sum is floored as in _block: unrolled autodiff of b / sum forms 1 / sum**2,
+        # which overflowed float32 on columns of mass 1e-20 (then 0 * inf = NaN)
+        col = xp.sum(plan, axis=-2)
+        ratio = xp.where(col > 0, xp.exp(log_b) / xp.maximum(col, xp.full_like(col, _tiny(xp, c))), xp.zeros_like(col))
         plan = plan * ratio[..., None, :]
         v = xp.where(ratio > 0, v + xp.log(xp.where(ratio > 0, ratio, xp.ones_like(ratio))), xp.full_like(v, -math.inf))
     # The error of the plan exactly as it is returned. The last update makes one side exact
@@ -212,7 +221,7 @@ def _block(xp: Any, ops: tuple[Any, Any, Any], state: tuple[Any, Any, Any], coun
     # A column or row of K that underflowed entirely gets a large, finite scaling, not inf.
     # The floor is the square root of the smallest normal: autodiff of b / z forms 1 / z**2,
     # which must stay finite (else 0 * inf = NaN where an empty filler column meets a zero cotangent).
-    tiny = math.sqrt(xp.finfo(c.dtype).smallest_normal)
+    tiny = _tiny(xp, c)
 
     def floor(z: Any) -> Any:
         return xp.maximum(z, xp.full_like(z, tiny))
@@ -233,6 +242,11 @@ def _block(xp: Any, ops: tuple[Any, Any, Any], state: tuple[Any, Any, Any], coun
     v = v + (log_b - xp.log(floor(col)))
     err = xp.sum(xp.abs(beta * vecmat(xp, alpha, kernel) - b), axis=-1) + xp.sum(xp.abs(alpha * row - a), axis=-1)
     return u, v, err[..., None]
+
+
+def _tiny(xp: Any, c: Any) -> float:
+    """The floor of a marginal sum that is divided by: autodiff of ``b / z`` forms ``1 / z**2``, which must stay finite."""
+    return math.sqrt(xp.finfo(c.dtype).smallest_normal)
 
 
 def _marginal_error(xp: Any, p: Any, log_a: Any, log_b: Any) -> Any:

@@ -53,6 +53,9 @@ class Generic:
     # Streaming bounds memory; the whole matrix is faster only where the host's own backward of
     # it beats recomputing the rows (torch; not XLA, which fuses the streamed blocks).
     dense_matrix_bytes = 0
+    # XLA on CPU flushes subnormal operands of arithmetic to zero but not of abs / max / compares,
+    # so a scale read off a subnormal row is positive and yet divides as 0 (0 / 0 = NaN).
+    flushes_subnormals = False
 
     # -- numerics ------------------------------------------------------------------------
 

@@ -31,6 +31,7 @@ def _jitted(fn: Any) -> Any:
 class Jax(Generic):
     name = "jax"
     autodiff = True
+    flushes_subnormals = True
 
     def softmax(self, xp: Any, z: Any, axis: int = -1) -> Any:
         return jax.nn.softmax(z, axis=axis)
