@@ -430,6 +430,7 @@ class Spec:
     sinkhorn: bool = False
     public: Callable[..., Any] | None = None  # the key of rankops._registry.OPERATORS it covers
     method: str = "sinkhorn"
+    rule: bool = True  # rankops.vjp has a rule for it (the losses: the host's autodiff only, conformance.losses)
 
 
 def _opts(**choices: list) -> st.SearchStrategy:

@@ -41,8 +41,11 @@ import rankops
 
 from . import oracle
 from .calls import Reference, array, as_rows, dtype_name, first, to_numpy, value_and_gradient
+from .losses import CORRELATIONS, LOSS_SPECS, check_loss_row, no_correlation
 from .operators import SPECS, Spec
 from .strategies import FLOAT_DTYPES, INT_DTYPES, TRIED, Example, examples
+
+ALL_SPECS = SPECS + LOSS_SPECS  # every registered operator and method, and the ready losses
 
 # examples per (operator, backend): eager JAX compiles each new shape / option set, Dask builds graphs
 EXAMPLES = {"numpy": 40, "array_api_strict": 10, "torch": 30, "jax": 8, "dask": 10, "cupy": 30}
@@ -73,6 +76,11 @@ def _eps(dtype: Any) -> float:
 
 
 # -- invariants -------------------------------------------------------------------------------
+
+
+# decisions under which a finite row may give NaN or +-inf anywhere in its own row (conformance.oracle,
+# conformance.losses.no_correlation)
+UNDETERMINED = ("cost-overflow", "beyond-precision", "no-correlation")
 
 
 def _decide(spec: Spec, p: dict, ex: Example, seen: np.ndarray, out_dtype: str) -> list[str | None]:
@@ -107,7 +115,9 @@ def _check_row(spec: Spec, p: dict, x: np.ndarray, out: np.ndarray, tol: float, 
     kind = spec.kind
     descending = p.get("descending", False)
     m = p.get("num_targets", n)
-    if kind == "rank":  # n * b_bar: [n / m, n] for m targets ([1, n] for m = n)
+    if kind.startswith("loss-"):
+        check_loss_row(kind, out, tol)
+    elif kind == "rank":  # n * b_bar: [n / m, n] for m targets ([1, n] for m = n)
         assert np.all(out >= n / m * (1 - tol) - tol) and np.all(out <= n * (1 + tol)), out
     elif kind == "cdf":
         assert np.all(out >= 1 / m * (1 - tol) - tol) and np.all(out <= 1 + tol), out
@@ -184,7 +194,7 @@ def _ties_equal(spec: Spec, p: dict, x: np.ndarray, out: np.ndarray, tol: float)
 def _expected_shape(spec: Spec, p: dict, shape: tuple[int, ...]) -> tuple[int, ...]:
     if spec.kind in ("matrix", "plan"):
         return shape + shape[-1:]
-    if spec.kind == "tau":
+    if spec.kind == "tau" or spec.kind.startswith("loss-"):
         return shape[:-1]
     if spec.kind == "quantile":
         levels = p["levels"]
@@ -228,8 +238,11 @@ def check_example(backend: Any, device: Any, spec: Spec, ex: Example, p: dict) -
     # the rows as the backend's arithmetic sees them (XLA on CPU flushes subnormals)
     seen = (before if ex.dtype in INT_DTYPES else to_numpy(backend, x * 1)).reshape(-1, ex.x.shape[-1])
     decided = _decide(spec, p, ex, seen, dtype_name(_expected_dtype(xp, x, device)))
-    # NumPy warns about inf - inf in NaN rows and in costs beyond the range or the precision
-    clean = bool(ex.finite_rows.all()) and not {"cost-overflow", "beyond-precision"} & set(decided)
+    if spec.kind in CORRELATIONS:  # a side whose ranks are all equal has no correlation: NaN, as in SciPy
+        flat = no_correlation(backend, x, spec, p)
+        decided = [d if d is None or not flat[i] else "no-correlation" for i, d in enumerate(decided)]
+    # NumPy warns about inf - inf in NaN rows, in costs beyond the range or the precision, and 0 / 0
+    clean = bool(ex.finite_rows.all()) and not set(UNDETERMINED) & set(decided)
     value, info, caught = _evaluate(spec, p, x, arr, info=spec.sinkhorn, finite=clean)
 
     # the contract: namespace, dtype, device, shape; the input untouched
@@ -276,7 +289,7 @@ def check_example(backend: Any, device: Any, spec: Spec, ex: Example, p: dict) -
             if decision == "cost-overflow":
                 continue
         if not np.all(np.isfinite(out[i])):
-            if decision == "beyond-precision":  # no plan is determined: +-inf or NaN admitted (counted above)
+            if decision in UNDETERMINED:  # no plan or no correlation: +-inf or NaN admitted (counted above)
                 continue
             _admit_overflow(backend, "value-overflow", out[i], [v[i] for v, _ in reference.references], dtype_name(value.dtype), (kind, ex.dtype, seen[i]))
             continue
@@ -319,10 +332,12 @@ def _check_gradient(
     backend: Any, device: Any, spec: Spec, p: dict, ex: Example, decided: list, clean: bool, reference: Reference, seen: np.ndarray
 ) -> None:
     _, g, dtype = value_and_gradient(backend, device, spec, p, ex.x, ex.dtype, quiet=not clean)
+    if g is None:  # a loss on a host without autodiff, or of an integer input: its value only
+        return
     for i, (kind, decision) in enumerate(zip(ex.kinds, decided)):
         if decision is None or decision == "cost-overflow":
             continue
-        if not np.all(np.isfinite(g[i])) and decision != "beyond-precision":
+        if not np.all(np.isfinite(g[i])) and decision not in UNDETERMINED:
             _admit_overflow(backend, "gradient-overflow", g[i], [g_[i] for _, g_ in reference.references], dtype, (kind, ex.dtype, seen[i]))
     TRIED[(backend.name, "gradients")] += 1
 
@@ -384,7 +399,7 @@ def _failure(backend: Any, spec: Spec, ex: Example, p: dict, error: BaseExceptio
     return record
 
 
-@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
+@pytest.mark.parametrize("spec", ALL_SPECS, ids=lambda s: s.name)
 def test_hostile_inputs(backend, device, spec):
     _run(backend, device, spec, max(1, round(EXAMPLES[backend.name] * SCALE)), bool(os.environ.get("RANKOPS_PROPERTY_EXPLORE")))
 
@@ -398,10 +413,10 @@ SLOW_SHARDS = 4
 
 @pytest.mark.slow
 @pytest.mark.parametrize("shard", range(SLOW_SHARDS))
-@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
+@pytest.mark.parametrize("spec", ALL_SPECS, ids=lambda s: s.name)
 def test_hostile_inputs_at_scale(backend, device, spec, shard):
     devices = 2 if backend.name == "array_api_strict" else 1
-    _run(backend, device, spec, -(-SLOW_INPUTS // (len(SPECS) * SLOW_SHARDS * devices)), explore=True, collect=True)
+    _run(backend, device, spec, -(-SLOW_INPUTS // (len(ALL_SPECS) * SLOW_SHARDS * devices)), explore=True, collect=True)
 
 
 # Replaying recorded failures (RANKOPS_PROPERTY_REPLAY=failures.jsonl, written by the large tier
@@ -409,7 +424,7 @@ def test_hostile_inputs_at_scale(backend, device, spec, shard):
 if os.environ.get("RANKOPS_PROPERTY_REPLAY"):
 
     def test_replay_recorded_failures(backend, device):
-        by_name = {spec.name: spec for spec in SPECS}
+        by_name = {spec.name: spec for spec in ALL_SPECS}
         with open(os.environ["RANKOPS_PROPERTY_REPLAY"]) as f:
             records = [r for r in map(json.loads, f) if r["backend"] == backend.name]
         if not records:

@@ -2,19 +2,50 @@
 
 from __future__ import annotations
 
+import functools
 import numbers
-from typing import Any
+from typing import Any, Callable
 
 import array_api_compat
 
 from .._lib._adapters import get_adapter
-from .._lib._compat import normalize_axis
+from .._lib._compat import default_float, is_array, normalize_axis
 
 DEFAULT_METHOD = "permutahedron"
 
 
 def _last(xp: Any, a: Any, axis: int) -> Any:
     return a if axis == a.ndim - 1 else xp.moveaxis(a, axis, -1)
+
+
+def _low_precision(a: Any) -> bool:
+    return is_array(a) and str(a.dtype).split(".")[-1] in ("float16", "bfloat16")
+
+
+def in_float32(loss: Callable[..., Any]) -> Callable[..., Any]:
+    """``loss`` with float16 / bfloat16 array arguments computed in float32 and its value cast back, as the operators do.
+
+    In 16 bits a loss's own arithmetic underflows: the centred soft ranks of
+    a row at 1e-3 square to below float16's smallest normal, and Pearson's
+    correlation turns into 0 / 0 (NaN gradients where float32 gives 0).
+    """
+
+    @functools.wraps(loss)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        low = [a for a in args if _low_precision(a)]
+        if not low:
+            return loss(*args, **kwargs)
+        xp = array_api_compat.array_namespace(*low)
+        out = xp.result_type(*[a.dtype for a in args if is_array(a) and xp.isdtype(a.dtype, "real floating")])
+        return xp.astype(loss(*[xp.astype(a, xp.float32) if _low_precision(a) else a for a in args], **kwargs), out)
+
+    return wrapper
+
+
+def floating(xp: Any, *arrays: Any) -> tuple[Any, ...]:
+    """The arrays with bool / integer ones promoted to the default real floating dtype of their device, as the operators do."""
+    return tuple(xp.astype(a, default_float(xp, array_api_compat.device(a))) if xp.isdtype(a.dtype, ("bool", "integral")) else a
+                 for a in arrays)
 
 
 def _same_shape(a: Any, b: Any, names: tuple[str, str]) -> None:

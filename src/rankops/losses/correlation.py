@@ -7,11 +7,12 @@ from typing import Any
 from .._lib._compat import namespace
 from ..kernels import soft_kendall_tau
 from ..sorting import soft_rank
-from ._common import DEFAULT_METHOD, _pearson, _rows_of, rankdata
+from ._common import DEFAULT_METHOD, _pearson, _rows_of, floating, in_float32, rankdata
 
 __all__ = ["spearman_loss", "soft_spearman", "kendall_loss"]
 
 
+@in_float32
 def spearman_loss(pred: Any, target: Any, /, *, axis: int = -1, method: str = DEFAULT_METHOD, **options: Any) -> Any:
     r"""``1 - corr(soft_rank(pred), rankdata(target))``: a differentiable Spearman loss per row.
 
@@ -47,11 +48,13 @@ def spearman_loss(pred: Any, target: Any, /, *, axis: int = -1, method: str = DE
     0.2
     """
     xp = namespace(pred, target, names=("pred", "target"))
+    pred, target = floating(xp, pred, target)
     _, p, t = _rows_of(xp, pred, target, axis, ("pred", "target"), "losses.spearman_loss")
     r = soft_rank(p, method=method, **options)
     return 1 - _pearson(xp, r, rankdata(xp, xp.astype(t, r.dtype)))
 
 
+@in_float32
 def soft_spearman(x: Any, y: Any, /, *, axis: int = -1, method: str = DEFAULT_METHOD, **options: Any) -> Any:
     r"""``corr(soft_rank(x), soft_rank(y))``: a soft Spearman correlation, differentiable in both arguments.
 
@@ -83,6 +86,7 @@ def soft_spearman(x: Any, y: Any, /, *, axis: int = -1, method: str = DEFAULT_ME
     0.8
     """
     xp = namespace(x, y, names=("x", "y"))
+    x, y = floating(xp, x, y)
     _, x, y = _rows_of(xp, x, y, axis, ("x", "y"), "losses.soft_spearman")
     return _pearson(xp, soft_rank(x, method=method, **options), soft_rank(y, method=method, **options))
 
@@ -91,6 +95,7 @@ def soft_spearman(x: Any, y: Any, /, *, axis: int = -1, method: str = DEFAULT_ME
 _SHARP = 40.0
 
 
+@in_float32
 def kendall_loss(pred: Any, target: Any, /, *, axis: int = -1, tau: float = 0.1) -> Any:
     r"""``1 - T(pred, target)``: the smooth Kendall tau of :func:`rankops.soft_kendall_tau` as a loss.
 
@@ -123,6 +128,7 @@ def kendall_loss(pred: Any, target: Any, /, *, axis: int = -1, tau: float = 0.1)
     0.333333
     """
     xp = namespace(pred, target, names=("pred", "target"))
+    pred, target = floating(xp, pred, target)
     _, p, t = _rows_of(xp, pred, target, axis, ("pred", "target"), "losses.kendall_loss")
     # the targets' pair signs through the same smooth sign: rank gaps (>= 1/2 unless tied) scaled so that tanh is exactly +-1
     sharp = rankdata(xp, xp.astype(t, p.dtype)) * (_SHARP * tau)

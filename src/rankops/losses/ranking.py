@@ -15,13 +15,14 @@ from .._lib._compat import namespace, normalize_axis
 from ..permutations import neuralsort, softsort
 from ..sinkhorn import sinkhorn
 from ..sorting import soft_rank
-from ._common import DEFAULT_METHOD, _last, _one_hot, _row_count, _rows_of, _same_shape
+from ._common import DEFAULT_METHOD, _last, _one_hot, _row_count, _rows_of, _same_shape, floating, in_float32
 
 __all__ = ["topk_loss", "ndcg_loss", "permutation_loss", "MATRIX_METHODS"]
 
 MATRIX_METHODS = ("neuralsort", "softsort", "sinkhorn")
 
 
+@in_float32
 def topk_loss(scores: Any, labels: Any, k: int, /, *, axis: int = -1, method: str = DEFAULT_METHOD, **options: Any) -> Any:
     r"""The top-k loss of Cuturi et al. (2019, paper 002): ``relu(n - k + 1 - soft_rank(scores)[label])``.
 
@@ -66,6 +67,7 @@ def topk_loss(scores: Any, labels: Any, k: int, /, *, axis: int = -1, method: st
     array([0., 2.])
     """
     xp = namespace(scores, labels, names=("scores", "labels"))
+    (scores,) = floating(xp, scores)
     axis = normalize_axis(axis, scores.ndim, where="losses.topk_loss")
     n = scores.shape[axis]
     k = _row_count(n, k)
@@ -84,6 +86,7 @@ def _descending(xp: Any, a: Any) -> Any:
     return xp.flip(xp.sort(a, axis=-1), axis=-1)
 
 
+@in_float32
 def ndcg_loss(scores: Any, relevance: Any, /, k: int | None = None, *, mask: Any = None, axis: int = -1,
               gain: str = "exp", method: str = DEFAULT_METHOD, **options: Any) -> Any:
     r"""``1 - NDCG@k`` with soft ranks in the discounts: a differentiable ranking loss for lists, ragged ones included.
@@ -138,6 +141,7 @@ def ndcg_loss(scores: Any, relevance: Any, /, k: int | None = None, *, mask: Any
     """
     arrays = (scores, relevance) if mask is None else (scores, relevance, mask)
     xp = namespace(*arrays, names=("scores", "relevance", "mask")[: len(arrays)])
+    (scores,) = floating(xp, scores)
     axis, s, rel = _rows_of(xp, scores, relevance, axis, ("scores", "relevance"), "losses.ndcg_loss")
     n = s.shape[-1]
     k = n if k is None else _row_count(n, k)
@@ -186,6 +190,7 @@ def _log_matrix(xp: Any, s: Any, method: str, options: dict[str, Any]) -> Any:
     return math.log(n) + xp.matrix_transpose(log_plan)
 
 
+@in_float32
 def permutation_loss(scores: Any, target: Any, /, *, axis: int = -1, method: str = "neuralsort", **options: Any) -> Any:
     r"""Cross-entropy between the relaxed permutation matrix of ``scores`` and the permutation that sorts ``target``.
 
@@ -231,6 +236,7 @@ def permutation_loss(scores: Any, target: Any, /, *, axis: int = -1, method: str
     True
     """
     xp = namespace(scores, target, names=("scores", "target"))
+    scores, target = floating(xp, scores, target)
     if method not in MATRIX_METHODS:
         raise ValueError(f"permutation_loss needs a relaxed permutation matrix: method must be one of {MATRIX_METHODS}, "
                          f"got {method!r} (spearman_loss works with every method)")

@@ -7,11 +7,12 @@ from typing import Any
 from .._lib._compat import namespace, normalize_axis
 from ..sorting import soft_sort
 from ..transport import soft_quantile
-from ._common import _last, _level, _same_shape
+from ._common import _last, _level, _same_shape, floating, in_float32
 
 __all__ = ["quantile_loss", "pinball_loss"]
 
 
+@in_float32
 def quantile_loss(pred: Any, target: Any, q: float, /, *, axis: int = -1, method: str = "sinkhorn", **options: Any) -> Any:
     r"""The soft q-quantile of the absolute residuals ``|target - pred|`` along ``axis``: a robust regression objective.
 
@@ -53,6 +54,7 @@ def quantile_loss(pred: Any, target: Any, q: float, /, *, axis: int = -1, method
     0.3
     """
     xp = namespace(pred, target, names=("pred", "target"))
+    pred, target = floating(xp, pred, target)
     _same_shape(pred, target, ("pred", "target"))
     q = _level(q)
     axis = normalize_axis(axis, pred.ndim, where="losses.quantile_loss")
@@ -67,6 +69,7 @@ def quantile_loss(pred: Any, target: Any, q: float, /, *, axis: int = -1, method
     return srt[..., i] if w == 0 else (1 - w) * srt[..., i] + w * srt[..., i + 1]
 
 
+@in_float32
 def pinball_loss(pred: Any, target: Any, q: float, /, *, axis: int = -1) -> Any:
     r"""The pinball (check) loss of quantile regression, ``mean(max(q r, (q - 1) r))``, ``r = target - pred``.
 
@@ -94,6 +97,7 @@ def pinball_loss(pred: Any, target: Any, q: float, /, *, axis: int = -1) -> Any:
     0.5
     """
     xp = namespace(pred, target, names=("pred", "target"))
+    pred, target = floating(xp, pred, target)
     _same_shape(pred, target, ("pred", "target"))
     q = _level(q)
     r = target - pred

@@ -34,7 +34,13 @@ class Jax(Generic):
     flushes_subnormals = True
 
     def softmax(self, xp: Any, z: Any, axis: int = -1) -> Any:
-        return jax.nn.softmax(z, axis=axis)
+        # XLA may compute z once for its maximum and again, differently rounded (a fused
+        # multiply-add in one place only), for the exponent: at logits of 1e32 (NeuralSort of a
+        # row at 1e29, tau 1e-3) the row's largest z - max came out as +2e25, exp gave inf and
+        # the row inf / inf = NaN. No entry lies above its maximum: z - max is clipped at 0.
+        d = z - jax.lax.stop_gradient(jnp.max(z, axis=axis, keepdims=True))
+        e = jnp.exp(jnp.where(d > 0, jnp.zeros_like(d), d))
+        return e / jnp.sum(e, axis=axis, keepdims=True)
 
     def logsumexp(self, xp: Any, z: Any, axis: int = -1) -> Any:
         return jax.nn.logsumexp(z, axis=axis)

@@ -1,0 +1,114 @@
+"""Property specs of the ready losses (``rankops.losses``), one per loss, for conformance/test_properties.py.
+
+The losses are not in ``rankops._registry`` (``rankops.vjp`` has no rule
+for them): their gradient is the host's own autodiff (torch, JAX), their
+value is checked on every backend. Each loss is one value per row, so the
+kinds below are checked against the documented range of that value. The
+second argument (targets, relevance, labels) is data built from x's shape
+only: the tied pattern 0, 1, 2, 0, ... of ``operators._partner``.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Callable
+
+import array_api_compat
+import numpy as np
+from hypothesis import strategies as st
+
+from rankops import losses
+
+from .operators import Spec, _opts, _partner
+
+STRENGTH = [1e-3, 1e-1, 1.0, 1e2]
+TAU = [1e-3, 0.1, 1.0, 100.0]
+LEVELS = [0.0, 0.1, 0.5, 0.9, 1.0]
+
+# kind -> [low, high] of the loss value (None: not bounded on that side)
+RANGES = {
+    "loss-spearman": (0.0, 2.0), "loss-soft_spearman": (-1.0, 1.0), "loss-kendall": (0.0, 2.0),
+    "loss-topk": (0.0, None), "loss-ndcg": (None, None), "loss-quantile": (0.0, None), "loss-pinball": (0.0, None),
+    "loss-permutation": (0.0, None),
+}
+# the losses whose value is a Pearson correlation of soft ranks: NaN where one side's ranks are all equal
+CORRELATIONS = ("loss-spearman", "loss-soft_spearman")
+
+
+def _labels(x: Any) -> Any:
+    """Label 0 for every row: an integer array of x's batch shape, in x's namespace and device."""
+    xp = array_api_compat.array_namespace(x)
+    return xp.zeros(tuple(x.shape[:-1]), dtype=xp.int64, device=array_api_compat.device(x))
+
+
+def _relevance(x: Any) -> Any:
+    partner = _partner(x)
+    xp = array_api_compat.array_namespace(partner)
+    return partner if xp.isdtype(partner.dtype, "real floating") else xp.astype(partner, xp.float64)
+
+
+def _spec(fun: Callable[..., Any], kind: str, params: Callable[[int], st.SearchStrategy], args: Callable[..., tuple]) -> Spec:
+    def call(x: Any, p: dict, arr: Callable) -> tuple:
+        p = dict(p)
+        return fun, args(x, p), p
+
+    return Spec(f"losses.{fun.__name__}", kind, params, call, rule=False)
+
+
+def _level(x: Any, p: dict) -> tuple:
+    return (_partner(x), p.pop("q"))
+
+
+def _topk(x: Any, p: dict) -> tuple:
+    return (_labels(x), min(p.pop("k"), x.shape[-1]))
+
+
+LOSS_SPECS = [
+    _spec(losses.spearman_loss, "loss-spearman", lambda n: _opts(strength=STRENGTH, regularization=["l2", "kl"]),
+          lambda x, p: (_partner(x),)),
+    _spec(losses.soft_spearman, "loss-soft_spearman", lambda n: _opts(strength=STRENGTH, regularization=["l2", "kl"]),
+          lambda x, p: (_partner(x),)),
+    _spec(losses.kendall_loss, "loss-kendall", lambda n: _opts(tau=TAU), lambda x, p: (_partner(x),)),
+    _spec(losses.topk_loss, "loss-topk", lambda n: _opts(k=[1, 2, n], strength=STRENGTH), _topk),
+    _spec(losses.ndcg_loss, "loss-ndcg", lambda n: _opts(strength=STRENGTH), lambda x, p: (_relevance(x),)),
+    _spec(losses.quantile_loss, "loss-quantile", lambda n: _opts(q=LEVELS, epsilon=[1e-3, 1e-2, 0.1, 1.0]), _level),
+    _spec(losses.pinball_loss, "loss-pinball", lambda n: _opts(q=LEVELS), _level),
+    _spec(losses.permutation_loss, "loss-permutation", lambda n: _opts(tau=TAU), lambda x, p: (_partner(x),)),
+]
+
+
+def check_loss_row(kind: str, out: np.ndarray, tol: float) -> None:
+    """The documented range of one finite row's loss value."""
+    low, high = RANGES[kind]
+    scale = max(1.0, float(np.max(np.abs(out))))
+    if low is not None:
+        assert np.all(out >= low - tol * scale), out
+    if high is not None:
+        assert np.all(out <= high + tol * scale), out
+
+
+def no_correlation(backend: Any, x: Any, spec: Spec, p: dict) -> np.ndarray:
+    """Per row of ``x`` (a backend array): whether one side of a correlation loss has all its ranks equal.
+
+    The oracle of the correlation losses' NaN (documented: "as in SciPy"):
+    the soft ranks of the same call, computed on the same backend, are all
+    equal within the row (an exactly tied row, or a strength that pools the
+    whole row), or the other side's are (its ranks: ``rankdata`` of the
+    targets for ``spearman_loss``, their soft ranks for ``soft_spearman``).
+    """
+    import rankops
+
+    from .calls import as_rows, to_numpy
+
+    batch = tuple(x.shape[:-1])
+    options = {k: v for k, v in p.items() if k in ("strength", "regularization")}
+    flat = np.zeros(int(np.prod(batch)), dtype=bool) | (x.shape[-1] == 1)  # one entry: nothing to correlate
+    if flat.size == 0:
+        return flat
+    sides = [x, _partner(x)] if spec.kind == "loss-soft_spearman" else [x]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # NumPy's inf - inf in non-finite rows (not decided here)
+        for side in sides:  # read back in here: Dask computes then
+            ranks = as_rows(to_numpy(backend, rankops.soft_rank(side, method="permutahedron", **options)), batch)
+            flat |= np.ptp(ranks, axis=-1) == 0
+    return flat
