@@ -33,17 +33,34 @@ class Jax(Generic):
     autodiff = True
     flushes_subnormals = True
 
+    # XLA may compute z once for the row's maximum and again, rounded differently (a fused
+    # multiply-add in one place only), where the maximum is subtracted: at logits of 1e32
+    # (NeuralSort of a row at 1e29, tau 1e-3) the largest z - max came out as +2e25 (exp: inf,
+    # the row inf / inf) or as -1e26 (every exp 0, the row 0 / 0). No entry lies above the
+    # maximum, so z - max is clipped at 0; a row whose every term then underflows is the
+    # saturated one-hot (softmax) or the maximum itself (logsumexp), as in exact arithmetic.
+
+    def _shifted(self, z: Any, axis: int) -> tuple[Any, Any, Any]:
+        """``(m, exp(z - m) clipped at 1, whether the row's maximum is finite)``; m is 0 where it is not."""
+        top = jax.lax.stop_gradient(jnp.max(z, axis=axis, keepdims=True))
+        finite = jnp.isfinite(top)
+        m = jnp.where(finite, top, jnp.zeros_like(top))  # all -inf, or +inf: no shift (log 0 = -inf; inf)
+        d = z - m
+        return m, jnp.exp(jnp.where(finite & (d > 0), jnp.zeros_like(d), d)), finite
+
     def softmax(self, xp: Any, z: Any, axis: int = -1) -> Any:
-        # XLA may compute z once for its maximum and again, differently rounded (a fused
-        # multiply-add in one place only), for the exponent: at logits of 1e32 (NeuralSort of a
-        # row at 1e29, tau 1e-3) the row's largest z - max came out as +2e25, exp gave inf and
-        # the row inf / inf = NaN. No entry lies above its maximum: z - max is clipped at 0.
-        d = z - jax.lax.stop_gradient(jnp.max(z, axis=axis, keepdims=True))
-        e = jnp.exp(jnp.where(d > 0, jnp.zeros_like(d), d))
-        return e / jnp.sum(e, axis=axis, keepdims=True)
+        m, e, finite = self._shifted(z, axis)
+        total = jnp.sum(e, axis=axis, keepdims=True)
+        lost = finite & (total == 0)
+        first = jnp.argmax(z, axis=axis, keepdims=True)
+        hard = jnp.astype(jax.lax.broadcasted_iota(jnp.int32, z.shape, axis % z.ndim) == first, z.dtype)
+        return jnp.where(lost, hard, e / jnp.where(lost, jnp.ones_like(total), total))
 
     def logsumexp(self, xp: Any, z: Any, axis: int = -1) -> Any:
-        return jax.nn.logsumexp(z, axis=axis)
+        m, e, finite = self._shifted(z, axis)
+        total = jnp.sum(e, axis=axis, keepdims=True)
+        total = jnp.where(finite & (total == 0), jnp.ones_like(total), total)
+        return jnp.squeeze(m + jnp.log(total), axis=axis)
 
     def stop_gradient(self, xp: Any, x: Any) -> Any:
         return jax.lax.stop_gradient(x)
