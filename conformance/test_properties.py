@@ -302,7 +302,7 @@ def check_example(backend: Any, device: Any, spec: Spec, ex: Example, p: dict) -
         if spec.sinkhorn:
             # exp(-C / epsilon) is known to a relative eps * C / epsilon only (conformance.oracle):
             # at C / epsilon = 1e9 (squash=None, integers of 1e6, epsilon 1e-3) that is 2e-7 in float64
-            slack += _eps(compute) * oracle.scaled_cost(p, seen[i], spec.name == "sinkhorn", dtype_name(value.dtype)) * ex.x.shape[-1]
+            slack += _eps(compute) * oracle.scaled_cost(p, seen[i].astype(np.float64), spec.name == "sinkhorn", dtype_name(value.dtype)) * ex.x.shape[-1]
         _check_row(spec, p, seen[i].astype(np.float64), _shaped(spec, p, out[i], ex.x.shape[-1]), slack,
                    None if converged is None else converged[i], floor)
         if kind == "ties" or ex.dtype in INT_DTYPES:
