@@ -162,3 +162,41 @@ def test_gradient_of_1e30_row_is_not_nan_in_float32(backend, case, request):
     # the float64 reference: finite and far inside float32's range, so NaN is never the answer
     assert np.all(np.isfinite(ref)) and np.abs(ref).max() < 1e-3 * np.finfo(np.float32).max
     assert not np.any(np.isnan(dx))
+
+
+# The losses computed float16 rows in float16: soft ranks 1.5 -+ 0.0001 centred and squared
+# underflow float16, and Pearson's correlation turned into 0 / 0 (NaN gradients where float32's
+# are 0). They now compute in float32 and cast the value back, like the operators; bool and
+# integer inputs (which crashed spearman_loss, kendall_loss and the regression losses) are
+# promoted. Found by the property suite's losses (torch, Dask; RANKOPS_PROPERTY_EXPLORE).
+def test_losses_compute_float16_in_float32_and_promote_bool(backend):
+    from rankops import losses
+
+    row = np.array([[0.00012577, -0.00013208, 0.0004], [1.0, 0.0, 1.0]])
+    target = np.array([[0.0, 1.0, 2.0], [2.0, 1.0, 0.0]])
+    for loss, args in [(losses.spearman_loss, (target,)), (losses.soft_spearman, (target,)), (losses.kendall_loss, (target,)),
+                       (losses.quantile_loss, (target, 0.5)), (losses.pinball_loss, (target, 0.5)),
+                       (losses.permutation_loss, (target,)), (losses.ndcg_loss, (target,))]:
+        wide = [backend.asarray(a.astype(np.float32)) if isinstance(a, np.ndarray) else a for a in args]
+        expected = backend.to_numpy(loss(backend.asarray(row.astype(np.float16).astype(np.float32)), *wide))
+        if backend.name != "array_api_strict":  # the standard has no float16
+            low = loss(backend.asarray(row.astype(np.float16)), *[backend.asarray(a.astype(np.float16)) if isinstance(a, np.ndarray)
+                                                                 else a for a in args])
+            assert str(low.dtype).endswith("float16"), loss.__name__
+            assert_allclose(backend.to_numpy(low).astype(np.float64), expected.astype(np.float16), rtol=0, atol=0, err_msg=loss.__name__)
+        as_bool = backend.to_numpy(loss(backend.asarray(row[1:] > 0.5), *[w[1:, ...] if not isinstance(w, float) else w for w in wide]))
+        assert_allclose(as_bool, backend.to_numpy(loss(backend.asarray(row[1:].astype(np.float32)), *[w[1:, ...] if not isinstance(w, float)
+                                                                                                     else w for w in wide])),
+                        rtol=1e-6, err_msg=loss.__name__)
+
+
+def test_spearman_loss_float16_gradient_is_finite():
+    torch = pytest.importorskip("torch")
+    from rankops import losses
+
+    grads = {}
+    for dtype in (torch.float16, torch.float32):
+        x = torch.tensor([0.00012577, -0.00013208], dtype=dtype, requires_grad=True)
+        (grads[dtype],) = torch.autograd.grad(losses.spearman_loss(x, torch.tensor([0.0, 1.0], dtype=dtype)), x)
+    assert torch.all(torch.isfinite(grads[torch.float16]))
+    assert_allclose(grads[torch.float16].double().numpy(), grads[torch.float32].double().numpy(), atol=1e-3)

@@ -5,7 +5,9 @@ every backend that method runs on (Dask included), under the caller's
 autodiff (torch autograd, ``jax.grad`` / ``jit`` / ``vmap``). The default
 method of the rank-based losses is ``"permutahedron"`` (Blondel et al.
 2020): O(n log n), no iterations, and the relaxation those authors trained
-Spearman objectives with.
+Spearman objectives with. As with the operators, float16 and bfloat16
+inputs are computed in float32 and the value cast back, and bool / integer
+inputs are promoted to the default floating dtype.
 
 =====================  ==============================================================  ==================
 loss                   value per row                                                   methods
