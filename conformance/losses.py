@@ -17,8 +17,10 @@ import array_api_compat
 import numpy as np
 from hypothesis import strategies as st
 
+import rankops
 from rankops import losses
 
+from .calls import as_rows, to_numpy
 from .operators import Spec, _opts, _partner
 
 STRENGTH = [1e-3, 1e-1, 1.0, 1e2]
@@ -39,12 +41,6 @@ def _labels(x: Any) -> Any:
     """Label 0 for every row: an integer array of x's batch shape, in x's namespace and device."""
     xp = array_api_compat.array_namespace(x)
     return xp.zeros(tuple(x.shape[:-1]), dtype=xp.int64, device=array_api_compat.device(x))
-
-
-def _relevance(x: Any) -> Any:
-    partner = _partner(x)
-    xp = array_api_compat.array_namespace(partner)
-    return partner if xp.isdtype(partner.dtype, "real floating") else xp.astype(partner, xp.float64)
 
 
 def _spec(fun: Callable[..., Any], kind: str, params: Callable[[int], st.SearchStrategy], args: Callable[..., tuple]) -> Spec:
@@ -70,7 +66,7 @@ LOSS_SPECS = [
           lambda x, p: (_partner(x),)),
     _spec(losses.kendall_loss, "loss-kendall", lambda n: _opts(tau=TAU), lambda x, p: (_partner(x),)),
     _spec(losses.topk_loss, "loss-topk", lambda n: _opts(k=[1, 2, n], strength=STRENGTH), _topk),
-    _spec(losses.ndcg_loss, "loss-ndcg", lambda n: _opts(strength=STRENGTH), lambda x, p: (_relevance(x),)),
+    _spec(losses.ndcg_loss, "loss-ndcg", lambda n: _opts(strength=STRENGTH), lambda x, p: (_partner(x),)),  # 0, 1, 2: graded, >= 0
     _spec(losses.quantile_loss, "loss-quantile", lambda n: _opts(q=LEVELS, epsilon=[1e-3, 1e-2, 0.1, 1.0]), _level),
     _spec(losses.pinball_loss, "loss-pinball", lambda n: _opts(q=LEVELS), _level),
     _spec(losses.permutation_loss, "loss-permutation", lambda n: _opts(tau=TAU), lambda x, p: (_partner(x),)),
@@ -96,10 +92,6 @@ def no_correlation(backend: Any, x: Any, spec: Spec, p: dict) -> np.ndarray:
     whole row), or the other side's are (its ranks: ``rankdata`` of the
     targets for ``spearman_loss``, their soft ranks for ``soft_spearman``).
     """
-    import rankops
-
-    from .calls import as_rows, to_numpy
-
     batch = tuple(x.shape[:-1])
     options = {k: v for k, v in p.items() if k in ("strength", "regularization")}
     flat = np.zeros(int(np.prod(batch)), dtype=bool) | (x.shape[-1] == 1)  # one entry: nothing to correlate

@@ -92,10 +92,11 @@ def _decide(spec: Spec, p: dict, ex: Example, seen: np.ndarray, out_dtype: str) 
     rows = np.asarray(ex.x, dtype=np.float64).reshape(-1, ex.x.shape[-1])
     decided = []
     for kind, row, as_seen in zip(ex.kinds, rows, seen):
+        cost = oracle.cost_decision(p, row, spec.name == "sinkhorn", out_dtype) if spec.sinkhorn and kind != "nonfinite" else ""
         if kind == "nonfinite":
             decided.append(None)
-        elif spec.sinkhorn and oracle.cost_decision(p, row, spec.name == "sinkhorn", out_dtype):
-            decided.append(oracle.cost_decision(p, row, spec.name == "sinkhorn", out_dtype))
+        elif cost:
+            decided.append(cost)
         elif not np.array_equal(row, as_seen):
             decided.append("subnormals-flushed")
         else:
@@ -270,9 +271,10 @@ def check_example(backend: Any, device: Any, spec: Spec, ex: Example, p: dict) -
 
     converged = None
     if info is not None:
-        converged = as_rows(to_numpy(backend, info[0]), batch).all(axis=-1)
+        converged_entries = as_rows(to_numpy(backend, info[0]), batch)
+        converged = converged_entries.all(axis=-1)
         error = as_rows(to_numpy(backend, info[1]), batch)
-        stopped_early = bool(np.any(~as_rows(to_numpy(backend, info[0]), batch) & ~np.isnan(error)))  # NaN: a data problem
+        stopped_early = bool(np.any(~converged_entries & ~np.isnan(error)))  # NaN: a data problem
         if spec.name == "sinkhorn" or backend.name == "dask":
             # the solver's result carries converged itself; lazy values are not read
             assert not caught

@@ -110,8 +110,9 @@ def test_unrolled_gradient_of_1e30_rows_in_float32(backend, case, request):
 # NeuralSort of rows at 1e29 - 1e30 in float32 on JAX gave NaN: its logits reach 1e32, and XLA
 # computed them once for the row's maximum and again, rounded differently (a fused multiply-add
 # in one place only), for the exponent, so the largest z - max came out as +2e25 and the softmax
-# inf / inf. The JAX adapter's softmax now clips z - max at 0. Found exploring with XLA's
-# optimisations off (this suite's setting, conftest.py); the float64 NumPy call is the reference.
+# inf / inf. This happens with XLA's optimisations off (this suite's setting, conftest.py), where
+# the JAX adapter's softmax and logsumexp now clip z - max at 0 (the default compilation keeps
+# jax.nn's, which are right there). Found exploring; the float64 NumPy call is the reference.
 @pytest.mark.parametrize("fun, row, options", [
     (rankops.soft_rank, [-7.42e29, 8.02e29, -9.16e29, 9.04e29, -9.89e29], dict(method="neuralsort", tau=100.0, block=1)),
     (rankops.neuralsort, [-1.00000002e30, -1.0, 0.0], dict(tau=0.1, descending=True)),
