@@ -78,7 +78,13 @@ def quantile_core(xp: Any, x: Any, opts: TransportOptions, *, q: Any, weights: A
 
 
 def _levels_core(xp: Any, x: Any, opts: TransportOptions, levels: Any, weights: Any) -> Any:
-    """Each level's middle sorted value ``x . P[:, 1] / sum(P[:, 1])`` (the middle column sums to its weight)."""
+    """Each level's middle sorted value ``x . Q[:, 1] / sum(Q[:, 1])``, ``Q = P diag(1 / b)`` (its columns sum to 1).
+
+    Reading the plan divided by its column weights keeps the plan's
+    cotangent at ``x``'s size: the middle weight of level 0 or 1 is as small
+    as ``MIN_FILLER`` times the filler, and ``x / b_1`` of a float32 row
+    at 1e30 overflows.
+    """
     y = xp.asarray([0.0, 0.5, 1.0], dtype=x.dtype, device=_device(x))
     b, weights_back = _level_weights(xp, levels[:, None], opts.filler, opts.centered)  # (L, 3)
     # an empty side block (a level below the filler's half-width) gets a tiny weight that keeps log finite
@@ -86,7 +92,7 @@ def _levels_core(xp: Any, x: Any, opts: TransportOptions, levels: Any, weights: 
     log_b = xp.log(xp.maximum(b, xp.full_like(b, floor)))
     xl = x[..., None, :]
     wl = None if weights is None else weights[..., None, :]
-    p, err, plan_back = plan_vjp(xp, xl, y, log_b, opts, exact="columns", weights=wl)  # (..., L, n, 3)
+    p, err, plan_back = plan_vjp(xp, xl, y, log_b, opts, exact="columns", weights=wl, per_target=True)  # (..., L, n, 3)
     valid = (levels >= 0) & (levels <= 1)  # levels are data: out of range -> NaN, no check
     # an invalid level's middle weight is negative, floored: its column may hold no mass at all
     mass = xp.where(valid, xp.sum(p[..., 1], axis=-1), xp.ones_like(p[..., 0, 1]))  # (..., L)

@@ -15,16 +15,29 @@ from typing import Any, Callable
 
 from .._lib._adapters import get_adapter
 
-__all__ = ["SQUASHES", "squash_vjp"]
+__all__ = ["SQUASHES", "squash_vjp", "squash_parts"]
 
 SQUASHES = ("sigmoid", "arctan", "minmax", None)
 Pullback = Callable[..., Any]
 
 
 def squash_vjp(xp: Any, x: Any, method: str | None) -> tuple[Any, Pullback]:
-    """:func:`squash` and its pullback ``d(squashed) -> dx``."""
+    """The squashed row and its pullback ``d(squashed) -> dx``."""
+    y, unit_back, scale = squash_parts(xp, x, method)
+    return y, lambda dy: unit_back(dy) / scale
+
+
+def squash_parts(xp: Any, x: Any, method: str | None) -> tuple[Any, Pullback, Any]:
+    """``(g(x), unit pullback, scale)``, the pullback being ``dx = unit_pullback(dy) / scale``.
+
+    ``scale`` (..., 1) is the row's largest magnitude (1 without a squash).
+    The division comes last and is the caller's to place: a cotangent
+    ``dy`` beyond the dtype's range can still give a finite ``dx``, and
+    the transport's backward applies ``scale`` together with its own
+    normalization (:mod:`rankops._solvers.line`).
+    """
     if method is None:
-        return x, lambda dy: dy
+        return x, lambda dy: dy, 1.0
     # Dividing by the largest magnitude first keeps the squares below in range
     # for rows at 1e30 (and above subnormals for rows at 1e-30). The result does
     # not depend on this scale, so its gradient is exactly 0: it is stopped for
@@ -38,7 +51,7 @@ def squash_vjp(xp: Any, x: Any, method: str | None) -> tuple[Any, Pullback]:
     z = x / scale
     if method == "minmax":
         y, minmax_back = _minmax_vjp(xp, z)
-        return y, lambda dy: minmax_back(dy) / scale
+        return y, minmax_back, scale
     z = z - xp.mean(z, axis=-1, keepdims=True)  # exactly 0 on a constant row (all entries are +-1 now)
     var = xp.mean(z * z, axis=-1, keepdims=True)
     spread = var > 0
@@ -52,9 +65,9 @@ def squash_vjp(xp: Any, x: Any, method: str | None) -> tuple[Any, Pullback]:
         # standardization (a layer norm): remove the components along 1 and along z
         dz = dz - xp.where(spread, z * xp.mean(dz * z, axis=-1, keepdims=True), xp.zeros_like(dz))
         dz = dz / sigma
-        return (dz - xp.mean(dz, axis=-1, keepdims=True)) / scale
+        return dz - xp.mean(dz, axis=-1, keepdims=True)
 
-    return y, pullback
+    return y, pullback, scale
 
 
 def _minmax_vjp(xp: Any, x: Any) -> tuple[Any, Pullback]:

@@ -28,6 +28,7 @@ torch and JAX differentiate the value itself.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Any
 
@@ -41,7 +42,7 @@ from .._lib._validation import boolean, choice, optional_count, positive_count, 
 from .._solvers.line import line_plan_vjp
 from .._solvers.sinkhorn import SolverOptions, log_weights, solve_vjp
 from .convergence import Reported
-from .squash import SQUASHES, squash_vjp
+from .squash import SQUASHES, squash_parts
 
 __all__ = [
     "TransportOptions", "DEFAULT_EPSILON", "grid", "target_measure", "topk_weights", "cdf_core", "rank_core", "sort_core", "quantile_normalize_core", "topk_core",
@@ -90,7 +91,8 @@ def input_measure(xp: Any, x: Any, weights: Any) -> tuple[Any, Any]:
 
 
 def plan_vjp(
-    xp: Any, x: Any, y: Any, log_b: Any, opts: TransportOptions, exact: str = "rows", weights: Any = None
+    xp: Any, x: Any, y: Any, log_b: Any, opts: TransportOptions, exact: str = "rows", weights: Any = None,
+    per_target: bool = False,
 ) -> tuple[Any, Any, Any]:
     """Entropic plan (..., n, m) between the squashed rows of ``x`` (weights ``a``: :func:`input_measure`) and targets ``y``.
 
@@ -98,13 +100,16 @@ def plan_vjp(
     pullback ``(dplan, dlog_a=None) -> (dx, dlog_b, depsilon, dweights)``
     (``depsilon`` None unless epsilon is an array, ``dweights`` None
     without weights; ``dlog_a`` is what the readout adds on ``log a``).
+    ``per_target=True``: the plan with each column divided by its weight
+    (:func:`rankops._solvers.line.line_plan_vjp`).
     """
-    s, squash_back = squash_vjp(xp, x, opts.squash)
     _, log_a = input_measure(xp, x, weights)
-    plan, err, line_back = line_plan_vjp(xp, s, y, log_a, log_b, opts, power=opts.power, exact=exact)
+    lift = functools.partial(squash_parts, method=opts.squash)
+    plan, err, line_back = line_plan_vjp(xp, x, y, log_a, log_b, opts, power=opts.power, exact=exact, lift=lift,
+                                         per_target=per_target)
 
     def pullback(dp: Any, d_log_a: Any = None) -> tuple[Any, Any, Any, Any]:
-        ds, d_log_a_plan, d_log_b, d_eps = line_back(dp)
+        dx, d_log_a_plan, d_log_b, d_eps = line_back(dp)
         d_w = None
         if weights is not None:
             g = d_log_a_plan if d_log_a is None else d_log_a_plan + d_log_a
@@ -113,7 +118,7 @@ def plan_vjp(
             total = xp.sum(w, axis=-1, keepdims=True)
             d_w = unbroadcast(xp, (safe_divide(xp, g, w) * total - xp.sum(g, axis=-1, keepdims=True)) / total,
                               tuple(weights.shape))
-        return squash_back(ds), d_log_b, d_eps, d_w
+        return dx, d_log_b, d_eps, d_w
 
     return plan, err, pullback
 

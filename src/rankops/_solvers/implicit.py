@@ -50,8 +50,14 @@ def _mT(xp: Any, a: Any) -> Any:
 
 
 def _safe_inverse(xp: Any, d: Any) -> Any:
-    """``1 / d`` where ``d > 0``, else 0: an empty row or column has no potential to move."""
-    return safe_divide(xp, 1.0, d)
+    """``1 / d`` where ``d`` is at least the smallest normal number, else 0: an empty row or column has no potential to move.
+
+    A mass below the normal range counts as empty: its inverse is beyond the
+    dtype's range (float32 columns of 1e-40 after three iterations of a
+    near-hard plan gave inf, then NaN), and XLA on CPU flushes it to 0 anyway.
+    """
+    normal = d >= xp.finfo(d.dtype).smallest_normal
+    return xp.where(normal, 1.0 / xp.where(normal, d, xp.ones_like(d)), xp.zeros_like(d))
 
 
 def _cg_tolerance(xp: Any, dtype: Any) -> float:

@@ -34,7 +34,10 @@ from .implicit import dual_cotangents
 from .monotone import grid_potentials
 from .sinkhorn import DEFAULT_CHECK_EVERY, SolverOptions, fixed_point, scaled_start, solve_vjp
 
-__all__ = ["line_plan_vjp", "cost_fns"]
+__all__ = ["line_plan_vjp", "cost_fns", "Lift"]
+
+# the map of the rows onto the line: ``lift(xp, x) -> (s, unit_pullback, scale)``, ``dx = unit_pullback(ds) / scale``
+Lift = Callable[[Any, Any], tuple[Any, Callable[[Any], Any], Any]]
 
 
 def cost_fns(xp: Any, power: float) -> tuple[Callable[[Any], Any], Callable[[Any], Any]]:
@@ -45,25 +48,46 @@ def cost_fns(xp: Any, power: float) -> tuple[Callable[[Any], Any], Callable[[Any
 
 
 def line_plan_vjp(
-    xp: Any, s: Any, y: Any, log_a: Any, log_b: Any, opts: SolverOptions, *, power: float, exact: str
-) -> tuple[Any, Any, Callable[[Any], tuple[Any, Any, Any]]]:
-    """The plan ``(..., n, m)`` between ``s`` (..., n) and ``y`` (m,), its marginal error, and the pullback ``dplan -> (ds, dlog_a, dlog_b, depsilon)``.
+    xp: Any, x: Any, y: Any, log_a: Any, log_b: Any, opts: SolverOptions, *, power: float, exact: str, lift: Lift,
+    per_target: bool = False,
+) -> tuple[Any, Any, Callable[[Any], tuple[Any, Any, Any, Any]]]:
+    """The plan ``(..., n, m)`` between ``s = lift(x)`` (..., n) and ``y`` (m,), its marginal error, and the pullback ``dplan -> (dx, dlog_a, dlog_b, depsilon)``.
 
+    ``lift(xp, x)`` maps the rows onto the line (the squash) and returns
+    ``(s, unit_pullback, scale)`` with ``dx = unit_pullback(ds) / scale``.
     ``log_a`` and ``log_b`` broadcast against the plan's batch (``depsilon``
-    is None unless epsilon is an array).
+    is None unless epsilon is an array). ``per_target=True`` returns
+    ``Q = P diag(1 / b)`` instead, whose columns sum to 1 (with
+    ``exact="columns"``): a readout that averages ``x`` over a column of
+    small weight ``b_j`` (a quantile at level 0) then passes the plan a
+    cotangent of ``x``'s size, where ``P``'s would be ``x / b_j``
+    (1e30 / 1e-8 overflows float32).
     """
     h, h_slope = cost_fns(xp, power)
     # Warm start at the exact unregularised potentials; they solve that problem only for a convex cost.
-    warm = power >= 1.0 and s.shape[-1] > 1 and y.shape[0] > 1
-    init = grid_potentials(xp, s, log_a, log_b, h) if warm else None
+    warm = power >= 1.0 and x.shape[-1] > 1 and y.shape[0] > 1
     if not opts.implicit or is_array(opts.epsilon):
-        return _autodiff_cost(xp, s, y, log_a, log_b, opts, h, h_slope, exact, init)
-    eps = opts.epsilon
+        s, unit_back, scale = lift(xp, x)
+        init = grid_potentials(xp, s, log_a, log_b, h) if warm else None
+        plan, err, cost_back = _autodiff_cost(xp, s, y, log_a, log_b, opts, h, h_slope, exact, init)
+        inv_b = xp.exp(-log_b)[..., None, :] if per_target else None
+
+        def unrolled_back(dp: Any) -> tuple[Any, Any, Any, Any]:
+            if per_target:  # Q = P / b
+                extra = -xp.sum(dp * plan * inv_b, axis=-2)
+                dp = dp * inv_b
+            ds, d_log_a, d_log_b, d_eps = cost_back(dp)
+            if per_target:
+                d_log_b = d_log_b + unbroadcast(xp, extra, tuple(log_b.shape))
+            return unit_back(ds) / scale, d_log_a, d_log_b, d_eps
+
+        return (plan * inv_b if per_target else plan), err, unrolled_back
     # Python values only in the closures (jax.custom_vjp must not close over traced arrays)
-    fwd = functools.partial(_forward, h=h, eps=eps, opts=opts, exact=exact)
-    bwd = functools.partial(_backward, h_slope=h_slope, eps=eps, power=power, exact=exact, max_iter=opts.max_iter)
-    u0, v0 = scaled_start(xp, init, eps, tuple(s.shape[:-1]), log_a, log_b, s)
-    arrays = (s, y, log_a, log_b, u0, v0)
+    fwd = functools.partial(_forward, h=h, eps=opts.epsilon, opts=opts, exact=exact, lift=lift, warm=warm,
+                            per_target=per_target)
+    bwd = functools.partial(_backward, h_slope=h_slope, eps=opts.epsilon, power=power, exact=exact, max_iter=opts.max_iter,
+                            lift=lift, per_target=per_target)
+    arrays = (x, y, log_a, log_b)
     adapter = get_adapter(xp)
     if adapter.autodiff:
         plan, err = adapter.custom_vjp(xp, fwd, bwd, arrays, n_diff=1)
@@ -72,8 +96,8 @@ def line_plan_vjp(
         (plan, err), res = fwd(xp, *arrays)
 
     def pullback(dp: Any) -> tuple[Any, Any, Any, Any]:
-        ds, _, d_log_a, d_log_b, _, _ = bwd(xp, (plan, s, y, log_a, log_b) if res is None else res, (dp,))
-        return ds, d_log_a, d_log_b, None
+        dx, _, d_log_a, d_log_b = bwd(xp, (plan, *arrays) if res is None else res, (dp,))
+        return dx, d_log_a, d_log_b, None
 
     return plan, err, pullback
 
@@ -93,41 +117,79 @@ def _autodiff_cost(xp: Any, s: Any, y: Any, log_a: Any, log_b: Any, opts: Solver
     return res.plan, res.error, pullback
 
 
-def _forward(xp: Any, s: Any, y: Any, log_a: Any, log_b: Any, u0: Any, v0: Any, *, h: Any, eps: float,
-             opts: SolverOptions, exact: str) -> tuple[tuple[Any, Any], tuple[Any, ...]]:
+def _forward(xp: Any, x: Any, y: Any, log_a: Any, log_b: Any, *, h: Any, eps: float, opts: SolverOptions, exact: str,
+             lift: Lift, warm: bool, per_target: bool) -> tuple[tuple[Any, Any], tuple[Any, ...]]:
     """``((plan, error), residuals)``; the scaled cost lives only inside this call."""
+    s = lift(xp, x)[0]
+    init = grid_potentials(xp, s, log_a, log_b, h) if warm else None
+    u0, v0 = scaled_start(xp, init, eps, tuple(s.shape[:-1]), log_a, log_b, s)
     (plan, _, _, err, _), _ = fixed_point(
         xp, h(y - s[..., :, None]) / eps, log_a, log_b, u0, v0, max_iter=opts.max_iter, tol=opts.tol,
         check_every=DEFAULT_CHECK_EVERY, exact=exact,
     )
-    return (plan, err), (plan, s, y, log_a, log_b)
+    out = plan * xp.exp(-log_b)[..., None, :] if per_target else plan
+    return (out, err), (plan, x, y, log_a, log_b)
 
 
 def _backward(xp: Any, res: tuple[Any, ...], cts: tuple[Any, ...], *, h_slope: Any, eps: float, power: float,
-              exact: str, max_iter: int) -> tuple[Any, ...]:
-    """Cotangents of ``(s, y, log_a, log_b, u0, v0)`` from the plan's.
+              exact: str, max_iter: int, lift: Lift, per_target: bool) -> tuple[Any, ...]:
+    """Cotangents of ``(x, y, log_a, log_b)`` from the plan's (``Q``'s, ``per_target``); the targets are constants here.
 
-    The targets are constants here, and the start's cotangents are zero:
-    the fixed point does not depend on where the iterations began.
+    The backward is linear in the plan's cotangent, so it runs on that
+    cotangent divided by its largest magnitude per row, ``k``, and ``dx``
+    takes the factor ``k / scale`` last. A row at 1e30 brings a cotangent
+    of 1e30 (the readout multiplies by the entries) and a squashed
+    position's slope can be ``1e15 / epsilon``: their product is beyond
+    float32's range although ``dx``, divided by the row's scale, is not.
+    The division is applied to the sums of ``G o P`` (vectors), not to
+    the ``(n, m)`` cotangent, except where slopes multiply it.
     """
-    p, s, y, log_a, log_b = res
+    p, x, y, log_a, log_b = res
     ct = cts[0]
     if ct is None:  # torch: the plan was not used
-        return (xp.zeros_like(s), None, None, None, None, None)
-    gp = ct * p
-    r, c_sum = xp.sum(gp, axis=-1), xp.sum(gp, axis=-2)
+        return (xp.zeros_like(x), None, None, None)
+    s, unit_back, scale = lift(xp, x)
+    k = _row_magnitude(xp, ct, tuple(s.shape[:-1]))
+    k_rows = k[..., 0]  # (..., 1): divides the sums below
+    # G o P with G the plan's cotangent: for Q = P / b, G = ct / b and G o P = ct o Q, bounded by ct
+    inv_b = xp.exp(-log_b)[..., None, :] if per_target else None
+    gp = ct * (p * inv_b if per_target else p)
+    r, c_sum = xp.sum(gp, axis=-1) / k_rows, xp.sum(gp, axis=-2) / k_rows
     alpha, beta, a, b = dual_cotangents(xp, p, r, c_sum, log_a, log_b, exact=exact, max_iter=max_iter)
     sb = xp.broadcast_to(s, r.shape)
     if power == 2.0:
         # sum_j W_ij (y_j - s_i), from products with P and G o P (module docstring)
-        w_y = alpha * matvec(xp, p, y) + matvec(xp, p, beta * y) - matvec(xp, gp, y)
+        w_y = alpha * matvec(xp, p, y) + matvec(xp, p, beta * y) - matvec(xp, gp, y) / k_rows
         w_1 = alpha * xp.sum(p, axis=-1) + matvec(xp, p, beta) - r
         ds = -(2.0 / eps) * (w_y - sb * w_1)
     else:
         del gp
         ph = p * h_slope(y - sb[..., :, None])
-        ds = -(1.0 / eps) * (alpha * xp.sum(ph, axis=-1) + matvec(xp, ph, beta) - xp.sum(ct * ph, axis=-1))
+        # sum_j (G o P)_ij h'_ij / k; the slopes (1e15 near a target at power 0.5) need the division first
+        g_slope = xp.sum((ct / k) * (ph * inv_b if per_target else ph), axis=-1)
+        ds = -(1.0 / eps) * (alpha * xp.sum(ph, axis=-1) + matvec(xp, ph, beta) - g_slope)
+    k = xp.reshape(k_rows, tuple(s.shape[:-1]) + (1,))  # per row of x
+    # k / scale alone can pass the range (a row of subnormals has scale 1e-44): a k below 1
+    # multiplies before the division by the scale, a larger one after it
+    one = xp.ones_like(k)
+    dx = unit_back(unbroadcast(xp, ds, tuple(s.shape))) * xp.where(k < 1, k, one) / scale * xp.where(k < 1, one, k)
+    d_log_b = beta * b - c_sum if per_target else beta * b  # Q = P exp(-log b): dlog b gains -sum_i ct o Q
     return (
-        unbroadcast(xp, ds, tuple(s.shape)), xp.zeros_like(y), unbroadcast(xp, alpha * a, tuple(log_a.shape)),
-        unbroadcast(xp, beta * b, tuple(log_b.shape)), xp.zeros_like(r), xp.zeros_like(c_sum),
+        dx, xp.zeros_like(y), unbroadcast(xp, alpha * a * k, tuple(log_a.shape)), unbroadcast(xp, d_log_b * k, tuple(log_b.shape)),
     )
+
+
+def _row_magnitude(xp: Any, ct: Any, batch: tuple[int, ...]) -> Any:
+    """The largest ``|ct|`` per row of ``x`` (batch ``batch``), shaped to divide ``ct``: 1 where it is 0 or not finite.
+
+    The maximum runs over the (n, m) axes and over those the plan's batch
+    adds to the row's by broadcasting, so one factor serves the row.
+    """
+    # max and -min: no |ct| array to form
+    k = xp.maximum(xp.max(ct, axis=(-2, -1), keepdims=True), -xp.min(ct, axis=(-2, -1), keepdims=True))
+    lead = k.ndim - 2 - len(batch)
+    axes = tuple(range(lead)) + tuple(lead + i for i, size in enumerate(batch) if size == 1 and k.shape[lead + i] != 1)
+    if axes:
+        k = xp.max(k, axis=axes, keepdims=True)
+    # below the normal range a division could flush to zero; such a cotangent needs no normalizing
+    return xp.where((k >= xp.finfo(ct.dtype).smallest_normal) & xp.isfinite(k), k, xp.ones_like(k))
