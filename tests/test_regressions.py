@@ -148,18 +148,10 @@ _RANGE_EDGES = {  # name: (function, row, args, options, compared with the float
     # +-1e10 (torch, JAX) where the converged float64 answer is 0.18. Finite is all float32
     # can promise here (docs/reliability.md, "Powers below 1").
     "soft_sort": (rankops.soft_sort, [1.0, 1.0, 1.00025555e30, 0.0, 1.0], (), dict(epsilon=1e-3, tol=1e-3), False),
-    # The other edge: a row of float32 subnormals has the scale 1.1e-44, and the first version
-    # of that fix applied (magnitude / scale) as one factor, 1 / 1.1e-44, beyond float32's range:
-    # NaN where the division by the scale had been finite. Found replaying the large tier's
-    # records on torch and array-api-strict. Subnormals keep 3-4 significant bits: the
-    # quantile's value (-9e-45) rounds to 0 and the quantization's to 4e-45 where float64 has
-    # -1.8e-45, and the cotangents formed from them are as coarse, so their gradients are
-    # finite but not the float64 ones (the same rows times 1e44 in float32 give those to 1e-6).
-    # The sort's cotangent is the caller's, and its gradient agrees with float64.
     # The quantiles at levels 0 and 1 read a middle column of weight 1e-8 (MIN_FILLER times the
     # filler): the plan's cotangent was x / 1e-8, 1e38 for a row at 1e30 (NaN on torch, an
-    # overflow in NumPy's rule). It now reads the plan divided
-    # by its column weights (rankops._kernels.quantile). Found by the large tier on Dask.
+    # overflow in NumPy's rule). It now reads the plan divided by its column weights
+    # (rankops._kernels.quantile). Found by the large tier on Dask.
     "soft_quantile-level-0": (rankops.soft_quantile, [-9.948939657325964e29, 4.498977014238749e29, 1.0, -3.0], ([0.0, 0.25, 1.0],),
                               dict(squash="arctan", power=1, epsilon=0.1, filler=0.01, tol=1e-6), True),
     # Three iterations of a near-hard plan (epsilon 1e-3) leave float32 columns holding 1e-40:
@@ -168,6 +160,14 @@ _RANGE_EDGES = {  # name: (function, row, args, options, compared with the float
     # converged, so only finiteness is asked. Found by the large tier on NumPy.
     "soft_quantile-empty-column": (rankops.soft_quantile, [-1.0, 1e-30, -1e-30, -1.0000000150474662e30, -1e-30], (0.0,),
                                    dict(squash="arctan", epsilon=1e-3, filler=0.5, max_iter=3, tol=1e-6), False),
+    # The other edge: a row of float32 subnormals has the scale 1.1e-44, and the first version
+    # of the 1e30 fix applied (magnitude / scale) as one factor, 1 / 1.1e-44, beyond float32's range:
+    # NaN where the division by the scale had been finite. Found replaying the large tier's
+    # records on torch and array-api-strict. Subnormals keep 3-4 significant bits: the
+    # quantile's value (-9e-45) rounds to 0 and the quantization's to 4e-45 where float64 has
+    # -1.8e-45, and the cotangents formed from them are as coarse, so their gradients are
+    # finite but not the float64 ones (the same rows times 1e44 in float32 give those to 1e-6).
+    # The sort's cotangent is the caller's, and its gradient agrees with float64.
     "soft_quantize-subnormal": (rankops.soft_quantize, _SUBNORMAL, (7,), dict(epsilon=1.0, tol=1e-6), False),
     "soft_sort-subnormal": (rankops.soft_sort, _SUBNORMAL, (), dict(epsilon=0.01, tol=1e-6), True),
     "soft_quantile-subnormal": (rankops.soft_quantile, _SUBNORMAL, (0.25,), dict(epsilon=0.1, tol=1e-6), False),

@@ -56,8 +56,7 @@ def _safe_inverse(xp: Any, d: Any) -> Any:
     dtype's range (float32 columns of 1e-40 after three iterations of a
     near-hard plan gave inf, then NaN), and XLA on CPU flushes it to 0 anyway.
     """
-    normal = d >= xp.finfo(d.dtype).smallest_normal
-    return xp.where(normal, 1.0 / xp.where(normal, d, xp.ones_like(d)), xp.zeros_like(d))
+    return safe_divide(xp, 1.0, xp.where(d >= xp.finfo(d.dtype).smallest_normal, d, xp.zeros_like(d)))
 
 
 def _cg_tolerance(xp: Any, dtype: Any) -> float:

@@ -70,18 +70,19 @@ def line_plan_vjp(
         s, unit_back, scale = lift(xp, x)
         init = grid_potentials(xp, s, log_a, log_b, h) if warm else None
         plan, err, cost_back = _autodiff_cost(xp, s, y, log_a, log_b, opts, h, h_slope, exact, init)
-        inv_b = xp.exp(-log_b)[..., None, :] if per_target else None
+        inv_b = _inverse_weights(xp, log_b) if per_target else None
+        out = plan * inv_b if per_target else plan
 
         def unrolled_back(dp: Any) -> tuple[Any, Any, Any, Any]:
-            if per_target:  # Q = P / b
-                extra = -xp.sum(dp * plan * inv_b, axis=-2)
+            if per_target:  # Q = P / b: dP = dQ / b, and dlog b gains -sum_i dQ o Q
+                extra = -xp.sum(dp * out, axis=-2)
                 dp = dp * inv_b
             ds, d_log_a, d_log_b, d_eps = cost_back(dp)
             if per_target:
                 d_log_b = d_log_b + unbroadcast(xp, extra, tuple(log_b.shape))
             return unit_back(ds) / scale, d_log_a, d_log_b, d_eps
 
-        return (plan * inv_b if per_target else plan), err, unrolled_back
+        return out, err, unrolled_back
     # Python values only in the closures (jax.custom_vjp must not close over traced arrays)
     fwd = functools.partial(_forward, h=h, eps=opts.epsilon, opts=opts, exact=exact, lift=lift, warm=warm,
                             per_target=per_target)
@@ -127,7 +128,7 @@ def _forward(xp: Any, x: Any, y: Any, log_a: Any, log_b: Any, *, h: Any, eps: fl
         xp, h(y - s[..., :, None]) / eps, log_a, log_b, u0, v0, max_iter=opts.max_iter, tol=opts.tol,
         check_every=DEFAULT_CHECK_EVERY, exact=exact,
     )
-    out = plan * xp.exp(-log_b)[..., None, :] if per_target else plan
+    out = plan * _inverse_weights(xp, log_b) if per_target else plan
     return (out, err), (plan, x, y, log_a, log_b)
 
 
@@ -152,7 +153,7 @@ def _backward(xp: Any, res: tuple[Any, ...], cts: tuple[Any, ...], *, h_slope: A
     k = _row_magnitude(xp, ct, tuple(s.shape[:-1]))
     k_rows = k[..., 0]  # (..., 1): divides the sums below
     # G o P with G the plan's cotangent: for Q = P / b, G = ct / b and G o P = ct o Q, bounded by ct
-    inv_b = xp.exp(-log_b)[..., None, :] if per_target else None
+    inv_b = _inverse_weights(xp, log_b) if per_target else None
     gp = ct * (p * inv_b if per_target else p)
     r, c_sum = xp.sum(gp, axis=-1) / k_rows, xp.sum(gp, axis=-2) / k_rows
     alpha, beta, a, b = dual_cotangents(xp, p, r, c_sum, log_a, log_b, exact=exact, max_iter=max_iter)
@@ -177,6 +178,11 @@ def _backward(xp: Any, res: tuple[Any, ...], cts: tuple[Any, ...], *, h_slope: A
     return (
         dx, xp.zeros_like(y), unbroadcast(xp, alpha * a * k, tuple(log_a.shape)), unbroadcast(xp, d_log_b * k, tuple(log_b.shape)),
     )
+
+
+def _inverse_weights(xp: Any, log_b: Any) -> Any:
+    """``1 / b`` shaped to divide the plan's columns (``per_target``)."""
+    return xp.exp(-log_b)[..., None, :]
 
 
 def _row_magnitude(xp: Any, ct: Any, batch: tuple[int, ...]) -> Any:
