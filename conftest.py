@@ -1,8 +1,9 @@
 """Backend selection shared by tests/ and conformance/.
 
 ``pytest --backend torch --backend jax`` restricts the run; by default every
-known backend is collected and the ones not usable here (not installed, or
-CuPy without a GPU) are skipped with the reason. Set
+usable backend is collected, and the ones not usable here (not installed, or
+CuPy without a GPU) are reported once each, as a skip that gives the reason
+(``conformance/test_backends.py``). Set
 ``RANKOPS_REQUIRE_BACKENDS=numpy,torch,...`` (CI does) to turn such a skip
 into a failure, so that a missing install can never pass silently.
 """
@@ -10,24 +11,60 @@ into a failure, so that a missing install can never pass silently.
 from __future__ import annotations
 
 import os
+import re
 import sys
+from typing import Any
 
 import pytest
 
-from rankops._lib._backends import BACKENDS, device_label, get_backend
+from rankops._lib._backends import (
+    BACKENDS, MAPPINGS_BETWEEN_GROUPS, MAPPINGS_WITHIN_A_GROUP, device_label, get_backend, release_compiled_programs,
+)
 
-try:  # float64 JAX arrays for finite differences; must precede any JAX work
-    import jax
+# The test suite's XLA compilation (docs/testing.md). Compiling, not running, is most of a JAX
+# test's time: thousands of small programs, each run on a few numbers. JAX's
+# `jax_disable_most_optimizations` skips XLA's optimisation passes, and XLA's CPU code generator
+# without its newer fusion emitters compiles the rest 2.3x faster (twelve soft-rank / quantile /
+# permutahedron / isotonic / LapSum / top-k programs and their gradients: 8.8 s -> 3.9 s on
+# jaxlib 0.10.2). XLA aborts on a flag it does not know: the emitter flag is given from jaxlib
+# 0.10 on, where it was checked.
+_TEST_XLA_FLAGS_FROM_0_10 = ("--xla_cpu_use_fusion_emitters=false",)
 
+
+def _start_jax_for_tests(jax: Any) -> None:
+    """x64 (float64 for finite differences), and the test-time compilation, set before JAX's backend starts.
+
+    XLA reads ``XLA_FLAGS`` once, when the backend starts: the flags are set
+    for that moment only, so subprocesses (the demo, the benchmark smoke run)
+    keep JAX's default compilation; flags the caller set come last and win.
+    ``RANKOPS_JAX_OPTIMIZE=1`` runs the suite under JAX's default, optimised
+    compilation instead (.ci/run's second step).
+    """
     jax.config.update("jax_enable_x64", True)
-    # Compile time dominates JAX tests on tiny arrays; XLA's optimisation passes cost a
-    # fifth of it. Values are compared with tolerances, and the benchmark smoke test and
-    # the demo run rankops under JAX's default (optimised) compilation in subprocesses;
-    # RANKOPS_JAX_OPTIMIZE=1 runs the whole suite optimised.
-    if not os.environ.get("RANKOPS_JAX_OPTIMIZE"):
-        jax.config.update("jax_disable_most_optimizations", True)
+    if os.environ.get("RANKOPS_JAX_OPTIMIZE"):
+        return
+    jax.config.update("jax_disable_most_optimizations", True)
+    import jaxlib
+
+    if tuple(int(p) for p in re.findall(r"\d+", jaxlib.__version__)[:2]) < (0, 10):
+        return
+    before = os.environ.get("XLA_FLAGS")
+    os.environ["XLA_FLAGS"] = " ".join((*_TEST_XLA_FLAGS_FROM_0_10, before or ""))
+    try:
+        jax.devices()
+    finally:
+        if before is None:
+            del os.environ["XLA_FLAGS"]
+        else:
+            os.environ["XLA_FLAGS"] = before
+
+
+try:
+    import jax
 except ImportError:
     pass
+else:
+    _start_jax_for_tests(jax)
 
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
@@ -56,6 +93,11 @@ def _selected(config: pytest.Config) -> list:
     return [get_backend(n) for n in names] if names else list(BACKENDS)
 
 
+def _named(config: pytest.Config) -> set[str]:
+    """Backends the caller asked for by name (``--backend``, ``RANKOPS_REQUIRE_BACKENDS``)."""
+    return set(config.getoption("--backend") or ()) | _required()
+
+
 def _required() -> set[str]:
     return {n.strip() for n in os.environ.get("RANKOPS_REQUIRE_BACKENDS", "").split(",") if n.strip()}
 
@@ -67,30 +109,76 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(f"RANKOPS_REQUIRE_BACKENDS names unusable backends: {missing}")
 
 
-# markers whose tests run only when ``-m`` names them (docs/testing.md), with the reason shown otherwise
-_OPT_IN = {
-    "scripts": "end-to-end script run: select with `pytest -m scripts` (docs/testing.md)",
-    "slow": "the 10^5-inputs property tier (hours of CPU): select with `pytest -m slow` (docs/testing.md)",
-}
+# markers whose tests run only when ``-m`` names them (docs/testing.md)
+_OPT_IN = ("scripts", "slow", "exhaustive")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Script runs (``scripts``) take minutes and the large property tier (``slow``) hours: they run when ``-m`` selects them, and are listed as skipped otherwise."""
+    """The opt-in tiers run when ``-m`` names them and are otherwise deselected (counted as such in pytest's summary).
+
+    ``scripts``: whole example and benchmark scripts (minutes); ``slow``: the
+    property suite's large tier (hours); ``exhaustive``: conformance's option
+    variants through every check on JAX (conformance/conftest.py).
+    """
     markexpr = config.getoption("markexpr") or ""
-    for marker, reason in _OPT_IN.items():
-        if marker in markexpr:
-            continue
-        skip = pytest.mark.skip(reason=reason)
-        for item in items:
-            if marker in item.keywords:
-                item.add_marker(skip)
+    opted_out = [m for m in _OPT_IN if m not in markexpr]
+    kept, dropped = [], []
+    for item in items:
+        (dropped if any(m in item.keywords for m in opted_out) else kept).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
+
+
+# the parameter ids that name a backend's device, a dtype or a shard, not what a test is about
+_NOT_A_SUBJECT = re.compile(r"jax|cpu:\d+|cuda:\d+|float\d+|\d+")
+
+
+def jax_scope(nodeid: str) -> str | None:
+    """``jax::<operator>`` for a conformance test on JAX, ``jax::<module>`` for another test on JAX, else None.
+
+    Read from the node id alone (``path::name[ids]``), as pytest-xdist's
+    controller, which schedules the tests, sees them.
+    """
+    path, _, rest = nodeid.partition("::")
+    name, _, ids = rest.partition("[")
+    tokens = ids[:-1].split("-") if ids.endswith("]") else []
+    if "jax" not in tokens and "jax" not in name.lower():
+        return None
+    if not path.startswith("conformance/"):
+        return f"jax::{path}"
+    return "jax::" + "-".join(t for t in tokens if not _NOT_A_SUBJECT.fullmatch(t))
+
+
+try:
+    from xdist.scheduler import LoadScopeScheduling
+except ImportError:  # pytest-xdist not installed: one process, nothing to schedule
+    pass
+else:
+
+    class _JaxScopes(LoadScopeScheduling):
+        """pytest-xdist's ``load`` schedule, with the tests of one operator on JAX (one module, outside conformance/) sent to one worker.
+
+        JAX compiles every new function, shape and option set, and compiling is
+        most of a JAX test's time: on one worker, the second test to need a
+        compiled function finds it in that worker's cache. Every other test is a
+        unit of its own, as under ``load``. (pytest-xdist's ``--dist loadgroup``
+        would do this with marks, but it renames node ids in a way pytest 9.2
+        no longer reads.)
+        """
+
+        def _split_scope(self, nodeid: str) -> str:
+            return jax_scope(nodeid) or nodeid
+
+    def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+        return _JaxScopes(config, log) if config.getvalue("dist") == "load" else None
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
     lines = []
     for b in _selected(config):
         reason = b.unavailable_reason()
-        lines.append(f"rankops backend {b.name}: " + (f"{b.version}" if reason is None else f"skipped ({reason})"))
+        lines.append(f"rankops backend {b.name}: " + (f"{b.version}" if reason is None else f"not usable here ({reason})"))
     return lines
 
 
@@ -106,20 +194,25 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Parametrise a backend fixture (and ``device`` jointly, when asked for).
 
     ``backend`` runs on every selected backend, ``autodiff_backend`` on those
-    with autodiff (torch, JAX), ``jax_backend`` on JAX alone. Selected but
-    unusable backends stay in the list as skips that give the reason.
+    with autodiff (torch, JAX), ``jax_backend`` on JAX alone. A backend not
+    usable here is left out (``conformance/test_backends.py`` reports it once,
+    as a skip that gives the reason), unless the caller named it with
+    ``--backend``: then each of its tests is a skip that gives the reason.
+    A test whose every backend is left out is one skip, not an error.
     """
     names = [n for n in _BACKEND_FIXTURES if n in metafunc.fixturenames]
     if not names:
         return
     (name,) = names
     with_device = "device" in metafunc.fixturenames
+    named = _named(metafunc.config)
     params = []
     for b in filter(_BACKEND_FIXTURES[name], _selected(metafunc.config)):
         reason = b.unavailable_reason()
         if reason is not None:
-            skip = pytest.mark.skip(reason=f"{b.name}: {reason}")
-            params.append(pytest.param(*((b, None) if with_device else (b,)), id=b.name, marks=skip))
+            if b.name in named:
+                skip = pytest.mark.skip(reason=f"{b.name}: {reason}")
+                params.append(pytest.param(*((b, None) if with_device else (b,)), id=b.name, marks=skip))
         elif with_device:
             params += [pytest.param(b, d, id=f"{b.name}-{device_label(d)}") for d in b.devices()]
         else:
@@ -127,24 +220,18 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     metafunc.parametrize((name, "device") if with_device else name, params)
 
 
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """After a test on JAX: drop compiled programs when the process holds too many memory mappings.
 
-_MAPS = "/proc/self/maps"  # Linux; elsewhere no such per-process limit applies
-_MAPS_BUDGET = 30_000  # about half of the default vm.max_map_count (65,530)
-
-
-@pytest.fixture(autouse=True)
-def _release_jax_executables():
-    """Drop JAX's compiled executables once they hold too many memory mappings.
-
-    XLA's CPU executables keep three mappings per compiled kernel for as long
-    as their cache entries live, and a test run compiles thousands (hypothesis
-    draws many shapes and options; eager JAX compiles each op per shape):
-    one pytest-xdist worker used to reach Linux's ``vm.max_map_count`` and
-    segfault in XLA's next compile. Clearing costs only recompiles.
+    XLA's CPU executables hold mappings while cached, and a worker that
+    compiles thousands of programs once reached Linux's vm.max_map_count and
+    segfaulted in XLA's next compile (rankops._lib._backends.memory_mappings).
+    The budget is lower at the end of a test group (jax_scope) than within
+    one, whose next tests would recompile what a clear drops. Counting costs
+    ~10 ms at 25,000 mappings, so only tests on JAX count.
     """
-    yield
-    jax = sys.modules.get("jax")
-    if jax is not None and os.path.exists(_MAPS):
-        with open(_MAPS, "rb") as maps:
-            if maps.read().count(b"\n") > _MAPS_BUDGET:
-                jax.clear_caches()
+    scope = jax_scope(item.nodeid)
+    if scope is None:
+        return
+    same_group = nextitem is not None and jax_scope(nextitem.nodeid) == scope
+    release_compiled_programs(MAPPINGS_WITHIN_A_GROUP if same_group else MAPPINGS_BETWEEN_GROUPS)

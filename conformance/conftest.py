@@ -4,7 +4,26 @@ from __future__ import annotations
 
 import pytest
 
-from .operators import OPERATORS
+from .operators import OPERATORS, Operator
+
+
+@pytest.hookimpl(tryfirst=True)  # before the root conftest deselects the opt-in tiers
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On a host that compiles per option set, an option variant's checks beyond ``every_variant`` ones go to the ``exhaustive`` tier.
+
+    JAX compiles each operator variant for each check's shape, dtype and
+    transformation; the checks are the same array-API code whatever the
+    option (descending, block, top-k...), and run on every variant on the
+    other hosts. On JAX every (operator, method) pair's primary variant runs
+    every check, and every variant its ``every_variant`` checks (values and
+    gradients); ``pytest -m exhaustive`` runs the rest (.ci/run's second step).
+    """
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        op, host = params.get("op"), next((params[f] for f in ("backend", "autodiff_backend", "jax_backend") if f in params), None)
+        if not isinstance(op, Operator) or host is None or op.primary or not host.compiles or item.get_closest_marker("every_variant"):
+            continue
+        item.add_marker(pytest.mark.exhaustive)
 
 
 @pytest.fixture(params=OPERATORS, ids=lambda op: op.name)

@@ -15,13 +15,12 @@ from typing import Any, Callable
 
 import array_api_compat
 import numpy as np
-from hypothesis import strategies as st
 
 import rankops
 from rankops import losses
 
 from .calls import as_rows, to_numpy
-from .operators import Spec, _opts, _partner
+from .operators import Choices, Spec, _opts, _partner
 
 STRENGTH = [1e-3, 1e-1, 1.0, 1e2]
 TAU = [1e-3, 0.1, 1.0, 100.0]
@@ -43,7 +42,7 @@ def _labels(x: Any) -> Any:
     return xp.zeros(tuple(x.shape[:-1]), dtype=xp.int64, device=array_api_compat.device(x))
 
 
-def _spec(fun: Callable[..., Any], kind: str, params: Callable[[int], st.SearchStrategy], args: Callable[..., tuple]) -> Spec:
+def _spec(fun: Callable[..., Any], kind: str, params: Callable[[int], Choices], args: Callable[..., tuple]) -> Spec:
     def call(x: Any, p: dict, arr: Callable) -> tuple:
         p = dict(p)
         return fun, args(x, p), p

@@ -11,6 +11,7 @@ axis, in float64.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -40,6 +41,10 @@ class Operator:
     # the public operator and method this entry exercises: a key of rankops._registry.OPERATORS
     public: Callable[..., Any] | None = None
     method: str = "sinkhorn"
+    # the first variant registered for its (public, method) pair: the one every check runs on, on every
+    # host; the others (descending, block, top-k, ...) run every check on the hosts that do not compile
+    # per option set, and their values and gradients there too (conformance/conftest.py)
+    primary: bool = False
 
     def __call__(self, x: Any, *, limit: bool = False, **kwargs: Any) -> Any:
         """Call with the finite (or, ``limit=True``, the near-zero) regularisation."""
@@ -57,6 +62,7 @@ def register(op: Operator) -> Operator:
         raise ValueError(f"operator {op.name!r} registered twice")
     if op.public not in REGISTRY or op.method not in REGISTRY[op.public]:
         raise ValueError(f"{op.name!r}: ({op.public}, {op.method!r}) is not in rankops._registry.OPERATORS")
+    op = dataclasses.replace(op, primary=not any((o.public, o.method) == (op.public, op.method) for o in OPERATORS))
     OPERATORS.append(op)
     return op
 
@@ -421,10 +427,39 @@ def _sinkhorn_plan_vjp(x: Any, **kwargs: Any) -> Any:
 
 
 @dataclass(frozen=True)
+class Choices:
+    """The options a property example draws: a value for each name, and one of ``variants`` merged in.
+
+    ``variants`` are option fragments that do not combine freely (a number of
+    targets, or top-k, or neither). Hypothesis draws from the whole product
+    (:meth:`strategy`); a host that compiles per option set (JAX) draws from
+    a fixed :meth:`menu` of a few, so that its compiled programs are reused.
+    """
+
+    values: dict[str, list]
+    variants: tuple[dict, ...] = ({},)
+
+    def strategy(self) -> st.SearchStrategy:
+        fixed = st.fixed_dictionaries({k: st.sampled_from(v) for k, v in self.values.items()})
+        return st.tuples(fixed, st.sampled_from(self.variants)).map(lambda t: {**t[0], **t[1]})
+
+    def menu(self, size: int, seed: int) -> list[dict]:
+        """``size`` option sets, seeded: each value of each option in ``size / len(values)`` of them (every value when ``size`` allows)."""
+        rng = np.random.default_rng(seed)
+
+        def column(values: Any) -> list:
+            return [values[i] for i in rng.permutation(np.resize(np.arange(len(values)), size))]
+
+        columns = {k: column(v) for k, v in self.values.items()}
+        fragments = column(self.variants)
+        return [{**{k: c[i] for k, c in columns.items()}, **fragments[i]} for i in range(size)]
+
+
+@dataclass(frozen=True)
 class Spec:
     name: str
     kind: str  # what the output is: which range applies
-    params: Callable[[int], st.SearchStrategy]  # n -> strategy of option dicts
+    params: Callable[[int], Choices]  # n -> the option sets drawn
     # (x, params, make_array) -> (fun, args, kwargs): value = fun(x, *args, **kwargs)
     call: Callable[..., tuple[Any, tuple, dict]]
     sinkhorn: bool = False
@@ -433,8 +468,8 @@ class Spec:
     rule: bool = True  # rankops.vjp has a rule for it (the losses: the host's autodiff only, conformance.losses)
 
 
-def _opts(**choices: list) -> st.SearchStrategy:
-    return st.fixed_dictionaries({k: st.sampled_from(v) for k, v in choices.items()})
+def _opts(**choices: list) -> Choices:
+    return Choices(choices)
 
 
 SINKHORN = dict(epsilon=[1e-3, 1e-2, 0.1, 1.0], squash=["sigmoid", "arctan", "minmax", None], power=[0.5, 1, 2, 3],
@@ -443,10 +478,9 @@ TAU = [1e-3, 0.1, 1.0, 100.0]
 BLOCKS = [None, "auto", 1, 2]
 
 
-def _with_targets(n: int, **extra: list) -> st.SearchStrategy:
+def _with_targets(n: int, **extra: list) -> Choices:
     """Sinkhorn options and a number of targets m (1, 3 or n; left out: the default n)."""
-    return st.tuples(_opts(**SINKHORN, **extra), st.sampled_from([None, 1, 3, n])).map(
-        lambda t: {**t[0], **({} if t[1] is None else {"num_targets": t[1]})})
+    return Choices({**SINKHORN, **extra}, ({}, {"num_targets": 1}, {"num_targets": 3}, {"num_targets": n}))
 
 
 def _method_spec(fn: Any, kind: str, method: str) -> Spec:
@@ -507,8 +541,8 @@ SPECS = [
     Spec("soft_quantize", "quantize", lambda n: _opts(m=[1, 2, n, 7], **SINKHORN),
          lambda x, p, arr: (rankops.soft_quantize, ({**p}.pop("m"),), {k: v for k, v in p.items() if k != "m"}), True,
          rankops.soft_quantize),
-    Spec("sort_with", "sort_with", lambda n: st.tuples(_opts(**SINKHORN, descending=[False, True]), st.sampled_from(
-        [{}, {"num_targets": 1}, {"num_targets": 3}, {"topk": 1}, {"topk": n}])).map(lambda t: {**t[0], **t[1]}),
+    Spec("sort_with", "sort_with", lambda n: Choices({**SINKHORN, "descending": [False, True]}, (
+        {}, {"num_targets": 1}, {"num_targets": 3}, {"topk": 1}, {"topk": n})),
          lambda x, p, arr: (rankops.sort_with, (x,), p), True, rankops.sort_with),
     Spec("soft_topk_mask", "mask", lambda n: _opts(k=[1, 2, n], **SINKHORN), _topk, True, rankops.soft_topk_mask),
     Spec("sinkhorn", "plan", lambda n: _opts(**{k: v for k, v in SINKHORN.items() if k not in ("squash", "power")}),

@@ -3,9 +3,10 @@
 Rows are drawn by *kind* (ties, constant, near the float range, subnormal,
 non-finite, ...) and filled from a seeded NumPy generator, so an example is
 small to describe and quick to build; hypothesis still shrinks the shape,
-the dtype, each row's kind and the seed. Shapes come from short lists so
-that eager JAX, which compiles once per shape and option set, reuses its
-cache.
+the dtype, each row's kind and the seed. Shapes come from short lists; on a
+host that compiles per shape (JAX) from one list of five whole shapes,
+``COMPILED_SHAPES``, so that its compiled programs are reused across
+examples and operators.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from hypothesis import strategies as st
 # 0 to 3 batch axes, an empty batch among them
 BATCHES = [(), (1,), (3,), (2, 2), (2, 1, 2), (0,), (2, 0)]
 SIZES = [1, 2, 3, 5, 8]
+# a compiling host's shapes: 0 to 3 batch axes, an empty batch, n = 1, 3, 5, 8
+COMPILED_SHAPES = [(5,), (2, 2, 1), (2, 1, 2, 3), (2, 2, 8), (0, 3)]
 FLOAT_DTYPES = ["float16", "bfloat16", "float32", "float64"]
 INT_DTYPES = ["int32", "int64", "bool"]
 ROW_KINDS = ["normal", "ties", "constant", "huge", "tiny", "subnormal", "mixed", "nonfinite"]
@@ -96,9 +99,16 @@ def rounded(values: np.ndarray, dtype: str) -> np.ndarray:
 
 
 @st.composite
-def examples(draw: st.DrawFn, dtypes: list[str], sizes: list[int] = SIZES, kinds: list[str] = ROW_KINDS) -> Example:
-    batch = draw(st.sampled_from(BATCHES))
-    n = draw(st.sampled_from(sizes))
+def examples(
+    draw: st.DrawFn, dtypes: list[str], sizes: list[int] = SIZES, kinds: list[str] = ROW_KINDS, shapes: list[tuple[int, ...]] | None = None
+) -> Example:
+    """An example: a batch from ``BATCHES`` and n from ``sizes``, or a whole shape from ``shapes`` when given."""
+    if shapes is None:
+        batch = draw(st.sampled_from(BATCHES))
+        n = draw(st.sampled_from(sizes))
+    else:
+        *batch, n = draw(st.sampled_from(shapes))
+        batch = tuple(batch)
     dtype = draw(st.sampled_from(dtypes))
     rows = int(np.prod(batch))
     seed = draw(st.integers(0, 2**32 - 1))

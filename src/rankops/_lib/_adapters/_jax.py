@@ -54,7 +54,12 @@ class Jax(Generic):
         finite = jnp.isfinite(top)
         m = jnp.where(finite, top, jnp.zeros_like(top))  # all -inf, or +inf: no shift (log 0 = -inf; inf)
         d = z - m
-        return m, jnp.exp(jnp.where(finite & (d > 0), jnp.zeros_like(d), d)), finite
+        # The clip is a constant shift of the entries above the maximum, so their gradient still flows:
+        # XLA rounds z differently here and in the maximum for ordinary rows too (d = +1e-16 at the
+        # maximum), and a clip through `where` then zeroed that entry's gradient (a NeuralSort
+        # gradient off by 1.1 with XLA's legacy CPU emitters at -O0, tests/test_regressions.py).
+        over = jnp.where(finite & (d > 0), d, jnp.zeros_like(d))
+        return m, jnp.exp(d - jax.lax.stop_gradient(over)), finite
 
     def softmax(self, xp: Any, z: Any, axis: int = -1) -> Any:
         if not self._guarded():
