@@ -59,12 +59,16 @@ def test_cupy_skips_cleanly_without_gpu():
 
 def test_demo_runs_every_installed_backend():
     out = io.StringIO()
-    assert run_demo(out=out) == 0
+    assert run_demo(out=out, size=(2, 30), repeats=1) == 0  # the timing at a tiny size
     text = out.getvalue()
     for b in BACKENDS:
         assert b.name in text
     assert "0 failure(s)" in text
     assert "no autodiff" not in text  # every backend shows a gradient (rankops.vjp without autodiff)
+    for method in rankops.sorting.METHODS:  # every method: values on each backend, and one line of times
+        assert sum(line.split()[2:3] == [method] for line in text.splitlines()) == sum(len(b.devices()) for b in BACKENDS
+                                                                                       if b.unavailable_reason() is None)
+        assert any(line.startswith(method) and line.count(" ms") >= 2 for line in text.splitlines())
 
 
 def test_demo_exits_nonzero_when_a_backend_fails(monkeypatch):
@@ -78,12 +82,12 @@ def test_demo_exits_nonzero_when_a_backend_fails(monkeypatch):
 
     monkeypatch.setattr(rankops, "soft_sort", broken_off_numpy)
     out = io.StringIO()
-    assert run_demo(["numpy", "array_api_strict"], out=out) == 1
+    assert run_demo(["numpy", "array_api_strict"], out=out, size=None) == 1
     assert "FAILED: RuntimeError: simulated backend failure" in out.getvalue()
 
 
 def test_demo_cli_selects_backend(capsys):
-    assert main(["--backend", "numpy"]) == 0
+    assert main(["--backend", "numpy", "--size", "2", "20"]) == 0
     text = capsys.readouterr().out
     assert "numpy" in text and "torch" not in text
 
