@@ -1,7 +1,8 @@
 """Fail unless the JUnit report shows tests passing on every required backend.
 
 Usage: python .ci/check_report.py REPORT.xml BACKEND [BACKEND ...]
-Prints, per backend, how many conformance and unit tests passed and were skipped.
+Prints, per backend, how many conformance and unit tests passed and were skipped,
+then the test-seconds per file (docs/testing.md keeps that table).
 """
 
 from __future__ import annotations
@@ -36,7 +37,24 @@ def main(path: str, required: list[str]) -> int:
                 print(f"ci: no conformance test passed on {b}", file=sys.stderr)
                 ok = False
     print(f"{total} test cases in the report")
+    print("\n".join(per_file(path)))
     return 0 if ok else 1
+
+
+def per_file(path: str) -> list[str]:
+    """Markdown rows: each test file's test count and test-seconds (summed over workers), slowest first."""
+    seconds: dict[str, float] = {}
+    count: dict[str, int] = {}
+    for case in ET.parse(path).getroot().iter("testcase"):
+        name = case.get("classname", "").rsplit(".", 1)[0].replace(".", "/") + ".py"
+        if case.get("classname", "").split(".")[-1][:1].islower():  # a module-level test: the class part is the module
+            name = case.get("classname", "").replace(".", "/") + ".py"
+        seconds[name] = seconds.get(name, 0.0) + float(case.get("time", 0))
+        count[name] = count.get(name, 0) + 1
+    rows = ["| file | tests | test-seconds |", "|---|---:|---:|"]
+    rows += [f"| `{f}` | {count[f]:,} | {seconds[f]:,.0f} |" for f in sorted(seconds, key=seconds.get, reverse=True)]
+    rows.append(f"| total | {sum(count.values()):,} | {sum(seconds.values()):,.0f} |")
+    return rows
 
 
 if __name__ == "__main__":

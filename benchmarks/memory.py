@@ -327,7 +327,7 @@ def main(argv=None) -> None:
                         help=f"kill a case whose RSS passes this, 0 for no limit (default {default_rss:.1f}: "
                              "min(20, 80%% of RAM); plain unrolled at large n * max_iter needs far more)")
     parser.add_argument("--markdown", type=Path, help="also write the tables to this file")
-    parser.add_argument("--smoke", action="store_true", help="quick check: --check, then sizes 50, iters 5 10, batch 2")
+    parser.add_argument("--smoke", "--quick", action="store_true", help="quick check: --check, then sizes 50, iters 5 10, batch 2")
     parser.add_argument("--check", action="store_true", help="only compare plain with rankops' unrolled soft_rank")
     parser.add_argument("--child", help=argparse.SUPPRESS)  # internal: run one case, print one JSON line
     args = parser.parse_args(argv)

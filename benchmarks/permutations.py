@@ -81,7 +81,10 @@ def main(argv=None) -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[100, 1000, 4000])
     parser.add_argument("--batch", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--quick", action="store_true", help="tiny sizes, one repeat: checks that it runs (benchmarks.docs --quick)")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.sizes, args.batch, args.repeats = [16, 64], 2, 1
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.processor() or platform.machine()}; "
           f"B={args.batch}, float32, tau=1, median of {args.repeats} interleaved runs")
     head = "| operator | n | paper fwd (ms) | rankops fwd (ms) | ratio | paper fwd+bwd (ms) | rankops fwd+bwd (ms) | ratio | max abs diff |"

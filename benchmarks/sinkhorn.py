@@ -137,7 +137,10 @@ def main(argv=None) -> None:
     parser.add_argument("--batch", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--contenders", nargs="+", help="e.g. rankops-jax ott-jax (default: all)")
+    parser.add_argument("--quick", action="store_true", help="tiny sizes, one repeat: checks that it runs (benchmarks.docs --quick)")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.sizes, args.epsilons, args.batch, args.repeats = [16, 64], [0.1], 2, 1
     import jax
 
     try:

@@ -377,7 +377,7 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--max-rss-gib", type=float, default=default_max_rss_gib(),
                    help="memory guard: kill a case whose RSS passes this (default min(20, 80%% of RAM); 0: none)")
     p.add_argument("--output", type=Path, help="directory for benchmarks.md and img/ (default docs/; smoke: a temp dir)")
-    p.add_argument("--smoke", action="store_true",
+    p.add_argument("--smoke", "--quick", action="store_true",
                    help="B=2, n in {8, 32}, large n=2000, 1 repeat, 4 GiB guard, jobs sharing processes; < 1 min")
     p.add_argument("--child", help=argparse.SUPPRESS)  # internal: run a list of jobs, print JSON lines
     args = p.parse_args(argv)

@@ -37,7 +37,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--n", type=int, default=1000)
     parser.add_argument("--ks", type=int, nargs="+", default=[1, 10, 100])
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--quick", action="store_true", help="tiny sizes, one repeat: checks that it runs (benchmarks.docs --quick)")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.batch, args.n, args.ks, args.repeats = 2, 64, [1, 10], 1
 
     import torch
 

@@ -1,4 +1,4 @@
-"""`python -m benchmarks --smoke` runs every group and contender, and writes its page and plots.
+"""`python -m benchmarks --smoke` runs every group and contender, and writes its page and plots (via benchmarks.docs --quick).
 
 Only that it works is checked: the numbers of a smoke run (tiny sizes, jobs
 sharing processes) mean nothing, so nothing here depends on a time.
@@ -26,19 +26,16 @@ def _section(page: str, title: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def smoke(tmp_path_factory):
-    pytest.importorskip("torch")
-    pytest.importorskip("jax")
-    pytest.importorskip("matplotlib")
-    out = tmp_path_factory.mktemp("bench")
-    proc = subprocess.run([sys.executable, "-m", "benchmarks", "--smoke", "--output", str(out)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600)
-    return proc, out
+def smoke(generated_docs):
+    """The suite's quick run (``--smoke``) from ``benchmarks.docs --quick``: its result, and the directory it wrote."""
+    from benchmarks._report import PAGE_COMMAND
+
+    return generated_docs.outputs.get(PAGE_COMMAND, {"returncode": None}), generated_docs.out / "docs"
 
 
-def test_smoke_exits_zero(smoke):
-    proc, _ = smoke
-    assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr[-4000:]}"
+def test_smoke_exits_zero(smoke, generated_docs):
+    result, _ = smoke
+    assert result["returncode"] == 0, generated_docs.log[-4000:]
 
 
 def test_smoke_writes_page_and_plots(smoke):
@@ -109,14 +106,9 @@ def test_smoke_kernels_section_times_every_contender(smoke):
     assert re.search(r"^\| 200 \| \d+\.\d+ \| -?\d+\.\d+ \| 0 \|$", text, flags=re.M), text
 
 
-@pytest.mark.parametrize("script, args, rows", [
-    ("benchmarks.topk_sort", ["--batch", "2", "--n", "40", "--ks", "1", "5", "--repeats", "1"], 3),
-    ("benchmarks.quantile_levels", ["--batch", "2", "--n", "40", "--levels", "1", "4", "--repeats", "1"], 4),
-])
-def test_single_question_scripts_print_their_table(script, args, rows):
-    """The scripts behind docs/benchmarks-scripts.md at tiny sizes: a table with one timed row per case."""
-    pytest.importorskip("torch")
-    proc = subprocess.run([sys.executable, "-m", script, *args], cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    timed = [line for line in proc.stdout.splitlines() if re.match(r"\| [\w=]+ \|.*\| [\d.]+x \|", line)]
-    assert len(timed) == rows, proc.stdout
+@pytest.mark.parametrize("script, rows", [("benchmarks.topk_sort", 3), ("benchmarks.quantile_levels", 4)])
+def test_single_question_scripts_print_their_table(generated_docs, script, rows):
+    """The scripts behind docs/benchmarks-scripts.md in their quick modes: a table with one timed row per case."""
+    stdout = generated_docs.stdout(f"python -m {script}")
+    timed = [line for line in stdout.splitlines() if re.match(r"\| [\w=]+ \|.*\| [\d.]+x \|", line)]
+    assert len(timed) == rows, stdout

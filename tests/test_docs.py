@@ -12,7 +12,7 @@ import rankops
 import rankops.losses
 
 ROOT = Path(__file__).resolve().parents[1]
-EXECUTED = ["docs/index.md", "docs/getting-started.md", "docs/losses.md"]
+EXECUTED = ["docs/index.md", "docs/getting-started.md", "docs/losses.md", "docs/migration.md"]
 BLOCKS = [(page, code) for page in EXECUTED for code in re.findall(r"```python\n(.*?)```", (ROOT / page).read_text(), flags=re.S)]
 
 

@@ -1,35 +1,51 @@
 """The examples and the figure scripts run end to end in their ``--quick`` mode and print sensible tables.
 
-Minutes of CPU: marked ``scripts``, run by ``pytest -m scripts`` (.ci/run's second step).
+Every command that generates a table or figure of the docs runs once, in its
+quick mode, through ``python -m benchmarks.docs --quick`` (the
+``generated_docs`` fixture of tests/conftest.py); the tests here read its
+outputs. Minutes of CPU: marked ``scripts``, run by ``pytest -m scripts``
+(.ci/run's second step).
 """
 
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
+from benchmarks.docs import REGION, regions
+
+from .conftest import ROOT
+
 pytestmark = pytest.mark.scripts
 
-ROOT = Path(__file__).resolve().parents[1]
+
+def test_every_generated_region_is_refilled(generated_docs):
+    """Every command ran, every region got its table with the page's columns and a stamp, every figure was written."""
+    assert generated_docs.returncode == 0, generated_docs.log[-6000:]
+    found = regions()
+    assert {r.command for r in found} == set(generated_docs.outputs)
+    for page in {r.page for r in found if r.tables is not None}:
+        written = (generated_docs.out / page.relative_to(ROOT)).read_text()
+        bodies = [m["body"] for m in REGION.finditer(written)]
+        assert bodies and all(b.startswith("\n*Generated on ") and "\n|" in b for b in bodies), page
+    for command in generated_docs.outputs:
+        for word in command.split():
+            if word.startswith("docs/img/"):
+                assert generated_docs.figure(word.removeprefix("docs/img/")).stat().st_size > 1000, word
 
 
-def _run_example(tmp_path: Path, script: str, *modules: str) -> str:
-    """Run ``examples/<script> --quick --plot`` (skipped unless ``modules`` import); its stdout, once the plot is written."""
-    for module in modules:
-        pytest.importorskip(module)
-    plot = tmp_path / "plot.png"
-    proc = subprocess.run([sys.executable, str(ROOT / "examples" / script), "--quick", "--plot", str(plot)],
-                          capture_output=True, text=True, timeout=600, check=True)
-    assert plot.stat().st_size > 1000
-    return proc.stdout
+def _example(generated_docs, script: str) -> str:
+    """The quick run's output of ``examples/<script>``, once its figure is written."""
+    out = generated_docs.stdout(f"python examples/{script} --plot")
+    plot = re.search(rf"python examples/{re.escape(script)} --plot docs/img/(\S+)",
+                     next(c for c in generated_docs.outputs if c.startswith(f"python examples/{script} --plot")))
+    assert generated_docs.figure(plot.group(1)).stat().st_size > 1000
+    return out
 
 
-def test_suquan_kendall_quick(tmp_path):
-    out = _run_example(tmp_path, "suquan_kendall.py", "sklearn", "torch")
+def test_suquan_kendall_quick(generated_docs):
+    out = _example(generated_docs, "suquan_kendall.py")
     accuracy = {m.group(1): float(m.group(2)) for m in re.finditer(r"^\| ([^|]+?) \| (\d\.\d+) ± \d\.\d+ \|$", out, flags=re.M)}
     assert set(accuracy) == {"raw pixels", "quantile normalized (fixed target)", "SUQUAN (learned target)",
                              "Kendall kernel SVM", "linear SVM, raw pixels", "RBF SVM, raw pixels"}, out
@@ -38,22 +54,29 @@ def test_suquan_kendall_quick(tmp_path):
     assert accuracy["Kendall kernel SVM"] > accuracy["linear SVM, raw pixels"], accuracy
 
 
-def test_methods_figure_script_quick(tmp_path):
-    pytest.importorskip("torch")
-    pytest.importorskip("matplotlib")
-    temp, scale = tmp_path / "t.png", tmp_path / "s.png"
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.methods", "--quick", "--plot-temperature", str(temp),
-                           "--plot-scale", str(scale)], cwd=ROOT, capture_output=True, text=True, timeout=600, check=True)
+def test_methods_figure_script_quick(generated_docs):
+    stdout = generated_docs.stdout("python -m benchmarks.methods")
     methods = ("sinkhorn", "softsort", "neuralsort", "permutahedron", "lapsum")
     for m in methods:
         # a temperature row: the closest-to-hard temperature found, and finite gradients at the default
-        assert re.search(rf"^\| {m} \| `\w+` \| [\d.e-]+ \| [\d.e-]+ \| [\d.e]+ \| [\d.e-]+ \| [\d.e-]+ \|$", proc.stdout, re.M), proc.stdout
-        assert len(re.findall(rf"^\| {m} \| \d+ \| \d+\.\d+ \| \d+ \| -?\d+\.\d \|$", proc.stdout, re.M)) == 2, proc.stdout
-    assert temp.stat().st_size > 1000 and scale.stat().st_size > 1000
+        assert re.search(rf"^\| {m} \| `\w+` \| [\d.e-]+ \| [\d.e-]+ \| [\d.e]+ \| [\d.e-]+ \| [\d.e-]+ \|$", stdout, re.M), stdout
+        assert len(re.findall(rf"^\| {m} \| \d+ \| \d+\.\d+ \| \d+ \| -?\d+\.\d \|$", stdout, re.M)) == 2, stdout
+    for figure in ("methods-temperature.png", "methods-scale.png"):
+        assert generated_docs.figure(figure).stat().st_size > 1000
 
 
-def test_quantile_regression_quick(tmp_path):
-    out = _run_example(tmp_path, "quantile_regression.py", "sklearn", "torch")
+def test_sweeps_print_their_tables(generated_docs):
+    """The temperature sweeps behind the examples' "how the temperatures were chosen" tables."""
+    topk = generated_docs.stdout("python examples/topk_classification.py --sweep")
+    assert {m for m in re.findall(r"^\| (\w+) \| \w+=[\d.e-]+ \|", topk, flags=re.M)} == {
+        "sinkhorn", "softsort", "neuralsort", "permutahedron", "lapsum"}, topk
+    ranking = generated_docs.stdout("python examples/learning_to_sort.py --sweep")
+    assert {m for m in re.findall(r"^\| (\w+) \| \w+ \| [\d.e-]+ \| \d\.\d+ \| \d\.\d+ \|$", ranking, flags=re.M)} == {
+        "sinkhorn", "softsort", "neuralsort", "permutahedron", "lapsum"}, ranking
+
+
+def test_quantile_regression_quick(generated_docs):
+    out = _example(generated_docs, "quantile_regression.py")
     losses = {"MSE", "pinball 0.5 (LAD)", "S-quantile 0.5 (sinkhorn)", "S-quantile 0.7 (sinkhorn)",
               "quantile 0.5 (lapsum)", "quantile 0.5 (permutahedron)"}
     # {dataset: {metric: {loss: [mean at 0% outliers, mean at 30%]}}}
@@ -84,8 +107,8 @@ def test_quantile_regression_quick(tmp_path):
     assert tables["friedman1"]["MAE"]["S-quantile 0.5 (sinkhorn)"][1] < 0.5 * tables["friedman1"]["MAE"]["pinball 0.5 (LAD)"][1], tables
 
 
-def test_topk_classification_quick(tmp_path):
-    out = _run_example(tmp_path, "topk_classification.py", "sklearn", "torch")
+def test_topk_classification_quick(generated_docs):
+    out = _example(generated_docs, "topk_classification.py")
     rows = re.findall(r"^\| ([^|]+?) \| (\d\.\d+) ± \d\.\d+ \| (\d\.\d+) ± \d\.\d+ \| \d+\.\d \|$", out, flags=re.M)
     names = ["cross-entropy", *(f"top-1 loss, {m}" for m in ("sinkhorn", "softsort", "neuralsort", "permutahedron", "lapsum")),
              "top-3 loss, lapsum"]
@@ -99,8 +122,8 @@ def test_topk_classification_quick(tmp_path):
     assert "ConvergenceWarnings" not in out
 
 
-def test_learning_to_sort_quick(tmp_path):
-    out = _run_example(tmp_path, "learning_to_sort.py", "sklearn", "torch", "jax", "matplotlib")
+def test_learning_to_sort_quick(generated_docs):
+    out = _example(generated_docs, "learning_to_sort.py")
     # the two accuracy tables (n = 3, 5), then the paper comparison and the wall times
     exact_part, rest = out.split("Exact-permutation accuracy (chance", 1)[1].split("Per-element accuracy (chance", 1)
     element_part, paper_part = rest.split("Exact-permutation accuracy against", 1)

@@ -9,6 +9,8 @@ rule).
 
 from __future__ import annotations
 
+import os
+
 import warnings
 
 import numpy as np
@@ -141,6 +143,26 @@ def test_neuralsort_gradient_where_xla_rounds_the_maximum_up_on_jax():
     _, pull = rankops.vjp(rankops.neuralsort, x, tau=0.5)
     assert_allclose(np.asarray(got), pull(ct)[0], rtol=1e-10, atol=1e-12)
 
+
+
+# Found by JAX's large tier (issue 34): permutation_loss (NeuralSort, tau = 1e-3) of a row of a few
+# thousand, where every true-permutation entry of the relaxed matrix underflows to 0. The exact
+# gradient is 0, and it is 0 eagerly, on torch and under JAX's default compilation; under the
+# suite's JAX test compilation (conftest: most optimizations off, XLA's legacy CPU emitters) the
+# loss's 1 / tiny cotangent (8.5e37) on those entries comes out NaN. Open (docs/reliability.md):
+# the loss should read log P from the logits.
+@pytest.mark.xfail(not os.environ.get("RANKOPS_JAX_OPTIMIZE"), strict=True, raises=AssertionError,
+                   reason="open: log(P + tiny) cotangent under the suite's JAX compilation (docs/reliability.md)")
+def test_permutation_loss_gradient_where_every_true_entry_underflows_on_jax():
+    jax = pytest.importorskip("jax")
+    x = np.array([1649.0, -2834.0, 2092.0, 4288.0, -5412.0, 7444.0, -4428.0, 4912.0], dtype=np.float32)
+    target = np.array([float(i % 3) for i in range(8)], dtype=np.float32)
+    got = jax.grad(lambda v: rankops.losses.permutation_loss(v, jax.numpy.asarray(target), tau=1e-3))(jax.numpy.asarray(x))
+    torch = pytest.importorskip("torch")
+    xt = torch.tensor(x, requires_grad=True)
+    rankops.losses.permutation_loss(xt, torch.tensor(target), tau=1e-3).backward()
+    assert_allclose(xt.grad.numpy(), 0.0)  # the exact gradient: the relaxed matrix is saturated
+    assert_allclose(np.asarray(got), 0.0)
 
 # Rows holding 1e30 next to entries of size 1 (and 1e-30, 0) with squash="minmax" and cost
 # power 0.5, in float32: the squashed row holds entries 1e-30 away from the target 0, where the
