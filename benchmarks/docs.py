@@ -46,9 +46,10 @@ from pathlib import Path
 
 from ._common import ROOT, git_state, package_version
 
-REGION = re.compile(r"<!-- generated: (?P<command>.+?)(?: \| tables? (?P<first>\d+)(?:-(?P<last>\d+))?)? -->\n"
-                    r"(?P<body>.*?)<!-- /generated -->", re.S)
-PAGE = re.compile(r"<!-- generated page: (?P<command>.+?) -->")
+# Markers start a line: an example quoted in a page (indented, or inline code) is not a region.
+REGION = re.compile(r"^<!-- generated: (?P<command>.+?)(?: \| tables? (?P<first>\d+)(?:-(?P<last>\d+))?)? -->\n"
+                    r"(?P<body>.*?)^<!-- /generated -->", re.S | re.M)
+PAGE = re.compile(r"^<!-- generated page: (?P<command>.+?) -->", re.M)
 QUICK_TIMEOUT = 900  # seconds per command in --quick mode; full runs are not limited
 
 
