@@ -38,7 +38,7 @@ def _start_jax_for_tests(jax: Any) -> None:
     for that moment only, so subprocesses (the demo, the benchmark smoke run)
     keep JAX's default compilation; flags the caller set come last and win.
     ``RANKOPS_JAX_OPTIMIZE=1`` runs the suite under JAX's default, optimised
-    compilation instead (.ci/run's second step).
+    compilation instead.
     """
     jax.config.update("jax_enable_x64", True)
     if os.environ.get("RANKOPS_JAX_OPTIMIZE"):

@@ -20,7 +20,7 @@ once, in the order the pages list them.
 with every ``docs/...`` path redirected into ``--output`` (a temporary
 directory by default): it checks that every command runs and fills every
 region, in minutes, without touching docs/. ``.ci/run``'s second step runs it
-(``tests/test_docs_generated.py``, marker ``scripts``). Without ``--quick``
+(the ``generated_docs`` fixture of tests/conftest.py, marker ``scripts``). Without ``--quick``
 the pages and figures in docs/ are rewritten: hours on a 2-core CPU, so
 ``--only REGEX`` picks the commands to run (the others' regions are kept).
 

@@ -22,16 +22,21 @@ class GeneratedDocs:
     out: Path
     outputs: dict
 
-    def stdout(self, command_start: str) -> str:
-        """The output of the one generating command that starts with ``command_start``."""
+    def command(self, command_start: str) -> str:
+        """The one generating command that starts with ``command_start``."""
         found = [c for c in self.outputs if c.startswith(command_start)]
         assert len(found) == 1, (command_start, list(self.outputs))
-        result = self.outputs[found[0]]
-        assert result["returncode"] == 0, (found[0], self.log[-4000:])
-        return result["stdout"]
+        return found[0]
 
-    def figure(self, name: str) -> Path:
-        return self.out / "docs" / "img" / name
+    def stdout(self, command_start: str) -> str:
+        """The output of the one generating command that starts with ``command_start``."""
+        command = self.command(command_start)
+        assert self.outputs[command]["returncode"] == 0, (command, self.log[-4000:])
+        return self.outputs[command]["stdout"]
+
+    def figures(self, command: str) -> list[Path]:
+        """Where the quick run put the figures ``command`` writes (its ``docs/img/...`` arguments)."""
+        return [self.out / word for word in command.split() if word.startswith("docs/img/")]
 
 
 @pytest.fixture(scope="session")

@@ -30,18 +30,16 @@ def test_every_generated_region_is_refilled(generated_docs):
         bodies = [m["body"] for m in REGION.finditer(written)]
         assert bodies and all(b.startswith("\n*Generated on ") and "\n|" in b for b in bodies), page
     for command in generated_docs.outputs:
-        for word in command.split():
-            if word.startswith("docs/img/"):
-                assert generated_docs.figure(word.removeprefix("docs/img/")).stat().st_size > 1000, word
+        for figure in generated_docs.figures(command):
+            assert figure.stat().st_size > 1000, figure
 
 
 def _example(generated_docs, script: str) -> str:
     """The quick run's output of ``examples/<script>``, once its figure is written."""
-    out = generated_docs.stdout(f"python examples/{script} --plot")
-    plot = re.search(rf"python examples/{re.escape(script)} --plot docs/img/(\S+)",
-                     next(c for c in generated_docs.outputs if c.startswith(f"python examples/{script} --plot")))
-    assert generated_docs.figure(plot.group(1)).stat().st_size > 1000
-    return out
+    command = generated_docs.command(f"python examples/{script} --plot")
+    (plot,) = generated_docs.figures(command)
+    assert plot.stat().st_size > 1000
+    return generated_docs.stdout(command)
 
 
 def test_suquan_kendall_quick(generated_docs):
@@ -61,8 +59,9 @@ def test_methods_figure_script_quick(generated_docs):
         # a temperature row: the closest-to-hard temperature found, and finite gradients at the default
         assert re.search(rf"^\| {m} \| `\w+` \| [\d.e-]+ \| [\d.e-]+ \| [\d.e]+ \| [\d.e-]+ \| [\d.e-]+ \|$", stdout, re.M), stdout
         assert len(re.findall(rf"^\| {m} \| \d+ \| \d+\.\d+ \| \d+ \| -?\d+\.\d \|$", stdout, re.M)) == 2, stdout
-    for figure in ("methods-temperature.png", "methods-scale.png"):
-        assert generated_docs.figure(figure).stat().st_size > 1000
+    figures = generated_docs.figures(generated_docs.command("python -m benchmarks.methods"))
+    assert [f.name for f in figures] == ["methods-temperature.png", "methods-scale.png"]
+    assert all(f.stat().st_size > 1000 for f in figures)
 
 
 def test_sweeps_print_their_tables(generated_docs):
