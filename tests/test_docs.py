@@ -46,3 +46,23 @@ def test_repository_markdown_links_resolve():
             if re.match(r"[a-z]+://", target):
                 continue
             assert (page.parent / target).resolve().exists(), f"{page.relative_to(ROOT)} links to missing {target}"
+
+
+def test_generated_regions_refill_from_a_commands_tables():
+    """benchmarks.docs: a region takes the table it names under a stamp; a quoted marker is no region; a wrong table is reported."""
+    from benchmarks.docs import REGION, fill, tables
+
+    page = ("intro\n\n    <!-- generated: python -m x | table 1 -->\n\n"  # an indented (quoted) marker: left alone
+            "<!-- generated: python -m x | table 2 -->\n\nold stamp\n\n| n | ms |\n|---|---|\n| 1 | 9.0 |\n\n<!-- /generated -->\n"
+            "outro\n")
+    stdout = "# header\n| case | a |\n|---|---|\n| x | 1 |\n\ntext\n| n | ms |\n|---|---|\n| 1 | 2.5 |\n| 2 | 7.5 |\n"
+    assert tables(stdout) == ["| case | a |\n|---|---|\n| x | 1 |", "| n | ms |\n|---|---|\n| 1 | 2.5 |\n| 2 | 7.5 |"]
+    assert [m["command"] for m in REGION.finditer(page)] == ["python -m x"]
+    text, problems = fill(page, "python -m x", stdout, "*STAMP*")
+    assert problems == []
+    assert text == page.replace("old stamp", "*STAMP*").replace("| 1 | 9.0 |", "| 1 | 2.5 |\n| 2 | 7.5 |")
+    assert fill(page, "python -m other", stdout, "*STAMP*") == (page, [])  # another command's region is untouched
+    _, problems = fill(page.replace("x | table 2", "x | table 1"), "python -m x", stdout, "*STAMP*")
+    assert len(problems) == 1 and "rows of ['case'] where the page has ['n']" in problems[0]
+    _, problems = fill(page.replace("x | table 2", "x | table 3"), "python -m x", stdout, "*STAMP*")
+    assert problems == ["`python -m x` printed 2 table(s); a region asks for table 3"]
