@@ -199,7 +199,7 @@ def _group_intro(group: str, settings: dict) -> str:
                 "`ott.tools.soft_sort.sort(x, num_targets=m, epsilon=..., threshold=tol, max_iterations=max_iter, "
                 "implicit_diff=None, initializer=DefaultInitializer())`, both differentiated through the iterations "
                 "(rankops-numpy's `rankops.vjp` uses the implicit rule, the only one it has). rankops starts from the "
-                "exact unregularised potentials of the sorted row (`rankops._solvers.monotone`), differentiated "
+                "exact unregularised potentials of the sorted row (`rankops._solvers.line`), differentiated "
                 "with the iterations; OTT starts from zero potentials (at m = n its `sort` would otherwise pick its "
                 "sorting initializer, whose loop reverse-mode autodiff cannot go through). The full n x n transport costs O(n^2) memory and time "
                 f"per iteration on both sides, so the targets are capped: m = min(n, {settings['targets']}), the "

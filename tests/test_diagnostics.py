@@ -74,7 +74,7 @@ def _reference_error(row, iters, epsilon):
     They start where the operators start: at the exact unregularised potentials (tests/test_monotone.py checks
     those against linprog); the first g-update discards g, so f alone fixes the start.
     """
-    from rankops._solvers.monotone import grid_potentials
+    from rankops._solvers.line import grid_potentials
 
     n = len(row)
     s = ref.squash_sigmoid(row)

@@ -16,12 +16,12 @@ import numpy as np
 import pytest
 
 import rankops
-from rankops._kernels.lapsum import LapsumOptions
-from rankops._kernels.permutahedron import PermutahedronOptions
-from rankops._kernels.permutation import PermutationOptions
-from rankops._kernels.transport import TransportOptions
+from rankops.sorting import LapsumOptions
+from rankops.sorting import PermutahedronOptions
+from rankops.permutations import PermutationOptions
+from rankops.sinkhorn import TransportOptions
 from rankops._registry import OPERATORS
-from rankops._solvers.sinkhorn import SolverOptions
+from rankops.sinkhorn import SolverOptions
 
 X = np.array([[3.0, 1.0, 2.0], [0.0, -1.0, 4.0]])
 

@@ -158,7 +158,7 @@ def test_isotonic_kl_equals_sequential_pav():
     """The KL rounds (used by regularization="kl") against the sequential stack algorithm."""
     from array_api_compat import array_namespace
 
-    from rankops._kernels import isotonic
+    from rankops._cores import isotonic
     from rankops._lib._adapters import get_adapter
 
     y, lw = RNG.normal(size=(3, 77)) * 3, RNG.normal(size=(3, 77))

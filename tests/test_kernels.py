@@ -18,7 +18,7 @@ from scipy.stats import kendalltau
 import rankops
 from tests.hosts import HOSTS
 from tests.hosts import host as _host
-from rankops._kernels import kendall
+from rankops._cores import kendall
 
 
 

@@ -1,4 +1,4 @@
-"""The exact 1-D dual potentials that warm-start the Sinkhorn operators (rankops._solvers.monotone).
+"""The exact 1-D dual potentials that warm-start the Sinkhorn operators (rankops._solvers.line).
 
 Checked against the definition of optimality: dual feasibility f_i + g_j <= C_ij,
 and a dual value equal to the primal cost of the north-west-corner plan on the
@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 from numpy.testing import assert_allclose
 
-from rankops._solvers.monotone import grid_potentials
+from rankops._solvers.line import grid_potentials
+from rankops.sinkhorn import SolverOptions
 from tests import reference as ref
 
 
@@ -88,7 +89,7 @@ def test_warm_start_changes_iterations_not_results():
     s = ref.squash_sigmoid(x)
     cost = (y[None, None, :] - s[..., :, None]) ** 2
     log_w = np.full(200, -np.log(200))
-    opts = solver.SolverOptions.parse({"epsilon": 1e-2, "tol": 1e-9, "max_iter": 10_000}, "test")[0]
+    opts = SolverOptions.parse({"epsilon": 1e-2, "tol": 1e-9, "max_iter": 10_000}, "test")[0]
     cold, _ = solver.solve_vjp(np, cost, log_w, log_w, opts)
     warm, _ = solver.solve_vjp(np, cost, log_w, log_w, opts, init=grid_potentials(np, s, log_w, log_w, _cost(2.0)))
     assert_allclose(warm.plan, cold.plan, atol=1e-10)
@@ -133,7 +134,7 @@ def test_tied_breakpoints_take_the_mean_of_both_extreme_duals():
         assert not np.allclose(right, down)
         assert_allclose(got, (right + down) / 2, atol=1e-12)  # the potentials depend on the staircase alone
     cost = (ref.grid(n)[None, :] - s[:, None]) ** 2
-    opts = solver.SolverOptions.parse({"epsilon": 1e-3, "tol": 1e-12, "max_iter": 1}, "test")[0]
+    opts = SolverOptions.parse({"epsilon": 1e-3, "tol": 1e-12, "max_iter": 1}, "test")[0]
 
     def first_error(start):
         return float(solver.solve_vjp(np, cost, np.log(w), np.log(w), opts, init=start)[0].error)

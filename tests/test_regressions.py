@@ -189,7 +189,7 @@ _RANGE_EDGES = {  # name: (function, row, args, options, compared with the float
     # The quantiles at levels 0 and 1 read a middle column of weight 1e-8 (MIN_FILLER times the
     # filler): the plan's cotangent was x / 1e-8, 1e38 for a row at 1e30 (NaN on torch, an
     # overflow in NumPy's rule). It now reads the plan divided by its column weights
-    # (rankops._kernels.quantile). Found by the large tier on Dask.
+    # (rankops._cores.quantile). Found by the large tier on Dask.
     "soft_quantile-level-0": (rankops.soft_quantile, [-9.948939657325964e29, 4.498977014238749e29, 1.0, -3.0], ([0.0, 0.25, 1.0],),
                               dict(squash="arctan", power=1, epsilon=0.1, filler=0.01, tol=1e-6), True),
     # Three iterations of a near-hard plan (epsilon 1e-3) leave float32 columns holding 1e-40:

@@ -1,4 +1,4 @@
-"""SoftSort / NeuralSort soft sorts and ranks computed in row blocks (rankops._kernels.permutation).
+"""SoftSort / NeuralSort soft sorts and ranks computed in row blocks (rankops._cores.permutation).
 
 References: the papers' matrices in float64 NumPy (tests/reference.py) for
 values, and torch.autograd through the same formulas written densely in

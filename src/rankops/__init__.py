@@ -7,7 +7,7 @@ arrays and differentiates under the caller's own autodiff.
 
 from __future__ import annotations
 
-from ._kernels.convergence import ConvergenceWarning, SinkhornInfo
+from .sinkhorn import ConvergenceWarning, SinkhornInfo
 from .gradients import vjp
 from .isotonic import isotonic_regression
 from .kernels import kendall_kernel, mallows_kernel, soft_kendall_tau, suquan_targets

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import textwrap
+from typing import Iterable
 
-__all__ = ["SECTIONS"]
+from .sinkhorn import DEFAULT_EPSILON, SOLVER_BUDGET
+
+__all__ = ["SECTIONS", "methods_section"]
 
 SECTIONS = {
     "x": """
@@ -19,15 +22,12 @@ SECTIONS = {
             quantile levels or ``num_targets``, takes the first axis' place
             and the others are dropped).
     """,
-    "sinkhorn_options": """
-        epsilon : float or 0-d array, default 1e-2
+    "sinkhorn_options": f"""
+        epsilon : float or 0-d array, default {DEFAULT_EPSILON:g}
             Entropic regularisation in the units of the squashed cost (which the
             default squash bounds by 1): larger is smoother. A 0-d array of the
             input's namespace is traced and receives a gradient.
-        max_iter : int, default 2000
-            Sinkhorn iteration budget.
-        tol : float, default 1e-3
-            The solver stops once every row's L1 marginal error is within ``tol``.
+{textwrap.indent(textwrap.dedent(SOLVER_BUDGET).strip(chr(10)), " " * 8)}""" + """
         squash : {"sigmoid", "arctan", "minmax", None}, default "sigmoid"
             How each row is mapped into [0, 1] before the cost: sigmoid (or
             arctan) of the standardized row, an affine map, or none.
@@ -120,15 +120,33 @@ SECTIONS = {
     """,
 }
 
-# soft_sort / soft_rank: the method choice, then every method's options (numpydoc "Other Parameters")
-SECTIONS["methods"] = "\n".join([
-    textwrap.dedent("""
-    method : {"sinkhorn", "softsort", "neuralsort", "permutahedron", "lapsum"}, default "sinkhorn"
-        The relaxation; each takes the options listed below. An option the
-        method does not know raises ``TypeError``. ``"permutahedron"`` and
-        ``"lapsum"`` cost O(n log n) per row (one sort; no n x n matrix).
+# the start of a Returns section whose value is laid out as x (the sentence goes on in the docstring)
+SECTIONS["returns_like_x"] = """
+    Returns
+    -------
+    array
+        Shape, namespace, device and floating dtype of ``x``;
+"""
 
-    Other Parameters
-    ----------------"""),
-    *(textwrap.dedent(SECTIONS[name]).strip("\n") for name in ("sinkhorn_options", "targets", "weights", "relaxations", "fast")),
+# an operator whose only other parameters are the solver's and the cost's
+SECTIONS["sinkhorn_other_parameters"] = "\n".join([
+    "Other Parameters", "----------------",
+    *(textwrap.dedent(SECTIONS[name]).strip("\n") for name in ("sinkhorn_options", "cost_power")),
 ])
+
+
+def methods_section(methods: Iterable[str]) -> str:
+    """soft_sort / soft_rank: the choice among ``methods`` (the first is the default), then every method's options."""
+    names = tuple(methods)
+    choice = ", ".join(f'"{m}"' for m in names)
+    return "\n".join([
+        textwrap.dedent(f"""
+        method : {{{choice}}}, default "{names[0]}"
+            The relaxation; each takes the options listed below. An option the
+            method does not know raises ``TypeError``. ``"permutahedron"`` and
+            ``"lapsum"`` cost O(n log n) per row (one sort; no n x n matrix).
+
+        Other Parameters
+        ----------------"""),
+        *(textwrap.dedent(SECTIONS[name]).strip("\n") for name in ("sinkhorn_options", "targets", "weights", "relaxations", "fast")),
+    ])

@@ -1,29 +1,25 @@
-"""Every public operator, with the methods it takes: what ``rankops.vjp`` accepts and what the suites cover."""
+"""Every public operator, with the methods it takes: what ``rankops.vjp`` accepts and what the suites cover.
+
+Derived, not listed: an operator declares its methods where it is defined
+(``@operator(methods=...)``; ``soft_sort`` / ``soft_rank`` from
+``sorting.METHODS``), and every such function the public modules export is
+registered here.
+"""
 
 from __future__ import annotations
 
-from .isotonic import isotonic_regression
-from .kernels import soft_kendall_tau
-from .permutations import neuralsort, softsort
-from .sinkhorn import sinkhorn
-from .sorting import METHODS, soft_rank, soft_sort
-from .transport import soft_cdf, soft_quantile, soft_quantile_normalize, soft_quantize, soft_topk_mask, sort_with
+from typing import Any, Callable
+
+from . import isotonic, kernels, permutations, sinkhorn, sorting, transport
 
 __all__ = ["OPERATORS"]
 
+_PUBLIC_MODULES = (sorting, transport, sinkhorn, permutations, isotonic, kernels)
+
 # operator -> its methods (the values of its ``method`` option, or the one it is)
-OPERATORS = {
-    soft_rank: tuple(METHODS),
-    soft_sort: tuple(METHODS),
-    soft_cdf: ("sinkhorn",),
-    soft_quantile: ("sinkhorn",),
-    soft_quantile_normalize: ("sinkhorn",),
-    soft_quantize: ("sinkhorn",),
-    soft_topk_mask: ("sinkhorn", "lapsum"),
-    sort_with: ("sinkhorn",),
-    sinkhorn: ("sinkhorn",),
-    softsort: ("softsort",),
-    neuralsort: ("neuralsort",),
-    isotonic_regression: ("isotonic",),
-    soft_kendall_tau: ("soft_kendall_tau",),
+OPERATORS: dict[Callable[..., Any], tuple[str, ...]] = {
+    fn: fn.operator.methods
+    for module in _PUBLIC_MODULES
+    for fn in (getattr(module, name) for name in module.__all__)
+    if callable(getattr(fn, "operator", None))
 }

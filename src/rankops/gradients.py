@@ -41,23 +41,26 @@ gradient (straight-through), as under autodiff.
 
 from __future__ import annotations
 
+import textwrap
 from typing import Any, Callable
 
+from ._lib._docs import fill_doc
 from ._registry import OPERATORS
 
 __all__ = ["vjp"]
 
 
+_ONE_OF = "One of " + ", ".join(f"``rankops.{f.__name__}``" for f in OPERATORS) + " (each operator of ``rankops._registry``)."
+
+
+@fill_doc(operators=textwrap.fill(_ONE_OF, 72))
 def vjp(fun: Callable[..., Any], x: Any, /, *args: Any, **options: Any) -> tuple[Any, Callable[[Any], tuple[Any, ...]]]:
     """``(fun(x, *args, **options), vjp_fn)``, shaped like ``jax.vjp``.
 
     Parameters
     ----------
     fun : rankops operator
-        One of ``rankops.soft_rank``, ``soft_sort``, ``soft_cdf``,
-        ``soft_quantile``, ``soft_quantile_normalize``, ``soft_topk_mask``,
-        ``sort_with`` (gradients of ``x`` and ``criterion``), ``sinkhorn``,
-        ``softsort``, ``neuralsort``.
+        %(operators)s
     x : array
         The operator's first argument (``cost`` for ``sinkhorn``).
     *args, **options

@@ -2,16 +2,26 @@ r"""``rankops.isotonic_regression``: exact, batched, differentiable least-square
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
 
-from ._kernels.isotonic import bind_regression
-from ._lib._operator import operator
+from ._cores.isotonic import regression_core
+from ._lib._calls import Call, operator, prepare
+from ._lib._compat import Array
+from ._lib._options import Options, boolean
 
 __all__ = ["isotonic_regression"]
 
+# one axis only: the order constraint is a chain along it (several axes would ask for a partial order)
+WHERE = "isotonic_regression"
 
-@operator
-def isotonic_regression(y: Any, /, *, weights: Any = None, increasing: bool = True, axis: int = -1) -> Any:
+
+@dataclasses.dataclass(frozen=True)
+class IsotonicOptions(Options):
+    """``isotonic_regression`` has no hyper-parameters."""
+
+
+@operator(methods=("isotonic",))
+def isotonic_regression(y: Array, /, *, weights: Array | None = None, increasing: bool = True, axis: int = -1) -> Call[Array]:
     r"""Least-squares isotonic regression of ``y`` along ``axis``.
 
     Solves, for every row, :math:`\min_v \sum_i w_i (y_i - v_i)^2` subject to
@@ -55,4 +65,10 @@ def isotonic_regression(y: Any, /, *, weights: Any = None, increasing: bool = Tr
     >>> rankops.isotonic_regression(np.array([1.0, 3.0, 2.0]), weights=np.array([1.0, 1.0, 3.0]))
     array([1.  , 2.25, 2.25])
     """
-    return bind_regression(y, weights, increasing, axis)
+    opts, _ = IsotonicOptions.parse({}, WHERE)
+    increasing = boolean(increasing, "increasing")
+    if weights is None:
+        return Call(regression_core, prepare(y, axis=axis, name="y", single=WHERE), opts, {"increasing": increasing, "weights": None})
+    p = prepare(y, axis=axis, name="y", arrays={"weights": weights}, single=WHERE)
+    w = p.lay_out(weights, "weights")
+    return Call(regression_core, p, opts, {"increasing": increasing, "weights": w}, along=("weights",) if w.ndim > 1 else ())

@@ -10,19 +10,27 @@ quantile normalization (Le Morvan & Vert 2017).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
-from ._kernels import kendall
-from ._kernels.soft_kendall import bind_soft_kendall_tau, suquan_targets
+from ._cores import kendall
+from ._cores.soft_kendall import soft_kendall_core
 from ._lib._adapters import get_adapter
-from ._lib._compat import namespace, normalize_axis, real_float_dtypes
-from ._lib._operator import operator
-from ._lib._validation import choice, python_number
+from ._lib._calls import Along, Call, operator, prepare
+from ._lib._compat import Array, namespace, normalize_axis, real_float_dtypes
+from ._lib._options import Options, choice, option, positive_scalar, python_number
 
 __all__ = ["kendall_kernel", "mallows_kernel", "soft_kendall_tau", "suquan_targets"]
 
 _ALGORITHMS = ("auto", "signs", "merges")
+
+
+@dataclasses.dataclass(frozen=True)
+class SoftKendallOptions(Options):
+    """Options of ``soft_kendall_tau``."""
+
+    tau: float = option(0.1, python_number(positive_scalar))
 
 
 def _vectors(a: Any, xp: Any, axis: Any, name: str, where: str) -> tuple[Any, Any]:
@@ -173,8 +181,8 @@ def _non_negative(value: Any, name: str) -> Any:
     return value
 
 
-@operator
-def soft_kendall_tau(x: Any, y: Any, /, *, axis: int | tuple[int, ...] = -1, tau: float = 0.1) -> Any:
+@operator(methods=("soft_kendall_tau",))
+def soft_kendall_tau(x: Array, y: Array, /, *, axis: int | tuple[int, ...] = -1, tau: float = 0.1) -> Call[Array]:
     r"""A differentiable Kendall tau-a between matching vectors of ``x`` and ``y``.
 
     ``T(x, y) = sum_{i<j} tanh((x_i - x_j)/tau) tanh((y_i - y_j)/tau) / (p (p-1)/2)``:
@@ -210,4 +218,56 @@ def soft_kendall_tau(x: Any, y: Any, /, *, axis: int | tuple[int, ...] = -1, tau
     >>> round(float(rankops.soft_kendall_tau(x, y, tau=1e-3)), 6)   # tau-a: (5 - 1) / 6
     0.666667
     """
-    return bind_soft_kendall_tau(x, y, axis, tau)
+    return _bind_soft_kendall_tau(x, y, axis, tau)
+
+
+def _bind_soft_kendall_tau(x: Any, y: Any, axis: Any, tau: float) -> Call[Array]:
+    """``rankops.soft_kendall_tau``: ``x`` and ``y`` broadcast to one shape, entries along ``axis`` (or a tuple of axes)."""
+    xp = namespace(x, y, names=("x", "y"))
+    if tuple(x.shape) != tuple(y.shape):
+        try:
+            x, y = xp.broadcast_arrays(x, y)
+        except ValueError as err:  # the message names both shapes
+            raise ValueError(f"x {tuple(x.shape)} and y {tuple(y.shape)} must have broadcastable shapes") from err
+    opts, _ = SoftKendallOptions.parse({"tau": tau}, "soft_kendall_tau")
+    p = prepare(x, axis=axis, opts=opts, arrays={"y": y})
+    y = p.arrange(xp.astype(y, p.x.dtype) if y.dtype != p.x.dtype else y)  # laid out as x (several axes: merged alike)
+    return Call(soft_kendall_core, p, opts, {"y": y}, readout=Along(axis_kept=False), along=("y",))
+
+
+def suquan_targets(h: Any, /, *, low: float = 0.0, high: float = 1.0) -> Any:
+    r"""An increasing quantile function from free parameters: ``low + (high - low) cumsum(softmax(h))``.
+
+    The parameterisation of Cuturi, Teboul & Vert (2019, Sec. 4, after Le
+    Morvan & Vert 2017's SUQUAN): ``f = cumsum(e^h / sum e^h)`` is strictly
+    increasing from ``low`` (excluded) to ``high`` (the last value) for any
+    real ``h``, so a model can learn the target quantile function of
+    :func:`rankops.soft_quantile_normalize` by gradient descent on ``h``
+    (softmax ignores a shift of ``h``: the paper fixes it by ``sum h = 0``).
+
+    Parameters
+    ----------
+    h : array
+        Shape ``(..., m)``, real floating; differentiable under the caller's
+        autodiff (plain array operations).
+    low, high : float
+        The range of the targets (``low < high``).
+
+    Returns
+    -------
+    array
+        Shape ``(..., m)``: increasing along the last axis, ending at ``high``.
+
+    Examples
+    --------
+    >>> import numpy as np, rankops
+    >>> rankops.suquan_targets(np.zeros(4))
+    array([0.25, 0.5 , 0.75, 1.  ])
+    """
+    xp = namespace(h, names=("h",))
+    if h.ndim < 1 or not xp.isdtype(h.dtype, "real floating"):
+        raise TypeError(f"h must be a real floating array with at least one axis, got dtype {h.dtype} and shape {tuple(h.shape)}")
+    if not (isinstance(low, (int, float)) and isinstance(high, (int, float)) and math.isfinite(low) and math.isfinite(high) and low < high):
+        raise ValueError(f"low and high must be finite Python numbers with low < high, got {low!r} and {high!r}")
+    w = get_adapter(xp).softmax(xp, h, axis=-1)
+    return low + (high - low) * xp.cumulative_sum(w, axis=-1)

@@ -1,22 +1,210 @@
-r"""``rankops.sinkhorn``: the batched log-domain transport solver, as an operator with two core axes.
+r"""``rankops.sinkhorn``, the batched log-domain transport solver, and what every Sinkhorn operator shares.
 
 For costs ``C`` of shape ``(..., n, m)`` and marginals ``a`` (..., n) and
-``b`` (..., m), solves ``min_P <P, C> - epsilon H(P)`` subject to ``P 1 = a``,
-``P^T 1 = b`` (Cuturi, Teboul & Vert 2019, Eq. 3); the solver and its
-gradients are in :mod:`rankops._solvers.sinkhorn`.
+``b`` (..., m), :func:`sinkhorn` solves ``min_P <P, C> - epsilon H(P)``
+subject to ``P 1 = a``, ``P^T 1 = b`` (Cuturi, Teboul & Vert 2019, Eq. 3);
+the solver and its gradients are in :mod:`rankops._solvers.sinkhorn`.
+
+The Sinkhorn operators (``soft_cdf``, ``soft_quantile``, ...,
+``soft_rank(method="sinkhorn")``) share from here their option set with its
+defaults and checks (:class:`TransportOptions`), the binding of a call, and
+convergence that is never silent: every core returns the solver's marginal
+error per transport problem next to its value, and the :class:`Reported`
+readout warns when some problem stopped above ``tol`` and, with
+``return_info=True``, returns ``(value, SinkhornInfo)``.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+import math
+import warnings
+from typing import Any, NamedTuple
 
-from ._kernels.transport import solver_core
-from ._lib._calls import Call, Prepared, prepare
-from ._lib._compat import is_array
-from ._lib._operator import check_cotangent_shapes, operator
-from ._solvers.sinkhorn import DEFAULT_MAX_ITER, DEFAULT_TOL, SinkhornResult, SolverOptions
+from ._cores.transport import SQUASHES, solver_core
+from ._lib._calls import Along, Call, Prepared, check_cotangent_shapes, operator, prepare
+from ._lib._compat import Array, is_array
+from ._lib._docs import fill_doc
+from ._lib._options import Options, boolean, choice, option, optional_count, positive_count, positive_scalar, python_number
+from ._lib._warnings import caller_stacklevel
 
-__all__ = ["sinkhorn", "SinkhornResult"]
+__all__ = [
+    "sinkhorn", "SinkhornResult", "SinkhornInfo", "ConvergenceWarning", "SolverOptions", "TransportOptions", "Reported",
+    "SOLVER_OPTIONS", "SOLVER_BUDGET", "return_info", "check_1d", "input_weights", "reported", "bind_grid",
+]
+
+DEFAULT_MAX_ITER = 2000
+DEFAULT_TOL = 1e-3
+DEFAULT_EPSILON = 1e-2  # the operators' epsilon; rankops.sinkhorn has none (it is in the cost's units)
+DEFAULT_FILLER = 0.05
+
+# the solver's budget, documented once for rankops.sinkhorn and every Sinkhorn operator
+SOLVER_BUDGET = f"""
+    max_iter : int, default {DEFAULT_MAX_ITER}
+        Sinkhorn iteration budget.
+    tol : float, default {DEFAULT_TOL:g}
+        The solver stops once every transport problem's L1 marginal error is within ``tol``.
+"""
+
+
+def _filler(value: Any, name: str) -> float:
+    filler = positive_scalar(value, name)
+    if is_array(filler) or not filler < 1:
+        raise ValueError(f"{name} must be a number in (0, 1), got {filler!r}")
+    return filler
+
+
+@dataclasses.dataclass(frozen=True)
+class SolverOptions(Options):
+    """Options of :func:`sinkhorn` (docs/api.md has each one's meaning); the Sinkhorn operators extend them."""
+
+    epsilon: Any = option(None, positive_scalar)  # a number, or a 0-d array (learnable, traced)
+    max_iter: int = option(DEFAULT_MAX_ITER, positive_count)
+    tol: float = option(DEFAULT_TOL, python_number(positive_scalar))
+    implicit: bool = option(False, boolean)
+
+
+@dataclasses.dataclass(frozen=True)
+class TransportOptions(SolverOptions):
+    """Options of the Sinkhorn operators (docs/api.md has each one's meaning and default)."""
+
+    epsilon: Any = option(DEFAULT_EPSILON, positive_scalar)
+    # Implicit differentiation by default: a quarter of the checkpointed unrolled
+    # backward's memory, independent of the iteration count, and about 3x faster
+    # (benchmarks/memory.py; docs/api.md "Gradients: implicit or unrolled").
+    implicit: bool = option(True, boolean)
+    squash: str | None = option("sigmoid", choice(*SQUASHES))
+    power: float = option(2.0, python_number(positive_scalar, " for the Sinkhorn operators"))
+    num_targets: int | None = option(None, optional_count)
+    filler: float = option(DEFAULT_FILLER, _filler)
+    centered: bool = option(True, boolean)
+
+
+class SinkhornResult(NamedTuple):
+    """Solution of a batch of entropic OT problems (a NamedTuple: a JAX pytree)."""
+
+    plan: Any  # (..., n, m) transport plan
+    f: Any  # (..., n) dual potential of the rows
+    g: Any  # (..., m) dual potential of the columns
+    n_iter: Any  # iterations run (a Python int, or a 0-d int array under JAX)
+    error: Any  # (...,) L1 error of both marginals at exit (the rows' part is rounding)
+    converged: Any  # (...,) bool: error <= tol
+
+
+
+class SinkhornInfo(NamedTuple):
+    """Convergence of the transport problems behind one operator call (``return_info=True``).
+
+    One entry per problem, i.e. per row of the input (per row and level for
+    :func:`rankops.soft_quantile` with an array of levels); arrays in the
+    input's namespace and device, detached from autodiff.
+    """
+
+    converged: Any  # bool: error <= tol when the solver stopped
+    error: Any  # L1 error of both marginals at exit, in the dtype the operator computed in
+
+
+class ConvergenceWarning(RuntimeWarning):
+    """Sinkhorn stopped at ``max_iter`` with a marginal error above ``tol`` in some row."""
+
+
+def warn_if_unconverged(adapter: Any, xp: Any, error: Any, opts: Any, where: str) -> None:
+    """Warn (:class:`ConvergenceWarning`) when some problem stopped above ``tol``.
+
+    Reads values, so only where they exist now: not on tracers (``jax.jit``,
+    ``grad``, ``vmap``, ``torch.func``) nor on Dask's lazy arrays. The eager
+    solver loop has read its error at every block already, so the read costs
+    no extra device sync there. A NaN error (a NaN or infinite input row) is
+    a data problem, not a convergence one, and does not warn.
+    """
+    if not adapter.is_concrete(error):
+        return
+    bad = error > opts.tol
+    if not bool(xp.any(bad)):
+        return
+    count = int(xp.sum(xp.astype(bad, xp.int32)))
+    worst = float(xp.max(xp.where(bad, error, xp.zeros_like(error))))
+    warnings.warn(
+        f"{where}: Sinkhorn stopped at max_iter={opts.max_iter} with a marginal error above tol={opts.tol:g} in "
+        f"{count} of {math.prod(error.shape)} transport problem(s) (largest {worst:.3g}); raise max_iter or epsilon, or pass "
+        "return_info=True to see which ones",
+        ConvergenceWarning,
+        stacklevel=caller_stacklevel(),
+    )
+
+
+class Reported(Along):
+    """Readout of a Sinkhorn operator: the value, warned about and, if asked, with its :class:`SinkhornInfo`.
+
+    ``levels``: the value and the error have a trailing axis of quantile
+    levels that goes where the caller's (first) axis was. Lazy backends never warn,
+    so without ``return_info`` the error is left out of their graph (one task
+    per block of rows).
+    """
+
+    def __init__(self, opts: Any, where: str, return_info: bool, *, lazy: bool, axis_kept: bool = True, levels: bool = False) -> None:
+        super().__init__(axis_kept=axis_kept, levels=levels)
+        self.opts, self.where, self.return_info = opts, where, return_info
+        self.outputs = ("value",) if lazy and not return_info else ("value", "error")
+
+    def finish(self, p: Prepared, outs: tuple[Any, ...]) -> Any:
+        value = super().finish(p, outs)
+        if len(outs) == 1:
+            return value
+        xp, adapter = p.xp, p.adapter
+        err = adapter.stop_gradient(xp, outs[1])
+        if self.levels:
+            err = p.place(err, levels=True)
+        warn_if_unconverged(adapter, xp, err, self.opts, self.where)
+        return (value, SinkhornInfo(converged=err <= self.opts.tol, error=err)) if self.return_info else value
+
+
+# -- binding a Sinkhorn operator's call ------------------------------------------------------------
+
+SOLVER_OPTIONS = ("epsilon", "max_iter", "tol", "squash", "power", "implicit")
+
+
+def return_info(options: dict[str, Any]) -> bool:
+    """Pop the ``return_info`` option (every Sinkhorn operator takes it)."""
+    return boolean(options.pop("return_info", False), "return_info")
+
+
+def check_1d(value: Any, name: str, length: int | None = None) -> None:
+    if value.ndim != 1:
+        raise ValueError(f"{name} must be a 1-D array, got shape {tuple(value.shape)}")
+    if value.shape[0] == 0:
+        raise ValueError(f"{name} must not be empty")
+    if length is not None and value.shape[0] != length:
+        raise ValueError(f"{name} has length {value.shape[0]} but {length} targets are used")
+
+
+def reported(core: Any, p: Prepared, opts: TransportOptions, params: dict[str, Any], where: str, info: bool, **readout: Any) -> Call:
+    """A Sinkhorn operator's call, read out by :class:`Reported`; input-shaped ``weights`` are laid out as ``x``."""
+    along = ("weights",) if params.get("weights") is not None and params["weights"].ndim > 1 else ()
+    return Call(core, p, opts, params, Reported(opts, where, info, lazy=p.adapter.lazy, **readout), along=along)
+
+
+def input_weights(p: Prepared, arrays: dict[str, Any]) -> dict[str, Any]:
+    """``arrays`` with ``weights`` (shaped like x, or 1-D of length n) in the prepared layout and compute dtype."""
+    weights = arrays.get("weights")
+    return arrays if weights is None else {**arrays, "weights": p.lay_out(weights)}
+
+
+def bind_grid(core: Any, where: str, x: Any, axis: Any, options: dict[str, Any], descending: Any = None) -> Call:
+    """``soft_cdf``, and ``soft_rank`` / ``soft_sort`` with ``method="sinkhorn"``: targets on a grid in [0, 1]."""
+    info = return_info(options)
+    opts, arrays = TransportOptions.parse(
+        options, where, names=SOLVER_OPTIONS + ("num_targets",), arrays=("target_weights", "weights")
+    )
+    p = prepare(x, axis=axis, opts=opts, arrays=arrays)
+    if "target_weights" in arrays:
+        check_1d(arrays["target_weights"], "target_weights", opts.num_targets)
+    arrays = input_weights(p, arrays)
+    params = dict(arrays) if descending is None else {**arrays, "descending": boolean(descending, "descending")}
+    return reported(core, p, opts, params, where, info)
+
+
+# -- rankops.sinkhorn ------------------------------------------------------------------------------
 
 
 class _Result:
@@ -56,18 +244,19 @@ class _ResultValue:
         return check_cotangent_shapes(cts, outs)
 
 
-@operator(value=_ResultValue)
+@operator(value=_ResultValue, methods=("sinkhorn",))
+@fill_doc(budget=SOLVER_BUDGET)
 def sinkhorn(
-    cost: Any,
-    a: Any = None,
-    b: Any = None,
+    cost: Array,
+    a: Array | None = None,
+    b: Array | None = None,
     /,
     *,
     epsilon: Any,
     max_iter: int = DEFAULT_MAX_ITER,
     tol: float = DEFAULT_TOL,
     implicit: bool = False,
-) -> Call:
+) -> Call[SinkhornResult]:
     """Solve a batch of entropic optimal transport problems.
 
     Alternates the dual updates ``g_j <- epsilon log b_j - epsilon
@@ -86,10 +275,7 @@ def sinkhorn(
         leading axes broadcast against those of ``cost``; differentiable.
     epsilon : float or 0-d array
         Entropic regularisation, in the units of ``cost``.
-    max_iter : int, default 2000
-        Iteration budget.
-    tol : float, default 1e-3
-        Stop once every problem's L1 marginal error is within ``tol``.
+    %(budget)s
     implicit : bool, default False
         False: gradients through the iterations. True: gradients by implicit
         differentiation of the fixed point (memory independent of the

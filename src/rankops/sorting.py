@@ -12,43 +12,156 @@ itself (``"softsort"``, Prillo & Eisenschlos 2020; ``"neuralsort"``, Grover
 et al. 2019). Two methods need no matrix at all and cost O(n log n):
 ``"permutahedron"`` (a projection onto the permutahedron, Blondel et al.
 2020) and ``"lapsum"`` (sums of Laplace CDFs, after Struski et al. 2025).
-A method is one entry of :data:`METHODS`: a function that validates its
-options and binds the call to its kernels.
+A method is one entry of :data:`METHODS`, declared here with its option
+set: a function that validates the options and binds the call to the
+method's core. The registry (``rankops._registry``), the docstrings' method
+list and the suites read the methods from there.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import math
+import numbers
 from typing import Any
 
-from ._docstrings import SECTIONS
-from ._kernels import lapsum, permutahedron, permutation, transport
-from ._lib._calls import Call
+from ._cores import lapsum, permutahedron
+from ._cores.permutation import dense_core, stream_core
+from ._cores.transport import rank_core, sort_core
+from ._docstrings import SECTIONS, methods_section
+from ._lib._calls import Call, Prepared, operator, prepare
+from ._lib._compat import Array, is_array
 from ._lib._docs import fill_doc
-from ._lib._operator import operator
+from ._lib._options import Options, boolean, choice, option, positive_count, positive_scalar, python_number
+from .permutations import OPTION_NAMES, PermutationOptions
+from .sinkhorn import SOLVER_OPTIONS, TransportOptions, bind_grid, reported, return_info
 
-__all__ = ["soft_sort", "soft_rank", "METHODS"]
+__all__ = ["soft_rank", "soft_sort", "METHODS", "PermutahedronOptions", "LapsumOptions", "bind_lapsum_topk"]
 
-# method -> bind(output, x, axis, descending, options) -> Call, output "sort" or "rank"
+
+# -- "sinkhorn" (options: rankops.sinkhorn.TransportOptions) ---------------------------------------
+
+
+def _bind_sinkhorn(output: str, x: Any, axis: Any, descending: Any, options: dict[str, Any]) -> Call[Any]:
+    """``soft_sort`` / ``soft_rank`` (``output``) with ``method="sinkhorn"``; ``soft_sort`` also takes ``topk``."""
+    where = f"soft_{output}(method='sinkhorn')"
+    if output == "sort":
+        topk = options.pop("topk", None)  # None: the full sort
+        if topk is not None:
+            return _bind_sinkhorn_topk(where, x, axis, descending, topk, options)
+    return bind_grid(sort_core if output == "sort" else rank_core, where, x, axis, options, descending)
+
+
+def _bind_sinkhorn_topk(where: str, x: Any, axis: Any, descending: Any, topk: Any, options: dict[str, Any]) -> Call[Any]:
+    k = positive_count(topk, "topk")
+    for name in ("num_targets", "target_weights", "weights"):
+        if options.get(name) is not None:
+            raise ValueError(f"{where}: topk fixes the targets (k values and one filler); do not pass {name} with it")
+    info = return_info(options)
+    opts, _ = TransportOptions.parse(options, where, names=SOLVER_OPTIONS)
+    p = prepare(x, axis=axis, opts=opts)
+    if k > p.n:
+        raise ValueError(f"topk must lie in [1, n] = [1, {p.n}], got {k}")
+    params = {"descending": boolean(descending, "descending")}
+    # k = n leaves the filler empty: that is the full sort
+    return reported(sort_core, p, opts, params if k == p.n else {**params, "topk": k}, where, info)
+
+
+# -- "softsort", "neuralsort" (options: rankops.permutations.PermutationOptions) -------------------
+
+
+def _bind_permutation(method: str, output: str, x: Any, axis: Any, descending: Any, options: dict[str, Any]) -> Call[Any]:
+    """``soft_sort`` / ``soft_rank`` (``output``) with ``method="softsort"`` or ``"neuralsort"``."""
+    opts, _ = PermutationOptions.parse(options, f"soft_{output}(method={method!r})", names=OPTION_NAMES[method])
+    descending = boolean(descending, "descending")
+    p = prepare(x, axis=axis, opts=opts)
+    # The streamed backward treats power as a constant: a learnable (array) power takes
+    # the full matrix, whose gradient includes it.
+    dense = opts.block is None or is_array(opts.power) or (opts.block == "auto" and _fits(p))
+    return Call(dense_core if dense else stream_core, p, opts, {"method": method, "output": output, "descending": descending})
+
+
+def _fits(p: Prepared) -> bool:
+    """Whether ``block="auto"`` builds the whole (..., n, n) matrix: within the host's ``dense_matrix_bytes``."""
+    itemsize = p.xp.finfo(p.x.dtype).bits // 8
+    return math.prod(p.x.shape[:-1]) * p.n * p.n * itemsize <= p.adapter.dense_matrix_bytes
+
+
+# -- "permutahedron" ----------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class PermutahedronOptions(Options):
+    """Options of ``method="permutahedron"``."""
+
+    regularization: str = option("l2", choice("l2", "kl"))
+    strength: float = option(1.0, python_number(positive_scalar))
+
+
+def _bind_permutahedron(output: str, x: Any, axis: Any, descending: Any, options: dict[str, Any]) -> Call[Any]:
+    opts, _ = PermutahedronOptions.parse(options, f"soft_{output}(method='permutahedron')")
+    p = prepare(x, axis=axis, opts=opts)
+    return Call(permutahedron.projection_core, p, opts, {"output": output, "descending": boolean(descending, "descending")})
+
+
+# -- "lapsum" (also soft_topk_mask's) ----------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class LapsumOptions(Options):
+    """Options of ``method="lapsum"``."""
+
+    alpha: float = option(1.0, python_number(positive_scalar))
+
+
+def _bind_lapsum(output: str, x: Any, axis: Any, descending: Any, options: dict[str, Any]) -> Call[Any]:
+    opts, _ = LapsumOptions.parse(options, f"soft_{output}(method='lapsum')")
+    p = prepare(x, axis=axis, opts=opts)
+    core = lapsum.rank_core if output == "rank" else lapsum.sort_core
+    return Call(core, p, opts, {"descending": boolean(descending, "descending")})
+
+
+def bind_lapsum_topk(x: Any, k: Any, axis: Any, options: dict[str, Any]) -> Call[Any]:
+    """``soft_topk_mask(method="lapsum")``: ``k`` a real in (0, n), or an array of per-row k (the batch shape)."""
+    opts, _ = LapsumOptions.parse(options, "soft_topk_mask(method='lapsum')")
+    if is_array(k):
+        p = prepare(x, axis=axis, opts=opts, arrays={"k": k})
+        batch = tuple(p.x.shape[:-1])
+        if tuple(k.shape) not in ((), batch):
+            raise ValueError(f"k must be a number or an array of the batch shape {batch} (x without axis), got shape {tuple(k.shape)}")
+        if not p.xp.isdtype(k.dtype, ("real floating", "integral")):
+            raise TypeError(f"k must be a real array, got dtype {k.dtype}")
+        k = p.xp.broadcast_to(p.xp.astype(k, p.x.dtype), batch)
+        return Call(lapsum.topk_core, p, opts, {"k": k})
+    if isinstance(k, bool) or not isinstance(k, numbers.Real):
+        raise TypeError(f"k must be a real number or an array, got {type(k).__name__}")
+    p = prepare(x, axis=axis, opts=opts)
+    if not (math.isfinite(k) and 0 < k < p.n):
+        raise ValueError(f"k must lie in the open interval (0, n) = (0, {p.n}) for method='lapsum', got {k!r}")
+    return Call(lapsum.topk_core, p, opts, {"k": float(k)})
+
+
+# method -> bind(output, x, axis, descending, options) -> Call, output "sort" or "rank"; the first is the default
 METHODS = {
-    "sinkhorn": transport.bind_sort_or_rank,
-    "softsort": functools.partial(permutation.bind_sort_or_rank, "softsort"),
-    "neuralsort": functools.partial(permutation.bind_sort_or_rank, "neuralsort"),
-    "permutahedron": permutahedron.bind_sort_or_rank,
-    "lapsum": lapsum.bind_sort_or_rank,
+    "sinkhorn": _bind_sinkhorn,
+    "softsort": functools.partial(_bind_permutation, "softsort"),
+    "neuralsort": functools.partial(_bind_permutation, "neuralsort"),
+    "permutahedron": _bind_permutahedron,
+    "lapsum": _bind_lapsum,
 }
 
 
-def _bind(output: str, x: Any, axis: Any, descending: Any, method: Any, options: dict[str, Any]) -> Call:
+def _bind(output: str, x: Any, axis: Any, descending: Any, method: Any, options: dict[str, Any]) -> Call[Array]:
     bind = METHODS.get(method) if isinstance(method, str) else None
     if bind is None:
         raise ValueError(f"method must be one of {', '.join(map(repr, METHODS))}, got {method!r}")
     return bind(output, x, axis, descending, options)
 
 
-@operator
-@fill_doc(**SECTIONS)
-def soft_sort(x: Any, /, *, axis: int | tuple[int, ...] = -1, descending: bool = False, method: str = "sinkhorn", **options: Any) -> Any:
+@operator(methods=tuple(METHODS))
+@fill_doc(**SECTIONS, methods=methods_section(METHODS))
+def soft_sort(x: Array, /, *, axis: int | tuple[int, ...] = -1, descending: bool = False, method: str = "sinkhorn", **options: Any) -> Call[Array]:
     """Differentiable sort of ``x`` along ``axis`` (ascending by default).
 
     ``P @ x`` for a relaxed permutation matrix ``P``. With ``"sinkhorn"``
@@ -89,9 +202,9 @@ def soft_sort(x: Any, /, *, axis: int | tuple[int, ...] = -1, descending: bool =
     return _bind("sort", x, axis, descending, method, options)
 
 
-@operator
-@fill_doc(**SECTIONS)
-def soft_rank(x: Any, /, *, axis: int | tuple[int, ...] = -1, descending: bool = False, method: str = "sinkhorn", **options: Any) -> Any:
+@operator(methods=tuple(METHODS))
+@fill_doc(**SECTIONS, methods=methods_section(METHODS))
+def soft_rank(x: Array, /, *, axis: int | tuple[int, ...] = -1, descending: bool = False, method: str = "sinkhorn", **options: Any) -> Call[Array]:
     """Differentiable 1-based ranks of ``x`` along ``axis``.
 
     Ascending like ``scipy.stats.rankdata`` (the smallest entry has rank 1);

@@ -3,36 +3,36 @@ r"""Optimal-transport operators: soft CDFs, quantiles, quantile normalization, t
 Each is one entropic transport between the n entries of a row, squashed into
 [0, 1], and an ordered target measure, read out differently (Cuturi, Teboul
 & Vert 2019, Definitions 1-2 and Eq. 4; Cuturi et al. 2019, Alg. 2); the
-cores and the math are in :mod:`rankops._kernels.transport`. ``soft_rank``
+cores and the math are in :mod:`rankops._cores.transport`, the shared
+option set and readout in :mod:`rankops.sinkhorn`. ``soft_rank``
 and ``soft_sort`` with ``method="sinkhorn"`` (:mod:`rankops.sorting`) use the
 same transport; ``sort_with`` carries vectors along ``soft_sort``'s plan.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import numbers
 from typing import Any
 
+from ._cores.quantile import quantile_core
+from ._cores.sort_with import sort_with_core
+from ._cores.transport import cdf_core, quantile_normalize_core, quantize_core, topk_core
 from ._docstrings import SECTIONS
-from ._kernels import lapsum
-from ._kernels.transport import (
-    SOLVER_OPTIONS, TransportOptions, bind_targets, cdf_core, check_1d, input_weights, quantile_normalize_core, quantize_core, reported,
-    return_info, topk_core,
-)
-from ._kernels.quantile import quantile_core
-from ._kernels.sort_with import bind_sort_with
-from ._lib._calls import prepare
-from ._lib._compat import is_array
+from ._lib._calls import Call, operator, prepare
+from ._lib._compat import Array, is_array, normalize_axis, real_float_dtypes
 from ._lib._docs import fill_doc
-from ._lib._operator import operator
-from ._lib._validation import positive_count
+from ._lib._options import boolean, positive_count
+from .sinkhorn import SOLVER_OPTIONS, TransportOptions, bind_grid, check_1d, input_weights, reported, return_info
+from .sorting import bind_lapsum_topk
 
 __all__ = ["soft_cdf", "soft_quantile", "soft_quantile_normalize", "soft_quantize", "soft_topk_mask", "sort_with"]
 
 
-@operator
+@operator(methods=("sinkhorn",))
 @fill_doc(**SECTIONS)
-def soft_cdf(x: Any, /, *, axis: int | tuple[int, ...] = -1, **options: Any) -> Any:
+def soft_cdf(x: Array, /, *, axis: int | tuple[int, ...] = -1, **options: Any) -> Call[Array]:
     """Sinkhorn CDF of each entry within its row: ``a^-1 (P b_bar)``, in [0, 1].
 
     ``P`` is the entropic plan between the squashed entries (weights a = 1/n)
@@ -50,10 +50,8 @@ def soft_cdf(x: Any, /, *, axis: int | tuple[int, ...] = -1, **options: Any) -> 
     %(weights)s
     %(cost_power)s
 
-    Returns
-    -------
-    array
-        Shape, namespace, device and floating dtype of ``x``; tends to
+    %(returns_like_x)s
+        tends to
         ``rankdata(x) / n`` as ``epsilon -> 0`` on inputs without ties.
 
     Examples
@@ -62,12 +60,12 @@ def soft_cdf(x: Any, /, *, axis: int | tuple[int, ...] = -1, **options: Any) -> 
     >>> np.round(rankops.soft_cdf(np.array([0.3, -1.2, 2.5, 0.7]), epsilon=1e-3), 2)
     array([0.5 , 0.25, 1.  , 0.75])
     """
-    return bind_targets(cdf_core, "soft_cdf", x, axis, options)
+    return bind_grid(cdf_core, "soft_cdf", x, axis, options)
 
 
-@operator
+@operator(methods=("sinkhorn",))
 @fill_doc(**SECTIONS)
-def soft_quantile(x: Any, /, q: Any, *, axis: int | tuple[int, ...] = -1, **options: Any) -> Any:
+def soft_quantile(x: Array, /, q: float | Array, *, axis: int | tuple[int, ...] = -1, **options: Any) -> Call[Array]:
     """Sinkhorn quantile(s) of level ``q`` along ``axis`` (after Eq. 4 of Cuturi, Teboul & Vert 2019).
 
     Three targets (0, 1/2, 1); the quantile is the middle entry of the soft
@@ -128,9 +126,9 @@ def soft_quantile(x: Any, /, q: Any, *, axis: int | tuple[int, ...] = -1, **opti
     return reported(quantile_core, p, opts, input_weights(p, {"q": float(q), **weights}), "soft_quantile", info, axis_kept=False)
 
 
-@operator
+@operator(methods=("sinkhorn",))
 @fill_doc(**SECTIONS)
-def soft_quantile_normalize(x: Any, targets: Any, /, *, axis: int | tuple[int, ...] = -1, **options: Any) -> Any:
+def soft_quantile_normalize(x: Array, targets: Array, /, *, axis: int | tuple[int, ...] = -1, **options: Any) -> Call[Array]:
     """Replace each entry by a target value, keeping the order of ``x``: ``a^-1 (P targets)``.
 
     Proposition 2 of Cuturi, Teboul & Vert 2019 (``T(x) = n P f``); with a
@@ -151,10 +149,8 @@ def soft_quantile_normalize(x: Any, targets: Any, /, *, axis: int | tuple[int, .
     %(weights)s
     %(cost_power)s
 
-    Returns
-    -------
-    array
-        Shape, namespace, device and floating dtype of ``x``; tends to
+    %(returns_like_x)s
+        tends to
         ``targets[rank(x) - 1]`` for m == n as ``epsilon -> 0``.
 
     Examples
@@ -178,9 +174,9 @@ def soft_quantile_normalize(x: Any, targets: Any, /, *, axis: int | tuple[int, .
     return reported(quantile_normalize_core, p, opts, input_weights(p, arrays), "soft_quantile_normalize", info)
 
 
-@operator
+@operator(methods=("sinkhorn",))
 @fill_doc(**SECTIONS)
-def soft_quantize(x: Any, num_levels: int, /, *, axis: int | tuple[int, ...] = -1, **options: Any) -> Any:
+def soft_quantize(x: Array, num_levels: int, /, *, axis: int | tuple[int, ...] = -1, **options: Any) -> Call[Array]:
     """Soft quantization onto ``num_levels`` values: ``n P diag(b)^-1 P^T x``, b uniform over m = ``num_levels`` targets.
 
     The entries are soft-sorted onto m targets (``b^-1 P^T x``, m values),
@@ -196,10 +192,7 @@ def soft_quantize(x: Any, num_levels: int, /, *, axis: int | tuple[int, ...] = -
     num_levels : int
         m >= 1, the number of levels (m = 1: every entry becomes the mean).
 
-    Other Parameters
-    ----------------
-    %(sinkhorn_options)s
-    %(cost_power)s
+    %(sinkhorn_other_parameters)s
 
     Returns
     -------
@@ -220,9 +213,12 @@ def soft_quantize(x: Any, num_levels: int, /, *, axis: int | tuple[int, ...] = -
     return reported(quantize_core, p, opts, {"num_levels": m}, "soft_quantize", info)
 
 
-@operator
+TOPK_METHODS = ("sinkhorn", "lapsum")
+
+
+@operator(methods=TOPK_METHODS)
 @fill_doc(**SECTIONS)
-def soft_topk_mask(x: Any, /, k: Any, *, axis: int | tuple[int, ...] = -1, method: str = "sinkhorn", **options: Any) -> Any:
+def soft_topk_mask(x: Array, /, k: float | Array, *, axis: int | tuple[int, ...] = -1, method: str = "sinkhorn", **options: Any) -> Call[Array]:
     """Soft indicator of the k largest entries along ``axis``: values in [0, 1] summing to k.
 
     Two targets (0 and 1) weighted ((n - k)/n, k/n); the mask is the mass an
@@ -240,10 +236,7 @@ def soft_topk_mask(x: Any, /, k: Any, *, axis: int | tuple[int, ...] = -1, metho
     method : {"sinkhorn", "lapsum"}, default "sinkhorn"
         ``"lapsum"`` takes the one option ``alpha`` (float, default 1.0).
 
-    Other Parameters
-    ----------------
-    %(sinkhorn_options)s
-    %(cost_power)s
+    %(sinkhorn_other_parameters)s
 
     Returns
     -------
@@ -260,9 +253,9 @@ def soft_topk_mask(x: Any, /, k: Any, *, axis: int | tuple[int, ...] = -1, metho
     array([0.01, 0.  , 1.  , 0.49])
     """
     if isinstance(method, str) and method == "lapsum":
-        return lapsum.bind_topk(x, k, axis, options)
+        return bind_lapsum_topk(x, k, axis, options)
     if not (isinstance(method, str) and method == "sinkhorn"):
-        raise ValueError(f"method must be 'sinkhorn' or 'lapsum' for soft_topk_mask, got {method!r}")
+        raise ValueError(f"method must be {' or '.join(map(repr, TOPK_METHODS))} for soft_topk_mask, got {method!r}")
     info = return_info(options)
     opts, _ = TransportOptions.parse(options, "soft_topk_mask", names=SOLVER_OPTIONS)
     k = positive_count(k, "k")
@@ -273,11 +266,11 @@ def soft_topk_mask(x: Any, /, k: Any, *, axis: int | tuple[int, ...] = -1, metho
 
 
 
-@operator
+@operator(methods=("sinkhorn",))
 @fill_doc(**SECTIONS)
 def sort_with(
-    x: Any, criterion: Any, /, *, axis: int = -1, topk: int | None = None, descending: bool = False, **options: Any
-) -> Any:
+    x: Array, criterion: Array, /, *, axis: int = -1, topk: int | None = None, descending: bool = False, **options: Any
+) -> Call[Array]:
     """Soft-sort vectors by a real criterion: ``b^-1 P^T X``, each output a convex combination of the vectors.
 
     Per row, ``P`` is the plan ``soft_sort(criterion)`` uses: the entropic
@@ -339,4 +332,98 @@ def sort_with(
     array([[3., 1.],
            [4., 1.]])
     """
-    return bind_sort_with(x, criterion, axis, topk, descending, options)
+    return _bind_sort_with(x, criterion, axis, topk, descending, options)
+
+
+# -- sort_with: the vectors' layout -----------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class _VectorLayout:
+    """sort_with's layout: the caller's (criterion ``(..., n, ...)`` along ``axis``, then ``features``) and the core's ``(..., n, F)``."""
+
+    axis: int  # the criterion's axis, normalized
+    batch: int  # the criterion's other axes: the core's batch axes
+    features: tuple[int, ...]
+
+    def public(self, xp: Any, a: Any) -> Any:
+        """A core array ``(..., k, F)`` (value or vectors' gradient) as the caller lays it out."""
+        a = xp.reshape(a, tuple(a.shape[:-1]) + self.features)
+        return xp.moveaxis(a, self.batch, self.axis) if self.axis != self.batch else a
+
+    def internal(self, xp: Any, a: Any) -> Any:
+        """The inverse of :meth:`public` (vectors, cotangents of the value)."""
+        if self.axis != self.batch:
+            a = xp.moveaxis(a, self.axis, self.batch)
+        return xp.reshape(a, tuple(a.shape[: self.batch + 1]) + (math.prod(self.features),))
+
+    def criterion(self, xp: Any, a: Any, inverse: bool = False) -> Any:
+        """The criterion's axis last (``inverse``: back in place)."""
+        if self.axis == self.batch:
+            return a
+        return xp.moveaxis(a, -1, self.axis) if inverse else xp.moveaxis(a, self.axis, -1)
+
+
+class _Readout:
+    """:class:`~.sinkhorn.Reported` on the value in the caller's layout."""
+
+    def __init__(self, inner: Any, layout: _VectorLayout) -> None:
+        self.inner, self.layout = inner, layout
+        self.outputs = inner.outputs
+
+    def finish(self, p: Any, outs: tuple[Any, ...]) -> Any:
+        return self.inner.finish(p, (self.layout.public(p.xp, outs[0]), *outs[1:]))
+
+    def pull(self, p: Any, cts: tuple[Any, ...]) -> tuple[Any, ...]:
+        first, *rest = self.inner.pull(p, cts)
+        return (self.layout.internal(p.xp, first), *rest)
+
+
+@dataclasses.dataclass(frozen=True)
+class _SortWithCall(Call):
+    layout: _VectorLayout | None = None
+
+    def gradients(self, grads: Any) -> dict[str, Any]:
+        out = dict(grads)
+        xp = self.xp
+        out["x"] = self.layout.public(xp, out["x"])
+        if out.get("criterion") is not None:
+            out["criterion"] = self.layout.criterion(xp, out["criterion"], inverse=True)
+        return out
+
+
+def _bind_sort_with(x: Any, criterion: Any, axis: Any, topk: Any, descending: Any, options: dict[str, Any]) -> Call[Array]:
+    """Validate ``sort_with``'s arguments (shapes, dtypes, namespaces; never values) and lay them out for the core."""
+    where = "sort_with"
+    descending = boolean(descending, "descending")
+    if topk is not None:
+        topk = positive_count(topk, "topk")
+        for name in ("num_targets", "target_weights"):
+            if options.get(name) is not None:
+                raise ValueError(f"{where}: topk fixes the targets (k values and one filler); do not pass {name} with it")
+    info = return_info(options)
+    opts, weights = TransportOptions.parse(options, where, names=SOLVER_OPTIONS + ("num_targets",), arrays=("target_weights",))
+    p = prepare(x, opts=opts, arrays={"criterion": criterion, **weights}, core_ndim=2)
+    xp = p.xp
+    real_float_dtypes(xp, criterion, "criterion")
+    if criterion.ndim == 0:
+        raise ValueError("criterion must have at least one dimension to sort along, got a 0-d array")
+    axis = normalize_axis(axis, criterion.ndim, where="sort_with")
+    shape, n = tuple(criterion.shape), criterion.shape[axis]
+    if n == 0:
+        raise ValueError(f"criterion has an empty axis {axis} (length 0): there is nothing to sort")
+    if tuple(x.shape[: len(shape)]) != shape or x.ndim == len(shape):
+        raise ValueError(
+            f"x must have criterion's shape {shape} followed by one or more feature axes, got shape {tuple(x.shape)}"
+        )
+    if "target_weights" in weights:
+        check_1d(weights["target_weights"], "target_weights", opts.num_targets)
+    if topk is not None and topk > n:
+        raise ValueError(f"topk must lie in [1, n] = [1, {n}], got {topk}")
+    layout = _VectorLayout(axis, len(shape) - 1, tuple(x.shape[len(shape):]))
+    p = dataclasses.replace(p, x=layout.internal(xp, p.x))
+    params = {"criterion": layout.criterion(xp, criterion), "descending": descending, **weights}
+    if topk is not None and topk < n:  # k = n leaves the filler empty: that is the full sort
+        params["topk"] = topk
+    call = reported(sort_with_core, p, opts, params, where, info)
+    return _SortWithCall(call.core, call.prepared, call.opts, call.params, _Readout(call.readout, layout), layout=layout)

@@ -1,105 +1,53 @@
-"""Cores and calls: what an operator runs, on what, and how its outputs become the public value.
+"""The binding machinery: a validated call, its input layout, and the public operator that runs it.
 
-A :class:`Core` is a kernel written once against the array API for
-trailing core axes: ``rule(xp, x, opts, **params) -> (outputs, pullback)``,
-``outputs`` a tuple named by ``Core.outputs`` and ``pullback`` the core's
-own backward rule, mapping their cotangents (None: zero) to a dict of
-cotangents by input name (``"x"``, then parameter names, then array-valued
-options such as ``"tau"``). Calling a core gives the outputs, which hosts
-with autodiff differentiate themselves; :meth:`Core.vjp` gives the pair.
-
+A core (:class:`~._adapters.Core`) is run on a :class:`Call`: the core,
+the prepared input, the frozen options and the parameters.
 :func:`prepare` validates the operator's input (namespace, device, dtype,
 axis) once and moves the operator axis last (a tuple of axes: moved last
 and merged into one); a :class:`Call` bundles the
 core, the prepared input, the frozen options and the parameters with a
 readout (:class:`Along` for array values) that turns the core's outputs
 into the public value and maps the public value's cotangent back.
+
+A public operator is written as a function that validates its arguments and
+returns a :class:`~._calls.Call`; the :func:`operator` decorator builds from
+it an :class:`Operator`, an object with
+
+- ``__call__``: bind the arguments, run the call's core through the adapter
+  of its namespace, read the outputs out (the public value);
+- ``vjp``: the same value and a function mapping its cotangent to one
+  gradient per array argument, by the host's reverse mode on torch and JAX,
+  by the core's own backward rule elsewhere (NumPy, CuPy, Dask,
+  array-api-strict).
+
+and returns a plain function that calls it (tools expect functions:
+``inspect``, documentation generators, ``torch.compile``, pickling by name),
+the :class:`Operator` being its ``operator`` attribute. ``rankops.vjp(fun,
+...)`` is ``fun.operator.vjp(...)``.
+
+Nothing here depends on state outside the call: the rule used by ``vjp`` is
+the very core the call runs.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import inspect
 import math
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Generic, Mapping, ParamSpec, TypeVar, overload
 
 import array_api_compat
 
-from ._adapters import get_adapter
-from ._compat import namespace, normalize_axes, normalize_axis, real_float_dtypes
+from ._adapters import Core, get_adapter
+from ._compat import is_array, namespace, normalize_axes, normalize_axis, real_float_dtypes
+from ._numerics import unbroadcast
 from ._options import Options
 
-__all__ = ["Core", "core", "same_shape", "hand_written", "Prepared", "prepare", "Call", "Along"]
+__all__ = ["Prepared", "prepare", "Call", "Along", "Operator", "operator", "ArrayValue", "check_cotangent_shapes"]
 
-
-class Core:
-    """A kernel with its own backward rule; see the module docstring.
-
-    ``tails(core_shape, opts, params)`` gives each output's trailing shape
-    (None: one count per call), which lazy backends need before running;
-    ``core_ndim`` is the number of trailing core axes of ``x``; ``batched``
-    names the parameters that share ``x``'s batch axes, with the core axes
-    of ``x`` they span (the marginals of the transport solver).
-    """
-
-    def __init__(
-        self,
-        rule: Callable[..., tuple[tuple[Any, ...], Callable[..., dict[str, Any]]]],
-        *,
-        tails: Callable[..., dict[str, Any]],
-        outputs: tuple[str, ...] = ("value",),
-        core_ndim: int = 1,
-        batched: Mapping[str, tuple[int, ...]] | None = None,
-    ) -> None:
-        self.rule, self.tails, self.outputs, self.core_ndim = rule, tails, outputs, core_ndim
-        self.batched = dict(batched or {})
-        self.__name__ = rule.__name__
-        self.__doc__ = rule.__doc__
-
-    def __call__(self, xp: Any, x: Any, opts: Options, **params: Any) -> tuple[Any, ...]:
-        return self.rule(xp, x, opts, **params)[0]
-
-    def vjp(self, xp: Any, x: Any, opts: Options, **params: Any) -> tuple[tuple[Any, ...], Callable[..., dict[str, Any]]]:
-        return self.rule(xp, x, opts, **params)
-
-    def select(self, outs: tuple[Any, ...], wanted: tuple[str, ...]) -> tuple[Any, ...]:
-        return tuple(outs[self.outputs.index(w)] for w in wanted)
-
-    def __repr__(self) -> str:
-        return f"<rankops core {self.__name__}>"
-
-
-def core(*, tails: Callable[..., dict[str, Any]], **kwargs: Any) -> Callable[[Callable[..., Any]], Core]:
-    """Decorator: a rule function as a :class:`Core`."""
-    return lambda rule: Core(rule, tails=tails, **kwargs)
-
-
-def same_shape(shape: tuple[int, ...], opts: Any, params: Mapping[str, Any]) -> dict[str, Any]:
-    """``tails`` of a core whose one output is shaped like its input."""
-    return {"value": tuple(shape)}
-
-
-def hand_written(
-    xp: Any, fwd: Callable[..., Any], bwd: Callable[..., Any], arrays: tuple[Any, ...], names: tuple[str, ...] = ("x",)
-) -> tuple[tuple[Any, ...], Callable[..., dict[str, Any]]]:
-    """A core's ``(outputs, pullback)`` from a forward and its hand-written backward.
-
-    ``fwd(xp, *arrays) -> (outputs, residuals)``, ``bwd(xp, residuals,
-    cotangents) -> one gradient per array`` (named by ``names``). Hosts with
-    autodiff register the pair (``custom_vjp``) and the pullback recomputes
-    the residuals when ``rankops.vjp`` asks for it; elsewhere the forward's
-    residuals are kept for the pullback.
-    """
-    adapter = get_adapter(xp)
-    if adapter.autodiff:
-        outs, res = adapter.custom_vjp(xp, fwd, bwd, arrays, n_diff=1), None
-    else:
-        outs, res = fwd(xp, *arrays)
-
-    def pullback(cts: tuple[Any, ...]) -> dict[str, Any]:
-        grads = bwd(xp, fwd(xp, *arrays)[1] if res is None else res, cts)
-        return dict(zip(names, grads))
-
-    return tuple(outs), pullback
+P = ParamSpec("P")
+R = TypeVar("R")  # the public value a call reads out: an array, a (value, info) pair, a SinkhornResult
 
 
 @dataclasses.dataclass(frozen=True)
@@ -173,6 +121,17 @@ class Prepared:
         if len(sizes) > 1:
             a = self.xp.reshape(a, tuple(a.shape[:-1]) + sizes)
         return a if axes == trailing else self.xp.moveaxis(a, trailing, axes)
+
+    def lay_out(self, weights: Any, name: str = "weights") -> Any:
+        """Per-entry ``weights`` (real; shaped like the input, or 1-D of length n) in the prepared layout and compute dtype."""
+        xp = self.xp
+        if not xp.isdtype(weights.dtype, ("real floating", "integral")):
+            raise TypeError(f"{name} must be a real array, got dtype {weights.dtype}")
+        if tuple(weights.shape) == self.shape and weights.ndim > 1:
+            weights = self.arrange(weights)
+        elif tuple(weights.shape) != (self.n,):
+            raise ValueError(f"{name} must have the shape of {self.name} {self.shape} or ({self.n},), got {tuple(weights.shape)}")
+        return xp.astype(weights, self.x.dtype)
 
     def _one_axis(self) -> int:
         """Where an output's one trailing axis goes, counted from the end of an array with the batch axes before it."""
@@ -278,8 +237,8 @@ class Along:
 
 
 @dataclasses.dataclass(frozen=True)
-class Call:
-    """One validated operator call: run it with ``adapter.run(call)``, read it with ``finish``."""
+class Call(Generic[R]):
+    """One validated operator call: run it with ``adapter.run(call)``, read it with ``finish`` (a value of type ``R``)."""
 
     core: Core
     prepared: Prepared
@@ -304,8 +263,8 @@ class Call:
     def outputs(self) -> tuple[str, ...]:
         return self.readout.outputs
 
-    def finish(self, outs: tuple[Any, ...]) -> Any:
-        return self.readout.finish(self.prepared, outs)
+    def finish(self, outs: tuple[Any, ...]) -> R:
+        return self.readout.finish(self.prepared, outs)  # type: ignore[no-any-return]
 
     def pull(self, cts: tuple[Any, ...]) -> tuple[Any, ...]:
         return self.readout.pull(self.prepared, cts)
@@ -318,3 +277,149 @@ class Call:
             if out.get(name) is not None:
                 out[name] = self.prepared.restore(out[name])
         return out
+
+
+# -- the public operator ----------------------------------------------------------------------------
+
+
+def check_cotangent_shapes(cts: tuple[Any, ...], outs: tuple[Any, ...]) -> tuple[Any, ...]:
+    for c, o in zip(cts, outs):
+        if c is not None and tuple(c.shape) != tuple(o.shape):
+            raise ValueError(f"cotangent for the output has shape {tuple(c.shape)}, expected {tuple(o.shape)}")
+    return cts
+
+
+class ArrayValue:
+    """The public value is one array: its cotangent is an array of the same shape."""
+
+    @staticmethod
+    def differentiable(value: Any) -> tuple[Any, ...]:
+        return (value,)
+
+    @staticmethod
+    def cotangents(ct: Any, outs: tuple[Any, ...]) -> tuple[Any, ...]:
+        if not is_array(ct):
+            raise TypeError(f"the cotangent must be an array shaped like the value, got {type(ct).__name__}")
+        return check_cotangent_shapes((ct,), outs)
+
+
+class Operator:
+    """A public rankops operator: call it, or differentiate it with :meth:`vjp`."""
+
+    def __init__(self, bind: Callable[..., Any], value: Any = ArrayValue, methods: tuple[str, ...] = ()) -> None:
+        functools.update_wrapper(self, bind)
+        self._bind = bind
+        self._value = value
+        self.methods = tuple(methods)
+        params = inspect.signature(bind).parameters.values()
+        # the array arguments that may come by position (``q`` and ``k`` may also come by keyword)
+        kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        self.positional = tuple(p.name for p in params if p.kind in kinds)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        call = self._bind(*args, **kwargs)
+        return call.finish(call.adapter.run(call))
+
+    def __repr__(self) -> str:
+        return f"<rankops operator {self.__name__}>"
+
+    def vjp(self, x: Any, /, *args: Any, **options: Any) -> tuple[Any, Callable[[Any], tuple[Any, ...]]]:
+        """``(value, vjp_fn)``: ``vjp_fn(ct)`` is one gradient per array argument, in call order."""
+        if "return_info" in options:
+            raise TypeError(
+                "rankops.vjp does not take return_info: the value it returns is the one being differentiated; "
+                "call the operator with return_info=True to read the convergence info"
+            )
+        positional = self.positional
+        if len(args) > len(positional) - 1:
+            raise TypeError(f"{self.__name__} takes at most {len(positional)} positional arguments, got {1 + len(args)}")
+        # (name, value) of every array argument, in call order
+        named = [(positional[0], x)] + list(zip(positional[1:], args)) + list(options.items())
+        diff = [(name, value) for name, value in named if is_array(value)]
+        xp = namespace(x, names=(positional[0],))
+        adapter = get_adapter(xp)
+        if adapter.autodiff:
+            return self._autodiff_vjp(adapter, x, args, options, diff)
+        return self._rule_vjp(xp, x, args, options, diff)
+
+    def _with_leaves(self, x: Any, args: tuple[Any, ...], options: dict[str, Any], leaves: dict[str, Any]) -> Any:
+        """The operator with its array arguments replaced by ``leaves`` (by name)."""
+        names = self.positional
+        x = leaves.get(names[0], x)
+        args = tuple(leaves.get(name, a) for name, a in zip(names[1:], args))
+        return self(x, *args, **{k: leaves.get(k, v) for k, v in options.items()})
+
+    def _autodiff_vjp(self, adapter: Any, x: Any, args: Any, options: Any, diff: list[tuple[str, Any]]) -> Any:
+        names = [name for name, _ in diff]
+
+        def f(*arrays: Any) -> Any:
+            return self._with_leaves(x, args, options, dict(zip(names, arrays)))
+
+        value, outs, pull = adapter.autodiff_vjp(f, [_float_leaf(v, name) for name, v in diff], self._value.differentiable)
+        return value, lambda ct: pull(self._value.cotangents(ct, outs))
+
+    def _rule_vjp(self, xp: Any, x: Any, args: Any, options: Any, diff: list[tuple[str, Any]]) -> Any:
+        call = self._bind(x, *args, **options)
+        outs, pullback = call.adapter.rule_vjp(call)
+        value = call.finish(outs)
+        differentiable = self._value.differentiable(value)
+
+        def vjp_fn(ct: Any) -> tuple[Any, ...]:
+            grads = call.gradients(pullback(call.pull(self._value.cotangents(ct, differentiable))))
+            return tuple(_as_argument(xp, grads.get(name), arg, name) for name, arg in diff)
+
+        return value, vjp_fn
+
+
+@overload
+def operator(bind: Callable[P, Call[R]], /) -> Callable[P, R]: ...
+
+
+@overload
+def operator(*, value: Any = ArrayValue, methods: tuple[str, ...] = ()) -> Callable[[Callable[P, Call[R]]], Callable[P, R]]: ...
+
+
+def operator(bind: Callable[P, Call[R]] | None = None, /, *, value: Any = ArrayValue, methods: tuple[str, ...] = ()) -> Any:
+    """Decorator: a binding function (it validates its arguments and returns a ``Call[R]``) as a public operator returning ``R``.
+
+    ``methods``: the values of the operator's ``method`` option (the one
+    method it is, for an operator without the option); ``rankops._registry``
+    and the suites read them from ``fun.operator.methods``. The public
+    function's signature is the binding's with the return annotation of the
+    value (``R``), as type checkers see it.
+    """
+    if bind is None:
+        return functools.partial(operator, value=value, methods=methods)
+    op = Operator(bind, value, methods)
+
+    @functools.wraps(bind)
+    def public(*args: Any, **kwargs: Any) -> Any:
+        return op(*args, **kwargs)
+
+    returns = bind.__annotations__.get("return")
+    if isinstance(returns, str) and returns.startswith("Call[") and returns.endswith("]"):
+        public.__annotations__ = {**bind.__annotations__, "return": returns[len("Call[") : -1]}
+        public.__signature__ = inspect.signature(bind).replace(return_annotation=public.__annotations__["return"])  # type: ignore[attr-defined]
+    public.operator = op  # type: ignore[attr-defined]
+    return public
+
+
+def _float_dtype(xp: Any, value: Any, name: str) -> Any:
+    """The floating dtype of ``value``, or the one the operators promote it to (integers, bool)."""
+    return value.dtype if xp.isdtype(value.dtype, "real floating") else real_float_dtypes(xp, value, name)[0]
+
+
+def _float_leaf(value: Any, name: str) -> Any:
+    """The value as the floating array the operator computes with (integers are promoted)."""
+    xp = array_api_compat.array_namespace(value)
+    dtype = _float_dtype(xp, value, name)
+    return value if value.dtype == dtype else xp.astype(value, dtype)
+
+
+def _as_argument(xp: Any, g: Any, arg: Any, name: str) -> Any:
+    """A gradient in the shape and floating dtype of its argument (zeros if nothing flowed)."""
+    dtype = _float_dtype(xp, arg, name)
+    if g is None:
+        return xp.zeros(arg.shape, dtype=dtype, device=array_api_compat.device(arg))
+    g = unbroadcast(xp, g, tuple(arg.shape))  # sample axes of a stochastic operator
+    return xp.astype(g, dtype) if g.dtype != dtype else g

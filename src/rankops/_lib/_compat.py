@@ -7,11 +7,15 @@ check that read data would force a device sync and break ``jax.jit``.
 from __future__ import annotations
 
 import numbers
-from typing import Any
+from typing import Any, TypeAlias
 
 import array_api_compat
 
-__all__ = ["is_array", "namespace", "real_float_dtypes", "normalize_axis", "normalize_axes", "index_dtype", "default_float"]
+# An array of any array API namespace (NumPy, CuPy, torch, JAX, Dask, array-api-strict): what
+# the public operators take and return, in the caller's namespace.
+Array: TypeAlias = Any
+
+__all__ = ["Array", "is_array", "namespace", "real_float_dtypes", "normalize_axis", "normalize_axes", "index_dtype", "default_float"]
 
 
 def is_array(value: Any) -> bool:

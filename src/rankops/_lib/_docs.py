@@ -9,17 +9,19 @@ from __future__ import annotations
 
 import re
 import textwrap
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 __all__ = ["fill_doc"]
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 _PLACEHOLDER = re.compile(r"^([ \t]*)%\((\w+)\)s[ \t]*$", re.MULTILINE)
 
 
-def fill_doc(**sections: str) -> Callable[[Any], Any]:
+def fill_doc(**sections: str) -> Callable[[F], F]:
     """Decorator: fill the ``%(name)s`` lines of a function's docstring from ``sections``."""
 
-    def fill(fn: Any) -> Any:
+    def fill(fn: F) -> F:
         def section(match: re.Match[str]) -> str:
             return textwrap.indent(textwrap.dedent(sections[match.group(2)]).strip("\n"), match.group(1))
 

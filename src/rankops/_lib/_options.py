@@ -1,4 +1,4 @@
-"""Frozen option sets: a method's hyper-parameters, validated once.
+"""Frozen option sets: a method's hyper-parameters, validated once, and the checks of their values.
 
 Each method declares its options as a frozen dataclass whose fields carry
 their check (``option(default, check)``). :meth:`Options.parse` turns the
@@ -7,17 +7,24 @@ kernel reads ``opts.epsilon`` knowing it is valid. Instances are hashable
 (they key JAX's compile cache), except that a field may hold a 0-d array (a
 learnable ``tau``, a traced ``epsilon``): :meth:`Options.split` separates
 those, so that they travel as traced arguments and the rest stays static.
+
+The checks (``positive_scalar``, ``choice``, ...) read Python values only,
+never array data: a check that read data would sync the device and break
+``jax.jit``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
+import numbers
 from typing import Any, Callable, Iterable, Mapping, TypeVar
 
 from ._compat import is_array
-from ._validation import known_options
 
-__all__ = ["Options", "option"]
+__all__ = [
+    "Options", "option", "positive_scalar", "python_number", "choice", "boolean", "positive_count", "optional_count", "known_options",
+]
 
 T = TypeVar("T", bound="Options")
 
@@ -64,3 +71,75 @@ class Options:
     def arrays(self) -> dict[str, Any]:
         """The array-valued fields (hyper-parameters that receive gradients)."""
         return self.split()[1]
+
+
+# -- checks of one value: check(value, name) -> the normalized value -----------------------------------
+
+
+def positive_scalar(value: Any, name: str) -> Any:
+    """A strictly positive finite real (``tau``, ``epsilon``, ``power``).
+
+    A 0-d array (a learnable temperature, say) is accepted unchecked: reading
+    its value would sync the device and break ``jax.jit``.
+    """
+    if is_array(value):
+        if getattr(value, "ndim", None) != 0:
+            raise ValueError(f"{name} must be a scalar or a 0-d array, got shape {tuple(value.shape)}")
+        return value
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a positive real number, got {type(value).__name__}")
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    return float(value)
+
+
+def python_number(check: Callable[[Any, str], Any], context: str = "") -> Callable[[Any, str], Any]:
+    """``check``, and the value must be a Python number: it shapes the computation, not only the data."""
+
+    def checked(value: Any, name: str) -> Any:
+        value = check(value, name)
+        if is_array(value):
+            raise TypeError(f"{name} must be a Python number{context}, not an array")
+        return value
+
+    return checked
+
+
+def choice(*allowed: Any) -> Callable[[Any, str], Any]:
+    """One of ``allowed`` (compared with ``==``; ``None`` allowed where listed)."""
+
+    def checked(value: Any, name: str) -> Any:
+        if not any(value is a or (a is not None and isinstance(value, type(a)) and value == a) for a in allowed):
+            raise ValueError(f"{name} must be one of {', '.join(map(repr, allowed))}, got {value!r}")
+        return value
+
+    return checked
+
+
+def boolean(value: Any, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False, got {type(value).__name__}")
+    return value
+
+
+def positive_count(value: Any, name: str) -> int:
+    """An int >= 1 (``max_iter``, ``k``-like sizes)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an int >= 1, got {type(value).__name__}")
+    if value < 1:
+        raise ValueError(f"{name} must be >= 1, got {value}")
+    return int(value)
+
+
+def optional_count(value: Any, name: str) -> int | None:
+    """None or an int >= 1 (``n_samples``)."""
+    return None if value is None else positive_count(value, name)
+
+
+def known_options(options: dict[str, Any], allowed: Iterable[str], where: str) -> None:
+    unknown = sorted(set(options) - set(allowed))
+    if unknown:
+        raise TypeError(
+            f"{where} got unexpected option(s) {', '.join(map(repr, unknown))}; "
+            f"it accepts {', '.join(map(repr, sorted(allowed))) or 'none'}"
+        )

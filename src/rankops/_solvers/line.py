@@ -3,7 +3,7 @@ r"""Entropic transport between points of a line: the plan behind every Sinkhorn 
 Points ``s_i`` (weights ``a``) and targets ``y_j`` (weights ``b``) with the
 cost ``C_ij = h(y_j - s_i)``, ``h(d) = |d| ** power``; the plan solves the
 problem of :mod:`.sinkhorn`, warm-started at the exact unregularised
-potentials (:mod:`.monotone`) when ``h`` is convex.
+potentials (:func:`grid_potentials`, below) when ``h`` is convex.
 
 Differentiated implicitly (with ``epsilon`` a number), the gradient in
 ``s`` never forms the cost or its cotangent. With ``W = P o (alpha 1^T +
@@ -25,19 +25,22 @@ powers form ``P o h'`` once.
 from __future__ import annotations
 
 import functools
+import math
 from typing import Any, Callable
 
-from .._lib._adapters import get_adapter
+import numpy as np
+from array_api_compat import device as _device
+
+from .._lib._adapters import custom_backward, get_adapter
 from .._lib._compat import is_array
 from .._lib._numerics import abs_power, abs_power_slope, matvec, unbroadcast
 from .implicit import dual_cotangents
-from .monotone import grid_potentials
-from .sinkhorn import DEFAULT_CHECK_EVERY, SolverOptions, fixed_point, scaled_start, solve_vjp
+from .sinkhorn import DEFAULT_CHECK_EVERY, Settings, fixed_point, scaled_start, solve_vjp
 
-__all__ = ["line_plan_vjp", "cost_fns", "Lift"]
+__all__ = ["line_plan_vjp", "cost_fns", "Squash", "grid_potentials"]
 
-# the map of the rows onto the line: ``lift(xp, x) -> (s, unit_pullback, scale)``, ``dx = unit_pullback(ds) / scale``
-Lift = Callable[[Any, Any], tuple[Any, Callable[[Any], Any], Any]]
+# the map of the rows onto the line: ``squash(xp, x) -> (s, unit_pullback, scale)``, ``dx = unit_pullback(ds) / scale``
+Squash = Callable[[Any, Any], tuple[Any, Callable[[Any], Any], Any]]
 
 
 def cost_fns(xp: Any, power: float) -> tuple[Callable[[Any], Any], Callable[[Any], Any]]:
@@ -48,12 +51,12 @@ def cost_fns(xp: Any, power: float) -> tuple[Callable[[Any], Any], Callable[[Any
 
 
 def line_plan_vjp(
-    xp: Any, x: Any, y: Any, log_a: Any, log_b: Any, opts: SolverOptions, *, power: float, exact: str, lift: Lift,
+    xp: Any, x: Any, y: Any, log_a: Any, log_b: Any, opts: Settings, *, power: float, exact: str, squash: Squash,
     per_target: bool = False,
 ) -> tuple[Any, Any, Callable[[Any], tuple[Any, Any, Any, Any]]]:
-    """The plan ``(..., n, m)`` between ``s = lift(x)`` (..., n) and ``y`` (m,), its marginal error, and the pullback ``dplan -> (dx, dlog_a, dlog_b, depsilon)``.
+    """The plan ``(..., n, m)`` between ``s = squash(x)`` (..., n) and ``y`` (m,), its marginal error, and the pullback ``dplan -> (dx, dlog_a, dlog_b, depsilon)``.
 
-    ``lift(xp, x)`` maps the rows onto the line (the squash) and returns
+    ``squash(xp, x)`` maps the rows onto the line (the squash) and returns
     ``(s, unit_pullback, scale)`` with ``dx = unit_pullback(ds) / scale``.
     ``log_a`` and ``log_b`` broadcast against the plan's batch (``depsilon``
     is None unless epsilon is an array). ``per_target=True`` returns
@@ -67,7 +70,7 @@ def line_plan_vjp(
     # Warm start at the exact unregularised potentials; they solve that problem only for a convex cost.
     warm = power >= 1.0 and x.shape[-1] > 1 and y.shape[0] > 1
     if not opts.implicit or is_array(opts.epsilon):
-        s, unit_back, scale = lift(xp, x)
+        s, unit_back, scale = squash(xp, x)
         init = grid_potentials(xp, s, log_a, log_b, h) if warm else None
         plan, err, cost_back = _autodiff_cost(xp, s, y, log_a, log_b, opts, h, h_slope, exact, init)
         inv_b = _inverse_weights(xp, log_b) if per_target else None
@@ -84,26 +87,20 @@ def line_plan_vjp(
 
         return out, err, unrolled_back
     # Python values only in the closures (jax.custom_vjp must not close over traced arrays)
-    fwd = functools.partial(_forward, h=h, eps=opts.epsilon, opts=opts, exact=exact, lift=lift, warm=warm,
+    fwd = functools.partial(_forward, h=h, eps=opts.epsilon, opts=opts, exact=exact, squash=squash, warm=warm,
                             per_target=per_target)
     bwd = functools.partial(_backward, h_slope=h_slope, eps=opts.epsilon, power=power, exact=exact, max_iter=opts.max_iter,
-                            lift=lift, per_target=per_target)
-    arrays = (x, y, log_a, log_b)
-    adapter = get_adapter(xp)
-    if adapter.autodiff:
-        plan, err = adapter.custom_vjp(xp, fwd, bwd, arrays, n_diff=1)
-        res = None
-    else:
-        (plan, err), res = fwd(xp, *arrays)
+                            squash=squash, per_target=per_target)
+    (plan, err), back = custom_backward(xp, fwd, bwd, (x, y, log_a, log_b), names=None)
 
     def pullback(dp: Any) -> tuple[Any, Any, Any, Any]:
-        dx, _, d_log_a, d_log_b = bwd(xp, (plan, *arrays) if res is None else res, (dp,))
+        dx, _, d_log_a, d_log_b = back((dp,))
         return dx, d_log_a, d_log_b, None
 
     return plan, err, pullback
 
 
-def _autodiff_cost(xp: Any, s: Any, y: Any, log_a: Any, log_b: Any, opts: SolverOptions, h: Any, h_slope: Any,
+def _autodiff_cost(xp: Any, s: Any, y: Any, log_a: Any, log_b: Any, opts: Settings, h: Any, h_slope: Any,
                    exact: str, init: Any) -> tuple[Any, Any, Any]:
     """Unrolled, or a learnable epsilon: the cost formed and handed to :func:`.sinkhorn.solve_vjp`."""
     # The differences are recomputed in the pullback, and the cost is passed without a name:
@@ -118,10 +115,10 @@ def _autodiff_cost(xp: Any, s: Any, y: Any, log_a: Any, log_b: Any, opts: Solver
     return res.plan, res.error, pullback
 
 
-def _forward(xp: Any, x: Any, y: Any, log_a: Any, log_b: Any, *, h: Any, eps: float, opts: SolverOptions, exact: str,
-             lift: Lift, warm: bool, per_target: bool) -> tuple[tuple[Any, Any], tuple[Any, ...]]:
+def _forward(xp: Any, x: Any, y: Any, log_a: Any, log_b: Any, *, h: Any, eps: float, opts: Settings, exact: str,
+             squash: Squash, warm: bool, per_target: bool) -> tuple[tuple[Any, Any], tuple[Any, ...]]:
     """``((plan, error), residuals)``; the scaled cost lives only inside this call."""
-    s = lift(xp, x)[0]
+    s = squash(xp, x)[0]
     init = grid_potentials(xp, s, log_a, log_b, h) if warm else None
     u0, v0 = scaled_start(xp, init, eps, tuple(s.shape[:-1]), log_a, log_b, s)
     (plan, _, _, err, _), _ = fixed_point(
@@ -133,7 +130,7 @@ def _forward(xp: Any, x: Any, y: Any, log_a: Any, log_b: Any, *, h: Any, eps: fl
 
 
 def _backward(xp: Any, res: tuple[Any, ...], cts: tuple[Any, ...], *, h_slope: Any, eps: float, power: float,
-              exact: str, max_iter: int, lift: Lift, per_target: bool) -> tuple[Any, ...]:
+              exact: str, max_iter: int, squash: Squash, per_target: bool) -> tuple[Any, ...]:
     """Cotangents of ``(x, y, log_a, log_b)`` from the plan's (``Q``'s, ``per_target``); the targets are constants here.
 
     The backward is linear in the plan's cotangent, so it runs on that
@@ -149,7 +146,7 @@ def _backward(xp: Any, res: tuple[Any, ...], cts: tuple[Any, ...], *, h_slope: A
     ct = cts[0]
     if ct is None:  # torch: the plan was not used
         return (xp.zeros_like(x), None, None, None)
-    s, unit_back, scale = lift(xp, x)
+    s, unit_back, scale = squash(xp, x)
     k = _row_magnitude(xp, ct, tuple(s.shape[:-1]))
     k_rows = k[..., 0]  # (..., 1): divides the sums below
     # G o P with G the plan's cotangent: for Q = P / b, G = ct / b and G o P = ct o Q, bounded by ct
@@ -199,3 +196,84 @@ def _row_magnitude(xp: Any, ct: Any, batch: tuple[int, ...]) -> Any:
         k = xp.max(k, axis=axes, keepdims=True)
     # below the normal range a division could flush to zero; such a cotangent needs no normalizing
     return xp.where((k >= xp.finfo(ct.dtype).smallest_normal) & xp.isfinite(k), k, xp.ones_like(k))
+
+
+# -- the warm start: exact dual potentials of the unregularised problem ----------------------------
+#
+# Exact dual potentials of one-dimensional transport: the warm start of the Sinkhorn operators.
+#
+# Between points ``s_i`` (weights ``a``) and ascending targets ``y_j`` (weights
+# ``b``) with a cost ``C_ij = h(y_j - s_i)``, ``h`` convex, the optimal plan is
+# the north-west corner rule applied after sorting ``s`` (Cuturi, Teboul &
+# Vert 2019, Prop. 1): in sorted order its support is a staircase of cells,
+# one step right or down at each breakpoint of ``cumsum(a)`` and
+# ``cumsum(b)``. Dual potentials with ``f_i + g_j = C_ij`` on that staircase
+# follow by telescoping along it:
+#
+#     f_i - f_{i-1} = C_{i, j(i)} - C_{i-1, j(i)},     j(i): the column that holds cumsum(a)_{i-1},
+#     g_j - g_{j-1} = C_{i(j), j} - C_{i(j), j-1},     i(j): the row that holds cumsum(b)_{j-1},
+#
+# from ``g_0 = 0``; the cost being a Monge array (convex ``h``), they satisfy
+# ``f_i + g_j <= C_ij`` everywhere, so they solve the unregularised dual.
+# The row steps ``j(i)`` come from one binary search; the column steps
+# ``i(j)`` are read off them, so both telescopes walk one staircase. A
+# breakpoint shared by both sides (within the sums' rounding) may step right
+# or down first: the two choices give the dual's extreme solutions, and the
+# start is their mean (see :func:`grid_potentials`).
+#
+# The entropic potentials differ from these by O(epsilon log n): started
+# here, Sinkhorn skips the phase where the potentials travel O(max C)
+# from zero. An O(n log n) sort and four binary searches per row.
+
+
+def grid_potentials(xp: Any, s: Any, log_a: Any, log_b: Any, cost: Callable[[Any], Any]) -> tuple[Any, Any]:
+    """``(f, g)`` for points ``s`` (..., n) and the grid targets ``y_j = j / (m - 1)``.
+
+    ``log_a`` (..., n) and ``log_b`` (..., m) broadcast against ``s``'s
+    batch; ``cost(d)`` is ``h(d)`` elementwise. Returns ``f`` of the
+    broadcast batch plus (n,) and ``g`` plus (m,), in ``s``'s dtype.
+
+    Where breakpoints are shared (n = m with uniform weights: every one),
+    the dual is not unique: stepping right first or down first at each gives
+    its two extreme solutions. Their mean, feasible too, lies nearer the
+    entropic potentials than either (which sit inside the polytope).
+    """
+    adapter = get_adapter(xp)
+    n, m = s.shape[-1], log_b.shape[-1]
+    batch = np.broadcast_shapes(tuple(s.shape[:-1]), tuple(log_a.shape[:-1]), tuple(log_b.shape[:-1]))  # shapes only
+    s = xp.broadcast_to(s, batch + (n,))
+    order = xp.argsort(s, axis=-1, stable=True)
+    ss = adapter.take(xp, s, order)
+    a_cum = xp.cumulative_sum(adapter.take(xp, xp.broadcast_to(xp.exp(log_a), batch + (n,)), order), axis=-1)
+    b_cum = xp.broadcast_to(xp.cumulative_sum(xp.exp(log_b), axis=-1), batch + (m,))
+    # Breakpoints closer than the sums' rounding are one shared breakpoint: whether two equal
+    # sums compare equal depends on how the host added them (XLA under jit differs from eager).
+    tol = 4 * xp.finfo(s.dtype).eps * math.sqrt(n + m)
+    right = _staircase(xp, ss, a_cum[..., :-1] + tol, b_cum, cost, side="right")
+    down = _staircase(xp, ss, a_cum[..., :-1] - tol, b_cum, cost, side="left")
+    f_sorted, g = ((p + q) / 2 for p, q in zip(right, down))
+    return adapter.take(xp, f_sorted, adapter.invert_permutation(xp, order)), g
+
+
+def _staircase(xp: Any, ss: Any, a_break: Any, b_cum: Any, cost: Callable[[Any], Any], *, side: str) -> tuple[Any, Any]:
+    """Potentials telescoped along one staircase: ``f`` (in sorted order) and ``g``.
+
+    ``col[i]``, the column in which the path steps from sorted row ``i`` to
+    ``i + 1``, counts the column breakpoints below ``a_break[i]``
+    (``side="right"``: a shared one steps right first; ``"left"``: down
+    first). The column steps are read off the same path, ``row[j - 1] =
+    #{i: col[i] < j}``, so the two telescopes walk one staircase exactly.
+    """
+    adapter = get_adapter(xp)
+    dev, m = _device(ss), b_cum.shape[-1]
+    scale = 1.0 / max(m - 1, 1)
+    col = xp.clip(adapter.searchsorted(xp, b_cum, a_break, side=side), 0, m - 1)  # (..., n - 1)
+    y_col = xp.astype(col, ss.dtype) * scale
+    df = cost(y_col - ss[..., 1:]) - cost(y_col - ss[..., :-1])
+    steps = xp.broadcast_to(xp.arange(1, m, dtype=col.dtype, device=dev), col.shape[:-1] + (m - 1,))
+    s_row = adapter.take(xp, ss, adapter.searchsorted(xp, col, steps, side="left"))  # the row of each column step
+    y = xp.arange(m, dtype=ss.dtype, device=dev) * scale
+    dg = cost(y[1:] - s_row) - cost(y[:-1] - s_row)
+    zero = xp.zeros(col.shape[:-1] + (1,), dtype=ss.dtype, device=dev)
+    f_sorted = cost(-ss[..., :1]) + xp.concat([zero, xp.cumulative_sum(df, axis=-1)], axis=-1)
+    return f_sorted, xp.concat([zero, xp.cumulative_sum(dg, axis=-1)], axis=-1)

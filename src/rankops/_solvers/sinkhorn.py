@@ -34,62 +34,53 @@ backward keeps the final plan only.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, NamedTuple, Protocol
 
 import array_api_compat
 import numpy as np
 
-from .._lib._adapters import get_adapter
+from .._lib._adapters import custom_backward, get_adapter
 from .._lib._compat import is_array
 from .._lib._loops import freeze_rows
 from .._lib._numerics import finite_max, matvec, vecmat
-from .._lib._options import Options, option
-from .._lib._validation import boolean, positive_count, positive_scalar, python_number
 from .implicit import fixed_point_vjp
 
-__all__ = ["SinkhornResult", "SolverOptions", "solve_vjp", "fixed_point", "scaled_start", "log_weights", "DEFAULT_MAX_ITER", "DEFAULT_TOL", "DEFAULT_CHECK_EVERY"]
+__all__ = ["Settings", "Solution", "solve_vjp", "fixed_point", "scaled_start", "log_weights", "DEFAULT_CHECK_EVERY"]
 
-DEFAULT_MAX_ITER = 2000
-DEFAULT_TOL = 1e-3
 DEFAULT_CHECK_EVERY = 10
 
 
-class SinkhornResult(NamedTuple):
-    """Solution of a batch of entropic OT problems (a NamedTuple: a JAX pytree)."""
+class Settings(Protocol):
+    """What the solver reads of an option set (the public ``SolverOptions``, validated there)."""
 
-    plan: Any  # (..., n, m) transport plan
-    f: Any  # (..., n) dual potential of the rows
-    g: Any  # (..., m) dual potential of the columns
-    n_iter: Any  # iterations run (a Python int, or a 0-d int array under JAX)
+    epsilon: Any  # a number, or a 0-d array (learnable, traced)
+    max_iter: int
+    tol: float
+    implicit: bool
+
+
+class Solution(NamedTuple):
+    """Potentials and plan of a batch of problems (``rankops.SinkhornResult`` is built from it)."""
+
+    plan: Any  # (..., n, m)
+    f: Any  # (..., n)
+    g: Any  # (..., m)
+    n_iter: Any  # a Python int, or a 0-d int array under JAX
     error: Any  # (...,) L1 error of both marginals at exit (the rows' part is rounding)
-    converged: Any  # (...,) bool: error <= tol
-
-
-
-@dataclasses.dataclass(frozen=True)
-class SolverOptions(Options):
-    """Options of the solver, shared by every Sinkhorn operator."""
-
-    epsilon: Any = option(None, positive_scalar)  # a number, or a 0-d array (learnable, traced)
-    max_iter: int = option(DEFAULT_MAX_ITER, positive_count)
-    tol: float = option(DEFAULT_TOL, python_number(positive_scalar))
-    implicit: bool = option(False, boolean)
-
 
 def solve_vjp(
     xp: Any,
     cost: Any,
     log_a: Any,
     log_b: Any,
-    opts: SolverOptions,
+    opts: Settings,
     *,
     exact: str = "rows",
     check_every: int = DEFAULT_CHECK_EVERY,
     init: tuple[Any, Any] | None = None,
-) -> tuple[SinkhornResult, Callable[..., Any]]:
+) -> tuple[Solution, Callable[..., Any]]:
     """Solve on prepared arrays: ``log_a`` (..., n) and ``log_b`` (..., m) broadcast against ``cost``.
 
     Works on scaled potentials ``u = f / epsilon``, ``v = g / epsilon`` so the
@@ -99,7 +90,7 @@ def solve_vjp(
     makes ``b^-1 P^T x`` an exact convex combination (soft sorts, quantiles).
 
     ``init``: starting potentials ``(f, g)`` (default zero), for example the
-    exact unregularised ones of :mod:`.monotone`. Under ``implicit=True`` the
+    exact unregularised ones of :func:`.line.grid_potentials`. Under ``implicit=True`` the
     result's gradient does not depend on them; unrolled, it flows through
     them as through the iterations.
 
@@ -118,20 +109,19 @@ def solve_vjp(
     u0, v0 = scaled_start(xp, init, epsilon, tuple(c.shape[:-2]), log_a, log_b, c)
     fwd = functools.partial(fixed_point, max_iter=max_iter, tol=tol, check_every=check_every, exact=exact)
     bwd = functools.partial(fixed_point_vjp, exact=exact, max_iter=max_iter, cost_shape=tuple(c.shape))
-    if opts.implicit:
+    def bwd_all(xp_: Any, res: Any, cts: Any) -> tuple[Any, ...]:
+        # the fixed point does not depend on where the iterations started
+        return (*bwd(xp_, res, cts), xp.zeros_like(u0), xp.zeros_like(v0))
 
-        def bwd_all(xp_: Any, res: Any, cts: Any) -> tuple[Any, ...]:
-            # the fixed point does not depend on where the iterations started
-            return (*bwd(xp_, res, cts), xp.zeros_like(u0), xp.zeros_like(v0))
-
-        plan, u, v, err, n_iter = get_adapter(xp).custom_vjp(xp, fwd, bwd_all, (c, log_a, log_b, u0, v0), n_diff=3)
-    else:
-        plan, u, v, err, n_iter = fwd(xp, c, log_a, log_b, u0, v0)[0]
+    # unrolled (implicit=False): the host differentiates the iterations themselves
+    (plan, u, v, err, n_iter), back = custom_backward(
+        xp, fwd, bwd_all, (c, log_a, log_b, u0, v0), names=None, n_diff=3, register=opts.implicit
+    )
 
     def pullback(d_plan: Any, d_f: Any = None, d_g: Any = None) -> tuple[Any, Any, Any, Any]:
         d_u = None if d_f is None else d_f * epsilon
         d_v = None if d_g is None else d_g * epsilon
-        d_c, d_log_a, d_log_b = bwd(xp, (plan, log_a, log_b), (d_plan, d_u, d_v))
+        d_c, d_log_a, d_log_b = back((d_plan, d_u, d_v))[:3]
         d_eps = None
         if is_array(epsilon):
             d_eps = -xp.sum(d_c * c) / epsilon
@@ -140,7 +130,7 @@ def solve_vjp(
                     d_eps = d_eps + xp.sum(d * w)
         return d_c / epsilon, d_log_a, d_log_b, d_eps
 
-    return SinkhornResult(plan, u * epsilon, v * epsilon, n_iter, err, err <= tol), pullback
+    return Solution(plan, u * epsilon, v * epsilon, n_iter, err), pullback
 
 
 def scaled_start(xp: Any, init: Any, epsilon: Any, batch: tuple[int, ...], log_a: Any, log_b: Any, like: Any) -> tuple[Any, Any]:

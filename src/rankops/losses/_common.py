@@ -95,3 +95,24 @@ def _pearson(xp: Any, a: Any, b: Any) -> Any:
     ac = a - xp.mean(a, axis=-1, keepdims=True)
     bc = b - xp.mean(b, axis=-1, keepdims=True)
     return xp.sum(ac * bc, axis=-1) / xp.sqrt(xp.sum(ac * ac, axis=-1) * xp.sum(bc * bc, axis=-1))
+
+
+# docstring sections of the losses (filled by ``_lib._docs.fill_doc``)
+RANK_METHOD = """
+method : str, default "permutahedron"
+    Any method of :func:`rankops.soft_rank`; ``**options`` are its options.
+"""
+
+
+def per_row_returns(owner: str, values: str = "") -> str:
+    """A loss's Returns section (one value per row of ``owner``) and the first line of its Examples."""
+    return f"""
+Returns
+-------
+array
+    {owner} shape without ``axis``{values}.
+
+Examples
+--------
+>>> import numpy as np, rankops.losses
+"""

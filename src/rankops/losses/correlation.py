@@ -7,12 +7,14 @@ from typing import Any
 from .._lib._compat import namespace
 from ..kernels import soft_kendall_tau
 from ..sorting import soft_rank
-from ._common import DEFAULT_METHOD, _pearson, _rows_of, floating, in_float32, rankdata
+from .._lib._docs import fill_doc
+from ._common import RANK_METHOD, per_row_returns, DEFAULT_METHOD, _pearson, _rows_of, floating, in_float32, rankdata
 
 __all__ = ["spearman_loss", "soft_spearman", "kendall_loss"]
 
 
 @in_float32
+@fill_doc(returns=per_row_returns("``pred``'s"), rank_method=RANK_METHOD)
 def spearman_loss(pred: Any, target: Any, /, *, axis: int = -1, method: str = DEFAULT_METHOD, **options: Any) -> Any:
     r"""``1 - corr(soft_rank(pred), rankdata(target))``: a differentiable Spearman loss per row.
 
@@ -32,17 +34,9 @@ def spearman_loss(pred: Any, target: Any, /, *, axis: int = -1, method: str = DE
         Same shape, namespace and device; any real dtype.
     axis : int, default -1
         The axis along which the rows are ranked.
-    method : str, default "permutahedron"
-        Any method of :func:`rankops.soft_rank`; ``**options`` are its options.
+    %(rank_method)s
 
-    Returns
-    -------
-    array
-        ``pred``'s shape without ``axis``.
-
-    Examples
-    --------
-    >>> import numpy as np, rankops.losses
+    %(returns)s
     >>> pred, target = np.array([0.1, 0.4, 0.35, 0.8]), np.array([1.0, 2.0, 3.0, 4.0])
     >>> round(float(rankops.losses.spearman_loss(pred, target, strength=1e-3)), 6)   # 1 - spearmanr = 1 - 0.8
     0.2
@@ -55,6 +49,7 @@ def spearman_loss(pred: Any, target: Any, /, *, axis: int = -1, method: str = DE
 
 
 @in_float32
+@fill_doc(returns=per_row_returns("``x``'s"), rank_method=RANK_METHOD)
 def soft_spearman(x: Any, y: Any, /, *, axis: int = -1, method: str = DEFAULT_METHOD, **options: Any) -> Any:
     r"""``corr(soft_rank(x), soft_rank(y))``: a soft Spearman correlation, differentiable in both arguments.
 
@@ -70,17 +65,9 @@ def soft_spearman(x: Any, y: Any, /, *, axis: int = -1, method: str = DEFAULT_ME
         Same shape, namespace and device; every axis but ``axis`` is a batch axis.
     axis : int, default -1
         The axis along which the rows are ranked.
-    method : str, default "permutahedron"
-        Any method of :func:`rankops.soft_rank`; ``**options`` are its options.
+    %(rank_method)s
 
-    Returns
-    -------
-    array
-        ``x``'s shape without ``axis``.
-
-    Examples
-    --------
-    >>> import numpy as np, rankops.losses
+    %(returns)s
     >>> x, y = np.array([0.1, 0.4, 0.35, 0.8]), np.array([1.0, 2.0, 3.0, 4.0])
     >>> round(float(rankops.losses.soft_spearman(x, y, strength=1e-3)), 6)   # scipy.stats.spearmanr
     0.8
@@ -96,6 +83,7 @@ _SHARP = 40.0
 
 
 @in_float32
+@fill_doc(returns=per_row_returns("``pred``'s"))
 def kendall_loss(pred: Any, target: Any, /, *, axis: int = -1, tau: float = 0.1) -> Any:
     r"""``1 - T(pred, target)``: the smooth Kendall tau of :func:`rankops.soft_kendall_tau` as a loss.
 
@@ -115,14 +103,7 @@ def kendall_loss(pred: Any, target: Any, /, *, axis: int = -1, tau: float = 0.1)
     tau : float, default 0.1
         Width of the smooth sign, in the units of ``pred``.
 
-    Returns
-    -------
-    array
-        ``pred``'s shape without ``axis``.
-
-    Examples
-    --------
-    >>> import numpy as np, rankops.losses
+    %(returns)s
     >>> pred, target = np.array([0.1, 0.4, 0.35, 0.8]), np.array([1.0, 2.0, 3.0, 4.0])
     >>> round(float(rankops.losses.kendall_loss(pred, target, tau=1e-4)), 6)   # 1 - tau_a = 1 - 4/6
     0.333333

@@ -7,15 +7,15 @@ from typing import Any
 
 import array_api_compat
 
-from .._kernels.squash import squash_vjp
-from .._kernels.transport import SOLVER_OPTIONS, TransportOptions, grid
+from .._cores.transport import grid, squash_vjp
 from .._solvers.line import cost_fns
 from .._lib._adapters import get_adapter
 from .._lib._compat import namespace, normalize_axis
 from ..permutations import neuralsort, softsort
-from ..sinkhorn import sinkhorn
+from ..sinkhorn import SOLVER_OPTIONS, TransportOptions, sinkhorn
 from ..sorting import soft_rank
-from ._common import DEFAULT_METHOD, _last, _one_hot, _row_count, _rows_of, _same_shape, floating, in_float32
+from .._lib._docs import fill_doc
+from ._common import RANK_METHOD, per_row_returns, DEFAULT_METHOD, _last, _one_hot, _row_count, _rows_of, _same_shape, floating, in_float32
 
 __all__ = ["topk_loss", "ndcg_loss", "permutation_loss", "MATRIX_METHODS"]
 
@@ -23,6 +23,7 @@ MATRIX_METHODS = ("neuralsort", "softsort", "sinkhorn")
 
 
 @in_float32
+@fill_doc(returns=per_row_returns("``scores``'", ", values >= 0"), rank_method=RANK_METHOD)
 def topk_loss(scores: Any, labels: Any, k: int, /, *, axis: int = -1, method: str = DEFAULT_METHOD, **options: Any) -> Any:
     r"""The top-k loss of Cuturi et al. (2019, paper 002): ``relu(n - k + 1 - soft_rank(scores)[label])``.
 
@@ -51,17 +52,9 @@ def topk_loss(scores: Any, labels: Any, k: int, /, *, axis: int = -1, method: st
         1 <= k <= n.
     axis : int, default -1
         The class axis.
-    method : str, default "permutahedron"
-        Any method of :func:`rankops.soft_rank`; ``**options`` are its options.
+    %(rank_method)s
 
-    Returns
-    -------
-    array
-        ``scores``' shape without ``axis``, values >= 0.
-
-    Examples
-    --------
-    >>> import numpy as np, rankops.losses
+    %(returns)s
     >>> scores = np.array([[0.1, 2.0, 1.0, -1.0], [3.0, 0.0, 1.0, 2.0]])
     >>> rankops.losses.topk_loss(scores, np.array([2, 1]), 2, strength=1e-3)   # row 1: class 1 ranks last
     array([0., 2.])
@@ -87,6 +80,7 @@ def _descending(xp: Any, a: Any) -> Any:
 
 
 @in_float32
+@fill_doc(returns=per_row_returns("``scores``'", ", values in [0, 1] in the hard limit"), rank_method=RANK_METHOD)
 def ndcg_loss(scores: Any, relevance: Any, /, k: int | None = None, *, mask: Any = None, axis: int = -1,
               gain: str = "exp", method: str = DEFAULT_METHOD, **options: Any) -> Any:
     r"""``1 - NDCG@k`` with soft ranks in the discounts: a differentiable ranking loss for lists, ragged ones included.
@@ -124,17 +118,9 @@ def ndcg_loss(scores: Any, relevance: Any, /, k: int | None = None, *, mask: Any
     axis : int, default -1
         The list axis.
     gain : {"exp", "linear"}, default "exp"
-    method : str, default "permutahedron"
-        Any method of :func:`rankops.soft_rank`; ``**options`` are its options.
+    %(rank_method)s
 
-    Returns
-    -------
-    array
-        ``scores``' shape without ``axis``, values in [0, 1] in the hard limit.
-
-    Examples
-    --------
-    >>> import numpy as np, rankops.losses
+    %(returns)s
     >>> scores, rel = np.array([2.0, 0.5, 1.0]), np.array([0.0, 2.0, 1.0])
     >>> round(float(rankops.losses.ndcg_loss(scores, rel, strength=1e-3)), 4)   # 1 - NDCG: best item ranked last
     0.4131
@@ -191,6 +177,7 @@ def _log_matrix(xp: Any, s: Any, method: str, options: dict[str, Any]) -> Any:
 
 
 @in_float32
+@fill_doc(returns=per_row_returns("``scores``'", ", values >= 0"))
 def permutation_loss(scores: Any, target: Any, /, *, axis: int = -1, method: str = "neuralsort", **options: Any) -> Any:
     r"""Cross-entropy between the relaxed permutation matrix of ``scores`` and the permutation that sorts ``target``.
 
@@ -221,14 +208,7 @@ def permutation_loss(scores: Any, target: Any, /, *, axis: int = -1, method: str
         ``implicit`` (True, as in :func:`rankops.soft_rank`). The O(n log n) methods have no permutation matrix: use
         :func:`spearman_loss` with them.
 
-    Returns
-    -------
-    array
-        ``scores``' shape without ``axis``, values >= 0.
-
-    Examples
-    --------
-    >>> import numpy as np, rankops.losses
+    %(returns)s
     >>> target = np.array([3.0, 1.0, 2.0])
     >>> bool(rankops.losses.permutation_loss(np.array([0.9, 0.1, 0.5]), target, tau=0.01) < 1e-6)   # right order
     True

@@ -7,12 +7,14 @@ from typing import Any
 from .._lib._compat import namespace, normalize_axis
 from ..sorting import soft_sort
 from ..transport import soft_quantile
-from ._common import _last, _level, _same_shape, floating, in_float32
+from .._lib._docs import fill_doc
+from ._common import RANK_METHOD, per_row_returns, _last, _level, _same_shape, floating, in_float32
 
 __all__ = ["quantile_loss", "pinball_loss"]
 
 
 @in_float32
+@fill_doc(returns=per_row_returns("``pred``'s"))
 def quantile_loss(pred: Any, target: Any, q: float, /, *, axis: int = -1, method: str = "sinkhorn", **options: Any) -> Any:
     r"""The soft q-quantile of the absolute residuals ``|target - pred|`` along ``axis``: a robust regression objective.
 
@@ -41,14 +43,7 @@ def quantile_loss(pred: Any, target: Any, q: float, /, *, axis: int = -1, method
     axis : int, default -1
     method : str, default "sinkhorn"
 
-    Returns
-    -------
-    array
-        ``pred``'s shape without ``axis``.
-
-    Examples
-    --------
-    >>> import numpy as np, rankops.losses
+    %(returns)s
     >>> pred, target = np.zeros(5), np.array([0.1, -0.2, 0.3, 5.0, -0.4])
     >>> round(float(rankops.losses.quantile_loss(pred, target, 0.5, method="permutahedron", strength=1e-3)), 6)
     0.3
@@ -70,6 +65,7 @@ def quantile_loss(pred: Any, target: Any, q: float, /, *, axis: int = -1, method
 
 
 @in_float32
+@fill_doc(returns=per_row_returns("``pred``'s"))
 def pinball_loss(pred: Any, target: Any, q: float, /, *, axis: int = -1) -> Any:
     r"""The pinball (check) loss of quantile regression, ``mean(max(q r, (q - 1) r))``, ``r = target - pred``.
 
@@ -85,14 +81,7 @@ def pinball_loss(pred: Any, target: Any, q: float, /, *, axis: int = -1) -> Any:
         Level in [0, 1].
     axis : int, default -1
 
-    Returns
-    -------
-    array
-        ``pred``'s shape without ``axis``.
-
-    Examples
-    --------
-    >>> import numpy as np, rankops.losses
+    %(returns)s
     >>> float(rankops.losses.pinball_loss(np.zeros(2), np.array([1.0, -1.0]), 0.9))   # (0.9 + 0.1) / 2
     0.5
     """

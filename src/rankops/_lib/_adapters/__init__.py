@@ -1,22 +1,29 @@
-"""The backend seam: the one place that tells namespaces apart.
+"""The backend seam: the one place that tells namespaces apart, and what the adapters run.
 
 ``get_adapter(xp)`` returns the adapter of a namespace (the protocol is
 :class:`._generic.Generic`): torch, JAX and Dask have their own, imported
 only when such an array arrives, so that the core never imports a
 framework; every other namespace (NumPy, CuPy, array-api-strict) gets the
 portable one.
+
+What every adapter runs is a :class:`Core`: a kernel written once against
+the array API for trailing core axes, ``rule(xp, x, opts, **params) ->
+(outputs, pullback)``, with the trailing shapes of its outputs (what lazy
+backends need before running). A core with a hand-written backward gives it
+through :func:`custom_backward`, the one place that registers a backward
+with the host's autodiff.
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import Any, Callable, Mapping
 
 from array_api_compat import is_dask_namespace, is_jax_namespace, is_torch_namespace
 
 from ._generic import GENERIC, Generic
 
-__all__ = ["get_adapter", "Generic"]
+__all__ = ["get_adapter", "Generic", "Core", "core", "same_shape", "custom_backward"]
 
 
 def get_adapter(xp: Any) -> Generic:
@@ -25,3 +32,87 @@ def get_adapter(xp: Any) -> Generic:
         if is_kind(xp):
             return importlib.import_module(f"{__name__}.{module}").ADAPTER
     return GENERIC
+
+
+class Core:
+    """A kernel with its own backward rule; see the module docstring.
+
+    ``tails(core_shape, opts, params)`` gives each output's trailing shape
+    (None: one count per call), which lazy backends need before running;
+    ``core_ndim`` is the number of trailing core axes of ``x``; ``batched``
+    names the parameters that share ``x``'s batch axes, with the core axes
+    of ``x`` they span (the marginals of the transport solver).
+    """
+
+    def __init__(
+        self,
+        rule: Callable[..., tuple[tuple[Any, ...], Callable[..., dict[str, Any]]]],
+        *,
+        tails: Callable[..., dict[str, Any]],
+        outputs: tuple[str, ...] = ("value",),
+        core_ndim: int = 1,
+        batched: Mapping[str, tuple[int, ...]] | None = None,
+    ) -> None:
+        self.rule, self.tails, self.outputs, self.core_ndim = rule, tails, outputs, core_ndim
+        self.batched = dict(batched or {})
+        self.__name__ = rule.__name__
+        self.__doc__ = rule.__doc__
+
+    def __call__(self, xp: Any, x: Any, opts: Any, **params: Any) -> tuple[Any, ...]:
+        return self.rule(xp, x, opts, **params)[0]
+
+    def vjp(self, xp: Any, x: Any, opts: Any, **params: Any) -> tuple[tuple[Any, ...], Callable[..., dict[str, Any]]]:
+        return self.rule(xp, x, opts, **params)
+
+    def select(self, outs: tuple[Any, ...], wanted: tuple[str, ...]) -> tuple[Any, ...]:
+        return tuple(outs[self.outputs.index(w)] for w in wanted)
+
+    def __repr__(self) -> str:
+        return f"<rankops core {self.__name__}>"
+
+
+def core(*, tails: Callable[..., dict[str, Any]], **kwargs: Any) -> Callable[[Callable[..., Any]], Core]:
+    """Decorator: a rule function as a :class:`Core`."""
+    return lambda rule: Core(rule, tails=tails, **kwargs)
+
+
+def same_shape(shape: tuple[int, ...], opts: Any, params: Mapping[str, Any]) -> dict[str, Any]:
+    """``tails`` of a core whose one output is shaped like its input."""
+    return {"value": tuple(shape)}
+
+
+def custom_backward(
+    xp: Any,
+    fwd: Callable[..., Any],
+    bwd: Callable[..., Any],
+    arrays: tuple[Any, ...],
+    *,
+    names: tuple[str, ...] | None = ("x",),
+    n_diff: int = 1,
+    residuals: Callable[..., Any] | None = None,
+    register: bool = True,
+) -> tuple[tuple[Any, ...], Callable[[tuple[Any, ...]], Any]]:
+    """``(outputs, pullback)`` of a forward with a hand-written backward: every core's one way to give its own gradient.
+
+    ``fwd(xp, *arrays) -> (outputs, residuals)`` and ``bwd(xp, residuals,
+    cotangents) -> one gradient per array``; only the first ``n_diff``
+    outputs carry gradients. Hosts with autodiff register the pair (the
+    adapter's ``custom_vjp``; ``residuals(xp, *arrays)``, when given,
+    rebuilds the residuals for higher derivatives); with ``register=False``
+    the host differentiates the forward itself (an unrolled solver).
+    ``pullback(cotangents)`` applies ``bwd`` (``rankops.vjp`` on hosts
+    without autodiff, where the forward's residuals are kept): a dict by
+    ``names``, or the gradients' tuple when ``names`` is None.
+    """
+    adapter = get_adapter(xp)
+    if register and adapter.autodiff:
+        outs, kept = adapter.custom_vjp(xp, fwd, bwd, arrays, n_diff=n_diff, residuals=residuals), None
+    else:
+        outs, kept = fwd(xp, *arrays)
+
+    def pullback(cts: tuple[Any, ...]) -> Any:
+        res = kept if kept is not None else (residuals or (lambda xp_, *a: fwd(xp_, *a)[1]))(xp, *arrays)
+        grads = bwd(xp, res, cts)
+        return tuple(grads) if names is None else dict(zip(names, grads))
+
+    return tuple(outs), pullback

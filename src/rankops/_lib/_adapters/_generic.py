@@ -5,7 +5,7 @@ lacks or leaves to each framework:
 
 - numerics: fused ``softmax`` / ``logsumexp``, ``stop_gradient``, row-wise scans,
   segmented sums, ``searchsorted``, gathers and permutation inverses
-  (:mod:`.._scans`; scatters where the host has them), Gumbel noise
+  (:mod:`.._loops`; scatters where the host has them), Gumbel noise
   from the framework's own generator, whether values can be read now;
 - loops: ``iterate`` (the Sinkhorn / CG fixed-point driver, also isotonic
   run pooling), ``scan_blocks`` (SoftSort / NeuralSort row blocks) and
@@ -29,7 +29,7 @@ from typing import Any, Callable
 import array_api_compat
 import numpy as np
 
-from .. import _loops, _numerics, _scans
+from .. import _loops, _numerics
 
 __all__ = ["Generic", "GENERIC", "scatter"]
 
@@ -69,17 +69,17 @@ class Generic:
         return x
 
     def linear_scan(self, xp: Any, a: Any, b: Any, *, reverse: bool = False) -> Any:
-        return _scans.linear_scan(xp, a, b, reverse=reverse)
+        return _loops.linear_scan(xp, a, b, reverse=reverse)
 
     def cumlogsumexp(self, xp: Any, z: Any, *, reverse: bool = False) -> Any:
-        return _scans.cumlogsumexp(xp, z, reverse=reverse)
+        return _loops.cumlogsumexp(xp, z, reverse=reverse)
 
     def searchsorted(self, xp: Any, sorted_seq: Any, values: Any, *, side: str = "left") -> Any:
-        return _scans.searchsorted(xp, sorted_seq, values, side=side)
+        return _loops.searchsorted(xp, sorted_seq, values, side=side)
 
     def take(self, xp: Any, a: Any, index: Any) -> Any:
         """``a[..., index]`` row by row (``index`` has ``a``'s batch shape)."""
-        return _scans.take(xp, a, index)
+        return _loops.take(xp, a, index)
 
     def invert_permutation(self, xp: Any, order: Any) -> Any:
         """The inverse of each row's permutation ``order`` (a sort here; a scatter where the host has one)."""
@@ -87,10 +87,10 @@ class Generic:
 
     def segment_sum(self, xp: Any, starts: Any, g: Any) -> Any:
         """Each entry's segment total of ``g`` along the last axis; ``starts`` (True where a segment begins) broadcasts against ``g``."""
-        return _scans.segment_sum(xp, starts, g)
+        return _loops.segment_sum(xp, starts, g)
 
     def segment_first(self, xp: Any, starts: Any, g: Any) -> Any:
-        return _scans.segment_first(xp, starts, g)
+        return _loops.segment_first(xp, starts, g)
 
     def rows(self, xp: Any, fn: Callable[..., Any], *arrays: Any, dtype: Any) -> Any:
         """``fn(xp, *arrays)``, an array of ``arrays[0]``'s shape and ``dtype`` computed from whole rows (last axis).

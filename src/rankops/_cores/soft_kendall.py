@@ -21,20 +21,9 @@ from typing import Any
 
 import array_api_compat
 
-from .._lib._adapters import get_adapter
-from .._lib._calls import Along, Call, core, hand_written, prepare
-from .._lib._compat import namespace
-from .._lib._options import Options, option
-from .._lib._validation import positive_scalar, python_number
+from .._lib._adapters import core, custom_backward, get_adapter
 
-__all__ = ["bind_soft_kendall_tau", "suquan_targets"]
-
-
-@dataclasses.dataclass(frozen=True)
-class SoftKendallOptions(Options):
-    """Options of ``soft_kendall_tau``."""
-
-    tau: float = option(0.1, python_number(positive_scalar))
+__all__ = ["soft_kendall_core"]
 
 
 _TEMPORARY_BYTES = 1 << 20
@@ -94,59 +83,7 @@ def _scalar_tails(shape: tuple[int, ...], opts: Any, params: Any) -> dict[str, A
 
 
 @core(tails=_scalar_tails, batched={"y": (0,)})
-def soft_kendall_core(xp: Any, x: Any, opts: SoftKendallOptions, *, y: Any) -> Any:
+def soft_kendall_core(xp: Any, x: Any, opts: Any, *, y: Any) -> Any:
     """The smooth tau-a of matching rows of ``x`` and ``y`` and its streamed backward pass."""
     spec = _SoftTau(opts.tau)
-    return hand_written(xp, spec.fwd, spec.bwd, (x, y), ("x", "y"))
-
-
-def bind_soft_kendall_tau(x: Any, y: Any, axis: Any, tau: float) -> Call:
-    """``rankops.soft_kendall_tau``: ``x`` and ``y`` broadcast to one shape, entries along ``axis`` (or a tuple of axes)."""
-    xp = namespace(x, y, names=("x", "y"))
-    if tuple(x.shape) != tuple(y.shape):
-        try:
-            x, y = xp.broadcast_arrays(x, y)
-        except ValueError as err:  # the message names both shapes
-            raise ValueError(f"x {tuple(x.shape)} and y {tuple(y.shape)} must have broadcastable shapes") from err
-    opts, _ = SoftKendallOptions.parse({"tau": tau}, "soft_kendall_tau")
-    p = prepare(x, axis=axis, opts=opts, arrays={"y": y})
-    y = p.arrange(xp.astype(y, p.x.dtype) if y.dtype != p.x.dtype else y)  # laid out as x (several axes: merged alike)
-    return Call(soft_kendall_core, p, opts, {"y": y}, readout=Along(axis_kept=False), along=("y",))
-
-
-def suquan_targets(h: Any, /, *, low: float = 0.0, high: float = 1.0) -> Any:
-    r"""An increasing quantile function from free parameters: ``low + (high - low) cumsum(softmax(h))``.
-
-    The parameterisation of Cuturi, Teboul & Vert (2019, Sec. 4, after Le
-    Morvan & Vert 2017's SUQUAN): ``f = cumsum(e^h / sum e^h)`` is strictly
-    increasing from ``low`` (excluded) to ``high`` (the last value) for any
-    real ``h``, so a model can learn the target quantile function of
-    :func:`rankops.soft_quantile_normalize` by gradient descent on ``h``
-    (softmax ignores a shift of ``h``: the paper fixes it by ``sum h = 0``).
-
-    Parameters
-    ----------
-    h : array
-        Shape ``(..., m)``, real floating; differentiable under the caller's
-        autodiff (plain array operations).
-    low, high : float
-        The range of the targets (``low < high``).
-
-    Returns
-    -------
-    array
-        Shape ``(..., m)``: increasing along the last axis, ending at ``high``.
-
-    Examples
-    --------
-    >>> import numpy as np, rankops
-    >>> rankops.suquan_targets(np.zeros(4))
-    array([0.25, 0.5 , 0.75, 1.  ])
-    """
-    xp = namespace(h, names=("h",))
-    if h.ndim < 1 or not xp.isdtype(h.dtype, "real floating"):
-        raise TypeError(f"h must be a real floating array with at least one axis, got dtype {h.dtype} and shape {tuple(h.shape)}")
-    if not (isinstance(low, (int, float)) and isinstance(high, (int, float)) and math.isfinite(low) and math.isfinite(high) and low < high):
-        raise ValueError(f"low and high must be finite Python numbers with low < high, got {low!r} and {high!r}")
-    w = get_adapter(xp).softmax(xp, h, axis=-1)
-    return low + (high - low) * xp.cumulative_sum(w, axis=-1)
+    return custom_backward(xp, spec.fwd, spec.bwd, (x, y), names=("x", "y"))

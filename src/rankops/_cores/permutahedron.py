@@ -37,21 +37,10 @@ from typing import Any
 
 import array_api_compat
 
-from .._lib._adapters import get_adapter
-from .._lib._calls import Call, core, hand_written, prepare, same_shape
-from .._lib._options import Options, option
-from .._lib._validation import boolean, choice, positive_scalar, python_number
+from .._lib._adapters import core, custom_backward, get_adapter, same_shape
 from . import isotonic
 
-__all__ = ["PermutahedronOptions", "projection_core", "bind_sort_or_rank"]
-
-
-@dataclasses.dataclass(frozen=True)
-class PermutahedronOptions(Options):
-    """Options of ``method="permutahedron"``."""
-
-    regularization: str = option("l2", choice("l2", "kl"))
-    strength: float = option(1.0, python_number(positive_scalar))
+__all__ = ["projection_core"]
 
 
 def _rho(xp: Any, like: Any) -> Any:
@@ -147,15 +136,7 @@ def _block_average(xp: Any, adapter: Any, starts: Any, s: Any, g: Any, regulariz
 
 
 @core(tails=same_shape)
-def projection_core(xp: Any, x: Any, opts: PermutahedronOptions, *, output: str, descending: bool) -> Any:
+def projection_core(xp: Any, x: Any, opts: Any, *, output: str, descending: bool) -> Any:
     """Soft rank or sort by projection onto the permutahedron, with the block-wise backward rule."""
     spec = _Projection(output, opts.regularization, opts.strength, descending)
-    return hand_written(xp, spec.fwd, spec.bwd, (x,))
-
-
-def bind_sort_or_rank(output: str, x: Any, axis: Any, descending: Any, options: dict[str, Any]) -> Call:
-    """``soft_sort`` / ``soft_rank`` with ``method="permutahedron"``."""
-    opts, _ = PermutahedronOptions.parse(options, f"soft_{output}(method='permutahedron')")
-    descending = boolean(descending, "descending")
-    p = prepare(x, axis=axis, opts=opts)
-    return Call(projection_core, p, opts, {"output": output, "descending": descending})
+    return custom_backward(xp, spec.fwd, spec.bwd, (x,))

@@ -17,7 +17,7 @@ applies the closed-form pullbacks of the softmax (``dz = P * (dP - sum_j dP P)``
 - rank, cotangent h:  ``dz_ij = i P_ij (h_j - (P h)_i)``;
 
 then the row kernel's pullback of the logits. That rule is registered with
-torch and JAX through the adapter's ``custom_vjp`` (the host keeps ``x``,
+torch and JAX through ``custom_backward`` (the host keeps ``x``,
 ``tau`` and O(n) vectors between the passes) and is the rule ``rankops.vjp``
 applies on the other backends. ``block=None`` forms the whole matrix as one
 block and lets torch / JAX differentiate it themselves (JAX forward mode, a
@@ -34,16 +34,13 @@ from typing import Any
 
 import array_api_compat
 
-from .._lib._adapters import get_adapter
-from .._lib._calls import Call, core, hand_written, prepare, same_shape
+from .._lib._adapters import core, custom_backward, get_adapter, same_shape
 from .._lib._compat import is_array
 from .._lib._numerics import matvec
-from .._lib._options import Options, option
-from .._lib._validation import boolean, optional_count, positive_count, positive_scalar
 from .rows import ROWS, exact, permutation_matrix, positions
 
 __all__ = [
-    "PermutationOptions", "matrix_core", "dense_core", "stream_core", "bind_sort_or_rank", "bind_matrix", "auto_block", "BLOCK_BYTES",
+    "matrix_core", "dense_core", "stream_core", "auto_block", "BLOCK_BYTES",
 ]
 
 # Bytes of one block of logits over the whole batch. glibc serves allocations
@@ -52,28 +49,6 @@ __all__ = [
 # to 1.9 GiB for a 16 MiB block at n = 20000, B = 1). A block step keeps about
 # ten such temporaries alive.
 BLOCK_BYTES = 36 * 2**20
-
-
-def _block(value: Any, name: str) -> Any:
-    """``"auto"``, None (the full matrix) or an int >= 1 (rows per block)."""
-    if value is None or (isinstance(value, str) and value == "auto"):
-        return value
-    if isinstance(value, str):
-        raise ValueError(f"{name} must be 'auto', None or an int >= 1, got {value!r}")
-    return positive_count(value, name)
-
-
-@dataclasses.dataclass(frozen=True)
-class PermutationOptions(Options):
-    """Options of SoftSort and NeuralSort (``power``: SoftSort only)."""
-
-    tau: Any = option(1.0, positive_scalar)  # a number, or a 0-d array (learnable)
-    power: Any = option(1.0, positive_scalar)
-    hard: bool = option(False, boolean)
-    block: Any = option("auto", _block)
-
-
-OPTION_NAMES = {"softsort": ("tau", "power", "hard", "block"), "neuralsort": ("tau", "hard", "block")}
 
 
 def auto_block(batch_shape: tuple[int, ...], n: int, itemsize: int) -> int:
@@ -104,7 +79,7 @@ def _square(shape: tuple[int, ...], opts: Any, params: dict[str, Any]) -> dict[s
 
 
 @core(tails=_square)
-def matrix_core(xp: Any, s: Any, opts: PermutationOptions, *, method: str, descending: bool) -> Any:
+def matrix_core(xp: Any, s: Any, opts: Any, *, method: str, descending: bool) -> Any:
     """The relaxed permutation matrix (..., n, n) and its pullback (that of the relaxed matrix when ``hard``)."""
     rows = _rows(xp, s, opts.tau, method, s.shape[-1], descending, opts.power)
     z, cache = rows.logits(rows.keys)
@@ -176,7 +151,7 @@ def _backward(xp: Any, rows: Any, output: str, block: int, ct: Any, p_kept: Any 
 
 
 @core(tails=same_shape)
-def dense_core(xp: Any, x: Any, opts: PermutationOptions, *, method: str, output: str, descending: bool) -> Any:
+def dense_core(xp: Any, x: Any, opts: Any, *, method: str, output: str, descending: bool) -> Any:
     """The whole matrix as one block, differentiated by the host's autodiff (the rule keeps the matrix)."""
     n = x.shape[-1]
     rows = _rows(xp, x, opts.tau, method, n, descending, opts.power)
@@ -239,7 +214,7 @@ class _Streamed:
 
 
 @core(tails=same_shape)
-def stream_core(xp: Any, x: Any, opts: PermutationOptions, *, method: str, output: str, descending: bool) -> Any:
+def stream_core(xp: Any, x: Any, opts: Any, *, method: str, output: str, descending: bool) -> Any:
     """``block`` rows of ``P`` at a time, in the forward and in the backward pass (a number ``power`` only)."""
     n = x.shape[-1]
     block = opts.block
@@ -251,47 +226,4 @@ def stream_core(xp: Any, x: Any, opts: PermutationOptions, *, method: str, outpu
                      keep=not opts.hard and block >= n)
     # An array tau travels with the differentiated arrays, a number as a constant.
     arrays = (x, tau) if is_array(tau) else (x,)
-    (value,) = get_adapter(xp).custom_vjp(xp, spec.fwd, spec.bwd, arrays, n_diff=1, residuals=spec.residuals)
-
-    def pullback(cts: tuple[Any, ...]) -> dict[str, Any]:
-        return dict(zip(("x", "tau"), spec.bwd(xp, spec.residuals(xp, *arrays), cts)))
-
-    return (value,), pullback
-
-
-# -- binding the public calls ---------------------------------------------------------------------------
-
-
-def bind_sort_or_rank(method: str, output: str, x: Any, axis: Any, descending: Any, options: dict[str, Any]) -> Call:
-    """``soft_sort`` / ``soft_rank`` (``output``) with ``method="softsort"`` or ``"neuralsort"``."""
-    opts, _ = PermutationOptions.parse(options, f"soft_{output}(method={method!r})", names=OPTION_NAMES[method])
-    descending = boolean(descending, "descending")
-    p = prepare(x, axis=axis, opts=opts)
-    # The streamed backward treats power as a constant: a learnable (array) power takes
-    # the full matrix, whose gradient includes it.
-    dense = opts.block is None or is_array(opts.power) or (opts.block == "auto" and _fits(p))
-    kernel = dense_core if dense else stream_core
-    return Call(kernel, p, opts, {"method": method, "output": output, "descending": descending})
-
-
-def _fits(p: Any) -> bool:
-    """Whether ``block="auto"`` builds the whole (..., n, n) matrix: within the host's ``dense_matrix_bytes``."""
-    itemsize = p.xp.finfo(p.x.dtype).bits // 8
-    return math.prod(p.x.shape[:-1]) * p.n * p.n * itemsize <= p.adapter.dense_matrix_bytes
-
-
-def bind_matrix(method: str, s: Any, options: dict[str, Any], *, descending: Any, stochastic: Any, key: Any, n_samples: Any) -> Call:
-    """``rankops.softsort`` / ``rankops.neuralsort``: the matrix of ``s`` (Gumbel-perturbed when ``stochastic``)."""
-    opts, _ = PermutationOptions.parse(options, method, names=tuple(options))
-    descending = boolean(descending, "descending")
-    stochastic = boolean(stochastic, "stochastic")
-    n_samples = optional_count(n_samples, "n_samples")
-    if not stochastic and (key is not None or n_samples is not None):
-        raise ValueError("key and n_samples are only used with stochastic=True")
-    p = prepare(s, name="s", opts=opts)
-    if stochastic:
-        x = p.x
-        shape = ((n_samples,) if n_samples is not None else ()) + tuple(x.shape)
-        x = x + p.adapter.gumbel(p.xp, key, shape, x.dtype, p.device)
-        p = dataclasses.replace(p, x=x, axes=(x.ndim - 1,), shape=tuple(x.shape))
-    return Call(matrix_core, p, opts, {"method": method, "descending": descending})
+    return custom_backward(xp, spec.fwd, spec.bwd, arrays, names=("x", "tau"), residuals=spec.residuals)

@@ -34,26 +34,15 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import numbers
 from typing import Any
 
 import array_api_compat
 
-from .._lib._adapters import get_adapter
-from .._lib._calls import Call, core, hand_written, prepare, same_shape
+from .._lib._adapters import core, custom_backward, get_adapter, same_shape
 from .._lib._compat import index_dtype, is_array
 from .._lib._numerics import logaddexp, safe_divide
-from .._lib._options import Options, option
-from .._lib._validation import boolean, positive_scalar, python_number
 
-__all__ = ["LapsumOptions", "rank_core", "sort_core", "topk_core", "bind_sort_or_rank", "bind_topk"]
-
-
-@dataclasses.dataclass(frozen=True)
-class LapsumOptions(Options):
-    """Options of ``method="lapsum"``."""
-
-    alpha: float = option(1.0, python_number(positive_scalar))
+__all__ = ["rank_core", "sort_core", "topk_core"]
 
 
 def _decay(xp: Any, s: Any, alpha: float) -> Any:
@@ -159,12 +148,19 @@ def _log(xp: Any, a: Any) -> Any:
 
 
 @dataclasses.dataclass(frozen=True)
-class _Rank:
+class _Directed:
+    """A rank or sort by Laplace sums: the CDFs' scale and the direction."""
+
     alpha: float
     descending: bool
 
+    def sorted(self, xp: Any, x: Any) -> _Sorted:
+        return _Sorted.of(xp, -x if self.descending else x, self.alpha)
+
+
+class _Rank(_Directed):
     def fwd(self, xp: Any, x: Any) -> tuple[tuple[Any], tuple[Any, ...]]:
-        srt = _Sorted.of(xp, -x if self.descending else x, self.alpha)
+        srt = self.sorted(xp, x)
         # the backward's kernel sums of 1 are the forward's P + Q: kept, not rescanned
         return (get_adapter(xp).take(xp, srt.levels(xp) + 0.5, srt.inverse),), (srt.order, srt.inverse, srt.a, srt.p + srt.q)
 
@@ -181,13 +177,9 @@ class _Rank:
         return (-dx if self.descending else dx,)
 
 
-@dataclasses.dataclass(frozen=True)
-class _Sort:
-    alpha: float
-    descending: bool
-
+class _Sort(_Directed):
     def fwd(self, xp: Any, x: Any) -> tuple[tuple[Any], tuple[Any, ...]]:
-        srt = _Sorted.of(xp, -x if self.descending else x, self.alpha)
+        srt = self.sorted(xp, x)
         n = x.shape[-1]
         c = xp.arange(n, dtype=x.dtype, device=array_api_compat.device(x)) + 0.5
         c = xp.broadcast_to(c, x.shape)
@@ -255,49 +247,21 @@ class _TopK:
 
 
 @core(tails=same_shape)
-def rank_core(xp: Any, x: Any, opts: LapsumOptions, *, descending: bool) -> Any:
+def rank_core(xp: Any, x: Any, opts: Any, *, descending: bool) -> Any:
     """``1/2 + R(x_i)``."""
     spec = _Rank(opts.alpha, descending)
-    return hand_written(xp, spec.fwd, spec.bwd, (x,))
+    return custom_backward(xp, spec.fwd, spec.bwd, (x,))
 
 
 @core(tails=same_shape)
-def sort_core(xp: Any, x: Any, opts: LapsumOptions, *, descending: bool) -> Any:
+def sort_core(xp: Any, x: Any, opts: Any, *, descending: bool) -> Any:
     """The solutions of ``R(t) = i - 1/2``."""
     spec = _Sort(opts.alpha, descending)
-    return hand_written(xp, spec.fwd, spec.bwd, (x,))
+    return custom_backward(xp, spec.fwd, spec.bwd, (x,))
 
 
 @core(tails=same_shape, batched={"k": ()})
-def topk_core(xp: Any, x: Any, opts: LapsumOptions, *, k: Any) -> Any:
+def topk_core(xp: Any, x: Any, opts: Any, *, k: Any) -> Any:
     """``F((x_i - b)/alpha)`` with ``R(b) = n - k``."""
     spec = _TopK(opts.alpha, None if is_array(k) else k)
-    return hand_written(xp, spec.fwd, spec.bwd, (x, k) if is_array(k) else (x,), ("x", "k"))
-
-
-def bind_sort_or_rank(output: str, x: Any, axis: Any, descending: Any, options: dict[str, Any]) -> Call:
-    """``soft_sort`` / ``soft_rank`` with ``method="lapsum"``."""
-    opts, _ = LapsumOptions.parse(options, f"soft_{output}(method='lapsum')")
-    descending = boolean(descending, "descending")
-    p = prepare(x, axis=axis, opts=opts)
-    return Call(rank_core if output == "rank" else sort_core, p, opts, {"descending": descending})
-
-
-def bind_topk(x: Any, k: Any, axis: Any, options: dict[str, Any]) -> Call:
-    """``soft_topk_mask(method="lapsum")``: ``k`` a real in (0, n), or an array of per-row k (the batch shape)."""
-    opts, _ = LapsumOptions.parse(options, "soft_topk_mask(method='lapsum')")
-    if is_array(k):
-        p = prepare(x, axis=axis, opts=opts, arrays={"k": k})
-        batch = tuple(p.x.shape[:-1])
-        if tuple(k.shape) not in ((), batch):
-            raise ValueError(f"k must be a number or an array of the batch shape {batch} (x without axis), got shape {tuple(k.shape)}")
-        if not p.xp.isdtype(k.dtype, ("real floating", "integral")):
-            raise TypeError(f"k must be a real array, got dtype {k.dtype}")
-        k = p.xp.broadcast_to(p.xp.astype(k, p.x.dtype), batch)
-        return Call(topk_core, p, opts, {"k": k})
-    if isinstance(k, bool) or not isinstance(k, numbers.Real):
-        raise TypeError(f"k must be a real number or an array, got {type(k).__name__}")
-    p = prepare(x, axis=axis, opts=opts)
-    if not (math.isfinite(k) and 0 < k < p.n):
-        raise ValueError(f"k must lie in the open interval (0, n) = (0, {p.n}) for method='lapsum', got {k!r}")
-    return Call(topk_core, p, opts, {"k": float(k)})
+    return custom_backward(xp, spec.fwd, spec.bwd, (x, k) if is_array(k) else (x,), names=("x", "k"))

@@ -1,7 +1,7 @@
 r"""Optimal-transport cores: soft ranks, sorts, CDFs, top-k, quantization, and the solver itself.
 
 Each operator is one entropic transport (:mod:`rankops._solvers.sinkhorn`)
-between the n inputs, squashed into [0, 1] (:mod:`.squash`), and an ordered
+between the n inputs, squashed into [0, 1] (the squash ``g``, below), and an ordered
 target measure, read out differently (Cuturi, Teboul & Vert 2019,
 Definitions 1-2; Cuturi et al. 2019, Definition 2 and Alg. 2). Per row, with
 ``a = 1/n``, targets ``y_j = j / (m - 1)``, weights ``b`` (uniform by
@@ -19,7 +19,7 @@ default), ``b_bar = cumsum(b)``, cost ``C_ij = |y_j - g(x)_i| ** power`` and
 ``-x`` (sorted values negated back), so the largest entry gets rank 1.
 
 Each core returns ``(value, error)`` (the solver's marginal error per
-transport problem, for :mod:`.convergence`) and a pullback mapping the
+transport problem, which the public layer reports) and a pullback mapping the
 value's cotangent to a dict of cotangents (``x`` and any array parameter),
 which is how ``rankops.vjp`` differentiates on backends without autodiff;
 torch and JAX differentiate the value itself.
@@ -27,53 +27,33 @@ torch and JAX differentiate the value itself.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
-from typing import Any
+from typing import Any, Callable, Protocol
 
 from array_api_compat import device as _device
 
-from .._lib._calls import Call, Prepared, core, prepare
-from .._lib._compat import is_array
+from .._lib._adapters import core, get_adapter
 from .._lib._numerics import matvec, safe_divide, unbroadcast, vecmat
-from .._lib._options import option
-from .._lib._validation import boolean, choice, optional_count, positive_count, positive_scalar, python_number
 from .._solvers.line import line_plan_vjp
-from .._solvers.sinkhorn import SolverOptions, log_weights, solve_vjp
-from .convergence import Reported
-from .squash import SQUASHES, squash_parts
+from .._solvers.sinkhorn import Settings, log_weights, solve_vjp
 
 __all__ = [
-    "TransportOptions", "DEFAULT_EPSILON", "grid", "target_measure", "topk_weights", "cdf_core", "rank_core", "sort_core", "quantile_normalize_core", "topk_core",
-    "quantize_core", "plan_vjp", "grads", "REPORTED", "solver_core", "bind_targets", "bind_sort_or_rank", "reported", "check_1d", "return_info", "SOLVER_OPTIONS",
+    "TransportSettings", "SQUASHES", "squash_vjp", "squash_parts", "grid", "target_measure", "topk_weights", "plan_vjp", "grads",
+    "REPORTED", "WEIGHTS", "cdf_core", "rank_core", "sort_core", "quantile_normalize_core", "topk_core", "quantize_core", "solver_core",
 ]
 
-DEFAULT_EPSILON = 1e-2
-DEFAULT_FILLER = 0.05
+SQUASHES = ("sigmoid", "arctan", "minmax", None)
 
 
-def _filler(value: Any, name: str) -> float:
-    filler = positive_scalar(value, name)
-    if is_array(filler) or not filler < 1:
-        raise ValueError(f"{name} must be a number in (0, 1), got {filler!r}")
-    return filler
+class TransportSettings(Settings, Protocol):
+    """What the cores read of a Sinkhorn operator's options (the public ``TransportOptions``)."""
 
-
-@dataclasses.dataclass(frozen=True)
-class TransportOptions(SolverOptions):
-    """Options of the Sinkhorn operators (docs/api.md has each one's meaning and default)."""
-
-    epsilon: Any = option(DEFAULT_EPSILON, positive_scalar)
-    # Implicit differentiation by default: a quarter of the checkpointed unrolled
-    # backward's memory, independent of the iteration count, and about 3x faster
-    # (benchmarks/memory.py; docs/api.md "Gradients: implicit or unrolled").
-    implicit: bool = option(True, boolean)
-    squash: str | None = option("sigmoid", choice(*SQUASHES))
-    power: float = option(2.0, python_number(positive_scalar, " for the Sinkhorn operators"))
-    num_targets: int | None = option(None, optional_count)
-    filler: float = option(DEFAULT_FILLER, _filler)
-    centered: bool = option(True, boolean)
+    squash: str | None
+    power: float
+    num_targets: int | None
+    filler: float
+    centered: bool
 
 
 def grid(xp: Any, m: int, like: Any) -> Any:
@@ -91,7 +71,7 @@ def input_measure(xp: Any, x: Any, weights: Any) -> tuple[Any, Any]:
 
 
 def plan_vjp(
-    xp: Any, x: Any, y: Any, log_b: Any, opts: TransportOptions, exact: str = "rows", weights: Any = None,
+    xp: Any, x: Any, y: Any, log_b: Any, opts: TransportSettings, exact: str = "rows", weights: Any = None,
     per_target: bool = False,
 ) -> tuple[Any, Any, Any]:
     """Entropic plan (..., n, m) between the squashed rows of ``x`` (weights ``a``: :func:`input_measure`) and targets ``y``.
@@ -104,8 +84,8 @@ def plan_vjp(
     (:func:`rankops._solvers.line.line_plan_vjp`).
     """
     _, log_a = input_measure(xp, x, weights)
-    lift = functools.partial(squash_parts, method=opts.squash)
-    plan, err, line_back = line_plan_vjp(xp, x, y, log_a, log_b, opts, power=opts.power, exact=exact, lift=lift,
+    squash = functools.partial(squash_parts, method=opts.squash)
+    plan, err, line_back = line_plan_vjp(xp, x, y, log_a, log_b, opts, power=opts.power, exact=exact, squash=squash,
                                          per_target=per_target)
 
     def pullback(dp: Any, d_log_a: Any = None) -> tuple[Any, Any, Any, Any]:
@@ -123,7 +103,7 @@ def plan_vjp(
     return plan, err, pullback
 
 
-def targets_count(n: int, opts: TransportOptions, target_weights: Any) -> int:
+def targets_count(n: int, opts: TransportSettings, target_weights: Any) -> int:
     """m: ``num_targets``, else the length of ``target_weights``, else n."""
     return opts.num_targets if opts.num_targets is not None else (target_weights.shape[0] if target_weights is not None else n)
 
@@ -154,7 +134,7 @@ WEIGHTS = {"weights": (0,)}  # the entries' weights share x's batch axes and spa
 
 @core(tails=_along, outputs=REPORTED, batched=WEIGHTS)
 def cdf_core(
-    xp: Any, x: Any, opts: TransportOptions, *, descending: bool = False, target_weights: Any = None, weights: Any = None
+    xp: Any, x: Any, opts: TransportSettings, *, descending: bool = False, target_weights: Any = None, weights: Any = None
 ) -> Any:
     sign = -1.0 if descending else 1.0
     n = x.shape[-1]
@@ -180,13 +160,13 @@ def cdf_core(
 
 
 @core(tails=_along, outputs=REPORTED, batched=WEIGHTS)
-def rank_core(xp: Any, x: Any, opts: TransportOptions, **params: Any) -> Any:
+def rank_core(xp: Any, x: Any, opts: TransportSettings, **params: Any) -> Any:
     n = x.shape[-1]
     (cdf, err), cdf_back = cdf_core.vjp(xp, x, opts, **params)
     return (n * cdf, err), lambda cts: cdf_back((n * cts[0], None))
 
 
-def _sorted_tails(shape: tuple[int, ...], opts: TransportOptions, params: dict[str, Any]) -> dict[str, Any]:
+def _sorted_tails(shape: tuple[int, ...], opts: TransportSettings, params: dict[str, Any]) -> dict[str, Any]:
     topk = params.get("topk")
     return {"value": (topk if topk is not None else targets_count(shape[-1], opts, params.get("target_weights")),), "error": ()}
 
@@ -203,7 +183,7 @@ def topk_weights(xp: Any, x: Any, k: int, filler_first: bool) -> tuple[Any, Any]
 
 @core(tails=_sorted_tails, outputs=REPORTED, batched=WEIGHTS)
 def sort_core(
-    xp: Any, x: Any, opts: TransportOptions, *, descending: bool = False, target_weights: Any = None, topk: int | None = None,
+    xp: Any, x: Any, opts: TransportSettings, *, descending: bool = False, target_weights: Any = None, topk: int | None = None,
     weights: Any = None,
 ) -> Any:
     """``b^-1 P^T x``; ``topk``: only the k largest, from k + 1 targets (OTT-JAX's construction, Cuturi et al. 2019).
@@ -241,7 +221,7 @@ def sort_core(
 
 @core(tails=_along, outputs=REPORTED, batched=WEIGHTS)
 def quantile_normalize_core(
-    xp: Any, x: Any, opts: TransportOptions, *, targets: Any, target_weights: Any = None, weights: Any = None
+    xp: Any, x: Any, opts: TransportSettings, *, targets: Any, target_weights: Any = None, weights: Any = None
 ) -> Any:
     m = targets.shape[0]
     t = xp.astype(targets, x.dtype)
@@ -261,7 +241,7 @@ def quantile_normalize_core(
 
 
 @core(tails=_along, outputs=REPORTED)
-def quantize_core(xp: Any, x: Any, opts: TransportOptions, *, num_levels: int) -> Any:
+def quantize_core(xp: Any, x: Any, opts: TransportSettings, *, num_levels: int) -> Any:
     """``n P diag(1/b) P^T x``: each entry moved to its plan's mix of the m soft-sorted values (OTT-JAX's ``quantize``)."""
     n, m = x.shape[-1], num_levels
     b = xp.full((m,), 1.0 / m, dtype=x.dtype, device=_device(x))
@@ -281,7 +261,7 @@ def quantize_core(xp: Any, x: Any, opts: TransportOptions, *, num_levels: int) -
 
 
 @core(tails=_along, outputs=REPORTED)
-def topk_core(xp: Any, x: Any, opts: TransportOptions, *, k: int) -> Any:
+def topk_core(xp: Any, x: Any, opts: TransportSettings, *, k: int) -> Any:
     n = x.shape[-1]
     # log weights in Python: k = n gives an exact -inf (an empty target), no log(0) warning
     log_b = xp.asarray(
@@ -297,13 +277,13 @@ def topk_core(xp: Any, x: Any, opts: TransportOptions, *, k: int) -> Any:
     return (n * p[..., 1], err), pullback
 
 
-def _solver_tails(shape: tuple[int, ...], opts: SolverOptions, params: dict[str, Any]) -> dict[str, Any]:
+def _solver_tails(shape: tuple[int, ...], opts: Settings, params: dict[str, Any]) -> dict[str, Any]:
     n, m = shape
     return {"plan": (n, m), "f": (n,), "g": (m,), "error": (), "n_iter": None}
 
 
 @core(tails=_solver_tails, outputs=("plan", "f", "g", "error", "n_iter"), core_ndim=2, batched={"a": (0,), "b": (1,)})
-def solver_core(xp: Any, cost: Any, opts: SolverOptions, *, a: Any = None, b: Any = None) -> Any:
+def solver_core(xp: Any, cost: Any, opts: Settings, *, a: Any = None, b: Any = None) -> Any:
     """:func:`rankops.sinkhorn` on a cost in its compute dtype; the pullback takes cotangents of ``(plan, f, g)``."""
     device = _device(cost)
     log_a = log_weights(xp, a, cost.shape[-2], cost.dtype, device)
@@ -321,80 +301,84 @@ def solver_core(xp: Any, cost: Any, opts: SolverOptions, *, a: Any = None, b: An
     return (res.plan, res.f, res.g, res.error, res.n_iter), pullback
 
 
-# -- binding the public calls ---------------------------------------------------------------------------
+# -- the squash g: each row mapped into [0, 1] before the transport cost -------------------------------
+#
+# The squash ``g``: each row mapped into [0, 1] before the transport cost (Cuturi et al. 2019, Sec. 5).
+#
+# ``"sigmoid"`` of the standardized row (the g~ of Cuturi et al. 2019),
+# ``"arctan"`` likewise, ``"minmax"`` (affine onto [0, 1]) or ``None``
+# (inputs used as they are). Standardizing first divides by the row's largest
+# magnitude, so rows at 1e-30 or 1e30 give the same result as rows at 1 and
+# nothing overflows in float32. Each squash comes with its pullback, written
+# against the array API (``rankops.vjp`` uses it where the host has no autodiff).
 
-SOLVER_OPTIONS = ("epsilon", "max_iter", "tol", "squash", "power", "implicit")
-
-
-def return_info(options: dict[str, Any]) -> bool:
-    """Pop the ``return_info`` option (every Sinkhorn operator takes it)."""
-    return boolean(options.pop("return_info", False), "return_info")
-
-
-def check_1d(value: Any, name: str, length: int | None = None) -> None:
-    if value.ndim != 1:
-        raise ValueError(f"{name} must be a 1-D array, got shape {tuple(value.shape)}")
-    if value.shape[0] == 0:
-        raise ValueError(f"{name} must not be empty")
-    if length is not None and value.shape[0] != length:
-        raise ValueError(f"{name} has length {value.shape[0]} but {length} targets are used")
+Pullback = Callable[..., Any]
 
 
-def reported(kernel: Any, p: Prepared, opts: TransportOptions, params: dict[str, Any], where: str, info: bool, **readout: Any) -> Call:
-    """A Sinkhorn operator's call, read out by :class:`~.convergence.Reported`; input-shaped ``weights`` are laid out as ``x``."""
-    along = ("weights",) if params.get("weights") is not None and params["weights"].ndim > 1 else ()
-    return Call(kernel, p, opts, params, Reported(opts, where, info, lazy=p.adapter.lazy, **readout), along=along)
+def squash_vjp(xp: Any, x: Any, method: str | None) -> tuple[Any, Pullback]:
+    """The squashed row and its pullback ``d(squashed) -> dx``."""
+    y, unit_back, scale = squash_parts(xp, x, method)
+    return y, lambda dy: unit_back(dy) / scale
 
 
-def input_weights(p: Prepared, arrays: dict[str, Any]) -> dict[str, Any]:
-    """``arrays`` with ``weights`` (shaped like x, or 1-D of length n) in the prepared layout and compute dtype."""
-    weights = arrays.get("weights")
-    if weights is None:
-        return arrays
-    xp = p.xp
-    if not xp.isdtype(weights.dtype, ("real floating", "integral")):
-        raise TypeError(f"weights must be a real array, got dtype {weights.dtype}")
-    if tuple(weights.shape) == p.shape and weights.ndim > 1:
-        weights = p.arrange(weights)
-    elif tuple(weights.shape) != (p.n,):
-        raise ValueError(f"weights must have the shape of x {p.shape} or ({p.n},), got {tuple(weights.shape)}")
-    return {**arrays, "weights": xp.astype(weights, p.x.dtype)}
+def squash_parts(xp: Any, x: Any, method: str | None) -> tuple[Any, Pullback, Any]:
+    """``(g(x), unit pullback, scale)``, the pullback being ``dx = unit_pullback(dy) / scale``.
+
+    ``scale`` (..., 1) is the row's largest magnitude (1 without a squash).
+    The division comes last and is the caller's to place: a cotangent
+    ``dy`` beyond the dtype's range can still give a finite ``dx``, and
+    the transport's backward applies ``scale`` together with its own
+    normalization (:mod:`rankops._solvers.line`).
+    """
+    if method is None:
+        return x, lambda dy: dy, 1.0
+    # Dividing by the largest magnitude first keeps the squares below in range
+    # for rows at 1e30 (and above subnormals for rows at 1e-30). The result does
+    # not depend on this scale, so its gradient is exactly 0: it is stopped for
+    # autodiff too, whose scale**-2 terms would otherwise underflow to inf - inf
+    # on subnormal rows.
+    adapter = get_adapter(xp)
+    scale = xp.max(xp.abs(x), axis=-1, keepdims=True)
+    # where arithmetic flushes subnormals, a subnormal row is a row of zeros: a constant row
+    least = xp.finfo(x.dtype).smallest_normal if adapter.flushes_subnormals else 0.0
+    scale = adapter.stop_gradient(xp, xp.where((scale > least) & xp.isfinite(scale), scale, xp.ones_like(scale)))
+    z = x / scale
+    if method == "minmax":
+        y, minmax_back = _minmax_vjp(xp, z)
+        return y, minmax_back, scale
+    z = z - xp.mean(z, axis=-1, keepdims=True)  # exactly 0 on a constant row (all entries are +-1 now)
+    var = xp.mean(z * z, axis=-1, keepdims=True)
+    spread = var > 0
+    # sqrt only of positive values: sqrt'(0) = inf would turn a constant row's gradient into NaN
+    sigma = xp.sqrt(xp.where(spread, var, xp.ones_like(var)))
+    z = z / sigma
+    y = 1.0 / (1.0 + xp.exp(-z)) if method == "sigmoid" else 0.5 + xp.atan(z) / math.pi
+
+    def pullback(dy: Any) -> Any:
+        dz = dy * y * (1.0 - y) if method == "sigmoid" else dy / (math.pi * (1.0 + z * z))
+        # standardization (a layer norm): remove the components along 1 and along z
+        dz = dz - xp.where(spread, z * xp.mean(dz * z, axis=-1, keepdims=True), xp.zeros_like(dz))
+        dz = dz / sigma
+        return dz - xp.mean(dz, axis=-1, keepdims=True)
+
+    return y, pullback, scale
 
 
-def bind_targets(kernel: Any, where: str, x: Any, axis: Any, options: dict[str, Any], descending: Any = None) -> Call:
-    """``soft_cdf``, and ``soft_rank`` / ``soft_sort`` with ``method="sinkhorn"``: targets on a grid."""
-    info = return_info(options)
-    opts, arrays = TransportOptions.parse(
-        options, where, names=SOLVER_OPTIONS + ("num_targets",), arrays=("target_weights", "weights")
-    )
-    p = prepare(x, axis=axis, opts=opts, arrays=arrays)
-    if "target_weights" in arrays:
-        check_1d(arrays["target_weights"], "target_weights", opts.num_targets)
-    arrays = input_weights(p, arrays)
-    params = dict(arrays) if descending is None else {**arrays, "descending": boolean(descending, "descending")}
-    return reported(kernel, p, opts, params, where, info)
+def _minmax_vjp(xp: Any, x: Any) -> tuple[Any, Pullback]:
+    lo = xp.min(x, axis=-1, keepdims=True)
+    hi = xp.max(x, axis=-1, keepdims=True)
+    span = hi - lo
+    spread = span > 0
+    safe = xp.where(spread, span, xp.ones_like(span))
+    y = xp.where(spread, (x - lo) / safe, xp.full_like(x, 0.5))
 
+    def pullback(dy: Any) -> Any:
+        dy = xp.where(spread, dy, xp.zeros_like(dy)) / safe
+        d_lo = -xp.sum(dy * (1.0 - y), axis=-1, keepdims=True)  # lo moves x - lo and the span
+        d_hi = -xp.sum(dy * y, axis=-1, keepdims=True)
+        # min / max share their gradient evenly among tied extremes, as torch and JAX do
+        at_lo = xp.astype(x == lo, x.dtype)
+        at_hi = xp.astype(x == hi, x.dtype)
+        return dy + d_lo * at_lo / xp.sum(at_lo, axis=-1, keepdims=True) + d_hi * at_hi / xp.sum(at_hi, axis=-1, keepdims=True)
 
-def bind_sort_or_rank(output: str, x: Any, axis: Any, descending: Any, options: dict[str, Any]) -> Call:
-    """``soft_sort`` / ``soft_rank`` (``output``) with ``method="sinkhorn"``; ``soft_sort`` also takes ``topk``."""
-    where = f"soft_{output}(method='sinkhorn')"
-    if output == "sort":
-        topk = options.pop("topk", None)  # None: the full sort
-        if topk is not None:
-            return _bind_topk(where, x, axis, descending, topk, options)
-    return bind_targets(sort_core if output == "sort" else rank_core, where, x, axis, options, descending)
-
-
-def _bind_topk(where: str, x: Any, axis: Any, descending: Any, topk: Any, options: dict[str, Any]) -> Call:
-    k = positive_count(topk, "topk")
-    for name in ("num_targets", "target_weights", "weights"):
-        if options.get(name) is not None:
-            raise ValueError(f"{where}: topk fixes the targets (k values and one filler); do not pass {name} with it")
-    info = return_info(options)
-    opts, _ = TransportOptions.parse(options, where, names=SOLVER_OPTIONS)
-    p = prepare(x, axis=axis, opts=opts)
-    if k > p.n:
-        raise ValueError(f"topk must lie in [1, n] = [1, {p.n}], got {k}")
-    params = {"descending": boolean(descending, "descending")}
-    # k = n leaves the filler empty: that is the full sort
-    return reported(sort_core, p, opts, params if k == p.n else {**params, "topk": k}, where, info)
+    return y, pullback

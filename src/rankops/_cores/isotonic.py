@@ -40,15 +40,12 @@ from typing import Any
 
 import array_api_compat
 
-from .._lib._adapters import get_adapter
-from .._lib._calls import Call, core, hand_written, prepare, same_shape
+from .._lib._adapters import core, custom_backward, get_adapter, same_shape
 from .._lib._compat import index_dtype
 from .._lib._loops import freeze_rows
 from .._lib._numerics import logaddexp, unbroadcast
-from .._lib._options import Options
-from .._lib._validation import boolean
 
-__all__ = ["fit", "decreasing", "block_starts", "block_sums", "block_first", "regression_core", "bind_regression"]
+__all__ = ["fit", "decreasing", "block_starts", "block_sums", "block_first", "regression_core"]
 
 
 class _L2:
@@ -283,11 +280,6 @@ def block_first(xp: Any, adapter: Any, starts: Any, g: Any) -> Any:
 
 
 @dataclasses.dataclass(frozen=True)
-class IsotonicOptions(Options):
-    """``isotonic_regression`` has no hyper-parameters."""
-
-
-@dataclasses.dataclass(frozen=True)
 class _Regression:
     increasing: bool
     weighted: bool
@@ -316,31 +308,7 @@ class _Regression:
 
 
 @core(tails=same_shape, batched={"weights": (0,)})
-def regression_core(xp: Any, y: Any, opts: IsotonicOptions, *, increasing: bool, weights: Any) -> Any:
+def regression_core(xp: Any, y: Any, opts: Any, *, increasing: bool, weights: Any) -> Any:
     """The least-squares isotonic fit and its block-wise pullback (to ``weights`` too)."""
     spec = _Regression(increasing, weights is not None)
-    return hand_written(xp, spec.fwd, spec.bwd, (y,) if weights is None else (y, weights), ("x", "weights"))
-
-
-# one axis only: the order constraint is a chain along it (several axes would ask for a partial order)
-WHERE = "isotonic_regression"
-
-
-def bind_regression(y: Any, weights: Any, increasing: Any, axis: Any) -> Call:
-    """``rankops.isotonic_regression``: ``weights`` None, shaped like ``y``, or 1-D of length n."""
-    opts, _ = IsotonicOptions.parse({}, WHERE)
-    increasing = boolean(increasing, "increasing")
-    if weights is None:
-        return Call(regression_core, prepare(y, axis=axis, name="y", single=WHERE), opts, {"increasing": increasing, "weights": None})
-    p = prepare(y, axis=axis, name="y", arrays={"weights": weights}, single=WHERE)
-    xp, n = p.xp, p.n
-    if not xp.isdtype(weights.dtype, ("real floating", "integral")):
-        raise TypeError(f"weights must be a real array, got dtype {weights.dtype}")
-    if tuple(weights.shape) == (n,):
-        w = weights
-    elif tuple(weights.shape) == p.shape:
-        w = p.arrange(weights)
-    else:
-        raise ValueError(f"weights must have the shape of y {p.shape} or ({n},), got {tuple(weights.shape)}")
-    w = xp.astype(w, p.x.dtype)
-    return Call(regression_core, p, opts, {"increasing": increasing, "weights": w}, along=("weights",) if w.ndim > 1 else ())
+    return custom_backward(xp, spec.fwd, spec.bwd, (y,) if weights is None else (y, weights), names=("x", "weights"))

@@ -15,9 +15,9 @@ from typing import Any
 
 from array_api_compat import device as _device
 
-from .._lib._calls import core
+from .._lib._adapters import core
 from .._lib._compat import is_array
-from .transport import REPORTED, WEIGHTS, TransportOptions, grads, plan_vjp
+from .transport import REPORTED, WEIGHTS, TransportSettings, grads, plan_vjp
 
 __all__ = ["quantile_core", "MIN_FILLER"]
 
@@ -56,14 +56,14 @@ def _level_weights(xp: Any, q: Any, t: float, centered: bool) -> tuple[Any, Any]
     return b, pullback
 
 
-def _quantile_tails(shape: tuple[int, ...], opts: TransportOptions, params: dict[str, Any]) -> dict[str, Any]:
+def _quantile_tails(shape: tuple[int, ...], opts: TransportSettings, params: dict[str, Any]) -> dict[str, Any]:
     q = params["q"]
     levels = (q.shape[0],) if is_array(q) else ()
     return {"value": levels, "error": levels}
 
 
 @core(tails=_quantile_tails, outputs=REPORTED, batched=WEIGHTS)
-def quantile_core(xp: Any, x: Any, opts: TransportOptions, *, q: Any, weights: Any = None) -> Any:
+def quantile_core(xp: Any, x: Any, opts: TransportSettings, *, q: Any, weights: Any = None) -> Any:
     """Levels ``q``: a Python float (output drops the axis) or a 1-D array (axis -> levels), all in one batched solve."""
     if not is_array(q):
         (out, err), back = _levels_core(xp, x, opts, xp.asarray([q], dtype=x.dtype, device=_device(x)), weights)
@@ -77,7 +77,7 @@ def quantile_core(xp: Any, x: Any, opts: TransportOptions, *, q: Any, weights: A
     return _levels_core(xp, x, opts, xp.astype(q, x.dtype), weights)
 
 
-def _levels_core(xp: Any, x: Any, opts: TransportOptions, levels: Any, weights: Any) -> Any:
+def _levels_core(xp: Any, x: Any, opts: TransportSettings, levels: Any, weights: Any) -> Any:
     """Each level's middle sorted value ``x . Q[:, 1] / sum(Q[:, 1])``, ``Q = P diag(1 / b)`` (its columns sum to 1).
 
     Reading the plan divided by its column weights keeps the plan's
