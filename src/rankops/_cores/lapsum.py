@@ -157,6 +157,16 @@ class _Directed:
     def sorted(self, xp: Any, x: Any) -> _Sorted:
         return _Sorted.of(xp, -x if self.descending else x, self.alpha)
 
+    def bwd(self, xp: Any, res: tuple[Any, ...], cts: tuple[Any, ...]) -> tuple[Any]:
+        (ct,) = cts
+        if ct is None:  # torch: the output was not used
+            return (None,)
+        return (self.pull(xp, get_adapter(xp), res, ct),)
+
+    def pull(self, xp: Any, adapter: Any, res: tuple[Any, ...], ct: Any) -> Any:
+        """``dx`` from the forward's residuals and the output's cotangent."""
+        raise NotImplementedError
+
 
 class _Rank(_Directed):
     def fwd(self, xp: Any, x: Any) -> tuple[tuple[Any], tuple[Any, ...]]:
@@ -164,17 +174,13 @@ class _Rank(_Directed):
         # the backward's kernel sums of 1 are the forward's P + Q: kept, not rescanned
         return (get_adapter(xp).take(xp, srt.levels(xp) + 0.5, srt.inverse),), (srt.order, srt.inverse, srt.a, srt.p + srt.q)
 
-    def bwd(self, xp: Any, res: tuple[Any, ...], cts: tuple[Any, ...]) -> tuple[Any]:
-        (ct,) = cts
-        if ct is None:
-            return (None,)
+    def pull(self, xp: Any, adapter: Any, res: tuple[Any, ...], ct: Any) -> Any:
         order, inverse, a, ones = res
-        adapter = get_adapter(xp)
         g = adapter.take(xp, xp.astype(ct, a.dtype), order)
         pg, qg = _kernel_sums(xp, adapter, a, g)
         # own-index terms cancel: (g_k * 1 - g_k) e^0 appears in both sums
         dx = adapter.take(xp, (g * ones - (pg + qg)) / (2.0 * self.alpha), inverse)
-        return (-dx if self.descending else dx,)
+        return -dx if self.descending else dx
 
 
 class _Sort(_Directed):
@@ -188,12 +194,8 @@ class _Sort(_Directed):
         t = anchor + self.alpha * lam
         return ((-t if self.descending else t),), (srt.s, srt.inverse, t, dens)
 
-    def bwd(self, xp: Any, res: tuple[Any, ...], cts: tuple[Any, ...]) -> tuple[Any]:
-        (ct,) = cts
-        if ct is None:
-            return (None,)
+    def pull(self, xp: Any, adapter: Any, res: tuple[Any, ...], ct: Any) -> Any:
         s, inverse, t, dens = res
-        adapter = get_adapter(xp)
         g = xp.astype(ct, s.dtype)
         if self.descending:
             g = -g
@@ -208,7 +210,7 @@ class _Sort(_Directed):
         from_below = xp.where(m >= 1, xp.exp(-(s - take(xp, t, below)) / self.alpha) * take(xp, up, below), zero)
         from_above = xp.where(m < n, xp.exp(-(take(xp, t, above) - s) / self.alpha) * take(xp, down, above), zero)
         dx = take(xp, from_below + from_above, inverse)
-        return (-dx if self.descending else dx,)
+        return -dx if self.descending else dx
 
 
 @dataclasses.dataclass(frozen=True)

@@ -111,7 +111,9 @@ def custom_backward(
         outs, kept = fwd(xp, *arrays)
 
     def pullback(cts: tuple[Any, ...]) -> Any:
-        res = kept if kept is not None else (residuals or (lambda xp_, *a: fwd(xp_, *a)[1]))(xp, *arrays)
+        res = kept
+        if res is None:  # registered with the host: nothing was kept, the residuals are rebuilt
+            res = residuals(xp, *arrays) if residuals is not None else fwd(xp, *arrays)[1]
         grads = bwd(xp, res, cts)
         return tuple(grads) if names is None else dict(zip(names, grads))
 
