@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from .operators import OPERATORS, Operator
+from .operators import CASES, Case
 
 
 @pytest.hookimpl(tryfirst=True)  # before the root conftest deselects the opt-in tiers
@@ -21,12 +21,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         params = getattr(getattr(item, "callspec", None), "params", {})
         op, host = params.get("op"), next((params[f] for f in ("backend", "autodiff_backend", "jax_backend") if f in params), None)
-        if not isinstance(op, Operator) or host is None or op.primary or not host.compiles or item.get_closest_marker("every_variant"):
+        if not isinstance(op, Case) or host is None or op.primary or not host.compiles or item.get_closest_marker("every_variant"):
             continue
         item.add_marker(pytest.mark.exhaustive)
 
 
-@pytest.fixture(params=OPERATORS, ids=lambda op: op.name)
+@pytest.fixture(params=CASES, ids=lambda op: op.name)
 def op(request):
     """Every registered operator (tests may narrow it with their own parametrize)."""
     return request.param

@@ -1,7 +1,7 @@
 """The registry of public operators the conformance suite checks.
 
 Each entry names the (operator, method) of ``rankops._registry.OPERATORS``
-it exercises; ``test_registry.py`` fails when a pair has no ``Operator``
+it exercises; ``test_registry.py`` fails when a pair has no ``Case``
 variant or no property ``Spec``. An operator joins the suite by one
 ``register(...)`` call and one ``Spec`` here: every check in this package
 then runs on it, on every backend and device.
@@ -25,7 +25,7 @@ from rankops._registry import OPERATORS as REGISTRY
 
 
 @dataclass(frozen=True, eq=False)  # hashed by identity, so jax.jit can take it
-class Operator:
+class Case:
     name: str
     fn: Callable[..., Any]
     kwargs: dict[str, Any]  # a finite regularisation: a smooth operator
@@ -54,27 +54,27 @@ class Operator:
         return self.name
 
 
-OPERATORS: list[Operator] = []
+CASES: list[Case] = []
 
 
-def register(op: Operator) -> Operator:
-    if any(o.name == op.name for o in OPERATORS):
+def register(op: Case) -> Case:
+    if any(o.name == op.name for o in CASES):
         raise ValueError(f"operator {op.name!r} registered twice")
     if op.public not in REGISTRY or op.method not in REGISTRY[op.public]:
         raise ValueError(f"{op.name!r}: ({op.public}, {op.method!r}) is not in rankops._registry.OPERATORS")
-    op = dataclasses.replace(op, primary=not any((o.public, o.method) == (op.public, op.method) for o in OPERATORS))
-    OPERATORS.append(op)
+    op = dataclasses.replace(op, primary=not any((o.public, o.method) == (op.public, op.method) for o in CASES))
+    CASES.append(op)
     return op
 
 
-def converged(op: Operator, **extra: Any) -> dict[str, Any]:
+def converged(op: Case, **extra: Any) -> dict[str, Any]:
     """``op``'s finite-regime options (plus ``extra``), Sinkhorn ones solved to convergence."""
     kw = {**op.kwargs, **extra}
     return {**kw, **CONVERGED} if "tol" in kw else kw
 
 
 def via_vjp(fun: Callable[..., Any], args: Callable[[Any], tuple] = lambda x: (), **fixed: Any) -> Callable[..., Any]:
-    """``rankops.vjp(fun, x, *args(x), **fixed, **kwargs)``: an Operator's ``vjp``."""
+    """``rankops.vjp(fun, x, *args(x), **fixed, **kwargs)``: an Case's ``vjp``."""
     return lambda x, **kw: rankops.vjp(fun, x, *args(x), **fixed, **kw)
 
 
@@ -100,7 +100,7 @@ for _method in ("softsort", "neuralsort"):
     for _desc in (False, True):
         _suffix = "-desc" if _desc else ""
         register(
-            Operator(
+            Case(
                 f"soft_sort[{_method}{_suffix}]",
                 lambda x, m=_method, d=_desc, **kw: rankops.soft_sort(x, method=m, descending=d, **kw),
                 {"tau": 0.5},
@@ -111,7 +111,7 @@ for _method in ("softsort", "neuralsort"):
             )
         )
         register(
-            Operator(
+            Case(
                 f"soft_rank[{_method}{_suffix}]",
                 lambda x, m=_method, d=_desc, **kw: rankops.soft_rank(x, method=m, descending=d, **kw),
                 {"tau": 0.5},
@@ -126,7 +126,7 @@ for _method in ("softsort", "neuralsort"):
     for _fn, _variant, _opts in ((rankops.soft_rank, "block2", {"block": 2}), (rankops.soft_sort, "block2", {"block": 2})):
         _op = _fn.__name__
         register(
-            Operator(
+            Case(
                 f"{_op}[{_method}-{_variant}]",
                 lambda x, f=_fn, m=_method, **kw: f(x, method=m, **kw),
                 {"tau": 0.5, **_opts},
@@ -137,7 +137,7 @@ for _method in ("softsort", "neuralsort"):
             )
         )
     register(
-        Operator(
+        Case(
             f"soft_sort[{_method}-hard]",
             lambda x, m=_method, **kw: rankops.soft_sort(x, method=m, **kw),
             {"tau": 0.5, "hard": True},
@@ -151,23 +151,23 @@ for _method in ("softsort", "neuralsort"):
     )
 
 register(
-    Operator("softsort", rankops.softsort, {"tau": 0.5}, {"tau": 1e-3}, _permutation, _square, has_axis=False, vjp=via_vjp(rankops.softsort),
+    Case("softsort", rankops.softsort, {"tau": 0.5}, {"tau": 1e-3}, _permutation, _square, has_axis=False, vjp=via_vjp(rankops.softsort),
              public=rankops.softsort, method="softsort")
 )
 register(
-    Operator(
+    Case(
         "neuralsort", rankops.neuralsort, {"tau": 0.5}, {"tau": 1e-3}, _permutation, _square, has_axis=False,
         vjp=via_vjp(rankops.neuralsort), public=rankops.neuralsort, method="neuralsort",
     )
 )
 register(
-    Operator(
+    Case(
         "softsort[power=2]", rankops.softsort, {"tau": 0.5, "power": 2}, {"tau": 1e-4, "power": 2}, _permutation, _square,
         has_axis=False, vjp=via_vjp(rankops.softsort), public=rankops.softsort, method="softsort",
     )
 )
 register(
-    Operator("neuralsort[hard]", rankops.neuralsort, {"tau": 0.5, "hard": True}, {"tau": 0.5, "hard": True}, _permutation, _square,
+    Case("neuralsort[hard]", rankops.neuralsort, {"tau": 0.5, "hard": True}, {"tau": 0.5, "hard": True}, _permutation, _square,
              has_axis=False, fd_gradient=False, hard_atol=0.0, vjp=via_vjp(rankops.neuralsort),
              public=rankops.neuralsort, method="neuralsort")
 )
@@ -187,7 +187,7 @@ for _method, _soft, _limit in (
         _suffix = "-desc" if _desc else ""
         for _fn, _ref in ((rankops.soft_rank, _ranks), (rankops.soft_sort, _sorted)):
             register(
-                Operator(
+                Case(
                     f"{_fn.__name__}[{_tag}{_suffix}]",
                     lambda x, f=_fn, m=_method, d=_desc, **kw: f(x, method=m, descending=d, **kw),
                     _soft, _limit, lambda x, r=_ref, d=_desc: r(x, d),
@@ -203,7 +203,7 @@ def _half_k(x: Any) -> float:
 
 
 register(
-    Operator(
+    Case(
         "soft_topk_mask[lapsum]", lambda x, axis=-1, **kw: rankops.soft_topk_mask(x, 1.5 if x.shape[axis] > 1 else 0.5, axis=axis, method="lapsum", **kw),
         {"alpha": 0.5}, {"alpha": 1e-3},
         lambda x: np.clip(_half_k(x) + 1 - _ranks(x, True), 0.0, 1.0),
@@ -219,7 +219,7 @@ def _isotonic_reference(x: np.ndarray) -> np.ndarray:
 
 
 register(
-    Operator("isotonic_regression", rankops.isotonic_regression, {}, {}, _isotonic_reference, hard_atol=1e-12,
+    Case("isotonic_regression", rankops.isotonic_regression, {}, {}, _isotonic_reference, hard_atol=1e-12,
              vjp=via_vjp(rankops.isotonic_regression), public=rankops.isotonic_regression, method="isotonic")
 )
 
@@ -246,7 +246,7 @@ def _tau_a(x: np.ndarray) -> np.ndarray:
 
 
 register(
-    Operator("soft_kendall_tau", lambda x, axis=-1, **kw: rankops.soft_kendall_tau(x, _partner(x, axis), axis=axis, **kw),
+    Case("soft_kendall_tau", lambda x, axis=-1, **kw: rankops.soft_kendall_tau(x, _partner(x, axis), axis=axis, **kw),
              {"tau": 0.5}, {"tau": 1e-4}, _tau_a, out_shape=lambda shape: shape[:-1],
              vjp=lambda x, axis=-1, **kw: rankops.vjp(rankops.soft_kendall_tau, x, _partner(x, axis), axis=axis, **kw),
              public=rankops.soft_kendall_tau, method="soft_kendall_tau")
@@ -301,7 +301,7 @@ def _quantized(x: np.ndarray, m: int) -> np.ndarray:
 for _desc in (False, True):
     _suffix = "-desc" if _desc else ""
     register(
-        Operator(
+        Case(
             f"soft_rank[sinkhorn{_suffix}]",
             lambda x, d=_desc, **kw: rankops.soft_rank(x, descending=d, **kw),
             OT, OT_LIMIT, lambda x, d=_desc: _ranks(x, d), hard_atol=1e-2, vjp=via_vjp(rankops.soft_rank, descending=_desc),
@@ -309,7 +309,7 @@ for _desc in (False, True):
         )
     )
     register(
-        Operator(
+        Case(
             f"soft_sort[sinkhorn{_suffix}]",
             lambda x, d=_desc, **kw: rankops.soft_sort(x, descending=d, **kw),
             OT, OT_LIMIT, lambda x, d=_desc: _sorted(x, d), hard_atol=1e-2, vjp=via_vjp(rankops.soft_sort, descending=_desc),
@@ -317,7 +317,7 @@ for _desc in (False, True):
         )
     )
 register(
-    Operator(
+    Case(
         # k = 1: valid at every test shape (n = 1 makes it the full sort); n x 2 transports otherwise
         "soft_sort[sinkhorn-topk1]", lambda x, **kw: rankops.soft_sort(x, topk=1, **kw), OT, OT_LIMIT,
         lambda x: np.sort(x, axis=-1)[..., -1:], lambda shape: (*shape[:-1], 1), hard_atol=1e-2,
@@ -325,25 +325,25 @@ register(
     )
 )
 register(
-    Operator("soft_cdf", rankops.soft_cdf, OT, OT_LIMIT, lambda x: _ranks(x) / x.shape[-1], hard_atol=1e-2, vjp=via_vjp(rankops.soft_cdf),
+    Case("soft_cdf", rankops.soft_cdf, OT, OT_LIMIT, lambda x: _ranks(x) / x.shape[-1], hard_atol=1e-2, vjp=via_vjp(rankops.soft_cdf),
              public=rankops.soft_cdf)
 )
 register(
-    Operator(
+    Case(
         "soft_topk_mask[k=1]", lambda x, **kw: rankops.soft_topk_mask(x, 1, **kw), OT, OT_LIMIT,
         lambda x: (_ranks(x, True) <= 1).astype(np.float64), hard_atol=1e-2,
         vjp=via_vjp(rankops.soft_topk_mask, lambda x: (1,)), public=rankops.soft_topk_mask,
     )
 )
 register(
-    Operator(
+    Case(
         "soft_quantile[0.5]", lambda x, **kw: rankops.soft_quantile(x, 0.5, **kw), OT, OT_LIMIT,
         lambda x: np.median(x, axis=-1), _drop_last, hard_atol=1e-2, vjp=via_vjp(rankops.soft_quantile, lambda x: (0.5,)),
         public=rankops.soft_quantile,
     )
 )
 register(
-    Operator(
+    Case(
         "soft_quantile[levels]", lambda x, **kw: rankops.soft_quantile(x, _like(x, LEVELS), **kw), OT, OT_LIMIT,
         lambda x: np.sort(x, axis=-1)[..., [round(q * (x.shape[-1] - 1)) for q in LEVELS]],
         lambda shape: (*shape[:-1], len(LEVELS)), hard_atol=1e-2,
@@ -351,7 +351,7 @@ register(
     )
 )
 register(
-    Operator(
+    Case(
         "soft_quantile_normalize",
         lambda x, axis=-1, **kw: rankops.soft_quantile_normalize(
             x, _like(x, _linspace_targets(x.shape[axis])), axis=axis, **kw
@@ -363,7 +363,7 @@ register(
     )
 )
 register(
-    Operator(
+    Case(
         "soft_quantize[3]", lambda x, **kw: rankops.soft_quantize(x, 3, **kw), OT, OT_LIMIT, lambda x: _quantized(x, 3), hard_atol=1e-2,
         vjp=via_vjp(rankops.soft_quantize, lambda x: (3,)), public=rankops.soft_quantize,
     )
@@ -392,13 +392,13 @@ def _sort_with_vjp(x: Any, axis: int = -1, **kwargs: Any) -> Any:
 
 
 register(
-    Operator(
+    Case(
         "sort_with[reversed]", lambda x, axis=-1, **kw: rankops.sort_with(_vectors(x, axis), x, axis=axis, **kw), OT, OT_LIMIT,
         _sorted_with, lambda shape: (*shape, 2), hard_atol=1e-2, features=1, vjp=_sort_with_vjp, public=rankops.sort_with,
     )
 )
 register(
-    Operator(
+    Case(
         "sinkhorn.plan",
         lambda x, **kw: rankops.sinkhorn((x[..., :, None] - x[..., None, :]) ** 2, **kw).plan,
         {**OT, "epsilon": 0.5}, PLAN_LIMIT,

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from numpy.testing import assert_allclose
 
-from .operators import OPERATORS, converged
+from .operators import CASES, converged
 from .inputs import SHAPE, well_separated as _data
 
 
@@ -35,8 +35,8 @@ def _loss_and_grad(backend, device, fn, x, w):
     raise AssertionError(backend.name)
 
 
-SMOOTH = [o for o in OPERATORS if o.fd_gradient]
-STRAIGHT_THROUGH = [o for o in OPERATORS if not o.fd_gradient]
+SMOOTH = [o for o in CASES if o.fd_gradient]
+STRAIGHT_THROUGH = [o for o in CASES if not o.fd_gradient]
 
 
 @pytest.mark.every_variant

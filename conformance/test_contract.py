@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from numpy.testing import assert_allclose, assert_array_equal
 
 from .inputs import SHAPE, well_separated as _data
-from .operators import OPERATORS
+from .operators import CASES
 
 DTYPES = ["float32", "float64"]
 TOL = {"float32": {"rtol": 2e-5, "atol": 2e-5}, "float64": {"rtol": 1e-10, "atol": 1e-10}}
@@ -77,7 +77,7 @@ def test_hard_limit(backend, op, dtype):
     assert_allclose(got, op.hard_reference(x.astype(dtype).astype(np.float64)), rtol=0, atol=atol * max(1, np.abs(x).max()))
 
 
-@pytest.mark.parametrize("op", [o for o in OPERATORS if o.has_axis], ids=lambda o: o.name)
+@pytest.mark.parametrize("op", [o for o in CASES if o.has_axis], ids=lambda o: o.name)
 def test_axis(backend, op):
     x = _data(SHAPE, seed=5)
     got = backend.to_numpy(op(backend.asarray(np.moveaxis(x, -1, 1)), axis=1))

@@ -2,7 +2,7 @@
 
 ``rankops.vjp`` accepts exactly the operators of that registry; this module
 fails when one of them, or one of its methods, has no conformance variant
-(``operators.OPERATORS``) or no property spec (``operators.SPECS``), so a
+(``operators.CASES``) or no property spec (``operators.SPECS``), so a
 new operator or method cannot land untested.
 """
 
@@ -13,7 +13,7 @@ import pytest
 import rankops
 from rankops._registry import OPERATORS as REGISTRY
 
-from .operators import OPERATORS, SPECS
+from .operators import CASES, SPECS
 
 PAIRS = [(fn, method) for fn, methods in REGISTRY.items() for method in methods]
 
@@ -25,8 +25,8 @@ def _id(pair):
 @pytest.mark.parametrize("pair", PAIRS, ids=_id)
 def test_conformance_covers(pair):
     fn, method = pair
-    names = [op.name for op in OPERATORS if op.public is fn and op.method == method]
-    assert names, f"no conformance Operator exercises {_id(pair)}"
+    names = [op.name for op in CASES if op.public is fn and op.method == method]
+    assert names, f"no conformance Case exercises {_id(pair)}"
 
 
 @pytest.mark.parametrize("pair", PAIRS, ids=_id)
@@ -38,7 +38,7 @@ def test_properties_cover(pair):
 
 def test_entries_name_registered_pairs():
     """No entry points outside the registry (a stale or misspelt method would test nothing new)."""
-    for entry in [*OPERATORS, *SPECS]:
+    for entry in [*CASES, *SPECS]:
         assert (entry.public, entry.method) in PAIRS, entry.name
 
 

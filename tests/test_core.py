@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import io
+import math
 
 import numpy as np
 import pytest
 
 import rankops
 from rankops.__main__ import main, run_demo
-from rankops._lib._calls import prepare
+from rankops._lib._calls import INPUT, LEVELS, REDUCED, VALUE, prepare
 from rankops._lib._backends import BACKENDS, get_backend
 
 
@@ -25,6 +26,31 @@ def test_prepare_dtype_rules():
     assert prepare(np.array([True])).x.dtype == np.float64
     p16 = prepare(np.array([1.0], dtype=np.float16))
     assert p16.x.dtype == np.float32 and p16.out_dtype == np.float16
+
+
+@pytest.mark.parametrize("axis", [0, 1, -1, (0, 2), (1, 2), (0, 1, 2)])
+def test_layout_maps_every_role_both_ways(axis):
+    """Layout.to_core / to_caller against np.moveaxis + reshape, and each the other's inverse."""
+    x = np.arange(24.0, dtype=np.float16).reshape(2, 3, 4)
+    axes = tuple(sorted(a % 3 for a in ((axis,) if isinstance(axis, int) else axis)))
+    batch = tuple(x.shape[a] for a in range(3) if a not in axes)
+    p = prepare(x, axis=axis)
+    lay = p.layout
+    expected = np.moveaxis(x, axes, tuple(range(-len(axes), 0))).reshape(batch + (-1,)).astype(np.float32)
+    np.testing.assert_array_equal(p.x, expected)
+    np.testing.assert_array_equal(lay.to_caller(p.x), x)  # INPUT: the gradient of x lands in x's layout
+    assert lay.to_caller(p.x, VALUE).dtype == np.float16  # outputs go back to the caller's dtype
+    # an output of another length (num_targets = 5) or of quantile levels: one axis at the first operator axis
+    for role, m in ((VALUE, 5), (LEVELS, p.n)):
+        out = np.arange(math.prod(batch) * m, dtype=np.float32).reshape(batch + (m,))
+        caller = lay.to_caller(out, role)
+        np.testing.assert_array_equal(caller, np.moveaxis(out, -1, axes[0]))
+        back = lay.to_core(caller, role)
+        assert back.dtype == np.float32
+        np.testing.assert_array_equal(back, out)
+    reduced = np.ones(batch, dtype=np.float32)
+    np.testing.assert_array_equal(lay.to_core(lay.to_caller(reduced, REDUCED), REDUCED), reduced)
+    assert lay.to_core(x, INPUT).shape == expected.shape
 
 
 def test_core_imports_no_framework():

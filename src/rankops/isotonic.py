@@ -68,7 +68,7 @@ def isotonic_regression(y: Array, /, *, weights: Array | None = None, increasing
     opts, _ = IsotonicOptions.parse({}, WHERE)
     increasing = boolean(increasing, "increasing")
     if weights is None:
-        return Call(regression_core, prepare(y, axis=axis, name="y", single=WHERE), opts, {"increasing": increasing, "weights": None})
-    p = prepare(y, axis=axis, name="y", arrays={"weights": weights}, single=WHERE)
+        return Call(regression_core, prepare(y, axis=axis, name="y", one_axis_for=WHERE), opts, {"increasing": increasing, "weights": None})
+    p = prepare(y, axis=axis, name="y", arrays={"weights": weights}, one_axis_for=WHERE)
     w = p.lay_out(weights, "weights")
     return Call(regression_core, p, opts, {"increasing": increasing, "weights": w}, along=("weights",) if w.ndim > 1 else ())

@@ -17,8 +17,8 @@ from typing import Any
 from ._cores import kendall
 from ._cores.soft_kendall import soft_kendall_core
 from ._lib._adapters import get_adapter
-from ._lib._calls import Along, Call, operator, prepare
-from ._lib._compat import Array, namespace, normalize_axis, real_float_dtypes
+from ._lib._calls import ALONG, REDUCED, Along, Call, Prepared, operator, prepare
+from ._lib._compat import Array, namespace
 from ._lib._options import Options, choice, option, positive_scalar, python_number
 
 __all__ = ["kendall_kernel", "mallows_kernel", "soft_kendall_tau", "suquan_targets"]
@@ -33,31 +33,23 @@ class SoftKendallOptions(Options):
     tau: float = option(0.1, python_number(positive_scalar))
 
 
-def _vectors(a: Any, xp: Any, axis: Any, name: str, where: str) -> tuple[Any, Any]:
-    """``a`` with its entries' axis last and its vectors' axis second to last; ``(array, output dtype)``."""
+def _vectors(a: Any, axis: Any, name: str, where: str, also: dict[str, Any] | None = None) -> Prepared:
+    """``a`` prepared as the operators' inputs are, entries' axis last; its vectors' axis is then second to last."""
     if a.ndim < 2:
         raise ValueError(f"{name} must have at least 2 dimensions (vectors, entries), got shape {tuple(a.shape)}")
-    ax = normalize_axis(axis, a.ndim, where=where)
-    compute, out = real_float_dtypes(xp, a, name)
-    a = a if a.dtype == compute else xp.astype(a, compute)
-    if ax != a.ndim - 1:
-        a = xp.moveaxis(a, ax, -1)
-    if a.shape[-1] == 0:
-        raise ValueError(f"{name} has an empty axis {axis} (length 0): there are no entries to compare")
-    return a, out
+    return prepare(a, axis=axis, name=name, one_axis_for=where, arrays=also)
 
 
 def _counts(x: Any, y: Any, axis: Any, algorithm: str, where: str) -> tuple[Any, Any, Any, Any, int]:
     """``(xp, n_c - n_d, n_c + n_d, output dtype, p)`` between the vectors of ``x`` and ``y`` (default ``x``)."""
-    xp = namespace(x) if y is None else namespace(x, y, names=("x", "y"))
     algorithm = choice(*_ALGORITHMS)(algorithm, "algorithm")
-    adapter = get_adapter(xp)
-    xv, out = _vectors(x, xp, axis, "x", where)
+    px = _vectors(x, axis, "x", where, None if y is None else {"y": y})
+    xp, adapter, xv, out = px.xp, px.adapter, px.x, px.out_dtype
     if y is None:
         yv = xv
     else:
-        adapter.check_devices((x, y), ("x", "y"))
-        yv, out_y = _vectors(y, xp, axis, "y", where)
+        py = _vectors(y, axis, "y", where)
+        yv, out_y = py.x, py.out_dtype
         if yv.shape[-1] != xv.shape[-1]:
             raise ValueError(f"x and y must have as many entries along axis {axis}: {xv.shape[-1]} and {yv.shape[-1]}")
         common = xp.result_type(xv.dtype, yv.dtype)
@@ -231,8 +223,8 @@ def _bind_soft_kendall_tau(x: Any, y: Any, axis: Any, tau: float) -> Call[Array]
             raise ValueError(f"x {tuple(x.shape)} and y {tuple(y.shape)} must have broadcastable shapes") from err
     opts, _ = SoftKendallOptions.parse({"tau": tau}, "soft_kendall_tau")
     p = prepare(x, axis=axis, opts=opts, arrays={"y": y})
-    y = p.arrange(xp.astype(y, p.x.dtype) if y.dtype != p.x.dtype else y)  # laid out as x (several axes: merged alike)
-    return Call(soft_kendall_core, p, opts, {"y": y}, readout=Along(axis_kept=False), along=("y",))
+    y = p.layout.to_core(xp.astype(y, p.x.dtype) if y.dtype != p.x.dtype else y, ALONG)  # laid out as x (several axes: merged alike)
+    return Call(soft_kendall_core, p, opts, {"y": y}, readout=Along(REDUCED), along=("y",))
 
 
 def suquan_targets(h: Any, /, *, low: float = 0.0, high: float = 1.0) -> Any:

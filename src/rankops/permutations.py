@@ -123,5 +123,5 @@ def _bind_matrix(method: str, s: Any, options: dict[str, Any], *, descending: An
         x = p.x
         shape = ((n_samples,) if n_samples is not None else ()) + tuple(x.shape)
         x = x + p.adapter.gumbel(p.xp, key, shape, x.dtype, p.device)
-        p = dataclasses.replace(p, x=x, axes=(x.ndim - 1,), shape=tuple(x.shape))
+        p = dataclasses.replace(p, x=x, layout=dataclasses.replace(p.layout, axes=(x.ndim - 1,), shape=tuple(x.shape)))
     return Call(matrix_core, p, opts, {"method": method, "descending": descending})

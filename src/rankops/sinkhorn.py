@@ -22,7 +22,7 @@ import warnings
 from typing import Any, NamedTuple
 
 from ._cores.transport import SQUASHES, solver_core
-from ._lib._calls import Along, Call, Prepared, check_cotangent_shapes, operator, prepare
+from ._lib._calls import LEVELS, REDUCED, VALUE, Along, Call, Prepared, check_cotangent_shapes, operator, prepare
 from ._lib._compat import Array, is_array
 from ._lib._docs import fill_doc
 from ._lib._options import Options, boolean, choice, option, optional_count, positive_count, positive_scalar, python_number
@@ -113,7 +113,7 @@ def warn_if_unconverged(adapter: Any, xp: Any, error: Any, opts: Any, where: str
 
     Reads values, so only where they exist now: not on tracers (``jax.jit``,
     ``grad``, ``vmap``, ``torch.func``) nor on Dask's lazy arrays. The eager
-    solver loop has read its error at every block already, so the read costs
+    solver loop has read its error after every round already, so the read costs
     no extra device sync there. A NaN error (a NaN or infinite input row) is
     a data problem, not a convergence one, and does not warn.
     """
@@ -136,14 +136,14 @@ def warn_if_unconverged(adapter: Any, xp: Any, error: Any, opts: Any, where: str
 class Reported(Along):
     """Readout of a Sinkhorn operator: the value, warned about and, if asked, with its :class:`SinkhornInfo`.
 
-    ``levels``: the value and the error have a trailing axis of quantile
-    levels that goes where the caller's (first) axis was. Lazy backends never warn,
-    so without ``return_info`` the error is left out of their graph (one task
-    per block of rows).
+    With ``role=LEVELS`` the error has the value's trailing axis of quantile
+    levels too, placed alike. Lazy backends never warn, so without
+    ``return_info`` the error is left out of their graph (one task per block
+    of rows).
     """
 
-    def __init__(self, opts: Any, where: str, return_info: bool, *, lazy: bool, axis_kept: bool = True, levels: bool = False) -> None:
-        super().__init__(axis_kept=axis_kept, levels=levels)
+    def __init__(self, opts: Any, where: str, return_info: bool, *, lazy: bool, role: str = VALUE) -> None:
+        super().__init__(role)
         self.opts, self.where, self.return_info = opts, where, return_info
         self.outputs = ("value",) if lazy and not return_info else ("value", "error")
 
@@ -153,8 +153,8 @@ class Reported(Along):
             return value
         xp, adapter = p.xp, p.adapter
         err = adapter.stop_gradient(xp, outs[1])
-        if self.levels:
-            err = p.place(err, levels=True)
+        if self.role == LEVELS:
+            err = p.layout.to_caller(err, LEVELS)
         warn_if_unconverged(adapter, xp, err, self.opts, self.where)
         return (value, SinkhornInfo(converged=err <= self.opts.tol, error=err)) if self.return_info else value
 
@@ -178,10 +178,14 @@ def check_1d(value: Any, name: str, length: int | None = None) -> None:
         raise ValueError(f"{name} has length {value.shape[0]} but {length} targets are used")
 
 
-def reported(core: Any, p: Prepared, opts: TransportOptions, params: dict[str, Any], where: str, info: bool, **readout: Any) -> Call:
+def reported(
+    core: Any, p: Prepared, opts: TransportOptions, params: dict[str, Any], where: str, info: bool, role: str = VALUE,
+    along: tuple[str, ...] = (),
+) -> Call:
     """A Sinkhorn operator's call, read out by :class:`Reported`; input-shaped ``weights`` are laid out as ``x``."""
-    along = ("weights",) if params.get("weights") is not None and params["weights"].ndim > 1 else ()
-    return Call(core, p, opts, params, Reported(opts, where, info, lazy=p.adapter.lazy, **readout), along=along)
+    if params.get("weights") is not None and params["weights"].ndim > 1:
+        along += ("weights",)
+    return Call(core, p, opts, params, Reported(opts, where, info, lazy=p.adapter.lazy, role=role), along=along)
 
 
 def input_weights(p: Prepared, arrays: dict[str, Any]) -> dict[str, Any]:
@@ -217,11 +221,11 @@ class _Result:
 
     def finish(self, p: Prepared, outs: tuple[Any, ...]) -> SinkhornResult:
         plan, f, g, error, n_iter = outs
-        plan, f, g = (p.finish(a, axis_kept=False) for a in (plan, f, g))
+        plan, f, g = (p.layout.to_caller(a, REDUCED) for a in (plan, f, g))
         return SinkhornResult(plan, f, g, n_iter, error, error <= self.tol)
 
     def pull(self, p: Prepared, cts: tuple[Any, ...]) -> tuple[Any, ...]:
-        return tuple(None if c is None else p.unfinish(c, axis_kept=False) for c in cts) + (None, None)
+        return tuple(None if c is None else p.layout.to_core(c, REDUCED) for c in cts) + (None, None)
 
 
 class _ResultValue:
@@ -253,9 +257,9 @@ def sinkhorn(
     /,
     *,
     epsilon: Any,
-    max_iter: int = DEFAULT_MAX_ITER,
-    tol: float = DEFAULT_TOL,
-    implicit: bool = False,
+    max_iter: int = SolverOptions.max_iter,  # the defaults are the options' own
+    tol: float = SolverOptions.tol,
+    implicit: bool = SolverOptions.implicit,
 ) -> Call[SinkhornResult]:
     """Solve a batch of entropic optimal transport problems.
 

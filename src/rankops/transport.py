@@ -20,7 +20,7 @@ from ._cores.quantile import quantile_core
 from ._cores.sort_with import sort_with_core
 from ._cores.transport import cdf_core, quantile_normalize_core, quantize_core, topk_core
 from ._docstrings import SECTIONS
-from ._lib._calls import Call, operator, prepare
+from ._lib._calls import ALONG, INPUT, LEVELS, REDUCED, VALUE, Call, Layout, operator, prepare
 from ._lib._compat import Array, is_array, normalize_axis, real_float_dtypes
 from ._lib._docs import fill_doc
 from ._lib._options import boolean, positive_count
@@ -117,13 +117,13 @@ def soft_quantile(x: Array, /, q: float | Array, *, axis: int | tuple[int, ...] 
     if is_array(q):
         p = prepare(x, axis=axis, opts=opts, arrays={"q": q, **weights})
         check_1d(q, "q")
-        return reported(quantile_core, p, opts, input_weights(p, {"q": q, **weights}), "soft_quantile", info, levels=True)
+        return reported(quantile_core, p, opts, input_weights(p, {"q": q, **weights}), "soft_quantile", info, role=LEVELS)
     if isinstance(q, bool) or not isinstance(q, numbers.Real):
         raise TypeError(f"q must be a Python float or a 1-D array of levels, got {type(q).__name__}")
     if not 0.0 <= q <= 1.0:
         raise ValueError(f"q must lie in [0, 1], got {q!r}")
     p = prepare(x, axis=axis, opts=opts, arrays=weights)
-    return reported(quantile_core, p, opts, input_weights(p, {"q": float(q), **weights}), "soft_quantile", info, axis_kept=False)
+    return reported(quantile_core, p, opts, input_weights(p, {"q": float(q), **weights}), "soft_quantile", info, role=REDUCED)
 
 
 @operator(methods=("sinkhorn",))
@@ -339,57 +339,38 @@ def sort_with(
 
 
 @dataclasses.dataclass(frozen=True)
-class _VectorLayout:
-    """sort_with's layout: the caller's (criterion ``(..., n, ...)`` along ``axis``, then ``features``) and the core's ``(..., n, F)``."""
+class _VectorLayout(Layout):
+    """sort_with's layout: the caller's (criterion ``(..., n, ...)`` along ``axis``, then ``features``) and the core's ``(..., n, F)``.
 
-    axis: int  # the criterion's axis, normalized
-    batch: int  # the criterion's other axes: the core's batch axes
-    features: tuple[int, ...]
+    The vectors (``INPUT``) and the value (``VALUE``, k long) have the
+    criterion's batch axes in front in both; ``ALONG`` is the criterion,
+    its axis last in the core's layout.
+    """
 
-    def public(self, xp: Any, a: Any) -> Any:
-        """A core array ``(..., k, F)`` (value or vectors' gradient) as the caller lays it out."""
-        a = xp.reshape(a, tuple(a.shape[:-1]) + self.features)
-        return xp.moveaxis(a, self.batch, self.axis) if self.axis != self.batch else a
+    axis: int = 0  # the criterion's axis, normalized
+    batch: int = 0  # the criterion's other axes: the core's batch axes
+    features: tuple[int, ...] = ()
 
-    def internal(self, xp: Any, a: Any) -> Any:
-        """The inverse of :meth:`public` (vectors, cotangents of the value)."""
-        if self.axis != self.batch:
-            a = xp.moveaxis(a, self.axis, self.batch)
+    def to_core(self, a: Any, role: str = INPUT) -> Any:
+        xp, moved = self.xp, self.axis != self.batch
+        if role == ALONG:
+            return xp.moveaxis(a, self.axis, -1) if moved else a
+        if role not in (INPUT, VALUE):
+            return super().to_core(a, role)
+        if role == VALUE and a.dtype != self.compute_dtype:
+            a = xp.astype(a, self.compute_dtype)
+        a = xp.moveaxis(a, self.axis, self.batch) if moved else a
         return xp.reshape(a, tuple(a.shape[: self.batch + 1]) + (math.prod(self.features),))
 
-    def criterion(self, xp: Any, a: Any, inverse: bool = False) -> Any:
-        """The criterion's axis last (``inverse``: back in place)."""
-        if self.axis == self.batch:
-            return a
-        return xp.moveaxis(a, -1, self.axis) if inverse else xp.moveaxis(a, self.axis, -1)
-
-
-class _Readout:
-    """:class:`~.sinkhorn.Reported` on the value in the caller's layout."""
-
-    def __init__(self, inner: Any, layout: _VectorLayout) -> None:
-        self.inner, self.layout = inner, layout
-        self.outputs = inner.outputs
-
-    def finish(self, p: Any, outs: tuple[Any, ...]) -> Any:
-        return self.inner.finish(p, (self.layout.public(p.xp, outs[0]), *outs[1:]))
-
-    def pull(self, p: Any, cts: tuple[Any, ...]) -> tuple[Any, ...]:
-        first, *rest = self.inner.pull(p, cts)
-        return (self.layout.internal(p.xp, first), *rest)
-
-
-@dataclasses.dataclass(frozen=True)
-class _SortWithCall(Call):
-    layout: _VectorLayout | None = None
-
-    def gradients(self, grads: Any) -> dict[str, Any]:
-        out = dict(grads)
-        xp = self.xp
-        out["x"] = self.layout.public(xp, out["x"])
-        if out.get("criterion") is not None:
-            out["criterion"] = self.layout.criterion(xp, out["criterion"], inverse=True)
-        return out
+    def to_caller(self, a: Any, role: str = INPUT) -> Any:
+        xp, moved = self.xp, self.axis != self.batch
+        if role == ALONG:
+            return xp.moveaxis(a, -1, self.axis) if moved else a
+        if role not in (INPUT, VALUE):
+            return super().to_caller(a, role)
+        a = xp.reshape(a, tuple(a.shape[:-1]) + self.features)
+        a = xp.moveaxis(a, self.batch, self.axis) if moved else a
+        return xp.astype(a, self.out_dtype) if role == VALUE and a.dtype != self.out_dtype else a
 
 
 def _bind_sort_with(x: Any, criterion: Any, axis: Any, topk: Any, descending: Any, options: dict[str, Any]) -> Call[Array]:
@@ -404,8 +385,7 @@ def _bind_sort_with(x: Any, criterion: Any, axis: Any, topk: Any, descending: An
     info = return_info(options)
     opts, weights = TransportOptions.parse(options, where, names=SOLVER_OPTIONS + ("num_targets",), arrays=("target_weights",))
     p = prepare(x, opts=opts, arrays={"criterion": criterion, **weights}, core_ndim=2)
-    xp = p.xp
-    real_float_dtypes(xp, criterion, "criterion")
+    real_float_dtypes(p.xp, criterion, "criterion")
     if criterion.ndim == 0:
         raise ValueError("criterion must have at least one dimension to sort along, got a 0-d array")
     axis = normalize_axis(axis, criterion.ndim, where="sort_with")
@@ -420,10 +400,10 @@ def _bind_sort_with(x: Any, criterion: Any, axis: Any, topk: Any, descending: An
         check_1d(weights["target_weights"], "target_weights", opts.num_targets)
     if topk is not None and topk > n:
         raise ValueError(f"topk must lie in [1, n] = [1, {n}], got {topk}")
-    layout = _VectorLayout(axis, len(shape) - 1, tuple(x.shape[len(shape):]))
-    p = dataclasses.replace(p, x=layout.internal(xp, p.x))
-    params = {"criterion": layout.criterion(xp, criterion), "descending": descending, **weights}
+    base = p.layout
+    layout = _VectorLayout(base.xp, None, base.shape, base.compute_dtype, base.out_dtype, axis, len(shape) - 1, tuple(x.shape[len(shape):]))
+    p = dataclasses.replace(p, x=layout.to_core(p.x), layout=layout)
+    params = {"criterion": layout.to_core(criterion, ALONG), "descending": descending, **weights}
     if topk is not None and topk < n:  # k = n leaves the filler empty: that is the full sort
         params["topk"] = topk
-    call = reported(sort_with_core, p, opts, params, where, info)
-    return _SortWithCall(call.core, call.prepared, call.opts, call.params, _Readout(call.readout, layout), layout=layout)
+    return reported(sort_with_core, p, opts, params, where, info, along=("criterion",))

@@ -307,7 +307,7 @@ class _Regression:
         return dy, unbroadcast(xp, (y - v) * per_weight, tuple(res[1].shape))
 
 
-@core(tails=same_shape, batched={"weights": (0,)})
+@core(output_shapes=same_shape, batched={"weights": (0,)})
 def regression_core(xp: Any, y: Any, opts: Any, *, increasing: bool, weights: Any) -> Any:
     """The least-squares isotonic fit and its block-wise pullback (to ``weights`` too)."""
     spec = _Regression(increasing, weights is not None)

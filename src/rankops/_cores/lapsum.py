@@ -248,21 +248,21 @@ class _TopK:
         return (dx, mean[..., 0]) if has_k else (dx,)
 
 
-@core(tails=same_shape)
+@core(output_shapes=same_shape)
 def rank_core(xp: Any, x: Any, opts: Any, *, descending: bool) -> Any:
     """``1/2 + R(x_i)``."""
     spec = _Rank(opts.alpha, descending)
     return custom_backward(xp, spec.fwd, spec.bwd, (x,))
 
 
-@core(tails=same_shape)
+@core(output_shapes=same_shape)
 def sort_core(xp: Any, x: Any, opts: Any, *, descending: bool) -> Any:
     """The solutions of ``R(t) = i - 1/2``."""
     spec = _Sort(opts.alpha, descending)
     return custom_backward(xp, spec.fwd, spec.bwd, (x,))
 
 
-@core(tails=same_shape, batched={"k": ()})
+@core(output_shapes=same_shape, batched={"k": ()})
 def topk_core(xp: Any, x: Any, opts: Any, *, k: Any) -> Any:
     """``F((x_i - b)/alpha)`` with ``R(b) = n - k``."""
     spec = _TopK(opts.alpha, None if is_array(k) else k)

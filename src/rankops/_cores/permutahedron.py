@@ -135,7 +135,7 @@ def _block_average(xp: Any, adapter: Any, starts: Any, s: Any, g: Any, regulariz
     return w * (total[1, ...] / total[0, ...])
 
 
-@core(tails=same_shape)
+@core(output_shapes=same_shape)
 def projection_core(xp: Any, x: Any, opts: Any, *, output: str, descending: bool) -> Any:
     """Soft rank or sort by projection onto the permutahedron, with the block-wise backward rule."""
     spec = _Projection(output, opts.regularization, opts.strength, descending)

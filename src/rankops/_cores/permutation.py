@@ -78,7 +78,7 @@ def _square(shape: tuple[int, ...], opts: Any, params: dict[str, Any]) -> dict[s
     return {"value": (shape[-1], shape[-1])}
 
 
-@core(tails=_square)
+@core(output_shapes=_square)
 def matrix_core(xp: Any, s: Any, opts: Any, *, method: str, descending: bool) -> Any:
     """The relaxed permutation matrix (..., n, n) and its pullback (that of the relaxed matrix when ``hard``)."""
     rows = _rows(xp, s, opts.tau, method, s.shape[-1], descending, opts.power)
@@ -150,7 +150,7 @@ def _backward(xp: Any, rows: Any, output: str, block: int, ct: Any, p_kept: Any 
     return rows.finish(cols), extras
 
 
-@core(tails=same_shape)
+@core(output_shapes=same_shape)
 def dense_core(xp: Any, x: Any, opts: Any, *, method: str, output: str, descending: bool) -> Any:
     """The whole matrix as one block, differentiated by the host's autodiff (the rule keeps the matrix)."""
     n = x.shape[-1]
@@ -213,7 +213,7 @@ class _Streamed:
         return (ds, xp.astype(extras["tau"], res[1].dtype)) if has_tau else (ds,)
 
 
-@core(tails=same_shape)
+@core(output_shapes=same_shape)
 def stream_core(xp: Any, x: Any, opts: Any, *, method: str, output: str, descending: bool) -> Any:
     """``block`` rows of ``P`` at a time, in the forward and in the backward pass (a number ``power`` only)."""
     n = x.shape[-1]

@@ -56,13 +56,13 @@ def _level_weights(xp: Any, q: Any, t: float, centered: bool) -> tuple[Any, Any]
     return b, pullback
 
 
-def _quantile_tails(shape: tuple[int, ...], opts: TransportSettings, params: dict[str, Any]) -> dict[str, Any]:
+def _quantile_shapes(shape: tuple[int, ...], opts: TransportSettings, params: dict[str, Any]) -> dict[str, Any]:
     q = params["q"]
     levels = (q.shape[0],) if is_array(q) else ()
     return {"value": levels, "error": levels}
 
 
-@core(tails=_quantile_tails, outputs=REPORTED, batched=WEIGHTS)
+@core(output_shapes=_quantile_shapes, outputs=REPORTED, batched=WEIGHTS)
 def quantile_core(xp: Any, x: Any, opts: TransportSettings, *, q: Any, weights: Any = None) -> Any:
     """Levels ``q``: a Python float (output drops the axis) or a 1-D array (axis -> levels), all in one batched solve."""
     if not is_array(q):

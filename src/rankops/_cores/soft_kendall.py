@@ -78,11 +78,11 @@ class _SoftTau:
         return gx * scale, gy * scale
 
 
-def _scalar_tails(shape: tuple[int, ...], opts: Any, params: Any) -> dict[str, Any]:
+def _scalar_shapes(shape: tuple[int, ...], opts: Any, params: Any) -> dict[str, Any]:
     return {"value": ()}
 
 
-@core(tails=_scalar_tails, batched={"y": (0,)})
+@core(output_shapes=_scalar_shapes, batched={"y": (0,)})
 def soft_kendall_core(xp: Any, x: Any, opts: Any, *, y: Any) -> Any:
     """The smooth tau-a of matching rows of ``x`` and ``y`` and its streamed backward pass."""
     spec = _SoftTau(opts.tau)

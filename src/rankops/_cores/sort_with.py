@@ -26,14 +26,14 @@ from .transport import REPORTED, TransportSettings, grads, grid, plan_vjp, targe
 __all__ = ["sort_with_core"]
 
 
-def _tails(shape: tuple[int, ...], opts: TransportSettings, params: dict[str, Any]) -> dict[str, Any]:
+def _output_shapes(shape: tuple[int, ...], opts: TransportSettings, params: dict[str, Any]) -> dict[str, Any]:
     n, features = shape
     topk = params.get("topk")
     m = topk if topk is not None else targets_count(n, opts, params.get("target_weights"))
     return {"value": (m, features), "error": ()}
 
 
-@core(tails=_tails, outputs=REPORTED, core_ndim=2, batched={"criterion": (0,)})
+@core(output_shapes=_output_shapes, outputs=REPORTED, core_ndim=2, batched={"criterion": (0,)})
 def sort_with_core(
     xp: Any, x: Any, opts: TransportSettings, *, criterion: Any, descending: bool = False, target_weights: Any = None,
     topk: int | None = None,

@@ -132,7 +132,7 @@ REPORTED = ("value", "error")
 WEIGHTS = {"weights": (0,)}  # the entries' weights share x's batch axes and span its axis (Dask blocks them alike)
 
 
-@core(tails=_along, outputs=REPORTED, batched=WEIGHTS)
+@core(output_shapes=_along, outputs=REPORTED, batched=WEIGHTS)
 def cdf_core(
     xp: Any, x: Any, opts: TransportSettings, *, descending: bool = False, target_weights: Any = None, weights: Any = None
 ) -> Any:
@@ -159,14 +159,14 @@ def cdf_core(
     return (out, err), pullback
 
 
-@core(tails=_along, outputs=REPORTED, batched=WEIGHTS)
+@core(output_shapes=_along, outputs=REPORTED, batched=WEIGHTS)
 def rank_core(xp: Any, x: Any, opts: TransportSettings, **params: Any) -> Any:
     n = x.shape[-1]
     (cdf, err), cdf_back = cdf_core.vjp(xp, x, opts, **params)
     return (n * cdf, err), lambda cts: cdf_back((n * cts[0], None))
 
 
-def _sorted_tails(shape: tuple[int, ...], opts: TransportSettings, params: dict[str, Any]) -> dict[str, Any]:
+def _sorted_shapes(shape: tuple[int, ...], opts: TransportSettings, params: dict[str, Any]) -> dict[str, Any]:
     topk = params.get("topk")
     return {"value": (topk if topk is not None else targets_count(shape[-1], opts, params.get("target_weights")),), "error": ()}
 
@@ -181,7 +181,7 @@ def topk_weights(xp: Any, x: Any, k: int, filler_first: bool) -> tuple[Any, Any]
     return xp.exp(log_b), log_b
 
 
-@core(tails=_sorted_tails, outputs=REPORTED, batched=WEIGHTS)
+@core(output_shapes=_sorted_shapes, outputs=REPORTED, batched=WEIGHTS)
 def sort_core(
     xp: Any, x: Any, opts: TransportSettings, *, descending: bool = False, target_weights: Any = None, topk: int | None = None,
     weights: Any = None,
@@ -219,7 +219,7 @@ def sort_core(
     return (sign * ascending[..., kept], err), pullback
 
 
-@core(tails=_along, outputs=REPORTED, batched=WEIGHTS)
+@core(output_shapes=_along, outputs=REPORTED, batched=WEIGHTS)
 def quantile_normalize_core(
     xp: Any, x: Any, opts: TransportSettings, *, targets: Any, target_weights: Any = None, weights: Any = None
 ) -> Any:
@@ -240,7 +240,7 @@ def quantile_normalize_core(
     return (out, err), pullback
 
 
-@core(tails=_along, outputs=REPORTED)
+@core(output_shapes=_along, outputs=REPORTED)
 def quantize_core(xp: Any, x: Any, opts: TransportSettings, *, num_levels: int) -> Any:
     """``n P diag(1/b) P^T x``: each entry moved to its plan's mix of the m soft-sorted values (OTT-JAX's ``quantize``)."""
     n, m = x.shape[-1], num_levels
@@ -260,7 +260,7 @@ def quantize_core(xp: Any, x: Any, opts: TransportSettings, *, num_levels: int) 
     return (out, err), pullback
 
 
-@core(tails=_along, outputs=REPORTED)
+@core(output_shapes=_along, outputs=REPORTED)
 def topk_core(xp: Any, x: Any, opts: TransportSettings, *, k: int) -> Any:
     n = x.shape[-1]
     # log weights in Python: k = n gives an exact -inf (an empty target), no log(0) warning
@@ -277,12 +277,12 @@ def topk_core(xp: Any, x: Any, opts: TransportSettings, *, k: int) -> Any:
     return (n * p[..., 1], err), pullback
 
 
-def _solver_tails(shape: tuple[int, ...], opts: Settings, params: dict[str, Any]) -> dict[str, Any]:
+def _solver_shapes(shape: tuple[int, ...], opts: Settings, params: dict[str, Any]) -> dict[str, Any]:
     n, m = shape
     return {"plan": (n, m), "f": (n,), "g": (m,), "error": (), "n_iter": None}
 
 
-@core(tails=_solver_tails, outputs=("plan", "f", "g", "error", "n_iter"), core_ndim=2, batched={"a": (0,), "b": (1,)})
+@core(output_shapes=_solver_shapes, outputs=("plan", "f", "g", "error", "n_iter"), core_ndim=2, batched={"a": (0,), "b": (1,)})
 def solver_core(xp: Any, cost: Any, opts: Settings, *, a: Any = None, b: Any = None) -> Any:
     """:func:`rankops.sinkhorn` on a cost in its compute dtype; the pullback takes cotangents of ``(plan, f, g)``."""
     device = _device(cost)

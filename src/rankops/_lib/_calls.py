@@ -4,10 +4,11 @@ A core (:class:`~._adapters.Core`) is run on a :class:`Call`: the core,
 the prepared input, the frozen options and the parameters.
 :func:`prepare` validates the operator's input (namespace, device, dtype,
 axis) once and moves the operator axis last (a tuple of axes: moved last
-and merged into one); a :class:`Call` bundles the
-core, the prepared input, the frozen options and the parameters with a
-readout (:class:`Along` for array values) that turns the core's outputs
-into the public value and maps the public value's cotangent back.
+and merged into one). The call's :class:`Layout` is the one map between
+the caller's layout and the core's, both ways; a readout (:class:`Along`
+for array values) turns the core's outputs into the public value through
+it and maps the public value's cotangent back, and :meth:`Call.gradients`
+lays the input's gradient out as the caller's input.
 
 A public operator is written as a function that validates its arguments and
 returns a :class:`~._calls.Call`; the :func:`operator` decorator builds from
@@ -44,33 +45,109 @@ from ._compat import is_array, namespace, normalize_axes, normalize_axis, real_f
 from ._numerics import unbroadcast
 from ._options import Options
 
-__all__ = ["Prepared", "prepare", "Call", "Along", "Operator", "operator", "ArrayValue", "check_cotangent_shapes"]
+__all__ = ["INPUT", "ALONG", "VALUE", "LEVELS", "REDUCED", "Layout", "Prepared", "prepare", "Call", "Along", "Operator", "operator", "ArrayValue", "check_cotangent_shapes"]
 
 P = ParamSpec("P")
 R = TypeVar("R")  # the public value a call reads out: an array, a (value, info) pair, a SinkhornResult
 
 
+# Roles of the arrays that cross a call, for :class:`Layout`. The input and
+# the parameters laid out like it (input-shaped weights, soft_kendall_tau's y,
+# sort_with's criterion) and their gradients are ``INPUT`` / ``ALONG``; an
+# output is ``VALUE`` (along the operator axis), ``LEVELS`` (a trailing axis
+# of quantile levels) or ``REDUCED`` (no operator axis left).
+INPUT, ALONG, VALUE, LEVELS, REDUCED = "input", "along", "value", "levels", "reduced"
+_OUTPUT_ROLES = (VALUE, LEVELS, REDUCED)
+
+
 @dataclasses.dataclass(frozen=True)
-class Prepared:
-    """An operator's input after validation: compute dtype, operator axes last and merged into one.
+class Layout:
+    """The one map between the caller's layout and the core's, both ways: ``to_core`` and ``to_caller`` are inverse.
 
     ``axes`` are the caller's operator axes, normalized and increasing (one
     for an int ``axis``; None: the core axes were already last, as the
-    solver's cost). They are moved last in that order and flattened in C
-    order into one axis of length n (the product of their lengths); the
-    other (batch) axes keep their order in front. :meth:`arrange` does this
-    to any array laid out like the input, :meth:`restore` undoes it, and
-    :meth:`place` puts an output's trailing axis where the caller expects it.
+    solver's cost). In the core's layout they are moved last in that order
+    and flattened in C order into one axis of length n (the product of
+    their lengths); the other (batch) axes keep their order in front.
     Positions are counted from the end, so arrays with extra leading axes
-    (samples) are handled alike.
+    (samples) are handled alike. By role:
+
+    - ``INPUT``, ``ALONG``: shaped like the input, mapped whole;
+    - ``VALUE``: an output as long as n is mapped whole; one of another
+      length (``num_targets``, ``topk``) is one axis at the first operator
+      axis' place, the other operator axes dropped;
+    - ``LEVELS``: the trailing axis at the first operator axis' place,
+      whatever its length;
+    - ``REDUCED``: no operator axis to move.
+
+    Outputs also change dtype: the core's compute dtype, the caller's
+    ``out_dtype`` (float16 in, float16 out).
     """
 
     xp: Any
-    x: Any
     axes: tuple[int, ...] | None
-    shape: tuple[int, ...]  # the caller's shape
+    shape: tuple[int, ...]  # the caller's input shape
+    compute_dtype: Any
     out_dtype: Any
+
+    def to_core(self, a: Any, role: str = INPUT) -> Any:
+        """An array in the caller's layout (an input, or the cotangent of an output) in the core's."""
+        if role in _OUTPUT_ROLES and a.dtype != self.compute_dtype:
+            a = self.xp.astype(a, self.compute_dtype)
+        if self.axes is None or role == REDUCED:
+            return a
+        if role in (INPUT, ALONG) or (role == VALUE and a.ndim == len(self.shape)):
+            return self._merge(a)
+        pos = self._one_axis()
+        return a if pos == -1 else self.xp.moveaxis(a, pos, -1)
+
+    def to_caller(self, a: Any, role: str = INPUT) -> Any:
+        """An array in the core's layout (an output, or the gradient of an input) in the caller's."""
+        if self.axes is not None and role != REDUCED:
+            if role in (INPUT, ALONG) or (role == VALUE and a.shape[-1] == math.prod(self.shape[i] for i in self.axes)):
+                a = self._split(a)
+            elif (pos := self._one_axis()) != -1:
+                a = self.xp.moveaxis(a, -1, pos)
+        if role in _OUTPUT_ROLES and a.dtype != self.out_dtype:
+            a = self.xp.astype(a, self.out_dtype)
+        return a
+
+    def _places(self) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+        """``(axes, trailing, sizes)``: the operator axes and their places once moved last (both from the end), their lengths."""
+        axes, ndim = self.axes or (), len(self.shape)
+        return tuple(a - ndim for a in axes), tuple(range(-len(axes), 0)), tuple(self.shape[a] for a in axes)
+
+    def _merge(self, a: Any) -> Any:
+        axes, trailing, sizes = self._places()
+        if axes != trailing:
+            a = self.xp.moveaxis(a, axes, trailing)
+        if len(sizes) > 1:
+            a = self.xp.reshape(a, tuple(a.shape[: -len(sizes)]) + (math.prod(sizes),))
+        return a
+
+    def _split(self, a: Any) -> Any:
+        axes, trailing, sizes = self._places()
+        if len(sizes) > 1:
+            a = self.xp.reshape(a, tuple(a.shape[:-1]) + sizes)
+        return a if axes == trailing else self.xp.moveaxis(a, trailing, axes)
+
+    def _one_axis(self) -> int:
+        """Where an output's one trailing axis goes, counted from the end of an array with the batch axes before it."""
+        assert self.axes is not None
+        return self.axes[0] - (len(self.shape) - len(self.axes) + 1)
+
+
+@dataclasses.dataclass(frozen=True)
+class Prepared:
+    """An operator's input after validation: ``x`` in the compute dtype and the core's :class:`Layout`."""
+
+    x: Any
+    layout: Layout
     name: str  # the input's name in the signature (x, s, cost)
+
+    @property
+    def xp(self) -> Any:
+        return self.layout.xp
 
     @property
     def adapter(self) -> Any:
@@ -81,92 +158,32 @@ class Prepared:
         return self.x.shape[-1]
 
     @property
-    def ndim(self) -> int:
-        return len(self.shape)
+    def shape(self) -> tuple[int, ...]:
+        return self.layout.shape
 
     @property
     def axis(self) -> int | None:
         """The first operator axis: where an output's one new axis goes (quantile levels, ``num_targets``)."""
-        return None if self.axes is None else self.axes[0]
+        return None if self.layout.axes is None else self.layout.axes[0]
+
+    @property
+    def out_dtype(self) -> Any:
+        return self.layout.out_dtype
 
     @property
     def device(self) -> Any:
         return array_api_compat.device(self.x)
 
-    def _layout(self) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]] | None:
-        """``(axes, trailing, sizes)``: the operator axes and their places once moved last (both from the end), their lengths."""
-        if self.axes is None:
-            return None
-        k = len(self.axes)
-        return tuple(a - self.ndim for a in self.axes), tuple(range(-k, 0)), tuple(self.shape[a] for a in self.axes)
-
-    def arrange(self, a: Any) -> Any:
-        """An array laid out like the caller's input, in the prepared layout (operator axes last, merged)."""
-        layout = self._layout()
-        if layout is None:
-            return a
-        axes, trailing, sizes = layout
-        if axes != trailing:
-            a = self.xp.moveaxis(a, axes, trailing)
-        if len(sizes) > 1:
-            a = self.xp.reshape(a, tuple(a.shape[: -len(sizes)]) + (math.prod(sizes),))
-        return a
-
-    def restore(self, a: Any) -> Any:
-        """An array in the prepared layout (a gradient of the input) in the caller's layout: the inverse of :meth:`arrange`."""
-        layout = self._layout()
-        if layout is None:
-            return a
-        axes, trailing, sizes = layout
-        if len(sizes) > 1:
-            a = self.xp.reshape(a, tuple(a.shape[:-1]) + sizes)
-        return a if axes == trailing else self.xp.moveaxis(a, trailing, axes)
-
     def lay_out(self, weights: Any, name: str = "weights") -> Any:
-        """Per-entry ``weights`` (real; shaped like the input, or 1-D of length n) in the prepared layout and compute dtype."""
+        """Per-entry ``weights`` (real; shaped like the input, or 1-D of length n) in the core's layout and compute dtype."""
         xp = self.xp
         if not xp.isdtype(weights.dtype, ("real floating", "integral")):
             raise TypeError(f"{name} must be a real array, got dtype {weights.dtype}")
         if tuple(weights.shape) == self.shape and weights.ndim > 1:
-            weights = self.arrange(weights)
+            weights = self.layout.to_core(weights, ALONG)
         elif tuple(weights.shape) != (self.n,):
             raise ValueError(f"{name} must have the shape of {self.name} {self.shape} or ({self.n},), got {tuple(weights.shape)}")
         return xp.astype(weights, self.x.dtype)
-
-    def _one_axis(self) -> int:
-        """Where an output's one trailing axis goes, counted from the end of an array with the batch axes before it."""
-        return self.axes[0] - (self.ndim - len(self.axes) + 1)
-
-    def place(self, out: Any, *, levels: bool = False) -> Any:
-        """A core output with a trailing operator axis in the caller's layout.
-
-        An output as long as the input's operator axis is restored whole (the
-        caller's shape); one of another length (``num_targets``, ``topk``), or
-        any output along quantile ``levels``, becomes one axis at the first
-        operator axis' position, the other operator axes dropped.
-        """
-        if self.axes is None:
-            return out
-        if not levels and out.shape[-1] == self.n:
-            return self.restore(out)
-        pos = self._one_axis()
-        return out if pos == -1 else self.xp.moveaxis(out, -1, pos)
-
-    def finish(self, out: Any, *, axis_kept: bool = True, levels: bool = False) -> Any:
-        """The operator axis back where the caller had it (when the output keeps one, see :meth:`place`), in the caller's dtype."""
-        if axis_kept:
-            out = self.place(out, levels=levels)
-        return out if out.dtype == self.out_dtype else self.xp.astype(out, self.out_dtype)
-
-    def unfinish(self, ct: Any, *, axis_kept: bool = True, levels: bool = False) -> Any:
-        """The inverse of :meth:`finish` on a cotangent: compute dtype, operator axis last."""
-        ct = self.xp.astype(ct, self.x.dtype)
-        if not axis_kept or self.axes is None:
-            return ct
-        if not levels and ct.ndim == self.ndim:  # restored whole (for one axis, either way is one move)
-            return self.arrange(ct)
-        pos = self._one_axis()
-        return ct if pos == -1 else self.xp.moveaxis(ct, pos, -1)
 
 
 def prepare(
@@ -177,13 +194,13 @@ def prepare(
     opts: Options | None = None,
     arrays: Mapping[str, Any] | None = None,
     core_ndim: int = 1,
-    single: str | None = None,
+    one_axis_for: str | None = None,
 ) -> Prepared:
     """Validate ``x`` and move its operator axis (or axes, merged into one) last.
 
     ``axis`` is an int or a tuple of ints (see :class:`Prepared`); an
-    operator that works along one axis only names itself in ``single``, and
-    a tuple then raises ``TypeError``. An operator with several core axes
+    operator that works along one axis only names itself in ``one_axis_for``,
+    and a tuple then raises ``TypeError`` naming it. An operator with several core axes
     (``core_ndim > 1``: the solver's ``(n, m)`` costs) takes them last as
     given, and ``axis`` is not used.
 
@@ -205,35 +222,31 @@ def prepare(
     if core_ndim == 1:
         if ndim == 0:
             raise ValueError(f"{name} must have at least one dimension to sort along, got a 0-d array")
-        axes = (normalize_axis(axis, ndim, where=single),) if single else normalize_axes(axis, ndim)
+        axes = (normalize_axis(axis, ndim, where=one_axis_for),) if one_axis_for else normalize_axes(axis, ndim)
         for a in axes:
             if x.shape[a] == 0:
-                raise ValueError(f"{name} has an empty axis {a} (length 0): there is nothing to sort or rank")
+                raise ValueError(f"{name} has an empty axis {a} (length 0): there are no entries to sort, rank or compare")
     if x.dtype != compute_dtype:
         # astype copies; inputs are never written to, so no defensive copy otherwise.
         x = xp.astype(x, compute_dtype)
-    p = Prepared(xp, x, axes, tuple(x.shape), out_dtype, name)
-    return dataclasses.replace(p, x=p.arrange(x))
+    layout = Layout(xp, axes, tuple(x.shape), compute_dtype, out_dtype)
+    return Prepared(layout.to_core(x), layout, name)
 
 
 class Along:
-    """Readout of an array value along the operator axis (kept, or dropped as by a scalar quantile level).
-
-    ``levels``: the kept axis is one of quantile levels, which takes the
-    first operator axis' place whatever its length (:meth:`Prepared.place`).
-    """
+    """Readout of one array value: the core's first output in the caller's layout as ``role`` (:class:`Layout`)."""
 
     outputs: tuple[str, ...] = ("value",)
 
-    def __init__(self, *, axis_kept: bool = True, levels: bool = False) -> None:
-        self.axis_kept, self.levels = axis_kept, levels
+    def __init__(self, role: str = VALUE) -> None:
+        self.role = role
 
     def finish(self, p: Prepared, outs: tuple[Any, ...]) -> Any:
-        return p.finish(outs[0], axis_kept=self.axis_kept, levels=self.levels)
+        return p.layout.to_caller(outs[0], self.role)
 
     def pull(self, p: Prepared, cts: tuple[Any, ...]) -> tuple[Any, ...]:
         """Cotangents of the public value -> those of ``self.outputs`` (None: zero)."""
-        return (p.unfinish(cts[0], axis_kept=self.axis_kept, levels=self.levels),) + (None,) * (len(self.outputs) - 1)
+        return (p.layout.to_core(cts[0], self.role),) + (None,) * (len(self.outputs) - 1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -271,11 +284,11 @@ class Call(Generic[R]):
 
     def gradients(self, grads: Mapping[str, Any]) -> dict[str, Any]:
         """The core's gradients by argument name, the input's in the caller's layout."""
-        out = dict(grads)
-        out[self.prepared.name] = self.prepared.restore(out.pop("x"))
+        layout, out = self.prepared.layout, dict(grads)
+        out[self.prepared.name] = layout.to_caller(out.pop("x"), INPUT)
         for name in self.along:
             if out.get(name) is not None:
-                out[name] = self.prepared.restore(out[name])
+                out[name] = layout.to_caller(out[name], ALONG)
         return out
 
 

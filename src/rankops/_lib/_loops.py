@@ -1,13 +1,13 @@
 """Portable loops along the last axis: the fixed-point driver, row-block scans, prefix scans and searches.
 
-Fixed points. ``iterate`` runs ``step`` in blocks of ``check_every`` iterations. After
-each block it measures the per-problem ``error``; a problem within ``tol``
+Fixed points. ``iterate`` runs ``step`` in rounds of ``check_every`` iterations. After
+each round it measures the per-problem ``error``; a problem within ``tol``
 is frozen (``freeze`` keeps its state from then on), and the loop stops once
 every problem is. Freezing makes each problem's result depend on that
 problem alone, not on when the rest of the batch converges, so a batch, its
 rows one by one, Dask blocks and ``jax.vmap`` all give the same numbers.
 Problems whose error is NaN cannot improve and count as settled.
-The stopping test reads one boolean per block: fine for eager backends;
+The stopping test reads one boolean per round: fine for eager backends;
 JAX replaces this driver with ``lax`` control flow (see the JAX adapter).
 
 Scans and searches that the array API standard lacks, in ``xp`` calls only.
@@ -50,22 +50,22 @@ def iterate(
     max_iter: int,
     tol: float,
     check_every: int,
-    block: Callable[[Callable[[Any], Any], Any], Any] | None = None,
-    blocked: bool = False,
+    wrap: Callable[[Callable[[Any], Any], Any], Any] | None = None,
+    whole_rounds: bool = False,
 ) -> tuple[Any, int, Any]:
     """Return ``(state, n_iter, error)``.
 
-    ``step(operands, state)`` is one iteration, or with ``blocked=True``
-    ``step(operands, state, count)`` runs a whole block of ``count <=
+    ``step(operands, state)`` is one iteration, or with ``whole_rounds=True``
+    ``step(operands, state, count)`` runs a whole round of ``count <=
     check_every`` iterations; ``error(operands, state)`` is the per-problem
     error; ``freeze(xp, done, old, new)`` returns ``new`` with the problems
-    flagged in ``done`` reset to ``old``; ``block(run, state)`` may wrap each
-    block (checkpointing).
+    flagged in ``done`` reset to ``old``; ``wrap(run, state)`` may wrap each
+    round (checkpointing).
     """
 
-    def run_block(k: int) -> Callable[[Any], Any]:
+    def run_round(k: int) -> Callable[[Any], Any]:
         def run(s: Any) -> Any:
-            if blocked:
+            if whole_rounds:
                 return step(operands, s, k)
             for _ in range(k):
                 s = step(operands, s)
@@ -77,7 +77,7 @@ def iterate(
     err = done = None
     while n_iter < max_iter:
         k = min(check_every, max_iter - n_iter)
-        new = run_block(k)(state) if block is None else block(run_block(k), state)
+        new = run_round(k)(state) if wrap is None else wrap(run_round(k), state)
         state = new if done is None else freeze(xp, done, state, new)
         n_iter += k
         err = error(operands, state)

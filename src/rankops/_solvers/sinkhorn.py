@@ -18,16 +18,16 @@ plus that of the rows, which is rounding only unless ``C / epsilon`` exceeds
 the float's precision (then the plan is meaningless, and this says so).
 Everything stays in the log domain, so small ``epsilon`` cannot overflow.
 
-Iterations run in blocks of ``check_every``; a problem whose error is
-within ``tol`` after a block is frozen there, and the solver stops once all
+Iterations run in rounds of ``check_every``; a problem whose error is
+within ``tol`` after a round is frozen there, and the solver stops once all
 are (or at ``max_iter``). Each problem's result therefore depends on that
 problem alone: batched, one by one, in Dask blocks or under ``jax.vmap``.
 
 Gradients are those of the unrolled iterations by default. torch
-checkpoints each block; JAX runs the loop as a ``lax.while_loop`` under a
-``custom_vjp`` that stores the potentials at block starts and replays only
-the blocks that ran, so ``jit``, ``vmap`` and ``grad`` all apply and memory
-holds one block's kernels at a time, not one per iteration. ``implicit=True``
+checkpoints each round; JAX runs the loop as a ``lax.while_loop`` under a
+``custom_vjp`` that stores the potentials at round starts and replays only
+the rounds that ran, so ``jit``, ``vmap`` and ``grad`` all apply and memory
+holds one round's kernels at a time, not one per iteration. ``implicit=True``
 differentiates the fixed point instead (:mod:`.implicit`): the
 backward keeps the final plan only.
 """
@@ -155,20 +155,20 @@ def fixed_point(
     """
     adapter = get_adapter(xp)
     operands = (c, log_a, log_b)
-    block = functools.partial(_block, xp, check_every=check_every)
+    one_round = functools.partial(_round, xp, check_every=check_every)
 
     def error(ops: tuple[Any, Any, Any], state: tuple[Any, Any, Any]) -> Any:
         return state[2][..., 0]
 
     state0 = (u0, v0, xp.zeros_like(u0[..., :1]))
     (u, v, _), n_iter, _ = adapter.iterate(
-        xp, block, operands, state0, error=error, freeze=freeze_rows, max_iter=max_iter, tol=tol, check_every=check_every,
-        blocked=True,
+        xp, one_round, operands, state0, error=error, freeze=freeze_rows, max_iter=max_iter, tol=tol, check_every=check_every,
+        whole_rounds=True,
     )
     plan = _plan(xp, c, u, v)
     if exact == "columns":
         # the column update v <- log b - logsumexp_i(u_i - c_ij), applied to the plan it rescales;
-        # the column sum is floored as in _block: unrolled autodiff of b / sum forms 1 / sum**2,
+        # the column sum is floored as in _round: unrolled autodiff of b / sum forms 1 / sum**2,
         # which overflowed float32 on columns of mass 1e-20 (then 0 * inf = NaN)
         col = xp.sum(plan, axis=-2)
         ratio = xp.where(col > 0, xp.exp(log_b) / xp.maximum(col, xp.full_like(col, _tiny(xp, c))), xp.zeros_like(col))
@@ -182,7 +182,7 @@ def fixed_point(
     return (plan, u, v, err, n_iter), (plan, log_a, log_b)
 
 
-def _block(xp: Any, ops: tuple[Any, Any, Any], state: tuple[Any, Any, Any], count: Any, *, check_every: int) -> tuple[Any, ...]:
+def _round(xp: Any, ops: tuple[Any, Any, Any], state: tuple[Any, Any, Any], count: Any, *, check_every: int) -> tuple[Any, ...]:
     """``count`` Sinkhorn iterations (at most ``check_every``): one in the log domain, the rest by scaling.
 
     The log-domain iteration (one ``logsumexp`` per side) brings the
@@ -193,7 +193,7 @@ def _block(xp: Any, ops: tuple[Any, Any, Any], state: tuple[Any, Any, Any], coun
     (Schmitzer 2019, "Stabilized sparse scaling algorithms"):
     ``beta = b / (K^T alpha)``, ``alpha = a / (K beta)``: two products with
     K, no exponential. They are absorbed into the potentials at the end of
-    the block, which also returns the error of the block's plan, ``L1`` over
+    the round, which also returns the error of the round's plan, ``L1`` over
     both marginals, from those products. ``count`` is a Python int, or a 0-d
     array under ``jax.jit``.
     """

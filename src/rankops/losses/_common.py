@@ -9,7 +9,8 @@ from typing import Any, Callable
 import array_api_compat
 
 from .._lib._adapters import get_adapter
-from .._lib._compat import default_float, is_array, normalize_axis
+from .._lib._calls import prepare
+from .._lib._compat import is_array
 
 DEFAULT_METHOD = "permutahedron"
 
@@ -42,22 +43,26 @@ def in_float32(loss: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-def floating(xp: Any, *arrays: Any) -> tuple[Any, ...]:
-    """The arrays with bool / integer ones promoted to the default real floating dtype of their device, as the operators do."""
-    return tuple(xp.astype(a, default_float(xp, array_api_compat.device(a))) if xp.isdtype(a.dtype, ("bool", "integral")) else a
-                 for a in arrays)
-
-
 def _same_shape(a: Any, b: Any, names: tuple[str, str]) -> None:
     if tuple(a.shape) != tuple(b.shape):
         raise ValueError(f"{names[0]} {tuple(a.shape)} and {names[1]} {tuple(b.shape)} must have the same shape")
 
 
-def _rows_of(xp: Any, a: Any, b: Any, axis: Any, names: tuple[str, str], where: str) -> tuple[int, Any, Any]:
-    """Checked ``(axis, a, b)``: same shapes, ``axis`` normalized, and the rows' axis moved last in both."""
-    _same_shape(a, b, names)
-    axis = normalize_axis(axis, a.ndim, where=where)  # one axis: a tuple raises TypeError naming the loss
-    return axis, _last(xp, a, axis), _last(xp, b, axis)
+def rows(where: str, axis: Any, arrays: dict[str, Any], *, also: dict[str, Any] | None = None) -> tuple[Any, int, list[Any]]:
+    """``(xp, axis, rows)``: a loss's inputs prepared as the operators prepare theirs (:func:`rankops._lib._calls.prepare`).
+
+    ``arrays`` (the first names the loss's main input) share one shape, one
+    namespace and device; each comes back as a real floating array
+    (integers and bool promoted) with ``axis`` (one int: a tuple raises
+    ``TypeError`` naming ``where``) moved last. ``also`` (labels, a mask) are
+    only checked for namespace and device.
+    """
+    (first, a), *rest = arrays.items()
+    p = prepare(a, axis=axis, name=first, one_axis_for=where, arrays={**dict(rest), **(also or {})})
+    for name, b in rest:
+        _same_shape(a, b, (first, name))
+    axis = p.axis
+    return p.xp, axis, [p.x] + [prepare(b, axis=axis, name=name, one_axis_for=where).x for name, b in rest]
 
 
 def _one_hot(xp: Any, index: Any, n: int) -> Any:

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._lib._compat import namespace
 from ..kernels import soft_kendall_tau
 from ..sorting import soft_rank
 from .._lib._docs import fill_doc
-from ._common import RANK_METHOD, per_row_returns, DEFAULT_METHOD, _pearson, _rows_of, floating, in_float32, rankdata
+from ._common import RANK_METHOD, per_row_returns, DEFAULT_METHOD, _pearson, in_float32, rankdata, rows
 
 __all__ = ["spearman_loss", "soft_spearman", "kendall_loss"]
 
@@ -41,9 +40,7 @@ def spearman_loss(pred: Any, target: Any, /, *, axis: int = -1, method: str = DE
     >>> round(float(rankops.losses.spearman_loss(pred, target, strength=1e-3)), 6)   # 1 - spearmanr = 1 - 0.8
     0.2
     """
-    xp = namespace(pred, target, names=("pred", "target"))
-    pred, target = floating(xp, pred, target)
-    _, p, t = _rows_of(xp, pred, target, axis, ("pred", "target"), "losses.spearman_loss")
+    xp, _, (p, t) = rows("losses.spearman_loss", axis, {"pred": pred, "target": target})
     r = soft_rank(p, method=method, **options)
     return 1 - _pearson(xp, r, rankdata(xp, xp.astype(t, r.dtype)))
 
@@ -72,9 +69,7 @@ def soft_spearman(x: Any, y: Any, /, *, axis: int = -1, method: str = DEFAULT_ME
     >>> round(float(rankops.losses.soft_spearman(x, y, strength=1e-3)), 6)   # scipy.stats.spearmanr
     0.8
     """
-    xp = namespace(x, y, names=("x", "y"))
-    x, y = floating(xp, x, y)
-    _, x, y = _rows_of(xp, x, y, axis, ("x", "y"), "losses.soft_spearman")
+    xp, _, (x, y) = rows("losses.soft_spearman", axis, {"x": x, "y": y})
     return _pearson(xp, soft_rank(x, method=method, **options), soft_rank(y, method=method, **options))
 
 
@@ -108,9 +103,7 @@ def kendall_loss(pred: Any, target: Any, /, *, axis: int = -1, tau: float = 0.1)
     >>> round(float(rankops.losses.kendall_loss(pred, target, tau=1e-4)), 6)   # 1 - tau_a = 1 - 4/6
     0.333333
     """
-    xp = namespace(pred, target, names=("pred", "target"))
-    pred, target = floating(xp, pred, target)
-    _, p, t = _rows_of(xp, pred, target, axis, ("pred", "target"), "losses.kendall_loss")
+    xp, _, (p, t) = rows("losses.kendall_loss", axis, {"pred": pred, "target": target})
     # the targets' pair signs through the same smooth sign: rank gaps (>= 1/2 unless tied) scaled so that tanh is exactly +-1
     sharp = rankdata(xp, xp.astype(t, p.dtype)) * (_SHARP * tau)
     return 1 - soft_kendall_tau(p, sharp, axis=-1, tau=tau)

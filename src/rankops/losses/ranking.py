@@ -10,12 +10,11 @@ import array_api_compat
 from .._cores.transport import grid, squash_vjp
 from .._solvers.line import cost_fns
 from .._lib._adapters import get_adapter
-from .._lib._compat import namespace, normalize_axis
 from ..permutations import neuralsort, softsort
 from ..sinkhorn import SOLVER_OPTIONS, TransportOptions, sinkhorn
 from ..sorting import soft_rank
 from .._lib._docs import fill_doc
-from ._common import RANK_METHOD, per_row_returns, DEFAULT_METHOD, _last, _one_hot, _row_count, _rows_of, _same_shape, floating, in_float32
+from ._common import RANK_METHOD, per_row_returns, DEFAULT_METHOD, _last, _one_hot, _row_count, _same_shape, in_float32, rows
 
 __all__ = ["topk_loss", "ndcg_loss", "permutation_loss", "MATRIX_METHODS"]
 
@@ -59,17 +58,15 @@ def topk_loss(scores: Any, labels: Any, k: int, /, *, axis: int = -1, method: st
     >>> rankops.losses.topk_loss(scores, np.array([2, 1]), 2, strength=1e-3)   # row 1: class 1 ranks last
     array([0., 2.])
     """
-    xp = namespace(scores, labels, names=("scores", "labels"))
-    (scores,) = floating(xp, scores)
-    axis = normalize_axis(axis, scores.ndim, where="losses.topk_loss")
-    n = scores.shape[axis]
+    xp, axis, (s,) = rows("losses.topk_loss", axis, {"scores": scores}, also={"labels": labels})
+    n = s.shape[-1]
     k = _row_count(n, k)
     if not xp.isdtype(labels.dtype, "integral"):
         raise TypeError(f"labels must be an integer array of class indices, got dtype {labels.dtype}")
     expected = tuple(scores.shape[:axis]) + tuple(scores.shape[axis + 1 :])
     if tuple(labels.shape) != expected:
         raise ValueError(f"labels must have scores' shape without axis {axis}: {expected}, got {tuple(labels.shape)}")
-    r = soft_rank(_last(xp, scores, axis), method=method, **options)
+    r = soft_rank(s, method=method, **options)
     label_rank = xp.sum(xp.where(_one_hot(xp, labels, n), r, xp.zeros_like(r)), axis=-1)
     margin = (n - k + 1) - label_rank
     return xp.maximum(margin, xp.zeros_like(margin))
@@ -125,10 +122,8 @@ def ndcg_loss(scores: Any, relevance: Any, /, k: int | None = None, *, mask: Any
     >>> round(float(rankops.losses.ndcg_loss(scores, rel, strength=1e-3)), 4)   # 1 - NDCG: best item ranked last
     0.4131
     """
-    arrays = (scores, relevance) if mask is None else (scores, relevance, mask)
-    xp = namespace(*arrays, names=("scores", "relevance", "mask")[: len(arrays)])
-    (scores,) = floating(xp, scores)
-    axis, s, rel = _rows_of(xp, scores, relevance, axis, ("scores", "relevance"), "losses.ndcg_loss")
+    also = None if mask is None else {"mask": mask}
+    xp, axis, (s, rel) = rows("losses.ndcg_loss", axis, {"scores": scores, "relevance": relevance}, also=also)
     n = s.shape[-1]
     k = n if k is None else _row_count(n, k)
     if gain not in ("exp", "linear"):
@@ -215,12 +210,10 @@ def permutation_loss(scores: Any, target: Any, /, *, axis: int = -1, method: str
     >>> bool(rankops.losses.permutation_loss(np.array([0.1, 0.9, 0.5]), target, tau=0.01) > 10)     # wrong order
     True
     """
-    xp = namespace(scores, target, names=("scores", "target"))
-    scores, target = floating(xp, scores, target)
     if method not in MATRIX_METHODS:
         raise ValueError(f"permutation_loss needs a relaxed permutation matrix: method must be one of {MATRIX_METHODS}, "
                          f"got {method!r} (spearman_loss works with every method)")
-    _, s, t = _rows_of(xp, scores, target, axis, ("scores", "target"), "losses.permutation_loss")
+    xp, _, (s, t) = rows("losses.permutation_loss", axis, {"scores": scores, "target": target})
     n = s.shape[-1]
     log_p = _log_matrix(xp, s, method, options)
     # the true matrix: row i one-hot at the i-th largest target

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._lib._compat import namespace, normalize_axis
 from ..sorting import soft_sort
 from ..transport import soft_quantile
 from .._lib._docs import fill_doc
-from ._common import RANK_METHOD, per_row_returns, _last, _level, _same_shape, floating, in_float32
+from ._common import per_row_returns, _level, in_float32, rows
 
 __all__ = ["quantile_loss", "pinball_loss"]
 
@@ -48,15 +47,12 @@ def quantile_loss(pred: Any, target: Any, q: float, /, *, axis: int = -1, method
     >>> round(float(rankops.losses.quantile_loss(pred, target, 0.5, method="permutahedron", strength=1e-3)), 6)
     0.3
     """
-    xp = namespace(pred, target, names=("pred", "target"))
-    pred, target = floating(xp, pred, target)
-    _same_shape(pred, target, ("pred", "target"))
+    xp, _, (pred, target) = rows("losses.quantile_loss", axis, {"pred": pred, "target": target})
     q = _level(q)
-    axis = normalize_axis(axis, pred.ndim, where="losses.quantile_loss")
     r = xp.abs(target - pred)
     if method == "sinkhorn":
-        return soft_quantile(r, q, axis=axis, **options)
-    srt = soft_sort(_last(xp, r, axis), method=method, **options)
+        return soft_quantile(r, q, **options)
+    srt = soft_sort(r, method=method, **options)
     n = srt.shape[-1]
     pos = q * (n - 1)
     i = min(int(pos), n - 1)
@@ -85,9 +81,7 @@ def pinball_loss(pred: Any, target: Any, q: float, /, *, axis: int = -1) -> Any:
     >>> float(rankops.losses.pinball_loss(np.zeros(2), np.array([1.0, -1.0]), 0.9))   # (0.9 + 0.1) / 2
     0.5
     """
-    xp = namespace(pred, target, names=("pred", "target"))
-    pred, target = floating(xp, pred, target)
-    _same_shape(pred, target, ("pred", "target"))
+    xp, _, (pred, target) = rows("losses.pinball_loss", axis, {"pred": pred, "target": target})
     q = _level(q)
     r = target - pred
-    return xp.mean(xp.maximum(q * r, (q - 1) * r), axis=normalize_axis(axis, pred.ndim, where="losses.pinball_loss"))
+    return xp.mean(xp.maximum(q * r, (q - 1) * r), axis=-1)

@@ -37,7 +37,7 @@ def get_adapter(xp: Any) -> Generic:
 class Core:
     """A kernel with its own backward rule; see the module docstring.
 
-    ``tails(core_shape, opts, params)`` gives each output's trailing shape
+    ``output_shapes(core_shape, opts, params)`` gives each output's trailing shape
     (None: one count per call), which lazy backends need before running;
     ``core_ndim`` is the number of trailing core axes of ``x``; ``batched``
     names the parameters that share ``x``'s batch axes, with the core axes
@@ -48,12 +48,12 @@ class Core:
         self,
         rule: Callable[..., tuple[tuple[Any, ...], Callable[..., dict[str, Any]]]],
         *,
-        tails: Callable[..., dict[str, Any]],
+        output_shapes: Callable[..., dict[str, Any]],
         outputs: tuple[str, ...] = ("value",),
         core_ndim: int = 1,
         batched: Mapping[str, tuple[int, ...]] | None = None,
     ) -> None:
-        self.rule, self.tails, self.outputs, self.core_ndim = rule, tails, outputs, core_ndim
+        self.rule, self.output_shapes, self.outputs, self.core_ndim = rule, output_shapes, outputs, core_ndim
         self.batched = dict(batched or {})
         self.__name__ = rule.__name__
         self.__doc__ = rule.__doc__
@@ -71,13 +71,13 @@ class Core:
         return f"<rankops core {self.__name__}>"
 
 
-def core(*, tails: Callable[..., dict[str, Any]], **kwargs: Any) -> Callable[[Callable[..., Any]], Core]:
+def core(*, output_shapes: Callable[..., dict[str, Any]], **kwargs: Any) -> Callable[[Callable[..., Any]], Core]:
     """Decorator: a rule function as a :class:`Core`."""
-    return lambda rule: Core(rule, tails=tails, **kwargs)
+    return lambda rule: Core(rule, output_shapes=output_shapes, **kwargs)
 
 
 def same_shape(shape: tuple[int, ...], opts: Any, params: Mapping[str, Any]) -> dict[str, Any]:
-    """``tails`` of a core whose one output is shaped like its input."""
+    """``output_shapes`` of a core whose one output is shaped like its input."""
     return {"value": tuple(shape)}
 
 

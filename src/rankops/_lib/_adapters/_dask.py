@@ -68,7 +68,7 @@ class _Blocks:
     def meta(self, ndim: int, dtype: Any) -> Any:
         return self.bxp.empty((0,) * ndim, dtype=dtype)
 
-    def forward(self, tails: dict[str, Any]) -> tuple[Any, ...]:
+    def forward(self, shapes: dict[str, Any]) -> tuple[Any, ...]:
         """The outputs ``call.outputs``: one blockwise task per block; several outputs are packed in one."""
         call, bxp, nb = self.call, self.bxp, self.nb
         core, wanted, dtype = call.core, call.outputs, self.x.dtype
@@ -76,21 +76,21 @@ class _Blocks:
         def outputs(xb: Any, *blocks: Any) -> tuple[Any, ...]:
             return core.select(core(bxp, xb, call.opts, **self.params(blocks)), wanted)
 
-        if len(wanted) == 1 and tails[wanted[0]] is not None:
-            tail = tails[wanted[0]]
-            idx = "".join(next(self.letters) for _ in tail)
+        if len(wanted) == 1 and shapes[wanted[0]] is not None:
+            shape = shapes[wanted[0]]
+            idx = "".join(next(self.letters) for _ in shape)
             out = da.blockwise(
-                lambda *b: outputs(*b)[0], self.batch + idx, *self.args, new_axes=dict(zip(idx, tail)), concatenate=True,
-                dtype=dtype, meta=self.meta(nb + len(tail), dtype),
+                lambda *b: outputs(*b)[0], self.batch + idx, *self.args, new_axes=dict(zip(idx, shape)), concatenate=True,
+                dtype=dtype, meta=self.meta(nb + len(shape), dtype),
             )
             return (out,)
         # (None: one count per call, the largest over blocks, e.g. the iterations run)
-        sizes = [1 if tails[w] is None else math.prod(tails[w]) for w in wanted]
+        sizes = [1 if shapes[w] is None else math.prod(shapes[w]) for w in wanted]
 
         def packed(xb: Any, *blocks: Any) -> Any:
             lead = tuple(xb.shape[:nb])
             flat = [
-                bxp.full(lead + (1,), o, dtype=dtype) if tails[w] is None else bxp.reshape(bxp.astype(o, dtype), lead + (size,))
+                bxp.full(lead + (1,), o, dtype=dtype) if shapes[w] is None else bxp.reshape(bxp.astype(o, dtype), lead + (size,))
                 for o, w, size in zip(outputs(xb, *blocks), wanted, sizes)
             ]
             return bxp.concat(flat, axis=-1)
@@ -104,11 +104,11 @@ class _Blocks:
         for w, size in zip(wanted, sizes):
             part = pack[..., start : start + size]
             start += size
-            if tails[w] is None:  # an empty batch ran nothing (and max has no identity)
+            if shapes[w] is None:  # an empty batch ran nothing (and max has no identity)
                 count = part.max() if math.prod(self.batch_shape) else da.zeros((), dtype=dtype)
                 outs.append(count.astype("int64"))
             else:
-                outs.append(part.reshape(self.batch_shape + tuple(tails[w])))
+                outs.append(part.reshape(self.batch_shape + tuple(shapes[w])))
         return tuple(outs)
 
     def pullback(self, cts: tuple[Any, ...]) -> dict[str, Any]:
@@ -163,7 +163,7 @@ class Dask(Generic):
     @staticmethod
     def _forward(blocks: _Blocks) -> tuple[Any, ...]:
         call = blocks.call
-        return blocks.forward(call.core.tails(call.x.shape[blocks.nb :], call.opts, call.params))
+        return blocks.forward(call.core.output_shapes(call.x.shape[blocks.nb :], call.opts, call.params))
 
     def run(self, call: Any) -> tuple[Any, ...]:
         return self._forward(_Blocks(call))

@@ -150,34 +150,34 @@ class Jax(Generic):
 
     def iterate(
         self, xp: Any, step: Any, operands: Any, state: Any, *, error: Any, freeze: Any, max_iter: int, tol: float, check_every: int,
-        blocked: bool = False,
+        whole_rounds: bool = False,
     ) -> Any:
         """``lax`` version of :func:`rankops._lib._loops.iterate`: jit, vmap and grad safe.
 
-        Forward: a ``lax.while_loop`` over blocks of ``check_every`` iterations
+        Forward: a ``lax.while_loop`` over rounds of ``check_every`` iterations
         that stops once every problem is within ``tol`` (problems that got there
         earlier are frozen, as in the eager loop). Under ``vmap`` it runs until
         the slowest problem of the batch converges.
 
         Reverse mode: a ``custom_vjp`` that records the state at the start of each
-        block (O(blocks x (n + m)) memory) and, in the backward pass, walks back
-        over the blocks that actually ran, recomputing each one under ``jax.vjp``:
-        the gradient of the unrolled iterations, with the kernels of one block
-        alive at a time and no work for the blocks that were never run.
+        round (O(rounds x (n + m)) memory) and, in the backward pass, walks back
+        over the rounds that actually ran, recomputing each one under ``jax.vjp``:
+        the gradient of the unrolled iterations, with the kernels of one round
+        alive at a time and no work for the rounds that were never run.
         """
-        n_blocks = -(-max_iter // check_every)
-        # Rematerialised step: replaying a block under jax.vjp then keeps the
+        n_rounds = -(-max_iter // check_every)
+        # Rematerialised step: replaying a round under jax.vjp then keeps the
         # potentials of each iteration, not its n x m kernels.
         step_remat = jax.checkpoint(step)
 
-        def run_block(ops: Any, s: Any, block: Any, done: Any) -> Any:
-            if blocked:  # the step runs the block itself: tell it how many iterations are left
-                return freeze(xp, done, s, step_remat(ops, s, jnp.minimum(check_every, max_iter - block * check_every)))
+        def run_round(ops: Any, s: Any, r: Any, done: Any) -> Any:
+            if whole_rounds:  # the step runs the round itself: tell it how many iterations are left
+                return freeze(xp, done, s, step_remat(ops, s, jnp.minimum(check_every, max_iter - r * check_every)))
 
             def one(i: Any, t: Any) -> Any:
                 new = step_remat(ops, t)
-                # the last block may overshoot max_iter: its extra iterations are no-ops
-                keep = block * check_every + i >= max_iter
+                # the last round may overshoot max_iter: its extra iterations are no-ops
+                keep = r * check_every + i >= max_iter
                 return tuple(jnp.where(keep, o, w) for o, w in zip(t, new))
 
             return freeze(xp, done, s, jax.lax.fori_loop(0, check_every, one, s))
@@ -186,14 +186,14 @@ class Jax(Generic):
             spec = jax.eval_shape(error, ops, s0)  # shapes only: no kernel pass
             err0 = jnp.full(spec.shape, jnp.inf, dtype=spec.dtype)  # nothing frozen at the start
             history = (
-                (jax.tree_util.tree_map(lambda a: jnp.zeros((n_blocks,) + a.shape, a.dtype), s0), jnp.zeros((n_blocks,) + err0.shape, err0.dtype))
+                (jax.tree_util.tree_map(lambda a: jnp.zeros((n_rounds,) + a.shape, a.dtype), s0), jnp.zeros((n_rounds,) + err0.shape, err0.dtype))
                 if record
                 else None
             )
 
             def cond(carry: Any) -> Any:
                 k, _, err, _ = carry
-                return (k < n_blocks) & ~jnp.all(settled(xp, err, tol))
+                return (k < n_rounds) & ~jnp.all(settled(xp, err, tol))
 
             def body(carry: Any) -> Any:
                 k, s, err, hist = carry
@@ -201,7 +201,7 @@ class Jax(Generic):
                     starts, errs = hist
                     starts = jax.tree_util.tree_map(lambda buf, a: buf.at[k].set(a), starts, s)
                     hist = (starts, errs.at[k].set(err))
-                new = run_block(ops, s, k, settled(xp, err, tol))
+                new = run_round(ops, s, k, settled(xp, err, tol))
                 return k + 1, new, error(ops, new), hist
 
             k, s, err, hist = jax.lax.while_loop(cond, body, (jnp.asarray(0, jnp.int32), s0, err0, history))
@@ -228,7 +228,7 @@ class Jax(Generic):
                 b = j - 1
                 s_start = jax.tree_util.tree_map(lambda buf: buf[b], starts)
                 done = settled(xp, errs[b], tol)
-                _, pull = jax.vjp(lambda o, s: run_block(o, s, b, done), ops, s_start)
+                _, pull = jax.vjp(lambda o, s: run_round(o, s, b, done), ops, s_start)
                 d_o, d_s = pull(d_s)
                 return b, jax.tree_util.tree_map(jnp.add, d_ops_acc, d_o), d_s
 

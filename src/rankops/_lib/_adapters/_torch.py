@@ -108,20 +108,20 @@ class Torch(Generic):
         return -torch.log(e)
 
     def iterate(self, xp: Any, step: Any, operands: Any, state: Any, **kwargs: Any) -> Any:
-        """Eager loop; under autograd each block is checkpointed.
+        """Eager loop; under autograd each round of ``check_every`` iterations is checkpointed.
 
-        Checkpointing keeps only the potentials at block boundaries and recomputes
-        a block's kernels during the backward pass, so memory grows with the
-        number of blocks times O(n + m), not with iterations times O(n m).
+        Checkpointing keeps only the potentials between rounds and recomputes
+        a round's kernels during the backward pass, so memory grows with the
+        number of rounds times O(n + m), not with iterations times O(n m).
         """
         from torch.utils.checkpoint import checkpoint
 
-        def block(run: Any, s: Any) -> Any:
+        def checkpointed(run: Any, s: Any) -> Any:
             if torch.is_grad_enabled():
                 return checkpoint(run, s, use_reentrant=False)
             return run(s)
 
-        return _loops.iterate(xp, step, operands, state, block=block, **kwargs)
+        return _loops.iterate(xp, step, operands, state, wrap=checkpointed, **kwargs)
 
     def custom_vjp(self, xp: Any, fwd: Any, bwd: Any, arrays: tuple[Any, ...], n_diff: int, residuals: Any = None) -> tuple[Any, ...]:
         """Registered as a ``torch.autograd.Function``; without ``residuals`` a ``create_graph=True`` pass raises
