@@ -110,7 +110,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 # markers whose tests run only when ``-m`` names them (docs/testing.md)
-_OPT_IN = ("scripts", "slow", "exhaustive")
+_OPT_IN = ("scripts", "slow", "exhaustive", "compiled")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -118,7 +118,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
     ``scripts``: whole example and benchmark scripts (minutes); ``slow``: the
     property suite's large tier (hours); ``exhaustive``: conformance's option
-    variants through every check on JAX (conformance/conftest.py).
+    variants through every check on JAX (conformance/conftest.py);
+    ``compiled``: torch.compile of the operators (tests/test_compile.py).
     """
     markexpr = config.getoption("markexpr") or ""
     opted_out = [m for m in _OPT_IN if m not in markexpr]

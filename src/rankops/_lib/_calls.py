@@ -104,7 +104,7 @@ class Layout:
     def to_caller(self, a: Any, role: str = INPUT) -> Any:
         """An array in the core's layout (an output, or the gradient of an input) in the caller's."""
         if self.axes is not None and role != REDUCED:
-            if role in (INPUT, ALONG) or (role == VALUE and a.shape[-1] == math.prod(self.shape[i] for i in self.axes)):
+            if role in (INPUT, ALONG) or (role == VALUE and a.shape[-1] == math.prod(self._places()[2])):
                 a = self._split(a)
             elif (pos := self._one_axis()) != -1:
                 a = self.xp.moveaxis(a, -1, pos)
@@ -249,6 +249,9 @@ class Along:
         return (p.layout.to_core(cts[0], self.role),) + (None,) * (len(self.outputs) - 1)
 
 
+_ALONG = Along()
+
+
 @dataclasses.dataclass(frozen=True)
 class Call(Generic[R]):
     """One validated operator call: run it with ``adapter.run(call)``, read it with ``finish`` (a value of type ``R``)."""
@@ -257,7 +260,7 @@ class Call(Generic[R]):
     prepared: Prepared
     opts: Options
     params: Mapping[str, Any]  # parameter arrays and Python-valued arguments, by name
-    readout: Any = Along()
+    readout: Any = None  # None: the value along the operator axis (Along(VALUE)); a default instance here is one torch.compile cannot trace
     along: tuple[str, ...] = ()  # parameters laid out like the input (operator axis last): their gradients are moved back too
 
     @property
@@ -273,14 +276,18 @@ class Call(Generic[R]):
         return self.prepared.adapter
 
     @property
+    def _readout(self) -> Any:
+        return _ALONG if self.readout is None else self.readout
+
+    @property
     def outputs(self) -> tuple[str, ...]:
-        return self.readout.outputs
+        return self._readout.outputs  # type: ignore[no-any-return]
 
     def finish(self, outs: tuple[Any, ...]) -> R:
-        return self.readout.finish(self.prepared, outs)  # type: ignore[no-any-return]
+        return self._readout.finish(self.prepared, outs)  # type: ignore[no-any-return]
 
     def pull(self, cts: tuple[Any, ...]) -> tuple[Any, ...]:
-        return self.readout.pull(self.prepared, cts)
+        return self._readout.pull(self.prepared, cts)  # type: ignore[no-any-return]
 
     def gradients(self, grads: Mapping[str, Any]) -> dict[str, Any]:
         """The core's gradients by argument name, the input's in the caller's layout."""

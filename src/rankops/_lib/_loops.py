@@ -52,6 +52,7 @@ def iterate(
     check_every: int,
     wrap: Callable[[Callable[[Any], Any], Any], Any] | None = None,
     whole_rounds: bool = False,
+    early_exit: bool = True,
 ) -> tuple[Any, int, Any]:
     """Return ``(state, n_iter, error)``.
 
@@ -60,7 +61,9 @@ def iterate(
     check_every`` iterations; ``error(operands, state)`` is the per-problem
     error; ``freeze(xp, done, old, new)`` returns ``new`` with the problems
     flagged in ``done`` reset to ``old``; ``wrap(run, state)`` may wrap each
-    round (checkpointing).
+    round (checkpointing). ``early_exit=False`` (traced code, which cannot
+    read the stopping test) runs every round, settled problems frozen: the
+    same numbers, a fixed schedule.
     """
 
     def run_round(k: int) -> Callable[[Any], Any]:
@@ -82,7 +85,7 @@ def iterate(
         n_iter += k
         err = error(operands, state)
         done = settled(xp, err, tol)
-        if bool(xp.all(done)):
+        if early_exit and bool(xp.all(done)):
             break
     return state, n_iter, err
 

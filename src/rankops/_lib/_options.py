@@ -48,7 +48,7 @@ class Options:
         further accepted names that are parameter arrays (``target_weights``),
         returned as they are, None left out. Anything else raises ``TypeError``.
         """
-        fields = {f.name: f for f in dataclasses.fields(cls)}
+        fields = cls.__dataclass_fields__  # not dataclasses.fields(cls): torch.compile traces the mapping, not that call on a class
         names = tuple(fields) if names is None else tuple(names)
         arrays = tuple(arrays)
         known_options(given, names + arrays, where)

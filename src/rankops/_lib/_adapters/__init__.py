@@ -16,7 +16,6 @@ with the host's autodiff.
 
 from __future__ import annotations
 
-import importlib
 from typing import Any, Callable, Mapping
 
 from array_api_compat import is_dask_namespace, is_jax_namespace, is_torch_namespace
@@ -28,9 +27,19 @@ __all__ = ["get_adapter", "Generic", "Core", "core", "same_shape", "custom_backw
 
 def get_adapter(xp: Any) -> Generic:
     """The adapter for namespace ``xp`` (framework adapters are imported lazily)."""
-    for is_kind, module in ((is_torch_namespace, "_torch"), (is_jax_namespace, "_jax"), (is_dask_namespace, "_dask")):
-        if is_kind(xp):
-            return importlib.import_module(f"{__name__}.{module}").ADAPTER
+    # import statements rather than importlib.import_module, which torch.compile refuses to trace
+    if is_torch_namespace(xp):
+        from . import _torch
+
+        return _torch.ADAPTER
+    if is_jax_namespace(xp):
+        from . import _jax
+
+        return _jax.ADAPTER
+    if is_dask_namespace(xp):
+        from . import _dask
+
+        return _dask.ADAPTER
     return GENERIC
 
 

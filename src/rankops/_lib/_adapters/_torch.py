@@ -116,6 +116,11 @@ class Torch(Generic):
         """
         from torch.utils.checkpoint import checkpoint
 
+        if torch.compiler.is_compiling():
+            # traced: no value to stop on, every round runs (settled rows frozen), and the
+            # compiler plans the memory of the graph itself
+            return _loops.iterate(xp, step, operands, state, early_exit=False, **kwargs)
+
         def checkpointed(run: Any, s: Any) -> Any:
             if torch.is_grad_enabled():
                 return checkpoint(run, s, use_reentrant=False)
