@@ -68,6 +68,17 @@ def test_info_follows_the_axis_of_levels(backend):
     assert_allclose(backend.to_numpy(info.error), backend.to_numpy(info_last.error).T, rtol=1e-12)
 
 
+def test_info_of_float16_levels_stays_in_the_compute_dtype():
+    """The error is a report in the dtype the operator computed in (float32 for float16 input), levels or not."""
+    x16 = X.astype(np.float16)
+    value, info = _quiet(rankops.soft_quantile, x16, LEVELS.astype(np.float16), epsilon=1e-2, max_iter=4, return_info=True)
+    _, scalar = _quiet(rankops.soft_quantile, x16, 0.5, epsilon=1e-2, max_iter=4, return_info=True)
+    _, as32 = _quiet(rankops.soft_quantile, x16.astype(np.float32), LEVELS.astype(np.float16).astype(np.float32), epsilon=1e-2, max_iter=4, return_info=True)
+    assert value.dtype == np.float16
+    assert info.error.dtype == scalar.error.dtype == np.float32
+    assert_array_equal(info.error, as32.error)
+
+
 def _reference_error(row, iters, epsilon):
     """Column-marginal L1 error of soft_rank's transport after exactly ``iters`` Sinkhorn iterations.
 

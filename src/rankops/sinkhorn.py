@@ -154,7 +154,7 @@ class Reported(Along):
         xp, adapter = p.xp, p.adapter
         err = adapter.stop_gradient(xp, outs[1])
         if self.role == LEVELS:
-            err = p.layout.to_caller(err, LEVELS)
+            err = p.layout.to_caller(err, LEVELS, cast=False)  # the error stays in the dtype the operator computed in
         warn_if_unconverged(adapter, xp, err, self.opts, self.where)
         return (value, SinkhornInfo(converged=err <= self.opts.tol, error=err)) if self.return_info else value
 

@@ -362,15 +362,15 @@ class _VectorLayout(Layout):
         a = xp.moveaxis(a, self.axis, self.batch) if moved else a
         return xp.reshape(a, tuple(a.shape[: self.batch + 1]) + (math.prod(self.features),))
 
-    def to_caller(self, a: Any, role: str = INPUT) -> Any:
+    def to_caller(self, a: Any, role: str = INPUT, *, cast: bool = True) -> Any:
         xp, moved = self.xp, self.axis != self.batch
         if role == ALONG:
             return xp.moveaxis(a, -1, self.axis) if moved else a
         if role not in (INPUT, VALUE):
-            return super().to_caller(a, role)
+            return super().to_caller(a, role, cast=cast)
         a = xp.reshape(a, tuple(a.shape[:-1]) + self.features)
         a = xp.moveaxis(a, self.batch, self.axis) if moved else a
-        return xp.astype(a, self.out_dtype) if role == VALUE and a.dtype != self.out_dtype else a
+        return xp.astype(a, self.out_dtype) if cast and role == VALUE and a.dtype != self.out_dtype else a
 
 
 def _bind_sort_with(x: Any, criterion: Any, axis: Any, topk: Any, descending: Any, options: dict[str, Any]) -> Call[Array]:

@@ -101,14 +101,18 @@ class Layout:
         pos = self._one_axis()
         return a if pos == -1 else self.xp.moveaxis(a, pos, -1)
 
-    def to_caller(self, a: Any, role: str = INPUT) -> Any:
-        """An array in the core's layout (an output, or the gradient of an input) in the caller's."""
+    def to_caller(self, a: Any, role: str = INPUT, *, cast: bool = True) -> Any:
+        """An array in the core's layout (an output, or the gradient of an input) in the caller's.
+
+        ``cast=False``: placed as an output of ``role`` but left in its own
+        dtype (a report beside the value, such as Sinkhorn's error).
+        """
         if self.axes is not None and role != REDUCED:
             if role in (INPUT, ALONG) or (role == VALUE and a.shape[-1] == math.prod(self._places()[2])):
                 a = self._split(a)
             elif (pos := self._one_axis()) != -1:
                 a = self.xp.moveaxis(a, -1, pos)
-        if role in _OUTPUT_ROLES and a.dtype != self.out_dtype:
+        if cast and role in _OUTPUT_ROLES and a.dtype != self.out_dtype:
             a = self.xp.astype(a, self.out_dtype)
         return a
 

@@ -114,12 +114,11 @@ class Torch(Generic):
         a round's kernels during the backward pass, so memory grows with the
         number of rounds times O(n + m), not with iterations times O(n m).
         """
-        from torch.utils.checkpoint import checkpoint
-
         if torch.compiler.is_compiling():
             # traced: no value to stop on, every round runs (settled rows frozen), and the
             # compiler plans the memory of the graph itself
             return _loops.iterate(xp, step, operands, state, early_exit=False, **kwargs)
+        from torch.utils.checkpoint import checkpoint
 
         def checkpointed(run: Any, s: Any) -> Any:
             if torch.is_grad_enabled():
