@@ -15,6 +15,7 @@ import pytest
 from numpy.testing import assert_allclose, assert_array_equal
 
 import rankops
+from rankops.sinkhorn import LARGE_TRANSPORT
 from tests import reference as ref
 
 X = np.random.default_rng(5).normal(size=(3, 12))
@@ -181,3 +182,44 @@ def test_torch_info_is_detached_and_gradients_flow():
         assert not info.error.requires_grad and not info.converged.requires_grad
         (g,) = torch.autograd.grad(value.sum(), x)
         assert torch.isfinite(g).all()
+
+
+# -- the default method on long rows: PerformanceWarning (issue 31) -----------------------------------
+
+
+def _performance_warnings(call):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")  # Python's own: once per calling line
+        warnings.simplefilter("ignore", rankops.ConvergenceWarning)
+        call()
+    return [w for w in caught if issubclass(w.category, rankops.PerformanceWarning)]
+
+
+@pytest.mark.parametrize("where", ["soft_rank", "soft_sort", "soft_cdf"])
+def test_long_rows_warn_once_per_call_site_and_name_the_fast_methods(where):
+    n = int(np.sqrt(LARGE_TRANSPORT))  # n * n at the threshold
+    x = np.random.default_rng(0).normal(size=(1, n))
+    fn = getattr(rankops, where)
+
+    def twice():
+        for _ in range(2):  # one line, called twice: one warning
+            fn(x, max_iter=1)
+
+    caught = _performance_warnings(twice)
+    assert len(caught) == 1
+    message = str(caught[0].message)
+    assert f"{n} x {n}" in message and "num_targets" in message
+    assert ("permutahedron" in message) == (where != "soft_cdf")
+    assert caught[0].filename == __file__  # points at the caller's line, not inside rankops
+    # just below the threshold, and the same long row with few targets: silent
+    assert _performance_warnings(lambda: fn(x[:, 1:], max_iter=1)) == []
+    assert _performance_warnings(lambda: fn(x, max_iter=1, num_targets=16)) == []
+    assert _performance_warnings(lambda: rankops.soft_rank(x, method="permutahedron")) == []
+
+
+def test_the_size_warning_reads_shapes_only_under_jit():
+    jax = pytest.importorskip("jax")
+    n = int(np.sqrt(LARGE_TRANSPORT))
+    x = jax.numpy.asarray(np.random.default_rng(1).normal(size=(1, n)))
+    caught = _performance_warnings(lambda: jax.jit(lambda v: rankops.soft_rank(v, max_iter=1)).lower(x))
+    assert len(caught) == 1

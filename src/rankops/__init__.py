@@ -7,7 +7,7 @@ arrays and differentiates under the caller's own autodiff.
 
 from __future__ import annotations
 
-from .sinkhorn import ConvergenceWarning, SinkhornInfo
+from .sinkhorn import ConvergenceWarning, PerformanceWarning, SinkhornInfo
 from .gradients import vjp
 from .isotonic import isotonic_regression
 from .kernels import kendall_kernel, mallows_kernel, soft_kendall_tau, suquan_targets
@@ -33,6 +33,7 @@ __all__ = [
     "SinkhornResult",
     "SinkhornInfo",
     "ConvergenceWarning",
+    "PerformanceWarning",
     "softsort",
     "neuralsort",
     "isotonic_regression",

@@ -1,0 +1,70 @@
+"""Values and gradients stay on the input's device: JAX with two CPU devices, the input on the second (issue 31).
+
+XLA's device count is fixed when JAX starts, so the check runs in a
+subprocess started with ``XLA_FLAGS=--xla_force_host_platform_device_count=2``.
+Every conformance case is called on ``jax.devices()[1]``: eagerly (an array
+made without ``device=`` would land on device 0 there) and under ``jax.jit``,
+value and gradient. The default run takes one case per core family; the
+rest run under ``-m exhaustive``. (array-api-strict's non-default devices
+are in every conformance check already.)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("jax")
+
+ROOT = Path(__file__).resolve().parents[1]
+
+_SCRIPT = r"""
+import json, sys
+import jax, jax.numpy as jnp, numpy as np
+jax.config.update("jax_enable_x64", True)
+from conformance.operators import CASES
+
+names = json.loads(sys.argv[1])
+devices = jax.devices()
+assert len(devices) == 2, devices
+second = devices[1]
+x = jax.device_put(jnp.asarray(np.random.default_rng(0).normal(size=(3, 8))), second)
+
+def total(case, v):
+    return sum(jnp.sum(a) for a in jax.tree_util.tree_leaves(case(v)) if jnp.issubdtype(a.dtype, jnp.floating))
+
+report = {}
+for case in CASES:
+    if not case.primary or (names and case.name not in names):
+        continue
+    eager = jax.tree_util.tree_leaves(case(x))
+    jitted = jax.tree_util.tree_leaves(jax.jit(lambda v: case(v))(x))
+    grad = jax.jit(jax.grad(lambda v: total(case, v)))(x)
+    report[case.name] = sorted({str(d) for a in (*eager, *jitted, grad) for d in a.devices()})
+print(json.dumps({"second": str(second), "report": report}))
+"""
+
+# one per core family: the transport solver, isotonic regression, LapSum's scans, the row-softmax permutations
+QUICK = ["soft_rank[sinkhorn]", "soft_quantile[0.5]", "soft_rank[permutahedron]", "soft_rank[lapsum]", "softsort"]
+
+
+def _placements(names: list[str]) -> dict:
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.run([sys.executable, "-c", _SCRIPT, json.dumps(names)], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("names", [pytest.param(QUICK, id="quick"), pytest.param([], id="all", marks=pytest.mark.exhaustive)])
+def test_values_and_gradients_stay_on_the_second_jax_device(names):
+    found = _placements(names)
+    assert set(found["report"]) >= set(names) and found["report"], found
+    wrong = {name: where for name, where in found["report"].items() if where != [found["second"]]}
+    assert wrong == {}, f"left {found['second']}: {wrong}"
