@@ -1,0 +1,229 @@
+"""GPU readiness: what each operator asks of a device, and the time table a user with a GPU runs.
+
+Two tables, both printed by ``python -m benchmarks.gpu``:
+
+1. **census** (torch, on the GPU when there is one, else the CPU): per
+   operator and method, forward and forward+backward at B = 20, n = 1000,
+   float32, counted with a ``TorchDispatchMode``:
+
+   - *kernels*: aten ops that compute (each one a kernel launch on a GPU);
+     views (``slice``, ``expand``, ``detach``, ...) are counted apart, they
+     launch nothing;
+   - *syncs*: ``_local_scalar_dense`` calls, the device-to-host reads behind
+     ``bool(tensor)`` / ``.item()`` (one per convergence check of a loop
+     that stops early, never per element or per iteration);
+   - *graph breaks* under ``torch.compile`` (``torch._dynamo.explain``;
+     ``--no-compile`` skips it). The Sinkhorn operators are not captured yet:
+     their loop unrolls when traced (docs/gpu.md).
+
+2. **time** (median of interleaved repeats, ms, forward+backward, float32)
+   of ``soft_rank`` per method on every device present: torch CUDA, CuPy
+   (through ``rankops.vjp``), JAX GPU (``jax.jit``), next to torchsort and
+   OTT-JAX's ``soft_sort.ranks`` when installed, ratios against the first
+   rankops row. Without a GPU the same table runs on the CPU (torch, JAX,
+   NumPy), so the command works anywhere.
+
+Usage: python -m benchmarks.gpu [--batch 20] [--n 1000] [--repeats 7] [--no-compile] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import importlib.util
+import warnings
+from typing import Any, Callable
+
+import numpy as np
+
+from ._timing import interleaved_medians
+
+METHODS = ("permutahedron", "lapsum", "softsort", "neuralsort", "sinkhorn")
+
+
+def _torch_operators(torch: Any, rankops: Any) -> dict[str, Callable[[Any], Any]]:
+    """name -> f(x) on torch for the census: every public operator, each method of soft_rank / soft_sort."""
+    ops: dict[str, Callable[[Any], Any]] = {}
+    for m in METHODS:
+        ops[f"soft_rank[{m}]"] = lambda x, m=m: rankops.soft_rank(x, method=m)
+        ops[f"soft_sort[{m}]"] = lambda x, m=m: rankops.soft_sort(x, method=m)
+    ops["soft_topk_mask[lapsum]"] = lambda x: rankops.soft_topk_mask(x, 10.5, method="lapsum")
+    ops["soft_topk_mask[sinkhorn]"] = lambda x: rankops.soft_topk_mask(x, 10)
+    ops["soft_cdf"] = lambda x: rankops.soft_cdf(x, num_targets=100)
+    ops["soft_quantile"] = lambda x: rankops.soft_quantile(x, 0.3)
+    ops["soft_quantile_normalize"] = lambda x: rankops.soft_quantile_normalize(x, torch.linspace(-1, 1, 100, device=x.device))
+    ops["soft_quantize"] = lambda x: rankops.soft_quantize(x, 8)
+    ops["softsort"] = lambda x: rankops.softsort(x)
+    ops["neuralsort"] = lambda x: rankops.neuralsort(x)
+    ops["isotonic_regression"] = lambda x: rankops.isotonic_regression(x)
+    ops["soft_kendall_tau"] = lambda x: rankops.soft_kendall_tau(x, torch.flip(x, (-1,)))
+    ops["losses.spearman_loss[permutahedron]"] = lambda x: rankops.losses.spearman_loss(x, torch.flip(x, (-1,)), method="permutahedron")
+    return ops
+
+
+def _count(torch: Any, run: Callable[[], Any]) -> tuple[int, int, int]:
+    """(kernels, views, syncs) dispatched while ``run`` runs."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    counts: collections.Counter[str] = collections.Counter()
+
+    class Count(TorchDispatchMode):
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            name = func.overloadpacket.__name__
+            counts["sync" if name == "_local_scalar_dense" else "view" if func.is_view else "kernel"] += 1
+            return func(*args, **(kwargs or {}))
+
+    with Count():
+        run()
+    return counts["kernel"], counts["view"], counts["sync"]
+
+
+def _graph_breaks(torch: Any, f: Callable[[Any], Any], x: Any) -> str:
+    torch._dynamo.reset()
+    try:
+        return str(torch._dynamo.explain(f)(x).graph_break_count)
+    except Exception as e:  # noqa: BLE001 - reported in the table
+        return type(e).__name__
+
+
+def census(batch: int, n: int, compile_check: bool) -> list[str]:
+    import torch
+
+    import rankops
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    x0 = torch.randn(batch, n, device=device)
+    small = torch.randn(batch, 16, device=device)
+    lines = [
+        f"census on torch {device}, B = {batch}, n = {n}, float32 (kernels: computing aten ops; views apart; syncs: host reads)",
+        "",
+        "| operator | fwd kernels | fwd+bwd kernels | fwd+bwd views | fwd syncs | fwd+bwd syncs | graph breaks |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for name, f in _torch_operators(torch, rankops).items():
+        x = x0.clone().requires_grad_()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            y = f(x)  # warm: first-call imports and caches are not the operator's
+            torch.autograd.grad(y.sum(), x)
+            fwd = _count(torch, lambda: f(x))
+
+            def both() -> None:
+                out = f(x)
+                torch.autograd.grad(out, x, torch.ones_like(out))
+
+            total = _count(torch, both)
+            if not compile_check:
+                breaks = "-"
+            elif "sinkhorn" in name or name.startswith(("soft_cdf", "soft_quantile", "soft_quantize")):
+                breaks = "not captured yet"
+            else:
+                breaks = _graph_breaks(torch, f, small)
+        lines.append(f"| {name} | {fwd[0]} | {total[0]} | {total[1]} | {fwd[2]} | {total[2]} | {breaks} |")
+    return lines
+
+
+def _contenders(batch: int, n: int) -> dict[str, dict[str, Callable[[], Any]]]:
+    """device label -> {contender: forward+backward closure}, for every device present (CPU when no GPU is)."""
+    import rankops
+
+    x = np.random.default_rng(0).normal(size=(batch, n)).astype(np.float32)
+    ct = np.random.default_rng(1).normal(size=(batch, n)).astype(np.float32)
+    hosts: dict[str, dict[str, Callable[[], Any]]] = {}
+    gpu = False
+    if importlib.util.find_spec("torch"):
+        import torch
+
+        dev = "cuda" if torch.cuda.is_available() else "cpu"
+        gpu |= dev == "cuda"
+        xt, ctt = torch.from_numpy(x).to(dev), torch.from_numpy(ct).to(dev)
+        sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
+        row: dict[str, Callable[[], Any]] = {}
+
+        def torch_run(f: Callable[[Any], Any]) -> Callable[[], Any]:
+            def run() -> None:
+                v = xt.clone().requires_grad_()
+                torch.autograd.grad(f(v), v, ctt)
+                sync()
+
+            return run
+
+        for m in METHODS:
+            row[f"rankops {m}"] = torch_run(lambda v, m=m: rankops.soft_rank(v, method=m))
+        if importlib.util.find_spec("torchsort"):
+            import torchsort
+
+            row["torchsort"] = torch_run(lambda v: torchsort.soft_rank(v, regularization_strength=1.0))
+        hosts[f"torch {dev}"] = row
+    if importlib.util.find_spec("jax"):
+        import jax
+        import jax.numpy as jnp
+
+        on_gpu = jax.default_backend() == "gpu"
+        gpu |= on_gpu
+        xj, ctj = jnp.asarray(x), jnp.asarray(ct)
+        row = {}
+
+        def jax_run(f: Callable[[Any], Any]) -> Callable[[], Any]:
+            step = jax.jit(lambda v, c: jax.vjp(f, v)[1](c)[0])
+            return lambda: step(xj, ctj).block_until_ready()
+
+        for m in METHODS:
+            row[f"rankops {m}"] = jax_run(lambda v, m=m: rankops.soft_rank(v, method=m))
+        if importlib.util.find_spec("ott"):
+            from ott.tools import soft_sort
+
+            row["OTT-JAX soft_sort.ranks"] = jax_run(lambda v: soft_sort.ranks(v, axis=-1))
+        hosts[f"jax {jax.default_backend()}"] = row
+    cupy_gpu = False
+    if importlib.util.find_spec("cupy"):
+        try:
+            import cupy
+
+            cupy_gpu = cupy.cuda.runtime.getDeviceCount() > 0
+        except Exception:  # noqa: BLE001 - no driver: no CuPy row
+            cupy_gpu = False
+    if cupy_gpu:
+        import cupy
+
+        xc, ctc = cupy.asarray(x), cupy.asarray(ct)
+        hosts["cupy"] = {
+            f"rankops {m}": (lambda m=m: (rankops.vjp(rankops.soft_rank, xc, method=m)[1](ctc), cupy.cuda.Device().synchronize()))
+            for m in METHODS
+        }
+    elif not gpu:
+        hosts["numpy (rankops.vjp)"] = {
+            f"rankops {m}": (lambda m=m: rankops.vjp(rankops.soft_rank, x, method=m)[1](ct)) for m in METHODS
+        }
+    return hosts
+
+
+def timings(batch: int, n: int, repeats: int) -> list[str]:
+    lines = [f"soft_rank forward+backward, B = {batch}, n = {n}, float32: median of {repeats} interleaved repeats (ms)", ""]
+    lines += ["| device | contender | ms | / rankops permutahedron |", "| --- | --- | --- | --- |"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # convergence notes of the Sinkhorn rows at default tol are not the point here
+        for host, row in _contenders(batch, n).items():
+            ms = {k: 1e3 * v for k, v in interleaved_medians(row, repeats).items()}
+            ref = ms["rankops permutahedron"]
+            lines += [f"| {host} | {name} | {t:.3g} | {t / ref:.2f} |" for name, t in ms.items()]
+    return lines
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.gpu", description=__doc__.splitlines()[0])
+    parser.add_argument("--batch", type=int, default=20)
+    parser.add_argument("--n", type=int, default=1000)
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--no-compile", action="store_true", help="skip the graph-break column (torch.compile)")
+    parser.add_argument("--quick", action="store_true", help="B = 4, n = 64, 2 repeats, no graph-break column (smoke test)")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.batch, args.n, args.repeats, args.no_compile = 4, 64, 2, True
+    if importlib.util.find_spec("torch"):
+        print("\n".join(census(args.batch, args.n, not args.no_compile)), end="\n\n", flush=True)
+    print("\n".join(timings(args.batch, args.n, args.repeats)), flush=True)
+
+
+if __name__ == "__main__":
+    main()
