@@ -46,7 +46,7 @@ def test_registry_is_the_public_api():
     """Every public callable that takes arrays is registered, and rankops.vjp accepts exactly those."""
     public = {getattr(rankops, name) for name in rankops.__all__ if name != "__version__"}
     assert set(REGISTRY) <= public
-    helpers = {rankops.vjp, rankops.ConvergenceWarning, rankops.SinkhornInfo, rankops.SinkhornResult}
+    helpers = {rankops.vjp, rankops.ConvergenceWarning, rankops.PerformanceWarning, rankops.SinkhornInfo, rankops.SinkhornResult}
     # functions of arrays outside rankops.vjp: the permutation kernels are piecewise constant (no
     # gradient to give), suquan_targets is plain array operations (the caller's autodiff); tests/test_kernels.py
     helpers |= {rankops.kendall_kernel, rankops.mallows_kernel, rankops.suquan_targets}
