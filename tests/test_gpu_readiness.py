@@ -2,7 +2,7 @@
 
 Each computing aten op is a kernel launch on a GPU and each
 ``_local_scalar_dense`` a device-to-host sync; both are counted by
-``benchmarks.gpu``'s dispatch mode, forward+backward of one call at
+``benchmarks.gpu.per_call``, forward+backward of one call at
 B = 20, n = 1000, float32, on fixed data. The ceilings are today's counts:
 a change that adds launches or syncs to these calls fails here and must
 say why (or lower the ceiling when it removes some). Issue 31's targets,
@@ -21,7 +21,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import rankops  # noqa: E402
-from benchmarks.gpu import _count  # noqa: E402
+from benchmarks.gpu import per_call  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -41,17 +41,10 @@ CEILINGS = {
 @pytest.mark.parametrize("name", list(CEILINGS))
 def test_kernels_and_syncs_per_call_stay_within_their_ceiling(name):
     f, most_kernels, most_syncs = CEILINGS[name]
-    gen = torch.Generator().manual_seed(0)
-    x = torch.randn(20, 1000, generator=gen).requires_grad_()
-
-    def both():
-        y = f(x)
-        torch.autograd.grad(y, x, torch.ones_like(y))
-
+    x = torch.randn(20, 1000, generator=torch.Generator().manual_seed(0))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", rankops.ConvergenceWarning)
-        both()  # first-call imports and caches are not the operator's
-        kernels, views, syncs = _count(torch, both)
+        kernels, views, syncs = per_call(torch, f, x)[1]
     assert kernels > 0 and views >= 0  # the mode saw the call
     assert kernels <= most_kernels, f"{name}: {kernels} kernels per call (ceiling {most_kernels})"
     assert syncs <= most_syncs, f"{name}: {syncs} host syncs per call (ceiling {most_syncs})"
