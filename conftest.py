@@ -188,6 +188,7 @@ _BACKEND_FIXTURES = {
     "backend": lambda b: True,
     "autodiff_backend": lambda b: b.autodiff,
     "jax_backend": lambda b: b.name == "jax",
+    "torch_backend": lambda b: b.name == "torch",
 }
 
 
@@ -195,7 +196,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Parametrise a backend fixture (and ``device`` jointly, when asked for).
 
     ``backend`` runs on every selected backend, ``autodiff_backend`` on those
-    with autodiff (torch, JAX), ``jax_backend`` on JAX alone. A backend not
+    with autodiff (torch, JAX), ``jax_backend`` on JAX alone, ``torch_backend`` on torch alone. A backend not
     usable here is left out (``conformance/test_backends.py`` reports it once,
     as a skip that gives the reason), unless the caller named it with
     ``--backend``: then each of its tests is a skip that gives the reason.

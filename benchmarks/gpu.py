@@ -13,8 +13,7 @@ Two tables, both printed by ``python -m benchmarks.gpu``:
      ``bool(tensor)`` / ``.item()`` (one per convergence check of a loop
      that stops early, never per element or per iteration);
    - *graph breaks* under ``torch.compile`` (``torch._dynamo.explain``;
-     ``--no-compile`` skips it). The Sinkhorn operators are not captured yet:
-     their loop unrolls when traced (docs/gpu.md).
+     ``--no-compile`` skips it).
 
 2. **time** (median of interleaved repeats, ms, forward+backward, float32)
    of ``soft_rank`` per method on every device present: torch CUDA, CuPy
@@ -121,12 +120,7 @@ def census(batch: int, n: int, compile_check: bool) -> list[str]:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             fwd, total = per_call(torch, f, x0)
-            if not compile_check:
-                breaks = "-"
-            elif "sinkhorn" in name or name.startswith(("soft_cdf", "soft_quantile", "soft_quantize")):
-                breaks = "not captured yet"
-            else:
-                breaks = _graph_breaks(torch, f, small)
+            breaks = _graph_breaks(torch, f, small) if compile_check else "-"
         lines.append(f"| {name} | {fwd[0]} | {total[0]} | {total[1]} | {fwd[2]} | {total[2]} | {breaks} |")
     return lines
 

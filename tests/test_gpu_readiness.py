@@ -11,6 +11,7 @@ say why (or lower the ceiling when it removes some). Issue 31's targets,
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import warnings
@@ -60,3 +61,13 @@ def test_gpu_benchmark_runs_here_on_the_cpu():
         assert f"| {name} | " in out
     for host in ("torch cpu", "jax cpu", "numpy (rankops.vjp)"):
         assert f"| {host} | rankops permutahedron | " in out and f"| {host} | rankops sinkhorn | " in out
+
+
+@pytest.mark.scripts
+def test_compiled_benchmark_runs_here():
+    """``python -m benchmarks.compiled --quick``: eager and compiled times per method (torchsort's where installed)."""
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.compiled", "--quick"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for method in ("permutahedron", "lapsum", "sinkhorn"):
+        assert re.search(rf"^\| {method} \| 2 \| 16 \| \d+\.\d+ \| \d+\.\d+ \| ", proc.stdout, flags=re.M), proc.stdout

@@ -128,10 +128,12 @@ def dual_cotangents(
 ) -> tuple[Any, Any, Any, Any]:
     """``(alpha, beta, a, b)``: the system above solved for right-hand sides ``(r, s)``, its constant fixed as the last update fixes it."""
     n, m = p.shape[-2:]
+    # eagerly: a compiled graph calls CG as one op that keeps its early exit
+    eagerly = get_adapter(xp).eagerly
     if n >= m:
-        alpha, beta = _schur_solve(xp, p, r, s, max_iter)
+        alpha, beta = eagerly(xp, _schur_solve, (p, r, s), like=(1, 2), max_iter=max_iter)
     else:
-        beta, alpha = _schur_solve(xp, _mT(xp, p), s, r, max_iter)
+        beta, alpha = eagerly(xp, _schur_solve, (_mT(xp, p), s, r), like=(1, 2), max_iter=max_iter)
     a, b = xp.exp(log_a), xp.exp(log_b)
     # Fix the free constant as the exact final update does (module docstring).
     if exact == "columns":

@@ -27,7 +27,10 @@ Gradients are those of the unrolled iterations by default. torch
 checkpoints each round; JAX runs the loop as a ``lax.while_loop`` under a
 ``custom_vjp`` that stores the potentials at round starts and replays only
 the rounds that ran, so ``jit``, ``vmap`` and ``grad`` all apply and memory
-holds one round's kernels at a time, not one per iteration. ``implicit=True``
+holds one round's kernels at a time, not one per iteration. Under
+``torch.compile`` the loop is torch's ``while_loop``, and its backward
+replays the iterations eagerly (:func:`unrolled_vjp`, one opaque node of the
+graph), since autograd cannot follow a ``while_loop``. ``implicit=True``
 differentiates the fixed point instead (:mod:`.implicit`): the
 backward keeps the final plan only.
 """
@@ -47,7 +50,7 @@ from .._lib._loops import freeze_rows
 from .._lib._numerics import finite_max, matvec, vecmat
 from .implicit import fixed_point_vjp
 
-__all__ = ["Settings", "Solution", "solve_vjp", "fixed_point", "scaled_start", "log_weights", "DEFAULT_CHECK_EVERY"]
+__all__ = ["Settings", "Solution", "solve_vjp", "fixed_point", "unrolled_vjp", "scaled_start", "log_weights", "DEFAULT_CHECK_EVERY"]
 
 DEFAULT_CHECK_EVERY = 10
 
@@ -113,10 +116,25 @@ def solve_vjp(
         # the fixed point does not depend on where the iterations started
         return (*bwd(xp_, res, cts), xp.zeros_like(u0), xp.zeros_like(v0))
 
-    # unrolled (implicit=False): the host differentiates the iterations themselves
-    (plan, u, v, err, n_iter), back = custom_backward(
-        xp, fwd, bwd_all, (c, log_a, log_b, u0, v0), names=None, n_diff=3, register=opts.implicit
-    )
+    arrays = (c, log_a, log_b, u0, v0)
+    adapter = get_adapter(xp)
+    if not opts.implicit and adapter.replays_loops(arrays):
+        # unrolled, where the host cannot differentiate the loop it traces (torch.compile):
+        # the backward replays the iterations eagerly, under the host's autodiff
+        statics = {"max_iter": max_iter, "tol": tol, "check_every": check_every, "exact": exact}
+
+        def replay(xp_: Any, res: tuple[Any, ...], cts: tuple[Any, ...]) -> tuple[Any, ...]:
+            given = tuple(ct is not None for ct in cts)
+            return adapter.eagerly(
+                xp_, unrolled_vjp, (*res, *(ct for ct in cts if ct is not None)), like=tuple(range(5)), given=given, **statics
+            )
+
+        (plan, u, v, err, n_iter), back = custom_backward(
+            xp, lambda xp_, *a: (fwd(xp_, *a)[0], a), replay, arrays, names=None, n_diff=3
+        )
+    else:
+        # unrolled (implicit=False): the host differentiates the iterations themselves
+        (plan, u, v, err, n_iter), back = custom_backward(xp, fwd, bwd_all, arrays, names=None, n_diff=3, register=opts.implicit)
 
     def pullback(d_plan: Any, d_f: Any = None, d_g: Any = None) -> tuple[Any, Any, Any, Any]:
         d_u = None if d_f is None else d_f * epsilon
@@ -131,6 +149,22 @@ def solve_vjp(
         return d_c / epsilon, d_log_a, d_log_b, d_eps
 
     return Solution(plan, u * epsilon, v * epsilon, n_iter, err), pullback
+
+
+def unrolled_vjp(xp: Any, c: Any, log_a: Any, log_b: Any, u0: Any, v0: Any, *cts: Any, given: tuple[bool, ...], **statics: Any) -> tuple[Any, ...]:
+    """Gradients of ``(c, log_a, log_b, u0, v0)`` through the unrolled iterations, by running them again under the host's autodiff.
+
+    ``cts``: the cotangents of ``(plan, u, v)`` flagged in ``given`` (the others
+    are zero). Eager: the loop stops where the forward's did.
+    """
+
+    def run(*arrays: Any) -> Solution:
+        plan, u, v, err, n_iter = fixed_point(xp, *arrays, **statics)[0]
+        return Solution(plan, u, v, n_iter, err)
+
+    _, _, pull = get_adapter(xp).autodiff_vjp(run, [c, log_a, log_b, u0, v0], lambda s: (s.plan, s.f, s.g))
+    it = iter(cts)
+    return tuple(pull(tuple(next(it) if g else None for g in given)))
 
 
 def scaled_start(xp: Any, init: Any, epsilon: Any, batch: tuple[int, ...], log_a: Any, log_b: Any, like: Any) -> tuple[Any, Any]:

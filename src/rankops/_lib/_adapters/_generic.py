@@ -143,6 +143,24 @@ class Generic:
         """
         return fn
 
+    def eagerly(self, xp: Any, fn: Callable[..., Any], arrays: tuple[Any, ...], *, like: tuple[int, ...], **params: Any) -> tuple[Any, ...]:
+        """``fn(xp, *arrays, **params)``: a tuple of arrays, the i-th shaped and typed like ``arrays[like[i]]``.
+
+        A compiling host runs ``fn`` outside the compiled graph, eagerly, so its
+        data-dependent loops keep their early exit (the torch adapter, under
+        ``torch.compile``): ``fn`` must be a module-level function and
+        ``params`` literals (numbers, strings, booleans, tuples of them).
+        """
+        return tuple(fn(xp, *arrays, **params))
+
+    def replays_loops(self, arrays: tuple[Any, ...]) -> bool:
+        """Whether autodiff of a data-dependent loop over ``arrays`` must replay it eagerly (see :meth:`eagerly`).
+
+        True only where the host traces the loop and differentiates it: then its
+        backward cannot be traced (the torch adapter under ``torch.compile``).
+        """
+        return False
+
     def unless(self, xp: Any, skip: Any, fn: Callable[[Any], Any], operand: Any) -> Any:
         """``fn(operand)``, or ``operand`` when the 0-d boolean ``skip`` is True.
 

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import ast
+import concurrent.futures
+import contextlib
+import importlib
 import numbers
 from typing import Any
 
@@ -115,9 +119,11 @@ class Torch(Generic):
         number of rounds times O(n + m), not with iterations times O(n m).
         """
         if torch.compiler.is_compiling():
-            # traced: no value to stop on, every round runs (settled rows frozen), and the
-            # compiler plans the memory of the graph itself
-            return _loops.iterate(xp, step, operands, state, early_exit=False, **kwargs)
+            if self.replays_loops((operands, state)):
+                # autograd cannot follow a while_loop: a fixed schedule (settled rows frozen, the same
+                # numbers); the Sinkhorn solver avoids this by replaying its loop (replays_loops)
+                return _loops.iterate(xp, step, operands, state, early_exit=False, **kwargs)
+            return _while_rounds(xp, step, operands, state, **kwargs)
         from torch.utils.checkpoint import checkpoint
 
         def checkpointed(run: Any, s: Any) -> Any:
@@ -126,6 +132,36 @@ class Torch(Generic):
             return run(s)
 
         return _loops.iterate(xp, step, operands, state, wrap=checkpointed, **kwargs)
+
+    def repeat(self, xp: Any, body: Any, state: Any, count: Any, most: int) -> Any:
+        """``count`` may be a 0-d tensor under ``torch.compile`` (:func:`_while_rounds`): ``most`` steps, those from ``count`` on masked."""
+        if not isinstance(count, torch.Tensor):
+            return super().repeat(xp, body, state, count, most)
+        state = tuple(state)
+        for i in range(most):
+            state = tuple(torch.where(count > i, new, old) for new, old in zip(body(state), state))
+        return state
+
+    def unless(self, xp: Any, skip: Any, fn: Any, operand: Any) -> Any:
+        """``torch.cond`` under ``torch.compile`` (no gradient through it), so compiled code skips the work too."""
+        if torch.compiler.is_compiling() and not (torch.is_grad_enabled() and operand.requires_grad):
+            # a branch may not return its own input
+            # and both branches return arrays with the strides of a new dense one: cond merges the
+            # branches' strides, and a slice of a longer row is "contiguous" with a stride of its own
+            def dense(t: Any) -> Any:
+                return t.clone(memory_format=torch.contiguous_format)
+
+            return torch.cond(skip, dense, lambda o: dense(fn(o)), (operand,))
+        return super().unless(xp, skip, fn, operand)
+
+    def eagerly(self, xp: Any, fn: Any, arrays: tuple[Any, ...], *, like: tuple[int, ...], **params: Any) -> tuple[Any, ...]:
+        """Under ``torch.compile``: one node of the graph, the op ``rankops::eager``, which runs ``fn`` when the graph runs."""
+        if not torch.compiler.is_compiling():
+            return super().eagerly(xp, fn, arrays, like=like, **params)
+        return tuple(torch.ops.rankops.eager(f"{fn.__module__}:{fn.__name__}", repr(params), list(arrays), list(like)))
+
+    def replays_loops(self, arrays: Any) -> bool:
+        return torch.compiler.is_compiling() and torch.is_grad_enabled() and any(t.requires_grad for t in _tensors(arrays))
 
     def custom_vjp(self, xp: Any, fwd: Any, bwd: Any, arrays: tuple[Any, ...], n_diff: int, residuals: Any = None) -> tuple[Any, ...]:
         """Registered as a ``torch.autograd.Function``; without ``residuals`` a ``create_graph=True`` pass raises
@@ -139,14 +175,14 @@ class Torch(Generic):
         zero one. The graph is kept, so ``pull`` may be called again.
         """
         leaves = [leaf.detach().requires_grad_(True) for leaf in leaves]
-        with torch.enable_grad():
-            value = f(*leaves)
+        value = _with_autograd(f, *leaves)
         outs = tuple(outputs(value))
 
         def pull(cts: tuple[Any, ...]) -> tuple[Any, ...]:
             pairs = [(o, c) for o, c in zip(outs, cts) if c is not None]
-            grads = torch.autograd.grad(
-                [o for o, _ in pairs], leaves, [c.to(o.dtype) for o, c in pairs], retain_graph=True, allow_unused=True
+            grads = _with_autograd(
+                torch.autograd.grad,
+                [o for o, _ in pairs], leaves, [c.to(o.dtype) for o, c in pairs], retain_graph=True, allow_unused=True,
             )
             return tuple(torch.zeros_like(leaf) if g is None else g for leaf, g in zip(leaves, grads))
 
@@ -155,6 +191,104 @@ class Torch(Generic):
         else:
             value = value.detach()
         return value, outs, pull
+
+
+def _with_autograd(f: Any, *args: Any, **kwargs: Any) -> Any:
+    """``f(*args, **kwargs)`` recorded by autograd, also inside a custom op (``rankops::eager``), where the dispatcher excludes autograd.
+
+    That exclusion is thread-local, so there ``f`` runs on a new thread (on
+    the caller's CUDA stream, if any): public API only.
+    """
+    with torch.enable_grad():
+        if (torch.ones((), requires_grad=True) * 2).requires_grad:  # autograd records here
+            return f(*args, **kwargs)
+    stream = torch.cuda.current_stream() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+    box: list[Any] = []
+
+    def work() -> None:
+        with torch.enable_grad(), (torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext()):
+            box.append(f(*args, **kwargs))
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        pool.submit(work).result()
+    return box[0]
+
+
+@torch.library.custom_op("rankops::eager", mutates_args=())
+def _eager(fn: str, params: str, arrays: list[torch.Tensor], like: list[int]) -> list[torch.Tensor]:
+    """:meth:`Torch.eagerly`'s op: ``fn`` named ``module:name`` and its literal ``params`` by ``repr``.
+
+    Named rather than held, so that a compiled graph holds no Python object and
+    this op no table of callables: the function is looked up when the op runs.
+    """
+    import array_api_compat.torch as xp
+
+    module, _, name = fn.partition(":")
+    f: Any = importlib.import_module(module)
+    for part in name.split("."):
+        f = getattr(f, part)
+    outs = f(xp, *arrays, **ast.literal_eval(params))
+    for o, i in zip(outs, like):
+        if o.shape != arrays[i].shape or o.dtype != arrays[i].dtype:
+            raise AssertionError(f"rankops: {fn} returned {o.dtype}{tuple(o.shape)}, not {arrays[i].dtype}{tuple(arrays[i].shape)}")
+    # an op's outputs are new, dense arrays (what the fake below promises the compiler)
+    return [o.contiguous().clone() if o._base is not None or any(o is a for a in arrays) else o.contiguous() for o in outs]
+
+
+@_eager.register_fake
+def _eager_fake(fn: str, params: str, arrays: list[torch.Tensor], like: list[int]) -> list[torch.Tensor]:
+    return [arrays[i].new_empty(arrays[i].shape) for i in like]
+
+
+def _tensors(tree: Any) -> list[Any]:
+    return [t for t in torch.utils._pytree.tree_leaves(tree) if isinstance(t, torch.Tensor)]
+
+
+def _distinct(arrays: list[Any], taken: Any) -> list[Any]:
+    """``arrays`` with copies for those that are views or repeat one another or ``taken``: a ``while_loop``'s carries may not alias."""
+    out: list[Any] = []
+    for a in arrays:
+        out.append(a.clone() if a._base is not None or any(a is t for t in (*taken, *out)) else a)
+    return out
+
+
+def _while_rounds(
+    xp: Any, step: Any, operands: Any, state: Any, *, error: Any, freeze: Any, max_iter: int, tol: float, check_every: int,
+    whole_rounds: bool = False,
+) -> Any:
+    """:func:`rankops._lib._loops.iterate` as torch's ``while_loop``, for compiled code that no gradient flows through.
+
+    The same rounds, frozen rows and stopping test as the eager loop, so the
+    same numbers; the test is read once per round, as eagerly. ``n_iter`` is a
+    0-d tensor. (The JAX adapter's loop is the same one.)
+    """
+    from torch._higher_order_ops import while_loop
+
+    n_rounds = -(-max_iter // check_every)
+    flat, spec = torch.utils._pytree.tree_flatten(state)
+
+    def run_round(k: Any, s: Any, done: Any) -> Any:
+        if whole_rounds:  # the round runs itself: tell it how many iterations are left
+            return freeze(xp, done, s, step(operands, s, torch.clamp(max_iter - k * check_every, max=check_every)))
+        t = s
+        for i in range(check_every):
+            new = step(operands, t)
+            # the last round may overshoot max_iter: its extra iterations are no-ops
+            t = tuple(torch.where(k * check_every + i < max_iter, w, o) for w, o in zip(new, t))
+        return freeze(xp, done, s, t)
+
+    def cond(k: Any, err: Any, *leaves: Any) -> Any:
+        return (k < n_rounds) & ~torch.all(_loops.settled(xp, err, tol))
+
+    def body(k: Any, err: Any, *leaves: Any) -> Any:
+        s = torch.utils._pytree.tree_unflatten(list(leaves), spec)
+        new = run_round(k, s, _loops.settled(xp, err, tol))
+        # no carry may come back as an input or as a view of another (the error often is one)
+        return (k + 1, *_distinct([error(operands, new), *torch.utils._pytree.tree_leaves(new)], leaves))
+
+    err0 = torch.full_like(error(operands, state), torch.inf)  # nothing settled before the first round
+    k, err, *leaves = while_loop(cond, body, (torch.zeros((), dtype=torch.int64, device=err0.device), err0, *(t.clone() for t in flat)))
+    return torch.utils._pytree.tree_unflatten(leaves, spec), torch.clamp(k * check_every, max=max_iter), err
 
 
 ADAPTER = Torch()
