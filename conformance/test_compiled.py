@@ -5,10 +5,9 @@ every (operator, method) pair is compiled whole, forward and backward, on
 each torch device, and must give the value and the gradient of <w, op(x)>
 that eager torch gives (Sinkhorn solved to convergence, so that the row
 that a compiled round freezes is the row eager freezes). Compiling takes
-3-25 s per operator on this CPU: two run by default (isotonic regression's
-pooling loop and merge rounds; the Sinkhorn solver's loop, its replayed
-backward included), the others under ``-m compiled`` (.ci/run's second
-step).
+3-25 s per operator on this CPU: one runs by default (the Sinkhorn solver: its
+``while_loop`` forward and its replayed backward), the others under
+``-m compiled`` (.ci/run's second step).
 """
 
 from __future__ import annotations
@@ -22,7 +21,7 @@ from numpy.testing import assert_allclose
 from .inputs import SHAPE, well_separated
 from .operators import CASES, converged
 
-DEFAULT_RUN = {"isotonic_regression", "sinkhorn.plan"}
+DEFAULT_RUN = {"sinkhorn.plan"}
 PRIMARY = [o for o in CASES if o.primary]
 
 

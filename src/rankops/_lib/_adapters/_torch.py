@@ -144,10 +144,10 @@ class Torch(Generic):
 
     def unless(self, xp: Any, skip: Any, fn: Any, operand: Any) -> Any:
         """``torch.cond`` under ``torch.compile`` (no gradient through it), so compiled code skips the work too."""
-        if torch.compiler.is_compiling() and not (torch.is_grad_enabled() and operand.requires_grad):
-            # a branch may not return its own input
-            # and both branches return arrays with the strides of a new dense one: cond merges the
-            # branches' strides, and a slice of a longer row is "contiguous" with a stride of its own
+        if torch.compiler.is_compiling() and not self.replays_loops(operand):
+            # Each branch returns a new array (a branch may not return its input) with the strides
+            # of a new dense one: cond merges the branches' strides, and a slice of a longer row
+            # counts as contiguous with a stride of its own.
             def dense(t: Any) -> Any:
                 return t.clone(memory_format=torch.contiguous_format)
 
@@ -232,7 +232,7 @@ def _eager(fn: str, params: str, arrays: list[torch.Tensor], like: list[int]) ->
         if o.shape != arrays[i].shape or o.dtype != arrays[i].dtype:
             raise AssertionError(f"rankops: {fn} returned {o.dtype}{tuple(o.shape)}, not {arrays[i].dtype}{tuple(arrays[i].shape)}")
     # an op's outputs are new, dense arrays (what the fake below promises the compiler)
-    return [o.contiguous().clone() if o._base is not None or any(o is a for a in arrays) else o.contiguous() for o in outs]
+    return [o.clone(memory_format=torch.contiguous_format) if o._base is not None or any(o is a for a in arrays) else o.contiguous() for o in outs]
 
 
 @_eager.register_fake
@@ -287,6 +287,7 @@ def _while_rounds(
         return (k + 1, *_distinct([error(operands, new), *torch.utils._pytree.tree_leaves(new)], leaves))
 
     err0 = torch.full_like(error(operands, state), torch.inf)  # nothing settled before the first round
+    # the loop's own copies of the state: carries may not alias one another or the caller's arrays
     k, err, *leaves = while_loop(cond, body, (torch.zeros((), dtype=torch.int64, device=err0.device), err0, *(t.clone() for t in flat)))
     return torch.utils._pytree.tree_unflatten(leaves, spec), torch.clamp(k * check_every, max=max_iter), err
 
