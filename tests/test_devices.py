@@ -1,7 +1,8 @@
 """Values and gradients stay on the input's device: JAX with two CPU devices, the input on the second (issue 31).
 
 XLA's device count is fixed when JAX starts, so the check runs in a
-subprocess started with ``XLA_FLAGS=--xla_force_host_platform_device_count=2``.
+subprocess started with ``XLA_FLAGS=--xla_force_host_platform_device_count=2``
+(and the suite's quick XLA compilation, from the root conftest: 6 s, not 12).
 Every conformance case is called on ``jax.devices()[1]``: eagerly (an array
 made without ``device=`` would land on device 0 there) and under ``jax.jit``,
 value and gradient. The default run takes one case per core family; the
@@ -25,8 +26,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 _SCRIPT = r"""
 import json, sys
+import conftest  # the suite's JAX start: x64 and its quick compilation, with this process's XLA_FLAGS kept
 import jax, jax.numpy as jnp, numpy as np
-jax.config.update("jax_enable_x64", True)
 from conformance.operators import CASES
 
 names = json.loads(sys.argv[1])
