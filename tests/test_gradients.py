@@ -93,3 +93,23 @@ def test_stochastic_gradient_flows_through_scores():
     """With a fixed key, the sample is a smooth function of the scores."""
     s = torch.asarray(X[0].copy()).requires_grad_(True)
     assert torch.autograd.gradcheck(lambda v: rankops.softsort(v, tau=0.5, stochastic=True, key=5), (s,))
+
+
+def test_unrolled_sinkhorn_gradient_is_the_same_checkpointed_or_kept_whole(monkeypatch):
+    """Small problems skip the per-round checkpoint (its hooks cost more than the round): the gradient is bit for bit
+    the checkpointed one, which recomputes the same operations (whose gradient the conformance suite checks against
+    central differences)."""
+    from rankops._lib._adapters import _torch
+
+    x0 = torch.tensor([[0.3, -1.2, 2.5, 0.7, 1.9], [3.0, 2.0, 1.0, 0.0, -1.0]], dtype=torch.float64)
+    w = torch.tensor([[1.0, -2.0, 0.5, 3.0, -1.0], [0.2, 0.4, -0.6, 0.8, -1.0]], dtype=torch.float64)
+
+    def grad(bound):
+        monkeypatch.setattr(_torch, "_KEPT_WHOLE", bound)
+        x = x0.clone().requires_grad_()
+        (rankops.soft_rank(x, epsilon=0.05) * w).sum().backward()
+        return x.grad
+
+    checkpointed, whole = grad(0), grad(2**40)
+    assert torch.equal(checkpointed, whole)
+    assert torch.count_nonzero(whole) == whole.numel()

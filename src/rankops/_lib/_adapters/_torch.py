@@ -117,6 +117,10 @@ class Torch(Generic):
         Checkpointing keeps only the potentials between rounds and recomputes
         a round's kernels during the backward pass, so memory grows with the
         number of rounds times O(n + m), not with iterations times O(n m).
+        Small problems are not checkpointed: whatever the number of rounds,
+        autograd then keeps at most a few ``_KEPT_WHOLE`` elements, and the
+        checkpoint's per-tensor hooks cost more than the whole round (the
+        same numbers either way: checkpointing recomputes the same operations).
         """
         if torch.compiler.is_compiling():
             if self.replays_loops((operands, state)):
@@ -126,8 +130,11 @@ class Torch(Generic):
             return _while_rounds(xp, step, operands, state, **kwargs)
         from torch.utils.checkpoint import checkpoint
 
+        largest = max((t.numel() for t in _tensors(operands)), default=0)
+        small = largest * -(-kwargs["max_iter"] // kwargs["check_every"]) <= _KEPT_WHOLE
+
         def checkpointed(run: Any, s: Any) -> Any:
-            if torch.is_grad_enabled():
+            if torch.is_grad_enabled() and not small:
                 return checkpoint(run, s, use_reentrant=False)
             return run(s)
 
@@ -191,6 +198,11 @@ class Torch(Generic):
         else:
             value = value.detach()
         return value, outs, pull
+
+
+# elements of the largest operand (a transport's scaled cost) times the rounds of a loop up to which
+# its rounds are not checkpointed: autograd keeps a few arrays of that size per round, 8 MiB each in float64
+_KEPT_WHOLE = 2**20
 
 
 def _with_autograd(f: Any, *args: Any, **kwargs: Any) -> Any:
