@@ -158,11 +158,10 @@ def unrolled_vjp(xp: Any, c: Any, log_a: Any, log_b: Any, u0: Any, v0: Any, *cts
     are zero). Eager: the loop stops where the forward's did.
     """
 
-    def run(*arrays: Any) -> Solution:
-        plan, u, v, err, n_iter = fixed_point(xp, *arrays, **statics)[0]
-        return Solution(plan, u, v, n_iter, err)
+    def run(*arrays: Any) -> tuple[Any, ...]:
+        return fixed_point(xp, *arrays, **statics)[0]  # (plan, u, v, error, n_iter)
 
-    _, _, pull = get_adapter(xp).autodiff_vjp(run, [c, log_a, log_b, u0, v0], lambda s: (s.plan, s.f, s.g))
+    _, _, pull = get_adapter(xp).autodiff_vjp(run, [c, log_a, log_b, u0, v0], lambda outs: outs[:3])
     it = iter(cts)
     return tuple(pull(tuple(next(it) if g else None for g in given)))
 

@@ -193,8 +193,9 @@ class Torch(Generic):
             )
             return tuple(torch.zeros_like(leaf) if g is None else g for leaf, g in zip(leaves, grads))
 
-        if isinstance(value, tuple):  # a NamedTuple result: detach its tensors
-            value = type(value)(*(v.detach() if isinstance(v, torch.Tensor) else v for v in value))
+        if isinstance(value, tuple):  # a tuple or NamedTuple result: detach its tensors
+            parts = [v.detach() if isinstance(v, torch.Tensor) else v for v in value]
+            value = type(value)(*parts) if hasattr(value, "_fields") else tuple(parts)
         else:
             value = value.detach()
         return value, outs, pull
@@ -236,10 +237,7 @@ def _eager(fn: str, params: str, arrays: list[torch.Tensor], like: list[int]) ->
     import array_api_compat.torch as xp
 
     module, _, name = fn.partition(":")
-    f: Any = importlib.import_module(module)
-    for part in name.split("."):
-        f = getattr(f, part)
-    outs = f(xp, *arrays, **ast.literal_eval(params))
+    outs = getattr(importlib.import_module(module), name)(xp, *arrays, **ast.literal_eval(params))
     for o, i in zip(outs, like):
         if o.shape != arrays[i].shape or o.dtype != arrays[i].dtype:
             raise AssertionError(f"rankops: {fn} returned {o.dtype}{tuple(o.shape)}, not {arrays[i].dtype}{tuple(arrays[i].shape)}")
