@@ -21,7 +21,7 @@ installed, at the settings that equal strength 1, l2 (their values agree with
 rankops' to float32 rounding).
 
 Usage: python -m benchmarks.fast [--sizes 100 1000 10000 100000] [--batch 20] [--single 100000 1000000]
-                                 [--repeats 7] [--big 1000000] [--quick]
+                                 [--repeats 7] [--big 1000000] [--quick] [--host torch|jax]
 """
 
 from __future__ import annotations
@@ -91,7 +91,31 @@ def _contenders(x: np.ndarray) -> dict[str, tuple[Callable[[], Any], Callable[[]
 
         out["torchsort (C++)"] = (ts_fwd, ts_bwd)
     out.update(_pure_peers(x, xt, ctt, xj, ctj))
+    out.update(_sorts(xt, ctt, xj, ctj))
     return out
+
+
+def _sorts(xt: Any, ctt: Any, xj: Any, ctj: Any) -> dict[str, tuple[Callable[[], Any], Callable[[], Any]]]:
+    """Each host's own sort, forward and forward+backward (a gather back): the floor under any sort-based soft rank."""
+    import jax
+    import jax.numpy as jnp
+    import torch
+
+    def t_fwd() -> Any:
+        with torch.no_grad():
+            return torch.sort(xt, dim=-1).values
+
+    def t_bwd() -> Any:
+        leaf = xt.detach().requires_grad_(True)
+        torch.sort(leaf, dim=-1).values.backward(ctt)
+        return leaf.grad
+
+    j_fwd = jax.jit(lambda v: jnp.sort(v, axis=-1))
+    j_bwd = jax.jit(jax.grad(lambda v: jnp.sum(jnp.sort(v, axis=-1) * ctj)))
+    return {
+        "reference: torch.sort": (t_fwd, t_bwd),
+        "reference: jnp.sort jax-jit": (lambda: j_fwd(xj).block_until_ready(), lambda: j_bwd(xj).block_until_ready()),
+    }
 
 
 # SoftTorch / SoftJAX project z / softness onto the permutahedron of rho / (n - 1)
@@ -143,24 +167,41 @@ def _pure_peers(x: np.ndarray, xt: Any, ctt: Any, xj: Any, ctj: Any) -> dict[str
     return out
 
 
-def time_table(shapes: list[tuple[int, int]], repeats: int, series: dict[str, dict[int, float]] | None = None) -> list[str]:
-    """The time table's rows, one block per (B, n); ``series`` (when given) receives contender -> {n: fwd+bwd ms} of the largest B, for the plot."""
-    rows = ["| B | n | contender | forward ms | fwd+bwd ms | fwd+bwd / torchsort |", "|---|---|---|---|---|---|"]
+def time_table(shapes: list[tuple[int, int]], repeats: int, series: dict[str, dict[int, float]] | None = None,
+               host: str | None = None) -> list[str]:
+    """The time table's rows, one block per (B, n); ``series`` (when given) receives contender -> {n: fwd+bwd ms} of the largest B, for the plot.
+
+    ``host`` ("torch", "jax"): only that host's contenders (torchsort and the host's sort as references),
+    so that no other framework's threads share the cores while they run.
+    """
+    rows = ["| B | n | contender | forward ms | fwd+bwd ms | fwd+bwd / torchsort | fwd+bwd / its host's sort |",
+            "|---|---|---|---|---|---|---|"]
     top = max(b for b, _ in shapes)
     for b, n in shapes:
         x = np.random.default_rng(0).normal(size=(b, n)).astype(np.float32)
         cont = _contenders(x)
         if n > 10_000:  # NumPy's portable scans are O(n log n) Python-level steps: skip the big ones
             cont = {k: v for k, v in cont.items() if "numpy" not in k}
+        if host is not None:
+            cont = {k: v for k, v in cont.items() if k == "torchsort (C++)" or _host_of(k) == host}
         fwd = _median_ms({k: v[0] for k, v in cont.items()}, repeats)
         both = _median_ms({k: v[1] for k, v in cont.items()}, repeats)
         ref = both.get("torchsort (C++)")
         for k in cont:
             ratio = f"{both[k] / ref:.2f}" if ref else "-"
-            rows.append(f"| {b} | {n} | {k} | {fwd[k]:.2f} | {both[k]:.2f} | {ratio} |")
-            if series is not None and b == top:
+            sort = {"jax": "reference: jnp.sort jax-jit", "torch": "reference: torch.sort"}.get(_host_of(k), "")
+            to_sort = f"{both[k] / both[sort]:.2f}" if sort in both and not k.startswith("reference") else "-"
+            rows.append(f"| {b} | {n} | {k} | {fwd[k]:.2f} | {both[k]:.2f} | {ratio} | {to_sort} |")
+            if series is not None and b == top and not k.startswith("reference"):
                 series.setdefault(k, {})[n] = both[k]
     return rows
+
+
+def _host_of(contender: str) -> str:
+    """"jax", "torch" or "numpy": the framework a contender of the time table runs on."""
+    if "jax" in contender.lower():
+        return "jax"
+    return "numpy" if contender.endswith("numpy") else "torch"
 
 
 def plot(path: str, series: dict[str, dict[int, float]], batch: int) -> None:
@@ -274,12 +315,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--big", type=int, default=1_000_000)
     ap.add_argument("--quick", action="store_true", help="tiny sizes, one repeat: checks that every contender runs")
     ap.add_argument("--plot", help="also save the time plot (PNG) here")
+    ap.add_argument("--host", choices=["torch", "jax"], help="the time table only, with that host's contenders alone")
     args = ap.parse_args(argv)
     if args.quick:
         args.sizes, args.batch, args.repeats, args.big, args.single = [16, 64], 2, 1, 4096, [128]
     series: dict[str, dict[int, float]] = {}
     shapes = [(args.batch, n) for n in args.sizes] + [(1, n) for n in args.single]
-    print("\n".join(time_table(shapes, args.repeats, series)))
+    print("\n".join(time_table(shapes, args.repeats, series, args.host)))
+    if args.host:
+        return 0
     print()
     print("\n".join(memory_table(args.big)))
     print()

@@ -28,24 +28,27 @@ def _host(name):
 
 
 def _linear_scan_reference(a: np.ndarray, b: np.ndarray, reverse: bool) -> np.ndarray:
+    """The recurrence entry by entry; ``a[:, i]`` links entries i and i + 1."""
     out = np.empty_like(b)
-    for row in range(a.shape[0]):
-        h = 0.0
-        cols = range(a.shape[1] - 1, -1, -1) if reverse else range(a.shape[1])
+    n = b.shape[1]
+    for row in range(b.shape[0]):
+        cols = range(n - 1, -1, -1) if reverse else range(n)
+        prev = None
         for i in cols:
-            h = a[row, i] * h + b[row, i]
-            out[row, i] = h
+            link = 0.0 if prev is None else a[row, min(i, prev)]
+            out[row, i] = link * (0.0 if prev is None else out[row, prev]) + b[row, i]
+            prev = i
     return out
 
 
 @pytest.mark.parametrize("host", HOSTS)
-@pytest.mark.parametrize("n", [1, 7, 2048 + 37])  # the last one runs in chunks
+@pytest.mark.parametrize("n", [1, 2, 7, 2048 + 37])  # the last one runs in chunks
 @pytest.mark.parametrize("reverse", [False, True])
 def test_linear_scan_equals_the_recurrence(host, n, reverse):
     xp, adapter, to, back = _host(host)
     rng = np.random.default_rng(n)
-    a = rng.uniform(0.0, 1.0, size=(3, n))
-    a[:, rng.integers(0, n, size=min(n, 5))] = 0.0  # segment starts
+    a = rng.uniform(0.0, 1.0, size=(3, n - 1))
+    a[:, rng.integers(0, max(n - 1, 1), size=min(n - 1, 5))] = 0.0  # segment starts
     b = rng.normal(size=(3, n))
     got = back(adapter.linear_scan(xp, to(a), to(b), reverse=reverse))
     assert_allclose(got, _linear_scan_reference(a, b, reverse), rtol=1e-12, atol=1e-12)
@@ -84,3 +87,19 @@ def test_searchsorted_take_and_inverse_permutation(host):
     order = np.stack([rng.permutation(50) for _ in range(3)])
     assert_array_equal(back(adapter.invert_permutation(xp, to(order))), np.argsort(order, axis=-1))
     assert_array_equal(back(adapter.take(xp, to(seq), to(order))), np.take_along_axis(seq, order, axis=-1))
+
+
+@pytest.mark.parametrize("host", HOSTS)
+@pytest.mark.parametrize("descending", [False, True])
+def test_sort_order_is_a_stable_sort_with_its_values(host, descending):
+    """``sort_order``: the values sorted and the stable order (ties keep their positions, -0.0 and 0.0 tie)."""
+    xp, adapter, to, back = _host(host)
+    rng = np.random.default_rng(5)
+    x = rng.integers(-3, 4, size=(3, 60)).astype(float)  # many ties
+    x[0, :4] = [0.0, -0.0, 0.0, -0.0]
+    s, order = (back(a) for a in adapter.sort_order(xp, to(x), descending=descending))
+    # NumPy's stable sort of -x gives the stable descending order (NaN-free rows)
+    expected = np.argsort(-x if descending else x, axis=-1, kind="stable")
+    assert_array_equal(order, expected)
+    assert_array_equal(s, np.take_along_axis(x, expected, axis=-1))
+    assert_array_equal(np.signbit(s), np.signbit(np.take_along_axis(x, expected, axis=-1)))  # the values themselves

@@ -179,7 +179,7 @@ def _merge(xp: Any, adapter: Any, kind: Any, v: Any, w: Any, h: int) -> Any:
     return xp.reshape(xp.where(inside, pooled[..., None], vv), batch + (big,))
 
 
-def _pool_runs(xp: Any, adapter: Any, v: Any, w: Any, max_rounds: int) -> tuple[Any, Any]:
+def _pool_runs(xp: Any, adapter: Any, v: Any, w: Any, max_rounds: int) -> tuple[Any, Any, bool]:
     """Pool every maximal run of strictly decreasing blocks at once, for up to ``max_rounds`` rounds ("l2").
 
     Adjacent violators end in one block of the solution (the PAV argument),
@@ -187,19 +187,26 @@ def _pool_runs(xp: Any, adapter: Any, v: Any, w: Any, max_rounds: int) -> tuple[
     when no block is above its successor. Typical rows settle in 1-3 rounds
     (soft ranks at the default strength: 1-2), adversarial ones need O(n):
     those go on to the merge rounds. The result is blocks of means with the
-    same isotonic fit as ``v``. Returns ``(v, settled)``.
+    same isotonic fit as ``v``. Returns ``(v, unsettled, stopped_early)``:
+    ``unsettled`` is positive on the rows that still hold a drop, and
+    ``stopped_early`` True when the loop was seen to stop before
+    ``max_rounds`` (eager hosts): every row settled, nothing left to read.
     """
 
     def drops(u: Any) -> Any:
-        # True before each block that is above its successor, False at the row's end
-        return xp.concat([u[..., :-1] > u[..., 1:], xp.zeros_like(u[..., :1], dtype=xp.bool)], axis=-1)
+        # between neighbours (n - 1 of them): True where a block is above its successor
+        return u[..., :-1] > u[..., 1:]
+
+    unit = w is None
+    if unit:  # unweighted: the totals are sums and counts
+        w = xp.ones_like(v)
 
     def step(weights: Any, state: tuple[Any, Any, Any]) -> tuple[Any, Any, Any]:
         u, starts, down = state
         # a block that follows a drop joins its predecessor's run
-        starts = starts & ~xp.concat([xp.zeros_like(starts[..., :1]), down[..., :-1]], axis=-1)
+        starts = xp.concat([starts[..., :1], starts[..., 1:] & ~down], axis=-1)
         # both totals in one segmented sum (one scatter on torch)
-        tot = adapter.segment_sum(xp, starts, xp.stack([weights * u, xp.broadcast_to(weights, u.shape)]))
+        tot = adapter.segment_sum(xp, starts, xp.stack([u if unit else weights * u, xp.broadcast_to(weights, u.shape)]))
         u = tot[0, ...] / tot[1, ...]
         return u, starts, drops(u)
 
@@ -207,8 +214,8 @@ def _pool_runs(xp: Any, adapter: Any, v: Any, w: Any, max_rounds: int) -> tuple[
         return xp.astype(xp.any(state[2], axis=-1), v.dtype)
 
     starts = xp.ones(v.shape, dtype=xp.bool, device=array_api_compat.device(v))
-    (v, _, _), _, err = adapter.iterate(xp, step, w, (v, starts, drops(v)), error=error, freeze=freeze_rows, max_iter=max_rounds, tol=0.0, check_every=1)
-    return v, ~(err > 0)
+    (v, _, _), rounds, err = adapter.iterate(xp, step, w, (v, starts, drops(v)), error=error, freeze=freeze_rows, max_iter=max_rounds, tol=0.0, check_every=1)
+    return v, err, isinstance(rounds, int) and rounds < max_rounds
 
 
 def _merges(xp: Any, adapter: Any, rules: Any, v: Any, w: Any) -> Any:
@@ -229,28 +236,34 @@ def _merges(xp: Any, adapter: Any, rules: Any, v: Any, w: Any) -> Any:
     return v[..., :n] if big > n else v
 
 
-def fit(xp: Any, adapter: Any, y: Any, w: Any, kind: str = "l2") -> Any:
+def fit(xp: Any, adapter: Any, y: Any, w: Any = None, kind: str = "l2") -> Any:
     """The increasing isotonic fit of ``y`` with weights ``w`` along the last axis (see the module docstring).
 
-    ``w`` broadcasts against ``y``; for ``"kl"`` it holds log-weights. For
+    ``w`` broadcasts against ``y`` (None: unit weights, ``"l2"`` only); for ``"kl"`` it holds log-weights. For
     ``"l2"``, rounds that pool whole decreasing runs come first (cheap, and
     enough for most rows); the merge rounds then finish any row they left
     unsettled, and are skipped where the host can tell that none is.
     """
     n = y.shape[-1]
     rules = KINDS[kind]
-    y, w = xp.broadcast_arrays(y, w)
+    if w is not None:
+        y, w = xp.broadcast_arrays(y, w)
     v = rules.single(xp, y, w)
     if n == 1:
         return v
     if kind != "l2":
         return _merges(xp, adapter, rules, v, w)
-    v, settled = _pool_runs(xp, adapter, v, w, (n - 1).bit_length())
-    return adapter.unless(xp, xp.all(settled), lambda u: _merges(xp, adapter, rules, u, w), v)
+    v, unsettled, stopped_early = _pool_runs(xp, adapter, v, w, (n - 1).bit_length())
+    if stopped_early:  # the loop read that every row settled: no second read
+        return v
+    return adapter.unless(xp, ~xp.any(unsettled > 0), lambda u: _merges(xp, adapter, rules, u, xp.ones_like(u) if w is None else w), v)
 
 
-def decreasing(xp: Any, adapter: Any, y: Any, w: Any, kind: str = "l2") -> Any:
-    """The decreasing fit: the increasing fit of the reversed row, reversed back."""
+def decreasing(xp: Any, adapter: Any, y: Any, w: Any = None, kind: str = "l2") -> Any:
+    """The decreasing fit: for ``"l2"`` the negated increasing fit of ``-y``; for ``"kl"`` (not symmetric
+    under negation) the increasing fit of the reversed row, reversed back."""
+    if kind == "l2":
+        return -fit(xp, adapter, -y, w)
     y, w = xp.broadcast_arrays(y, w)
     return xp.flip(fit(xp, adapter, xp.flip(y, axis=-1), xp.flip(w, axis=-1), kind), axis=-1)
 
@@ -259,11 +272,6 @@ def block_starts(xp: Any, v: Any) -> Any:
     """True where a block of the solution ``v`` starts (a run of equal values, as torchsort partitions it)."""
     first = xp.ones(v.shape[:-1] + (1,), dtype=xp.bool, device=array_api_compat.device(v))
     return xp.concat([first, v[..., 1:] != v[..., :-1]], axis=-1)
-
-
-def singletons(xp: Any, starts: Any) -> Any:
-    """True on the entries that form a block alone, from the blocks' ``starts``."""
-    return starts & xp.concat([starts[..., 1:], xp.ones_like(starts[..., :1])], axis=-1)
 
 
 def block_sums(xp: Any, adapter: Any, starts: Any, g: Any) -> Any:

@@ -14,8 +14,8 @@ and:
   ``sum_i m_i = k`` for any real k in (0, n).
 
 After one sort, ``R`` at every point is two sums of exponentials of sorted
-gaps, written as the scans ``P_k = 1 + a_k P_(k-1)`` and
-``Q_k = a_(k+1) (1 + Q_(k+1))`` with ``a_k = exp(-(x_k - x_(k-1)) / alpha)
+gaps, written as the scans ``P_k = 1 + a_(k-1) P_(k-1)`` and
+``Q_k = a_k (1 + Q_(k+1))`` with ``a_k = exp(-(x_(k+1) - x_k) / alpha)
 <= 1``: no overflow at any scale, no cancellation. On the segment
 ``[x_k, x_(k+1)]`` that brackets a level c, ``R(t) = c`` is a quadratic in
 ``z = exp((t - x_k) / alpha)``, ``(Q/2) z^2 + (k - c) z - P/2 = 0``, solved
@@ -46,28 +46,27 @@ __all__ = ["rank_core", "sort_core", "topk_core"]
 
 
 def _decay(xp: Any, s: Any, alpha: float) -> Any:
-    """``a_k = exp(-(s_k - s_(k-1)) / alpha)`` for an increasing row (``a_0 = 0``: nothing before)."""
-    zero = xp.zeros_like(s[..., :1])
-    return xp.concat([zero, xp.exp(-(s[..., 1:] - s[..., :-1]) / alpha)], axis=-1)
+    """``a_k = exp(-(s_(k+1) - s_k) / alpha)`` for an increasing row: the link between neighbours (n - 1 of them)."""
+    return xp.exp((s[..., :-1] - s[..., 1:]) / alpha)
 
 
-def _ahead(xp: Any, a: Any) -> Any:
-    """``a_(k+1)`` at k (0 at the end): the decays of a scan run from the end."""
-    return xp.concat([a[..., 1:], xp.zeros_like(a[..., :1])], axis=-1)
+def _links(xp: Any, a: Any) -> Any:
+    """The links of :func:`_both_ways`' two scans: ``a``, and ``a`` reversed for the scan from the end."""
+    return xp.stack([a, xp.flip(a, axis=-1)])
 
 
-def _both_ways(xp: Any, adapter: Any, a: Any, c: Any) -> tuple[Any, Any]:
-    """``(sum_(j<=k) c_j e^-(s_k - s_j)/alpha, sum_(j>=k) c_j e^-(s_j - s_k)/alpha)`` for each k, from the decays ``a``."""
-    # both directions as one scan of two stacked rows (the backward one reversed): half the steps
-    decays = xp.stack([a, xp.flip(_ahead(xp, a), axis=-1)])
-    h = adapter.linear_scan(xp, decays, xp.stack([c, xp.flip(c, axis=-1)]))
+def _both_ways(xp: Any, adapter: Any, links: Any, c: Any | None) -> tuple[Any, Any]:
+    """``(sum_(j<=k) c_j e^-(s_k - s_j)/alpha, sum_(j>=k) c_j e^-(s_j - s_k)/alpha)`` for each k, from :func:`_links`.
+
+    Both directions are one scan of two stacked rows, the second one reversed
+    (half the steps). ``c=None``: all ones, ``(P, 1 + Q)``.
+    """
+    if c is None:
+        shape = (2,) + links.shape[1:-1] + (links.shape[-1] + 1,)
+        h = adapter.linear_scan(xp, links, xp.ones(shape, dtype=links.dtype, device=array_api_compat.device(links)))
+    else:
+        h = adapter.linear_scan(xp, links, xp.stack([c, xp.flip(c, axis=-1)]))
     return h[0, ...], xp.flip(h[1, ...], axis=-1)
-
-
-def _kernel_sums(xp: Any, adapter: Any, a: Any, c: Any) -> tuple[Any, Any]:
-    """``(sum_(j<=k) c_j e^-(s_k - s_j)/alpha, sum_(j>k) c_j e^-(s_j - s_k)/alpha)``: the second one exclusive."""
-    up, down = _both_ways(xp, adapter, a, c)
-    return up, _ahead(xp, a) * xp.concat([down[..., 1:], xp.zeros_like(down[..., :1])], axis=-1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,23 +76,22 @@ class _Sorted:
     s: Any  # sorted entries
     order: Any  # s = x[order]
     inverse: Any  # x = s[inverse]
-    a: Any  # decays
+    links: Any  # between neighbours, for both directions (_links)
     p: Any  # P_k = sum_(j<=k) e^-(s_k - s_j)/alpha, in [1, k]
-    q: Any  # Q_k = sum_(j>k) e^-(s_j - s_k)/alpha, in [0, n - k - 1]
+    q1: Any  # 1 + Q_k = sum_(j>=k) e^-(s_j - s_k)/alpha, in [1, n - k]
 
     @classmethod
     def of(cls, xp: Any, x: Any, alpha: float) -> "_Sorted":
         adapter = get_adapter(xp)
-        order = xp.argsort(x, axis=-1, stable=True)
-        s = adapter.take(xp, x, order)
-        a = _decay(xp, s, alpha)
-        p, q = _kernel_sums(xp, adapter, a, xp.ones_like(s))
-        return cls(s, order, adapter.invert_permutation(xp, order), a, p, q)
+        s, order = adapter.sort_order(xp, x)
+        links = _links(xp, _decay(xp, s, alpha))
+        p, q1 = _both_ways(xp, adapter, links, None)
+        return cls(s, order, adapter.invert_permutation(xp, order), links, p, q1)
 
-    def levels(self, xp: Any) -> Any:
-        """``R`` at the sorted entries: ``R(s_k) = (k + 1) - P_k/2 + Q_k/2`` (k 0-based; k + 1/2 in the hard limit)."""
-        k = xp.arange(1, self.s.shape[-1] + 1, dtype=self.s.dtype, device=array_api_compat.device(self.s))
-        return k + 0.5 * (self.q - self.p)
+    def levels(self, xp: Any, shift: float = 0.0) -> Any:
+        """``R`` at the sorted entries plus ``shift``: ``R(s_k) = (k + 1) - P_k/2 + Q_k/2`` (k 0-based; k + 1/2 in the hard limit)."""
+        k = xp.arange(0.5 + shift, self.s.shape[-1] + shift, dtype=self.s.dtype, device=array_api_compat.device(self.s))
+        return k + 0.5 * (self.q1 - self.p)
 
     def solve(self, xp: Any, c: Any, count: Any, alpha: float) -> tuple[Any, Any, Any]:
         """``(anchor, lam, D)``: ``t = anchor + alpha lam`` solves ``R(t) = c``, and ``D = sum_j e^-|t - s_j|/alpha``.
@@ -119,7 +117,7 @@ class _Sorted:
         s_lo, s_hi = take(xp, self.s, lo), take(xp, self.s, hi)
         zero = xp.zeros_like(s_lo)
         big_a = xp.where(count >= 1, take(xp, self.p, lo), zero)
-        big_b = xp.where(count <= n - 1, 1.0 + take(xp, self.q, hi), zero)
+        big_b = xp.where(count <= n - 1, take(xp, self.q1, hi), zero)
         log_h = -(s_hi - s_lo) / (2.0 * alpha)  # 0 at the ends, where lo == hi
         b = xp.astype(count, c.dtype) - c
         log_a, log_b, log_abs_b = _log(xp, big_a), _log(xp, big_b), _log(xp, xp.abs(b))
@@ -171,14 +169,14 @@ class _Directed:
 class _Rank(_Directed):
     def fwd(self, xp: Any, x: Any) -> tuple[tuple[Any], tuple[Any, ...]]:
         srt = self.sorted(xp, x)
-        # the backward's kernel sums of 1 are the forward's P + Q: kept, not rescanned
-        return (get_adapter(xp).take(xp, srt.levels(xp) + 0.5, srt.inverse),), (srt.order, srt.inverse, srt.a, srt.p + srt.q)
+        # the backward's kernel sums of 1 are the forward's P + 1 + Q: kept, not rescanned
+        return (get_adapter(xp).take(xp, srt.levels(xp, 0.5), srt.inverse),), (srt.order, srt.inverse, srt.links, srt.p + srt.q1)
 
     def pull(self, xp: Any, adapter: Any, res: tuple[Any, ...], ct: Any) -> Any:
-        order, inverse, a, ones = res
-        g = adapter.take(xp, xp.astype(ct, a.dtype), order)
-        pg, qg = _kernel_sums(xp, adapter, a, g)
-        # own-index terms cancel: (g_k * 1 - g_k) e^0 appears in both sums
+        order, inverse, links, ones = res
+        g = adapter.take(xp, xp.astype(ct, links.dtype, copy=False), order)
+        pg, qg = _both_ways(xp, adapter, links, g)
+        # sum_j f(s_k - s_j) (g_k - g_j) / alpha, with f = e^-|u|/2: both sums hold the own-index term, which cancels
         dx = adapter.take(xp, (g * ones - (pg + qg)) / (2.0 * self.alpha), inverse)
         return -dx if self.descending else dx
 
@@ -196,12 +194,12 @@ class _Sort(_Directed):
 
     def pull(self, xp: Any, adapter: Any, res: tuple[Any, ...], ct: Any) -> Any:
         s, inverse, t, dens = res
-        g = xp.astype(ct, s.dtype)
+        g = xp.astype(ct, s.dtype, copy=False)
         if self.descending:
             g = -g
         w = safe_divide(xp, g, dens)  # row i of the Jacobian, normalised: its weight on the kernel
         # sum_i w_i e^-|t_i - s_j|/alpha for every sorted entry s_j, by scans over the (increasing) t
-        up, down = _both_ways(xp, adapter, _decay(xp, t, self.alpha), w)
+        up, down = _both_ways(xp, adapter, _links(xp, _decay(xp, t, self.alpha)), w)
         n = t.shape[-1]
         m = adapter.searchsorted(xp, t, s, side="right")  # t[:m] <= s_j < t[m:]
         below, above = xp.clip(m - 1, 0, None), xp.clip(m, None, n - 1)
@@ -242,7 +240,7 @@ class _TopK:
         if ct is None:
             return (None,) * (1 + has_k)
         (f,) = res
-        g = xp.astype(ct, f.dtype)
+        g = xp.astype(ct, f.dtype, copy=False)
         mean = safe_divide(xp, xp.sum(g * f, axis=-1, keepdims=True), xp.sum(f, axis=-1, keepdims=True))
         dx = f * (g - mean)
         return (dx, mean[..., 0]) if has_k else (dx,)

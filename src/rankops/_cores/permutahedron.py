@@ -62,69 +62,74 @@ class _Projection:
             z = (-x if self.descending else x) / self.strength
         else:
             z = x if self.descending else -x
-        order = xp.argsort(z, axis=-1, descending=True, stable=True)
+        s, order = adapter.sort_order(xp, z, descending=True)
         inverse = adapter.invert_permutation(xp, order)
-        s = adapter.take(xp, z, order)
-        # On a one-entry block the projection is the hard value; it is returned as such, since
-        # s - iso(s - rho) cancels to 0 for entries of 1e30 and rho/eps - iso(rho/eps - s)
-        # loses s under rho/eps in float32. Pooled entries take the direct form, which
-        # gives tied entries bit-equal ranks.
+        # On a one-entry block the projection is the hard value, and it comes out exactly:
+        # s - iso(s - rho) would cancel to 0 for entries of 1e30, rho/eps - iso(rho/eps - s)
+        # lose s under rho/eps in float32. The rank is written on s - s_first (_pooled_ranks:
+        # rho on a one-entry block, bit-equal on tied entries), the sort as (sol - y) - s.
         if self.output == "sort":
             w = rho / self.strength
             y = w - s  # both fits hold w - s on one-entry blocks
-        if self.output == "rank" and self.regularization == "l2":  # only the blocks of sol are used
-            sol = isotonic.decreasing(xp, adapter, s - rho, xp.ones_like(s))
+        if self.output == "rank" and self.regularization == "l2":
+            # only the blocks of sol are used: those of the decreasing fit of s - rho are the
+            # increasing fit's of rho - s (the fit negated)
+            sol = isotonic.fit(xp, adapter, rho - s)
         elif self.output == "rank":
             sol = isotonic.decreasing(xp, adapter, s, xp.log(rho), "kl")
         elif self.regularization == "l2":
-            sol = isotonic.decreasing(xp, adapter, y, xp.ones_like(s))
+            sol = isotonic.decreasing(xp, adapter, y)
         else:
             sol = isotonic.decreasing(xp, adapter, w, s, "kl")
         starts = isotonic.block_starts(xp, sol)
         if self.output == "rank":
-            value = adapter.take(xp, xp.where(isotonic.singletons(xp, starts), rho, _pooled_ranks(xp, adapter, starts, s, rho,
-                                                                                                   self.regularization)), inverse)
+            ranks, share = _pooled_ranks(xp, adapter, starts, s, rho, self.regularization)
+            value = adapter.take(xp, ranks, inverse)
         else:
             # (sol - y) is exactly 0 on one-entry blocks: the value is then s itself
             value = s - (sol - y) if self.descending else (sol - y) - s
         # a NaN has no place in the order: the whole row is NaN rather than quietly ranked
-        value = xp.where(xp.any(xp.isnan(x), axis=-1, keepdims=True), xp.full_like(value, math.nan), value)
-        return (value,), (s, starts, order, inverse, value)
+        value = xp.where(xp.any(xp.isnan(x), axis=-1, keepdims=True), math.nan, value)
+        # the rank's backward needs each entry's share of its block, which the forward has at hand
+        return (value,), (s, starts, order, inverse, value, share if self.output == "rank" else None)
 
     def bwd(self, xp: Any, res: tuple[Any, ...], cts: tuple[Any, ...]) -> tuple[Any]:
         (ct,) = cts
         if ct is None:  # torch: the output was not used
             return (None,)
-        s, starts, order, inverse, value = res
+        s, starts, order, inverse, value, share = res
         adapter = get_adapter(xp)
-        ct = xp.astype(ct, s.dtype)
+        ct = xp.astype(ct, s.dtype, copy=False)
         if self.output == "rank":
             g = ct * value if self.regularization == "kl" else ct  # through exp(s - sol)
             g = adapter.take(xp, g, order)
-            g = g - _block_average(xp, adapter, starts, s, g, self.regularization)
+            g = g - share * isotonic.block_sums(xp, adapter, starts, g)
             sign = -1.0 if self.descending else 1.0
             return (adapter.take(xp, g, inverse) * (sign / self.strength),)
         # sort: d value / d s is the block average, and s = sort(-+x) undoes the sign
         return (adapter.take(xp, _block_average(xp, adapter, starts, s, ct, self.regularization), inverse),)
 
 
-def _pooled_ranks(xp: Any, adapter: Any, starts: Any, s: Any, rho: Any, regularization: str) -> Any:
-    """The rank projection on pooled blocks: ``mean_B(rho) + s - mean_B(s)`` (l2), ``sum_B(rho) softmax_B(s)`` (kl).
+def _pooled_ranks(xp: Any, adapter: Any, starts: Any, s: Any, rho: Any, regularization: str) -> tuple[Any, Any]:
+    """The rank projection on each block: ``mean_B(rho) + s - mean_B(s)`` (l2), ``sum_B(rho) softmax_B(s)`` (kl),
+    and each entry's share of its block, the Jacobian's weights (``1 / |B|``, ``softmax_B(s)``).
 
     These equal ``s - iso(s - rho)`` and ``exp(s - iso_kl(s, log rho))``, but
     are written on ``d = s - s_first`` (the block's largest entry): the direct
     forms subtract two numbers of the size of ``x / strength``, which at 1e4 /
     1e-4 in float32 leaves ranks off by several positions (a tied block is
-    exactly ``mean_B(rho)`` here).
+    exactly ``mean_B(rho)`` here). ``d`` is exactly 0 at a block's first entry,
+    infinite ones included, so a one-entry block is exactly its hard rank ``rho``.
     """
-    d = s - isotonic.block_first(xp, adapter, starts, s)
+    d = xp.where(starts, 0.0, s - isotonic.block_first(xp, adapter, starts, s))
     shape = d if regularization == "l2" else xp.exp(d)
     stacked = xp.stack([xp.ones_like(s), xp.broadcast_to(rho, s.shape), shape])
-    count, total_rho, total = (isotonic.block_sums(xp, adapter, starts, stacked)[i, ...]
-                               for i in range(3))
+    sums = isotonic.block_sums(xp, adapter, starts, stacked)
+    count, total_rho, total = sums[0, ...], sums[1, ...], sums[2, ...]
     if regularization == "l2":
-        return total_rho / count + (d - total / count)
-    return total_rho * (shape / total)
+        return total_rho / count + (d - total / count), 1.0 / count
+    share = shape / total
+    return total_rho * share, share
 
 
 def _block_average(xp: Any, adapter: Any, starts: Any, s: Any, g: Any, regularization: str) -> Any:

@@ -31,7 +31,8 @@ from ._numerics import logaddexp
 
 
 def settled(xp: Any, err: Any, tol: float) -> Any:
-    return (err <= tol) | xp.isnan(err)
+    """Within ``tol``, or NaN (no better to be had): one comparison, which NaN fails."""
+    return ~(err > tol)
 
 
 def freeze_rows(xp: Any, done: Any, old: tuple[Any, ...], new: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -162,18 +163,22 @@ def _chunked(xp: Any, a: Any, b: Any) -> Any:
 
 
 def linear_scan(xp: Any, a: Any, b: Any, *, reverse: bool = False) -> Any:
-    """``h_i = a_i h_(i-1) + b_i`` along the last axis with ``h_(-1) = 0`` (``reverse``: from the end).
+    """``h_0 = b_0``, ``h_i = a_(i-1) h_(i-1) + b_i`` along the last axis (``reverse``: ``h_i = a_i h_(i+1) + b_i`` from the end).
 
-    With ``0 <= a_i <= 1`` every partial product stays in [0, 1], so the
-    scan neither overflows nor cancels: sums of ``exp`` of sorted data are
-    written this way (``a_i = exp(-(x_i - x_(i-1)) / alpha)``), and a
-    segmented sum is ``a_i = 0`` at each segment start, 1 elsewhere. Long
-    rows run as a scan within chunks, then one over the chunks' ends
-    (O(n) work instead of O(n log n), in as many steps).
+    ``a`` (one entry fewer than ``b``) links neighbours: ``a_i`` carries
+    between entries ``i`` and ``i + 1``, the same link both ways. With
+    ``0 <= a_i <= 1`` every partial product stays in [0, 1], so the scan
+    neither overflows nor cancels: sums of ``exp`` of sorted data are written
+    this way (``a_i = exp(-(x_(i+1) - x_i) / alpha)``), and a segmented sum is
+    ``a_i = 0`` before each segment start, 1 elsewhere. Long rows run as a
+    scan within chunks, then one over the chunks' ends (O(n) work instead of
+    O(n log n), in as many steps).
     """
     if reverse:
-        return xp.flip(_chunked(xp, xp.flip(a, axis=-1), xp.flip(b, axis=-1)), axis=-1)
-    return _chunked(xp, a, b)
+        a, b = xp.flip(a, axis=-1), xp.flip(b, axis=-1)
+    # the first entry has nothing before it: a zero link from h_(-1) = 0
+    h = _chunked(xp, xp.concat([xp.zeros_like(b[..., :1]), a], axis=-1), b)
+    return xp.flip(h, axis=-1) if reverse else h
 
 
 def cumlogsumexp(xp: Any, z: Any, *, reverse: bool = False) -> Any:
@@ -221,11 +226,11 @@ def segment_sum(xp: Any, starts: Any, g: Any) -> Any:
     """
     zero = xp.zeros_like(g)
     ends = xp.concat([starts[..., 1:], xp.ones_like(starts[..., :1])], axis=-1)
-    running = linear_scan(xp, xp.where(starts, zero, xp.ones_like(g)), g)
-    return linear_scan(xp, xp.where(ends, zero, xp.ones_like(g)), xp.where(ends, running, zero), reverse=True)
+    links = xp.where(starts, zero, xp.ones_like(g))[..., 1:]  # cut before each start, both ways
+    return linear_scan(xp, links, xp.where(ends, linear_scan(xp, links, g), zero), reverse=True)
 
 
 def segment_first(xp: Any, starts: Any, g: Any) -> Any:
     """Each entry's segment's first value of ``g`` (carried forward exactly: ``1 * h + 0``)."""
     zero = xp.zeros_like(g)
-    return linear_scan(xp, xp.where(starts, zero, xp.ones_like(g)), xp.where(starts, g, zero))
+    return linear_scan(xp, xp.where(starts, zero, xp.ones_like(g))[..., 1:], xp.where(starts, g, zero))

@@ -81,6 +81,11 @@ class Generic:
         """``a[..., index]`` row by row (``index`` has ``a``'s batch shape)."""
         return _loops.take(xp, a, index)
 
+    def sort_order(self, xp: Any, x: Any, *, descending: bool = False) -> tuple[Any, Any]:
+        """``(take(x, order), order)`` with ``order`` the stable ``argsort`` of each row (last axis)."""
+        order = xp.argsort(x, axis=-1, descending=descending, stable=True)
+        return self.take(xp, x, order), order
+
     def invert_permutation(self, xp: Any, order: Any) -> Any:
         """The inverse of each row's permutation ``order`` (a sort here; a scatter where the host has one)."""
         return xp.argsort(order, axis=-1)

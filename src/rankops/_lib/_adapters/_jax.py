@@ -9,6 +9,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from .._compat import index_dtype
 from .._loops import settled
 from ._generic import Generic
 
@@ -89,7 +90,10 @@ class Jax(Generic):
             (a1, b1), (a2, b2) = earlier, later
             return a1 * a2, b2 + a2 * b1
 
-        return jax.lax.associative_scan(combine, (a, b), reverse=reverse, axis=a.ndim - 1)[1]
+        # each entry's own link to the entry it follows (none for the first one)
+        zero = jnp.zeros_like(b[..., :1])
+        a = jnp.concatenate([a, zero] if reverse else [zero, a], axis=-1)
+        return jax.lax.associative_scan(combine, (a, b), reverse=reverse, axis=b.ndim - 1)[1]
 
     def cumlogsumexp(self, xp: Any, z: Any, *, reverse: bool = False) -> Any:
         return jax.lax.cumlogsumexp(z, axis=z.ndim - 1, reverse=reverse)
@@ -104,6 +108,13 @@ class Jax(Generic):
     def take(self, xp: Any, a: Any, index: Any) -> Any:
         # indices are in range by construction: no clamping or wrapping in the gather
         return jnp.take_along_axis(a, index, axis=-1, mode="promise_in_bounds")
+
+    def sort_order(self, xp: Any, x: Any, *, descending: bool = False) -> tuple[Any, Any]:
+        """One ``lax.sort`` of (values, positions): ``argsort`` sorts the same pair and drops the values, which
+        a gather then fetches back. Descending stable order is the ascending one of ``-x``."""
+        iota = jax.lax.broadcasted_iota(index_dtype(xp, None), x.shape, x.ndim - 1)
+        s, order = jax.lax.sort((-x if descending else x, iota), dimension=x.ndim - 1, is_stable=True, num_keys=1)
+        return (-s if descending else s), order
 
     def invert_permutation(self, xp: Any, order: Any) -> Any:
         n = order.shape[-1]

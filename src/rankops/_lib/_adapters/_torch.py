@@ -72,6 +72,25 @@ class Torch(Generic):
             return torch.flip(torch.logcumsumexp(torch.flip(z, (-1,)), dim=-1), (-1,))
         return torch.logcumsumexp(z, dim=-1)
 
+    def linear_scan(self, xp: Any, a: Any, b: Any, *, reverse: bool = False) -> Any:
+        """The doubling scan written in place into one new buffer: per step one product, one add and
+        the next step's links, and no concatenation (half the kernels of the portable form)."""
+        if reverse:
+            return torch.flip(self.linear_scan(xp, torch.flip(a, (-1,)), torch.flip(b, (-1,))), (-1,))
+        if not torch.compiler.is_compiling() and any(torch._C._functorch.is_functorch_wrapped_tensor(t) for t in (a, b)):
+            return super().linear_scan(xp, a, b)  # torch.func: no in-place writes into its tensors
+        n = b.shape[-1]
+        h = b.clone(memory_format=torch.contiguous_format)
+        d = 1
+        while d < n:
+            # a[j]: the product of the links from entry j to j + d (the product is taken before the write;
+            # add_ on the view, since `h[...] +=` would copy the view back over itself as well)
+            h[..., d:].add_(a * h[..., :-d])
+            if 2 * d < n:
+                a = a[..., :-d] * a[..., d:]
+            d *= 2
+        return h
+
     def searchsorted(self, xp: Any, sorted_seq: Any, values: Any, *, side: str = "left") -> Any:
         return torch.searchsorted(sorted_seq.contiguous(), values.contiguous(), right=side == "right")
 
@@ -79,15 +98,22 @@ class Torch(Generic):
         # take_along_dim wraps negative indices (a remainder per call); these never are negative
         return torch.gather(a, -1, index)
 
+    def sort_order(self, xp: Any, x: Any, *, descending: bool = False) -> tuple[Any, Any]:
+        # one kernel: the sort already holds the values the gather would fetch (the same bits)
+        s, order = torch.sort(x, dim=-1, descending=descending, stable=True)
+        return s, order
+
     def invert_permutation(self, xp: Any, order: Any) -> Any:
         ranks = torch.arange(order.shape[-1], device=order.device).expand_as(order)
         return torch.empty_like(order).scatter_(-1, order, ranks)
 
     def segment_sum(self, xp: Any, starts: Any, g: Any) -> Any:
         # each segment summed in index order into its own slot: no cancellation between segments
-        # (starts may broadcast against g: stacked sums share one scatter)
-        ids = (torch.cumsum(starts, dim=-1) - 1).expand_as(g)
-        return torch.zeros_like(g).scatter_add(-1, ids, g).gather(-1, ids)
+        # (starts may broadcast against g: stacked sums share one scatter); slots count from 1
+        # (slot 0 stays empty), which saves shifting the ids
+        ids = torch.cumsum(starts, dim=-1).expand_as(g)
+        slots = g.new_zeros(g.shape[:-1] + (g.shape[-1] + 1,))
+        return slots.scatter_add(-1, ids, g).gather(-1, ids)
 
     def segment_first(self, xp: Any, starts: Any, g: Any) -> Any:
         pos = torch.arange(g.shape[-1], device=g.device)
