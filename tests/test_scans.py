@@ -55,6 +55,20 @@ def test_linear_scan_equals_the_recurrence(host, n, reverse):
 
 
 @pytest.mark.parametrize("host", HOSTS)
+@pytest.mark.parametrize("n", [2, 3, 1000])
+def test_readied_links_scan_as_the_links(host, n):
+    """``scan_links`` (torch: every doubling step's products, packed) scans as the plain links do, twice over."""
+    xp, adapter, to, back = _host(host)
+    rng = np.random.default_rng(n)
+    a = rng.uniform(0.0, 1.0, size=(2, 3, n - 1))
+    links = adapter.scan_links(xp, to(a))
+    for seed in (0, 1):
+        b = np.random.default_rng(seed).normal(size=(2, 3, n))
+        want = np.stack([_linear_scan_reference(a[i], b[i], False) for i in range(2)])
+        assert_allclose(back(adapter.linear_scan(xp, links, to(b))), want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("host", HOSTS)
 def test_segment_sums_and_firsts(host):
     xp, adapter, to, back = _host(host)
     rng = np.random.default_rng(3)

@@ -55,17 +55,14 @@ def _links(xp: Any, a: Any) -> Any:
     return xp.stack([a, xp.flip(a, axis=-1)])
 
 
-def _both_ways(xp: Any, adapter: Any, links: Any, c: Any | None) -> tuple[Any, Any]:
+def _both_ways(xp: Any, adapter: Any, links: Any, c: Any, *, stacked: bool = False) -> tuple[Any, Any]:
     """``(sum_(j<=k) c_j e^-(s_k - s_j)/alpha, sum_(j>=k) c_j e^-(s_j - s_k)/alpha)`` for each k, from :func:`_links`.
 
     Both directions are one scan of two stacked rows, the second one reversed
-    (half the steps). ``c=None``: all ones, ``(P, 1 + Q)``.
+    (half the steps); ``stacked``: ``c`` is that pair already (all ones: ``(P, 1 + Q)``).
     """
-    if c is None:
-        shape = (2,) + links.shape[1:-1] + (links.shape[-1] + 1,)
-        h = adapter.linear_scan(xp, links, xp.ones(shape, dtype=links.dtype, device=array_api_compat.device(links)))
-    else:
-        h = adapter.linear_scan(xp, links, xp.stack([c, xp.flip(c, axis=-1)]))
+    # the stacked pair is new here (or the caller's own ones): the scan may run in it
+    h = adapter.linear_scan(xp, links, c if stacked else xp.stack([c, xp.flip(c, axis=-1)]), overwrite_b=True)
     return h[0, ...], xp.flip(h[1, ...], axis=-1)
 
 
@@ -76,16 +73,20 @@ class _Sorted:
     s: Any  # sorted entries
     order: Any  # s = x[order]
     inverse: Any  # x = s[inverse]
-    links: Any  # between neighbours, for both directions (_links)
+    links: Any  # between neighbours, for both directions (_links; readied by scan_links when rescanned)
     p: Any  # P_k = sum_(j<=k) e^-(s_k - s_j)/alpha, in [1, k]
     q1: Any  # 1 + Q_k = sum_(j>=k) e^-(s_j - s_k)/alpha, in [1, n - k]
 
     @classmethod
-    def of(cls, xp: Any, x: Any, alpha: float) -> "_Sorted":
+    def of(cls, xp: Any, x: Any, alpha: float, *, rescanned: bool = False) -> "_Sorted":
+        """``rescanned``: the backward scans the same links again (the rank), so the host may ready them for that."""
         adapter = get_adapter(xp)
         s, order = adapter.sort_order(xp, x)
         links = _links(xp, _decay(xp, s, alpha))
-        p, q1 = _both_ways(xp, adapter, links, None)
+        if rescanned:
+            links = adapter.scan_links(xp, links)
+        ones = xp.ones((2,) + s.shape, dtype=s.dtype, device=array_api_compat.device(s))
+        p, q1 = _both_ways(xp, adapter, links, ones, stacked=True)
         return cls(s, order, adapter.invert_permutation(xp, order), links, p, q1)
 
     def levels(self, xp: Any, shift: float = 0.0) -> Any:
@@ -152,8 +153,8 @@ class _Directed:
     alpha: float
     descending: bool
 
-    def sorted(self, xp: Any, x: Any) -> _Sorted:
-        return _Sorted.of(xp, -x if self.descending else x, self.alpha)
+    def sorted(self, xp: Any, x: Any, *, rescanned: bool = False) -> _Sorted:
+        return _Sorted.of(xp, -x if self.descending else x, self.alpha, rescanned=rescanned)
 
     def bwd(self, xp: Any, res: tuple[Any, ...], cts: tuple[Any, ...]) -> tuple[Any]:
         (ct,) = cts
@@ -168,13 +169,13 @@ class _Directed:
 
 class _Rank(_Directed):
     def fwd(self, xp: Any, x: Any) -> tuple[tuple[Any], tuple[Any, ...]]:
-        srt = self.sorted(xp, x)
+        srt = self.sorted(xp, x, rescanned=True)
         # the backward's kernel sums of 1 are the forward's P + 1 + Q: kept, not rescanned
         return (get_adapter(xp).take(xp, srt.levels(xp, 0.5), srt.inverse),), (srt.order, srt.inverse, srt.links, srt.p + srt.q1)
 
     def pull(self, xp: Any, adapter: Any, res: tuple[Any, ...], ct: Any) -> Any:
         order, inverse, links, ones = res
-        g = adapter.take(xp, xp.astype(ct, links.dtype, copy=False), order)
+        g = adapter.take(xp, xp.astype(ct, ones.dtype, copy=False), order)
         pg, qg = _both_ways(xp, adapter, links, g)
         # sum_j f(s_k - s_j) (g_k - g_j) / alpha, with f = e^-|u|/2: both sums hold the own-index term, which cancels
         dx = adapter.take(xp, (g * ones - (pg + qg)) / (2.0 * self.alpha), inverse)

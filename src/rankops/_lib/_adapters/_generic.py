@@ -68,8 +68,14 @@ class Generic:
     def stop_gradient(self, xp: Any, x: Any) -> Any:
         return x
 
-    def linear_scan(self, xp: Any, a: Any, b: Any, *, reverse: bool = False) -> Any:
+    def linear_scan(self, xp: Any, a: Any, b: Any, *, reverse: bool = False, overwrite_b: bool = False) -> Any:
+        """:func:`.._loops.linear_scan`; ``overwrite_b``: the caller gives ``b`` up (a host may scan in it)."""
         return _loops.linear_scan(xp, a, b, reverse=reverse)
+
+    def scan_links(self, xp: Any, a: Any) -> Any:
+        """``a``, the links of :meth:`linear_scan`, readied for several scans over the same links: a host may
+        precompute what each scan would rebuild. Only (forward) :meth:`linear_scan` calls read the result."""
+        return a
 
     def cumlogsumexp(self, xp: Any, z: Any, *, reverse: bool = False) -> Any:
         return _loops.cumlogsumexp(xp, z, reverse=reverse)

@@ -83,7 +83,7 @@ class Jax(Generic):
     def stop_gradient(self, xp: Any, x: Any) -> Any:
         return jax.lax.stop_gradient(x)
 
-    def linear_scan(self, xp: Any, a: Any, b: Any, *, reverse: bool = False) -> Any:
+    def linear_scan(self, xp: Any, a: Any, b: Any, *, reverse: bool = False, overwrite_b: bool = False) -> Any:
         """``lax.associative_scan`` of the affine maps: O(n) work, log depth."""
 
         def combine(earlier: Any, later: Any) -> Any:

@@ -72,24 +72,51 @@ class Torch(Generic):
             return torch.flip(torch.logcumsumexp(torch.flip(z, (-1,)), dim=-1), (-1,))
         return torch.logcumsumexp(z, dim=-1)
 
-    def linear_scan(self, xp: Any, a: Any, b: Any, *, reverse: bool = False) -> Any:
-        """The doubling scan written in place into one new buffer: per step one product, one add and
-        the next step's links, and no concatenation (half the kernels of the portable form)."""
+    def linear_scan(self, xp: Any, a: Any, b: Any, *, reverse: bool = False, overwrite_b: bool = False) -> Any:
+        """The doubling scan written in place into one buffer: per step one product, one add and the next
+        step's links, and no concatenation (half the kernels of the portable form).
+
+        ``a`` may come packed from :meth:`scan_links`, every step's link products already in it;
+        ``overwrite_b``: ``b`` is the caller's own new array, and becomes the buffer.
+        """
+        n = b.shape[-1]
+        packed = a.shape[-1] != n - 1
         if reverse:
+            a = a[..., : n - 1]  # the plain links, reversed below
             return torch.flip(self.linear_scan(xp, torch.flip(a, (-1,)), torch.flip(b, (-1,))), (-1,))
         if not torch.compiler.is_compiling() and any(torch._C._functorch.is_functorch_wrapped_tensor(t) for t in (a, b)):
-            return super().linear_scan(xp, a, b)  # torch.func: no in-place writes into its tensors
-        n = b.shape[-1]
-        h = b.clone(memory_format=torch.contiguous_format)
-        d = 1
+            return super().linear_scan(xp, a[..., : n - 1], b)  # torch.func: no in-place writes into its tensors
+        h = b if overwrite_b and b.is_contiguous() else b.clone(memory_format=torch.contiguous_format)
+        d, at, link = 1, 0, a
         while d < n:
-            # a[j]: the product of the links from entry j to j + d (the product is taken before the write;
+            if packed:
+                link, at = a[..., at : at + n - d], at + n - d
+            # link[j]: the product of the links from entry j to j + d (the product is taken before the write;
             # add_ on the view, since `h[...] +=` would copy the view back over itself as well)
-            h[..., d:].add_(a * h[..., :-d])
-            if 2 * d < n:
-                a = a[..., :-d] * a[..., d:]
+            h[..., d:].add_(link * h[..., :-d])
+            if not packed and 2 * d < n:
+                link = link[..., :-d] * link[..., d:]
             d *= 2
         return h
+
+    def scan_links(self, xp: Any, a: Any) -> Any:
+        """Every doubling step's link products, packed along the last axis (``a`` itself, then the products
+        over 2, 4, ... links): each later scan over them saves those products. Rows too long for the
+        extra ``log2 n`` copies of ``a`` (:data:`_LINKS_KEPT`) stay as they are."""
+        n = a.shape[-1] + 1
+        sizes = [n - (1 << i) for i in range((n - 1).bit_length())]
+        # compiled code rebuilds them in fused kernels (and dynamo takes no strided out=)
+        if len(sizes) < 2 or a.numel() // a.shape[-1] * sum(sizes) > _LINKS_KEPT or torch.compiler.is_compiling():
+            return a
+        buf = a.new_empty(a.shape[:-1] + (sum(sizes),))
+        prev = buf[..., : sizes[0]]
+        prev.copy_(a)
+        at, d = sizes[0], 1
+        for size in sizes[1:]:
+            nxt = buf[..., at : at + size]
+            torch.mul(prev[..., :-d], prev[..., d:], out=nxt)
+            prev, at, d = nxt, at + size, 2 * d
+        return buf
 
     def searchsorted(self, xp: Any, sorted_seq: Any, values: Any, *, side: str = "left") -> Any:
         return torch.searchsorted(sorted_seq.contiguous(), values.contiguous(), right=side == "right")
@@ -226,6 +253,10 @@ class Torch(Generic):
             value = value.detach()
         return value, outs, pull
 
+
+# elements up to which Torch.scan_links keeps every doubling step's link products (16 MiB in float32): a
+# scan's own link products cost one kernel per step, and memory only while that scan runs
+_LINKS_KEPT = 2**22
 
 # elements of the largest operand (a transport's scaled cost) times the rounds of a loop up to which
 # its rounds are not checkpointed: autograd keeps a few arrays of that size per round, 8 MiB each in float64
