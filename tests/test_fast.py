@@ -126,6 +126,35 @@ def test_lapsum_equals_laplace_sums(alpha):
     assert_allclose(got.sum(-1), k, rtol=1e-12)
 
 
+@pytest.mark.parametrize("host", ["numpy", "torch"])
+def test_lapsum_rank_keeps_float32_precision_on_rows_wide_in_alphas(host):
+    """Rows spanning 1e4 alphas, with clusters closer than alpha: float32 ranks and gradients within a few
+    float32 roundings of the float64 sums. The scans multiply decays in [0, 1] (no exp of the raw scale):
+    a log-domain cumulative sum would be off by about eps * range / alpha = 6e-4 here."""
+    alpha = 0.01
+    rng = np.random.default_rng(7)
+    x = np.concatenate([rng.uniform(-50.0, 50.0, size=(2, 150)), rng.normal(scale=alpha, size=(2, 50)) + 17.0], axis=-1)
+    g = rng.normal(size=x.shape)
+    x32, g32 = x.astype(np.float32), g.astype(np.float32)
+    xd = x32.astype(np.float64)  # the float32 inputs, summed in float64
+    u = (xd[..., :, None] - xd[..., None, :]) / alpha
+    want = 0.5 + _laplace_cdf(u).sum(-1)
+    dens = 0.5 * np.exp(-np.abs(u)) / alpha
+    want_dx = (dens * (g32[..., :, None] - g32[..., None, :])).sum(-1)
+    if host == "numpy":
+        value, pull = rankops.vjp(rankops.soft_rank, x32, method="lapsum", alpha=alpha)
+        got, got_dx = np.asarray(value), np.asarray(pull(g32)[0])
+    else:
+        torch = pytest.importorskip("torch")
+        xt = torch.from_numpy(x32).requires_grad_()
+        y = rankops.soft_rank(xt, method="lapsum", alpha=alpha)
+        y.backward(torch.from_numpy(g32))
+        got, got_dx = y.detach().numpy(), xt.grad.numpy()
+    assert got.dtype == np.float32
+    assert np.max(np.abs(got - want)) < 8 * np.spacing(np.float32(x.shape[-1]))
+    assert np.max(np.abs(got_dx - want_dx)) < 1e-5 * np.max(np.abs(want_dx))
+
+
 @pytest.mark.parametrize("op", ["rank", "sort", "topk"])
 def test_lapsum_gradients_match_central_differences(op):
     x = RNG.normal(size=(2, 7))

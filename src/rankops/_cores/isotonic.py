@@ -188,7 +188,7 @@ def _pool_runs(xp: Any, adapter: Any, v: Any, w: Any, max_rounds: int) -> tuple[
     (soft ranks at the default strength: 1-2), adversarial ones need O(n):
     those go on to the merge rounds. The result is blocks of means with the
     same isotonic fit as ``v``. Returns ``(v, unsettled, stopped_early)``:
-    ``unsettled`` is positive on the rows that still hold a drop, and
+    ``unsettled`` is True on the rows that still hold a drop, and
     ``stopped_early`` True when the loop was seen to stop before
     ``max_rounds`` (eager hosts): every row settled, nothing left to read.
     """
@@ -211,7 +211,7 @@ def _pool_runs(xp: Any, adapter: Any, v: Any, w: Any, max_rounds: int) -> tuple[
         return u, starts, drops(u)
 
     def error(weights: Any, state: tuple[Any, Any, Any]) -> Any:
-        return xp.astype(xp.any(state[2], axis=-1), v.dtype)
+        return xp.any(state[2], axis=-1)  # a boolean error: True while a row holds a drop
 
     starts = xp.ones(v.shape, dtype=xp.bool, device=array_api_compat.device(v))
     (v, _, _), rounds, err = adapter.iterate(xp, step, w, (v, starts, drops(v)), error=error, freeze=freeze_rows, max_iter=max_rounds, tol=0.0, check_every=1)
@@ -256,7 +256,7 @@ def fit(xp: Any, adapter: Any, y: Any, w: Any = None, kind: str = "l2") -> Any:
     v, unsettled, stopped_early = _pool_runs(xp, adapter, v, w, (n - 1).bit_length())
     if stopped_early:  # the loop read that every row settled: no second read
         return v
-    return adapter.unless(xp, ~xp.any(unsettled > 0), lambda u: _merges(xp, adapter, rules, u, xp.ones_like(u) if w is None else w), v)
+    return adapter.unless(xp, ~xp.any(unsettled), lambda u: _merges(xp, adapter, rules, u, xp.ones_like(u) if w is None else w), v)
 
 
 def decreasing(xp: Any, adapter: Any, y: Any, w: Any = None, kind: str = "l2") -> Any:

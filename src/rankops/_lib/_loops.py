@@ -31,8 +31,11 @@ from ._numerics import logaddexp
 
 
 def settled(xp: Any, err: Any, tol: float) -> Any:
-    """Within ``tol``, or NaN (no better to be had): one comparison, which NaN fails."""
-    return ~(err > tol)
+    """Within ``tol``, or NaN (no better to be had): one comparison, which NaN fails.
+
+    A boolean ``err`` is already the flag of the problems still unsettled.
+    """
+    return ~err if err.dtype == xp.bool else ~(err > tol)
 
 
 def freeze_rows(xp: Any, done: Any, old: tuple[Any, ...], new: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -60,7 +63,7 @@ def iterate(
     ``step(operands, state)`` is one iteration, or with ``whole_rounds=True``
     ``step(operands, state, count)`` runs a whole round of ``count <=
     check_every`` iterations; ``error(operands, state)`` is the per-problem
-    error; ``freeze(xp, done, old, new)`` returns ``new`` with the problems
+    error (or a boolean flag, True while unsettled); ``freeze(xp, done, old, new)`` returns ``new`` with the problems
     flagged in ``done`` reset to ``old``; ``wrap(run, state)`` may wrap each
     round (checkpointing). ``early_exit=False`` (traced code, which cannot
     read the stopping test) runs every round, settled problems frozen: the
