@@ -74,7 +74,7 @@ class Generic:
 
     def scan_links(self, xp: Any, a: Any) -> Any:
         """``a``, the links of :meth:`linear_scan`, readied for several scans over the same links: a host may
-        precompute what each scan would rebuild. Only (forward) :meth:`linear_scan` calls read the result."""
+        precompute what each scan would rebuild. Only :meth:`linear_scan` reads the result."""
         return a
 
     def cumlogsumexp(self, xp: Any, z: Any, *, reverse: bool = False) -> Any:

@@ -80,42 +80,41 @@ class Torch(Generic):
         ``overwrite_b``: ``b`` is the caller's own new array, and becomes the buffer.
         """
         n = b.shape[-1]
-        packed = a.shape[-1] != n - 1
+        sizes = _link_sizes(n)
+        packed = len(sizes) > 1 and a.shape[-1] == sum(sizes)
         if reverse:
             a = a[..., : n - 1]  # the plain links, reversed below
             return torch.flip(self.linear_scan(xp, torch.flip(a, (-1,)), torch.flip(b, (-1,))), (-1,))
-        if not torch.compiler.is_compiling() and any(torch._C._functorch.is_functorch_wrapped_tensor(t) for t in (a, b)):
-            return super().linear_scan(xp, a[..., : n - 1], b)  # torch.func: no in-place writes into its tensors
         h = b if overwrite_b and b.is_contiguous() else b.clone(memory_format=torch.contiguous_format)
-        d, at, link = 1, 0, a
-        while d < n:
+        at, link = 0, a
+        for i, size in enumerate(sizes):
+            d = 1 << i
             if packed:
-                link, at = a[..., at : at + n - d], at + n - d
+                link, at = a[..., at : at + size], at + size
             # link[j]: the product of the links from entry j to j + d (the product is taken before the write;
             # add_ on the view, since `h[...] +=` would copy the view back over itself as well)
             h[..., d:].add_(link * h[..., :-d])
-            if not packed and 2 * d < n:
+            if not packed and i + 1 < len(sizes):
                 link = link[..., :-d] * link[..., d:]
-            d *= 2
         return h
 
     def scan_links(self, xp: Any, a: Any) -> Any:
         """Every doubling step's link products, packed along the last axis (``a`` itself, then the products
         over 2, 4, ... links): each later scan over them saves those products. Rows too long for the
         extra ``log2 n`` copies of ``a`` (:data:`_LINKS_KEPT`) stay as they are."""
-        n = a.shape[-1] + 1
-        sizes = [n - (1 << i) for i in range((n - 1).bit_length())]
+        sizes = _link_sizes(a.shape[-1] + 1)
         # compiled code rebuilds them in fused kernels (and dynamo takes no strided out=)
         if len(sizes) < 2 or a.numel() // a.shape[-1] * sum(sizes) > _LINKS_KEPT or torch.compiler.is_compiling():
             return a
         buf = a.new_empty(a.shape[:-1] + (sum(sizes),))
         prev = buf[..., : sizes[0]]
         prev.copy_(a)
-        at, d = sizes[0], 1
-        for size in sizes[1:]:
+        at = sizes[0]
+        for i, size in enumerate(sizes[1:]):
+            d = 1 << i
             nxt = buf[..., at : at + size]
             torch.mul(prev[..., :-d], prev[..., d:], out=nxt)
-            prev, at, d = nxt, at + size, 2 * d
+            prev, at = nxt, at + size
         return buf
 
     def searchsorted(self, xp: Any, sorted_seq: Any, values: Any, *, side: str = "left") -> Any:
@@ -252,6 +251,11 @@ class Torch(Generic):
         else:
             value = value.detach()
         return value, outs, pull
+
+
+def _link_sizes(n: int) -> list[int]:
+    """The doubling scan's steps over a row of ``n``: step i links entries 2^i apart, ``n - 2^i`` link products."""
+    return [n - (1 << i) for i in range((n - 1).bit_length())]
 
 
 # elements up to which Torch.scan_links keeps every doubling step's link products (16 MiB in float32): a
