@@ -298,6 +298,15 @@ def write_report(out: Path, results: dict, args, settings: dict, command: str, s
                   "`python -m benchmarks.kernels` (see [kernels](kernels.md)): `kendall_kernel` Gram matrices by signs and by "
                   "merges against `scipy.stats.kendalltau` in a loop over the pairs; `soft_kendall_tau` forward+backward "
                   "with its peak memory.", "", results["kernels"].rstrip()]
+    if results.get("networks"):
+        lines += ["", "## Differentiable sorting networks: rankops against the diffsort package", "",
+                  "`python -m benchmarks.networks` (the command line that produced the table opens it): "
+                  "`soft_sort(x, method=\"diffsort\", network=...)` forward+backward of `sum(w * sorted)` on torch, "
+                  "NumPy (`rankops.vjp`) and JAX (`jit(grad)`), O(n) per layer, against `diffsort.DiffSortNet`, "
+                  "which multiplies dense n x n matrices at every layer (its network built outside every measurement). "
+                  "Peak memory of one call in a fresh process, killed past the memory guard; sorted values compared "
+                  "with the package's; \"package / this\" is how many times faster or smaller rankops is.", "",
+                  results["networks"].rstrip()]
     if failures:
         lines += ["", "## Failures", ""] + [f"- {_cell(f)}" for f in failures]
     lines += ["", METHODOLOGY]

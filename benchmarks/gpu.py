@@ -46,6 +46,9 @@ def _torch_operators(torch: Any, rankops: Any) -> dict[str, Callable[[Any], Any]
     for m in METHODS:
         ops[f"soft_rank[{m}]"] = lambda x, m=m: rankops.soft_rank(x, method=m)
         ops[f"soft_sort[{m}]"] = lambda x, m=m: rankops.soft_sort(x, method=m)
+    # sorting networks: a few kernels per layer, 55 layers (bitonic) at n = 1000; odd-even has n layers
+    ops["soft_rank[diffsort]"] = lambda x: rankops.soft_rank(x, method="diffsort", network="bitonic")
+    ops["soft_sort[diffsort]"] = lambda x: rankops.soft_sort(x, method="diffsort", network="bitonic")
     ops["soft_topk_mask[lapsum]"] = lambda x: rankops.soft_topk_mask(x, 10.5, method="lapsum")
     ops["soft_topk_mask[sinkhorn]"] = lambda x: rankops.soft_topk_mask(x, 10)
     ops["soft_cdf"] = lambda x: rankops.soft_cdf(x, num_targets=100)
@@ -54,6 +57,7 @@ def _torch_operators(torch: Any, rankops: Any) -> dict[str, Callable[[Any], Any]
     ops["soft_quantize"] = lambda x: rankops.soft_quantize(x, 8)
     ops["softsort"] = lambda x: rankops.softsort(x)
     ops["neuralsort"] = lambda x: rankops.neuralsort(x)
+    ops["diffsort"] = lambda x: rankops.diffsort(x, network="bitonic")
     ops["isotonic_regression"] = lambda x: rankops.isotonic_regression(x)
     ops["soft_kendall_tau"] = lambda x: rankops.soft_kendall_tau(x, torch.flip(x, (-1,)))
     ops["losses.spearman_loss[permutahedron]"] = lambda x: rankops.losses.spearman_loss(x, torch.flip(x, (-1,)), method="permutahedron")

@@ -15,6 +15,10 @@ everything and runs all the jobs of a framework in one process (two such
 processes at a time): it checks that every contender runs, in well under a
 minute, and writes to a temporary directory unless ``--output`` is given.
 
+The groups "fast", "kernels" and "networks" run :mod:`benchmarks.fast`,
+:mod:`benchmarks.kernels` and :mod:`benchmarks.networks` (differentiable
+sorting networks against the diffsort package) in a fresh process each
+(``--quick`` under ``--smoke``); the tables they print go into the page.
 The page (tables, plots, methodology) is written by :mod:`benchmarks._report`.
 The exit status is 1 when a contender that should work failed: any rankops
 contender, a reference that is installed (out of memory or time at real
@@ -22,7 +26,7 @@ sizes excepted), a disagreement with the reference; in ``--smoke`` mode any
 error at all.
 
 Usage: python -m benchmarks [--sizes 100 300 1000 4000 16000] [--batch 20] [--repeats 5]
-       [--groups softsort neuralsort sinkhorn large] [--large-n 100000] [--output DIR] [--smoke] ...
+       [--groups softsort neuralsort sinkhorn large fast kernels networks] [--large-n 100000] [--output DIR] [--smoke] ...
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ from ._contenders import CONTENDERS, FLOORS, LARGE, NOT_COMPARED, OPTIONAL, REFE
 from .sinkhorn import MAX_ITER, TOL
 
 GROUPS = ("softsort", "neuralsort", "sinkhorn", "sinkhorn-defaults")
+OTHER_GROUPS = ("large", "fast", "kernels", "networks")  # large n, then the sections of standalone modules
 PASSES = ("fwd", "fb")
 
 
@@ -356,6 +361,14 @@ def run_kernels(args: argparse.Namespace, bad: list[str]) -> str:
     return _run_module("kernels", args, bad, [], ["--repeats", str(args.repeats), "--soft", "1000", "10000"])
 
 
+def run_networks(args: argparse.Namespace, bad: list[str]) -> str:
+    """The sorting-networks section: :mod:`benchmarks.networks` at its own B = 1 and memory guard.
+
+    Not the suite's B: the package's dense layers at B = 20 take 30 s a call at n = 1024.
+    """
+    return _run_module("networks", args, bad, [], ["--repeats", str(args.repeats)])
+
+
 # -- command line ------------------------------------------------------------------------
 
 
@@ -364,9 +377,11 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--sizes", type=int, nargs="+", default=[100, 300, 1000, 4000, 16000])
     p.add_argument("--batch", type=int, default=20, help="B, rows per batch (default 20)")
     p.add_argument("--repeats", type=int, default=5, help="timed repeats up to n=1000 (3 up to 4000, then 1)")
-    p.add_argument("--groups", nargs="+", choices=[*GROUPS, "large", "fast", "kernels"], default=[*GROUPS, "large", "fast", "kernels"],
+    p.add_argument("--groups", nargs="+", choices=[*GROUPS, *OTHER_GROUPS], default=[*GROUPS, *OTHER_GROUPS],
                    help="fast: the O(n log n) methods against torchsort (python -m benchmarks.fast); "
-                        "kernels: Kendall Gram matrices and the smooth tau (python -m benchmarks.kernels)")
+                        "kernels: Kendall Gram matrices and the smooth tau (python -m benchmarks.kernels); "
+                        "networks: differentiable sorting networks against the diffsort package "
+                        "(python -m benchmarks.networks)")
     p.add_argument("--large-n", type=int, default=100_000, help="n of the large cases (B=1, torch)")
     p.add_argument("--tau", type=float, default=1.0, help="SoftSort / NeuralSort temperature (torchsort strength)")
     p.add_argument("--epsilon", type=float, default=0.1, help="Sinkhorn group: absolute epsilon, both sides")
@@ -409,6 +424,8 @@ def main(argv=None) -> int:
         results["fast"] = run_fast(args, out, bad)
     if "kernels" in args.groups:
         results["kernels"] = run_kernels(args, bad)
+    if "networks" in args.groups:
+        results["networks"] = run_networks(args, bad)
     from ._report import write_report
 
     page = write_report(out, results, args, settings, command, started, bad)

@@ -10,6 +10,7 @@ only: the tied pattern 0, 1, 2, 0, ... of ``operators._partner``.
 
 from __future__ import annotations
 
+import math
 import warnings
 from typing import Any, Callable
 
@@ -30,7 +31,7 @@ LEVELS = [0.0, 0.1, 0.5, 0.9, 1.0]
 RANGES = {
     "loss-spearman": (0.0, 2.0), "loss-soft_spearman": (-1.0, 1.0), "loss-kendall": (0.0, 2.0),
     "loss-topk": (0.0, None), "loss-ndcg": (None, None), "loss-quantile": (0.0, None), "loss-pinball": (0.0, None),
-    "loss-permutation": (0.0, None),
+    "loss-permutation": (0.0, None), "loss-topk_cross_entropy": (0.0, None),  # "smce" holds the cross-entropy itself: unbounded
 }
 # the losses whose value is a Pearson correlation of soft ranks: NaN where one side's ranks are all equal
 CORRELATIONS = ("loss-spearman", "loss-soft_spearman")
@@ -69,6 +70,10 @@ LOSS_SPECS = [
     _spec(losses.quantile_loss, "loss-quantile", lambda n: _opts(q=LEVELS, epsilon=[1e-3, 1e-2, 0.1, 1.0]), _level),
     _spec(losses.pinball_loss, "loss-pinball", lambda n: _opts(q=LEVELS), _level),
     _spec(losses.permutation_loss, "loss-permutation", lambda n: _opts(tau=TAU), lambda x, p: (_partner(x),)),
+    # p_k over k = 1 and 2 (P_K = [1] where a row has one class), every top-1 mode and network
+    _spec(losses.topk_cross_entropy, "loss-topk_cross_entropy",
+          lambda n: _opts(top1_mode=["sm", "smce", "sort"], network=["odd_even", "bitonic"], steepness=[0.1, 10.0, 1e3]),
+          lambda x, p: (_labels(x), [0.5, 0.5] if x.shape[-1] > 1 else [1.0])),
 ]
 
 

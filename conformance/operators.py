@@ -197,6 +197,27 @@ for _method, _soft, _limit in (
             )
 
 
+# -- differentiable sorting networks: finite steepness with the default (Cauchy) comparators; limit
+# regime: logistic comparators of steepness 1e3 against gaps >= 0.5, every swap decided (exp(-500))
+_NET_LIMIT = {"distribution": "logistic", "steepness": 1e3}
+for _net, _desc in (("odd_even", False), ("bitonic", False), ("bitonic", True)):
+    _suffix = ("" if _net == "odd_even" else "-bitonic") + ("-desc" if _desc else "")
+    for _fn, _ref in ((rankops.soft_rank, _ranks), (rankops.soft_sort, _sorted)):
+        register(
+            Case(
+                f"{_fn.__name__}[diffsort{_suffix}]",
+                lambda x, f=_fn, d=_desc, **kw: f(x, method="diffsort", descending=d, **kw),
+                {"network": _net, "steepness": 2.0}, {"network": _net, **_NET_LIMIT}, lambda x, r=_ref, d=_desc: r(x, d),
+                vjp=via_vjp(_fn, method="diffsort", descending=_desc), public=_fn, method="diffsort",
+            )
+        )
+register(
+    Case("diffsort", rankops.diffsort, {"network": "bitonic", "steepness": 2.0}, {"network": "bitonic", **_NET_LIMIT},
+         lambda x: _permutation(x, False), _square, has_axis=False, vjp=via_vjp(rankops.diffsort), public=rankops.diffsort,
+         method="diffsort")
+)
+
+
 def _half_k(x: Any) -> float:
     """k = 1.5 (0.5 for a single entry): a real k, inside (0, n) for every n."""
     return 1.5 if x.shape[-1] > 1 else 0.5
@@ -475,6 +496,8 @@ def _opts(**choices: list) -> Choices:
 SINKHORN = dict(epsilon=[1e-3, 1e-2, 0.1, 1.0], squash=["sigmoid", "arctan", "minmax", None], power=[0.5, 1, 2, 3],
                 implicit=[True, False], max_iter=[2000] * 5 + [3], tol=[1e-3, 1e-6])
 TAU = [1e-3, 0.1, 1.0, 100.0]
+NETWORK = dict(network=["odd_even", "bitonic"], distribution=["cauchy", "reciprocal", "optimal", "logistic", "logistic_phi", "gaussian"],
+               steepness=[1e-3, 0.1, 10.0, 1e4], art_lambda=[0.0, 0.25, 1.0])
 BLOCKS = [None, "auto", 1, 2]
 
 
@@ -552,6 +575,11 @@ SPECS = [
     Spec("neuralsort", "matrix", lambda n: _opts(descending=[False, True], tau=TAU, hard=[False, True]),
          lambda x, p, arr: (rankops.neuralsort, (), p), public=rankops.neuralsort, method="neuralsort"),
     *[_fast_spec(fn, kind, m) for m in ("permutahedron", "lapsum") for fn, kind in ((rankops.soft_rank, "rank"), (rankops.soft_sort, "sort"))],
+    *[Spec(f"{fn.__name__}[diffsort]", f"{kind}-diffsort", lambda n: _opts(descending=[False, True], **NETWORK),
+           lambda x, p, arr, fn=fn: (fn, (), {"method": "diffsort", **p}), public=fn, method="diffsort")
+      for fn, kind in ((rankops.soft_rank, "rank"), (rankops.soft_sort, "sort"))],
+    Spec("diffsort", "matrix", lambda n: _opts(descending=[False, True], **NETWORK), lambda x, p, arr: (rankops.diffsort, (), p),
+         public=rankops.diffsort, method="diffsort"),
     # k as a fraction of n: real, inside (0, n) for every n
     Spec("soft_topk_mask[lapsum]", "mask-lapsum", lambda n: _opts(k=[0.01, 0.3, 0.5, 0.99], alpha=[1e-4, 1e-2, 1.0, 1e4]), _lapsum_topk,
          public=rankops.soft_topk_mask, method="lapsum"),

@@ -161,6 +161,12 @@ def _check_row(spec: Spec, p: dict, x: np.ndarray, out: np.ndarray, tol: float, 
     elif kind == "mask-lapsum":
         assert np.all(out >= -tol) and np.all(out <= 1 + tol), out
         assert abs(out.sum() - p["k"] * n) <= tol * n, out
+    elif kind == "rank-diffsort":  # P is doubly stochastic: ranks in [1, n] adding up to n (n + 1) / 2
+        assert abs(out.sum() - n * (n + 1) / 2) <= tol * n * n * (n + 1), out
+        assert np.all(out >= 1 - tol * n) and np.all(out <= n + tol * n), out
+    elif kind == "sort-diffsort":  # convex combinations of the row, adding up to its sum (a network is not sorted until steep)
+        assert np.all(out >= lo - span * n) and np.all(out <= hi + span * n), (out, lo, hi)
+        assert abs(out.sum() - x.sum()) <= span * n * n, (out, x)
     elif kind == "isotonic":  # monotone, in [min, max], blocks hold means: the sum is kept
         steps = np.diff(out if p["increasing"] else -out)
         assert np.all(steps >= -span * n), out

@@ -57,6 +57,16 @@ def central_difference(f, x, direction, h=1e-6):
     return (f(x + h * direction) - f(x - h * direction)) / (2 * h)
 
 
+def central_vjp(f, x, ct, h=1e-6):
+    """The gradient of ``sum(f(x) * ct)`` entry by entry: what a vector-Jacobian product with ``ct`` must give."""
+    g = np.zeros_like(x)
+    for idx in np.ndindex(x.shape):
+        e = np.zeros_like(x)
+        e[idx] = 1
+        g[idx] = central_difference(lambda z: np.sum(f(z) * ct), x, e, h)
+    return g
+
+
 # -- optimal transport (Cuturi, Teboul & Vert 2019; Cuturi et al. 2019) ------------------
 
 

@@ -6,6 +6,7 @@ sharing processes) mean nothing, so nothing here depends on a time.
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import subprocess
 import sys
@@ -104,6 +105,24 @@ def test_smoke_kernels_section_times_every_contender(smoke):
     rows = re.findall(r"^\| (\d+) \| 3 \|((?: \d+\.\d+ \|){6})$", text, flags=re.M)
     assert [p for p, _ in rows] == ["8", "40"], text
     assert re.search(r"^\| 200 \| \d+\.\d+ \| -?\d+\.\d+ \| 0 \|$", text, flags=re.M), text
+
+
+def test_smoke_networks_section_checks_every_contender(smoke):
+    """The sorting-networks section (``python -m benchmarks.networks --quick``): a time per host, network and n, values equal to the diffsort package's."""
+    _, out = smoke
+    text = _section((out / "benchmarks.md").read_text(), "Differentiable sorting networks")
+    assert "`python -m benchmarks.networks --quick`" in text, text
+    # | network | n | contender | ms | package / this | peak MiB | package / this | setup s | max abs diff |
+    rows = re.findall(r"^\| (bitonic|odd_even) \| (\d+) \| (rankops-\w+) \| \d+(?:\.\d+)? \| ([^|]*) \| -?\d+\.\d+ \| "
+                      r"[^|]* \| [^|]* \| ([^|]*) \|$", text, flags=re.M)
+    assert {(net, n, c) for net, n, c, _, _ in rows} == {
+        (net, n, f"rankops-{h}") for net in ("bitonic", "odd_even") for n in ("16", "64") for h in ("torch", "numpy", "jax")
+    }, text
+    if importlib.util.find_spec("diffsort") is None:
+        assert "not installed" in text, text
+        return
+    assert all(re.fullmatch(r"\d+\.\dx", ratio.strip()) for _, _, _, ratio, _ in rows), text
+    assert all(float(diff) <= 1e-4 for *_, diff in rows), text
 
 
 @pytest.mark.parametrize("script, rows", [("benchmarks.topk_sort", 3), ("benchmarks.quantile_levels", 4)])

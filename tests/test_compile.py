@@ -27,6 +27,9 @@ CASES = {
     "soft_topk_mask[lapsum]": lambda x: rankops.soft_topk_mask(x, 3.5, method="lapsum"),
     "isotonic_regression": lambda x: rankops.isotonic_regression(x),
     "losses.spearman_loss": lambda x: rankops.losses.spearman_loss(x, torch.flip(x, (-1,)), method="permutahedron"),
+    "soft_rank[diffsort, odd_even, gaussian]": lambda x: rankops.soft_rank(x, method="diffsort", distribution="gaussian", descending=True),
+    "losses.topk_cross_entropy[bitonic, m=4]": lambda x: rankops.losses.topk_cross_entropy(
+        x, torch.tensor([1, 4]), [0.5, 0.5], network="bitonic", m=4),
     "soft_rank[sinkhorn, implicit]": lambda x: rankops.soft_rank(x, implicit=True, tol=1e-12, max_iter=5000),
     "soft_rank[sinkhorn, max_iter=25]": lambda x: rankops.soft_rank(x, max_iter=25, epsilon=0.01),
     "soft_quantile[sinkhorn, implicit]": lambda x: rankops.soft_quantile(x, 0.3, implicit=True, tol=1e-12, max_iter=5000),

@@ -18,7 +18,7 @@ import pytest
 import rankops
 from rankops.sorting import LapsumOptions
 from rankops.sorting import PermutahedronOptions
-from rankops.permutations import PermutationOptions
+from rankops.permutations import NetworkOptions, PermutationOptions
 from rankops.sinkhorn import TransportOptions
 from rankops._registry import OPERATORS
 from rankops.sinkhorn import SolverOptions
@@ -109,6 +109,7 @@ ONE_AXIS = {
     **{f"losses.{f}": (lambda f=f, **kw: getattr(rankops.losses, f)(X, X, **kw))
        for f in ("spearman_loss", "soft_spearman", "kendall_loss", "ndcg_loss", "permutation_loss")},
     "losses.topk_loss": lambda **kw: rankops.losses.topk_loss(X, np.array([0, 1]), 1, **kw),
+    "losses.topk_cross_entropy": lambda **kw: rankops.losses.topk_cross_entropy(X, np.array([0, 1]), [1.0], **kw),
     "losses.quantile_loss": lambda **kw: rankops.losses.quantile_loss(X, X, 0.5, **kw),
     "losses.pinball_loss": lambda **kw: rankops.losses.pinball_loss(X, X, 0.5, **kw),
 }
@@ -133,7 +134,7 @@ for block, exc, match in ((0, ValueError, r"block must be >= 1"), (-3, ValueErro
     each({k: v for k, v in PERMUTATION.items() if k.startswith("soft_")}, f"block={block!r}", exc, match, block=block)
 for fn in ("soft_sort", "soft_rank"):
     case(f"{fn}-method", lambda f=getattr(rankops, fn): f(X, method="bitonic"), ValueError,
-         r"method must be one of 'sinkhorn', 'softsort', 'neuralsort', 'permutahedron', 'lapsum', got 'bitonic'")
+         r"method must be one of 'sinkhorn', 'softsort', 'neuralsort', 'permutahedron', 'lapsum', 'diffsort', got 'bitonic'")
     case(f"{fn}[softsort]-epsilon", lambda f=getattr(rankops, fn): f(X, method="softsort", epsilon=0.1), TypeError,
          r"unexpected option\(s\) 'epsilon'; it accepts 'block', 'hard', 'power', 'tau'")
     case(f"{fn}[neuralsort]-power", lambda f=getattr(rankops, fn): f(X, method="neuralsort", power=2), TypeError,
@@ -171,6 +172,24 @@ case("soft_topk_mask-method", lambda: rankops.soft_topk_mask(X, 2, method="softs
      r"method must be 'sinkhorn' or 'lapsum' for soft_topk_mask, got 'softsort'")
 case("soft_topk_mask[lapsum]-return_info", lambda: rankops.soft_topk_mask(X, 1.5, method="lapsum", return_info=True), TypeError,
      r"unexpected option\(s\) 'return_info'")
+# -- sorting networks ------------------------------------------------------------------------------------
+NETWORKS = {**{f"soft_{kind}[diffsort]": (lambda x, f=f, **kw: f(x, method="diffsort", **kw))
+               for kind, f in (("sort", rankops.soft_sort), ("rank", rankops.soft_rank))},
+            "diffsort": rankops.diffsort}
+each(NETWORKS, "network", ValueError, r"network must be one of 'odd_even', 'bitonic', got 'bubble'", network="bubble")
+each(NETWORKS, "distribution", ValueError, r"distribution must be one of 'cauchy', 'reciprocal', 'optimal', 'logistic', 'logistic_phi', "
+     r"'gaussian', got 'laplace'", distribution="laplace")
+for value in (0.0, -1.0, float("nan"), float("inf")):
+    each(NETWORKS, f"steepness={value}", ValueError, r"steepness must be a finite number > 0", steepness=value)
+each(NETWORKS, "steepness-array", TypeError, r"steepness must be a Python number, not an array", steepness=np.asarray(1.0))
+for value in (-0.5, float("nan"), float("inf")):
+    each(NETWORKS, f"art_lambda={value}", ValueError, r"art_lambda must be a finite number >= 0", art_lambda=value)
+each(NETWORKS, "art_lambda-str", TypeError, r"art_lambda must be a real number >= 0", art_lambda="0.25")
+each(NETWORKS, "descending", TypeError, r"descending must be True or False", descending=1)
+each({k: v for k, v in NETWORKS.items() if k.startswith("soft_")}, "tau", TypeError,
+     r"unexpected option\(s\) 'tau'; it accepts 'art_lambda', 'distribution', 'network', 'steepness'", tau=0.1)
+case("diffsort-axis", lambda: rankops.diffsort(X, axis=0), TypeError, r"unexpected keyword argument 'axis'")
+
 ISO = rankops.isotonic_regression
 case("isotonic_regression-increasing", lambda: ISO(X, increasing=1), TypeError, r"increasing must be True or False")
 case("isotonic_regression-weights-shape", lambda: ISO(X, weights=np.ones(2)), ValueError,
@@ -370,7 +389,7 @@ def _option_names() -> set[str]:
     names = {"return_info", "target_weights"}  # read before the option objects: a flag and an array
     for fun in OPERATORS:
         names |= {p.name for p in inspect.signature(fun).parameters.values() if p.kind is p.KEYWORD_ONLY}
-    for options in (TransportOptions, PermutationOptions, SolverOptions, PermutahedronOptions, LapsumOptions):
+    for options in (TransportOptions, PermutationOptions, SolverOptions, PermutahedronOptions, LapsumOptions, NetworkOptions):
         names |= {f.name for f in dataclasses.fields(options)}
     return names
 

@@ -71,7 +71,7 @@ def test_sweeps_print_their_tables(generated_docs):
         "sinkhorn", "softsort", "neuralsort", "permutahedron", "lapsum"}, topk
     ranking = generated_docs.stdout("python examples/learning_to_sort.py --sweep")
     assert {m for m in re.findall(r"^\| (\w+) \| \w+ \| [\d.e-]+ \| \d\.\d+ \| \d\.\d+ \|$", ranking, flags=re.M)} == {
-        "sinkhorn", "softsort", "neuralsort", "permutahedron", "lapsum"}, ranking
+        "sinkhorn", "softsort", "neuralsort", "permutahedron", "lapsum", "odd_even", "bitonic"}, ranking
 
 
 def test_quantile_regression_quick(generated_docs):
@@ -110,7 +110,7 @@ def test_topk_classification_quick(generated_docs):
     out = _example(generated_docs, "topk_classification.py")
     rows = re.findall(r"^\| ([^|]+?) \| (\d\.\d+) ± \d\.\d+ \| (\d\.\d+) ± \d\.\d+ \| \d+\.\d \|$", out, flags=re.M)
     names = ["cross-entropy", *(f"top-1 loss, {m}" for m in ("sinkhorn", "softsort", "neuralsort", "permutahedron", "lapsum")),
-             "top-3 loss, lapsum"]
+             "top-3 loss, lapsum", "top-k cross-entropy, odd_even"]
     assert [r[0] for r in rows] == names * 2, out  # one table per setting: clean, then noisy labels
     clean = rows[:len(names)]
     for name, top1, top3 in rows:
@@ -129,7 +129,8 @@ def test_learning_to_sort_quick(generated_docs):
     row = r"^\| (\w+) \| (torch|jax) \| (\d\.\d+) \| (\d\.\d+) \|$"
     exact, element = ({(m, f): (float(a), float(b)) for m, f, a, b in re.findall(row, part, flags=re.M)}
                       for part in (exact_part, element_part))
-    expected = {(m, f) for m in ("neuralsort", "softsort", "sinkhorn", "permutahedron", "lapsum") for f in ("torch", "jax")}
+    expected = {(m, f) for m in ("neuralsort", "softsort", "sinkhorn", "permutahedron", "lapsum", "odd_even", "bitonic")
+                for f in ("torch", "jax")}
     assert set(exact) == expected and set(element) == expected, out
     for key in expected:
         # chance: 1/3! = 0.17 and 1/5! = 0.008 exact, 1/3 and 1/5 per element; 150 steps reach 0.54-0.70 and 0.29-0.39

@@ -17,6 +17,7 @@ from scipy.optimize import brentq, isotonic_regression
 from scipy.special import logsumexp
 
 import rankops
+from tests.reference import central_vjp
 
 RNG = np.random.default_rng(20261123)
 
@@ -54,15 +55,6 @@ def _projection(x: np.ndarray, output: str, reg: str, strength: float) -> np.nda
     return np.array(out)
 
 
-def _central(f, x: np.ndarray, ct: np.ndarray, h: float = 1e-6) -> np.ndarray:
-    g = np.zeros_like(x)
-    for idx in np.ndindex(x.shape):
-        e = np.zeros_like(x)
-        e[idx] = h
-        g[idx] = (np.sum(f(x + e) * ct) - np.sum(f(x - e) * ct)) / (2 * h)
-    return g
-
-
 @pytest.mark.parametrize("reg", ["l2", "kl"])
 @pytest.mark.parametrize("strength", [0.05, 1.0, 10.0])
 @pytest.mark.parametrize("output", ["rank", "sort"])
@@ -73,7 +65,7 @@ def test_permutahedron_equals_proposition_3(output, reg, strength):
     assert_allclose(got, _projection(x, output, reg, strength), rtol=1e-10, atol=1e-10)
     ct = RNG.normal(size=x.shape)
     _, vjp_fn = rankops.vjp(fn, x, method="permutahedron", regularization=reg, strength=strength)
-    fd = _central(lambda z: fn(z, method="permutahedron", regularization=reg, strength=strength), x, ct)
+    fd = central_vjp(lambda z: fn(z, method="permutahedron", regularization=reg, strength=strength), x, ct)
     assert_allclose(vjp_fn(ct)[0], fd, rtol=1e-5, atol=1e-6)
 
 
@@ -167,7 +159,7 @@ def test_lapsum_gradients_match_central_differences(op):
     call = lambda z, *a: fn(z, *(a or args), method="lapsum", alpha=0.7)  # noqa: E731
     _, vjp_fn = rankops.vjp(fn, x, *args, method="lapsum", alpha=0.7)
     grads = vjp_fn(ct)
-    assert_allclose(grads[0], _central(call, x, ct), rtol=1e-6, atol=1e-7)
+    assert_allclose(grads[0], central_vjp(call, x, ct), rtol=1e-6, atol=1e-7)
     if op == "topk":
         dk = [(np.sum(ct * (call(x, k + h) - call(x, k - h)))) / 2e-6 for h in 1e-6 * np.eye(2)]
         assert_allclose(grads[1], dk, rtol=1e-6, atol=1e-7)
@@ -202,8 +194,8 @@ def test_isotonic_gradients_match_central_differences():
     ct = RNG.normal(size=y.shape)
     _, vjp_fn = rankops.vjp(rankops.isotonic_regression, y, weights=w)
     dy, dw = vjp_fn(ct)
-    assert_allclose(dy, _central(lambda z: rankops.isotonic_regression(z, weights=w), y, ct), rtol=1e-6, atol=1e-7)
-    assert_allclose(dw, _central(lambda z: rankops.isotonic_regression(y, weights=z), w, ct), rtol=1e-6, atol=1e-7)
+    assert_allclose(dy, central_vjp(lambda z: rankops.isotonic_regression(z, weights=w), y, ct), rtol=1e-6, atol=1e-7)
+    assert_allclose(dw, central_vjp(lambda z: rankops.isotonic_regression(y, weights=z), w, ct), rtol=1e-6, atol=1e-7)
 
 
 def _rounds_of_run_pooling(y: np.ndarray) -> int:

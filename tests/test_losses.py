@@ -12,6 +12,7 @@ import rankops.losses as losses
 from tests import reference
 from tests.hosts import HOSTS
 from tests.hosts import host as _host
+from tests.test_diffsort import _simulate
 
 METHODS = [("permutahedron", {"strength": 0.5}), ("lapsum", {"alpha": 0.5}), ("softsort", {"tau": 0.5})]
 
@@ -220,6 +221,10 @@ def test_permutation_loss_is_the_cross_entropy_with_the_true_permutation(host):
     for method, ref in (("neuralsort", reference.neuralsort), ("softsort", reference.softsort)):
         got = np.asarray(run(lambda s, t: losses.permutation_loss(s, t, method=method, tau=0.3), to(scores), to(target)))
         assert_allclose(got, _cross_entropy(ref(scores, 0.3), target), **tol)
+    # a sorting network's matrix of -scores: its rows the places of the largest first (tests/test_diffsort.py's simulation)
+    network = np.stack([_simulate(-row, "bitonic", "cauchy", 3.0)[1] for row in scores])
+    got = np.asarray(run(lambda s, t: losses.permutation_loss(s, t, method="diffsort", network="bitonic", steepness=3.0), to(scores), to(target)))
+    assert_allclose(got, _cross_entropy(network, target), **tol)
 
 
 def test_permutation_loss_sinkhorn_is_the_scaled_plan_and_tends_to_zero_on_the_right_order():
@@ -314,6 +319,7 @@ CASES = {
     "permutation_loss": lambda s, t, r, lab, m: losses.permutation_loss(s, t, method="sinkhorn", epsilon=0.05),
     "quantile_loss": lambda s, t, r, lab, m: losses.quantile_loss(s, t, 0.5),
     "pinball_loss": lambda s, t, r, lab, m: losses.pinball_loss(s, t, 0.3),
+    "topk_cross_entropy": lambda s, t, r, lab, m: losses.topk_cross_entropy(s, lab, [0.6, 0.4], network="bitonic"),
 }
 
 
@@ -355,3 +361,102 @@ def test_permutation_loss_sinkhorn_float32_implicit_gradient_at_small_epsilon(ho
     assert_allclose(grad(s, True), exact, rtol=1e-3)
     for implicit in (True, False):
         assert_allclose(grad(s.astype(np.float32), implicit), exact, rtol=0.02, atol=0.2)
+
+
+# -- the top-k cross-entropy (Petersen et al. 2022) -----------------------------------------------
+
+
+def _topk_ce_reference(s: np.ndarray, labels: np.ndarray, p_k: list, mode: str, tau: float) -> np.ndarray:
+    """The paper's loss from a SoftSort matrix written here: T_k(y) = sum of the k largest places' probabilities of y."""
+    out = []
+    for row, y in zip(s, labels):
+        srt = np.sort(row)[::-1]
+        logits = -np.abs(srt[:, None] - row[None, :]) / tau
+        p = np.exp(logits - logits.max(axis=1, keepdims=True))
+        p /= p.sum(axis=1, keepdims=True)  # row j: the item at the j-th largest place
+        t = np.cumsum(p[:, y])  # t[k - 1] = T_k(y)
+        clamp = lambda q: -np.log(q * (1 - 2e-7) + 1e-7)  # noqa: E731
+        soft = np.exp(row - row.max()) / np.exp(row - row.max()).sum()
+        rest = sum(pk * t[k] for k, pk in enumerate(p_k) if k >= 1)
+        if mode == "sort":
+            out.append(clamp(p_k[0] * t[0] + rest))
+        elif mode == "sm":
+            out.append(clamp(p_k[0] * soft[y] + rest))
+        else:
+            out.append(p_k[0] * -np.log(soft[y]) + sum(p_k[1:]) * clamp(rest))
+    return np.array(out)
+
+
+@pytest.mark.parametrize("host", HOSTS)
+@pytest.mark.parametrize("mode", ["sm", "smce", "sort"])
+def test_topk_cross_entropy_equals_the_papers_formula(host, mode):
+    to, run = _host(host)
+    rng = np.random.default_rng(40)
+    scores, labels = rng.normal(size=(5, 7)) * 2, rng.integers(0, 7, size=5)
+    p_k = [0.5, 0.0, 0.3, 0.2]
+    got = run(lambda s, lab: losses.topk_cross_entropy(s, lab, p_k, method="softsort", top1_mode=mode, tau=0.4), to(scores), to(labels))
+    assert_allclose(np.asarray(got), _topk_ce_reference(scores, labels, p_k, mode, 0.4), rtol=1e-12, atol=1e-12)
+
+
+def test_topk_cross_entropy_network_hard_limit_and_gradient():
+    """Steep networks: the top-k indicator of the label; the gradient equals central differences."""
+    rng = np.random.default_rng(41)
+    scores = np.array([rng.permutation(8) * 1.0 for _ in range(4)])
+    labels = np.argsort(scores, axis=-1)[:, [7, 6, 5, 0]][np.arange(4), np.arange(4)]  # places 1, 2, 3 and 8
+    for network in ("odd_even", "bitonic"):
+        got = losses.topk_cross_entropy(scores, labels, [0.0, 0.5, 0.5], top1_mode="sort", network=network,
+                                        distribution="logistic", steepness=1e3)
+        q = np.array([1.0, 1.0, 0.5, 0.0])  # P(K >= place): k ~ {2, 3} uniformly
+        assert_allclose(got, -np.log(q * (1 - 2e-7) + 1e-7), rtol=1e-12)
+    torch = pytest.importorskip("torch")
+    x = rng.normal(size=(3, 6))
+    lab = np.array([0, 3, 5])
+    leaf = torch.tensor(x, requires_grad=True)
+    w = np.array([0.3, -1.0, 0.7])
+    (losses.topk_cross_entropy(leaf, torch.tensor(lab), [0.4, 0.6], steepness=3.0) * torch.tensor(w)).sum().backward()
+    fd = _central_differences(lambda a: float(w @ losses.topk_cross_entropy(a, lab, [0.4, 0.6], steepness=3.0)), x)
+    assert_allclose(leaf.grad.numpy(), fd, rtol=1e-6, atol=1e-8)
+
+
+def test_topk_cross_entropy_equals_difftopk():
+    """difftopk.TopKCrossEntropyLoss (float32, the batch mean) for every relaxation both have, with and without top-m."""
+    torch = pytest.importorskip("torch")
+    difftopk = pytest.importorskip("difftopk")
+    rng = np.random.default_rng(42)
+    p_k = [0.5, 0.0, 0.3, 0.2]
+    for n, m in ((8, None), (10, 8), (9, None)):
+        scores = torch.tensor(rng.normal(size=(6, n)) * 2, dtype=torch.float32)
+        labels = torch.tensor(rng.integers(0, n, size=6))
+        for method, ours in (("odd_even", {"method": "diffsort", "network": "odd_even", "steepness": 3.0}),
+                             ("bitonic__non_sparse", {"method": "diffsort", "network": "bitonic", "steepness": 3.0}),
+                             ("softsort", {"method": "softsort", "tau": 1 / 3}), ("neuralsort", {"method": "neuralsort", "tau": 1 / 3})):
+            if method.startswith("bitonic") and (m or n) & ((m or n) - 1):
+                continue  # the package's bitonic network does not sort every n (tests/test_diffsort.py)
+            for mode in ("sm", "smce", "sort"):
+                theirs = difftopk.TopKCrossEntropyLoss(method, 3.0, p_k, n, m=m, distribution="cauchy", top1_mode=mode)
+                a, b = scores.clone().requires_grad_(), scores.clone().requires_grad_()
+                want = theirs(a, labels)
+                want.backward()
+                got = losses.topk_cross_entropy(b, labels, p_k, m=m, top1_mode=mode, **ours).mean()
+                got.backward()
+                assert_allclose(got.item(), want.item(), rtol=2e-6, err_msg=(method, mode, n, m))
+                assert_allclose(b.grad.numpy(), a.grad.numpy(), rtol=1e-4, atol=2e-6, err_msg=(method, mode, n, m))
+
+
+def test_topk_cross_entropy_errors():
+    s, lab = np.zeros((2, 4)), np.array([0, 1])
+    for p_k, exc, match in (([0.5, 0.6], ValueError, "must sum to 1"), ([1.5, -0.5], ValueError, "finite numbers >= 0"),
+                            ([0.2] * 5, ValueError, "more than the n = 4"), (0.5, TypeError, "non-empty sequence"),
+                            ([], TypeError, "non-empty sequence")):
+        with pytest.raises(exc, match=match):
+            losses.topk_cross_entropy(s, lab, p_k)
+    with pytest.raises(ValueError, match=r"m must be an int in \[len\(p_k\), n\] = \[2, 4\], got 5"):
+        losses.topk_cross_entropy(s, lab, [0.5, 0.5], m=5)
+    with pytest.raises(ValueError, match="method must be one of"):
+        losses.topk_cross_entropy(s, lab, [1.0], method="permutahedron")
+    with pytest.raises(ValueError, match="top1_mode must be one of"):
+        losses.topk_cross_entropy(s, lab, [1.0], top1_mode="ce")
+    with pytest.raises(TypeError, match="labels must be an integer array"):
+        losses.topk_cross_entropy(s, lab * 1.0, [1.0])
+    with pytest.raises(TypeError, match="unexpected option"):
+        losses.topk_cross_entropy(s, lab, [1.0], tau=0.1)

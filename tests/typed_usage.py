@@ -28,6 +28,7 @@ assert_type(rankops.soft_topk_mask(x, 2), Any)
 assert_type(rankops.sort_with(x[..., None], x), Any)
 assert_type(rankops.softsort(x), Any)
 assert_type(rankops.neuralsort(x), Any)
+assert_type(rankops.diffsort(x, network="bitonic"), Any)
 assert_type(rankops.isotonic_regression(x), Any)
 assert_type(rankops.soft_kendall_tau(x, x), Any)
 

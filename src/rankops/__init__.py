@@ -11,7 +11,7 @@ from .sinkhorn import ConvergenceWarning, PerformanceWarning, SinkhornInfo
 from .gradients import vjp
 from .isotonic import isotonic_regression
 from .kernels import kendall_kernel, mallows_kernel, soft_kendall_tau, suquan_targets
-from .permutations import neuralsort, softsort
+from .permutations import diffsort, neuralsort, softsort
 from .sinkhorn import SinkhornResult, sinkhorn
 from .sorting import soft_rank, soft_sort
 from .transport import soft_cdf, soft_quantile, soft_quantile_normalize, soft_quantize, soft_topk_mask, sort_with
@@ -36,6 +36,7 @@ __all__ = [
     "PerformanceWarning",
     "softsort",
     "neuralsort",
+    "diffsort",
     "isotonic_regression",
     "kendall_kernel",
     "mallows_kernel",

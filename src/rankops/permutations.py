@@ -17,16 +17,21 @@ is that of the relaxed one.
 from __future__ import annotations
 
 import dataclasses
+import math
+import numbers
 from typing import Any
 
+from ._cores import diffsort as _networks
+from ._cores.comparators import DISTRIBUTIONS
+from ._cores.networks import NETWORKS
 from ._cores.permutation import matrix_core
 from ._docstrings import SECTIONS
 from ._lib._calls import Call, operator, prepare
 from ._lib._compat import Array
 from ._lib._docs import fill_doc
-from ._lib._options import Options, boolean, option, optional_count, positive_count, positive_scalar
+from ._lib._options import Options, boolean, choice, option, optional_count, positive_count, positive_scalar, python_number
 
-__all__ = ["softsort", "neuralsort", "PermutationOptions", "OPTION_NAMES"]
+__all__ = ["softsort", "neuralsort", "diffsort", "PermutationOptions", "NetworkOptions", "OPTION_NAMES"]
 
 
 def _block(value: Any, name: str) -> Any:
@@ -108,6 +113,82 @@ def neuralsort(s: Array, /, *, tau: Any = 1.0, descending: bool = True, hard: bo
     """
     return _bind_matrix("neuralsort", s, {"tau": tau, "hard": hard}, descending=descending, stochastic=stochastic, key=key,
                        n_samples=n_samples)
+
+
+def _art_lambda(value: Any, name: str) -> float:
+    """A finite real >= 0 (the exponent of the activation replacement trick)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number >= 0, got {type(value).__name__}")
+    if not (math.isfinite(value) and value >= 0):
+        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+    return float(value)
+
+
+@dataclasses.dataclass(frozen=True)
+class NetworkOptions(Options):
+    """Options of the differentiable sorting networks (``rankops.diffsort``, ``method="diffsort"``)."""
+
+    network: str = option("odd_even", choice(*NETWORKS))
+    distribution: str = option("cauchy", choice(*DISTRIBUTIONS))
+    steepness: float = option(10.0, python_number(positive_scalar))
+    art_lambda: float = option(0.25, _art_lambda)
+
+
+@operator(methods=("diffsort",))
+@fill_doc(**SECTIONS)
+def diffsort(x: Array, /, *, network: str = "odd_even", distribution: str = "cauchy", steepness: float = 10.0,
+             art_lambda: float = 0.25, descending: bool = False) -> Call[Array]:
+    """Relaxed permutation matrix of a differentiable sorting network, along the last axis of ``x``.
+
+    A sorting network (``"odd_even"``: odd-even transposition, n layers;
+    ``"bitonic"``: Batcher's bitonic sorter, ``L (L + 1) / 2`` layers for
+    ``L = ceil(log2 n)``) whose comparators swap softly: the low wire gets
+    ``f(u) a + (1 - f(u)) b`` and the high wire the rest, ``u = steepness (b
+    - a)`` (Petersen et al., ICML 2021, Eq. 3). ``P`` is the product of the
+    layers; ``P @ x`` is ``soft_sort(x, method="diffsort")`` and ``P^T @
+    (1..n)`` is the soft rank. ``P`` is doubly stochastic.
+
+    Parameters
+    ----------
+    x : array
+        Scores along the last axis (any batch shape).
+    network : {"odd_even", "bitonic"}, default "odd_even"
+    distribution : {"cauchy", "reciprocal", "optimal", "logistic", "logistic_phi", "gaussian"}, default "cauchy"
+        The relaxation ``f`` (a CDF). ``"cauchy"``, ``"reciprocal"`` and
+        ``"optimal"`` are monotonic: every soft-sorted value is
+        non-decreasing in every input (Petersen et al., ICLR 2022).
+    steepness : float, default 10.0
+        The inverse temperature: the hard network as it grows.
+    art_lambda : float, default 0.25
+        ``"logistic_phi"`` only: ``u / |b - a| ** art_lambda`` (the activation
+        replacement trick).
+    descending : bool, default False
+        Row i the i-th largest when True.
+
+    Returns
+    -------
+    array
+        Shape ``(..., n, n)``, rows the positions of the sorted order; the
+        ``diffsort`` package's matrix (``x @ P_ds`` sorted) transposed.
+        O(K n^2) memory per row for the backward: for values and ranks use
+        ``soft_sort`` / ``soft_rank(method="diffsort")``, O(K n).
+
+    Examples
+    --------
+    >>> import numpy as np, rankops
+    >>> x = np.array([0.3, -1.2, 2.5])
+    >>> p = rankops.diffsort(x, steepness=10.0)
+    >>> np.round(p, 2)
+    array([[0.04, 0.96, 0.  ],
+           [0.94, 0.04, 0.01],
+           [0.01, 0.  , 0.99]])
+    >>> np.round(p @ x, 2)
+    array([-1.14,  0.27,  2.47])
+    """
+    opts, _ = NetworkOptions.parse({"network": network, "distribution": distribution, "steepness": steepness,
+                                    "art_lambda": art_lambda}, "diffsort")
+    p = prepare(x, opts=opts)
+    return Call(_networks.matrix_core, p, opts, {"descending": boolean(descending, "descending")})
 
 
 def _bind_matrix(method: str, s: Any, options: dict[str, Any], *, descending: Any, stochastic: Any, key: Any, n_samples: Any) -> Call[Array]:

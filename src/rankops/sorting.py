@@ -26,7 +26,7 @@ import math
 import numbers
 from typing import Any
 
-from ._cores import lapsum, permutahedron
+from ._cores import diffsort, lapsum, permutahedron
 from ._cores.permutation import dense_core, stream_core
 from ._cores.transport import rank_core, sort_core
 from ._docstrings import SECTIONS, methods_section
@@ -34,7 +34,7 @@ from ._lib._calls import Call, Prepared, operator, prepare
 from ._lib._compat import Array, is_array
 from ._lib._docs import fill_doc
 from ._lib._options import Options, boolean, choice, option, positive_count, positive_scalar, python_number
-from .permutations import OPTION_NAMES, PermutationOptions
+from .permutations import OPTION_NAMES, NetworkOptions, PermutationOptions
 from .sinkhorn import SOLVER_OPTIONS, TransportOptions, bind_grid, reported, return_info
 
 __all__ = ["soft_rank", "soft_sort", "METHODS", "PermutahedronOptions", "LapsumOptions", "bind_lapsum_topk"]
@@ -142,6 +142,16 @@ def bind_lapsum_topk(x: Any, k: Any, axis: Any, options: dict[str, Any]) -> Call
     return Call(lapsum.topk_core, p, opts, {"k": float(k)})
 
 
+# -- "diffsort" (options: rankops.permutations.NetworkOptions) ------------------------------------
+
+
+def _bind_diffsort(output: str, x: Any, axis: Any, descending: Any, options: dict[str, Any]) -> Call[Any]:
+    opts, _ = NetworkOptions.parse(options, f"soft_{output}(method='diffsort')")
+    p = prepare(x, axis=axis, opts=opts)
+    core = diffsort.rank_core if output == "rank" else diffsort.sort_core
+    return Call(core, p, opts, {"descending": boolean(descending, "descending")})
+
+
 # method -> bind(output, x, axis, descending, options) -> Call, output "sort" or "rank"; the first is the default
 METHODS = {
     "sinkhorn": _bind_sinkhorn,
@@ -149,6 +159,7 @@ METHODS = {
     "neuralsort": functools.partial(_bind_permutation, "neuralsort"),
     "permutahedron": _bind_permutahedron,
     "lapsum": _bind_lapsum,
+    "diffsort": _bind_diffsort,
 }
 
 

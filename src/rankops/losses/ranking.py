@@ -10,7 +10,7 @@ import array_api_compat
 from .._cores.transport import grid, squash_vjp
 from .._solvers.line import cost_fns
 from .._lib._adapters import get_adapter
-from ..permutations import neuralsort, softsort
+from ..permutations import diffsort, neuralsort, softsort
 from ..sinkhorn import SOLVER_OPTIONS, TransportOptions, sinkhorn
 from ..sorting import soft_rank
 from .._lib._docs import fill_doc
@@ -18,7 +18,7 @@ from ._common import RANK_METHOD, per_row_returns, DEFAULT_METHOD, _last, _one_h
 
 __all__ = ["topk_loss", "ndcg_loss", "permutation_loss", "MATRIX_METHODS"]
 
-MATRIX_METHODS = ("neuralsort", "softsort", "sinkhorn")
+MATRIX_METHODS = ("neuralsort", "softsort", "sinkhorn", "diffsort")
 
 
 @in_float32
@@ -154,6 +154,9 @@ def ndcg_loss(scores: Any, relevance: Any, /, k: int | None = None, *, mask: Any
 
 def _log_matrix(xp: Any, s: Any, method: str, options: dict[str, Any]) -> Any:
     """``log P``: row i of the relaxed permutation matrix of ``s`` (last axis) is a distribution over the items for rank i (1 = largest)."""
+    if method == "diffsort":  # the sorting network's matrix, largest first
+        p = diffsort(s, descending=True, **options)
+        return xp.log(p + xp.finfo(p.dtype).smallest_normal)
     if method != "sinkhorn":
         p = (softsort if method == "softsort" else neuralsort)(s, **options)
         return xp.log(p + xp.finfo(p.dtype).smallest_normal)  # an underflowed probability costs -log(tiny), not inf
@@ -193,9 +196,11 @@ def permutation_loss(scores: Any, target: Any, /, *, axis: int = -1, method: str
         Same shape: the values whose order is to be learned (data).
     axis : int, default -1
         The axis of the items.
-    method : {"neuralsort", "softsort", "sinkhorn"}, default "neuralsort"
+    method : {"neuralsort", "softsort", "sinkhorn", "diffsort"}, default "neuralsort"
         ``neuralsort`` / ``softsort``: :func:`rankops.neuralsort` /
-        :func:`rankops.softsort` with ``**options`` (``tau``, ...).
+        :func:`rankops.softsort` with ``**options`` (``tau``, ...);
+        ``diffsort``: :func:`rankops.diffsort` (a sorting network, the
+        ranking supervision of Petersen et al. 2021) with its options.
         ``sinkhorn``: ``n`` times the transposed plan of
         :func:`rankops.sinkhorn` between the squashed scores and the grid
         ``j / (n - 1)``, cost ``|y_j - g(s)_i| ** power``; options ``epsilon``

@@ -65,6 +65,10 @@ class Generic:
     def logsumexp(self, xp: Any, z: Any, axis: int = -1) -> Any:
         return _numerics.logsumexp(xp, z, axis)
 
+    def ndtr(self, xp: Any, u: Any) -> Any:
+        """The standard normal CDF (the standard has no ``erf``)."""
+        return _numerics.ndtr(xp, u)
+
     def stop_gradient(self, xp: Any, x: Any) -> Any:
         return x
 
@@ -86,6 +90,10 @@ class Generic:
     def take(self, xp: Any, a: Any, index: Any) -> Any:
         """``a[..., index]`` row by row (``index`` has ``a``'s batch shape)."""
         return _loops.take(xp, a, index)
+
+    def select(self, xp: Any, a: Any, index: Any, axis: int) -> Any:
+        """``take(a, index, axis=axis)``: one 1-D ``index`` (in range, non-negative) for every slice along ``axis``."""
+        return xp.take(a, index, axis=axis)
 
     def sort_order(self, xp: Any, x: Any, *, descending: bool = False) -> tuple[Any, Any]:
         """``(take(x, order), order)`` with ``order`` the stable ``argsort`` of each row (last axis)."""

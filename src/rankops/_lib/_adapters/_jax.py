@@ -8,6 +8,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import jax.scipy.special
 
 from .._compat import index_dtype
 from .._loops import settled
@@ -72,6 +73,9 @@ class Jax(Generic):
         hard = jnp.astype(jax.lax.broadcasted_iota(jnp.int32, z.shape, axis % z.ndim) == first, z.dtype)
         return jnp.where(lost, hard, e / jnp.where(lost, jnp.ones_like(total), total))
 
+    def ndtr(self, xp: Any, u: Any) -> Any:
+        return jax.scipy.special.ndtr(u)
+
     def logsumexp(self, xp: Any, z: Any, axis: int = -1) -> Any:
         if not self._guarded():
             return jax.nn.logsumexp(z, axis=axis)
@@ -108,6 +112,10 @@ class Jax(Generic):
     def take(self, xp: Any, a: Any, index: Any) -> Any:
         # indices are in range by construction: no clamping or wrapping in the gather
         return jnp.take_along_axis(a, index, axis=-1, mode="promise_in_bounds")
+
+    def select(self, xp: Any, a: Any, index: Any, axis: int) -> Any:
+        # in range by construction: clamping the (short) index costs less than the default fill's masking
+        return jnp.take(a, index, axis=axis, mode="clip")
 
     def sort_order(self, xp: Any, x: Any, *, descending: bool = False) -> tuple[Any, Any]:
         """One ``lax.sort`` of (values, positions): ``argsort`` sorts the same pair and drops the values, which

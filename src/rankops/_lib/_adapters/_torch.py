@@ -64,6 +64,9 @@ class Torch(Generic):
     def logsumexp(self, xp: Any, z: Any, axis: int = -1) -> Any:
         return torch.logsumexp(z, dim=axis)
 
+    def ndtr(self, xp: Any, u: Any) -> Any:
+        return torch.special.ndtr(u)
+
     def stop_gradient(self, xp: Any, x: Any) -> Any:
         return x.detach()
 
@@ -123,6 +126,10 @@ class Torch(Generic):
     def take(self, xp: Any, a: Any, index: Any) -> Any:
         # take_along_dim wraps negative indices (a remainder per call); these never are negative
         return torch.gather(a, -1, index)
+
+    def select(self, xp: Any, a: Any, index: Any, axis: int) -> Any:
+        # array-api-compat's take wraps negative indices first (a comparison and a where per call)
+        return torch.index_select(a, axis, index)
 
     def sort_order(self, xp: Any, x: Any, *, descending: bool = False) -> tuple[Any, Any]:
         # one kernel: the sort already holds the values the gather would fetch (the same bits)

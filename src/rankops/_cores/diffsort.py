@@ -1,0 +1,247 @@
+r"""Differentiable sorting networks (Petersen, Borgelt, Kuehne & Deussen, ICML 2021 and ICLR 2022).
+
+A sorting network (:mod:`.networks`) whose comparators are relaxed
+(:mod:`.comparators`): in layer k each wire i takes the share ``c_i =
+f(tau_i d_i)`` of its partner ``p(i)``'s value, ``d_i = x_p(i) - x_i``:
+
+    y_i = (1 - c_i) x_i + c_i x_p(i),
+
+so a layer is a gather of the partners and a blend, O(n), and the network
+is ``P = L_K ... L_1`` with ``L_k`` symmetric (``c_i = c_p(i)``). An idle
+wire is its own partner with ``tau = 0``: it blends half and half with
+itself, which keeps its value. Nothing
+here forms ``P`` except :func:`matrix_core`:
+
+- soft sort: the wires after the last layer, ``P x``;
+- soft rank: ``P^T (1..n) = L_1 ... L_K (1..n)``, the positions carried back
+  through the network with the forward's shares (item i's expected
+  1-based position, ``sum_j P_ij (j + 1)`` in the package's orientation);
+- matrix: the layers applied to the rows of the identity.
+
+Backward, per layer: with ``h = u f'(u)`` and ``q = tau f'(u)`` (``u = tau
+d``), a wire's cotangent ``G`` and the cotangent ``g_c`` of its share (from
+the rank or the matrix) give ``a = G (c + h) + g_c q`` and ``G <- G - a +
+a_p``. The shares and their arguments are kept per layer (O(K n) per row);
+the rank also keeps the positions it carried (``g_c = gamma (z_p - z)``
+with ``gamma`` its cotangent carried forward through the same layers).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import array_api_compat
+
+from .._lib._adapters import core, custom_backward, get_adapter, same_shape
+from . import comparators
+from .networks import Wiring, wiring
+
+__all__ = ["rank_core", "sort_core", "matrix_core"]
+
+
+def _column(xp: Any, table: Any, k: Any) -> Any:
+    """Layer ``k``'s column of a wiring table (``k`` a 1-element index array)."""
+    return get_adapter(xp).select(xp, table, k, 1)[:, 0]
+
+
+def _partners(xp: Any, v: Any, partner: Any, axis: int = -1) -> Any:
+    """Each wire's partner's value (``axis``: the wires' axis)."""
+    return get_adapter(xp).select(xp, v, partner, v.ndim + axis if axis < 0 else axis)
+
+
+def _flip(xp: Any, arrays: tuple[Any, ...]) -> tuple[Any, ...]:
+    return tuple(xp.flip(a, axis=-1) for a in arrays)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Network:
+    network: str
+    distribution: str
+    steepness: float
+    art_lambda: float
+    descending: bool
+
+    def wiring(self, xp: Any, like: Any, n: int) -> Wiring:
+        """The network on n wires (rebuilt by the backward: residuals are arrays only), tables on ``like``'s device."""
+        return wiring(xp, "odd_even" if n == 1 else self.network, n, like)  # one wire: one idle layer
+
+    def layers(self, xp: Any, w: Wiring, x: Any, p: Any = None) -> tuple[Any, ...]:
+        """``(y, c, u[, P])``: the wires (and the matrix ``p``) after every layer, each layer's shares and arguments (``(..., n, K)``)."""
+        adapter = get_adapter(xp)
+
+        tau = self.steepness * w.side  # 0 on idle wires: they blend half and half with themselves, exact
+
+        def body(carry: tuple[Any, ...], cols: tuple[Any, ...]) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+            (k,) = cols
+            v = carry[0]
+            partner = _column(xp, w.partner, k)
+            other = _partners(xp, v, partner)
+            u = comparators.clamp_argument(xp, _column(xp, tau, k) * (other - v))
+            c = comparators.weight(xp, adapter, self.distribution, u, self.steepness, self.art_lambda)
+            # the convex form: v + c (other - v) would overflow where the two are of opposite signs near the range
+            out = ((1.0 - c) * v + c * other,)
+            kept = (c[..., None], u[..., None])
+            if len(carry) > 1:  # the matrix: the same blend of whole rows
+                m = carry[1]
+                out += ((1.0 - c)[..., None] * m + c[..., None] * _partners(xp, m, partner, -2),)
+                kept += (m[..., None],)
+            return out, kept
+
+        carry, kept = adapter.scan_blocks(xp, body, (x,) if p is None else (x, p), (w.schedule,), 1)
+        return (carry[0], *kept) if p is None else (carry[0], *kept[:2], carry[1], kept[2])
+
+    def back(self, xp: Any, w: Wiring, c: Any, u: Any, g: Any, gc: Any = None) -> Any:
+        """The input's cotangent from the wires' ``g`` after the last layer and the shares' ``gc`` (``(..., n, K)``; None: 0)."""
+        adapter = get_adapter(xp)
+        s, lam, dist = self.steepness, self.art_lambda, self.distribution
+
+        tau = s * w.side
+
+        def body(carry: Any, cols: tuple[Any, ...]) -> tuple[Any, tuple[()]]:
+            k, ck, uk = cols[0], cols[1][..., 0], cols[2][..., 0]
+            partner = _column(xp, w.partner, k)
+            f1 = comparators.slope(xp, dist, uk, s, lam)
+            a = carry * (ck + uk * f1)
+            if len(cols) > 3:
+                a = a + cols[3][..., 0] * (_column(xp, tau, k) * f1)
+            return carry - a + _partners(xp, a, partner), ()
+
+        xs = (w.schedule, c, u) if gc is None else (w.schedule, c, u, gc)
+        return adapter.scan_blocks(xp, body, g, _flip(xp, xs), 1)[0]
+
+    def carry_back(self, xp: Any, w: Wiring, c: Any, z: Any) -> tuple[Any, Any]:
+        """``(L_1 ... L_K z, the vector entering each layer)``: ``z`` carried back through the network."""
+
+        def body(carry: Any, cols: tuple[Any, ...]) -> tuple[Any, tuple[Any]]:
+            k, ck = cols[0], cols[1][..., 0]
+            partner = _column(xp, w.partner, k)
+            # positions (or the top-k weights) are moderate: the difference form, which idle wires keep exactly
+            return carry + ck * (_partners(xp, carry, partner) - carry), (carry[..., None],)
+
+        z, (entering,) = get_adapter(xp).scan_blocks(xp, body, z, _flip(xp, (w.schedule, c)), 1)
+        return z, xp.flip(entering, axis=-1)
+
+    def chain_back(self, xp: Any, w: Wiring, c: Any, entering: Any, ct: Any, *, rows: bool) -> Any:
+        """Each share's cotangent (``(..., n, K)``) for a linear chain ``z <- (1 - c) z + c z_p`` through the layers.
+
+        ``entering``: what entered each layer; ``ct``: the cotangent of the
+        chain's result, carried back through the layers (each its own
+        transpose). ``rows=False``: the positions' chain, a vector that ran
+        from the last layer (its cotangent comes back from the first);
+        ``rows=True``: the matrix's, rows that ran from the first layer. The
+        share of wire i meets ``z_p(i) - z_i`` of what entered its layer.
+        """
+        reverse = rows
+        axis = -2 if rows else -1
+
+        def body(carry: Any, cols: tuple[Any, ...]) -> tuple[Any, tuple[Any]]:
+            k, ck, zk = cols[0], cols[1][..., 0], cols[2][..., 0]
+            partner = _column(xp, w.partner, k)
+            gc = carry * (_partners(xp, zk, partner, axis) - zk)
+            share = ck[..., None] if rows else ck
+            back = (1.0 - share) * carry + _partners(xp, share * carry, partner, axis)
+            return back, ((xp.sum(gc, axis=-1) if rows else gc)[..., None],)
+
+        xs = (w.schedule, c, entering)
+        _, (gc,) = get_adapter(xp).scan_blocks(xp, body, ct, _flip(xp, xs) if reverse else xs, 1)
+        return xp.flip(gc, axis=-1) if reverse else gc
+
+    def signed(self, xp: Any, v: Any) -> Any:
+        return -v if self.descending else v
+
+    def nan_rows(self, xp: Any, x: Any, value: Any) -> Any:
+        """A row holding NaN has no order: NaN throughout (a NaN would reach only the wires it meets)."""
+        bad = xp.any(xp.isnan(x), axis=-1, keepdims=True)
+        return xp.where(bad if value.ndim == x.ndim else bad[..., None], math.nan, value)
+
+
+class _Sort(_Network):
+    def fwd(self, xp: Any, x: Any) -> tuple[tuple[Any], tuple[Any, ...]]:
+        w = self.wiring(xp, x, x.shape[-1])
+        y, c, u = self.layers(xp, w, self.signed(xp, x))
+        return (self.nan_rows(xp, x, self.signed(xp, y)),), (c, u)
+
+    def bwd(self, xp: Any, res: tuple[Any, ...], cts: tuple[Any, ...]) -> tuple[Any]:
+        (ct,) = cts
+        if ct is None:  # torch: the output was not used
+            return (None,)
+        c, u = res
+        w = self.wiring(xp, c, c.shape[-2])
+        return (self.back(xp, w, c, u, xp.astype(ct, c.dtype, copy=False)),)  # the two sign flips cancel
+
+
+class _Chained(_Network):
+    """An output carried through the layers by a linear chain (its residuals: shares, arguments, what entered each layer)."""
+
+    rows = False  # the positions' chain (a vector, from the last layer); True: the matrix's (rows, from the first)
+
+    def bwd(self, xp: Any, res: tuple[Any, ...], cts: tuple[Any, ...]) -> tuple[Any]:
+        (ct,) = cts
+        if ct is None:  # torch: the output was not used
+            return (None,)
+        c, u, entering = res
+        w = self.wiring(xp, c, c.shape[-2])
+        gc = self.chain_back(xp, w, c, entering, xp.astype(ct, c.dtype, copy=False), rows=self.rows)
+        zero = xp.zeros(c.shape[:-1], dtype=c.dtype, device=array_api_compat.device(c))
+        return (self.signed(xp, self.back(xp, w, c, u, zero, gc)),)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Rank(_Chained):
+    levels: tuple[float, ...] | None = None  # the value of each position carried back (None: 1..n, the ranks)
+
+    def positions(self, xp: Any, x: Any) -> Any:
+        n = x.shape[-1]
+        device = array_api_compat.device(x)
+        if self.levels is None:
+            return xp.broadcast_to(xp.arange(1, n + 1, dtype=x.dtype, device=device), x.shape)
+        return xp.broadcast_to(xp.asarray(self.levels, dtype=x.dtype, device=device), x.shape)
+
+    def fwd(self, xp: Any, x: Any) -> tuple[tuple[Any], tuple[Any, ...]]:
+        w = self.wiring(xp, x, x.shape[-1])
+        _, c, u = self.layers(xp, w, self.signed(xp, x))
+        ranks, entering = self.carry_back(xp, w, c, self.positions(xp, x))
+        return (self.nan_rows(xp, x, ranks),), (c, u, entering)
+
+
+
+class _Matrix(_Chained):
+    rows = True
+
+    def fwd(self, xp: Any, x: Any) -> tuple[tuple[Any], tuple[Any, ...]]:
+        w = self.wiring(xp, x, x.shape[-1])
+        n = x.shape[-1]
+        eye = xp.broadcast_to(xp.eye(n, dtype=x.dtype, device=array_api_compat.device(x)), x.shape + (n,))
+        _, c, u, p, entering = self.layers(xp, w, self.signed(xp, x), eye)
+        return (self.nan_rows(xp, x, p),), (c, u, entering)
+
+
+def _spec(cls: type, opts: Any, descending: bool, **extra: Any) -> Any:
+    return cls(opts.network, opts.distribution, opts.steepness, opts.art_lambda, descending, **extra)
+
+
+@core(output_shapes=same_shape)
+def sort_core(xp: Any, x: Any, opts: Any, *, descending: bool) -> Any:
+    """The wires after the last layer: ``P x``."""
+    spec = _spec(_Sort, opts, descending)
+    return custom_backward(xp, spec.fwd, spec.bwd, (x,))
+
+
+@core(output_shapes=same_shape)
+def rank_core(xp: Any, x: Any, opts: Any, *, descending: bool, levels: tuple[float, ...] | None = None) -> Any:
+    """The positions carried back through the network: ``P^T (1..n)``, or ``P^T levels`` (the top-k cross-entropy's weights)."""
+    spec = _spec(_Rank, opts, descending, levels=levels)
+    return custom_backward(xp, spec.fwd, spec.bwd, (x,))
+
+
+def _square(shape: tuple[int, ...], opts: Any, params: dict[str, Any]) -> dict[str, Any]:
+    return {"value": (shape[-1], shape[-1])}
+
+
+@core(output_shapes=_square)
+def matrix_core(xp: Any, x: Any, opts: Any, *, descending: bool) -> Any:
+    """``P`` itself, rows the positions: ``P @ x`` is the soft sort."""
+    spec = _spec(_Matrix, opts, descending)
+    return custom_backward(xp, spec.fwd, spec.bwd, (x,))

@@ -1,0 +1,161 @@
+"""Top-k classification: the top-k cross-entropy of Petersen, Borgelt, Kuehne & Deussen (ICML 2022)."""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any, Sequence
+
+import array_api_compat
+
+from .._cores import diffsort as _networks
+from .._lib._adapters import get_adapter
+from .._lib._calls import Call, prepare
+from .._lib._docs import fill_doc
+from .._lib._numerics import logsumexp, vecmat
+from ..permutations import NetworkOptions, neuralsort, softsort
+from ._common import _one_hot, in_float32, per_row_returns, rows
+from .ranking import _log_matrix
+
+__all__ = ["topk_cross_entropy", "TOPK_METHODS"]
+
+TOPK_METHODS = ("diffsort", "softsort", "neuralsort", "sinkhorn")
+TOP1_MODES = ("sm", "smce", "sort")
+# difftopk's clamp of the probability before the log: log(q (1 - 2e-7) + 1e-7)
+_FLOOR = 1e-7
+
+
+def _distribution(p_k: Any, n: int) -> tuple[float, ...]:
+    """``P_K`` as a tuple of Python numbers: ``p_k[k - 1] = P(K = k)``, non-negative, summing to 1, at most n of them."""
+    if isinstance(p_k, (str, bytes)) or not isinstance(p_k, Sequence) or not p_k:
+        raise TypeError(f"p_k must be a non-empty sequence of numbers (P(K = 1), P(K = 2), ...), got {type(p_k).__name__}")
+    if any(isinstance(p, bool) or not isinstance(p, numbers.Real) or not (math.isfinite(p) and p >= 0) for p in p_k):
+        raise ValueError(f"p_k must hold finite numbers >= 0, got {list(p_k)!r}")
+    if abs(math.fsum(p_k) - 1.0) > 1e-4:
+        raise ValueError(f"p_k must sum to 1 (a distribution over k), got a sum of {math.fsum(p_k)!r}")
+    if len(p_k) > n:
+        raise ValueError(f"p_k gives probabilities up to k = {len(p_k)}, more than the n = {n} classes compared")
+    return tuple(float(p) for p in p_k)
+
+
+def _position_weights(p_k: tuple[float, ...], n: int, skip_top1: bool) -> tuple[float, ...]:
+    """``w_j = sum_(k > j) p_k`` for the 0-based descending position j: ``sum_k p_k T_k = P^T w`` (``skip_top1``: without k = 1)."""
+    p = (0.0,) + p_k[1:] if skip_top1 else p_k
+    return tuple(math.fsum(p[j:]) for j in range(len(p))) + (0.0,) * (n - len(p))
+
+
+def _top_shares(xp: Any, s: Any, w: tuple[float, ...], method: str, options: dict[str, Any]) -> Any:
+    """``P^T w`` for the relaxed permutation matrix of ``s`` (rows: positions, largest first)."""
+    if method == "diffsort":
+        # the weights carried back through the network (O(n) per layer, no matrix); the ascending network with the
+        # weights on its last places, as difftopk: a network does not sort -s into the reverse of s
+        opts, _ = NetworkOptions.parse(options, "losses.topk_cross_entropy(method='diffsort')")
+        call: Call[Any] = Call(_networks.rank_core, prepare(s, opts=opts), opts, {"descending": False, "levels": w[::-1]})
+        return call.finish(call.adapter.run(call))
+    if method == "sinkhorn":
+        p = xp.exp(_log_matrix(xp, s, method, options))
+    else:
+        p = (softsort if method == "softsort" else neuralsort)(s, descending=True, **options)
+    return vecmat(xp, xp.asarray(w, dtype=p.dtype, device=array_api_compat.device(p)), p)
+
+
+def _preselect(xp: Any, s: Any, hit: Any, m: int) -> Any:
+    """The label's score first, then the ``m - 1`` largest of the others, largest first (difftopk's order)."""
+    others = xp.where(hit, -math.inf, s)
+    order = xp.argsort(others, axis=-1, descending=True, stable=True)[..., : m - 1]
+    label = xp.sum(xp.where(hit, s, xp.zeros_like(s)), axis=-1, keepdims=True)
+    return xp.concat([label, get_adapter(xp).take(xp, s, order)], axis=-1)
+
+
+def _log_softmax(xp: Any, s: Any) -> Any:
+    return s - logsumexp(xp, s, -1)[..., None]
+
+
+def _neg_log(xp: Any, q: Any) -> Any:
+    return -xp.log(q * (1.0 - 2.0 * _FLOOR) + _FLOOR)
+
+
+@in_float32
+@fill_doc(returns=per_row_returns("``scores``'", ", values >= 0"))
+def topk_cross_entropy(scores: Any, labels: Any, p_k: Sequence[float], /, *, axis: int = -1, method: str = "diffsort",
+                       top1_mode: str = "sm", m: int | None = None, **options: Any) -> Any:
+    r"""The top-k cross-entropy of Petersen et al. (ICML 2022, "Differentiable Top-k Classification Learning").
+
+    With ``P`` the relaxed permutation matrix of the scores (row j: the
+    distribution of the item at the j-th largest place) and ``T_k(y) =
+    sum_(j < k) P[j, y]`` the relaxed probability that class y is among the
+    k largest, the loss of a row with label y is
+
+    - ``top1_mode="sort"``: ``-log q``, ``q = sum_k p_k T_k(y)`` (``p_k`` the
+      distribution P_K of k, Eq. 5 of the paper);
+    - ``"sm"`` (default): the same with the top-1 term taken from the
+      softmax, ``q = p_1 softmax(s)_y + sum_(k >= 2) p_k T_k(y)``;
+    - ``"smce"``: ``p_1 CE(s, y) + (sum_(k >= 2) p_k) (-log sum_(k >= 2) p_k T_k(y))``;
+
+    with the ``log(q (1 - 2e-7) + 1e-7)`` clamp of the ``difftopk`` package,
+    whose ``TopKCrossEntropyLoss`` this equals row by row (it takes the
+    batch mean). ``sum_k p_k T_k = P^T w`` with ``w_j = sum_(k > j) p_k``:
+    with ``method="diffsort"`` the weights are carried back through the
+    network, O(n) per layer, with no n x n matrix; as in the package, the
+    network sorts ascending and the top k are its last k places (a network
+    does not sort ``-s`` into the reverse of ``s``).
+
+    Parameters
+    ----------
+    scores : array
+        Class scores along ``axis`` (n classes); differentiable.
+    labels : array
+        Integer class indices in [0, n), ``scores``' shape without ``axis``.
+    p_k : sequence of float
+        ``P(K = 1), P(K = 2), ...``: non-negative, summing to 1, at most n
+        (or m) of them; ``[1.0]`` is a relaxed top-1 loss.
+    axis : int, default -1
+        The class axis.
+    method : {"diffsort", "softsort", "neuralsort", "sinkhorn"}, default "diffsort"
+        The relaxation, with its ``**options``: :func:`rankops.diffsort`'s
+        (``network``, ``distribution``, ``steepness``, ``art_lambda``),
+        ``tau`` for SoftSort / NeuralSort (the package's ``1 /
+        inverse_temperature``), the Sinkhorn options (as
+        :func:`rankops.losses.permutation_loss`).
+    top1_mode : {"sm", "smce", "sort"}, default "sm"
+    m : int, optional
+        Rank the label's score and the ``m - 1`` largest others only (the
+        paper's top-m pre-selection for many classes, len(p_k) <= m <= n), in
+        the package's order: the label first, the others largest first.
+
+    %(returns)s
+    >>> scores = np.array([[0.1, 2.0, 1.0, -1.0], [3.0, 0.0, 1.0, 2.0]])
+    >>> np.round(rankops.losses.topk_cross_entropy(scores, np.array([2, 1]), [0.5, 0.5], steepness=30.0), 2)  # label 2: second
+    array([0.5 , 4.03])
+    """
+    xp, axis, (s,) = rows("losses.topk_cross_entropy", axis, {"scores": scores}, also={"labels": labels})
+    n = s.shape[-1]
+    if method not in TOPK_METHODS:
+        raise ValueError(f"topk_cross_entropy needs a relaxed permutation matrix: method must be one of {TOPK_METHODS}, got {method!r}")
+    if top1_mode not in TOP1_MODES:
+        raise ValueError(f"top1_mode must be one of {TOP1_MODES}, got {top1_mode!r}")
+    if not xp.isdtype(labels.dtype, "integral"):
+        raise TypeError(f"labels must be an integer array of class indices, got dtype {labels.dtype}")
+    expected = tuple(scores.shape[:axis]) + tuple(scores.shape[axis + 1 :])
+    if tuple(labels.shape) != expected:
+        raise ValueError(f"labels must have scores' shape without axis {axis}: {expected}, got {tuple(labels.shape)}")
+    p = _distribution(p_k, n)
+    hit = _one_hot(xp, labels, n)
+    if m is not None:
+        if isinstance(m, bool) or not isinstance(m, numbers.Integral) or not len(p) <= m <= n:
+            raise ValueError(f"m must be an int in [len(p_k), n] = [{len(p)}, {n}], got {m!r}")
+        s = _preselect(xp, s, hit, int(m))
+        n = int(m)
+        hit = _one_hot(xp, xp.zeros(s.shape[:-1], dtype=labels.dtype, device=array_api_compat.device(s)), n)
+
+    def at_label(v: Any) -> Any:
+        return xp.sum(xp.where(hit, v, xp.zeros_like(v)), axis=-1)
+
+    shares = at_label(_top_shares(xp, s, _position_weights(p, n, skip_top1=top1_mode != "sort"), method, options))
+    if top1_mode == "sort":
+        return _neg_log(xp, shares)
+    # whole rows (a lazy host maps them over its blocks: a reduction of an empty Dask batch has no identity)
+    log_softmax = at_label(get_adapter(xp).rows(xp, _log_softmax, s, dtype=s.dtype))
+    if top1_mode == "sm":
+        return _neg_log(xp, p[0] * xp.exp(log_softmax) + shares)
+    return p[0] * -log_softmax + math.fsum(p[1:]) * _neg_log(xp, shares)
