@@ -9,6 +9,8 @@ method="inverted_cdf")`` in the hard limit; central differences.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 from numpy.testing import assert_allclose
@@ -171,3 +173,73 @@ def test_nan_weight_stays_in_its_row():
     w[1, 3] = np.nan
     out = rankops.soft_sort(X, weights=w, epsilon=0.1)
     assert np.isnan(out[1]).all() and np.isfinite(out[[0, 2]]).all()
+
+
+# -- weights outside their domain (issue 33: a NaN row, never a number that looks valid) --------------
+
+BAD_ROWS = {"negative": [1.0, -0.5, 1.0], "nan": [1.0, np.nan, 1.0], "inf": [1.0, np.inf, 1.0], "all zero": [0.0, 0.0, 0.0]}
+
+
+def _bad_weights(kind: str, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(good, bad)``: the same weights, but row 1 of ``bad`` outside the domain."""
+    good = RNG.uniform(0.2, 2.0, size=(3, n))
+    bad = good.copy()
+    bad[1, :3] = BAD_ROWS[kind]
+    if kind == "all zero":
+        bad[1] = 0.0
+    return good, bad
+
+
+@pytest.mark.parametrize("host", ["numpy", "torch", "jax"])
+@pytest.mark.parametrize("kind", list(BAD_ROWS))
+def test_weights_outside_the_domain_give_a_nan_row_quietly(host, kind):
+    """isotonic_regression's weights and Sinkhorn's weights: that row NaN, the others bit for bit as with valid weights there, no warning."""
+    from tests.hosts import host as _host
+
+    to, run = _host(host)
+    y = RNG.normal(size=(3, 7))
+    good, bad = _bad_weights(kind, 7)
+    calls = {
+        "isotonic_regression": lambda a, b: rankops.isotonic_regression(a, weights=b),
+        "soft_rank": lambda a, b: rankops.soft_rank(a, weights=b, epsilon=0.1),
+        "soft_quantile": lambda a, b: rankops.soft_quantile(a, 0.3, weights=b, epsilon=0.1),
+    }
+    for name, f in calls.items():
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            out = np.asarray(run(f, to(y), to(bad)))
+            fine = np.asarray(run(f, to(y), to(good)))
+        assert np.isnan(out[1]).all(), (name, out)
+        np.testing.assert_array_equal(out[[0, 2]], fine[[0, 2]], err_msg=name)
+
+
+def test_the_isotonic_fit_of_a_row_the_scipy_example():
+    """The issue's example: a negative weight gave the plausible [-1, -1]; zero weights are in the domain."""
+    from scipy.optimize import isotonic_regression
+
+    assert np.isnan(rankops.isotonic_regression(np.array([1.0, 0.0]), weights=np.array([-1.0, 2.0]))).all()
+    # a zero weight leaves its entry free: the others get SciPy's fit of the weighted entries alone, quietly
+    y = RNG.normal(size=12)
+    w = RNG.uniform(0.5, 2.0, size=12)
+    w[[0, 4, 5, 11]] = 0.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fit = rankops.isotonic_regression(y, weights=w)
+        _, pull = rankops.vjp(rankops.isotonic_regression, y, weights=w)
+        dy, dw = pull(np.ones(12))
+    kept = w > 0
+    assert_allclose(fit[kept], isotonic_regression(y[kept], weights=w[kept]).x, rtol=1e-12, atol=1e-12)
+    assert np.all(np.diff(fit) >= 0) and np.all(np.isfinite(dy)) and np.all(np.isfinite(dw))
+    assert np.all(dy[~kept] == 0)  # an entry of no weight moves no value
+
+
+def test_target_weights_and_marginals_outside_the_domain():
+    """Shared target weights: every row NaN; the solver's marginals: their row."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert np.isnan(rankops.soft_rank(X, target_weights=np.array([1.0, -1.0, 1.0]), epsilon=0.1)).all()
+        assert np.isnan(rankops.soft_cdf(X, target_weights=np.zeros(4), epsilon=0.1)).all()
+        cost = RNG.uniform(size=(2, 4, 3))
+        a = np.array([[0.25] * 4, [0.5, -0.25, 0.5, 0.25]])
+        plan = rankops.sinkhorn(cost, a, None, epsilon=0.1).plan
+    assert np.isnan(plan[1]).all() and np.isfinite(plan[0]).all()

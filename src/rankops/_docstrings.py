@@ -45,6 +45,7 @@ SECTIONS = {
             m, the number of targets (default: the length of ``target_weights``, else n).
         target_weights : 1-D array, optional
             Probability weights b of the m targets (default uniform); differentiable.
+            A negative or non-finite entry, or all zeros, make every row NaN.
     """,
     "weights": """
         weights : array, optional
@@ -53,7 +54,8 @@ SECTIONS = {
             (the squash does not see them); differentiable. Weighted sorts and
             quantiles read the weighted quantile function; an integer weight k
             is the entry repeated k times. A zero weight leaves its entry
-            without mass (its CDF and rank are 0/0, NaN); not with ``topk``.
+            without mass (its CDF and rank are 0/0, NaN); a row with a negative
+            or non-finite weight, or all zeros, is NaN; not with ``topk``.
     """,
     "cost_power": """
         power : float, default 2

@@ -40,9 +40,12 @@ def isotonic_regression(y: Array, /, *, weights: Array | None = None, increasing
     y : array
         Any array API array; every axis but ``axis`` is a batch axis.
     weights : array, optional
-        Positive weights, shaped like ``y`` or 1-D of length n (the same for
-        every row); default all ones. Differentiable. Values are not checked
-        (that would read data): a non-positive weight gives an undefined fit.
+        Non-negative weights, shaped like ``y`` or 1-D of length n (the same
+        for every row); default all ones. Differentiable. A zero weight
+        leaves its entry free (the others get the fit of the weighted entries
+        alone, SciPy's, which refuses zeros); a row with a negative or
+        non-finite weight, or all zeros, is NaN, never a plausible fit (no
+        check reads the values: that would sync the device).
     increasing : bool, default True
         Fit a non-decreasing sequence (False: non-increasing).
     axis : int, default -1

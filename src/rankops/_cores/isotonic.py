@@ -43,7 +43,7 @@ import array_api_compat
 from .._lib._adapters import core, custom_backward, get_adapter, same_shape
 from .._lib._compat import index_dtype
 from .._lib._loops import freeze_rows
-from .._lib._numerics import logaddexp, unbroadcast
+from .._lib._numerics import logaddexp, safe_divide, unbroadcast
 
 __all__ = ["fit", "decreasing", "block_starts", "block_sums", "block_first", "regression_core"]
 
@@ -205,9 +205,14 @@ def _pool_runs(xp: Any, adapter: Any, v: Any, w: Any, max_rounds: int) -> tuple[
         u, starts, down = state
         # a block that follows a drop joins its predecessor's run
         starts = xp.concat([starts[..., :1], starts[..., 1:] & ~down], axis=-1)
-        # both totals in one segmented sum (one scatter on torch)
-        tot = adapter.segment_sum(xp, starts, xp.stack([u if unit else weights * u, xp.broadcast_to(weights, u.shape)]))
-        u = tot[0, ...] / tot[1, ...]
+        # the totals in one segmented sum (one scatter on torch)
+        if unit:  # the ones made once, before the rounds
+            tot = adapter.segment_sum(xp, starts, xp.stack([u, xp.broadcast_to(weights, u.shape)]))
+            u = tot[0, ...] / tot[1, ...]
+        else:
+            # a block of zero weights may take any value: its plain mean keeps it one block, quietly (no 0 / 0)
+            tot = adapter.segment_sum(xp, starts, xp.stack([weights * u, xp.broadcast_to(weights, u.shape), u, xp.ones_like(u)]))
+            u = _L2.value(xp, tot[0, ...], tot[1, ...], tot[2, ...] / tot[3, ...])
         return u, starts, drops(u)
 
     def error(weights: Any, state: tuple[Any, Any, Any]) -> Any:
@@ -293,26 +298,33 @@ class _Regression:
     weighted: bool
 
     def fwd(self, xp: Any, y: Any, *w: Any) -> tuple[tuple[Any], tuple[Any, ...]]:
-        weights = w[0] if w else xp.ones_like(y)
+        bad = xp.any(xp.isnan(y), axis=-1, keepdims=True)  # NaN rows stay NaN
+        if w:
+            y, weights = xp.broadcast_arrays(y, w[0])
+            # weights outside the domain (negative, non-finite, all zero) make their row NaN: its fit is taken
+            # with unit weights, quietly, then dropped (no check reads values)
+            valid = xp.all((weights >= 0) & xp.isfinite(weights), axis=-1, keepdims=True) & xp.any(weights > 0, axis=-1, keepdims=True)
+            weights = xp.where(valid, weights, 1.0)
+            bad = bad | ~valid
+        else:
+            weights = xp.ones_like(y)
         solve = fit if self.increasing else decreasing
-        v = solve(xp, get_adapter(xp), y, weights)
-        v = xp.where(xp.any(xp.isnan(y), axis=-1, keepdims=True), xp.full_like(v, math.nan), v)  # NaN rows stay NaN
-        return (v,), (y, weights, v)
+        v = xp.where(bad, math.nan, solve(xp, get_adapter(xp), y, weights))
+        return (v,), (y, weights, v, *w)
 
     def bwd(self, xp: Any, res: tuple[Any, ...], cts: tuple[Any, ...]) -> tuple[Any, ...]:
         (ct,) = cts
         if ct is None:
             return (None,) * (1 + self.weighted)
-        y, w, v = res
+        y, w, v = res[:3]
         adapter = get_adapter(xp)
-        y, w = xp.broadcast_arrays(y, w)
         starts = block_starts(xp, v)
-        # v_B = sum_B w y / W_B: dv_B/dy_i = w_i / W_B, dv_B/dw_i = (y_i - v_B) / W_B
-        per_weight = block_sums(xp, adapter, starts, xp.astype(ct, y.dtype)) / block_sums(xp, adapter, starts, w)
+        # v_B = sum_B w y / W_B: dv_B/dy_i = w_i / W_B, dv_B/dw_i = (y_i - v_B) / W_B (0 on a block of zero weights)
+        per_weight = safe_divide(xp, block_sums(xp, adapter, starts, xp.astype(ct, y.dtype)), block_sums(xp, adapter, starts, w))
         dy = w * per_weight
         if not self.weighted:
             return (dy,)
-        return dy, unbroadcast(xp, (y - v) * per_weight, tuple(res[1].shape))
+        return dy, unbroadcast(xp, (y - v) * per_weight, tuple(res[3].shape))
 
 
 @core(output_shapes=same_shape, batched={"weights": (0,)})

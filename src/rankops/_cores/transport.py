@@ -36,7 +36,7 @@ from array_api_compat import device as _device
 from .._lib._adapters import core, get_adapter
 from .._lib._numerics import matvec, safe_divide, unbroadcast, vecmat
 from .._solvers.line import line_plan_vjp
-from .._solvers.sinkhorn import Settings, log_weights, solve_vjp
+from .._solvers.sinkhorn import Settings, checked_weights, log_weights, solve_vjp
 
 __all__ = [
     "TransportSettings", "SQUASHES", "squash_vjp", "squash_parts", "grid", "target_measure", "topk_weights", "plan_vjp", "grads",
@@ -65,9 +65,9 @@ def input_measure(xp: Any, x: Any, weights: Any) -> tuple[Any, Any]:
     n = x.shape[-1]
     if weights is None:
         return float(n), xp.full((n,), -math.log(n), dtype=x.dtype, device=_device(x))
-    w = xp.astype(weights, x.dtype)
+    w, valid = checked_weights(xp, xp.astype(weights, x.dtype))
     total = xp.sum(w, axis=-1, keepdims=True)
-    return total / w, xp.log(w) - xp.log(total)
+    return total / w, xp.where(valid, xp.log(w) - xp.log(total), math.nan)
 
 
 def plan_vjp(
@@ -94,7 +94,7 @@ def plan_vjp(
         if weights is not None:
             g = d_log_a_plan if d_log_a is None else d_log_a_plan + d_log_a
             # log a = log w - log sum(w): d w = (g / a - sum g) / sum(w); an empty entry (w = 0) moves nothing
-            w = xp.astype(weights, x.dtype)
+            w, _ = checked_weights(xp, xp.astype(weights, x.dtype))
             total = xp.sum(w, axis=-1, keepdims=True)
             d_w = unbroadcast(xp, (safe_divide(xp, g, w) * total - xp.sum(g, axis=-1, keepdims=True)) / total,
                               tuple(weights.shape))

@@ -50,7 +50,7 @@ from .._lib._loops import freeze_rows
 from .._lib._numerics import finite_max, matvec, vecmat
 from .implicit import fixed_point_vjp
 
-__all__ = ["Settings", "Solution", "solve_vjp", "fixed_point", "unrolled_vjp", "scaled_start", "log_weights", "DEFAULT_CHECK_EVERY"]
+__all__ = ["Settings", "Solution", "solve_vjp", "fixed_point", "unrolled_vjp", "scaled_start", "log_weights", "checked_weights", "DEFAULT_CHECK_EVERY"]
 
 DEFAULT_CHECK_EVERY = 10
 
@@ -283,8 +283,20 @@ def _plan(xp: Any, c: Any, u: Any, v: Any) -> Any:
     return xp.exp((v[..., None, :] - c) + u[..., :, None])
 
 
+def checked_weights(xp: Any, w: Any) -> tuple[Any, Any]:
+    """``(w, valid)``: weights along the last axis with the rows outside their domain (a negative or non-finite
+    entry, or all zero) replaced by ones, and the flag (``(..., 1)``) of the rows that were inside.
+
+    Such a row's result is NaN, not a number that looks valid; no check reads values (it would sync the device and
+    break ``jax.jit``), and the replaced row is computed quietly, then dropped.
+    """
+    valid = xp.all((w >= 0) & xp.isfinite(w), axis=-1, keepdims=True) & xp.any(w > 0, axis=-1, keepdims=True)
+    return xp.where(valid, w, 1.0), valid
+
+
 def log_weights(xp: Any, w: Any, size: int, dtype: Any, device: Any) -> Any:
-    """``log(w)`` in ``dtype``, or the uniform ``-log(size)`` when ``w`` is None."""
+    """``log(w)`` in ``dtype`` (NaN on a row outside the domain: :func:`checked_weights`), or the uniform ``-log(size)`` when ``w`` is None."""
     if w is None:
         return xp.full((size,), -math.log(size), dtype=dtype, device=device)
-    return xp.log(xp.astype(w, dtype))
+    w, valid = checked_weights(xp, xp.astype(w, dtype))
+    return xp.where(valid, xp.log(w), math.nan)
