@@ -1,13 +1,15 @@
 """Several quantile levels: one transport per level (rankops) against one transport for all (OTT-JAX's interleaving).
 
 ``rankops.soft_quantile(x, levels)`` solves L problems of n x 3 (each
-level's own targets 0, 1/2, 1, weighted (q - t/2, t, 1 - q - t/2)), batched
+level's own targets 0, 1/2, 1, weighted (c - t/2, t, 1 - c - t/2), c the CDF
+level (q (n - 1) + 1/2) / n of NumPy's linear position), batched
 in one solve. OTT-JAX's ``soft_sort.quantile`` sorts the levels and solves
 one n x (2L + 1) problem whose targets interleave L + 1 fillers with the L
 blocks of width t: ``soft_sort(x, target_weights=b)[..., 1::2]`` with
-``b = (q_1 - t/2, t, q_2 - q_1 - t, t, ..., 1 - q_L - t/2)`` on grid targets.
+``b = (q_1 - t/2, t, q_2 - q_1 - t, t, ..., 1 - q_L - t/2)`` on grid targets
+(here with every q replaced by its c, so that the two forms compute the same thing).
 The two agree as epsilon -> 0 (each block's value tends to the mean of the
-quantile function over [q - t/2, q + t/2]) as long as the blocks do not
+quantile function over [c - t/2, c + t/2]) as long as the blocks do not
 overlap (levels at least t apart: the one-transport form needs sorted,
 separated levels, which an array of levels, being data, cannot be checked
 for without reading it); at one epsilon they differ, because the interleaved
@@ -47,8 +49,10 @@ def interleaved_weights(levels, t: float):
 
 
 def one_transport(rankops, x, levels, t, **options):
-    """Every level from one n x (2L + 1) transport (OTT-JAX's construction)."""
-    b = interleaved_weights(levels.to(x.dtype), t)
+    """Every level from one n x (2L + 1) transport (OTT-JAX's construction), its blocks centred where soft_quantile
+    centres its own: the CDF level (q (n - 1) + 1/2) / n of NumPy's linear position (OTT-JAX centres them on q)."""
+    n = x.shape[-1]
+    b = interleaved_weights((levels.to(x.dtype) * (n - 1) + 0.5) / n, t)
     return rankops.soft_sort(x, target_weights=b, **options)[..., 1::2]
 
 

@@ -123,9 +123,10 @@ def test_equals_the_diffsort_package():
     """Petersen et al.'s own code (float64): values, matrix, ranks and gradients, where its network sorts."""
     torch = pytest.importorskip("torch")
     diffsort = pytest.importorskip("diffsort")
+    rng = np.random.default_rng(32)
     for network, n in (("odd_even", 5), ("odd_even", 8), ("bitonic", 8), ("bitonic", 16)):
-        x = RNG.standard_normal((3, n))
-        w = RNG.standard_normal((3, n))
+        x = rng.standard_normal((3, n))
+        w = rng.standard_normal((3, n))
         for distribution in DISTRIBUTIONS:
             for steepness in (3.0, 10.0):
                 net = diffsort.DiffSortNet(network, n, steepness=steepness, art_lambda=0.25, distribution=distribution)
@@ -138,8 +139,10 @@ def test_equals_the_diffsort_package():
                 assert_allclose(rankops.diffsort(x, **kw), np.swapaxes(p_ds.detach().numpy(), -1, -2), rtol=1e-13, atol=1e-13)
                 ranks = p_ds.detach().numpy() @ np.arange(1.0, n + 1)
                 assert_allclose(rankops.soft_rank(x, method="diffsort", **kw), ranks, rtol=1e-13, atol=1e-13)
-                # the package's Gaussian backward divides by sigma = 1 / steepness rounded to float32
-                assert_allclose(pull(w)[0], xt.grad.numpy(), rtol=2e-6 if distribution == "gaussian" else 1e-12, atol=1e-12)
+                # the package's Gaussian backward divides by sigma = 1 / steepness rounded to float32 (a relative
+                # 3e-8 on u, z^2 times that on the density at z): 1e-8 to 1e-7 on these gradients of order 1
+                gaussian = distribution == "gaussian"
+                assert_allclose(pull(w)[0], xt.grad.numpy(), rtol=2e-6 if gaussian else 1e-12, atol=2e-7 if gaussian else 1e-12)
 
 
 @pytest.mark.parametrize("distribution", DISTRIBUTIONS)

@@ -69,12 +69,14 @@ def soft_quantile(x: Array, /, q: float | Array, *, axis: int | tuple[int, ...] 
     """Sinkhorn quantile(s) of level ``q`` along ``axis`` (after Eq. 4 of Cuturi, Teboul & Vert 2019).
 
     Three targets (0, 1/2, 1); the quantile is the middle entry of the soft
-    sort. Centred (the default), they are weighted (q - t/2, t, 1 - q - t/2)
-    for a filler weight t, so the middle block of mass covers
-    [q - t/2, q + t/2] and the hard limit is the mean of the row's quantile
-    function over that interval; near q = 0 and 1 t shrinks to
-    2 min(q, 1 - q) (never below 1e-6 t: levels 0 and 1 give the soft minimum
-    and maximum). ``centered=False`` is the paper's Eq. 4, weights
+    sort. Centred (the default), they are weighted (c - t/2, t, 1 - c - t/2)
+    for a filler weight t and the CDF level c = (q (n - 1) + 1/2) / n of
+    NumPy's linear position q (n - 1) (c = q with ``weights``: NumPy's
+    weighted quantile), so the middle block of mass covers [c - t/2, c + t/2]
+    and the hard limit is the mean of the row's quantile function over that
+    interval: ``numpy.quantile(x, q)`` with ``filler=1/n``. Near the ends t
+    shrinks to 2 min(c, 1 - c) (never below 1e-6 t: levels 0 and 1 give the
+    soft minimum and maximum). ``centered=False`` is the paper's Eq. 4, weights
     (q (1 - t), t, (1 - q)(1 - t)), whose middle block sits at
     q + t (1/2 - q): biased towards the median.
 
@@ -92,7 +94,8 @@ def soft_quantile(x: Array, /, q: float | Array, *, axis: int | tuple[int, ...] 
     filler : float in (0, 1), default 0.05
         t, the weight of the middle target.
     centered : bool, default True
-        Centre the middle block of mass on q (see above); False: Eq. 4.
+        Centre the middle block of mass on NumPy's linear position of q (see
+        above); False: Eq. 4.
     %(sinkhorn_options)s
     %(weights)s
     %(cost_power)s

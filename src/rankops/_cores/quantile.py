@@ -1,10 +1,13 @@
 r"""Sinkhorn quantiles: three targets, the level read off the middle one (after Cuturi, Teboul & Vert 2019, Eq. 4).
 
 Per row and level q, the n squashed entries (weights 1/n) are sent to
-targets (0, 1/2, 1) weighted (q - t/2, t, 1 - q - t/2) for a filler weight
-t, shrunk near the ends (``centered=True``), or (q (1 - t), t, (1 - q)(1 - t))
-(Eq. 4, ``centered=False``); the quantile is the middle entry of the soft
-sort, ``x . P[:, 1] / sum(P[:, 1])``. Every level is its own transport
+targets (0, 1/2, 1) weighted (c - t/2, t, 1 - c - t/2) for a filler weight
+t, shrunk near the ends, with c = (q (n - 1) + 1/2) / n: NumPy's linear
+position q (n - 1) of the order statistics (``centered=True``; with filler
+1/n the limit epsilon -> 0 is ``numpy.quantile(x, q)``; c = q for weighted
+entries), or (q (1 - t), t, (1 - q)(1 - t)) (Eq. 4, ``centered=False``);
+the quantile is the middle entry of the soft sort, ``x . P[:, 1] /
+sum(P[:, 1])``. Every level is its own transport
 problem, all of them in one batched solve (:func:`.transport.plan_vjp`).
 """
 
@@ -86,7 +89,12 @@ def _levels_core(xp: Any, x: Any, opts: TransportSettings, levels: Any, weights:
     at 1e30 overflows.
     """
     y = xp.asarray([0.0, 0.5, 1.0], dtype=x.dtype, device=_device(x))
-    b, weights_back = _level_weights(xp, levels[:, None], opts.filler, opts.centered)  # (L, 3)
+    # the centred block sits at NumPy's linear position q (n - 1) (0-based), the CDF level (q (n - 1) + 1/2) / n;
+    # weighted entries have no such position: there it sits at q
+    n = x.shape[-1]
+    slope = (n - 1) / n if opts.centered and weights is None else 1.0
+    centre = levels * slope + (0.5 / n if slope != 1.0 else 0.0)
+    b, centre_back = _level_weights(xp, centre[:, None], opts.filler, opts.centered)  # (L, 3)
     # an empty side block (a level below the filler's half-width) gets a tiny weight that keeps log finite
     floor = xp.finfo(x.dtype).smallest_normal
     log_b = xp.log(xp.maximum(b, xp.full_like(b, floor)))
@@ -105,7 +113,7 @@ def _levels_core(xp: Any, x: Any, opts: TransportSettings, levels: Any, weights:
         dx, d_log_b, d_eps, d_a = plan_back(dp)
         dx = xp.sum(dx, axis=-2) + xp.sum(p[..., 1] * ct_m[..., None], axis=-2)
         d_b = xp.where(b > floor, d_log_b / xp.where(b > floor, b, xp.ones_like(b)), xp.zeros_like(b))
-        d_q = weights_back(d_b)
+        d_q = centre_back(d_b) * slope
         d_w = None if d_a is None else d_a[..., 0, :]
         return grads(dx, d_eps, q=xp.where(valid, d_q, xp.zeros_like(d_q)), weights=d_w)
 
