@@ -33,10 +33,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-__all__ = ["DISTRIBUTIONS", "MONOTONIC", "weight", "slope", "clamp_argument"]
+__all__ = ["DISTRIBUTIONS", "weight", "slope", "clamp_argument"]
 
 DISTRIBUTIONS = ("cauchy", "reciprocal", "optimal", "logistic", "logistic_phi", "gaussian")
-MONOTONIC = ("cauchy", "reciprocal", "optimal")
 
 # |u| is clamped here: an overflowing difference (inf) would make u * f'(u) = inf * 0. The
 # relaxations are 0 or 1 to the last bit long before (the slowest, cauchy: 1 - 3e-31).

@@ -43,7 +43,7 @@ import array_api_compat
 from .._lib._adapters import core, custom_backward, get_adapter, same_shape
 from .._lib._compat import index_dtype
 from .._lib._loops import freeze_rows
-from .._lib._numerics import logaddexp, safe_divide, unbroadcast
+from .._lib._numerics import checked_weights, logaddexp, safe_divide, unbroadcast
 
 __all__ = ["fit", "decreasing", "block_starts", "block_sums", "block_first", "regression_core"]
 
@@ -301,10 +301,7 @@ class _Regression:
         bad = xp.any(xp.isnan(y), axis=-1, keepdims=True)  # NaN rows stay NaN
         if w:
             y, weights = xp.broadcast_arrays(y, w[0])
-            # weights outside the domain (negative, non-finite, all zero) make their row NaN: its fit is taken
-            # with unit weights, quietly, then dropped (no check reads values)
-            valid = xp.all((weights >= 0) & xp.isfinite(weights), axis=-1, keepdims=True) & xp.any(weights > 0, axis=-1, keepdims=True)
-            weights = xp.where(valid, weights, 1.0)
+            weights, valid = checked_weights(xp, weights)  # a row outside the domain: fitted with ones, then NaN
             bad = bad | ~valid
         else:
             weights = xp.ones_like(y)

@@ -42,10 +42,6 @@ class Wiring:
     def __init__(self, partner: Any, side: Any, schedule: Any) -> None:
         self.partner, self.side, self.schedule = partner, side, schedule
 
-    @property
-    def n_layers(self) -> int:
-        return int(self.schedule.shape[0])
-
 
 def _bitonic_masks(n: int) -> list[tuple[int, bool]]:
     """Per layer: the XOR mask of the partner's index and whether it is a mirror (the first layer of a merge)."""

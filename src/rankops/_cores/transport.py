@@ -34,9 +34,9 @@ from typing import Any, Callable, Protocol
 from array_api_compat import device as _device
 
 from .._lib._adapters import core, get_adapter
-from .._lib._numerics import matvec, safe_divide, unbroadcast, vecmat
+from .._lib._numerics import checked_weights, matvec, safe_divide, unbroadcast, vecmat
 from .._solvers.line import line_plan_vjp
-from .._solvers.sinkhorn import Settings, checked_weights, log_weights, solve_vjp
+from .._solvers.sinkhorn import Settings, log_weights, solve_vjp
 
 __all__ = [
     "TransportSettings", "SQUASHES", "squash_vjp", "squash_parts", "grid", "target_measure", "topk_weights", "plan_vjp", "grads",

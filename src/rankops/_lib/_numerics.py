@@ -80,6 +80,17 @@ def safe_divide(xp: Any, num: Any, den: Any) -> Any:
     return xp.where(den > 0, q, xp.zeros_like(q))
 
 
+def checked_weights(xp: Any, w: Any) -> tuple[Any, Any]:
+    """``(w, valid)``: weights along the last axis with the rows outside their domain (a negative or non-finite
+    entry, or all zero) replaced by ones, and the flag (``(..., 1)``) of the rows that were inside.
+
+    Such a row's result is NaN, not a number that looks valid; no check reads values (it would sync the device and
+    break ``jax.jit``), and the replaced row is computed quietly, then dropped.
+    """
+    valid = xp.all((w >= 0) & xp.isfinite(w), axis=-1, keepdims=True) & xp.any(w > 0, axis=-1, keepdims=True)
+    return xp.where(valid, w, 1.0), valid
+
+
 def unbroadcast(xp: Any, g: Any, shape: tuple[int, ...]) -> Any:
     """Sum ``g`` over the axes that broadcasting added to an array of ``shape``."""
     lead = g.ndim - len(shape)

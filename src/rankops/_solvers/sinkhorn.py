@@ -47,10 +47,10 @@ import numpy as np
 from .._lib._adapters import custom_backward, get_adapter
 from .._lib._compat import is_array
 from .._lib._loops import freeze_rows
-from .._lib._numerics import finite_max, matvec, vecmat
+from .._lib._numerics import checked_weights, finite_max, matvec, vecmat
 from .implicit import fixed_point_vjp
 
-__all__ = ["Settings", "Solution", "solve_vjp", "fixed_point", "unrolled_vjp", "scaled_start", "log_weights", "checked_weights", "DEFAULT_CHECK_EVERY"]
+__all__ = ["Settings", "Solution", "solve_vjp", "fixed_point", "unrolled_vjp", "scaled_start", "log_weights", "DEFAULT_CHECK_EVERY"]
 
 DEFAULT_CHECK_EVERY = 10
 
@@ -281,17 +281,6 @@ def _marginal_error(xp: Any, p: Any, log_a: Any, log_b: Any) -> Any:
 def _plan(xp: Any, c: Any, u: Any, v: Any) -> Any:
     """``exp(u_i + v_j - c_ij)``, rounded as the f-update was, so that its rows are those the update made exact."""
     return xp.exp((v[..., None, :] - c) + u[..., :, None])
-
-
-def checked_weights(xp: Any, w: Any) -> tuple[Any, Any]:
-    """``(w, valid)``: weights along the last axis with the rows outside their domain (a negative or non-finite
-    entry, or all zero) replaced by ones, and the flag (``(..., 1)``) of the rows that were inside.
-
-    Such a row's result is NaN, not a number that looks valid; no check reads values (it would sync the device and
-    break ``jax.jit``), and the replaced row is computed quietly, then dropped.
-    """
-    valid = xp.all((w >= 0) & xp.isfinite(w), axis=-1, keepdims=True) & xp.any(w > 0, axis=-1, keepdims=True)
-    return xp.where(valid, w, 1.0), valid
 
 
 def log_weights(xp: Any, w: Any, size: int, dtype: Any, device: Any) -> Any:

@@ -70,6 +70,20 @@ def _one_hot(xp: Any, index: Any, n: int) -> Any:
     return index[..., None] == xp.arange(n, device=array_api_compat.device(index))
 
 
+def class_labels(xp: Any, scores: Any, labels: Any, axis: int) -> None:
+    """``labels``: integer class indices, one per row of ``scores`` (its shape without ``axis``)."""
+    if not xp.isdtype(labels.dtype, "integral"):
+        raise TypeError(f"labels must be an integer array of class indices, got dtype {labels.dtype}")
+    expected = tuple(scores.shape[:axis]) + tuple(scores.shape[axis + 1 :])
+    if tuple(labels.shape) != expected:
+        raise ValueError(f"labels must have scores' shape without axis {axis}: {expected}, got {tuple(labels.shape)}")
+
+
+def at_label(xp: Any, hit: Any, v: Any) -> Any:
+    """Each row's entry of ``v`` where ``hit`` (a one-hot of the labels) is True."""
+    return xp.sum(xp.where(hit, v, xp.zeros_like(v)), axis=-1)
+
+
 def _row_count(n: int, k: Any, name: str = "k") -> int:
     if isinstance(k, bool) or not isinstance(k, numbers.Integral) or not 1 <= k <= n:
         raise ValueError(f"{name} must be an int in [1, n = {n}], got {k!r}")

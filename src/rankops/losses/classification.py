@@ -14,7 +14,7 @@ from .._lib._calls import Call, prepare
 from .._lib._docs import fill_doc
 from .._lib._numerics import logsumexp, vecmat
 from ..permutations import NetworkOptions, neuralsort, softsort
-from ._common import _one_hot, in_float32, per_row_returns, rows
+from ._common import _one_hot, at_label, class_labels, in_float32, per_row_returns, rows
 from .ranking import _log_matrix
 
 __all__ = ["topk_cross_entropy", "TOPK_METHODS"]
@@ -63,8 +63,7 @@ def _preselect(xp: Any, s: Any, hit: Any, m: int) -> Any:
     """The label's score first, then the ``m - 1`` largest of the others, largest first (difftopk's order)."""
     others = xp.where(hit, -math.inf, s)
     order = xp.argsort(others, axis=-1, descending=True, stable=True)[..., : m - 1]
-    label = xp.sum(xp.where(hit, s, xp.zeros_like(s)), axis=-1, keepdims=True)
-    return xp.concat([label, get_adapter(xp).take(xp, s, order)], axis=-1)
+    return xp.concat([at_label(xp, hit, s)[..., None], get_adapter(xp).take(xp, s, order)], axis=-1)
 
 
 def _log_softmax(xp: Any, s: Any) -> Any:
@@ -134,11 +133,7 @@ def topk_cross_entropy(scores: Any, labels: Any, p_k: Sequence[float], /, *, axi
         raise ValueError(f"topk_cross_entropy needs a relaxed permutation matrix: method must be one of {TOPK_METHODS}, got {method!r}")
     if top1_mode not in TOP1_MODES:
         raise ValueError(f"top1_mode must be one of {TOP1_MODES}, got {top1_mode!r}")
-    if not xp.isdtype(labels.dtype, "integral"):
-        raise TypeError(f"labels must be an integer array of class indices, got dtype {labels.dtype}")
-    expected = tuple(scores.shape[:axis]) + tuple(scores.shape[axis + 1 :])
-    if tuple(labels.shape) != expected:
-        raise ValueError(f"labels must have scores' shape without axis {axis}: {expected}, got {tuple(labels.shape)}")
+    class_labels(xp, scores, labels, axis)
     p = _distribution(p_k, n)
     hit = _one_hot(xp, labels, n)
     if m is not None:
@@ -148,14 +143,11 @@ def topk_cross_entropy(scores: Any, labels: Any, p_k: Sequence[float], /, *, axi
         n = int(m)
         hit = _one_hot(xp, xp.zeros(s.shape[:-1], dtype=labels.dtype, device=array_api_compat.device(s)), n)
 
-    def at_label(v: Any) -> Any:
-        return xp.sum(xp.where(hit, v, xp.zeros_like(v)), axis=-1)
-
-    shares = at_label(_top_shares(xp, s, _position_weights(p, n, skip_top1=top1_mode != "sort"), method, options))
+    shares = at_label(xp, hit, _top_shares(xp, s, _position_weights(p, n, skip_top1=top1_mode != "sort"), method, options))
     if top1_mode == "sort":
         return _neg_log(xp, shares)
     # whole rows (a lazy host maps them over its blocks: a reduction of an empty Dask batch has no identity)
-    log_softmax = at_label(get_adapter(xp).rows(xp, _log_softmax, s, dtype=s.dtype))
+    log_softmax = at_label(xp, hit, get_adapter(xp).rows(xp, _log_softmax, s, dtype=s.dtype))
     if top1_mode == "sm":
         return _neg_log(xp, p[0] * xp.exp(log_softmax) + shares)
     return p[0] * -log_softmax + math.fsum(p[1:]) * _neg_log(xp, shares)

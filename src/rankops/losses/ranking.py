@@ -14,7 +14,7 @@ from ..permutations import diffsort, neuralsort, softsort
 from ..sinkhorn import SOLVER_OPTIONS, TransportOptions, sinkhorn
 from ..sorting import soft_rank
 from .._lib._docs import fill_doc
-from ._common import RANK_METHOD, per_row_returns, DEFAULT_METHOD, _last, _one_hot, _row_count, _same_shape, in_float32, rows
+from ._common import RANK_METHOD, per_row_returns, DEFAULT_METHOD, _last, _one_hot, _row_count, _same_shape, at_label, class_labels, in_float32, rows
 
 __all__ = ["topk_loss", "ndcg_loss", "permutation_loss", "MATRIX_METHODS"]
 
@@ -61,13 +61,8 @@ def topk_loss(scores: Any, labels: Any, k: int, /, *, axis: int = -1, method: st
     xp, axis, (s,) = rows("losses.topk_loss", axis, {"scores": scores}, also={"labels": labels})
     n = s.shape[-1]
     k = _row_count(n, k)
-    if not xp.isdtype(labels.dtype, "integral"):
-        raise TypeError(f"labels must be an integer array of class indices, got dtype {labels.dtype}")
-    expected = tuple(scores.shape[:axis]) + tuple(scores.shape[axis + 1 :])
-    if tuple(labels.shape) != expected:
-        raise ValueError(f"labels must have scores' shape without axis {axis}: {expected}, got {tuple(labels.shape)}")
-    r = soft_rank(s, method=method, **options)
-    label_rank = xp.sum(xp.where(_one_hot(xp, labels, n), r, xp.zeros_like(r)), axis=-1)
+    class_labels(xp, scores, labels, axis)
+    label_rank = at_label(xp, _one_hot(xp, labels, n), soft_rank(s, method=method, **options))
     margin = (n - k + 1) - label_rank
     return xp.maximum(margin, xp.zeros_like(margin))
 
