@@ -37,8 +37,9 @@ CEILINGS = {
     "soft_rank[neuralsort]": (lambda x: rankops.soft_rank(x, method="neuralsort"), 30, 0),
     # a sorting network: about 11 kernels per layer and pass, 55 layers (bitonic, n = 1000), four passes for the rank
     "soft_rank[diffsort]": (lambda x: rankops.soft_rank(x, method="diffsort", network="bitonic"), 2356, 0),
-    # one sync per convergence check (every 10 iterations) and the ConvergenceWarning's read
-    "soft_rank[sinkhorn]": (lambda x: rankops.soft_rank(x, method="sinkhorn", epsilon=0.1), 834, 3),
+    # one sync per convergence check (every 10 iterations), the ConvergenceWarning's read and the
+    # two reads of whether the implicit forward's Newton polish has a problem to polish
+    "soft_rank[sinkhorn]": (lambda x: rankops.soft_rank(x, method="sinkhorn", epsilon=0.1), 846, 5),
 }
 
 

@@ -40,7 +40,7 @@ from .._lib._adapters import get_adapter
 from .._lib._loops import freeze_rows
 from .._lib._numerics import matvec, safe_divide, unbroadcast
 
-__all__ = ["fixed_point_vjp", "dual_cotangents"]
+__all__ = ["fixed_point_vjp", "dual_cotangents", "solve_dual"]
 
 CHECK_EVERY = 10
 
@@ -68,7 +68,7 @@ def _norm(xp: Any, v: Any) -> Any:
     return xp.sqrt(xp.sum(v * v, axis=-1, keepdims=True))
 
 
-def _schur_solve(xp: Any, p: Any, r: Any, s: Any, max_iter: int) -> tuple[Any, Any]:
+def _schur_solve(xp: Any, p: Any, r: Any, s: Any, max_iter: int, rtol: float | None = None, check_every: int = CHECK_EVERY) -> tuple[Any, Any]:
     """Solve the system above for ``(alpha, beta)`` by eliminating ``alpha`` (the rows of ``p``)."""
     # The system is linear: solve for a right-hand side of unit size and scale
     # back, so that CG's squared norms stay in range when the cotangent is
@@ -89,7 +89,7 @@ def _schur_solve(xp: Any, p: Any, r: Any, s: Any, max_iter: int) -> tuple[Any, A
     # rounding to a relative tolerance along the near-null directions of the decoupled
     # blocks amplified it into gradients of 1e4 where the exact one is 1e-11.
     terms = _norm(xp, s * inv_sqrt_col) + _norm(xp, carried * inv_sqrt_col)
-    tol = _cg_tolerance(xp, p.dtype)
+    tol = _cg_tolerance(xp, p.dtype) if rtol is None else rtol
     rhs = xp.where(_norm(xp, rhs) <= tol * terms, xp.zeros_like(rhs), rhs)
     operands = (p, inv_row, inv_sqrt_col, q, rhs, terms)
 
@@ -116,24 +116,33 @@ def _schur_solve(xp: Any, p: Any, r: Any, s: Any, max_iter: int) -> tuple[Any, A
     state = (y0, rhs, rhs, xp.sum(rhs * rhs, axis=-1, keepdims=True))
     (y, _, _, _), _, _ = get_adapter(xp).iterate(
         xp, step, operands, state, error=error, freeze=freeze_rows, max_iter=max_iter,
-        tol=tol, check_every=CHECK_EVERY,
+        tol=tol, check_every=check_every,
     )
     beta = y * inv_sqrt_col
     alpha = (r - matvec(xp, p, beta)) * inv_row
     return alpha * unit, beta * unit
 
 
+def solve_dual(
+    xp: Any, p: Any, r: Any, s: Any, *, max_iter: int, rtol: float | None = None, check_every: int = CHECK_EVERY
+) -> tuple[Any, Any]:
+    """``(alpha, beta)`` solving the system above for right-hand sides ``(r, s)``, up to its free constant.
+
+    ``rtol``: CG's relative residual (default: what the dtype can reach).
+    """
+    # eagerly: a compiled graph calls CG as one op that keeps its early exit
+    eagerly = get_adapter(xp).eagerly
+    if p.shape[-2] >= p.shape[-1]:
+        return eagerly(xp, _schur_solve, (p, r, s), like=(1, 2), max_iter=max_iter, rtol=rtol, check_every=check_every)  # type: ignore[return-value]
+    beta, alpha = eagerly(xp, _schur_solve, (_mT(xp, p), s, r), like=(1, 2), max_iter=max_iter, rtol=rtol, check_every=check_every)
+    return alpha, beta
+
+
 def dual_cotangents(
     xp: Any, p: Any, r: Any, s: Any, log_a: Any, log_b: Any, *, exact: str, max_iter: int
 ) -> tuple[Any, Any, Any, Any]:
     """``(alpha, beta, a, b)``: the system above solved for right-hand sides ``(r, s)``, its constant fixed as the last update fixes it."""
-    n, m = p.shape[-2:]
-    # eagerly: a compiled graph calls CG as one op that keeps its early exit
-    eagerly = get_adapter(xp).eagerly
-    if n >= m:
-        alpha, beta = eagerly(xp, _schur_solve, (p, r, s), like=(1, 2), max_iter=max_iter)
-    else:
-        beta, alpha = eagerly(xp, _schur_solve, (_mT(xp, p), s, r), like=(1, 2), max_iter=max_iter)
+    alpha, beta = solve_dual(xp, p, r, s, max_iter=max_iter)
     a, b = xp.exp(log_a), xp.exp(log_b)
     # Fix the free constant as the exact final update does (module docstring).
     if exact == "columns":

@@ -123,7 +123,7 @@ def _forward(xp: Any, x: Any, y: Any, log_a: Any, log_b: Any, *, h: Any, eps: fl
     u0, v0 = scaled_start(xp, init, eps, tuple(s.shape[:-1]), log_a, log_b, s)
     (plan, _, _, err, _), _ = fixed_point(
         xp, h(y - s[..., :, None]) / eps, log_a, log_b, u0, v0, max_iter=opts.max_iter, tol=opts.tol,
-        check_every=DEFAULT_CHECK_EVERY, exact=exact,
+        check_every=DEFAULT_CHECK_EVERY, exact=exact, polish=True,
     )
     out = plan * _inverse_weights(xp, log_b) if per_target else plan
     return (out, err), (plan, x, y, log_a, log_b)
