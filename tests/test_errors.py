@@ -150,8 +150,15 @@ LAPSUM = {k: v for k, v in FAST.items() if "lapsum" in k}
 for value in (0.0, -1.0, float("nan"), float("inf")):
     each(PERMUTAHEDRON, f"strength={value}", ValueError, r"strength must be a finite number > 0", strength=value)
     each(LAPSUM, f"alpha={value}", ValueError, r"alpha must be a finite number > 0", alpha=value)
-each(PERMUTAHEDRON, "strength-array", TypeError, r"strength must be a Python number, not an array", strength=np.asarray(1.0))
-each(LAPSUM, "alpha-array", TypeError, r"alpha must be a Python number, not an array", alpha=np.asarray(1.0))
+each(PERMUTAHEDRON, "strength-shape", ValueError, r"strength must be a scalar or a 0-d array, got shape \(2,\)", strength=np.ones(2))
+each(LAPSUM, "alpha-shape", ValueError, r"alpha must be a scalar or a 0-d array, got shape \(2,\)", alpha=np.ones(2))
+case("soft_sort[permutahedron]-kl-strength-array",
+     lambda: rankops.soft_sort(X, method="permutahedron", regularization="kl", strength=np.asarray(1.0)), TypeError,
+     r"strength must be a Python number for soft_sort\(method='permutahedron', regularization='kl'\), not an array")
+for ops, name in ((PERMUTAHEDRON, "strength"), (LAPSUM, "alpha")):
+    for label, op in ops.items():
+        case(f"{label}-{name}-dask-array", lambda op=op, name=name: op(_dask().from_array(X), **{name: _dask().from_array(np.asarray(0.5))}),
+             TypeError, rf"{name} must be Python numbers for Dask inputs, not arrays")
 each(LAPSUM, "alpha-str", TypeError, r"alpha must be a positive real number", alpha="1")
 each(PERMUTAHEDRON, "regularization", ValueError, r"regularization must be one of 'l2', 'kl', got 'entropy'", regularization="entropy")
 each(PERMUTAHEDRON, "tau", TypeError, r"unexpected option\(s\) 'tau'; it accepts 'regularization', 'strength'", tau=0.1)
@@ -181,7 +188,12 @@ each(NETWORKS, "distribution", ValueError, r"distribution must be one of 'cauchy
      r"'gaussian', got 'laplace'", distribution="laplace")
 for value in (0.0, -1.0, float("nan"), float("inf")):
     each(NETWORKS, f"steepness={value}", ValueError, r"steepness must be a finite number > 0", steepness=value)
-each(NETWORKS, "steepness-array", TypeError, r"steepness must be a Python number, not an array", steepness=np.asarray(1.0))
+each(NETWORKS, "steepness-shape", ValueError, r"steepness must be a scalar or a 0-d array, got shape \(2,\)", steepness=np.ones(2))
+each(NETWORKS, "steepness-logistic_phi-array", TypeError, r"steepness must be a Python number with distribution='logistic_phi', not an array",
+     distribution="logistic_phi", steepness=np.asarray(1.0))
+for label, op in NETWORKS.items():
+    case(f"{label}-steepness-dask-array", lambda op=op: op(_dask().from_array(X), steepness=_dask().from_array(np.asarray(2.0))),
+         TypeError, r"steepness must be Python numbers for Dask inputs, not arrays")
 for value in (-0.5, float("nan"), float("inf")):
     each(NETWORKS, f"art_lambda={value}", ValueError, r"art_lambda must be a finite number >= 0", art_lambda=value)
 each(NETWORKS, "art_lambda-str", TypeError, r"art_lambda must be a real number >= 0", art_lambda="0.25")
@@ -418,6 +430,9 @@ def test_checks_do_not_read_values_under_jit():
         "quantiles": lambda x, t: rankops.soft_quantile(x, jnp.asarray([0.2, t]), epsilon=t),
         "solver": lambda x, t: rankops.sinkhorn(x[:, :, None] * x[:, None, :], epsilon=t).plan,
         "sort_with": lambda x, t: rankops.sort_with(x[..., None], x, topk=2, epsilon=t)[..., 0],
+        "temperatures": lambda x, t: (rankops.soft_rank(x, method="permutahedron", strength=t)
+                                      + rankops.soft_sort(x, method="lapsum", alpha=t)
+                                      + rankops.soft_rank(x, method="diffsort", steepness=t)),
     }
     for name, f in calls.items():
         out = jax.jit(f)(x, jnp.asarray(0.5))

@@ -27,7 +27,7 @@ from ._cores.networks import NETWORKS
 from ._cores.permutation import matrix_core
 from ._docstrings import SECTIONS
 from ._lib._calls import Call, operator, prepare
-from ._lib._compat import Array
+from ._lib._compat import Array, is_array
 from ._lib._docs import fill_doc
 from ._lib._options import Options, boolean, choice, option, optional_count, positive_count, positive_scalar, python_number
 
@@ -130,8 +130,14 @@ class NetworkOptions(Options):
 
     network: str = option("odd_even", choice(*NETWORKS))
     distribution: str = option("cauchy", choice(*DISTRIBUTIONS))
-    steepness: float = option(10.0, python_number(positive_scalar))
+    steepness: Any = option(10.0, positive_scalar)  # a number, or a 0-d array (learnable, traced)
     art_lambda: float = option(0.25, _art_lambda)
+
+    def __post_init__(self) -> None:
+        # logistic_phi's scale (|b - a| + 1e-10) ** art_lambda is not homogeneous in the
+        # differences, so an array steepness cannot ride on rescaled inputs (_cores.tempered)
+        if is_array(self.steepness) and self.distribution == "logistic_phi":
+            raise TypeError("steepness must be a Python number with distribution='logistic_phi', not an array")
 
 
 @operator(methods=("diffsort",))

@@ -33,7 +33,7 @@ from ._docstrings import SECTIONS, methods_section
 from ._lib._calls import Call, Prepared, operator, prepare
 from ._lib._compat import Array, is_array
 from ._lib._docs import fill_doc
-from ._lib._options import Options, boolean, choice, option, positive_count, positive_scalar, python_number
+from ._lib._options import Options, boolean, choice, option, positive_count, positive_scalar
 from .permutations import OPTION_NAMES, NetworkOptions, PermutationOptions
 from .sinkhorn import SOLVER_OPTIONS, TransportOptions, bind_grid, reported, return_info
 
@@ -96,11 +96,14 @@ class PermutahedronOptions(Options):
     """Options of ``method="permutahedron"``."""
 
     regularization: str = option("l2", choice("l2", "kl"))
-    strength: float = option(1.0, python_number(positive_scalar))
+    strength: Any = option(1.0, positive_scalar)  # a number, or a 0-d array (learnable, traced)
 
 
 def _bind_permutahedron(output: str, x: Any, axis: Any, descending: Any, options: dict[str, Any]) -> Call[Any]:
     opts, _ = PermutahedronOptions.parse(options, f"soft_{output}(method='permutahedron')")
+    if output == "sort" and opts.regularization == "kl" and is_array(opts.strength):
+        # the KL projection is not homogeneous in the strength (_cores.tempered): no rescaled input carries it
+        raise TypeError("strength must be a Python number for soft_sort(method='permutahedron', regularization='kl'), not an array")
     p = prepare(x, axis=axis, opts=opts)
     return Call(permutahedron.projection_core, p, opts, {"output": output, "descending": boolean(descending, "descending")})
 
@@ -112,7 +115,7 @@ def _bind_permutahedron(output: str, x: Any, axis: Any, descending: Any, options
 class LapsumOptions(Options):
     """Options of ``method="lapsum"``."""
 
-    alpha: float = option(1.0, python_number(positive_scalar))
+    alpha: Any = option(1.0, positive_scalar)  # a number, or a 0-d array (learnable, traced)
 
 
 def _bind_lapsum(output: str, x: Any, axis: Any, descending: Any, options: dict[str, Any]) -> Call[Any]:

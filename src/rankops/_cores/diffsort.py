@@ -37,6 +37,7 @@ import array_api_compat
 from .._lib._adapters import core, custom_backward, get_adapter, same_shape
 from . import comparators
 from .networks import Wiring, wiring
+from .tempered import tempered
 
 __all__ = ["rank_core", "sort_core", "matrix_core"]
 
@@ -223,6 +224,7 @@ def _spec(cls: type, opts: Any, descending: bool, **extra: Any) -> Any:
 
 
 @core(output_shapes=same_shape)
+@tempered("steepness", lambda params, opts: (1, -1))
 def sort_core(xp: Any, x: Any, opts: Any, *, descending: bool) -> Any:
     """The wires after the last layer: ``P x``."""
     spec = _spec(_Sort, opts, descending)
@@ -230,6 +232,7 @@ def sort_core(xp: Any, x: Any, opts: Any, *, descending: bool) -> Any:
 
 
 @core(output_shapes=same_shape)
+@tempered("steepness", lambda params, opts: (1, 0))
 def rank_core(xp: Any, x: Any, opts: Any, *, descending: bool, levels: tuple[float, ...] | None = None) -> Any:
     """The positions carried back through the network: ``P^T (1..n)``, or ``P^T levels`` (the top-k cross-entropy's weights)."""
     spec = _spec(_Rank, opts, descending, levels=levels)
@@ -241,6 +244,7 @@ def _square(shape: tuple[int, ...], opts: Any, params: dict[str, Any]) -> dict[s
 
 
 @core(output_shapes=_square)
+@tempered("steepness", lambda params, opts: (1, 0))
 def matrix_core(xp: Any, x: Any, opts: Any, *, descending: bool) -> Any:
     """``P`` itself, rows the positions: ``P @ x`` is the soft sort."""
     spec = _spec(_Matrix, opts, descending)

@@ -41,6 +41,7 @@ import array_api_compat
 from .._lib._adapters import core, custom_backward, get_adapter, same_shape
 from .._lib._compat import index_dtype, is_array
 from .._lib._numerics import logaddexp, safe_divide
+from .tempered import tempered
 
 __all__ = ["rank_core", "sort_core", "topk_core"]
 
@@ -248,6 +249,7 @@ class _TopK:
 
 
 @core(output_shapes=same_shape)
+@tempered("alpha", lambda params, opts: (-1, 0))
 def rank_core(xp: Any, x: Any, opts: Any, *, descending: bool) -> Any:
     """``1/2 + R(x_i)``."""
     spec = _Rank(opts.alpha, descending)
@@ -255,6 +257,7 @@ def rank_core(xp: Any, x: Any, opts: Any, *, descending: bool) -> Any:
 
 
 @core(output_shapes=same_shape)
+@tempered("alpha", lambda params, opts: (-1, 1))
 def sort_core(xp: Any, x: Any, opts: Any, *, descending: bool) -> Any:
     """The solutions of ``R(t) = i - 1/2``."""
     spec = _Sort(opts.alpha, descending)
@@ -262,6 +265,7 @@ def sort_core(xp: Any, x: Any, opts: Any, *, descending: bool) -> Any:
 
 
 @core(output_shapes=same_shape, batched={"k": ()})
+@tempered("alpha", lambda params, opts: (-1, 0))
 def topk_core(xp: Any, x: Any, opts: Any, *, k: Any) -> Any:
     """``F((x_i - b)/alpha)`` with ``R(b) = n - k``."""
     spec = _TopK(opts.alpha, None if is_array(k) else k)

@@ -39,6 +39,7 @@ import array_api_compat
 
 from .._lib._adapters import core, custom_backward, get_adapter, same_shape
 from . import isotonic
+from .tempered import tempered
 
 __all__ = ["projection_core"]
 
@@ -141,6 +142,7 @@ def _block_average(xp: Any, adapter: Any, starts: Any, s: Any, g: Any, regulariz
 
 
 @core(output_shapes=same_shape)
+@tempered("strength", lambda params, opts: (-1, 0) if params["output"] == "rank" else (1, -1))  # l2 only for the sort
 def projection_core(xp: Any, x: Any, opts: Any, *, output: str, descending: bool) -> Any:
     """Soft rank or sort by projection onto the permutahedron, with the block-wise backward rule."""
     spec = _Projection(output, opts.regularization, opts.strength, descending)

@@ -1,0 +1,64 @@
+r"""A temperature that is an array: learnable, traced, and differentiated, for operators homogeneous in it.
+
+Several operators depend on their temperature ``t`` only through a rescaled
+input, up to a rescaled output:
+
+    value(x; t) = t**k * value(x * t**p; 1),    p = +-1,
+
+LapSum's rank and top-k mask (``x / alpha``: p = -1, k = 0) and its sort
+(k = 1); the permutahedron's rank (``x / strength``) and its l2 sort
+(``P(rho / eps, -x) = P(rho, -eps x) / eps``: p = 1, k = -1, the
+projection being jointly homogeneous); a sorting network's rank and matrix
+(``f(steepness (b - a))``: p = 1, k = 0) and its sort (convex combinations
+of x: k = -1). The rule below runs the core at temperature 1 on the
+rescaled input when ``t`` is an array; hosts with autodiff differentiate the
+two rescalings themselves, and the pullback (``rankops.vjp`` elsewhere)
+adds ``t``'s cotangent
+
+    dt = k <ct, value> / t + p <dx', x> t**(p - 1),   dx = dx' t**p,
+
+with ``dx'`` the core's gradient for the rescaled input and the cotangent
+``t**k ct``. A temperature given as a Python number runs the core as it is.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, Callable
+
+from .._lib._compat import is_array
+
+__all__ = ["tempered"]
+
+
+def tempered(name: str, powers: Callable[[dict[str, Any], Any], tuple[int, int]]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorator of a core rule homogeneous in the option ``name``; ``powers(params, opts) -> (p, k)`` as in the module docstring."""
+
+    def wrap(rule: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(rule)
+        def run(xp: Any, x: Any, opts: Any, **params: Any) -> Any:
+            t = getattr(opts, name)
+            if not is_array(t):
+                return rule(xp, x, opts, **params)
+            p, k = powers(params, opts)
+            t = xp.astype(t, x.dtype)
+            scale = t if p == 1 else 1.0 / t
+            outs, back = rule(xp, x * scale, dataclasses.replace(opts, **{name: 1.0}), **params)
+            out_scale = None if k == 0 else (t if k == 1 else 1.0 / t)
+            value = outs[0] if out_scale is None else outs[0] * out_scale
+
+            def pullback(cts: tuple[Any, ...]) -> dict[str, Any]:
+                ct = cts[0]
+                inner = back(cts if ct is None or out_scale is None else (ct * out_scale, *cts[1:]))
+                dx = inner["x"]
+                dt = p * xp.sum(dx * x) * scale / t
+                if out_scale is not None and ct is not None:
+                    dt = dt + k * xp.sum(ct * value) / t
+                return {**inner, "x": dx * scale, name: dt}
+
+            return (value, *outs[1:]), pullback
+
+        return run
+
+    return wrap

@@ -1,0 +1,81 @@
+"""Temperatures as values (issue 33, item 6): strength, alpha and steepness as 0-d arrays, learnable and traced.
+
+An array temperature gives the value of the same Python number, and its
+gradient equals the central difference of the value in that number (float64),
+by the operators' own rule (``rankops.vjp`` on NumPy), torch.autograd,
+``jax.grad`` and ``jax.jit(jax.grad)`` alike (``rankops._cores.tempered``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from numpy.testing import assert_allclose
+
+import rankops
+
+X = np.random.default_rng(0).normal(size=(3, 7))
+CT = np.random.default_rng(1).normal(size=(3, 7))
+
+# id -> (operator, positional arguments, options, temperature name, value)
+CASES = {
+    "soft_rank[permutahedron]": (rankops.soft_rank, (), {"method": "permutahedron"}, "strength", 0.7),
+    "soft_rank[permutahedron-kl]": (rankops.soft_rank, (), {"method": "permutahedron", "regularization": "kl"}, "strength", 0.7),
+    "soft_sort[permutahedron]": (rankops.soft_sort, (), {"method": "permutahedron", "descending": True}, "strength", 5.0),
+    "soft_rank[lapsum]": (rankops.soft_rank, (), {"method": "lapsum"}, "alpha", 0.6),
+    "soft_sort[lapsum]": (rankops.soft_sort, (), {"method": "lapsum"}, "alpha", 0.6),
+    "soft_topk_mask[lapsum]": (rankops.soft_topk_mask, (2.5,), {"method": "lapsum"}, "alpha", 0.6),
+    "soft_rank[diffsort]": (rankops.soft_rank, (), {"method": "diffsort"}, "steepness", 3.0),
+    "soft_sort[diffsort]": (rankops.soft_sort, (), {"method": "diffsort", "network": "bitonic"}, "steepness", 3.0),
+    "diffsort": (rankops.diffsort, (), {"distribution": "logistic"}, "steepness", 3.0),
+}
+
+
+def _cotangent(value):
+    return CT if value.shape == CT.shape else np.random.default_rng(2).normal(size=value.shape)
+
+
+def _call(case, x, t):
+    fn, args, options, name, _ = CASES[case]
+    return fn(x, *args, **options, **{name: t})
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_array_temperature_value_and_gradient(case):
+    fn, args, options, name, t = CASES[case]
+    number = _call(case, X, t)
+    assert_allclose(_call(case, X, np.asarray(t)), number, rtol=1e-14, atol=1e-14)
+    ct = _cotangent(number)
+    h = 1e-6
+    expected = (np.sum(_call(case, X, t + h) * ct) - np.sum(_call(case, X, t - h) * ct)) / (2 * h)
+    assert abs(expected) > 1e-3  # the temperature moves the value here: a zero would test nothing
+    grads = rankops.vjp(fn, X, *args, **options, **{name: np.asarray(t)})[1](ct)
+    assert_allclose(grads[-1], expected, rtol=1e-6)
+    assert_allclose(grads[0], rankops.vjp(fn, X, *args, **options, **{name: t})[1](ct)[0], rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("case", ["soft_rank[permutahedron]", "soft_sort[lapsum]", "soft_sort[diffsort]"])
+def test_array_temperature_under_torch_and_jax(case):
+    torch = pytest.importorskip("torch")
+    jax = pytest.importorskip("jax")
+    jnp = jax.numpy
+    t = CASES[case][-1]
+    ct = _cotangent(_call(case, X, t))
+    expected = rankops.vjp(CASES[case][0], X, *CASES[case][1], **CASES[case][2], **{CASES[case][3]: np.asarray(t)})[1](ct)[-1]
+    tt = torch.tensor(t, dtype=torch.float64, requires_grad=True)
+    (_call(case, torch.asarray(X), tt) * torch.asarray(ct)).sum().backward()
+    assert_allclose(tt.grad.numpy(), expected, rtol=1e-10)
+
+    def loss(v):
+        return jnp.sum(_call(case, jnp.asarray(X, dtype=jnp.float32), v) * ct)
+
+    t32 = jnp.asarray(t, dtype=jnp.float32)
+    assert_allclose(np.asarray(jax.grad(loss)(t32)), expected, rtol=2e-3)
+    assert_allclose(np.asarray(jax.jit(jax.grad(loss))(t32)), expected, rtol=2e-3)
+
+
+def test_the_issues_call_compiles():
+    jax = pytest.importorskip("jax")
+    jnp = jax.numpy
+    f = jax.jit(lambda v, s: rankops.soft_rank(v, method="permutahedron", strength=s))
+    assert_allclose(np.asarray(f(jnp.arange(3.0), 2.0)), [1.5, 2.0, 2.5], rtol=1e-6)
