@@ -15,6 +15,7 @@ from .permutations import diffsort, neuralsort, softsort
 from .sinkhorn import SinkhornResult, sinkhorn
 from .sorting import soft_rank, soft_sort
 from .transport import soft_cdf, soft_quantile, soft_quantile_normalize, soft_quantize, soft_topk_mask, sort_with
+from .multivariate import multivariate_cdf_quantile_maps
 
 from . import losses  # noqa: E402  (rankops.losses.spearman_loss, ...: built on the operators above)
 
@@ -29,6 +30,7 @@ __all__ = [
     "soft_quantize",
     "soft_topk_mask",
     "sort_with",
+    "multivariate_cdf_quantile_maps",
     "sinkhorn",
     "SinkhornResult",
     "SinkhornInfo",
