@@ -25,9 +25,10 @@ def test_centre_of_a_symmetric_sample_maps_to_one_half_and_back(backend, d):
     # Dask takes hyper-parameters as numbers only: there the default, 0.05 mean(C), is passed as one
     cost = ((x[:, None, :] - np.asarray(reference_points(np, 80, d, dtype=np.float64, device="cpu"))) ** 2).sum(-1)
     epsilon = 0.05 * cost.mean() if backend.name == "dask" else None
-    cdf, quantile = rankops.multivariate_cdf_quantile_maps(backend.asarray(x), epsilon=epsilon, **TIGHT)
-    assert_allclose(backend.to_numpy(cdf(backend.asarray(centre))), np.full(d, 0.5), atol=1e-7)
-    assert_allclose(backend.to_numpy(quantile(backend.asarray(np.full(d, 0.5)))), centre, atol=1e-6)
+    # the default tol: the iterations keep a symmetric problem symmetric, so the centre is exact anyway
+    cdf, quantile = rankops.multivariate_cdf_quantile_maps(backend.asarray(x), epsilon=epsilon)
+    assert_allclose(backend.to_numpy(cdf(backend.asarray(centre))), np.full(d, 0.5), atol=2e-6)  # float32 on JAX
+    assert_allclose(backend.to_numpy(quantile(backend.asarray(np.full(d, 0.5)))), centre, atol=1e-5)
     # a batch of points maps point by point, into the unit cube
     u = backend.to_numpy(cdf(backend.asarray(x[:5])))
     assert u.shape == (5, d) and np.all((u > 0) & (u < 1))
