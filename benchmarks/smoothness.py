@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> None:
         ref = statistics.median(times[0])
         for steps, ts in times.items():
             t = statistics.median(ts)
-            print(f"| {batch} x {n} | {'on' if steps else 'off (reference)'} | {t * 1e3:.1f} | {t / ref:.2f}x |")
+            print(f"| {batch}x{n} | {'on' if steps else 'off (reference)'} | {t * 1e3:.1f} | {t / ref:.2f}x |")
 
 
 if __name__ == "__main__":

@@ -152,9 +152,6 @@ for value in (0.0, -1.0, float("nan"), float("inf")):
     each(LAPSUM, f"alpha={value}", ValueError, r"alpha must be a finite number > 0", alpha=value)
 each(PERMUTAHEDRON, "strength-shape", ValueError, r"strength must be a scalar or a 0-d array, got shape \(2,\)", strength=np.ones(2))
 each(LAPSUM, "alpha-shape", ValueError, r"alpha must be a scalar or a 0-d array, got shape \(2,\)", alpha=np.ones(2))
-case("soft_sort[permutahedron]-kl-strength-array",
-     lambda: rankops.soft_sort(X, method="permutahedron", regularization="kl", strength=np.asarray(1.0)), TypeError,
-     r"strength must be a Python number for soft_sort\(method='permutahedron', regularization='kl'\), not an array")
 for ops, name in ((PERMUTAHEDRON, "strength"), (LAPSUM, "alpha")):
     for label, op in ops.items():
         case(f"{label}-{name}-dask-array", lambda op=op, name=name: op(_dask().from_array(X), **{name: _dask().from_array(np.asarray(0.5))}),

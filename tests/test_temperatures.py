@@ -22,6 +22,9 @@ CASES = {
     "soft_rank[permutahedron]": (rankops.soft_rank, (), {"method": "permutahedron"}, "strength", 0.7),
     "soft_rank[permutahedron-kl]": (rankops.soft_rank, (), {"method": "permutahedron", "regularization": "kl"}, "strength", 0.7),
     "soft_sort[permutahedron]": (rankops.soft_sort, (), {"method": "permutahedron", "descending": True}, "strength", 5.0),
+    "soft_sort[permutahedron-kl]": (rankops.soft_sort, (), {"method": "permutahedron", "regularization": "kl"}, "strength", 5.0),
+    "soft_sort[permutahedron-kl-desc]": (rankops.soft_sort, (), {"method": "permutahedron", "regularization": "kl", "descending": True},
+                                         "strength", 5.0),
     "soft_rank[lapsum]": (rankops.soft_rank, (), {"method": "lapsum"}, "alpha", 0.6),
     "soft_sort[lapsum]": (rankops.soft_sort, (), {"method": "lapsum"}, "alpha", 0.6),
     "soft_topk_mask[lapsum]": (rankops.soft_topk_mask, (2.5,), {"method": "lapsum"}, "alpha", 0.6),
@@ -54,7 +57,7 @@ def test_array_temperature_value_and_gradient(case):
     assert_allclose(grads[0], rankops.vjp(fn, X, *args, **options, **{name: t})[1](ct)[0], rtol=1e-12, atol=1e-14)
 
 
-@pytest.mark.parametrize("case", ["soft_rank[permutahedron]", "soft_sort[lapsum]", "soft_sort[diffsort]"])
+@pytest.mark.parametrize("case", ["soft_rank[permutahedron]", "soft_sort[permutahedron-kl]", "soft_sort[lapsum]", "soft_sort[diffsort]"])
 def test_array_temperature_under_torch_and_jax(case):
     torch = pytest.importorskip("torch")
     jax = pytest.importorskip("jax")

@@ -101,9 +101,6 @@ class PermutahedronOptions(Options):
 
 def _bind_permutahedron(output: str, x: Any, axis: Any, descending: Any, options: dict[str, Any]) -> Call[Any]:
     opts, _ = PermutahedronOptions.parse(options, f"soft_{output}(method='permutahedron')")
-    if output == "sort" and opts.regularization == "kl" and is_array(opts.strength):
-        # the KL projection is not homogeneous in the strength (_cores.tempered): no rescaled input carries it
-        raise TypeError("strength must be a Python number for soft_sort(method='permutahedron', regularization='kl'), not an array")
     p = prepare(x, axis=axis, opts=opts)
     return Call(permutahedron.projection_core, p, opts, {"output": output, "descending": boolean(descending, "descending")})
 

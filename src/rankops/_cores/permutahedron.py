@@ -38,6 +38,7 @@ from typing import Any
 import array_api_compat
 
 from .._lib._adapters import core, custom_backward, get_adapter, same_shape
+from .._lib._compat import is_array
 from . import isotonic
 from .tempered import tempered
 
@@ -53,14 +54,15 @@ def _rho(xp: Any, like: Any) -> Any:
 class _Projection:
     output: str  # "rank" or "sort"
     regularization: str
-    strength: float
+    strength: float | None  # None: an array, the forward's second argument (the KL sort only)
     descending: bool
 
-    def fwd(self, xp: Any, x: Any) -> tuple[tuple[Any], tuple[Any, ...]]:
+    def fwd(self, xp: Any, x: Any, *strength_array: Any) -> tuple[tuple[Any], tuple[Any, ...]]:
         adapter = get_adapter(xp)
         rho = _rho(xp, x)
+        strength = strength_array[0] if strength_array else self.strength
         if self.output == "rank":
-            z = (-x if self.descending else x) / self.strength
+            z = (-x if self.descending else x) / strength
         else:
             z = x if self.descending else -x
         s, order = adapter.sort_order(xp, z, descending=True)
@@ -70,7 +72,7 @@ class _Projection:
         # lose s under rho/eps in float32. The rank is written on s - s_first (_pooled_ranks:
         # rho on a one-entry block, bit-equal on tied entries), the sort as (sol - y) - s.
         if self.output == "sort":
-            w = rho / self.strength
+            w = rho / strength
             y = w - s  # both fits hold w - s on one-entry blocks
         if self.output == "rank" and self.regularization == "l2":
             # only the blocks of sol are used: those of the decreasing fit of s - rho are the
@@ -92,13 +94,14 @@ class _Projection:
         # a NaN has no place in the order: the whole row is NaN rather than quietly ranked
         value = xp.where(xp.any(xp.isnan(x), axis=-1, keepdims=True), math.nan, value)
         # the rank's backward needs each entry's share of its block, which the forward has at hand
-        return (value,), (s, starts, order, inverse, value, share if self.output == "rank" else None)
+        return (value,), (s, starts, order, inverse, value, share if self.output == "rank" else None, *strength_array)
 
     def bwd(self, xp: Any, res: tuple[Any, ...], cts: tuple[Any, ...]) -> tuple[Any]:
         (ct,) = cts
+        has_strength = len(res) > 6
         if ct is None:  # torch: the output was not used
-            return (None,)
-        s, starts, order, inverse, value, share = res
+            return (None,) * (1 + has_strength)
+        s, starts, order, inverse, value, share = res[:6]
         adapter = get_adapter(xp)
         ct = xp.astype(ct, s.dtype, copy=False)
         if self.output == "rank":
@@ -108,7 +111,17 @@ class _Projection:
             sign = -1.0 if self.descending else 1.0
             return (adapter.take(xp, g, inverse) * (sign / self.strength),)
         # sort: d value / d s is the block average, and s = sort(-+x) undoes the sign
-        return (adapter.take(xp, _block_average(xp, adapter, starts, s, ct, self.regularization), inverse),)
+        dx = adapter.take(xp, _block_average(xp, adapter, starts, s, ct, self.regularization), inverse)
+        if not has_strength:
+            return (dx,)
+        # The KL sort's value is sol - w, w = rho / eps, sol_B = LSE(w_B) - LSE(s_B): d value_i / d eps
+        # = -(softmax(w_B) . rho_B - rho_i) / eps**2 (ascending; negated descending), whose transpose
+        # spreads each block's cotangent total by softmax(w_B): the block average of the forward's backward
+        eps = res[6]
+        rho = _rho(xp, s)
+        spread = _block_average(xp, adapter, starts, xp.broadcast_to(rho / eps, s.shape), ct, "kl")
+        d_eps = -xp.sum((spread - ct) * rho) / (eps * eps)
+        return dx, -d_eps if self.descending else d_eps
 
 
 def _pooled_ranks(xp: Any, adapter: Any, starts: Any, s: Any, rho: Any, regularization: str) -> tuple[Any, Any]:
@@ -141,9 +154,19 @@ def _block_average(xp: Any, adapter: Any, starts: Any, s: Any, g: Any, regulariz
     return w * (total[1, ...] / total[0, ...])
 
 
+def _homogeneity(params: dict[str, Any], opts: Any) -> tuple[int, int] | None:
+    """``(p, k)`` of :mod:`.tempered`: ranks see ``x / eps``; the l2 sort is jointly homogeneous; the KL sort is neither."""
+    if params["output"] == "rank":
+        return -1, 0
+    return (1, -1) if opts.regularization == "l2" else None
+
+
 @core(output_shapes=same_shape)
-@tempered("strength", lambda params, opts: (-1, 0) if params["output"] == "rank" else (1, -1))  # l2 only for the sort
+@tempered("strength", _homogeneity)
 def projection_core(xp: Any, x: Any, opts: Any, *, output: str, descending: bool) -> Any:
     """Soft rank or sort by projection onto the permutahedron, with the block-wise backward rule."""
+    if is_array(opts.strength):  # the KL sort (_homogeneity): the strength travels with x and gets its own gradient
+        spec = _Projection(output, opts.regularization, None, descending)
+        return custom_backward(xp, spec.fwd, spec.bwd, (x, xp.astype(opts.strength, x.dtype)), names=("x", "strength"))
     spec = _Projection(output, opts.regularization, opts.strength, descending)
     return custom_backward(xp, spec.fwd, spec.bwd, (x,))

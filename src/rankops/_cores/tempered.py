@@ -32,16 +32,22 @@ from .._lib._compat import is_array
 __all__ = ["tempered"]
 
 
-def tempered(name: str, powers: Callable[[dict[str, Any], Any], tuple[int, int]]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Decorator of a core rule homogeneous in the option ``name``; ``powers(params, opts) -> (p, k)`` as in the module docstring."""
+def tempered(
+    name: str, powers: Callable[[dict[str, Any], Any], tuple[int, int] | None]
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorator of a core rule homogeneous in the option ``name``; ``powers(params, opts) -> (p, k)`` as in the module docstring.
+
+    ``powers`` returns None for a call that is not homogeneous: the rule then gets the array itself.
+    """
 
     def wrap(rule: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(rule)
         def run(xp: Any, x: Any, opts: Any, **params: Any) -> Any:
             t = getattr(opts, name)
-            if not is_array(t):
+            pk = powers(params, opts) if is_array(t) else None
+            if pk is None:
                 return rule(xp, x, opts, **params)
-            p, k = powers(params, opts)
+            p, k = pk
             t = xp.astype(t, x.dtype)
             scale = t if p == 1 else 1.0 / t
             outs, back = rule(xp, x * scale, dataclasses.replace(opts, **{name: 1.0}), **params)

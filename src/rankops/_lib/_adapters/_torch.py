@@ -217,6 +217,8 @@ class Torch(Generic):
             def dense(t: Any) -> Any:
                 return t.clone(memory_format=torch.contiguous_format)
 
+            if isinstance(operand, tuple):  # a tuple of arrays (the Newton polish's state): its arrays are the operands
+                return tuple(torch.cond(skip, lambda *o: tuple(map(dense, o)), lambda *o: tuple(map(dense, fn(o))), operand))
             return torch.cond(skip, dense, lambda o: dense(fn(o)), (operand,))
         return super().unless(xp, skip, fn, operand)
 
