@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from ._cores import masked
 from ._cores.isotonic import regression_core
 from ._lib._calls import Call, operator, prepare
 from ._lib._compat import Array
@@ -21,7 +22,9 @@ class IsotonicOptions(Options):
 
 
 @operator(methods=("isotonic",))
-def isotonic_regression(y: Array, /, *, weights: Array | None = None, increasing: bool = True, axis: int = -1) -> Call[Array]:
+def isotonic_regression(
+    y: Array, /, *, weights: Array | None = None, mask: Array | None = None, increasing: bool = True, axis: int = -1
+) -> Call[Array]:
     r"""Least-squares isotonic regression of ``y`` along ``axis``.
 
     Solves, for every row, :math:`\min_v \sum_i w_i (y_i - v_i)^2` subject to
@@ -46,6 +49,11 @@ def isotonic_regression(y: Array, /, *, weights: Array | None = None, increasing
         alone, SciPy's, which refuses zeros); a row with a negative or
         non-finite weight, or all zeros, is NaN, never a plausible fit (no
         check reads the values: that would sync the device).
+    mask : bool array, optional
+        True for the valid entries (shaped like ``y``, or broadcastable to
+        it): each row's valid entries get the fit of those entries alone,
+        the others 0 and no gradient; a row with no valid entry is NaN.
+        Ragged rows, padded (see docs/api.md, "Ragged rows").
     increasing : bool, default True
         Fit a non-decreasing sequence (False: non-increasing).
     axis : int, default -1
@@ -70,8 +78,10 @@ def isotonic_regression(y: Array, /, *, weights: Array | None = None, increasing
     """
     opts, _ = IsotonicOptions.parse({}, WHERE)
     increasing = boolean(increasing, "increasing")
-    if weights is None:
-        return Call(regression_core, prepare(y, axis=axis, name="y", one_axis_for=WHERE), opts, {"increasing": increasing, "weights": None})
-    p = prepare(y, axis=axis, name="y", arrays={"weights": weights}, one_axis_for=WHERE)
-    w = p.lay_out(weights, "weights")
-    return Call(regression_core, p, opts, {"increasing": increasing, "weights": w}, along=("weights",) if w.ndim > 1 else ())
+    arrays = {k: v for k, v in (("weights", weights), ("mask", mask)) if v is not None}
+    p = prepare(y, axis=axis, name="y", arrays=arrays, one_axis_for=WHERE)
+    w = None if weights is None else p.lay_out(weights, "weights")
+    params = {"increasing": increasing, "weights": w}
+    if mask is not None:
+        params["mask"] = masked.laid_out(p, mask)
+    return Call(regression_core, p, opts, params, along=("weights",) if w is not None and w.ndim > 1 else ())

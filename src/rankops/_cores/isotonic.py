@@ -44,6 +44,7 @@ from .._lib._adapters import core, custom_backward, get_adapter, same_shape
 from .._lib._compat import index_dtype
 from .._lib._loops import freeze_rows
 from .._lib._numerics import checked_weights, logaddexp, safe_divide, unbroadcast
+from . import masked
 
 __all__ = ["fit", "decreasing", "block_starts", "block_sums", "block_first", "regression_core"]
 
@@ -324,8 +325,30 @@ class _Regression:
         return dy, unbroadcast(xp, (y - v) * per_weight, tuple(res[3].shape))
 
 
-@core(output_shapes=same_shape, batched={"weights": (0,)})
-def regression_core(xp: Any, y: Any, opts: Any, *, increasing: bool, weights: Any) -> Any:
-    """The least-squares isotonic fit and its block-wise pullback (to ``weights`` too)."""
-    spec = _Regression(increasing, weights is not None)
-    return custom_backward(xp, spec.fwd, spec.bwd, (y,) if weights is None else (y, weights), names=("x", "weights"))
+@core(output_shapes=same_shape, batched={"weights": (0,), "mask": (0,)})
+def regression_core(xp: Any, y: Any, opts: Any, *, increasing: bool, weights: Any, mask: Any = None) -> Any:
+    """The least-squares isotonic fit and its block-wise pullback (to ``weights`` too).
+
+    ``mask``: the fit of the valid entries alone, as weights of 0 on the
+    others. That is exact: the objective does not see a zero-weight entry,
+    and any fit of the valid entries extends to one of the whole row (fill
+    the gaps by their neighbours), so the whole row's optimum restricted to
+    the valid entries is their own optimum, which is unique.
+    """
+    if mask is None:
+        spec = _Regression(increasing, weights is not None)
+        return custom_backward(xp, spec.fwd, spec.bwd, (y,) if weights is None else (y, weights), names=("x", "weights"))
+    w = xp.ones_like(y) if weights is None else xp.broadcast_to(xp.astype(weights, y.dtype), y.shape)
+    spec = _Regression(increasing, True)
+    (v,), back = custom_backward(xp, spec.fwd, spec.bwd, (masked.entered(xp, y, mask), masked.entered(xp, w, mask)),
+                                 names=("x", "weights"))
+
+    def pullback(cts: tuple[Any, ...]) -> dict[str, Any]:
+        grads = masked.pulled(xp, back(masked.cotangents(xp, cts, mask)), mask, ("x", "weights"))
+        if weights is None:
+            grads.pop("weights")
+        else:
+            grads["weights"] = unbroadcast(xp, grads["weights"], tuple(weights.shape))
+        return grads
+
+    return (masked.along(xp, v, mask),), pullback
