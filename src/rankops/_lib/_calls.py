@@ -359,8 +359,8 @@ class Operator:
             raise TypeError(f"{self.__name__} takes at most {len(positional)} positional arguments, got {1 + len(args)}")
         # (name, value) of every array argument, in call order
         named = [(positional[0], x)] + list(zip(positional[1:], args)) + list(options.items())
-        # bool arrays (a mask) select entries: they have no gradient to give
-        diff = [(name, value) for name, value in named if is_array(value) and value.dtype != array_api_compat.array_namespace(value).bool]
+        # a mask selects entries: it has no gradient to give (a bool x still gets its promoted one)
+        diff = [(name, value) for name, value in named if is_array(value) and name != "mask"]
         xp = namespace(x, names=(positional[0],))
         adapter = get_adapter(xp)
         if adapter.autodiff:
