@@ -70,11 +70,11 @@ def _entropic_map(xp: Any, points: Any, potential: Any, epsilon: Any, d: int) ->
         if z.ndim < 1 or z.shape[-1] != d:
             raise ValueError(f"the map takes points of shape (..., {d}), got {tuple(z.shape)}")
         single = z.ndim == 1
-        zz = xp.astype(z, points.dtype)[None, :] if single else xp.astype(z, points.dtype)
-        logits = (potential - _squared_distances(xp, zz, points)) / epsilon
-        logits = logits - xp.max(logits, axis=-1, keepdims=True)
-        w = xp.exp(logits)
-        out = (w / xp.sum(w, axis=-1, keepdims=True)) @ points
+        zz = xp.astype(z, points.dtype)
+        if single:
+            zz = zz[None, :]
+        w = get_adapter(xp).softmax(xp, (potential - _squared_distances(xp, zz, points)) / epsilon)
+        out = w @ points
         return out[0, :] if single else out
 
     return apply

@@ -252,6 +252,10 @@ def _polish(xp: Any, c: Any, state: tuple[Any, ...], log_a: Any, log_b: Any, *, 
     target = max(tol * tol, POLISHED[xp.finfo(c.dtype).bits >= 64])
     a, b = xp.exp(log_a), xp.exp(log_b)
 
+    def due(err: Any) -> Any:
+        """Converged, but not within the target yet (NaN compares False: such a problem is left as it is)."""
+        return (err > target) & (err <= tol)
+
     def step(st: tuple[Any, ...]) -> tuple[Any, ...]:
         plan, u, v, err = st
         du, dv = solve_dual(xp, plan, a - xp.sum(plan, axis=-1), b - xp.sum(plan, axis=-2), max_iter=max_iter,
@@ -259,13 +263,12 @@ def _polish(xp: Any, c: Any, state: tuple[Any, ...], log_a: Any, log_b: Any, *, 
         u2, v2 = u + du, v + dv
         plan2 = _plan(xp, c, u2, v2)
         err2 = _marginal_error(xp, plan2, log_a, log_b)
-        # NaN errors compare False: such a problem keeps what it had
-        better = (err2 < err) & (err > target) & (err <= tol)
+        better = due(err) & (err2 < err)
         pick = lambda new, old: xp.where(better[..., None], new, old)  # noqa: E731
         return xp.where(better[..., None, None], plan2, plan), pick(u2, u), pick(v2, v), xp.where(better, err2, err)
 
     def polished(st: tuple[Any, ...]) -> tuple[Any, ...]:
-        return adapter.unless(xp, ~xp.any((st[3] > target) & (st[3] <= tol)), step, st)  # type: ignore[no-any-return]
+        return adapter.unless(xp, ~xp.any(due(st[3])), step, st)  # type: ignore[no-any-return]
 
     # one loop body: JAX traces (and compiles) the step once
     return adapter.repeat(xp, polished, state, POLISH_STEPS, POLISH_STEPS)[:3]  # type: ignore[no-any-return]
