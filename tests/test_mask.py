@@ -1,8 +1,12 @@
 """Ragged rows (issue 33, item 1): ``mask=`` gives each row's valid entries the operator on those entries alone.
 
-So far ``isotonic_regression``; the reference is SciPy's fit of the valid
-entries alone, row by row, and the gradients are those of the operator on
-the compacted row (``rankops.vjp``), with exactly 0 at masked entries.
+``isotonic_regression``: the reference is SciPy's fit of the valid entries
+alone, row by row. The sorts, ranks and top-k masks of the methods that take
+a mask: the reference is the operator on each compacted row (no mask, no
+padding), computed row by row in float64 NumPy; the operators themselves are
+checked against independent references in their own tests. Gradients are
+those of the operator on the compacted row, with exactly 0 at masked
+entries; a row without a valid entry is NaN.
 """
 
 from __future__ import annotations
@@ -107,3 +111,128 @@ def test_mask_errors():
         rankops.isotonic_regression(Y, mask=torch.tensor(MASK))
     with pytest.raises(TypeError, match=r"unexpected option\(s\) 'mask'"):  # not yet on the other operators
         rankops.soft_rank(Y, mask=MASK)
+    with pytest.raises(TypeError, match="mask must be a bool array"):
+        rankops.soft_rank(Y, mask=MASK.astype(np.int32), method="lapsum")
+
+
+# -- sorts, ranks and top-k masks ------------------------------------------------------------------
+
+# (operator, its options, whether its valid outputs are the first n_v positions: a sort)
+METHOD_CASES = {
+    "rank-lapsum": (rankops.soft_rank, {"method": "lapsum", "alpha": 0.7}),
+    "sort-lapsum-desc": (rankops.soft_sort, {"method": "lapsum", "alpha": 0.3, "descending": True}),
+    "topk-lapsum": (rankops.soft_topk_mask, {"k": 1.5, "method": "lapsum", "alpha": 0.4}),
+    "rank-permutahedron-l2": (rankops.soft_rank, {"method": "permutahedron", "strength": 0.3}),
+    "rank-permutahedron-kl-desc": (rankops.soft_rank, {"method": "permutahedron", "regularization": "kl", "strength": 0.5, "descending": True}),
+    "sort-permutahedron-l2-desc": (rankops.soft_sort, {"method": "permutahedron", "strength": 2.0, "descending": True}),
+    "sort-permutahedron-kl": (rankops.soft_sort, {"method": "permutahedron", "regularization": "kl", "strength": 5.0}),
+    "rank-softsort": (rankops.soft_rank, {"method": "softsort", "tau": 0.5}),
+    "sort-softsort-streamed": (rankops.soft_sort, {"method": "softsort", "tau": 0.5, "block": 2, "power": 2.0}),
+    "rank-neuralsort-streamed-desc": (rankops.soft_rank, {"method": "neuralsort", "tau": 0.8, "block": 3, "descending": True}),
+    "sort-neuralsort": (rankops.soft_sort, {"method": "neuralsort", "tau": 0.8}),
+    "rank-softsort-hard": (rankops.soft_rank, {"method": "softsort", "tau": 0.5, "hard": True}),
+}
+
+
+def _positional(fn):
+    return fn is rankops.soft_sort
+
+
+def _call(fn, x, options, **extra):
+    options = dict(options)
+    if fn is rankops.soft_topk_mask:
+        return fn(x, options.pop("k"), **options, **extra)
+    return fn(x, **options, **extra)
+
+
+def _compacted(fn, options, x, mask):
+    """The operator on each row's valid entries alone (float64 NumPy), laid out as the masked call lays it out."""
+    out = np.zeros_like(x)
+    for i in range(x.shape[0]):
+        valid = x[i][mask[i]]
+        k = options.get("k")
+        if valid.size == 0 or (k is not None and k >= valid.size):  # no valid entry, or k outside (0, n_v): NaN
+            out[i, mask[i] if valid.size else slice(None)] = np.nan
+            continue
+        value = _call(fn, valid, options)
+        if _positional(fn):
+            out[i, : valid.size] = value
+        else:
+            out[i, mask[i]] = value
+    return out
+
+
+@pytest.mark.parametrize("case", METHOD_CASES)
+def test_masked_operator_is_the_operator_on_the_valid_entries_alone(backend, case):
+    fn, options = METHOD_CASES[case]
+    got = backend.to_numpy(_call(fn, backend.asarray(PADDED), options, mask=backend.asarray(MASK)))
+    expected = _compacted(fn, options, Y, MASK)
+    assert_allclose(got, expected, rtol=1e-6, atol=1e-6, equal_nan=True)
+    assert np.isnan(got[3]).all()  # no valid entry: NaN
+
+
+@pytest.mark.parametrize("case", METHOD_CASES)
+def test_masked_gradients_are_those_of_the_valid_entries_alone(case):
+    torch = pytest.importorskip("torch")
+    fn, options = METHOD_CASES[case]
+    ct = RNG.normal(size=Y.shape)
+    expected = np.zeros_like(Y)
+    for i in range(Y.shape[0]):
+        m = MASK[i]
+        if not m.any() or options.get("k", 0) >= m.sum():
+            expected[i] = np.nan  # a NaN row (its gradient is NaN too): left out below
+            continue
+        x = torch.tensor(Y[i, m], requires_grad=True)
+        c = ct[i, : m.sum()] if _positional(fn) else ct[i, m]
+        (_call(fn, x, options) * torch.tensor(c)).sum().backward()
+        expected[i, m] = x.grad.numpy()
+    x = torch.tensor(PADDED, requires_grad=True)
+    out = _call(fn, x, options, mask=torch.tensor(MASK))
+    (torch.nan_to_num(out) * torch.tensor(ct)).sum().backward()
+    finite = np.isfinite(expected).all(axis=1) & MASK.any(axis=1)
+    assert_allclose(x.grad.numpy()[finite], expected[finite], rtol=1e-12, atol=1e-12)
+    assert np.all(x.grad.numpy()[~MASK] == 0.0)
+    # the rule rankops.vjp applies on hosts without autodiff
+    opts = dict(options)
+    args = (opts.pop("k"),) if "k" in opts else ()
+    _, pull = rankops.vjp(fn, PADDED, *args, mask=MASK, **opts)
+    (g,) = pull(np.where(np.isnan(_call(fn, PADDED, options, mask=MASK)), 0.0, ct))
+    assert_allclose(g[finite], expected[finite], rtol=1e-12, atol=1e-12)
+    assert np.all(g[~MASK] == 0.0)
+
+
+@pytest.mark.parametrize("case", ["rank-lapsum", "sort-permutahedron-kl", "rank-neuralsort-streamed-desc"])
+def test_masked_operators_under_jit_vmap_and_grad(case):
+    jax = pytest.importorskip("jax")
+    jnp = jax.numpy
+    fn, options = METHOD_CASES[case]
+    y, m = jnp.asarray(PADDED), jnp.asarray(MASK)
+    f = lambda v, mk: _call(fn, v, options, mask=mk)  # noqa: E731
+    eager = np.asarray(f(y, m))
+    assert_allclose(np.asarray(jax.jit(f)(y, m)), eager, rtol=1e-12, equal_nan=True)
+    assert_allclose(np.asarray(jax.vmap(f)(y, m)), eager, rtol=1e-12, equal_nan=True)
+    assert_allclose(eager, _compacted(fn, options, Y, MASK), rtol=1e-12, atol=1e-12, equal_nan=True)
+    g = jax.jit(jax.grad(lambda v: jnp.nansum(f(v, m) * jnp.arange(9.0))))(y)
+    assert np.all(np.asarray(g)[~MASK] == 0.0) and np.isfinite(np.asarray(g)).all()
+
+
+def test_masked_temperature_arrays_and_the_shorter_row_of_topk():
+    """A learnable temperature with a mask: the value and its gradient of the compacted rows."""
+    torch = pytest.importorskip("torch")
+    for fn, options in (METHOD_CASES["sort-permutahedron-kl"], METHOD_CASES["rank-lapsum"], METHOD_CASES["sort-softsort-streamed"]):
+        name = {"permutahedron": "strength", "lapsum": "alpha", "softsort": "tau"}[options["method"]]
+        t = torch.tensor(options[name], dtype=torch.float64, requires_grad=True)
+        out = _call(fn, torch.tensor(PADDED), {**options, name: t}, mask=torch.tensor(MASK))
+        (dt,) = torch.autograd.grad(torch.nansum(out * torch.arange(9.0)), t)
+        t_ref = torch.tensor(options[name], dtype=torch.float64, requires_grad=True)
+        total = 0.0
+        for i in np.flatnonzero(MASK.any(axis=1)):
+            c = torch.arange(9.0)[: MASK[i].sum()] if _positional(fn) else torch.arange(9.0)[MASK[i]]
+            total = total + (_call(fn, torch.tensor(Y[i, MASK[i]]), {**options, name: t_ref}) * c).sum()
+        (dt_ref,) = torch.autograd.grad(total, t_ref)
+        assert_allclose(out.detach().numpy(), _compacted(fn, options, Y, MASK), rtol=1e-12, atol=1e-12, equal_nan=True)
+        assert_allclose(dt.item(), dt_ref.item(), rtol=1e-10)
+    # k at or above a row's n_v valid entries: that row is NaN, quietly; the others are untouched
+    with np.errstate(all="raise"):
+        got = rankops.soft_topk_mask(PADDED, 1.5, method="lapsum", mask=MASK)
+    assert np.isnan(got[1][MASK[1]]).all() and np.isfinite(got[[0, 2, 4, 5]]).all()

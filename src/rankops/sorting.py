@@ -26,7 +26,7 @@ import math
 import numbers
 from typing import Any
 
-from ._cores import diffsort, lapsum, permutahedron
+from ._cores import diffsort, lapsum, masked, permutahedron
 from ._cores.permutation import dense_core, stream_core
 from ._cores.transport import rank_core, sort_core
 from ._docstrings import SECTIONS, methods_section
@@ -73,13 +73,15 @@ def _bind_sinkhorn_topk(where: str, x: Any, axis: Any, descending: Any, topk: An
 
 def _bind_permutation(method: str, output: str, x: Any, axis: Any, descending: Any, options: dict[str, Any]) -> Call[Any]:
     """``soft_sort`` / ``soft_rank`` (``output``) with ``method="softsort"`` or ``"neuralsort"``."""
+    mask = options.pop("mask", None)
     opts, _ = PermutationOptions.parse(options, f"soft_{output}(method={method!r})", names=OPTION_NAMES[method])
     descending = boolean(descending, "descending")
-    p = prepare(x, axis=axis, opts=opts)
+    p = prepare(x, axis=axis, opts=opts, arrays=masked.arrays(mask))
     # The streamed backward treats power as a constant: a learnable (array) power takes
     # the full matrix, whose gradient includes it.
     dense = opts.block is None or is_array(opts.power) or (opts.block == "auto" and _fits(p))
-    return Call(dense_core if dense else stream_core, p, opts, {"method": method, "output": output, "descending": descending})
+    params = {"method": method, "output": output, "descending": descending}
+    return Call(dense_core if dense else stream_core, p, opts, masked.bound(p, params, mask))
 
 
 def _fits(p: Prepared) -> bool:
@@ -100,9 +102,11 @@ class PermutahedronOptions(Options):
 
 
 def _bind_permutahedron(output: str, x: Any, axis: Any, descending: Any, options: dict[str, Any]) -> Call[Any]:
+    mask = options.pop("mask", None)
     opts, _ = PermutahedronOptions.parse(options, f"soft_{output}(method='permutahedron')")
-    p = prepare(x, axis=axis, opts=opts)
-    return Call(permutahedron.projection_core, p, opts, {"output": output, "descending": boolean(descending, "descending")})
+    p = prepare(x, axis=axis, opts=opts, arrays=masked.arrays(mask))
+    params = {"output": output, "descending": boolean(descending, "descending")}
+    return Call(permutahedron.projection_core, p, opts, masked.bound(p, params, mask))
 
 
 # -- "lapsum" (also soft_topk_mask's) ----------------------------------------------------------------
@@ -116,30 +120,35 @@ class LapsumOptions(Options):
 
 
 def _bind_lapsum(output: str, x: Any, axis: Any, descending: Any, options: dict[str, Any]) -> Call[Any]:
+    mask = options.pop("mask", None)
     opts, _ = LapsumOptions.parse(options, f"soft_{output}(method='lapsum')")
-    p = prepare(x, axis=axis, opts=opts)
+    p = prepare(x, axis=axis, opts=opts, arrays=masked.arrays(mask))
     core = lapsum.rank_core if output == "rank" else lapsum.sort_core
-    return Call(core, p, opts, {"descending": boolean(descending, "descending")})
+    return Call(core, p, opts, masked.bound(p, {"descending": boolean(descending, "descending")}, mask))
 
 
 def bind_lapsum_topk(x: Any, k: Any, axis: Any, options: dict[str, Any]) -> Call[Any]:
-    """``soft_topk_mask(method="lapsum")``: ``k`` a real in (0, n), or an array of per-row k (the batch shape)."""
+    """``soft_topk_mask(method="lapsum")``: ``k`` a real in (0, n), or an array of per-row k (the batch shape).
+
+    With a ``mask``, the top k of each row's valid entries (k >= n_v selects them all).
+    """
+    mask = options.pop("mask", None)
     opts, _ = LapsumOptions.parse(options, "soft_topk_mask(method='lapsum')")
     if is_array(k):
-        p = prepare(x, axis=axis, opts=opts, arrays={"k": k})
+        p = prepare(x, axis=axis, opts=opts, arrays={"k": k, **masked.arrays(mask)})
         batch = tuple(p.x.shape[:-1])
         if tuple(k.shape) not in ((), batch):
             raise ValueError(f"k must be a number or an array of the batch shape {batch} (x without axis), got shape {tuple(k.shape)}")
         if not p.xp.isdtype(k.dtype, ("real floating", "integral")):
             raise TypeError(f"k must be a real array, got dtype {k.dtype}")
         k = p.xp.broadcast_to(p.xp.astype(k, p.x.dtype), batch)
-        return Call(lapsum.topk_core, p, opts, {"k": k})
+        return Call(lapsum.topk_core, p, opts, masked.bound(p, {"k": k}, mask))
     if isinstance(k, bool) or not isinstance(k, numbers.Real):
         raise TypeError(f"k must be a real number or an array, got {type(k).__name__}")
-    p = prepare(x, axis=axis, opts=opts)
+    p = prepare(x, axis=axis, opts=opts, arrays=masked.arrays(mask))
     if not (math.isfinite(k) and 0 < k < p.n):
         raise ValueError(f"k must lie in the open interval (0, n) = (0, {p.n}) for method='lapsum', got {k!r}")
-    return Call(lapsum.topk_core, p, opts, {"k": float(k)})
+    return Call(lapsum.topk_core, p, opts, masked.bound(p, {"k": float(k)}, mask))
 
 
 # -- "diffsort" (options: rankops.permutations.NetworkOptions) ------------------------------------

@@ -120,17 +120,19 @@ class _KL:
         some = den > -math.inf
         return xp.where(some, num - xp.where(some, den, xp.zeros_like(den)), fallback)
 
-    # the same sums as _L2's, as logs: sum_S exp(w) (exp(v) - exp(ref)) and its mirror
+    # the same sums as _L2's, as logs: sum_S exp(w) (exp(v) - exp(ref)) and its mirror. An empty S
+    # gives -inf, and so does a sum of entries at -inf (out of the objective: a masked entry's); their
+    # terms are zeroed first, which would otherwise make -inf - -inf
     @staticmethod
     def above(xp: Any, a: Any, b: Any, ref: Any) -> Any:
-        some = b > -math.inf
-        b = xp.where(some, b, xp.zeros_like(b))
+        some = (b > -math.inf) & (a > -math.inf)
+        a, b, ref = (xp.where(some, u, xp.zeros_like(u)) for u in (a, b, ref))
         return xp.where(some, a + _log1mexp(xp, ref + b - a), xp.full_like(a, -math.inf))
 
     @staticmethod
     def below(xp: Any, a: Any, b: Any, ref: Any) -> Any:
-        some = b > -math.inf
-        b = xp.where(some, b, xp.zeros_like(b))
+        some = (b > -math.inf) & (ref > -math.inf)
+        a, b, ref = (xp.where(some, u, xp.zeros_like(u)) for u in (a, b, ref))
         return xp.where(some, ref + b + _log1mexp(xp, a - ref - b), xp.full_like(b, -math.inf))
 
 

@@ -38,9 +38,10 @@ from typing import Any
 
 import array_api_compat
 
-from .._lib._adapters import core, custom_backward, get_adapter, same_shape
+from .._lib._adapters import core, get_adapter, same_shape
 from .._lib._compat import index_dtype, is_array
 from .._lib._numerics import logaddexp, safe_divide
+from . import masked
 from .tempered import tempered
 
 __all__ = ["rank_core", "sort_core", "topk_core"]
@@ -77,23 +78,45 @@ class _Sorted:
     links: Any  # between neighbours, for both directions (_links; readied by scan_links when rescanned)
     p: Any  # P_k = sum_(j<=k) e^-(s_k - s_j)/alpha, in [1, k]
     q1: Any  # 1 + Q_k = sum_(j>=k) e^-(s_j - s_k)/alpha, in [1, n - k]
+    count: Any = None  # with a mask: the row's n_v valid entries, sorted first (masked.valid_first)
 
     @classmethod
-    def of(cls, xp: Any, x: Any, alpha: float, *, rescanned: bool = False) -> "_Sorted":
-        """``rescanned``: the backward scans the same links again (the rank), so the host may ready them for that."""
+    def of(cls, xp: Any, x: Any, alpha: float, *, rescanned: bool = False, mask: Any = None) -> "_Sorted":
+        """``rescanned``: the backward scans the same links again (the rank), so the host may ready them for that.
+
+        ``mask``: the sums run over the valid entries only, which sort first;
+        the masked tail carries weight 0 (and ``R`` there stays at the last
+        valid entry's level, so the levels still increase).
+        """
         adapter = get_adapter(xp)
-        s, order = adapter.sort_order(xp, x)
+        if mask is None:
+            (s, order), count = adapter.sort_order(xp, x), None
+            weight = xp.ones((2,) + s.shape, dtype=s.dtype, device=array_api_compat.device(s))
+        else:
+            row = masked.valid_first(xp, adapter, x, mask)
+            s, order, count = row.s, row.order, row.count
+            weight = xp.astype(row.valid, s.dtype)
+            weight = xp.stack([weight, xp.flip(weight, axis=-1)])
         links = _links(xp, _decay(xp, s, alpha))
         if rescanned:
             links = adapter.scan_links(xp, links)
-        ones = xp.ones((2,) + s.shape, dtype=s.dtype, device=array_api_compat.device(s))
-        p, q1 = _both_ways(xp, adapter, links, ones, stacked=True)
-        return cls(s, order, adapter.invert_permutation(xp, order), links, p, q1)
+        p, q1 = _both_ways(xp, adapter, links, weight, stacked=True)
+        return cls(s, order, adapter.invert_permutation(xp, order), links, p, q1, count)
 
     def levels(self, xp: Any, shift: float = 0.0) -> Any:
-        """``R`` at the sorted entries plus ``shift``: ``R(s_k) = (k + 1) - P_k/2 + Q_k/2`` (k 0-based; k + 1/2 in the hard limit)."""
+        """``R`` at the sorted entries plus ``shift``: ``R(s_k) = (k + 1) - P_k/2 + Q_k/2`` (k 0-based; k + 1/2 in the hard limit).
+
+        With a mask, ``k + 1/2`` is the count of valid entries below plus half
+        the own weight: ``min(k + 1/2, n_v)``.
+        """
         k = xp.arange(0.5 + shift, self.s.shape[-1] + shift, dtype=self.s.dtype, device=array_api_compat.device(self.s))
+        if self.count is not None:
+            k = xp.minimum(k, xp.astype(self.count, k.dtype) + shift)
         return k + 0.5 * (self.q1 - self.p)
+
+    def below(self, xp: Any, count: Any) -> Any:
+        """``count`` (#levels at most c) capped at the valid entries: the masked tail shares the last valid level."""
+        return count if self.count is None else xp.minimum(count, self.count)
 
     def solve(self, xp: Any, c: Any, count: Any, alpha: float) -> tuple[Any, Any, Any]:
         """``(anchor, lam, D)``: ``t = anchor + alpha lam`` solves ``R(t) = c``, and ``D = sum_j e^-|t - s_j|/alpha``.
@@ -125,6 +148,9 @@ class _Sorted:
         log_a, log_b, log_abs_b = _log(xp, big_a), _log(xp, big_b), _log(xp, xp.abs(b))
         log_r = 0.5 * logaddexp(xp, 2.0 * log_abs_b, log_a + log_b + 2.0 * log_h)
         log_sum = logaddexp(xp, log_abs_b, log_r)  # log(|b| + r)
+        if self.count is not None:
+            # -inf only where c = count with nothing on one side, no root: a row without valid entries (no -inf - -inf)
+            log_sum = xp.where(log_sum == -math.inf, xp.zeros_like(log_sum), log_sum)
         left = b >= 0
         lam = xp.where(left, log_a - log_sum, log_sum - log_b)
         # distances from t to s_lo and s_hi, in alphas: (lam, 2 g - lam) or (2 g + lam, -lam), g = -log h
@@ -153,15 +179,17 @@ class _Directed:
 
     alpha: float
     descending: bool
+    masked: bool = False  # a mask is the forward's last argument; the sort count its last residual
 
-    def sorted(self, xp: Any, x: Any, *, rescanned: bool = False) -> _Sorted:
-        return _Sorted.of(xp, -x if self.descending else x, self.alpha, rescanned=rescanned)
+    def sorted(self, xp: Any, x: Any, mask: tuple[Any, ...], *, rescanned: bool = False) -> _Sorted:
+        return _Sorted.of(xp, -x if self.descending else x, self.alpha, rescanned=rescanned, mask=mask[0] if mask else None)
 
-    def bwd(self, xp: Any, res: tuple[Any, ...], cts: tuple[Any, ...]) -> tuple[Any]:
+    def bwd(self, xp: Any, res: tuple[Any, ...], cts: tuple[Any, ...]) -> tuple[Any, ...]:
         (ct,) = cts
-        if ct is None:  # torch: the output was not used
-            return (None,)
-        return (self.pull(xp, get_adapter(xp), res, ct),)
+        if self.masked:
+            res = res[:-1]
+        dx = None if ct is None else self.pull(xp, get_adapter(xp), res, ct)  # None: torch, the output unused
+        return (dx, None) if self.masked else (dx,)  # the mask has no gradient
 
     def pull(self, xp: Any, adapter: Any, res: tuple[Any, ...], ct: Any) -> Any:
         """``dx`` from the forward's residuals and the output's cotangent."""
@@ -169,13 +197,15 @@ class _Directed:
 
 
 class _Rank(_Directed):
-    def fwd(self, xp: Any, x: Any) -> tuple[tuple[Any], tuple[Any, ...]]:
-        srt = self.sorted(xp, x, rescanned=True)
+    def fwd(self, xp: Any, x: Any, *mask: Any) -> tuple[tuple[Any], tuple[Any, ...]]:
+        srt = self.sorted(xp, x, mask, rescanned=True)
         # the backward's kernel sums of 1 are the forward's P + 1 + Q: kept, not rescanned
-        return (get_adapter(xp).take(xp, srt.levels(xp, 0.5), srt.inverse),), (srt.order, srt.inverse, srt.links, srt.p + srt.q1)
+        value = get_adapter(xp).take(xp, srt.levels(xp, 0.5), srt.inverse)
+        return (value,), (srt.order, srt.inverse, srt.links, srt.p + srt.q1, *(srt.count,) * self.masked)
 
     def pull(self, xp: Any, adapter: Any, res: tuple[Any, ...], ct: Any) -> Any:
         order, inverse, links, ones = res
+        # with a mask: ones holds the kernel sums of the valid entries, and ct is 0 on the masked ones
         g = adapter.take(xp, xp.astype(ct, ones.dtype, copy=False), order)
         pg, qg = _both_ways(xp, adapter, links, g)
         # sum_j f(s_k - s_j) (g_k - g_j) / alpha, with f = e^-|u|/2: both sums hold the own-index term, which cancels
@@ -184,15 +214,22 @@ class _Rank(_Directed):
 
 
 class _Sort(_Directed):
-    def fwd(self, xp: Any, x: Any) -> tuple[tuple[Any], tuple[Any, ...]]:
-        srt = self.sorted(xp, x)
+    def fwd(self, xp: Any, x: Any, *mask: Any) -> tuple[tuple[Any], tuple[Any, ...]]:
+        srt = self.sorted(xp, x, mask)
         n = x.shape[-1]
         c = xp.arange(n, dtype=x.dtype, device=array_api_compat.device(x)) + 0.5
         c = xp.broadcast_to(c, x.shape)
-        count = get_adapter(xp).searchsorted(xp, srt.levels(xp), c, side="right")
+        adapter = get_adapter(xp)
+        count = srt.below(xp, adapter.searchsorted(xp, srt.levels(xp), c, side="right"))
         anchor, lam, dens = srt.solve(xp, c, count, self.alpha)
         t = anchor + self.alpha * lam
-        return ((-t if self.descending else t),), (srt.s, srt.inverse, t, dens)
+        if srt.count is not None:
+            # positions past the valid entries have no level to reach (t = inf there): they repeat
+            # the last valid value, so that the backward's links stay finite (their cotangent is 0)
+            valid = c < xp.astype(srt.count, c.dtype)
+            last = adapter.take(xp, t, xp.clip(srt.count - 1, 0, None))
+            t = xp.where(valid, t, xp.where(srt.count > 0, last, xp.zeros_like(last)))
+        return ((-t if self.descending else t),), (srt.s, srt.inverse, t, dens, *(srt.count,) * self.masked)
 
     def pull(self, xp: Any, adapter: Any, res: tuple[Any, ...], ct: Any) -> Any:
         s, inverse, t, dens = res
@@ -217,56 +254,67 @@ class _Sort(_Directed):
 class _TopK:
     alpha: float
     k: Any  # a Python number, or None when k is an array argument
+    masked: bool = False  # a mask is the last argument
 
-    def _k(self, xp: Any, x: Any, k_array: tuple[Any, ...]) -> Any:
+    def fwd(self, xp: Any, x: Any, *rest: Any) -> tuple[tuple[Any], tuple[Any, ...]]:
+        k_array, mask = (rest[:-1], rest[-1]) if self.masked else (rest, None)
+        srt = _Sorted.of(xp, x, self.alpha, mask=mask)
         if k_array:
-            return xp.astype(k_array[0], x.dtype)[..., None]
-        return xp.full(x.shape[:-1] + (1,), self.k, dtype=x.dtype, device=array_api_compat.device(x))
-
-    def fwd(self, xp: Any, x: Any, *k_array: Any) -> tuple[tuple[Any], tuple[Any, ...]]:
-        srt = _Sorted.of(xp, x, self.alpha)
-        n = x.shape[-1]
-        c = n - self._k(xp, x, k_array)
+            k = xp.astype(k_array[0], x.dtype)[..., None]
+        else:
+            k = xp.full(x.shape[:-1] + (1,), self.k, dtype=x.dtype, device=array_api_compat.device(x))
+        n = x.shape[-1] if mask is None else xp.astype(srt.count, x.dtype)
+        # k outside (0, n) (an array k, or n_v <= k with a mask): a NaN row, computed quietly at k = n/2
+        outside = (k <= 0) | (k >= n)
+        c = n - xp.where(outside, 0.5 * n, k)
         idx = index_dtype(xp, array_api_compat.device(x))
-        count = xp.sum(xp.astype(srt.levels(xp) <= c, idx), axis=-1, keepdims=True)
+        count = srt.below(xp, xp.sum(xp.astype(srt.levels(xp) <= c, idx), axis=-1, keepdims=True))
         anchor, lam, _ = srt.solve(xp, c, count, self.alpha)
         # (x - b) / alpha from the anchor: b itself would round alpha lam away at |x| >> alpha
         u = (x - anchor) / self.alpha - lam
         e = 0.5 * xp.exp(-xp.abs(u))
-        mask = xp.where(u < 0, e, 1.0 - e)
-        return (mask,), (e / self.alpha,)
+        value = xp.where(outside, math.nan, xp.where(u < 0, e, 1.0 - e))
+        f = xp.where(outside, math.nan, e / self.alpha)
+        return (value,), ((f,) if mask is None else (xp.where(mask, f, xp.zeros_like(f)),))
 
     def bwd(self, xp: Any, res: tuple[Any, ...], cts: tuple[Any, ...]) -> tuple[Any, ...]:
         (ct,) = cts
         has_k = self.k is None
+        none = (None,) * self.masked  # the mask has no gradient
         if ct is None:
-            return (None,) * (1 + has_k)
-        (f,) = res
+            return (None,) * (1 + has_k) + none
+        (f,) = res  # 0 on masked entries: the threshold sees the valid ones only
         g = xp.astype(ct, f.dtype, copy=False)
         mean = safe_divide(xp, xp.sum(g * f, axis=-1, keepdims=True), xp.sum(f, axis=-1, keepdims=True))
         dx = f * (g - mean)
-        return (dx, mean[..., 0]) if has_k else (dx,)
+        return ((dx, mean[..., 0]) if has_k else (dx,)) + none
 
 
-@core(output_shapes=same_shape)
+def _run(xp: Any, spec: Any, x: Any, extra: tuple[Any, ...], mask: Any, *, positional: bool = False) -> Any:
+    """The spec through ``custom_backward``; with a mask, on the valid entries (``positional``: the sort's first n_v)."""
+    return masked.backward(xp, spec.fwd, spec.bwd, (x, *extra), ("x", "k")[: 1 + len(extra)], mask, positional=positional)
+
+
+@core(output_shapes=same_shape, batched={"mask": (0,)})
+@masked.entering
 @tempered("alpha", lambda params, opts: (-1, 0))
-def rank_core(xp: Any, x: Any, opts: Any, *, descending: bool) -> Any:
-    """``1/2 + R(x_i)``."""
-    spec = _Rank(opts.alpha, descending)
-    return custom_backward(xp, spec.fwd, spec.bwd, (x,))
+def rank_core(xp: Any, x: Any, opts: Any, *, descending: bool, mask: Any = None) -> Any:
+    """``1/2 + R(x_i)``; ``mask``: R sums over the valid entries."""
+    return _run(xp, _Rank(opts.alpha, descending, mask is not None), x, (), mask)
 
 
-@core(output_shapes=same_shape)
+@core(output_shapes=same_shape, batched={"mask": (0,)})
+@masked.entering
 @tempered("alpha", lambda params, opts: (-1, 1))
-def sort_core(xp: Any, x: Any, opts: Any, *, descending: bool) -> Any:
-    """The solutions of ``R(t) = i - 1/2``."""
-    spec = _Sort(opts.alpha, descending)
-    return custom_backward(xp, spec.fwd, spec.bwd, (x,))
+def sort_core(xp: Any, x: Any, opts: Any, *, descending: bool, mask: Any = None) -> Any:
+    """The solutions of ``R(t) = i - 1/2``; ``mask``: for i up to n_v, R over the valid entries."""
+    return _run(xp, _Sort(opts.alpha, descending, mask is not None), x, (), mask, positional=True)
 
 
-@core(output_shapes=same_shape, batched={"k": ()})
+@core(output_shapes=same_shape, batched={"k": (), "mask": (0,)})
+@masked.entering
 @tempered("alpha", lambda params, opts: (-1, 0))
-def topk_core(xp: Any, x: Any, opts: Any, *, k: Any) -> Any:
-    """``F((x_i - b)/alpha)`` with ``R(b) = n - k``."""
-    spec = _TopK(opts.alpha, None if is_array(k) else k)
-    return custom_backward(xp, spec.fwd, spec.bwd, (x, k) if is_array(k) else (x,), names=("x", "k"))
+def topk_core(xp: Any, x: Any, opts: Any, *, k: Any, mask: Any = None) -> Any:
+    """``F((x_i - b)/alpha)`` with ``R(b) = n - k``; ``mask``: ``R(b) = n_v - k``, R over the valid entries."""
+    spec = _TopK(opts.alpha, None if is_array(k) else k, mask is not None)
+    return _run(xp, spec, x, (k,) if is_array(k) else (), mask)

@@ -12,12 +12,28 @@ core's own pullback (``rankops.vjp``) drops the masked outputs' cotangents
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
+import array_api_compat
+
+from .._lib._adapters import custom_backward
 from .._lib._calls import ALONG, Prepared
+from .._lib._compat import index_dtype
 
-__all__ = ["laid_out", "entered", "along", "cotangents", "pulled"]
+__all__ = ["arrays", "bound", "laid_out", "entered", "along", "cotangents", "pulled", "finished", "backward", "entering", "prefix", "valid_first", "ValidFirst"]
+
+
+def arrays(mask: Any) -> dict[str, Any]:
+    """The mask among a call's arrays (namespace and device checks), when there is one."""
+    return {} if mask is None else {"mask": mask}
+
+
+def bound(p: Prepared, params: dict[str, Any], mask: Any) -> dict[str, Any]:
+    """A core's parameters with the caller's mask (None: none) laid out for it."""
+    return params if mask is None else {**params, "mask": laid_out(p, mask)}
 
 
 def laid_out(p: Prepared, mask: Any) -> Any:
@@ -52,3 +68,84 @@ def cotangents(xp: Any, cts: tuple[Any, ...], mask: Any) -> tuple[Any, ...]:
 def pulled(xp: Any, grads: Mapping[str, Any], mask: Any, names: tuple[str, ...]) -> dict[str, Any]:
     """The core's gradients with those of ``names`` (laid out like the input) set to 0 at masked entries."""
     return {k: (xp.where(mask, g, xp.zeros_like(g)) if k in names and g is not None else g) for k, g in grads.items()}
+
+
+def finished(xp: Any, outs: tuple[Any, ...], back: Any, mask: Any, out_mask: Any) -> tuple[tuple[Any, ...], Any]:
+    """A core's ``(outputs, pullback)`` from ``custom_backward`` over ``(entered x, ..., mask)``, as the masked operator.
+
+    The first output is the value, valid where ``out_mask`` is; the mask's own (None) gradient is dropped.
+    """
+
+    def pullback(cts: tuple[Any, ...]) -> dict[str, Any]:
+        grads = pulled(xp, back(cotangents(xp, cts, out_mask)), mask, ("x",))
+        grads.pop("mask", None)
+        return grads
+
+    return (along(xp, outs[0], out_mask), *outs[1:]), pullback
+
+
+def entering(rule: Callable[..., Any]) -> Callable[..., Any]:
+    """A core rule that gets ``x`` with its masked entries at 0 whenever a ``mask`` parameter comes.
+
+    Outermost, so that nothing before the rule (a temperature's rescaling,
+    :mod:`.tempered`) multiplies the padding: ``0 * nan`` in a sum over the
+    row would reach the temperature's gradient.
+    """
+
+    @functools.wraps(rule)
+    def run(xp: Any, x: Any, opts: Any, **params: Any) -> Any:
+        mask = params.get("mask")
+        return rule(xp, x if mask is None else entered(xp, x, mask), opts, **params)
+
+    return run
+
+
+def backward(
+    xp: Any, fwd: Any, bwd: Any, arrays: tuple[Any, ...], names: tuple[str, ...], mask: Any, *, positional: bool = False,
+    residuals: Any = None,
+) -> tuple[tuple[Any, ...], Any]:
+    """``custom_backward`` of a core whose forward takes the mask (None: none) as its last argument.
+
+    The first array is the input, entered with its masked entries at 0; the
+    first output is valid where the input is, or on the first n_v positions
+    (``positional``: a sort); ``bwd`` returns None for the mask.
+    """
+    if mask is None:
+        return custom_backward(xp, fwd, bwd, arrays, names=names, residuals=residuals)
+    outs, back = custom_backward(xp, fwd, bwd, (entered(xp, arrays[0], mask), *arrays[1:], mask), names=(*names, "mask"), residuals=residuals)
+    return finished(xp, outs, back, mask, prefix(xp, mask) if positional else mask)
+
+
+def prefix(xp: Any, mask: Any) -> Any:
+    """True on the first n_v positions of each row (n_v its valid entries): where a sort's valid values go."""
+    idx = index_dtype(xp, array_api_compat.device(mask))
+    count = xp.sum(xp.astype(mask, idx), axis=-1, keepdims=True)
+    return xp.arange(mask.shape[-1], dtype=idx, device=array_api_compat.device(mask)) < count
+
+
+@dataclasses.dataclass(frozen=True)
+class ValidFirst:
+    """A row sorted with its valid entries first (in order) and the masked ones after them."""
+
+    s: Any  # the sorted row; the masked tail repeats the last valid value (links of 1 to it, no inf)
+    order: Any  # s = x[order] on the valid prefix
+    valid: Any  # bool, True on the prefix of the row's n_v valid entries
+    count: Any  # n_v, with keepdims (index dtype)
+
+
+def valid_first(xp: Any, adapter: Any, x: Any, mask: Any, *, descending: bool = False) -> ValidFirst:
+    """``x``'s rows sorted (stable; ascending unless ``descending``) with each row's valid entries first.
+
+    The masked entries sort after every valid one as +-inf keys; in ``s`` they
+    then hold the last valid value (0 on a row without one), so that
+    differences between neighbours stay finite and the masked tail, given no
+    weight, adds nothing to any sum over the row.
+    """
+    far = -math.inf if descending else math.inf
+    s, order = adapter.sort_order(xp, xp.where(mask, x, far), descending=descending)
+    idx = index_dtype(xp, array_api_compat.device(x))
+    count = xp.sum(xp.astype(mask, idx), axis=-1, keepdims=True)
+    valid = xp.arange(x.shape[-1], dtype=idx, device=array_api_compat.device(x)) < count
+    last = adapter.take(xp, s, xp.clip(count - 1, 0, None))
+    last = xp.where(count > 0, last, xp.zeros_like(last))
+    return ValidFirst(xp.where(valid, s, last), order, valid, count)

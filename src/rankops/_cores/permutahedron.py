@@ -37,9 +37,10 @@ from typing import Any
 
 import array_api_compat
 
-from .._lib._adapters import core, custom_backward, get_adapter, same_shape
+from .._lib._adapters import core, get_adapter, same_shape
 from .._lib._compat import is_array
-from . import isotonic
+from .._lib._numerics import safe_divide
+from . import isotonic, masked
 from .tempered import tempered
 
 __all__ = ["projection_core"]
@@ -56,16 +57,28 @@ class _Projection:
     regularization: str
     strength: float | None  # None: an array, the forward's second argument (the KL sort only)
     descending: bool
+    masked: bool = False  # a mask is the forward's last argument
 
-    def fwd(self, xp: Any, x: Any, *strength_array: Any) -> tuple[tuple[Any], tuple[Any, ...]]:
+    def fwd(self, xp: Any, x: Any, *rest: Any) -> tuple[tuple[Any], tuple[Any, ...]]:
         adapter = get_adapter(xp)
-        rho = _rho(xp, x)
+        strength_array, mask = (rest[:-1], rest[-1]) if self.masked else (rest, None)
         strength = strength_array[0] if strength_array else self.strength
         if self.output == "rank":
             z = (-x if self.descending else x) / strength
         else:
             z = x if self.descending else -x
-        s, order = adapter.sort_order(xp, z, descending=True)
+        if mask is None:
+            s, order = adapter.sort_order(xp, z, descending=True)
+            rho, weight = _rho(xp, x), None
+        else:
+            # The valid entries sort first with rho = (n_v, ..., 1); the masked tail has weight 0
+            # (l2), or no term in the KL objective (value -inf, log-weight 0): its fit is free, and
+            # the valid entries' fit is theirs alone.
+            row = masked.valid_first(xp, adapter, z, mask, descending=True)
+            s, order = row.s, row.order
+            k = xp.arange(x.shape[-1], dtype=row.count.dtype, device=array_api_compat.device(x))
+            rho = xp.astype(xp.clip(row.count - k, 0, None), x.dtype)
+            weight = xp.astype(row.valid, x.dtype)
         inverse = adapter.invert_permutation(xp, order)
         # On a one-entry block the projection is the hard value, and it comes out exactly:
         # s - iso(s - rho) would cancel to 0 for entries of 1e30, rho/eps - iso(rho/eps - s)
@@ -77,16 +90,17 @@ class _Projection:
         if self.output == "rank" and self.regularization == "l2":
             # only the blocks of sol are used: those of the decreasing fit of s - rho are the
             # increasing fit's of rho - s (the fit negated)
-            sol = isotonic.fit(xp, adapter, rho - s)
+            sol = isotonic.fit(xp, adapter, rho - s, weight)
         elif self.output == "rank":
-            sol = isotonic.decreasing(xp, adapter, s, xp.log(rho), "kl")
+            log_rho = xp.log(rho if weight is None else xp.where(weight > 0, rho, xp.ones_like(rho)))
+            sol = isotonic.decreasing(xp, adapter, *_kl_terms(xp, s, log_rho, weight), "kl")
         elif self.regularization == "l2":
-            sol = isotonic.decreasing(xp, adapter, y)
+            sol = isotonic.decreasing(xp, adapter, y, weight)
         else:
-            sol = isotonic.decreasing(xp, adapter, w, s, "kl")
+            sol = isotonic.decreasing(xp, adapter, *_kl_terms(xp, w, s, weight), "kl")
         starts = isotonic.block_starts(xp, sol)
         if self.output == "rank":
-            ranks, share = _pooled_ranks(xp, adapter, starts, s, rho, self.regularization)
+            ranks, share = _pooled_ranks(xp, adapter, starts, s, rho, self.regularization, weight)
             value = adapter.take(xp, ranks, inverse)
         else:
             # (sol - y) is exactly 0 on one-entry blocks: the value is then s itself
@@ -94,14 +108,19 @@ class _Projection:
         # a NaN has no place in the order: the whole row is NaN rather than quietly ranked
         value = xp.where(xp.any(xp.isnan(x), axis=-1, keepdims=True), math.nan, value)
         # the rank's backward needs each entry's share of its block, which the forward has at hand
-        return (value,), (s, starts, order, inverse, value, share if self.output == "rank" else None, *strength_array)
+        share = share if self.output == "rank" else None
+        return (value,), (s, starts, order, inverse, value, share, *(rho,) * self.masked, *strength_array)
 
-    def bwd(self, xp: Any, res: tuple[Any, ...], cts: tuple[Any, ...]) -> tuple[Any]:
-        (ct,) = cts
-        has_strength = len(res) > 6
+    def bwd(self, xp: Any, res: tuple[Any, ...], cts: tuple[Any, ...]) -> tuple[Any, ...]:
+        grads = self._grads(xp, res[:6], res[6] if self.masked else None, res[6 + self.masked :], cts[0])
+        return (*grads, None) if self.masked else grads  # the mask has no gradient
+
+    def _grads(self, xp: Any, res: tuple[Any, ...], rho: Any, strength_array: tuple[Any, ...], ct: Any) -> tuple[Any, ...]:
+        has_strength = bool(strength_array)
         if ct is None:  # torch: the output was not used
             return (None,) * (1 + has_strength)
-        s, starts, order, inverse, value, share = res[:6]
+        s, starts, order, inverse, value, share = res
+        weight = None if rho is None else xp.astype(rho > 0, s.dtype)
         adapter = get_adapter(xp)
         ct = xp.astype(ct, s.dtype, copy=False)
         if self.output == "rank":
@@ -111,20 +130,32 @@ class _Projection:
             sign = -1.0 if self.descending else 1.0
             return (adapter.take(xp, g, inverse) * (sign / self.strength),)
         # sort: d value / d s is the block average, and s = sort(-+x) undoes the sign
-        dx = adapter.take(xp, _block_average(xp, adapter, starts, s, ct, self.regularization), inverse)
+        dx = adapter.take(xp, _block_average(xp, adapter, starts, s, ct, self.regularization, weight), inverse)
         if not has_strength:
             return (dx,)
         # The KL sort's value is sol - w, w = rho / eps, sol_B = LSE(w_B) - LSE(s_B): d value_i / d eps
         # = -(softmax(w_B) . rho_B - rho_i) / eps**2 (ascending; negated descending), whose transpose
         # spreads each block's cotangent total by softmax(w_B): the block average of the forward's backward
-        eps = res[6]
-        rho = _rho(xp, s)
-        spread = _block_average(xp, adapter, starts, xp.broadcast_to(rho / eps, s.shape), ct, "kl")
+        (eps,) = strength_array
+        rho = _rho(xp, s) if rho is None else rho
+        spread = _block_average(xp, adapter, starts, xp.broadcast_to(rho / eps, s.shape), ct, "kl", weight)
         d_eps = -xp.sum((spread - ct) * rho) / (eps * eps)
         return dx, -d_eps if self.descending else d_eps
 
 
-def _pooled_ranks(xp: Any, adapter: Any, starts: Any, s: Any, rho: Any, regularization: str) -> tuple[Any, Any]:
+def _kl_terms(xp: Any, y: Any, log_w: Any, weight: Any) -> tuple[Any, Any]:
+    """A KL fit's ``(y, log w)`` with the masked entries (``weight`` 0) out of the objective: value -inf, log-weight 0.
+
+    Their terms ``exp(y - v)`` vanish and their fit sits at -inf, last in the
+    decreasing order: it never pools with a valid entry, nor moves one.
+    """
+    if weight is None:
+        return y, log_w
+    valid = weight > 0
+    return xp.where(valid, y, -math.inf), xp.where(valid, log_w, xp.zeros_like(log_w))
+
+
+def _pooled_ranks(xp: Any, adapter: Any, starts: Any, s: Any, rho: Any, regularization: str, weight: Any = None) -> tuple[Any, Any]:
     """The rank projection on each block: ``mean_B(rho) + s - mean_B(s)`` (l2), ``sum_B(rho) softmax_B(s)`` (kl),
     and each entry's share of its block, the Jacobian's weights (``1 / |B|``, ``softmax_B(s)``).
 
@@ -134,24 +165,36 @@ def _pooled_ranks(xp: Any, adapter: Any, starts: Any, s: Any, rho: Any, regulari
     1e-4 in float32 leaves ranks off by several positions (a tied block is
     exactly ``mean_B(rho)`` here). ``d`` is exactly 0 at a block's first entry,
     infinite ones included, so a one-entry block is exactly its hard rank ``rho``.
+    ``weight``: 0 on a masked tail, which may share the last valid block
+    (rho is 0 there) and counts in no sum; its share is 0.
     """
     d = xp.where(starts, 0.0, s - isotonic.block_first(xp, adapter, starts, s))
     shape = d if regularization == "l2" else xp.exp(d)
-    stacked = xp.stack([xp.ones_like(s), xp.broadcast_to(rho, s.shape), shape])
+    if weight is not None:
+        shape = shape * weight
+    stacked = xp.stack([xp.ones_like(s) if weight is None else weight, xp.broadcast_to(rho, s.shape), shape])
     sums = isotonic.block_sums(xp, adapter, starts, stacked)
     count, total_rho, total = sums[0, ...], sums[1, ...], sums[2, ...]
     if regularization == "l2":
-        return total_rho / count + (d - total / count), 1.0 / count
-    share = shape / total
+        if weight is None:
+            return total_rho / count + (d - total / count), 1.0 / count
+        inv = safe_divide(xp, xp.ones_like(count), count)  # 0 on a block of masked entries only
+        return total_rho * inv + (d - total * inv), weight * inv
+    share = shape / total if weight is None else safe_divide(xp, shape, total)
     return total_rho * share, share
 
 
-def _block_average(xp: Any, adapter: Any, starts: Any, s: Any, g: Any, regularization: str) -> Any:
-    """``sum_B g`` weighted by each entry's share of its block: ``1 / |B|`` (l2) or ``softmax(s_B)`` (kl; s decreasing)."""
+def _block_average(xp: Any, adapter: Any, starts: Any, s: Any, g: Any, regularization: str, weight: Any = None) -> Any:
+    """``sum_B g`` weighted by each entry's share of its block: ``1 / |B|`` (l2) or ``softmax(s_B)`` (kl; s decreasing).
+
+    ``weight``: 0 on a masked tail, which then has no share (and ``g`` is 0 there).
+    """
     # the block's first entry is its largest: exp(s - s_first) lies in (0, 1]
     w = xp.ones_like(s) if regularization == "l2" else xp.exp(s - isotonic.block_first(xp, adapter, starts, s))
+    if weight is not None:
+        w = w * weight
     total = isotonic.block_sums(xp, adapter, starts, xp.stack([w, g]))  # one segmented sum for both
-    return w * (total[1, ...] / total[0, ...])
+    return w * (total[1, ...] / total[0, ...] if weight is None else safe_divide(xp, total[1, ...], total[0, ...]))
 
 
 def _homogeneity(params: dict[str, Any], opts: Any) -> tuple[int, int] | None:
@@ -161,12 +204,16 @@ def _homogeneity(params: dict[str, Any], opts: Any) -> tuple[int, int] | None:
     return (1, -1) if opts.regularization == "l2" else None
 
 
-@core(output_shapes=same_shape)
+@core(output_shapes=same_shape, batched={"mask": (0,)})
+@masked.entering
 @tempered("strength", _homogeneity)
-def projection_core(xp: Any, x: Any, opts: Any, *, output: str, descending: bool) -> Any:
-    """Soft rank or sort by projection onto the permutahedron, with the block-wise backward rule."""
-    if is_array(opts.strength):  # the KL sort (_homogeneity): the strength travels with x and gets its own gradient
-        spec = _Projection(output, opts.regularization, None, descending)
-        return custom_backward(xp, spec.fwd, spec.bwd, (x, xp.astype(opts.strength, x.dtype)), names=("x", "strength"))
-    spec = _Projection(output, opts.regularization, opts.strength, descending)
-    return custom_backward(xp, spec.fwd, spec.bwd, (x,))
+def projection_core(xp: Any, x: Any, opts: Any, *, output: str, descending: bool, mask: Any = None) -> Any:
+    """Soft rank or sort by projection onto the permutahedron, with the block-wise backward rule.
+
+    ``mask``: the projection of each row's valid entries alone (rho = (n_v, ..., 1)).
+    """
+    # an array strength is the KL sort's (_homogeneity): it travels with x and gets its own gradient
+    strength = is_array(opts.strength)
+    spec = _Projection(output, opts.regularization, None if strength else opts.strength, descending, mask is not None)
+    arrays, names = (x, xp.astype(opts.strength, x.dtype)) if strength else (x,), ("x", "strength")[: 1 + strength]
+    return masked.backward(xp, spec.fwd, spec.bwd, arrays, names, mask, positional=output == "sort")

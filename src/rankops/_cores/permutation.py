@@ -34,10 +34,11 @@ from typing import Any
 
 import array_api_compat
 
-from .._lib._adapters import core, custom_backward, get_adapter, same_shape
+from .._lib._adapters import core, get_adapter, same_shape
 from .._lib._compat import is_array
 from .._lib._numerics import matvec
-from .rows import ROWS, exact, permutation_matrix, positions
+from . import masked
+from .rows import ROWS, exact, permutation_matrix, weights
 
 __all__ = [
     "matrix_core", "dense_core", "stream_core", "auto_block", "BLOCK_BYTES",
@@ -63,10 +64,12 @@ def straight_through(xp: Any, hard: Any, soft: Any) -> Any:
     return stop(xp, hard) + (soft - stop(xp, soft))
 
 
-def _rows(xp: Any, s: Any, tau: Any, method: str, block: int, descending: bool, power: Any, aux: tuple[Any, ...] | None = None) -> Any:
+def _rows(
+    xp: Any, s: Any, tau: Any, method: str, block: int, descending: bool, power: Any, aux: tuple[Any, ...] | None = None, mask: Any = None
+) -> Any:
     cls = ROWS[method]
-    aux = cls.aux(xp, s, block=block, descending=descending) if aux is None else aux
-    return cls(xp, s, tau, aux, block=block, descending=descending, power=power)
+    aux = cls.aux(xp, s, block=block, descending=descending, mask=mask) if aux is None else aux
+    return cls(xp, s, tau, aux, block=block, descending=descending, power=power, mask=mask)
 
 
 def _softmax_back(xp: Any, p: Any, dp: Any) -> Any:
@@ -96,8 +99,10 @@ def matrix_core(xp: Any, s: Any, opts: Any, *, method: str, descending: bool) ->
 
 
 def _read(xp: Any, output: str, p: Any, s: Any, w: Any) -> Any:
-    """One block's contribution: its sorted outputs, or its rows' share of the ranks (``w``: their positions)."""
-    return matvec(xp, p, s) if output == "sort" else xp.matmul(w, p)
+    """One block's contribution: its sorted outputs, or its rows' share of the ranks (``w``: their weights)."""
+    if output == "sort":
+        return matvec(xp, p, s)
+    return xp.matmul(w, p) if w.ndim == 1 else xp.matmul(w[..., None, :], p)[..., 0, :]  # w per row: a mask's
 
 
 def _forward(xp: Any, rows: Any, output: str, block: int) -> Any:
@@ -115,7 +120,7 @@ def _forward(xp: Any, rows: Any, output: str, block: int) -> Any:
         *keys, w = blk
         return acc + _read(xp, output, softmax(xp, rows.logits(tuple(keys))[0], -1), s, w), ()
 
-    return scan(xp, rank_body, xp.zeros_like(s), (*rows.keys, positions(xp, s)), block)[0]
+    return scan(xp, rank_body, xp.zeros_like(s), (*rows.keys, weights(xp, s, rows.mask)), block)[0]
 
 
 def _backward(xp: Any, rows: Any, output: str, block: int, ct: Any, p_kept: Any = None) -> tuple[Any, dict[str, Any]]:
@@ -136,13 +141,13 @@ def _backward(xp: Any, rows: Any, output: str, block: int, ct: Any, p_kept: Any 
             dz = g[..., :, None] * p * (s[..., None, :] - y[..., :, None])
         else:
             (w,) = extra
-            dz = w[:, None] * p * (ct[..., None, :] - matvec(xp, p, ct)[..., :, None])
+            dz = w[..., :, None] * p * (ct[..., None, :] - matvec(xp, p, ct)[..., :, None])
         cols, extras = rows.back(keys, dz, z, cache)
         if output == "sort":
             cols = (cols[0] + xp.matmul(g[..., None, :], p)[..., 0, :], *cols[1:])
         return (tuple(a + c for a, c in zip(cols_acc, cols)), {k: extras_acc[k] + extras[k] for k in extras_acc}), ()
 
-    extra = (ct,) if output == "sort" else (positions(xp, s),)
+    extra = (ct,) if output == "sort" else (weights(xp, s, rows.mask),)
     zero = xp.zeros((), dtype=s.dtype, device=array_api_compat.device(s))
     init_extras = {k: zero for k, v in (("tau", rows.tau), ("power", getattr(rows, "power", None))) if is_array(v)}
     init = (tuple(xp.zeros_like(s) for _ in range(rows.n_cols)), init_extras)
@@ -150,19 +155,27 @@ def _backward(xp: Any, rows: Any, output: str, block: int, ct: Any, p_kept: Any 
     return rows.finish(cols), extras
 
 
-@core(output_shapes=same_shape)
-def dense_core(xp: Any, x: Any, opts: Any, *, method: str, output: str, descending: bool) -> Any:
-    """The whole matrix as one block, differentiated by the host's autodiff (the rule keeps the matrix)."""
+@core(output_shapes=same_shape, batched={"mask": (0,)})
+def dense_core(xp: Any, x: Any, opts: Any, *, method: str, output: str, descending: bool, mask: Any = None) -> Any:
+    """The whole matrix as one block, differentiated by the host's autodiff (the rule keeps the matrix).
+
+    ``mask``: each row's valid entries alone (see :mod:`.rows`).
+    """
     n = x.shape[-1]
-    rows = _rows(xp, x, opts.tau, method, n, descending, opts.power)
+    if mask is not None:
+        x = masked.entered(xp, x, mask)
+    rows = _rows(xp, x, opts.tau, method, n, descending, opts.power, mask=mask)
     p = get_adapter(xp).softmax(xp, rows.logits(rows.keys)[0], -1)
-    soft = _read(xp, output, p, x, positions(xp, x))
+    soft = _read(xp, output, p, x, weights(xp, x, mask))
 
     def pullback(cts: tuple[Any, ...]) -> dict[str, Any]:
         ds, extras = _backward(xp, rows, output, n, cts[0], p_kept=p)
         return {"x": ds, **extras}
 
-    return ((straight_through(xp, exact(xp, x, output, descending), soft) if opts.hard else soft),), pullback
+    value = straight_through(xp, exact(xp, x, output, descending, mask), soft) if opts.hard else soft
+    if mask is None:
+        return (value,), pullback
+    return masked.finished(xp, (value,), pullback, mask, masked.prefix(xp, mask) if output == "sort" else mask)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -177,28 +190,33 @@ class _Streamed:
     tau: Any
     hard: bool
     keep: bool  # the matrix fits in one block: keep it (no larger than a block) instead of recomputing it
+    masked: bool = False  # a mask is the last argument (and the residual after the aux)
 
     def rows(self, xp: Any, res: tuple[Any, ...]) -> Any:
         has_tau = self.tau is None
         s = res[0]
         tau = xp.astype(res[1], s.dtype) if has_tau else self.tau
-        aux = res[1 + has_tau : 1 + has_tau + ROWS[self.method].n_aux]
-        return _rows(xp, s, tau, self.method, self.block, self.descending, self.power, aux)
+        end = 1 + has_tau + ROWS[self.method].n_aux
+        mask = res[end] if self.masked else None
+        return _rows(xp, s, tau, self.method, self.block, self.descending, self.power, res[1 + has_tau : end], mask)
 
-    def residuals(self, xp: Any, s: Any, *tau_array: Any) -> tuple[Any, ...]:
-        """What the backward pass keeps: ``s``, an array ``tau``, O(n) vectors (sort order or row sums)."""
-        res = (s, *tau_array, *ROWS[self.method].aux(xp, s, block=self.block, descending=self.descending))
+    def residuals(self, xp: Any, s: Any, *rest: Any) -> tuple[Any, ...]:
+        """What the backward pass keeps: ``s``, an array ``tau``, O(n) vectors (sort order or row sums), the mask."""
+        tau_array, mask = (rest[:-1], rest[-1:]) if self.masked else (rest, ())
+        aux = ROWS[self.method].aux(xp, s, block=self.block, descending=self.descending, mask=mask[0] if mask else None)
+        res = (s, *tau_array, *aux, *mask)
         if not self.keep:
             return res
         rows = self.rows(xp, res)
         return (*res, get_adapter(xp).softmax(xp, rows.logits(rows.keys)[0], -1))
 
-    def fwd(self, xp: Any, s: Any, *tau_array: Any) -> tuple[tuple[Any], tuple[Any, ...]]:
-        res = self.residuals(xp, s, *tau_array)
+    def fwd(self, xp: Any, s: Any, *rest: Any) -> tuple[tuple[Any], tuple[Any, ...]]:
+        res = self.residuals(xp, s, *rest)
+        mask = rest[-1] if self.masked else None
         if self.hard:
-            value = exact(xp, s, self.output, self.descending)
+            value = exact(xp, s, self.output, self.descending, mask)
         elif self.keep:
-            value = _read(xp, self.output, res[-1], s, positions(xp, s))
+            value = _read(xp, self.output, res[-1], s, weights(xp, s, mask))
         else:
             value = _forward(xp, self.rows(xp, res), self.output, self.block)
         return (value,), res
@@ -206,15 +224,16 @@ class _Streamed:
     def bwd(self, xp: Any, res: tuple[Any, ...], cts: tuple[Any, ...]) -> tuple[Any, ...]:
         has_tau = self.tau is None
         (ct,) = cts
+        none = (None,) * self.masked  # the mask has no gradient
         if ct is None:  # torch: the output was not used
-            return (None,) * (1 + has_tau)
+            return (None,) * (1 + has_tau) + none
         rows = self.rows(xp, res)
         ds, extras = _backward(xp, rows, self.output, self.block, xp.astype(ct, rows.s.dtype), res[-1] if self.keep else None)
-        return (ds, xp.astype(extras["tau"], res[1].dtype)) if has_tau else (ds,)
+        return ((ds, xp.astype(extras["tau"], res[1].dtype)) if has_tau else (ds,)) + none
 
 
-@core(output_shapes=same_shape)
-def stream_core(xp: Any, x: Any, opts: Any, *, method: str, output: str, descending: bool) -> Any:
+@core(output_shapes=same_shape, batched={"mask": (0,)})
+def stream_core(xp: Any, x: Any, opts: Any, *, method: str, output: str, descending: bool, mask: Any = None) -> Any:
     """``block`` rows of ``P`` at a time, in the forward and in the backward pass (a number ``power`` only)."""
     n = x.shape[-1]
     block = opts.block
@@ -223,7 +242,8 @@ def stream_core(xp: Any, x: Any, opts: Any, *, method: str, output: str, descend
     block = min(block, n)
     tau = opts.tau
     spec = _Streamed(method, output, block, descending, opts.power, None if is_array(tau) else tau, opts.hard,
-                     keep=not opts.hard and block >= n)
+                     keep=not opts.hard and block >= n, masked=mask is not None)
     # An array tau travels with the differentiated arrays, a number as a constant.
     arrays = (x, tau) if is_array(tau) else (x,)
-    return custom_backward(xp, spec.fwd, spec.bwd, arrays, names=("x", "tau"), residuals=spec.residuals)
+    names = ("x", "tau")[: len(arrays)]
+    return masked.backward(xp, spec.fwd, spec.bwd, arrays, names, mask, positional=output == "sort", residuals=spec.residuals)

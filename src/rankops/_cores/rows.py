@@ -16,7 +16,12 @@ needs only its key and the whole of ``s``:
 
 A kernel gives the logits of any block of rows and, for a cotangent ``dz``
 of those logits, the cotangents of the columns (``s``) and of an array
-``tau`` / ``power``. The full matrix is one block of n rows; the streamed
+``tau`` / ``power``. With a ``mask`` (ragged rows), each row's matrix is
+that of its n_v valid entries alone: the valid entries sort first (their
+rows are the first n_v), the masked columns' logits are the lowest float
+(probability exactly 0, and a finite logit that a zero cotangent cannot
+turn into NaN), NeuralSort's ``c_i = n_v + 1 - 2 i`` and ``R_j`` sum over
+the valid entries, and the rows past n_v count for nothing (``weights``). The full matrix is one block of n rows; the streamed
 sorts and ranks of :mod:`.permutation` walk the rows a block at a time.
 """
 
@@ -29,8 +34,9 @@ import array_api_compat
 from .._lib._adapters import get_adapter
 from .._lib._compat import is_array
 from .._lib._numerics import abs_power, abs_power_slope, matvec
+from . import masked
 
-__all__ = ["ROWS", "positions", "sort_order", "permutation_matrix", "exact"]
+__all__ = ["ROWS", "positions", "weights", "sort_order", "permutation_matrix", "exact"]
 
 
 def positions(xp: Any, s: Any) -> Any:
@@ -38,8 +44,11 @@ def positions(xp: Any, s: Any) -> Any:
     return xp.arange(1, s.shape[-1] + 1, dtype=s.dtype, device=array_api_compat.device(s))
 
 
-def sort_order(xp: Any, s: Any, descending: bool) -> tuple[Any, Any]:
-    """``(sorted s, order)``: position i holds item ``order[i]`` (a stable sort)."""
+def sort_order(xp: Any, s: Any, descending: bool, mask: Any = None) -> tuple[Any, Any]:
+    """``(sorted s, order)``: position i holds item ``order[i]`` (a stable sort); ``mask``: the valid entries first."""
+    if mask is not None:
+        row = masked.valid_first(xp, get_adapter(xp), s, mask, descending=descending)
+        return row.s, row.order
     order = xp.argsort(s, axis=-1, descending=descending, stable=True)
     return xp.take_along_axis(s, order, axis=-1), order
 
@@ -55,10 +64,21 @@ def permutation_matrix(xp: Any, s: Any, descending: bool) -> Any:
     return _one_hot(xp, sort_order(xp, s, descending)[1], s.shape[-1], s.dtype)
 
 
-def exact(xp: Any, s: Any, output: str, descending: bool) -> Any:
-    """The exact sort, or the exact 1-based ranks, in O(n log n)."""
-    s_sorted, order = sort_order(xp, s, descending)
+def exact(xp: Any, s: Any, output: str, descending: bool, mask: Any = None) -> Any:
+    """The exact sort, or the exact 1-based ranks, in O(n log n) (``mask``: of the valid entries, which sort first)."""
+    s_sorted, order = sort_order(xp, s, descending, mask)
     return s_sorted if output == "sort" else xp.astype(xp.argsort(order, axis=-1), s.dtype) + 1
+
+
+def weights(xp: Any, s: Any, mask: Any) -> Any:
+    """Each row's weight in the ranks ``P^T w``: its 1-based position, 0 past a masked row's n_v valid entries."""
+    w = positions(xp, s)
+    return w if mask is None else xp.where(masked.prefix(xp, mask), w, xp.zeros_like(w))
+
+
+def _lowest(xp: Any, z: Any, mask: Any) -> Any:
+    """The logits with the masked columns at the lowest float: softmax weight exactly 0 beside any valid column."""
+    return z if mask is None else xp.where(mask[..., None, :], z, xp.finfo(z.dtype).min)
 
 
 def _array_extras(**terms: tuple[Any, Callable[[], Any]]) -> dict[str, Any]:
@@ -72,13 +92,13 @@ class SoftSortRows:
     n_aux = 2  # sorted scores, the sorting permutation
     n_cols = 1  # column accumulators of the backward pass: ds
 
-    def __init__(self, xp: Any, s: Any, tau: Any, aux: tuple[Any, ...], *, power: Any = 1.0, **_: Any) -> None:
-        self.xp, self.s, self.tau, self.power = xp, s, tau, power
+    def __init__(self, xp: Any, s: Any, tau: Any, aux: tuple[Any, ...], *, power: Any = 1.0, mask: Any = None, **_: Any) -> None:
+        self.xp, self.s, self.tau, self.power, self.mask = xp, s, tau, power, mask
         self.keys = aux  # row i: s_[i] and the item sorted there
 
     @staticmethod
-    def aux(xp: Any, s: Any, *, descending: bool, **_: Any) -> tuple[Any, ...]:
-        return sort_order(xp, s, descending)
+    def aux(xp: Any, s: Any, *, descending: bool, mask: Any = None, **_: Any) -> tuple[Any, ...]:
+        return sort_order(xp, s, descending, mask)
 
     def _distance(self, s_block: Any) -> tuple[Any, Any, Any]:
         diff = s_block[..., :, None] - self.s[..., None, :]
@@ -88,7 +108,7 @@ class SoftSortRows:
     def logits(self, keys: tuple[Any, ...]) -> tuple[Any, Any]:
         """The block's logits, and what their pullback reuses."""
         cache = self._distance(keys[0])
-        return cache[2] * (-1.0 / self.tau), cache
+        return _lowest(self.xp, cache[2] * (-1.0 / self.tau), self.mask), cache
 
     def back(self, keys: tuple[Any, ...], dz: Any, z: Any, cache: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """``dz -> ((ds,), {"tau": dtau, "power": dpower})`` (array hyper-parameters only)."""
@@ -128,41 +148,50 @@ class NeuralSortRows:
     n_aux = 1  # row sums R
     n_cols = 2  # column accumulators of the backward pass: ds, dR
 
-    def __init__(self, xp: Any, s: Any, tau: Any, aux: tuple[Any, ...], *, block: int, descending: bool, **_: Any) -> None:
-        self.xp, self.s, self.tau, self.block = xp, s, tau, block
+    def __init__(self, xp: Any, s: Any, tau: Any, aux: tuple[Any, ...], *, block: int, descending: bool, mask: Any = None, **_: Any) -> None:
+        self.xp, self.s, self.tau, self.block, self.mask = xp, s, tau, block, mask
         (self.row_sums,) = aux
-        c = (s.shape[-1] + 1) - 2 * positions(xp, s)
+        n = s.shape[-1] if mask is None else xp.sum(xp.astype(mask, s.dtype), axis=-1, keepdims=True)
+        c = (n + 1) - 2 * positions(xp, s)  # (..., n) with a mask: each row's own n_v
         self.keys = (c if descending else -c,)
 
     @staticmethod
-    def aux(xp: Any, s: Any, *, block: int, **_: Any) -> tuple[Any, ...]:
+    def aux(xp: Any, s: Any, *, block: int, mask: Any = None, **_: Any) -> tuple[Any, ...]:
+        # R_j over the valid entries k only (all of them without a mask)
+        valid = None if mask is None else xp.astype(mask, s.dtype)[..., None, :]
+
         def body(carry: Any, cols: tuple[Any, ...]) -> Any:
-            return carry, (xp.sum(xp.abs(cols[0][..., :, None] - s[..., None, :]), axis=-1),)
+            d = xp.abs(cols[0][..., :, None] - s[..., None, :])
+            return carry, (xp.sum(d if valid is None else d * valid, axis=-1),)
 
         return get_adapter(xp).scan_blocks(xp, body, (), (s,), block)[1]
 
     def logits(self, keys: tuple[Any, ...]) -> tuple[Any, Any]:
         # Dividing the two vectors by tau before broadcasting saves a full pass.
         tau = self.tau
-        return (keys[0] / tau)[:, None] * self.s[..., None, :] - (self.row_sums / tau)[..., None, :], None
+        z = (keys[0] / tau)[..., :, None] * self.s[..., None, :] - (self.row_sums / tau)[..., None, :]
+        return _lowest(self.xp, z, self.mask), None
 
     def back(self, keys: tuple[Any, ...], dz: Any, z: Any, cache: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """``dz -> ((ds over columns, dR), {"tau": dtau})`` (an array tau only)."""
         xp, tau = self.xp, self.tau
-        ds = xp.matmul(keys[0] / tau, dz)
+        ds = xp.matmul((keys[0] / tau)[..., None, :], dz)[..., 0, :]
         d_rows = -xp.sum(dz, axis=-2) / tau
         extras = _array_extras(tau=(tau, lambda: -xp.sum(dz * (self.logits(keys)[0] if z is None else z)) / tau))
         return (ds, d_rows), extras
 
     def finish(self, cols: tuple[Any, ...]) -> Any:
         # R_m = sum_k |s_m - s_k|:  ds_m += dR_m sum_k sign(s_m - s_k) - sum_j dR_j sign(s_j - s_m)
+        # (with a mask, k runs over the valid entries; dR_j is 0 on the masked columns)
         xp, s = self.xp, self.s
         ds, d_rows = cols
+        valid = None if self.mask is None else xp.astype(self.mask, s.dtype)[..., None, :]
 
         def body(carry: Any, blk: tuple[Any, ...]) -> Any:
             s_blk, d_blk = blk
             sign = xp.sign(s_blk[..., :, None] - s[..., None, :])
-            return carry, (d_blk * xp.sum(sign, axis=-1) + matvec(xp, sign, d_rows),)
+            counted = sign if valid is None else sign * valid
+            return carry, (d_blk * xp.sum(counted, axis=-1) + matvec(xp, sign, d_rows),)
 
         return ds + get_adapter(xp).scan_blocks(xp, body, (), (s, d_rows), self.block)[1][0]
 
