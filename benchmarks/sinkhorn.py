@@ -85,7 +85,7 @@ def _iterations(x_np: np.ndarray, eps: float) -> dict[str, int]:
     """Iterations to TOL: rankops' solver on the same cost, and OTT's solver output."""
     import array_api_compat.numpy as xp
 
-    from rankops._cores.transport import squash_vjp
+    from rankops._cores.squash import squash_vjp
 
     n = x_np.shape[-1]
     z = squash_vjp(xp, x_np.astype(np.float64), "sigmoid")[0]

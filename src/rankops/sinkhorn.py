@@ -21,7 +21,9 @@ import math
 import warnings
 from typing import Any, NamedTuple
 
-from ._cores.transport import SQUASHES, solver_core
+from ._cores import masked
+from ._cores.squash import SQUASHES
+from ._cores.transport import solver_core
 from ._lib._calls import LEVELS, REDUCED, VALUE, Along, Call, Prepared, check_cotangent_shapes, operator, prepare
 from ._lib._compat import Array, is_array
 from ._lib._docs import fill_doc
@@ -222,16 +224,19 @@ def reported(
 
 
 def input_weights(p: Prepared, arrays: dict[str, Any]) -> dict[str, Any]:
-    """``arrays`` with ``weights`` (shaped like x, or 1-D of length n) in the prepared layout and compute dtype."""
-    weights = arrays.get("weights")
-    return arrays if weights is None else {**arrays, "weights": p.lay_out(weights)}
+    """``arrays`` with ``weights`` (shaped like x, or 1-D of length n) in the prepared layout and compute dtype, and a
+    ``mask`` laid out like x."""
+    weights, mask = arrays.get("weights"), arrays.get("mask")
+    if weights is not None:
+        arrays = {**arrays, "weights": p.lay_out(weights)}
+    return arrays if mask is None else {**arrays, "mask": masked.laid_out(p, mask)}
 
 
 def bind_grid(core: Any, where: str, x: Any, axis: Any, options: dict[str, Any], descending: Any = None) -> Call:
     """``soft_cdf``, and ``soft_rank`` / ``soft_sort`` with ``method="sinkhorn"``: targets on a grid in [0, 1]."""
     info = return_info(options)
     opts, arrays = TransportOptions.parse(
-        options, where, names=SOLVER_OPTIONS + ("num_targets",), arrays=("target_weights", "weights")
+        options, where, names=SOLVER_OPTIONS + ("num_targets",), arrays=("target_weights", "weights", "mask")
     )
     p = prepare(x, axis=axis, opts=opts, arrays=arrays)
     if "target_weights" in arrays:

@@ -35,7 +35,7 @@ from ._lib._compat import Array, is_array
 from ._lib._docs import fill_doc
 from ._lib._options import Options, boolean, choice, option, positive_count, positive_scalar
 from .permutations import OPTION_NAMES, NetworkOptions, PermutationOptions
-from .sinkhorn import SOLVER_OPTIONS, TransportOptions, bind_grid, reported, return_info
+from .sinkhorn import SOLVER_OPTIONS, TransportOptions, bind_grid, input_weights, reported, return_info
 
 __all__ = ["soft_rank", "soft_sort", "METHODS", "PermutahedronOptions", "LapsumOptions", "bind_lapsum_topk"]
 
@@ -59,13 +59,13 @@ def _bind_sinkhorn_topk(where: str, x: Any, axis: Any, descending: Any, topk: An
         if options.get(name) is not None:
             raise ValueError(f"{where}: topk fixes the targets (k values and one filler); do not pass {name} with it")
     info = return_info(options)
-    opts, _ = TransportOptions.parse(options, where, names=SOLVER_OPTIONS)
-    p = prepare(x, axis=axis, opts=opts)
+    opts, arrays = TransportOptions.parse(options, where, names=SOLVER_OPTIONS, arrays=("mask",))
+    p = prepare(x, axis=axis, opts=opts, arrays=arrays)
     if k > p.n:
         raise ValueError(f"topk must lie in [1, n] = [1, {p.n}], got {k}")
-    params = {"descending": boolean(descending, "descending")}
-    # k = n leaves the filler empty: that is the full sort
-    return reported(sort_core, p, opts, params if k == p.n else {**params, "topk": k}, where, info)
+    params = {**input_weights(p, arrays), "descending": boolean(descending, "descending")}
+    # k = n leaves the filler empty without a mask: that is the full sort (with one, each row's n_v decides)
+    return reported(sort_core, p, opts, params if k == p.n and "mask" not in arrays else {**params, "topk": k}, where, info)
 
 
 # -- "softsort", "neuralsort" (options: rankops.permutations.PermutationOptions) -------------------
@@ -155,10 +155,11 @@ def bind_lapsum_topk(x: Any, k: Any, axis: Any, options: dict[str, Any]) -> Call
 
 
 def _bind_diffsort(output: str, x: Any, axis: Any, descending: Any, options: dict[str, Any]) -> Call[Any]:
+    mask = options.pop("mask", None)
     opts, _ = NetworkOptions.parse(options, f"soft_{output}(method='diffsort')")
-    p = prepare(x, axis=axis, opts=opts)
+    p = prepare(x, axis=axis, opts=opts, arrays=masked.arrays(mask))
     core = diffsort.rank_core if output == "rank" else diffsort.sort_core
-    return Call(core, p, opts, {"descending": boolean(descending, "descending")})
+    return Call(core, p, opts, masked.bound(p, {"descending": boolean(descending, "descending")}, mask))
 
 
 # method -> bind(output, x, axis, descending, options) -> Call, output "sort" or "rank"; the first is the default

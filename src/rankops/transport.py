@@ -116,7 +116,7 @@ def soft_quantile(x: Array, /, q: float | Array, *, axis: int | tuple[int, ...] 
     (1, 2)
     """
     info = return_info(options)
-    opts, weights = TransportOptions.parse(options, "soft_quantile", names=SOLVER_OPTIONS + ("filler", "centered"), arrays=("weights",))
+    opts, weights = TransportOptions.parse(options, "soft_quantile", names=SOLVER_OPTIONS + ("filler", "centered"), arrays=("weights", "mask"))
     if is_array(q):
         p = prepare(x, axis=axis, opts=opts, arrays={"q": q, **weights})
         check_1d(q, "q")
@@ -165,7 +165,7 @@ def soft_quantile_normalize(x: Array, targets: Array, /, *, axis: int | tuple[in
     """
     info = return_info(options)
     opts, weights = TransportOptions.parse(
-        options, "soft_quantile_normalize", names=SOLVER_OPTIONS, arrays=("target_weights", "weights")
+        options, "soft_quantile_normalize", names=SOLVER_OPTIONS, arrays=("target_weights", "weights", "mask")
     )
     if not is_array(targets):
         raise TypeError(f"targets must be a 1-D array, got {type(targets).__name__}")
@@ -260,12 +260,12 @@ def soft_topk_mask(x: Array, /, k: float | Array, *, axis: int | tuple[int, ...]
     if not (isinstance(method, str) and method == "sinkhorn"):
         raise ValueError(f"method must be {' or '.join(map(repr, TOPK_METHODS))} for soft_topk_mask, got {method!r}")
     info = return_info(options)
-    opts, _ = TransportOptions.parse(options, "soft_topk_mask", names=SOLVER_OPTIONS)
+    opts, arrays = TransportOptions.parse(options, "soft_topk_mask", names=SOLVER_OPTIONS, arrays=("mask",))
     k = positive_count(k, "k")
-    p = prepare(x, axis=axis, opts=opts)
+    p = prepare(x, axis=axis, opts=opts, arrays=arrays)
     if k > p.n:
         raise ValueError(f"k must lie in [1, n] = [1, {p.n}], got {k}")
-    return reported(topk_core, p, opts, {"k": k}, "soft_topk_mask", info)
+    return reported(topk_core, p, opts, {**input_weights(p, arrays), "k": k}, "soft_topk_mask", info)
 
 
 

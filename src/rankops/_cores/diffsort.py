@@ -24,6 +24,13 @@ the rank or the matrix) give ``a = G (c + h) + g_c q`` and ``G <- G - a +
 a_p``. The shares and their arguments are kept per layer (O(K n) per row);
 the rank also keeps the positions it carried (``g_c = gamma (z_p - z)``
 with ``gamma`` its cotangent carried forward through the same layers).
+
+With a ``mask`` each row runs the network of its n_v valid entries alone:
+they move, in their order, to the first n_v wires, and a per-row ``gate``
+keeps only that network's comparators (both wires below n_v; odd-even's
+first n_v layers, bitonic's merge stages b with ``2^b < n_v``). A gated
+comparator has share 0 and argument 0, so it keeps both wires exactly and
+passes no gradient.
 """
 
 from __future__ import annotations
@@ -35,8 +42,9 @@ from typing import Any
 import array_api_compat
 
 from .._lib._adapters import core, custom_backward, get_adapter, same_shape
-from . import comparators
-from .networks import Wiring, wiring
+from .._lib._compat import index_dtype
+from . import comparators, masked
+from .networks import Wiring, stage_sizes, wiring
 from .tempered import tempered
 
 __all__ = ["rank_core", "sort_core", "matrix_core"]
@@ -66,21 +74,44 @@ class _Network:
 
     def wiring(self, xp: Any, like: Any, n: int) -> Wiring:
         """The network on n wires (rebuilt by the backward: residuals are arrays only), tables on ``like``'s device."""
-        return wiring(xp, "odd_even" if n == 1 else self.network, n, like)  # one wire: one idle layer
+        return wiring(xp, self.kind(n), n, like)
 
-    def layers(self, xp: Any, w: Wiring, x: Any, p: Any = None) -> tuple[Any, ...]:
+    def kind(self, n: int) -> str:
+        return "odd_even" if n == 1 else self.network  # one wire: one idle layer
+
+    def gate(self, xp: Any, w: Wiring, valid: Any) -> Any:
+        """Per row and layer (``(..., n, K)``), the comparators of the network on the row's n_v valid wires (the first)."""
+        n = valid.shape[-1]
+        dev = array_api_compat.device(valid)
+        idx = index_dtype(xp, dev)
+        count = xp.sum(xp.astype(valid, idx), axis=-1, keepdims=True)[..., None]  # (..., 1, 1)
+        partner = get_adapter(xp).select(xp, w.partner, w.schedule, 1)  # (n, K)
+        wire = xp.arange(n, dtype=idx, device=dev)[:, None]
+        k = w.schedule.shape[0]
+        if self.kind(n) == "odd_even":
+            layer = xp.arange(k, dtype=idx, device=dev)  # n_v layers sort n_v wires
+        else:
+            layer = xp.asarray(stage_sizes(n), dtype=idx, device=dev)  # a merge stage of blocks 2^(b+1): 2^b < n_v
+        return (wire < count) & (partner < count) & (layer < count)
+
+    def layers(self, xp: Any, w: Wiring, x: Any, p: Any = None, gate: Any = None) -> tuple[Any, ...]:
         """``(y, c, u[, P])``: the wires (and the matrix ``p``) after every layer, each layer's shares and arguments (``(..., n, K)``)."""
         adapter = get_adapter(xp)
 
         tau = self.steepness * w.side  # 0 on idle wires: they blend half and half with themselves, exact
 
         def body(carry: tuple[Any, ...], cols: tuple[Any, ...]) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
-            (k,) = cols
+            k = cols[0]
             v = carry[0]
             partner = _column(xp, w.partner, k)
             other = _partners(xp, v, partner)
-            u = comparators.clamp_argument(xp, _column(xp, tau, k) * (other - v))
+            tau_k = _column(xp, tau, k)
+            if gate is not None:  # a gated comparator: argument and share 0, both wires kept
+                tau_k = xp.where(cols[1][..., 0], tau_k, xp.zeros_like(tau_k))
+            u = comparators.clamp_argument(xp, tau_k * (other - v))
             c = comparators.weight(xp, adapter, self.distribution, u, self.steepness, self.art_lambda)
+            if gate is not None:
+                c = xp.where(cols[1][..., 0], c, xp.zeros_like(c))
             # the convex form: v + c (other - v) would overflow where the two are of opposite signs near the range
             out = ((1.0 - c) * v + c * other,)
             kept = (c[..., None], u[..., None])
@@ -90,10 +121,11 @@ class _Network:
                 kept += (m[..., None],)
             return out, kept
 
-        carry, kept = adapter.scan_blocks(xp, body, (x,) if p is None else (x, p), (w.schedule,), 1)
+        xs = (w.schedule,) if gate is None else (w.schedule, gate)
+        carry, kept = adapter.scan_blocks(xp, body, (x,) if p is None else (x, p), xs, 1)
         return (carry[0], *kept) if p is None else (carry[0], *kept[:2], carry[1], kept[2])
 
-    def back(self, xp: Any, w: Wiring, c: Any, u: Any, g: Any, gc: Any = None) -> Any:
+    def back(self, xp: Any, w: Wiring, c: Any, u: Any, g: Any, gc: Any = None, gate: Any = None) -> Any:
         """The input's cotangent from the wires' ``g`` after the last layer and the shares' ``gc`` (``(..., n, K)``; None: 0)."""
         adapter = get_adapter(xp)
         s, lam, dist = self.steepness, self.art_lambda, self.distribution
@@ -104,12 +136,17 @@ class _Network:
             k, ck, uk = cols[0], cols[1][..., 0], cols[2][..., 0]
             partner = _column(xp, w.partner, k)
             f1 = comparators.slope(xp, dist, uk, s, lam)
-            a = carry * (ck + uk * f1)
-            if len(cols) > 3:
-                a = a + cols[3][..., 0] * (_column(xp, tau, k) * f1)
+            a = carry * (ck + uk * f1)  # 0 on a gated comparator (share and argument 0)
+            if gc is not None:
+                tau_k = _column(xp, tau, k)
+                if gate is not None:
+                    tau_k = xp.where(cols[-1][..., 0], tau_k, xp.zeros_like(tau_k))
+                a = a + cols[3][..., 0] * (tau_k * f1)
             return carry - a + _partners(xp, a, partner), ()
 
         xs = (w.schedule, c, u) if gc is None else (w.schedule, c, u, gc)
+        if gate is not None:
+            xs += (gate,)
         return adapter.scan_blocks(xp, body, g, _flip(xp, xs), 1)[0]
 
     def carry_back(self, xp: Any, w: Wiring, c: Any, z: Any) -> tuple[Any, Any]:
@@ -159,18 +196,24 @@ class _Network:
 
 
 class _Sort(_Network):
-    def fwd(self, xp: Any, x: Any) -> tuple[tuple[Any], tuple[Any, ...]]:
-        w = self.wiring(xp, x, x.shape[-1])
-        y, c, u = self.layers(xp, w, self.signed(xp, x))
-        return (self.nan_rows(xp, x, self.signed(xp, y)),), (c, u)
+    """The forward takes, after x, the valid wires (a mask's prefix), if any: a residual too, for the gate."""
 
-    def bwd(self, xp: Any, res: tuple[Any, ...], cts: tuple[Any, ...]) -> tuple[Any]:
+    def fwd(self, xp: Any, x: Any, *valid: Any) -> tuple[tuple[Any], tuple[Any, ...]]:
+        w = self.wiring(xp, x, x.shape[-1])
+        gate = self.gate(xp, w, valid[0]) if valid else None
+        y, c, u = self.layers(xp, w, self.signed(xp, x), gate=gate)
+        return (self.nan_rows(xp, x, self.signed(xp, y)),), (c, u, *valid)
+
+    def bwd(self, xp: Any, res: tuple[Any, ...], cts: tuple[Any, ...]) -> tuple[Any, ...]:
         (ct,) = cts
+        valid = res[2:]
         if ct is None:  # torch: the output was not used
-            return (None,)
-        c, u = res
+            return (None,) * (1 + len(valid))
+        c, u = res[:2]
         w = self.wiring(xp, c, c.shape[-2])
-        return (self.back(xp, w, c, u, xp.astype(ct, c.dtype, copy=False)),)  # the two sign flips cancel
+        gate = self.gate(xp, w, valid[0]) if valid else None
+        dx = self.back(xp, w, c, u, xp.astype(ct, c.dtype, copy=False), gate=gate)  # the two sign flips cancel
+        return (dx, *(None,) * len(valid))
 
 
 class _Chained(_Network):
@@ -178,15 +221,17 @@ class _Chained(_Network):
 
     rows = False  # the positions' chain (a vector, from the last layer); True: the matrix's (rows, from the first)
 
-    def bwd(self, xp: Any, res: tuple[Any, ...], cts: tuple[Any, ...]) -> tuple[Any]:
+    def bwd(self, xp: Any, res: tuple[Any, ...], cts: tuple[Any, ...]) -> tuple[Any, ...]:
         (ct,) = cts
+        valid = res[3:]
         if ct is None:  # torch: the output was not used
-            return (None,)
-        c, u, entering = res
+            return (None,) * (1 + len(valid))
+        c, u, entering = res[:3]
         w = self.wiring(xp, c, c.shape[-2])
         gc = self.chain_back(xp, w, c, entering, xp.astype(ct, c.dtype, copy=False), rows=self.rows)
         zero = xp.zeros(c.shape[:-1], dtype=c.dtype, device=array_api_compat.device(c))
-        return (self.signed(xp, self.back(xp, w, c, u, zero, gc)),)
+        gate = self.gate(xp, w, valid[0]) if valid else None
+        return (self.signed(xp, self.back(xp, w, c, u, zero, gc, gate)), *(None,) * len(valid))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -200,11 +245,12 @@ class _Rank(_Chained):
             return xp.broadcast_to(xp.arange(1, n + 1, dtype=x.dtype, device=device), x.shape)
         return xp.broadcast_to(xp.asarray(self.levels, dtype=x.dtype, device=device), x.shape)
 
-    def fwd(self, xp: Any, x: Any) -> tuple[tuple[Any], tuple[Any, ...]]:
+    def fwd(self, xp: Any, x: Any, *valid: Any) -> tuple[tuple[Any], tuple[Any, ...]]:
         w = self.wiring(xp, x, x.shape[-1])
-        _, c, u = self.layers(xp, w, self.signed(xp, x))
+        gate = self.gate(xp, w, valid[0]) if valid else None
+        _, c, u = self.layers(xp, w, self.signed(xp, x), gate=gate)
         ranks, entering = self.carry_back(xp, w, c, self.positions(xp, x))
-        return (self.nan_rows(xp, x, ranks),), (c, u, entering)
+        return (self.nan_rows(xp, x, ranks),), (c, u, entering, *valid)
 
 
 
@@ -223,20 +269,47 @@ def _spec(cls: type, opts: Any, descending: bool, **extra: Any) -> Any:
     return cls(opts.network, opts.distribution, opts.steepness, opts.art_lambda, descending, **extra)
 
 
-@core(output_shapes=same_shape)
+def _run(xp: Any, spec: Any, x: Any, mask: Any, output: str) -> Any:
+    """``spec`` through ``custom_backward``; with a mask, on each row's valid entries moved (in order) to the first wires."""
+    if mask is None:
+        return custom_backward(xp, spec.fwd, spec.bwd, (x,))
+    adapter = get_adapter(xp)
+    order = adapter.sort_order(xp, xp.astype(~mask, x.dtype))[1]  # stable: the valid entries first, in their order
+    inverse = adapter.invert_permutation(xp, order)
+    valid = masked.prefix(xp, mask)
+    (value,), back = custom_backward(xp, spec.fwd, spec.bwd, (adapter.take(xp, x, order), valid), names=("x", "mask"))
+    if output == "rank":  # the wires' ranks back to their entries
+        value, out_mask = adapter.take(xp, value, inverse), mask
+    else:
+        out_mask = valid
+
+    def pullback(cts: tuple[Any, ...]) -> dict[str, Any]:
+        (ct,) = masked.cotangents(xp, cts, out_mask)
+        if output == "rank" and ct is not None:
+            ct = adapter.take(xp, ct, order)
+        dx = back((ct,))["x"]
+        return masked.pulled(xp, {"x": None if dx is None else adapter.take(xp, dx, inverse)}, mask, ("x",))
+
+    return (masked.along(xp, value, out_mask),), pullback
+
+
+@core(output_shapes=same_shape, batched={"mask": (0,)})
+@masked.entering
 @tempered("steepness", lambda params, opts: (1, -1))
-def sort_core(xp: Any, x: Any, opts: Any, *, descending: bool) -> Any:
-    """The wires after the last layer: ``P x``."""
-    spec = _spec(_Sort, opts, descending)
-    return custom_backward(xp, spec.fwd, spec.bwd, (x,))
+def sort_core(xp: Any, x: Any, opts: Any, *, descending: bool, mask: Any = None) -> Any:
+    """The wires after the last layer: ``P x``; ``mask``: the network of the valid entries, their n_v values first."""
+    return _run(xp, _spec(_Sort, opts, descending), x, mask, "sort")
 
 
-@core(output_shapes=same_shape)
+@core(output_shapes=same_shape, batched={"mask": (0,)})
+@masked.entering
 @tempered("steepness", lambda params, opts: (1, 0))
-def rank_core(xp: Any, x: Any, opts: Any, *, descending: bool, levels: tuple[float, ...] | None = None) -> Any:
-    """The positions carried back through the network: ``P^T (1..n)``, or ``P^T levels`` (the top-k cross-entropy's weights)."""
-    spec = _spec(_Rank, opts, descending, levels=levels)
-    return custom_backward(xp, spec.fwd, spec.bwd, (x,))
+def rank_core(xp: Any, x: Any, opts: Any, *, descending: bool, levels: tuple[float, ...] | None = None, mask: Any = None) -> Any:
+    """The positions carried back through the network: ``P^T (1..n)``, or ``P^T levels`` (the top-k cross-entropy's weights).
+
+    ``mask``: the network of each row's valid entries alone (their ranks 1..n_v).
+    """
+    return _run(xp, _spec(_Rank, opts, descending, levels=levels), x, mask, "rank")
 
 
 def _square(shape: tuple[int, ...], opts: Any, params: dict[str, Any]) -> dict[str, Any]:

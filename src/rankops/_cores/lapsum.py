@@ -315,6 +315,12 @@ def sort_core(xp: Any, x: Any, opts: Any, *, descending: bool, mask: Any = None)
 @masked.entering
 @tempered("alpha", lambda params, opts: (-1, 0))
 def topk_core(xp: Any, x: Any, opts: Any, *, k: Any, mask: Any = None) -> Any:
-    """``F((x_i - b)/alpha)`` with ``R(b) = n - k``; ``mask``: ``R(b) = n_v - k``, R over the valid entries."""
+    """``F((x_i - b)/alpha)`` with ``R(b) = n - k``; ``mask``: ``R(b) = n_v - k``, R over the valid entries
+    (a row with n_v <= k is NaN throughout, masked entries included, as Sinkhorn's)."""
     spec = _TopK(opts.alpha, None if is_array(k) else k, mask is not None)
-    return _run(xp, spec, x, (k,) if is_array(k) else (), mask)
+    (value,), back = _run(xp, spec, x, (k,) if is_array(k) else (), mask)
+    if mask is None:
+        return (value,), back
+    count = xp.sum(xp.astype(mask, x.dtype), axis=-1, keepdims=True)
+    short = count <= (k[..., None] if is_array(k) else k)
+    return (xp.where(short, math.nan, value),), back

@@ -31,7 +31,7 @@ import array_api_compat
 
 from .._lib._compat import index_dtype
 
-__all__ = ["NETWORKS", "Wiring", "wiring"]
+__all__ = ["NETWORKS", "Wiring", "wiring", "stage_sizes"]
 
 NETWORKS = ("odd_even", "bitonic")
 
@@ -51,6 +51,11 @@ def _bitonic_masks(n: int) -> list[tuple[int, bool]]:
         masks.append(((2 << b) - 1, True))
         masks.extend((1 << (b - level), False) for level in range(1, b + 1))
     return masks
+
+
+def stage_sizes(n: int) -> list[int]:
+    """Per bitonic layer on n wires, ``2^b`` for its merge stage b: the stage sorts networks of more than 2^b wires."""
+    return [1 << b for b in range((n - 1).bit_length()) for _ in range(b + 1)]
 
 
 def wiring(xp: Any, network: str, n: int, like: Any) -> Wiring:

@@ -20,7 +20,8 @@ from array_api_compat import device as _device
 
 from .._lib._adapters import core
 from .._lib._compat import is_array
-from .transport import REPORTED, WEIGHTS, TransportSettings, grads, plan_vjp
+from .._lib._numerics import unbroadcast
+from .transport import REPORTED, WEIGHTS, Entries, TransportSettings, grads, plan_vjp
 
 __all__ = ["quantile_core", "MIN_FILLER"]
 
@@ -28,7 +29,7 @@ MIN_FILLER = 1e-6  # the centred filler's floor, relative to t: levels 0 and 1 s
 
 
 def _level_weights(xp: Any, q: Any, t: float, centered: bool) -> tuple[Any, Any]:
-    """Target weights ``b`` (L, 3) of the levels ``q`` (L, 1), and the pullback ``d_b -> d_q``.
+    """Target weights ``b`` (..., L, 3) of the levels ``q`` (..., L, 1), and the pullback ``d_b -> d_q`` (..., L).
 
     ``centered=False``: 001 Eq. 4, ``(q (1 - t), t, (1 - q)(1 - t))``, whose
     middle block of mass covers ``[q - t q, q + t (1 - q)]``, centred at
@@ -39,7 +40,7 @@ def _level_weights(xp: Any, q: Any, t: float, centered: bool) -> tuple[Any, Any]
     """
     if not centered:
         b = xp.concat([q * (1 - t), xp.full_like(q, t), (1 - q) * (1 - t)], axis=-1)
-        return b, lambda d_b: (d_b[:, 0] - d_b[:, 2]) * (1 - t)
+        return b, lambda d_b: (d_b[..., 0] - d_b[..., 2]) * (1 - t)
     near = 2 * xp.minimum(q, 1 - q)
     shrunk = (near < t) & (near > MIN_FILLER * t)
     width = xp.where(shrunk, near, xp.where(near <= MIN_FILLER * t, xp.full_like(q, MIN_FILLER * t), xp.full_like(q, t)))
@@ -54,7 +55,7 @@ def _level_weights(xp: Any, q: Any, t: float, centered: bool) -> tuple[Any, Any]
         d_width = xp.where(shrunk, xp.where(q < 0.5, 2 * xp.ones_like(q), -2 * xp.ones_like(q)), zero)
         d_lo = xp.where(q - width / 2 > 0, 1 - d_width / 2, zero)
         d_hi = xp.where(1 - q - width / 2 > 0, -1 - d_width / 2, zero)
-        return (d_b[:, :1] * d_lo + d_b[:, 1:2] * (-d_lo - d_hi) + d_b[:, 2:] * d_hi)[:, 0]
+        return (d_b[..., :1] * d_lo + d_b[..., 1:2] * (-d_lo - d_hi) + d_b[..., 2:] * d_hi)[..., 0]
 
     return b, pullback
 
@@ -66,10 +67,14 @@ def _quantile_shapes(shape: tuple[int, ...], opts: TransportSettings, params: di
 
 
 @core(output_shapes=_quantile_shapes, outputs=REPORTED, batched=WEIGHTS)
-def quantile_core(xp: Any, x: Any, opts: TransportSettings, *, q: Any, weights: Any = None) -> Any:
-    """Levels ``q``: a Python float (output drops the axis) or a 1-D array (axis -> levels), all in one batched solve."""
+def quantile_core(xp: Any, x: Any, opts: TransportSettings, *, q: Any, weights: Any = None, mask: Any = None) -> Any:
+    """Levels ``q``: a Python float (output drops the axis) or a 1-D array (axis -> levels), all in one batched solve.
+
+    ``mask`` (or weights of 0): the quantiles of each row's valid entries alone (NumPy's position q (n_v - 1)).
+    """
+    entries = Entries(xp, x, weights, mask)
     if not is_array(q):
-        (out, err), back = _levels_core(xp, x, opts, xp.asarray([q], dtype=x.dtype, device=_device(x)), weights)
+        (out, err), back = _levels_core(xp, x, opts, xp.asarray([q], dtype=x.dtype, device=_device(x)), entries)
 
         def pullback(cts: tuple[Any, ...]) -> dict[str, Any]:
             grads = back((cts[0][..., None],))
@@ -77,10 +82,10 @@ def quantile_core(xp: Any, x: Any, opts: TransportSettings, *, q: Any, weights: 
             return grads
 
         return (out[..., 0], err[..., 0]), pullback
-    return _levels_core(xp, x, opts, xp.astype(q, x.dtype), weights)
+    return _levels_core(xp, x, opts, xp.astype(q, x.dtype), entries)
 
 
-def _levels_core(xp: Any, x: Any, opts: TransportSettings, levels: Any, weights: Any) -> Any:
+def _levels_core(xp: Any, x: Any, opts: TransportSettings, levels: Any, entries: Entries) -> Any:
     """Each level's middle sorted value ``x . Q[:, 1] / sum(Q[:, 1])``, ``Q = P diag(1 / b)`` (its columns sum to 1).
 
     Reading the plan divided by its column weights keeps the plan's
@@ -89,12 +94,16 @@ def _levels_core(xp: Any, x: Any, opts: TransportSettings, levels: Any, weights:
     at 1e30 overflows.
     """
     y = xp.asarray([0.0, 0.5, 1.0], dtype=x.dtype, device=_device(x))
+    x, weights = entries.entered(xp, x), entries.weights
     # the centred block sits at NumPy's linear position q (n - 1) (0-based), the CDF level (q (n - 1) + 1/2) / n;
-    # weighted entries have no such position: there it sits at q
-    n = x.shape[-1]
-    slope = (n - 1) / n if opts.centered and weights is None else 1.0
-    centre = levels * slope + (0.5 / n if slope != 1.0 else 0.0)
-    b, centre_back = _level_weights(xp, centre[:, None], opts.filler, opts.centered)  # (L, 3)
+    # weighted entries have no such position: there it sits at q. A mask's rows have n_v entries each.
+    n = entries.count if entries.user_weights is None else float(x.shape[-1])
+    if is_array(n):  # a row without a valid entry (NaN below) is read as one of n_v = 1
+        n = xp.maximum(n, xp.ones_like(n))
+    centered = opts.centered and entries.user_weights is None
+    slope = (n - 1) / n if centered else 1.0
+    centre = levels * slope + (0.5 / n if centered else 0.0)  # (L,), or (..., L) with a mask
+    b, centre_back = _level_weights(xp, centre[..., None], opts.filler, opts.centered)  # (..., L, 3)
     # an empty side block (a level below the filler's half-width) gets a tiny weight that keeps log finite
     floor = xp.finfo(x.dtype).smallest_normal
     log_b = xp.log(xp.maximum(b, xp.full_like(b, floor)))
@@ -113,10 +122,15 @@ def _levels_core(xp: Any, x: Any, opts: TransportSettings, levels: Any, weights:
         dx, d_log_b, d_eps, d_a = plan_back(dp)
         dx = xp.sum(dx, axis=-2) + xp.sum(p[..., 1] * ct_m[..., None], axis=-2)
         d_b = xp.where(b > floor, d_log_b / xp.where(b > floor, b, xp.ones_like(b)), xp.zeros_like(b))
-        d_q = centre_back(d_b) * slope
+        d_q = unbroadcast(xp, centre_back(d_b) * slope, tuple(levels.shape))
         d_w = None if d_a is None else d_a[..., 0, :]
         return grads(dx, d_eps, q=xp.where(valid, d_q, xp.zeros_like(d_q)), weights=d_w)
 
     # an invalid level is a data problem, like a NaN input: NaN value and error, no convergence warning
     nan = xp.full_like(out, math.nan)
-    return (xp.where(valid, out, nan), xp.where(valid, err, nan)), pullback
+    value, err = xp.where(valid, out, nan), xp.where(valid, err, nan)
+    if entries.support is None:
+        return (value, err), pullback
+    # a row without a valid entry is NaN at every level
+    some = xp.broadcast_to(xp.any(entries.support, axis=-1, keepdims=True), tuple(value.shape))
+    return entries.finished(xp, (value, err), pullback, some)

@@ -1,7 +1,7 @@
 r"""Optimal-transport cores: soft ranks, sorts, CDFs, top-k, quantization, and the solver itself.
 
 Each operator is one entropic transport (:mod:`rankops._solvers.sinkhorn`)
-between the n inputs, squashed into [0, 1] (the squash ``g``, below), and an ordered
+between the n inputs, squashed into [0, 1] (the squash ``g``, :mod:`.squash`), and an ordered
 target measure, read out differently (Cuturi, Teboul & Vert 2019,
 Definitions 1-2; Cuturi et al. 2019, Definition 2 and Alg. 2). Per row, with
 ``a = 1/n``, targets ``y_j = j / (m - 1)``, weights ``b`` (uniform by
@@ -29,21 +29,22 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 from array_api_compat import device as _device
 
-from .._lib._adapters import core, get_adapter
+from .._lib._adapters import core
 from .._lib._numerics import checked_weights, matvec, safe_divide, unbroadcast, vecmat
 from .._solvers.line import line_plan_vjp
 from .._solvers.sinkhorn import Settings, log_weights, solve_vjp
+from . import masked
+from .squash import squash_parts
 
 __all__ = [
-    "TransportSettings", "SQUASHES", "squash_vjp", "squash_parts", "grid", "target_measure", "topk_weights", "plan_vjp", "grads",
+    "TransportSettings", "grid", "target_measure", "topk_weights", "plan_vjp", "grads",
     "REPORTED", "WEIGHTS", "cdf_core", "rank_core", "sort_core", "quantile_normalize_core", "topk_core", "quantize_core", "solver_core",
 ]
 
-SQUASHES = ("sigmoid", "arctan", "minmax", None)
 
 
 class TransportSettings(Settings, Protocol):
@@ -60,14 +61,81 @@ def grid(xp: Any, m: int, like: Any) -> Any:
     return xp.arange(m, dtype=like.dtype, device=_device(like)) / max(m - 1, 1)
 
 
+class Entries:
+    """The entries a row's transport sees: ``weights`` (None: uniform), ``support`` (None: all) and their count.
+
+    A ``mask`` is weights of 0 off it, and a weight of 0 is an entry out of
+    the problem (``mask=False``): the squash does not see it, its outputs
+    are 0 and it receives no gradient. ``count`` is n_v per row (..., 1),
+    or the Python number n when every entry counts.
+    """
+
+    def __init__(self, xp: Any, x: Any, weights: Any, mask: Any) -> None:
+        self.user_weights, self.mask = weights, mask
+        if weights is None and mask is None:
+            self.weights, self.support, self.count = None, None, float(x.shape[-1])
+            return
+        w = xp.ones_like(x) if weights is None else xp.broadcast_to(xp.astype(weights, x.dtype), x.shape)
+        if mask is not None:
+            w = xp.where(mask, w, xp.zeros_like(w))
+        # a weight outside the domain (negative, NaN) is no mask: its row is NaN (input_measure), not quietly 0 there
+        self.weights, self.support = w, w != 0
+        self.count = xp.sum(xp.astype(self.support, x.dtype), axis=-1, keepdims=True)
+
+    def entered(self, xp: Any, x: Any) -> Any:
+        """``x`` with the entries out of the problem at 0 (padding, NaN included, reaches nothing)."""
+        return x if self.support is None else masked.entered(xp, x, self.support)
+
+    def grid(self, xp: Any, m: int, like: Any) -> tuple[Any, Any, Any] | None:
+        """``(y, b, log_b)`` of each row's own grid of n_v targets (padded to m = n, weight 0), or None: the shared grid.
+
+        A row of n_v entries alone has the targets ``j / (n_v - 1)``, j < n_v;
+        the others sit at 1 with no weight.
+        """
+        if self.support is None:
+            return None
+        dev = _device(like)
+        j = xp.arange(m, dtype=like.dtype, device=dev)
+        y = xp.minimum(j / xp.maximum(self.count - 1.0, xp.ones_like(self.count)), xp.ones_like(j))
+        valid = j < self.count
+        inv = safe_divide(xp, xp.ones_like(self.count), self.count)
+        b = xp.where(valid, inv, xp.zeros_like(y))
+        log_b = xp.where(valid, -xp.log(xp.where(self.count > 0, self.count, xp.ones_like(self.count))), -math.inf)
+        return y, b, log_b
+
+    def finished(self, xp: Any, outs: tuple[Any, ...], back: Any, out_support: Any = None) -> tuple[tuple[Any, ...], Any]:
+        """The core's ``(value, error), pullback`` with the value 0 off ``out_support`` (default: the entries' support),
+        NaN on a row without an entry, and gradients to the caller's ``weights`` only (none to a mask)."""
+        if self.support is None:
+            return outs, back
+        out_support = self.support if out_support is None else out_support
+        user = self.user_weights
+
+        def pullback(cts: tuple[Any, ...]) -> dict[str, Any]:
+            grads = masked.pulled(xp, back(masked.cotangents(xp, cts, out_support)), self.support, ("x", "weights"))
+            if user is None:
+                grads.pop("weights", None)
+            elif grads.get("weights") is not None:
+                grads["weights"] = unbroadcast(xp, grads["weights"], tuple(user.shape))
+            return grads
+
+        return (masked.along(xp, outs[0], out_support), *outs[1:]), pullback
+
+
 def input_measure(xp: Any, x: Any, weights: Any) -> tuple[Any, Any]:
-    """``(1 / a, log a)`` of the entries: ``a = 1/n`` (``1 / a`` the Python number n), or ``weights`` normalized per row."""
+    """``(1 / a, log a)`` of the entries: ``a = 1/n`` (``1 / a`` the Python number n), or ``weights`` normalized per row.
+
+    A zero weight is an entry out of the problem (a mask's): ``log a = -inf``
+    and ``1 / a`` read as 0, so that its readouts are 0, never 0/0.
+    """
     n = x.shape[-1]
     if weights is None:
         return float(n), xp.full((n,), -math.log(n), dtype=x.dtype, device=_device(x))
     w, valid = checked_weights(xp, xp.astype(weights, x.dtype))
     total = xp.sum(w, axis=-1, keepdims=True)
-    return total / w, xp.where(valid, xp.log(w) - xp.log(total), math.nan)
+    some = w > 0
+    log_a = xp.where(some, xp.log(xp.where(some, w, xp.ones_like(w))) - xp.log(total), -math.inf)
+    return safe_divide(xp, total, w), xp.where(valid, log_a, math.nan)
 
 
 def plan_vjp(
@@ -86,7 +154,7 @@ def plan_vjp(
     _, log_a = input_measure(xp, x, weights)
     squash = functools.partial(squash_parts, method=opts.squash)
     plan, err, line_back = line_plan_vjp(xp, x, y, log_a, log_b, opts, power=opts.power, exact=exact, squash=squash,
-                                         per_target=per_target)
+                                         per_target=per_target, supported=weights is not None)
 
     def pullback(dp: Any, d_log_a: Any = None) -> tuple[Any, Any, Any, Any]:
         dx, d_log_a_plan, d_log_b, d_eps = line_back(dp)
@@ -129,27 +197,42 @@ def _along(shape: tuple[int, ...], opts: Any, params: dict[str, Any]) -> dict[st
 
 
 REPORTED = ("value", "error")
-WEIGHTS = {"weights": (0,)}  # the entries' weights share x's batch axes and span its axis (Dask blocks them alike)
+# the entries' weights and mask share x's batch axes and span its axis (Dask blocks them alike)
+WEIGHTS = {"weights": (0,), "mask": (0,)}
 
 
 @core(output_shapes=_along, outputs=REPORTED, batched=WEIGHTS)
 def cdf_core(
-    xp: Any, x: Any, opts: TransportSettings, *, descending: bool = False, target_weights: Any = None, weights: Any = None
+    xp: Any, x: Any, opts: TransportSettings, *, descending: bool = False, target_weights: Any = None, weights: Any = None,
+    mask: Any = None,
 ) -> Any:
+    """``a^-1 (P b_bar)``; ``mask`` (or weights of 0): the CDF of the valid entries alone, on their own grid of n_v targets."""
+    entries = Entries(xp, x, weights, mask)
+    (out, err), back = _cdf(xp, entries.entered(xp, x), opts, entries, descending, target_weights)
+    return entries.finished(xp, (out, err), back)
+
+
+def _cdf(xp: Any, x: Any, opts: TransportSettings, entries: Entries, descending: bool, target_weights: Any) -> Any:
     sign = -1.0 if descending else 1.0
+    weights = entries.weights
     n = x.shape[-1]
     m = targets_count(n, opts, target_weights)
-    b, log_b = target_measure(xp, x, m, target_weights)
+    own = entries.grid(xp, m, x) if opts.num_targets is None and target_weights is None else None
+    if own is None:
+        y = grid(xp, m, x)
+        b, log_b = target_measure(xp, x, m, target_weights)
+    else:
+        y, b, log_b = own
     b_bar = xp.cumulative_sum(b, axis=-1)
     inv_a, _ = input_measure(xp, x, weights)
-    p, err, plan_back = plan_vjp(xp, sign * x, grid(xp, m, x), log_b, opts, weights=weights)
+    p, err, plan_back = plan_vjp(xp, sign * x, y, log_b, opts, weights=weights)
     out = inv_a * matvec(xp, p, b_bar)
 
     def pullback(cts: tuple[Any, ...]) -> dict[str, Any]:
         ct = cts[0]
         ct_a = inv_a * ct
         # out_i = (P b_bar)_i / a_i: log a enters the readout too, d out_i / d log a_i = -out_i
-        dx, d_log_b, d_eps, d_a = plan_back(ct_a[..., :, None] * b_bar, None if weights is None else -ct * out)
+        dx, d_log_b, d_eps, d_a = plan_back(ct_a[..., :, None] * b_bar[..., None, :], None if weights is None else -ct * out)
         d_w = None
         if target_weights is not None:
             d_bbar = unbroadcast(xp, matvec(xp, xp.matrix_transpose(p), ct_a), tuple(b.shape))
@@ -160,10 +243,15 @@ def cdf_core(
 
 
 @core(output_shapes=_along, outputs=REPORTED, batched=WEIGHTS)
-def rank_core(xp: Any, x: Any, opts: TransportSettings, **params: Any) -> Any:
-    n = x.shape[-1]
-    (cdf, err), cdf_back = cdf_core.vjp(xp, x, opts, **params)
-    return (n * cdf, err), lambda cts: cdf_back((n * cts[0], None))
+def rank_core(
+    xp: Any, x: Any, opts: TransportSettings, *, descending: bool = False, target_weights: Any = None, weights: Any = None,
+    mask: Any = None,
+) -> Any:
+    """``n cdf`` (``n_v cdf`` with a mask: the ranks of the valid entries among themselves)."""
+    entries = Entries(xp, x, weights, mask)
+    (cdf, err), cdf_back = _cdf(xp, entries.entered(xp, x), opts, entries, descending, target_weights)
+    n = entries.count
+    return entries.finished(xp, (n * cdf, err), lambda cts: cdf_back((n * cts[0], None)))
 
 
 def _sorted_shapes(shape: tuple[int, ...], opts: TransportSettings, params: dict[str, Any]) -> dict[str, Any]:
@@ -171,9 +259,20 @@ def _sorted_shapes(shape: tuple[int, ...], opts: TransportSettings, params: dict
     return {"value": (topk if topk is not None else targets_count(shape[-1], opts, params.get("target_weights")),), "error": ()}
 
 
-def topk_weights(xp: Any, x: Any, k: int, filler_first: bool) -> tuple[Any, Any]:
-    """``(b, log_b)`` of k targets of mass 1/n each and one filler of mass (n - k)/n, below them or above."""
+def topk_weights(xp: Any, x: Any, k: int, filler_first: bool, count: Any = None) -> tuple[Any, Any]:
+    """``(b, log_b)`` of k targets of mass 1/n each and one filler of mass (n - k)/n, below them or above.
+
+    ``count``: each row's n_v valid entries (..., 1) instead of n; a row with
+    n_v <= k has an empty filler (NaN past k, below the readout's mask).
+    """
     n = x.shape[-1]
+    if count is not None:
+        count = xp.maximum(count, xp.full_like(count, k))  # n_v < k: a balanced problem all the same, its row NaN
+        one = -xp.log(count)
+        rest = count - k
+        filler = xp.where(rest > 0, xp.log(xp.where(rest > 0, rest, xp.ones_like(rest))) + one, -math.inf)
+        log_b = xp.concat([filler] + [one] * k if filler_first else [one] * k + [filler], axis=-1)
+        return xp.exp(log_b), log_b
     # log weights in Python, exact; k < n (k = n is the full sort, bound as such)
     counts = [n - k] + [1] * k if filler_first else [1] * k + [n - k]
     logs = [math.log(c) - math.log(n) for c in counts]
@@ -184,45 +283,70 @@ def topk_weights(xp: Any, x: Any, k: int, filler_first: bool) -> tuple[Any, Any]
 @core(output_shapes=_sorted_shapes, outputs=REPORTED, batched=WEIGHTS)
 def sort_core(
     xp: Any, x: Any, opts: TransportSettings, *, descending: bool = False, target_weights: Any = None, topk: int | None = None,
-    weights: Any = None,
+    weights: Any = None, mask: Any = None,
 ) -> Any:
     """``b^-1 P^T x``; ``topk``: only the k largest, from k + 1 targets (OTT-JAX's construction, Cuturi et al. 2019).
 
     The filler target takes the n - k smallest entries' mass in one column,
     so the plan is n x (k + 1) instead of n x n. Ascending, it is the first
     column (dropped); descending (the ascending sort of ``-x``), the last.
+    ``mask`` (or weights of 0): the sort of the valid entries alone, their
+    n_v values first on their own grid (k <= n_v with ``topk``, else NaN).
     """
+    entries = Entries(xp, x, weights, mask)
     sign = -1.0 if descending else 1.0
-    x = sign * x
+    x = sign * entries.entered(xp, x)
+    weights = entries.weights
+    own = None
     if topk is None:
         m = targets_count(x.shape[-1], opts, target_weights)
-        b, log_b = target_measure(xp, x, m, target_weights)
+        own = entries.grid(xp, m, x) if opts.num_targets is None and target_weights is None else None
+        y, (b, log_b) = grid(xp, m, x), target_measure(xp, x, m, target_weights)
+        if own is not None:
+            y, b, log_b = own
         kept = slice(None)
     else:
         m = topk + 1
-        b, log_b = topk_weights(xp, x, topk, filler_first=not descending)
+        y = grid(xp, m, x)
+        b, log_b = topk_weights(xp, x, topk, filler_first=not descending, count=None if entries.support is None else entries.count)
         kept = slice(0, topk) if descending else slice(1, m)
-    p, err, plan_back = plan_vjp(xp, x, grid(xp, m, x), log_b, opts, exact="columns", weights=weights)
-    ascending = vecmat(xp, x, p) / b
+    p, err, plan_back = plan_vjp(xp, x, y, log_b, opts, exact="columns", weights=weights)
+    # a target of no weight (past a row's n_v, an empty filler) reads 0, not 0/0
+    per_target = functools.partial(safe_divide, xp) if entries.support is not None else (lambda u, v: u / v)
+    ascending = per_target(vecmat(xp, x, p), b)
 
     def pullback(cts: tuple[Any, ...]) -> dict[str, Any]:
         ct = cts[0]
         if topk is not None:  # the filler's value is not an output: zero cotangent
             zero = xp.zeros_like(ct[..., :1])
             ct = xp.concat([ct, zero] if descending else [zero, ct], axis=-1)
-        ct_b = sign * ct / b
+        ct_b = sign * per_target(ct, b)
         dx, d_log_b, d_eps, d_a = plan_back(x[..., :, None] * ct_b[..., None, :])
         dx = dx + matvec(xp, p, ct_b)
         d_w = None if target_weights is None else d_log_b / b - unbroadcast(xp, ct_b * ascending, tuple(b.shape))
         return grads(sign * dx, d_eps, target_weights=d_w, weights=d_a)
 
-    return (sign * ascending[..., kept], err), pullback
+    value = sign * ascending[..., kept]
+    if entries.support is None:
+        return (value, err), pullback
+    if own is not None:  # the valid entries' n_v sorted values first
+        out_support = masked.prefix(xp, entries.support)
+    else:  # m values from every row with an entry (and k <= n_v)
+        some = xp.any(entries.support, axis=-1, keepdims=True)
+        if topk is not None:
+            some = some & (entries.count >= topk)
+        out_support = xp.broadcast_to(some, tuple(value.shape))
+    return entries.finished(xp, (value, err), pullback, out_support)
 
 
 @core(output_shapes=_along, outputs=REPORTED, batched=WEIGHTS)
 def quantile_normalize_core(
-    xp: Any, x: Any, opts: TransportSettings, *, targets: Any, target_weights: Any = None, weights: Any = None
+    xp: Any, x: Any, opts: TransportSettings, *, targets: Any, target_weights: Any = None, weights: Any = None,
+    mask: Any = None,
 ) -> Any:
+    """``a^-1 (P targets)``; ``mask`` (or weights of 0): the valid entries alone, onto the same m targets."""
+    entries = Entries(xp, x, weights, mask)
+    x, weights = entries.entered(xp, x), entries.weights
     m = targets.shape[0]
     t = xp.astype(targets, x.dtype)
     b, log_b = target_measure(xp, x, m, target_weights)
@@ -237,7 +361,7 @@ def quantile_normalize_core(
         d_t = unbroadcast(xp, matvec(xp, xp.matrix_transpose(p), ct_a), tuple(t.shape))
         return grads(dx, d_eps, targets=d_t, target_weights=None if target_weights is None else d_log_b / b, weights=d_a)
 
-    return (out, err), pullback
+    return entries.finished(xp, (out, err), pullback)
 
 
 @core(output_shapes=_along, outputs=REPORTED)
@@ -260,21 +384,33 @@ def quantize_core(xp: Any, x: Any, opts: TransportSettings, *, num_levels: int) 
     return (out, err), pullback
 
 
-@core(output_shapes=_along, outputs=REPORTED)
-def topk_core(xp: Any, x: Any, opts: TransportSettings, *, k: int) -> Any:
-    n = x.shape[-1]
-    # log weights in Python: k = n gives an exact -inf (an empty target), no log(0) warning
-    log_b = xp.asarray(
-        [math.log(n - k) - math.log(n) if k < n else -math.inf, math.log(k) - math.log(n)], dtype=x.dtype, device=_device(x)
-    )
-    p, err, plan_back = plan_vjp(xp, x, grid(xp, 2, x), log_b, opts)
+@core(output_shapes=_along, outputs=REPORTED, batched={"mask": (0,)})
+def topk_core(xp: Any, x: Any, opts: TransportSettings, *, k: int, mask: Any = None) -> Any:
+    """``n P[:, 1]`` for targets (0, 1) weighted ((n - k)/n, k/n); ``mask``: n_v for n (k <= n_v, else NaN)."""
+    entries = Entries(xp, x, None, mask)
+    x = entries.entered(xp, x)
+    if entries.support is None:
+        n = x.shape[-1]
+        # log weights in Python: k = n gives an exact -inf (an empty target), no log(0) warning
+        log_b = xp.asarray(
+            [math.log(n - k) - math.log(n) if k < n else -math.inf, math.log(k) - math.log(n)], dtype=x.dtype, device=_device(x)
+        )
+        inv_a: Any = n
+    else:
+        each = topk_weights(xp, x, k, filler_first=True, count=entries.count)[1]  # (filler, then k targets of 1/n_v)
+        log_b = xp.concat([each[..., :1], each[..., 1:2] + math.log(k)], axis=-1)
+        inv_a = input_measure(xp, x, entries.weights)[0]
+    p, err, plan_back = plan_vjp(xp, x, grid(xp, 2, x), log_b, opts, weights=entries.weights)
 
     def pullback(cts: tuple[Any, ...]) -> dict[str, Any]:
         ct = cts[0]
-        dx, _, d_eps, _ = plan_back(xp.stack([xp.zeros_like(ct), n * ct], axis=-1))
+        dx, _, d_eps, _ = plan_back(xp.stack([xp.zeros_like(ct), inv_a * ct], axis=-1))
         return grads(dx, d_eps)
 
-    return (n * p[..., 1], err), pullback
+    value = inv_a * p[..., 1]
+    if entries.support is None:
+        return (value, err), pullback
+    return entries.finished(xp, (value, err), pullback, entries.support & (entries.count >= k))
 
 
 def _solver_shapes(shape: tuple[int, ...], opts: Settings, params: dict[str, Any]) -> dict[str, Any]:
@@ -299,86 +435,3 @@ def solver_core(xp: Any, cost: Any, opts: Settings, *, a: Any = None, b: Any = N
         return grads(d_cost, d_eps, **weights)
 
     return (res.plan, res.f, res.g, res.error, res.n_iter), pullback
-
-
-# -- the squash g: each row mapped into [0, 1] before the transport cost -------------------------------
-#
-# The squash ``g``: each row mapped into [0, 1] before the transport cost (Cuturi et al. 2019, Sec. 5).
-#
-# ``"sigmoid"`` of the standardized row (the g~ of Cuturi et al. 2019),
-# ``"arctan"`` likewise, ``"minmax"`` (affine onto [0, 1]) or ``None``
-# (inputs used as they are). Standardizing first divides by the row's largest
-# magnitude, so rows at 1e-30 or 1e30 give the same result as rows at 1 and
-# nothing overflows in float32. Each squash comes with its pullback, written
-# against the array API (``rankops.vjp`` uses it where the host has no autodiff).
-
-Pullback = Callable[..., Any]
-
-
-def squash_vjp(xp: Any, x: Any, method: str | None) -> tuple[Any, Pullback]:
-    """The squashed row and its pullback ``d(squashed) -> dx``."""
-    y, unit_back, scale = squash_parts(xp, x, method)
-    return y, lambda dy: unit_back(dy) / scale
-
-
-def squash_parts(xp: Any, x: Any, method: str | None) -> tuple[Any, Pullback, Any]:
-    """``(g(x), unit pullback, scale)``, the pullback being ``dx = unit_pullback(dy) / scale``.
-
-    ``scale`` (..., 1) is the row's largest magnitude (1 without a squash).
-    The division comes last and is the caller's to place: a cotangent
-    ``dy`` beyond the dtype's range can still give a finite ``dx``, and
-    the transport's backward applies ``scale`` together with its own
-    normalization (:mod:`rankops._solvers.line`).
-    """
-    if method is None:
-        return x, lambda dy: dy, 1.0
-    # Dividing by the largest magnitude first keeps the squares below in range
-    # for rows at 1e30 (and above subnormals for rows at 1e-30). The result does
-    # not depend on this scale, so its gradient is exactly 0: it is stopped for
-    # autodiff too, whose scale**-2 terms would otherwise underflow to inf - inf
-    # on subnormal rows.
-    adapter = get_adapter(xp)
-    scale = xp.max(xp.abs(x), axis=-1, keepdims=True)
-    # where arithmetic flushes subnormals, a subnormal row is a row of zeros: a constant row
-    least = xp.finfo(x.dtype).smallest_normal if adapter.flushes_subnormals else 0.0
-    scale = adapter.stop_gradient(xp, xp.where((scale > least) & xp.isfinite(scale), scale, xp.ones_like(scale)))
-    z = x / scale
-    if method == "minmax":
-        y, minmax_back = _minmax_vjp(xp, z)
-        return y, minmax_back, scale
-    z = z - xp.mean(z, axis=-1, keepdims=True)  # exactly 0 on a constant row (all entries are +-1 now)
-    var = xp.mean(z * z, axis=-1, keepdims=True)
-    spread = var > 0
-    # sqrt only of positive values: sqrt'(0) = inf would turn a constant row's gradient into NaN
-    sigma = xp.sqrt(xp.where(spread, var, xp.ones_like(var)))
-    z = z / sigma
-    y = 1.0 / (1.0 + xp.exp(-z)) if method == "sigmoid" else 0.5 + xp.atan(z) / math.pi
-
-    def pullback(dy: Any) -> Any:
-        dz = dy * y * (1.0 - y) if method == "sigmoid" else dy / (math.pi * (1.0 + z * z))
-        # standardization (a layer norm): remove the components along 1 and along z
-        dz = dz - xp.where(spread, z * xp.mean(dz * z, axis=-1, keepdims=True), xp.zeros_like(dz))
-        dz = dz / sigma
-        return dz - xp.mean(dz, axis=-1, keepdims=True)
-
-    return y, pullback, scale
-
-
-def _minmax_vjp(xp: Any, x: Any) -> tuple[Any, Pullback]:
-    lo = xp.min(x, axis=-1, keepdims=True)
-    hi = xp.max(x, axis=-1, keepdims=True)
-    span = hi - lo
-    spread = span > 0
-    safe = xp.where(spread, span, xp.ones_like(span))
-    y = xp.where(spread, (x - lo) / safe, xp.full_like(x, 0.5))
-
-    def pullback(dy: Any) -> Any:
-        dy = xp.where(spread, dy, xp.zeros_like(dy)) / safe
-        d_lo = -xp.sum(dy * (1.0 - y), axis=-1, keepdims=True)  # lo moves x - lo and the span
-        d_hi = -xp.sum(dy * y, axis=-1, keepdims=True)
-        # min / max share their gradient evenly among tied extremes, as torch and JAX do
-        at_lo = xp.astype(x == lo, x.dtype)
-        at_hi = xp.astype(x == hi, x.dtype)
-        return dy + d_lo * at_lo / xp.sum(at_lo, axis=-1, keepdims=True) + d_hi * at_hi / xp.sum(at_hi, axis=-1, keepdims=True)
-
-    return y, pullback

@@ -39,8 +39,19 @@ from .sinkhorn import DEFAULT_CHECK_EVERY, Settings, fixed_point, scaled_start, 
 
 __all__ = ["line_plan_vjp", "cost_fns", "Squash", "grid_potentials"]
 
-# the map of the rows onto the line: ``squash(xp, x) -> (s, unit_pullback, scale)``, ``dx = unit_pullback(ds) / scale``
-Squash = Callable[[Any, Any], tuple[Any, Callable[[Any], Any], Any]]
+# the map of the rows onto the line: ``squash(xp, x, support) -> (s, unit_pullback, scale)``, ``dx = unit_pullback(ds) /
+# scale``; ``support`` (bool, or None: every entry) the entries with mass, the only ones the squash sees
+Squash = Callable[[Any, Any, Any], tuple[Any, Callable[[Any], Any], Any]]
+
+
+def _gaps(y: Any, s: Any) -> Any:
+    """``y_j - s_i`` (..., n, m), for targets ``y`` shared (m,) or per row (..., m)."""
+    return y[..., None, :] - s[..., :, None]
+
+
+def _support(log_a: Any, supported: bool) -> Any:
+    """The entries with mass (``a > 0``), when some may have none (``supported``); None: all of them."""
+    return log_a > -math.inf if supported else None
 
 
 def cost_fns(xp: Any, power: float) -> tuple[Callable[[Any], Any], Callable[[Any], Any]]:
@@ -52,12 +63,15 @@ def cost_fns(xp: Any, power: float) -> tuple[Callable[[Any], Any], Callable[[Any
 
 def line_plan_vjp(
     xp: Any, x: Any, y: Any, log_a: Any, log_b: Any, opts: Settings, *, power: float, exact: str, squash: Squash,
-    per_target: bool = False,
+    per_target: bool = False, supported: bool = False,
 ) -> tuple[Any, Any, Callable[[Any], tuple[Any, Any, Any, Any]]]:
-    """The plan ``(..., n, m)`` between ``s = squash(x)`` (..., n) and ``y`` (m,), its marginal error, and the pullback ``dplan -> (dx, dlog_a, dlog_b, depsilon)``.
+    """The plan ``(..., n, m)`` between ``s = squash(x)`` (..., n) and ``y`` (m,) or (..., m), increasing, its marginal
+    error, and the pullback ``dplan -> (dx, dlog_a, dlog_b, depsilon)``.
 
-    ``squash(xp, x)`` maps the rows onto the line (the squash) and returns
-    ``(s, unit_pullback, scale)`` with ``dx = unit_pullback(ds) / scale``.
+    ``squash(xp, x, support)`` maps the rows onto the line (the squash) and returns
+    ``(s, unit_pullback, scale)`` with ``dx = unit_pullback(ds) / scale``;
+    ``supported``: entries may have no mass (``log_a = -inf``, a mask), and
+    the squash sees the others only.
     ``log_a`` and ``log_b`` broadcast against the plan's batch (``depsilon``
     is None unless epsilon is an array). ``per_target=True`` returns
     ``Q = P diag(1 / b)`` instead, whose columns sum to 1 (with
@@ -68,10 +82,10 @@ def line_plan_vjp(
     """
     h, h_slope = cost_fns(xp, power)
     # Warm start at the exact unregularised potentials; they solve that problem only for a convex cost.
-    warm = power >= 1.0 and x.shape[-1] > 1 and y.shape[0] > 1
+    warm = power >= 1.0 and x.shape[-1] > 1 and y.shape[-1] > 1
     if not opts.implicit or is_array(opts.epsilon):
-        s, unit_back, scale = squash(xp, x)
-        init = grid_potentials(xp, s, log_a, log_b, h) if warm else None
+        s, unit_back, scale = squash(xp, x, _support(log_a, supported))
+        init = grid_potentials(xp, s, log_a, log_b, h, y) if warm else None
         plan, err, cost_back = _autodiff_cost(xp, s, y, log_a, log_b, opts, h, h_slope, exact, init)
         inv_b = _inverse_weights(xp, log_b) if per_target else None
         out = plan * inv_b if per_target else plan
@@ -88,9 +102,9 @@ def line_plan_vjp(
         return out, err, unrolled_back
     # Python values only in the closures (jax.custom_vjp must not close over traced arrays)
     fwd = functools.partial(_forward, h=h, eps=opts.epsilon, opts=opts, exact=exact, squash=squash, warm=warm,
-                            per_target=per_target)
+                            per_target=per_target, supported=supported)
     bwd = functools.partial(_backward, h_slope=h_slope, eps=opts.epsilon, power=power, exact=exact, max_iter=opts.max_iter,
-                            squash=squash, per_target=per_target)
+                            squash=squash, per_target=per_target, supported=supported)
     (plan, err), back = custom_backward(xp, fwd, bwd, (x, y, log_a, log_b), names=None)
 
     def pullback(dp: Any) -> tuple[Any, Any, Any, Any]:
@@ -105,24 +119,24 @@ def _autodiff_cost(xp: Any, s: Any, y: Any, log_a: Any, log_b: Any, opts: Settin
     """Unrolled, or a learnable epsilon: the cost formed and handed to :func:`.sinkhorn.solve_vjp`."""
     # The differences are recomputed in the pullback, and the cost is passed without a name:
     # neither stays alive through the solve (each is a whole (..., n, m) array).
-    res, solve_back = solve_vjp(xp, h(y - s[..., :, None]), log_a, log_b, opts, exact=exact, init=init)
+    res, solve_back = solve_vjp(xp, h(_gaps(y, s)), log_a, log_b, opts, exact=exact, init=init)
 
     def pullback(dp: Any) -> tuple[Any, Any, Any, Any]:
         d_cost, d_log_a, d_log_b, d_eps = solve_back(dp)
-        ds = -xp.sum(d_cost * h_slope(y - s[..., :, None]), axis=-1)
+        ds = -xp.sum(d_cost * h_slope(_gaps(y, s)), axis=-1)
         return unbroadcast(xp, ds, tuple(s.shape)), d_log_a, d_log_b, d_eps
 
     return res.plan, res.error, pullback
 
 
 def _forward(xp: Any, x: Any, y: Any, log_a: Any, log_b: Any, *, h: Any, eps: float, opts: Settings, exact: str,
-             squash: Squash, warm: bool, per_target: bool) -> tuple[tuple[Any, Any], tuple[Any, ...]]:
+             squash: Squash, warm: bool, per_target: bool, supported: bool) -> tuple[tuple[Any, Any], tuple[Any, ...]]:
     """``((plan, error), residuals)``; the scaled cost lives only inside this call."""
-    s = squash(xp, x)[0]
-    init = grid_potentials(xp, s, log_a, log_b, h) if warm else None
+    s = squash(xp, x, _support(log_a, supported))[0]
+    init = grid_potentials(xp, s, log_a, log_b, h, y) if warm else None
     u0, v0 = scaled_start(xp, init, eps, tuple(s.shape[:-1]), log_a, log_b, s)
     (plan, _, _, err, _), _ = fixed_point(
-        xp, h(y - s[..., :, None]) / eps, log_a, log_b, u0, v0, max_iter=opts.max_iter, tol=opts.tol,
+        xp, h(_gaps(y, s)) / eps, log_a, log_b, u0, v0, max_iter=opts.max_iter, tol=opts.tol,
         check_every=DEFAULT_CHECK_EVERY, exact=exact, polish=True,
     )
     out = plan * _inverse_weights(xp, log_b) if per_target else plan
@@ -130,7 +144,7 @@ def _forward(xp: Any, x: Any, y: Any, log_a: Any, log_b: Any, *, h: Any, eps: fl
 
 
 def _backward(xp: Any, res: tuple[Any, ...], cts: tuple[Any, ...], *, h_slope: Any, eps: float, power: float,
-              exact: str, max_iter: int, squash: Squash, per_target: bool) -> tuple[Any, ...]:
+              exact: str, max_iter: int, squash: Squash, per_target: bool, supported: bool) -> tuple[Any, ...]:
     """Cotangents of ``(x, y, log_a, log_b)`` from the plan's (``Q``'s, ``per_target``); the targets are constants here.
 
     The backward is linear in the plan's cotangent, so it runs on that
@@ -146,7 +160,7 @@ def _backward(xp: Any, res: tuple[Any, ...], cts: tuple[Any, ...], *, h_slope: A
     ct = cts[0]
     if ct is None:  # torch: the plan was not used
         return (xp.zeros_like(x), None, None, None)
-    s, unit_back, scale = squash(xp, x)
+    s, unit_back, scale = squash(xp, x, _support(log_a, supported))
     k = _row_magnitude(xp, ct, tuple(s.shape[:-1]))
     k_rows = k[..., 0]  # (..., 1): divides the sums below
     # G o P with G the plan's cotangent: for Q = P / b, G = ct / b and G o P = ct o Q, bounded by ct
@@ -162,7 +176,7 @@ def _backward(xp: Any, res: tuple[Any, ...], cts: tuple[Any, ...], *, h_slope: A
         ds = -(2.0 / eps) * (w_y - sb * w_1)
     else:
         del gp
-        ph = p * h_slope(y - sb[..., :, None])
+        ph = p * h_slope(_gaps(y, sb))
         # sum_j (G o P)_ij h'_ij / k; the slopes (1e15 near a target at power 0.5) need the division first
         g_slope = xp.sum((ct / k) * (ph * inv_b if per_target else ph), axis=-1)
         ds = -(1.0 / eps) * (alpha * xp.sum(ph, axis=-1) + matvec(xp, ph, beta) - g_slope)
@@ -226,8 +240,9 @@ def _row_magnitude(xp: Any, ct: Any, batch: tuple[int, ...]) -> Any:
 # from zero. An O(n log n) sort and four binary searches per row.
 
 
-def grid_potentials(xp: Any, s: Any, log_a: Any, log_b: Any, cost: Callable[[Any], Any]) -> tuple[Any, Any]:
-    """``(f, g)`` for points ``s`` (..., n) and the grid targets ``y_j = j / (m - 1)``.
+def grid_potentials(xp: Any, s: Any, log_a: Any, log_b: Any, cost: Callable[[Any], Any], y: Any = None) -> tuple[Any, Any]:
+    """``(f, g)`` for points ``s`` (..., n) and the grid targets ``y_j = j / (m - 1)``, or increasing targets ``y``
+    (m,) or (..., m) from ``y_0 = 0`` (a mask's grid of each row's own n_v points).
 
     ``log_a`` (..., n) and ``log_b`` (..., m) broadcast against ``s``'s
     batch; ``cost(d)`` is ``h(d)`` elementwise. Returns ``f`` of the
@@ -249,13 +264,15 @@ def grid_potentials(xp: Any, s: Any, log_a: Any, log_b: Any, cost: Callable[[Any
     # Breakpoints closer than the sums' rounding are one shared breakpoint: whether two equal
     # sums compare equal depends on how the host added them (XLA under jit differs from eager).
     tol = 4 * xp.finfo(s.dtype).eps * math.sqrt(n + m)
-    right = _staircase(xp, ss, a_cum[..., :-1] + tol, b_cum, cost, side="right")
-    down = _staircase(xp, ss, a_cum[..., :-1] - tol, b_cum, cost, side="left")
+    if y is not None:
+        y = xp.broadcast_to(y, batch + (m,))
+    right = _staircase(xp, ss, a_cum[..., :-1] + tol, b_cum, cost, side="right", y=y)
+    down = _staircase(xp, ss, a_cum[..., :-1] - tol, b_cum, cost, side="left", y=y)
     f_sorted, g = ((p + q) / 2 for p, q in zip(right, down))
     return adapter.take(xp, f_sorted, adapter.invert_permutation(xp, order)), g
 
 
-def _staircase(xp: Any, ss: Any, a_break: Any, b_cum: Any, cost: Callable[[Any], Any], *, side: str) -> tuple[Any, Any]:
+def _staircase(xp: Any, ss: Any, a_break: Any, b_cum: Any, cost: Callable[[Any], Any], *, side: str, y: Any = None) -> tuple[Any, Any]:
     """Potentials telescoped along one staircase: ``f`` (in sorted order) and ``g``.
 
     ``col[i]``, the column in which the path steps from sorted row ``i`` to
@@ -268,12 +285,13 @@ def _staircase(xp: Any, ss: Any, a_break: Any, b_cum: Any, cost: Callable[[Any],
     dev, m = _device(ss), b_cum.shape[-1]
     scale = 1.0 / max(m - 1, 1)
     col = xp.clip(adapter.searchsorted(xp, b_cum, a_break, side=side), 0, m - 1)  # (..., n - 1)
-    y_col = xp.astype(col, ss.dtype) * scale
+    y_col = xp.astype(col, ss.dtype) * scale if y is None else adapter.take(xp, y, col)
     df = cost(y_col - ss[..., 1:]) - cost(y_col - ss[..., :-1])
     steps = xp.broadcast_to(xp.arange(1, m, dtype=col.dtype, device=dev), col.shape[:-1] + (m - 1,))
     s_row = adapter.take(xp, ss, adapter.searchsorted(xp, col, steps, side="left"))  # the row of each column step
-    y = xp.arange(m, dtype=ss.dtype, device=dev) * scale
-    dg = cost(y[1:] - s_row) - cost(y[:-1] - s_row)
+    if y is None:
+        y = xp.arange(m, dtype=ss.dtype, device=dev) * scale
+    dg = cost(y[..., 1:] - s_row) - cost(y[..., :-1] - s_row)
     zero = xp.zeros(col.shape[:-1] + (1,), dtype=ss.dtype, device=dev)
     f_sorted = cost(-ss[..., :1]) + xp.concat([zero, xp.cumulative_sum(df, axis=-1)], axis=-1)
     return f_sorted, xp.concat([zero, xp.cumulative_sum(dg, axis=-1)], axis=-1)

@@ -7,7 +7,8 @@ from typing import Any
 
 import array_api_compat
 
-from .._cores.transport import grid, squash_vjp
+from .._cores.squash import squash_vjp
+from .._cores.transport import grid
 from .._solvers.line import cost_fns
 from .._lib._adapters import get_adapter
 from ..permutations import diffsort, neuralsort, softsort
