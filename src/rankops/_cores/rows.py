@@ -16,17 +16,20 @@ needs only its key and the whole of ``s``:
 
 A kernel gives the logits of any block of rows and, for a cotangent ``dz``
 of those logits, the cotangents of the columns (``s``) and of an array
-``tau`` / ``power``. With a ``mask`` (ragged rows), each row's matrix is
-that of its n_v valid entries alone: the valid entries sort first (their
-rows are the first n_v), the masked columns' logits are the lowest float
-(probability exactly 0, and a finite logit that a zero cotangent cannot
-turn into NaN), NeuralSort's ``c_i = n_v + 1 - 2 i`` and ``R_j`` sum over
-the valid entries, and the rows past n_v count for nothing (``weights``). The full matrix is one block of n rows; the streamed
+``tau`` / ``power``. The full matrix is one block of n rows; the streamed
 sorts and ranks of :mod:`.permutation` walk the rows a block at a time.
+
+With a ``mask`` (ragged rows), each row's matrix is that of its n_v valid
+entries alone: the valid entries sort first (their rows are the first
+n_v), the masked columns' logits are -inf (probability exactly 0; an array
+tau's gradient reads them as 0), NeuralSort's ``c_i = n_v + 1 - 2 i`` and
+``R_j`` sum over the valid entries, and the rows past n_v count for
+nothing (``weights``).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 import array_api_compat
@@ -77,8 +80,13 @@ def weights(xp: Any, s: Any, mask: Any) -> Any:
 
 
 def _lowest(xp: Any, z: Any, mask: Any) -> Any:
-    """The logits with the masked columns at the lowest float: softmax weight exactly 0 beside any valid column."""
-    return z if mask is None else xp.where(mask[..., None, :], z, xp.finfo(z.dtype).min)
+    """The logits with the masked columns at -inf: softmax weight exactly 0 (the lowest float would overflow
+    in the softmax's ``z - max`` beside valid logits of 1e32). A row without a valid entry (NaN in the end)
+    keeps its logits: a softmax of -inf alone would be 0/0."""
+    if mask is None:
+        return z
+    kept = mask | ~xp.any(mask, axis=-1, keepdims=True)
+    return xp.where(kept[..., None, :], z, -math.inf)
 
 
 def _array_extras(**terms: tuple[Any, Callable[[], Any]]) -> dict[str, Any]:
@@ -177,8 +185,12 @@ class NeuralSortRows:
         xp, tau = self.xp, self.tau
         ds = xp.matmul((keys[0] / tau)[..., None, :], dz)[..., 0, :]
         d_rows = -xp.sum(dz, axis=-2) / tau
-        extras = _array_extras(tau=(tau, lambda: -xp.sum(dz * (self.logits(keys)[0] if z is None else z)) / tau))
+        extras = _array_extras(tau=(tau, lambda: -xp.sum(dz * self._finite(self.logits(keys)[0] if z is None else z)) / tau))
         return (ds, d_rows), extras
+
+    def _finite(self, z: Any) -> Any:
+        """The logits with a mask's -inf columns (cotangent 0 there) read as 0."""
+        return z if self.mask is None else self.xp.where(self.xp.isfinite(z), z, self.xp.zeros_like(z))
 
     def finish(self, cols: tuple[Any, ...]) -> Any:
         # R_m = sum_k |s_m - s_k|:  ds_m += dR_m sum_k sign(s_m - s_k) - sum_j dR_j sign(s_j - s_m)
