@@ -178,7 +178,7 @@ def test_ndcg_loss_hard_limit_equals_scikit_learn_with_padding_masks():
         ref = [1 - metrics.ndcg_score(rel[i : i + 1, :m], scores[i : i + 1, :m], k=k) if m > 1 else
                1 - float(rel[i, 0] > 0) for i, m in enumerate(lengths)]
         assert_allclose(got, ref, atol=1e-9)
-    with pytest.raises(TypeError, match="mask must be a boolean"):
+    with pytest.raises(TypeError, match="mask must be a bool array"):
         losses.ndcg_loss(scores, rel, mask=mask.astype(float))
     with pytest.raises(ValueError, match="gain must be"):
         losses.ndcg_loss(scores, rel, gain="log")

@@ -196,6 +196,8 @@ def _as(backend, options):
 
 @pytest.mark.parametrize("case", METHOD_CASES)
 def test_masked_operator_is_the_operator_on_the_valid_entries_alone(backend, case):
+    if backend.compiles:  # each case a program of its own: JAX's are the five below and conformance/test_masks.py's
+        pytest.skip("JAX: test_masked_operators_under_jit_vmap_and_grad and conformance/test_masks.py (every masked spec)")
     fn, options = METHOD_CASES[case]
     got = backend.to_numpy(_call(fn, backend.asarray(PADDED), _as(backend, options), mask=backend.asarray(MASK)))
     expected = _compacted(fn, options, Y, MASK)
@@ -272,3 +274,45 @@ def test_masked_temperature_arrays_and_the_shorter_row_of_topk():
     with np.errstate(all="raise"):
         got = rankops.soft_topk_mask(PADDED, 1.5, method="lapsum", mask=MASK)
     assert np.isnan(got[1]).all() and np.isfinite(got[[0, 2, 4, 5]]).all()
+
+
+# -- losses ---------------------------------------------------------------------------------------
+
+TARGET = RNG.normal(size=Y.shape)
+LABELS = np.array([0, 4, 1, 2, 3, 5])  # a valid class on rows 0, 2, 4, 5 (checked below)
+RELEVANCE = RNG.integers(0, 4, size=Y.shape).astype(float)
+# loss(scores, second argument, mask): the second argument from _second(name, to, row)
+LOSS_CASES = {
+    "spearman_loss": lambda p, o, m: rankops.losses.spearman_loss(p, o, mask=m, strength=0.3),
+    "soft_spearman-lapsum": lambda p, o, m: rankops.losses.soft_spearman(p, o, mask=m, method="lapsum"),
+    "topk_loss-sinkhorn": lambda p, o, m: rankops.losses.topk_loss(p, o, 2, mask=m, method="sinkhorn", **SINKHORN),
+    "ndcg_loss-neuralsort": lambda p, o, m: rankops.losses.ndcg_loss(p, o, 2, mask=m, method="neuralsort"),
+    "quantile_loss-permutahedron": lambda p, o, m: rankops.losses.quantile_loss(p, o, 0.4, mask=m, method="permutahedron"),
+    "quantile_loss-sinkhorn": lambda p, o, m: rankops.losses.quantile_loss(p, o, 0.7, mask=m, **SINKHORN),
+    "pinball_loss": lambda p, o, m: rankops.losses.pinball_loss(p, o, 0.3, mask=m),
+}
+
+
+def _second(case, to, i=None):
+    """The loss's second argument: whole (the masked call), or row i's valid entries (the compacted one)."""
+    if case.startswith("topk"):  # each row's label: its index in the padded row, or among the valid classes
+        return to(LABELS if i is None else np.asarray(int(np.cumsum(MASK[i])[LABELS[i]] - 1)))
+    a = RELEVANCE if case.startswith("ndcg") else TARGET
+    return to(a if i is None else a[i][MASK[i]])
+
+
+@pytest.mark.parametrize("case", LOSS_CASES)
+def test_masked_losses_are_the_losses_of_the_valid_entries_alone(case):
+    loss = LOSS_CASES[case]
+    assert all(MASK[i, LABELS[i]] for i in (0, 2, 4, 5))
+    with np.errstate(all="raise"):  # no NumPy warning, NaN rows included
+        got = loss(PADDED, _second(case, np.asarray), MASK)
+    usable = [i for i in range(Y.shape[0]) if MASK[i].sum() >= 2]  # one entry: no correlation, no top 2 (NaN)
+    expected = [float(loss(Y[i][MASK[i]], _second(case, np.asarray, i), None)) for i in usable]
+    tol = 1e-8 if "sinkhorn" in case else 1e-12
+    assert_allclose(got[usable], expected, rtol=tol, atol=tol)
+    assert np.isnan(got[3])  # no valid entry
+    torch = pytest.importorskip("torch")
+    x = torch.tensor(PADDED, requires_grad=True)
+    torch.nansum(loss(x, _second(case, torch.tensor), torch.tensor(MASK))).backward()
+    assert np.all(x.grad.numpy()[~MASK] == 0.0) and np.isfinite(x.grad.numpy()[usable]).all()

@@ -51,11 +51,17 @@ SECTIONS = {
         weights : array, optional
             The entries' masses a (default uniform, 1/n): shaped like ``x``, or
             1-D of length n for every row; normalized per row, ``a = w / sum(w)``
-            (the squash does not see them); differentiable. Weighted sorts and
-            quantiles read the weighted quantile function; an integer weight k
-            is the entry repeated k times. A zero weight leaves its entry
-            without mass (its CDF and rank are 0/0, NaN); a row with a negative
-            or non-finite weight, or all zeros, is NaN; not with ``topk``.
+            (the squash does not see their values); differentiable. Weighted
+            sorts and quantiles read the weighted quantile function; an integer
+            weight k is the entry repeated k times. A zero weight is
+            ``mask=False`` there; a row with a negative or non-finite weight,
+            or all zeros, is NaN; not with ``topk``.
+        mask : bool array, optional
+            True for the valid entries (shaped like ``x``, or broadcastable to
+            it): each row's valid entries get the operator of those entries
+            alone, the others 0 and no gradient (a soft sort's n_v values come
+            first); a row without a valid entry is NaN. Ragged rows, padded
+            (see docs/api.md, "Ragged rows").
     """,
     "cost_power": """
         power : float, default 2

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import math
 import numbers
 from typing import Any, Callable
 
@@ -65,6 +66,24 @@ def rows(where: str, axis: Any, arrays: dict[str, Any], *, also: dict[str, Any] 
     return p.xp, axis, [p.x] + [prepare(b, axis=axis, name=name, one_axis_for=where).x for name, b in rest]
 
 
+def with_mask(mask: Any) -> dict[str, Any]:
+    """A loss's mask among the arrays :func:`rows` checks (namespace and device), when there is one."""
+    return {} if mask is None else {"mask": mask}
+
+
+def row_mask(xp: Any, mask: Any, like: Any, axis: int) -> Any:
+    """A loss's ``mask`` (bool, broadcastable to ``like``'s shape; None: none) with ``axis`` last, like the rows."""
+    if mask is None:
+        return None
+    if mask.dtype != xp.bool:
+        raise TypeError(f"mask must be a bool array (True for the valid entries), got dtype {mask.dtype}")
+    try:
+        mask = xp.broadcast_to(mask, tuple(like.shape))
+    except (ValueError, RuntimeError) as exc:
+        raise ValueError(f"mask of shape {tuple(mask.shape)} does not broadcast to {tuple(like.shape)}") from exc
+    return _last(xp, mask, axis)
+
+
 def _one_hot(xp: Any, index: Any, n: int) -> Any:
     """``index[..., None] == arange(n)``: a gather as a mask, which every backend (Dask included) has."""
     return index[..., None] == xp.arange(n, device=array_api_compat.device(index))
@@ -109,14 +128,33 @@ def rankdata(xp: Any, t: Any) -> Any:
     return get_adapter(xp).rows(xp, _rankdata, t, dtype=t.dtype)
 
 
-def _pearson(xp: Any, a: Any, b: Any) -> Any:
-    """Pearson's correlation of matching rows (last axis); NaN for a constant row, as in SciPy."""
-    ac = a - xp.mean(a, axis=-1, keepdims=True)
-    bc = b - xp.mean(b, axis=-1, keepdims=True)
-    return xp.sum(ac * bc, axis=-1) / xp.sqrt(xp.sum(ac * ac, axis=-1) * xp.sum(bc * bc, axis=-1))
+def _pearson(xp: Any, a: Any, b: Any, valid: Any = None) -> Any:
+    """Pearson's correlation of matching rows (last axis); NaN for a constant row, as in SciPy.
+
+    ``valid``: over each row's valid entries only (a mask; NaN, quietly, for a row of fewer than two).
+    """
+    if valid is None:
+        ac = a - xp.mean(a, axis=-1, keepdims=True)
+        bc = b - xp.mean(b, axis=-1, keepdims=True)
+        return xp.sum(ac * bc, axis=-1) / xp.sqrt(xp.sum(ac * ac, axis=-1) * xp.sum(bc * bc, axis=-1))
+    w = xp.astype(valid, a.dtype)
+    count = xp.sum(w, axis=-1, keepdims=True)
+    count = xp.where(count > 0, count, xp.ones_like(count))
+    a, b = xp.where(valid, a, xp.zeros_like(a)), xp.where(valid, b, xp.zeros_like(b))
+    ac = w * (a - xp.sum(a, axis=-1, keepdims=True) / count)
+    bc = w * (b - xp.sum(b, axis=-1, keepdims=True) / count)
+    den = xp.sum(ac * ac, axis=-1) * xp.sum(bc * bc, axis=-1)
+    spread = den > 0
+    return xp.where(spread, xp.sum(ac * bc, axis=-1) / xp.sqrt(xp.where(spread, den, xp.ones_like(den))), math.nan)
 
 
 # docstring sections of the losses (filled by ``_lib._docs.fill_doc``)
+MASK = """
+mask : bool array, optional
+    True for the valid entries (shaped like the input, or broadcastable to
+    it): each row's loss is that of its valid entries alone, the others get
+    no gradient; a row without a valid entry is NaN (docs/api.md, "Ragged rows").
+"""
 RANK_METHOD = """
 method : str, default "permutahedron"
     Any method of :func:`rankops.soft_rank`; ``**options`` are its options.

@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from ..kernels import soft_kendall_tau
 from ..sorting import soft_rank
 from .._lib._docs import fill_doc
-from ._common import RANK_METHOD, per_row_returns, DEFAULT_METHOD, _pearson, in_float32, rankdata, rows
+from ._common import MASK, RANK_METHOD, per_row_returns, DEFAULT_METHOD, _pearson, in_float32, rankdata, row_mask, rows, with_mask
 
 __all__ = ["spearman_loss", "soft_spearman", "kendall_loss"]
 
 
 @in_float32
-@fill_doc(returns=per_row_returns("``pred``'s"), rank_method=RANK_METHOD)
-def spearman_loss(pred: Any, target: Any, /, *, axis: int = -1, method: str = DEFAULT_METHOD, **options: Any) -> Any:
+@fill_doc(returns=per_row_returns("``pred``'s"), rank_method=RANK_METHOD, mask=MASK)
+def spearman_loss(pred: Any, target: Any, /, *, mask: Any = None, axis: int = -1, method: str = DEFAULT_METHOD, **options: Any) -> Any:
     r"""``1 - corr(soft_rank(pred), rankdata(target))``: a differentiable Spearman loss per row.
 
     ``corr`` is Pearson's correlation along ``axis``; ``rankdata(target)``
@@ -31,6 +32,7 @@ def spearman_loss(pred: Any, target: Any, /, *, axis: int = -1, method: str = DE
         Predictions; every axis but ``axis`` is a batch axis. Differentiable.
     target : array
         Same shape, namespace and device; any real dtype.
+    %(mask)s
     axis : int, default -1
         The axis along which the rows are ranked.
     %(rank_method)s
@@ -40,14 +42,18 @@ def spearman_loss(pred: Any, target: Any, /, *, axis: int = -1, method: str = DE
     >>> round(float(rankops.losses.spearman_loss(pred, target, strength=1e-3)), 6)   # 1 - spearmanr = 1 - 0.8
     0.2
     """
-    xp, _, (p, t) = rows("losses.spearman_loss", axis, {"pred": pred, "target": target})
-    r = soft_rank(p, method=method, **options)
-    return 1 - _pearson(xp, r, rankdata(xp, xp.astype(t, r.dtype)))
+    xp, axis, (p, t) = rows("losses.spearman_loss", axis, {"pred": pred, "target": target}, also=with_mask(mask))
+    m = row_mask(xp, mask, pred, axis)
+    r = soft_rank(p, method=method, mask=m, **options)
+    t = xp.astype(t, r.dtype)
+    if m is not None:  # the valid targets' ranks among themselves: the others rank above them all
+        t = xp.where(m, t, xp.full_like(t, math.inf))
+    return 1 - _pearson(xp, r, rankdata(xp, t), m)
 
 
 @in_float32
-@fill_doc(returns=per_row_returns("``x``'s"), rank_method=RANK_METHOD)
-def soft_spearman(x: Any, y: Any, /, *, axis: int = -1, method: str = DEFAULT_METHOD, **options: Any) -> Any:
+@fill_doc(returns=per_row_returns("``x``'s"), rank_method=RANK_METHOD, mask=MASK)
+def soft_spearman(x: Any, y: Any, /, *, mask: Any = None, axis: int = -1, method: str = DEFAULT_METHOD, **options: Any) -> Any:
     r"""``corr(soft_rank(x), soft_rank(y))``: a soft Spearman correlation, differentiable in both arguments.
 
     For two learned scorings of the same items (agreement between two
@@ -60,6 +66,7 @@ def soft_spearman(x: Any, y: Any, /, *, axis: int = -1, method: str = DEFAULT_ME
     ----------
     x, y : array
         Same shape, namespace and device; every axis but ``axis`` is a batch axis.
+    %(mask)s
     axis : int, default -1
         The axis along which the rows are ranked.
     %(rank_method)s
@@ -69,8 +76,10 @@ def soft_spearman(x: Any, y: Any, /, *, axis: int = -1, method: str = DEFAULT_ME
     >>> round(float(rankops.losses.soft_spearman(x, y, strength=1e-3)), 6)   # scipy.stats.spearmanr
     0.8
     """
-    xp, _, (x, y) = rows("losses.soft_spearman", axis, {"x": x, "y": y})
-    return _pearson(xp, soft_rank(x, method=method, **options), soft_rank(y, method=method, **options))
+    xp, axis, (xr, yr) = rows("losses.soft_spearman", axis, {"x": x, "y": y}, also=with_mask(mask))
+    m = row_mask(xp, mask, x, axis)
+    return _pearson(xp, soft_rank(xr, method=method, mask=m, **options), soft_rank(yr, method=method, mask=m, **options), m)
+
 
 
 # tanh(_SHARP * d) rounds to exactly 1 in float64 for every rank gap d >= 1/2

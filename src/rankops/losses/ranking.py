@@ -15,7 +15,7 @@ from ..permutations import diffsort, neuralsort, softsort
 from ..sinkhorn import SOLVER_OPTIONS, TransportOptions, sinkhorn
 from ..sorting import soft_rank
 from .._lib._docs import fill_doc
-from ._common import RANK_METHOD, per_row_returns, DEFAULT_METHOD, _last, _one_hot, _row_count, _same_shape, at_label, class_labels, in_float32, rows
+from ._common import MASK, RANK_METHOD, per_row_returns, DEFAULT_METHOD, _one_hot, _row_count, at_label, class_labels, in_float32, row_mask, rows, with_mask
 
 __all__ = ["topk_loss", "ndcg_loss", "permutation_loss", "MATRIX_METHODS"]
 
@@ -23,8 +23,9 @@ MATRIX_METHODS = ("neuralsort", "softsort", "sinkhorn", "diffsort")
 
 
 @in_float32
-@fill_doc(returns=per_row_returns("``scores``'", ", values >= 0"), rank_method=RANK_METHOD)
-def topk_loss(scores: Any, labels: Any, k: int, /, *, axis: int = -1, method: str = DEFAULT_METHOD, **options: Any) -> Any:
+@fill_doc(returns=per_row_returns("``scores``'", ", values >= 0"), rank_method=RANK_METHOD, mask=MASK)
+def topk_loss(scores: Any, labels: Any, k: int, /, *, mask: Any = None, axis: int = -1, method: str = DEFAULT_METHOD,
+              **options: Any) -> Any:
     r"""The top-k loss of Cuturi et al. (2019, paper 002): ``relu(n - k + 1 - soft_rank(scores)[label])``.
 
     With ascending 1-based soft ranks, the true class is among the k largest
@@ -49,7 +50,8 @@ def topk_loss(scores: Any, labels: Any, k: int, /, *, axis: int = -1, method: st
         ``n - k + 1`` (no class matched), not an error: checking would read
         the data.
     k : int
-        1 <= k <= n.
+        1 <= k <= n (a masked row of n_v < k valid classes is NaN).
+    %(mask)s
     axis : int, default -1
         The class axis.
     %(rank_method)s
@@ -59,13 +61,17 @@ def topk_loss(scores: Any, labels: Any, k: int, /, *, axis: int = -1, method: st
     >>> rankops.losses.topk_loss(scores, np.array([2, 1]), 2, strength=1e-3)   # row 1: class 1 ranks last
     array([0., 2.])
     """
-    xp, axis, (s,) = rows("losses.topk_loss", axis, {"scores": scores}, also={"labels": labels})
+    xp, axis, (s,) = rows("losses.topk_loss", axis, {"scores": scores}, also={"labels": labels, **with_mask(mask)})
     n = s.shape[-1]
     k = _row_count(n, k)
     class_labels(xp, scores, labels, axis)
-    label_rank = at_label(xp, _one_hot(xp, labels, n), soft_rank(s, method=method, **options))
-    margin = (n - k + 1) - label_rank
-    return xp.maximum(margin, xp.zeros_like(margin))
+    m = row_mask(xp, mask, scores, axis)
+    label_rank = at_label(xp, _one_hot(xp, labels, n), soft_rank(s, method=method, mask=m, **options))
+    # the valid classes' ranks run 1..n_v: a row of fewer than k is outside k's domain, NaN
+    count = n if m is None else xp.sum(xp.astype(m, s.dtype), axis=-1)
+    margin = (count - k + 1) - label_rank
+    loss = xp.maximum(margin, xp.zeros_like(margin))
+    return loss if m is None else xp.where(count >= k, loss, math.nan)
 
 
 def _descending(xp: Any, a: Any) -> Any:
@@ -73,7 +79,7 @@ def _descending(xp: Any, a: Any) -> Any:
 
 
 @in_float32
-@fill_doc(returns=per_row_returns("``scores``'", ", values in [0, 1] in the hard limit"), rank_method=RANK_METHOD)
+@fill_doc(returns=per_row_returns("``scores``'", ", values in [0, 1] in the hard limit"), rank_method=RANK_METHOD, mask=MASK)
 def ndcg_loss(scores: Any, relevance: Any, /, k: int | None = None, *, mask: Any = None, axis: int = -1,
               gain: str = "exp", method: str = DEFAULT_METHOD, **options: Any) -> Any:
     r"""``1 - NDCG@k`` with soft ranks in the discounts: a differentiable ranking loss for lists, ragged ones included.
@@ -102,12 +108,7 @@ def ndcg_loss(scores: Any, relevance: Any, /, k: int | None = None, *, mask: Any
         Same shape; graded relevance >= 0 (data: no gradient).
     k : int, optional
         Cut-off in [1, n]; ``None``: the whole list.
-    mask : bool array, optional
-        Same shape; False marks padding of a ragged list. Padding gets no
-        gain and is scored below every entry of its row (gradient 0), so in
-        the hard limit the loss equals that of the unpadded list; a
-        relaxation that looks at the whole row (Sinkhorn's standardizing
-        squash, NeuralSort) still sees the padding's positions.
+    %(mask)s
     axis : int, default -1
         The list axis.
     gain : {"exp", "linear"}, default "exp"
@@ -118,34 +119,27 @@ def ndcg_loss(scores: Any, relevance: Any, /, k: int | None = None, *, mask: Any
     >>> round(float(rankops.losses.ndcg_loss(scores, rel, strength=1e-3)), 4)   # 1 - NDCG: best item ranked last
     0.4131
     """
-    also = None if mask is None else {"mask": mask}
-    xp, axis, (s, rel) = rows("losses.ndcg_loss", axis, {"scores": scores, "relevance": relevance}, also=also)
+    xp, axis, (s, rel) = rows("losses.ndcg_loss", axis, {"scores": scores, "relevance": relevance}, also=with_mask(mask))
     n = s.shape[-1]
     k = n if k is None else _row_count(n, k)
     if gain not in ("exp", "linear"):
         raise ValueError(f"gain must be 'exp' or 'linear', got {gain!r}")
     rel = xp.astype(rel, s.dtype)
     g = 2.0**rel - 1.0 if gain == "exp" else rel
-    if mask is not None:
-        _same_shape(scores, mask, ("scores", "mask"))
-        if mask.dtype != xp.bool:
-            raise TypeError(f"mask must be a boolean array (False marks padding), got dtype {mask.dtype}")
-        valid = _last(xp, mask, axis)
-        inf = xp.asarray(math.inf, dtype=s.dtype, device=array_api_compat.device(s))
-        lo = xp.min(xp.where(valid, s, inf), axis=-1, keepdims=True)
-        hi = xp.max(xp.where(valid, s, -inf), axis=-1, keepdims=True)
-        # one range (plus one) below the row's valid entries; an all-padding row gets 0
-        pad = xp.where(lo <= hi, 2 * lo - hi - 1, xp.zeros_like(lo))
-        s = xp.where(valid, s, pad)
-        g = xp.where(valid, g, xp.zeros_like(g))
-    r = soft_rank(s, axis=-1, descending=True, method=method, **options)
+    m = row_mask(xp, mask, scores, axis)
+    r = soft_rank(s, axis=-1, descending=True, method=method, mask=m, **options)
+    if m is not None:  # padding: no gain, and a rank of 1 where the operator gives 0 (no log2(1) = 0 to divide by)
+        g = xp.where(m, g, xp.zeros_like(g))
+        r = xp.where(m, r, xp.ones_like(r))
     cut = xp.clip(k + 1 - r, 0, 1)
     dcg = xp.sum(g * cut / xp.log2(1 + r), axis=-1)
     pos = xp.arange(1, n + 1, dtype=s.dtype, device=array_api_compat.device(s))
     ideal_discount = xp.where(pos <= k, 1 / xp.log2(1 + pos), xp.zeros_like(pos))
     idcg = xp.sum(get_adapter(xp).rows(xp, _descending, g, dtype=g.dtype) * ideal_discount, axis=-1)
     some = idcg > 0
-    return 1 - xp.where(some, dcg / xp.where(some, idcg, xp.ones_like(idcg)), xp.zeros_like(dcg))
+    loss = 1 - xp.where(some, dcg / xp.where(some, idcg, xp.ones_like(idcg)), xp.zeros_like(dcg))
+    return loss if m is None else xp.where(xp.any(m, axis=-1), loss, math.nan)
+
 
 
 def _log_matrix(xp: Any, s: Any, method: str, options: dict[str, Any]) -> Any:

@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from ..sorting import soft_sort
 from ..transport import soft_quantile
+from .._lib._adapters import get_adapter
 from .._lib._docs import fill_doc
-from ._common import per_row_returns, _level, in_float32, rows
+from ._common import MASK, per_row_returns, _level, in_float32, row_mask, rows, with_mask
 
 __all__ = ["quantile_loss", "pinball_loss"]
 
 
 @in_float32
-@fill_doc(returns=per_row_returns("``pred``'s"))
-def quantile_loss(pred: Any, target: Any, q: float, /, *, axis: int = -1, method: str = "sinkhorn", **options: Any) -> Any:
+@fill_doc(returns=per_row_returns("``pred``'s"), mask=MASK)
+def quantile_loss(pred: Any, target: Any, q: float, /, *, mask: Any = None, axis: int = -1, method: str = "sinkhorn",
+                  **options: Any) -> Any:
     r"""The soft q-quantile of the absolute residuals ``|target - pred|`` along ``axis``: a robust regression objective.
 
     001 Sec. 4 (Cuturi, Teboul & Vert 2019) trains regressors by minimising
@@ -39,6 +42,7 @@ def quantile_loss(pred: Any, target: Any, q: float, /, *, axis: int = -1, method
         axis. Differentiable in both.
     q : float
         Level in [0, 1].
+    %(mask)s
     axis : int, default -1
     method : str, default "sinkhorn"
 
@@ -47,22 +51,33 @@ def quantile_loss(pred: Any, target: Any, q: float, /, *, axis: int = -1, method
     >>> round(float(rankops.losses.quantile_loss(pred, target, 0.5, method="permutahedron", strength=1e-3)), 6)
     0.3
     """
-    xp, _, (pred, target) = rows("losses.quantile_loss", axis, {"pred": pred, "target": target})
+    xp, axis, (p, t) = rows("losses.quantile_loss", axis, {"pred": pred, "target": target}, also=with_mask(mask))
     q = _level(q)
-    r = xp.abs(target - pred)
+    m = row_mask(xp, mask, pred, axis)
+    r = xp.abs(t - p)
     if method == "sinkhorn":
-        return soft_quantile(r, q, **options)
-    srt = soft_sort(r, method=method, **options)
+        return soft_quantile(r, q, mask=m, **options)
+    srt = soft_sort(r, method=method, mask=m, **options)
     n = srt.shape[-1]
-    pos = q * (n - 1)
-    i = min(int(pos), n - 1)
-    w = pos - i
-    return srt[..., i] if w == 0 else (1 - w) * srt[..., i] + w * srt[..., i + 1]
+    if m is None:
+        pos = q * (n - 1)
+        i = min(int(pos), n - 1)
+        w = pos - i
+        return srt[..., i] if w == 0 else (1 - w) * srt[..., i] + w * srt[..., i + 1]
+    # each row's own position q (n_v - 1) among its n_v sorted valid values (the first n_v)
+    adapter = get_adapter(xp)
+    count = xp.sum(xp.astype(m, srt.dtype), axis=-1, keepdims=True)
+    pos = q * xp.maximum(count - 1, xp.zeros_like(count))
+    lo = xp.astype(xp.floor(pos), xp.int64)
+    hi = xp.minimum(lo + 1, xp.astype(xp.maximum(count - 1, xp.zeros_like(count)), xp.int64))
+    w = pos - xp.floor(pos)
+    value = ((1 - w) * adapter.take(xp, srt, lo) + w * adapter.take(xp, srt, hi))[..., 0]
+    return xp.where(count[..., 0] > 0, value, math.nan)
 
 
 @in_float32
-@fill_doc(returns=per_row_returns("``pred``'s"))
-def pinball_loss(pred: Any, target: Any, q: float, /, *, axis: int = -1) -> Any:
+@fill_doc(returns=per_row_returns("``pred``'s"), mask=MASK)
+def pinball_loss(pred: Any, target: Any, q: float, /, *, mask: Any = None, axis: int = -1) -> Any:
     r"""The pinball (check) loss of quantile regression, ``mean(max(q r, (q - 1) r))``, ``r = target - pred``.
 
     Koenker & Bassett (1978): its minimiser over constants is the q-quantile
@@ -75,13 +90,20 @@ def pinball_loss(pred: Any, target: Any, q: float, /, *, axis: int = -1) -> Any:
         Same shape; the mean is taken along ``axis``.
     q : float
         Level in [0, 1].
+    %(mask)s
     axis : int, default -1
 
     %(returns)s
     >>> float(rankops.losses.pinball_loss(np.zeros(2), np.array([1.0, -1.0]), 0.9))   # (0.9 + 0.1) / 2
     0.5
     """
-    xp, _, (pred, target) = rows("losses.pinball_loss", axis, {"pred": pred, "target": target})
+    xp, axis, (p, t) = rows("losses.pinball_loss", axis, {"pred": pred, "target": target}, also=with_mask(mask))
     q = _level(q)
-    r = target - pred
-    return xp.mean(xp.maximum(q * r, (q - 1) * r), axis=-1)
+    m = row_mask(xp, mask, pred, axis)
+    r = t - p
+    check = xp.maximum(q * r, (q - 1) * r)
+    if m is None:
+        return xp.mean(check, axis=-1)
+    count = xp.sum(xp.astype(m, check.dtype), axis=-1)
+    total = xp.sum(xp.where(m, check, xp.zeros_like(check)), axis=-1)
+    return xp.where(count > 0, total / xp.where(count > 0, count, xp.ones_like(count)), math.nan)
