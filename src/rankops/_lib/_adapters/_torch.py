@@ -233,7 +233,12 @@ class Torch(Generic):
 
     def custom_vjp(self, xp: Any, fwd: Any, bwd: Any, arrays: tuple[Any, ...], n_diff: int, residuals: Any = None) -> tuple[Any, ...]:
         """Registered as a ``torch.autograd.Function``; without ``residuals`` a ``create_graph=True`` pass raises
-        instead of silently returning a wrong second derivative."""
+        instead of silently returning a wrong second derivative. Where no gradient is wanted (no input requires
+        one, or grad mode is off) the forward runs alone: nothing to save, and ``torch.compile`` of an
+        inference call with several array inputs does not go through ``autograd.Function`` at all (its
+        trace of one failed to unpack the arguments, torch 2.13)."""
+        if not torch.is_grad_enabled() or not any(a.requires_grad for a in arrays if isinstance(a, torch.Tensor)):
+            return tuple(fwd(xp, *arrays)[0])
         return _Custom.apply((xp, fwd, bwd, n_diff, residuals), *arrays)
 
     def autodiff_vjp(self, f: Any, leaves: list[Any], outputs: Any) -> tuple[Any, tuple[Any, ...], Any]:
