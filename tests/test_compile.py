@@ -35,7 +35,7 @@ CASES = {
     "soft_rank[sinkhorn, max_iter=25]": lambda x: rankops.soft_rank(x, max_iter=25, epsilon=0.01),
     "soft_quantile[sinkhorn, implicit]": lambda x: rankops.soft_quantile(x, 0.3, implicit=True, tol=1e-12, max_iter=5000),
     "losses.spearman_loss[sinkhorn]": lambda x: rankops.losses.spearman_loss(x, torch.flip(x, (-1,)), method="sinkhorn", tol=1e-12, max_iter=5000),
-    # ragged rows: the mask enters each hand-written backward (as 0/1: a bool tensor would not trace)
+    # ragged rows: the mask enters each hand-written backward as an array argument
     "soft_rank[lapsum, mask]": lambda x: rankops.soft_rank(x, method="lapsum", mask=_RAGGED),
     "soft_sort[diffsort, bitonic, mask]": lambda x: rankops.soft_sort(x, method="diffsort", network="bitonic", mask=_RAGGED),
     "soft_sort[sinkhorn, mask]": lambda x: rankops.soft_sort(x, mask=_RAGGED, tol=1e-12, max_iter=5000),

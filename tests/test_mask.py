@@ -290,6 +290,8 @@ LOSS_CASES = {
     "quantile_loss-permutahedron": lambda p, o, m: rankops.losses.quantile_loss(p, o, 0.4, mask=m, method="permutahedron"),
     "quantile_loss-sinkhorn": lambda p, o, m: rankops.losses.quantile_loss(p, o, 0.7, mask=m, **SINKHORN),
     "pinball_loss": lambda p, o, m: rankops.losses.pinball_loss(p, o, 0.3, mask=m),
+    "kendall_loss": lambda p, o, m: rankops.losses.kendall_loss(p, o, mask=m, tau=0.5),
+    "soft_kendall_tau": lambda p, o, m: rankops.soft_kendall_tau(p, o, mask=m, tau=0.3),
 }
 
 

@@ -14,7 +14,7 @@ import dataclasses
 import math
 from typing import Any
 
-from ._cores import kendall
+from ._cores import kendall, masked
 from ._cores.soft_kendall import soft_kendall_core
 from ._lib._adapters import get_adapter
 from ._lib._calls import ALONG, REDUCED, Along, Call, Prepared, operator, prepare
@@ -174,7 +174,9 @@ def _non_negative(value: Any, name: str) -> Any:
 
 
 @operator(methods=("soft_kendall_tau",))
-def soft_kendall_tau(x: Array, y: Array, /, *, axis: int | tuple[int, ...] = -1, tau: float = 0.1) -> Call[Array]:
+def soft_kendall_tau(
+    x: Array, y: Array, /, *, axis: int | tuple[int, ...] = -1, tau: float = 0.1, mask: Array | None = None
+) -> Call[Array]:
     r"""A differentiable Kendall tau-a between matching vectors of ``x`` and ``y``.
 
     ``T(x, y) = sum_{i<j} tanh((x_i - x_j)/tau) tanh((y_i - y_j)/tau) / (p (p-1)/2)``:
@@ -196,6 +198,10 @@ def soft_kendall_tau(x: Array, y: Array, /, *, axis: int | tuple[int, ...] = -1,
         increasing order; all of them dropped from the output).
     tau : float, default 0.1
         Width of the smooth sign (> 0), in the units of the data.
+    mask : bool array, optional
+        True for the valid entries (shaped like ``x``, or broadcastable): the
+        pairs of each row's p_v valid entries, ``P = p_v (p_v - 1) / 2``; no
+        gradient off the mask, NaN for a row without a valid entry.
 
     Returns
     -------
@@ -210,10 +216,10 @@ def soft_kendall_tau(x: Array, y: Array, /, *, axis: int | tuple[int, ...] = -1,
     >>> round(float(rankops.soft_kendall_tau(x, y, tau=1e-3)), 6)   # tau-a: (5 - 1) / 6
     0.666667
     """
-    return _bind_soft_kendall_tau(x, y, axis, tau)
+    return _bind_soft_kendall_tau(x, y, axis, tau, mask)
 
 
-def _bind_soft_kendall_tau(x: Any, y: Any, axis: Any, tau: float) -> Call[Array]:
+def _bind_soft_kendall_tau(x: Any, y: Any, axis: Any, tau: float, mask: Any = None) -> Call[Array]:
     """``rankops.soft_kendall_tau``: ``x`` and ``y`` broadcast to one shape, entries along ``axis`` (or a tuple of axes)."""
     xp = namespace(x, y, names=("x", "y"))
     if tuple(x.shape) != tuple(y.shape):
@@ -222,9 +228,9 @@ def _bind_soft_kendall_tau(x: Any, y: Any, axis: Any, tau: float) -> Call[Array]
         except ValueError as err:  # the message names both shapes
             raise ValueError(f"x {tuple(x.shape)} and y {tuple(y.shape)} must have broadcastable shapes") from err
     opts, _ = SoftKendallOptions.parse({"tau": tau}, "soft_kendall_tau")
-    p = prepare(x, axis=axis, opts=opts, arrays={"y": y})
+    p = prepare(x, axis=axis, opts=opts, arrays={"y": y, **masked.arrays(mask)})
     y = p.layout.to_core(xp.astype(y, p.x.dtype) if y.dtype != p.x.dtype else y, ALONG)  # laid out as x (several axes: merged alike)
-    return Call(soft_kendall_core, p, opts, {"y": y}, readout=Along(REDUCED), along=("y",))
+    return Call(soft_kendall_core, p, opts, masked.bound(p, {"y": y}, mask), readout=Along(REDUCED), along=("y",))
 
 
 def suquan_targets(h: Any, /, *, low: float = 0.0, high: float = 1.0) -> Any:

@@ -238,13 +238,13 @@ def soft_topk_mask(x: Array, /, k: float | Array, *, axis: int | tuple[int, ...]
         (``"lapsum"``).
     method : {"sinkhorn", "lapsum"}, default "sinkhorn"
         ``"lapsum"`` takes the one option ``alpha`` (float, default 1.0).
+
+    %(sinkhorn_other_parameters)s
     mask : bool array, optional
         True for the valid entries: the top k of each row's n_v valid
         entries, 0 elsewhere; a row with no valid entry, or too few for k
         (Sinkhorn: k > n_v; LapSum: k >= n_v), is NaN. See docs/api.md,
         "Ragged rows".
-
-    %(sinkhorn_other_parameters)s
 
     Returns
     -------

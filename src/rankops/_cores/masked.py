@@ -112,25 +112,9 @@ def backward(
     """
     if mask is None:
         return custom_backward(xp, fwd, bwd, arrays, names=names, residuals=residuals)
-    outs, back = custom_backward(xp, *as_floats(fwd, residuals), bwd, (entered(xp, arrays[0], mask), *arrays[1:], carried(xp, mask, arrays[0])),
-                                 names=(*names, "mask"), residuals=None if residuals is None else as_floats(residuals, None)[0])
+    outs, back = custom_backward(xp, fwd, bwd, (entered(xp, arrays[0], mask), *arrays[1:], mask), names=(*names, "mask"),
+                                 residuals=residuals)
     return finished(xp, outs, back, mask, prefix(xp, mask) if positional else mask)
-
-
-def carried(xp: Any, mask: Any, like: Any) -> Any:
-    """The mask as 0/1 in ``like``'s dtype, to enter a hand-written backward's forward: ``torch.compile`` does not
-    trace a bool tensor into a ``torch.autograd.Function``. :func:`as_floats` turns it back."""
-    return xp.astype(mask, like.dtype)
-
-
-def as_floats(fn: Any, _: Any = None) -> tuple[Any]:
-    """``fn(xp, *arrays)`` that takes its last array as :func:`carried`'s 0/1 and passes on the bool mask."""
-
-    @functools.wraps(fn)
-    def run(xp: Any, *arrays: Any) -> Any:
-        return fn(xp, *arrays[:-1], arrays[-1] > 0)
-
-    return (run,)
 
 
 def prefix(xp: Any, mask: Any) -> Any:

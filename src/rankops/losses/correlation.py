@@ -87,8 +87,8 @@ _SHARP = 40.0
 
 
 @in_float32
-@fill_doc(returns=per_row_returns("``pred``'s"))
-def kendall_loss(pred: Any, target: Any, /, *, axis: int = -1, tau: float = 0.1) -> Any:
+@fill_doc(returns=per_row_returns("``pred``'s"), mask=MASK)
+def kendall_loss(pred: Any, target: Any, /, *, mask: Any = None, axis: int = -1, tau: float = 0.1) -> Any:
     r"""``1 - T(pred, target)``: the smooth Kendall tau of :func:`rankops.soft_kendall_tau` as a loss.
 
     ``T = sum_{i<j} tanh((pred_i - pred_j)/tau) sign(target_i - target_j) / P``,
@@ -102,6 +102,7 @@ def kendall_loss(pred: Any, target: Any, /, *, axis: int = -1, tau: float = 0.1)
     ----------
     pred, target : array
         Same shape, namespace and device; every axis but ``axis`` is a batch axis.
+    %(mask)s
     axis : int, default -1
         The axis of the entries.
     tau : float, default 0.1
@@ -112,7 +113,11 @@ def kendall_loss(pred: Any, target: Any, /, *, axis: int = -1, tau: float = 0.1)
     >>> round(float(rankops.losses.kendall_loss(pred, target, tau=1e-4)), 6)   # 1 - tau_a = 1 - 4/6
     0.333333
     """
-    xp, _, (p, t) = rows("losses.kendall_loss", axis, {"pred": pred, "target": target})
+    xp, axis, (p, t) = rows("losses.kendall_loss", axis, {"pred": pred, "target": target}, also=with_mask(mask))
+    m = row_mask(xp, mask, pred, axis)
+    t = xp.astype(t, p.dtype)
+    if m is not None:  # the valid targets' ranks among themselves
+        t = xp.where(m, t, xp.full_like(t, math.inf))
     # the targets' pair signs through the same smooth sign: rank gaps (>= 1/2 unless tied) scaled so that tanh is exactly +-1
-    sharp = rankdata(xp, xp.astype(t, p.dtype)) * (_SHARP * tau)
-    return 1 - soft_kendall_tau(p, sharp, axis=-1, tau=tau)
+    sharp = rankdata(xp, t) * (_SHARP * tau)
+    return 1 - soft_kendall_tau(p, sharp, axis=-1, tau=tau, mask=m)
