@@ -291,6 +291,9 @@ LOSS_CASES = {
     "quantile_loss-sinkhorn": lambda p, o, m: rankops.losses.quantile_loss(p, o, 0.7, mask=m, **SINKHORN),
     "pinball_loss": lambda p, o, m: rankops.losses.pinball_loss(p, o, 0.3, mask=m),
     "kendall_loss": lambda p, o, m: rankops.losses.kendall_loss(p, o, mask=m, tau=0.5),
+    "permutation_loss-neuralsort": lambda p, o, m: rankops.losses.permutation_loss(p, o, mask=m, tau=0.7),
+    "permutation_loss-diffsort": lambda p, o, m: rankops.losses.permutation_loss(p, o, mask=m, method="diffsort", steepness=3.0),
+    "permutation_loss-sinkhorn": lambda p, o, m: rankops.losses.permutation_loss(p, o, mask=m, method="sinkhorn", **SINKHORN),
     "soft_kendall_tau": lambda p, o, m: rankops.soft_kendall_tau(p, o, mask=m, tau=0.3),
 }
 
@@ -318,3 +321,26 @@ def test_masked_losses_are_the_losses_of_the_valid_entries_alone(case):
     x = torch.tensor(PADDED, requires_grad=True)
     torch.nansum(loss(x, _second(case, torch.tensor), torch.tensor(MASK))).backward()
     assert np.all(x.grad.numpy()[~MASK] == 0.0) and np.isfinite(x.grad.numpy()[usable]).all()
+
+
+@pytest.mark.parametrize("fn, options", [(rankops.softsort, {"tau": 0.5, "power": 2.0}), (rankops.neuralsort, {"tau": 0.7, "hard": True}),
+                                         (rankops.diffsort, {"steepness": 3.0, "network": "bitonic", "descending": True})],
+                         ids=["softsort", "neuralsort-hard", "diffsort"])
+def test_masked_matrices_are_the_matrices_of_the_valid_entries_alone(fn, options):
+    """The first n_v rows and the valid entries' columns hold the matrix of those entries alone; the rest is 0."""
+    got = fn(PADDED, mask=MASK, **options)
+    for i in range(Y.shape[0]):
+        k = MASK[i].sum()
+        if k == 0:
+            assert np.isnan(got[i]).all()
+            continue
+        assert_allclose(got[i][:k][:, MASK[i]], fn(Y[i, MASK[i]], **options), rtol=1e-12, atol=1e-12)
+        assert np.all(got[i][k:] == 0.0) and np.all(got[i][:, ~MASK[i]] == 0.0)
+    ct = RNG.normal(size=got.shape)
+    _, pull = rankops.vjp(fn, PADDED, mask=MASK, **options)
+    (g,) = pull(np.where(np.isnan(got), 0.0, ct))
+    for i in np.flatnonzero(MASK.any(axis=1)):
+        k = MASK[i].sum()
+        _, pull_i = rankops.vjp(fn, Y[i, MASK[i]], **options)
+        assert_allclose(g[i][MASK[i]], pull_i(ct[i][:k][:, MASK[i]])[0], rtol=1e-12, atol=1e-12)
+    assert np.all(g[~MASK] == 0.0)

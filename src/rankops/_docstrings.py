@@ -106,6 +106,10 @@ SECTIONS = {
             fresh NumPy one, and is an error on JAX.
         n_samples : int, optional
             Prepend a sample axis of this length (``stochastic=True`` only).
+        mask : bool array, optional
+            True for the valid entries: each row's matrix is that of its n_v
+            valid entries alone, in the first n_v rows and their columns (the
+            rest 0; a row without a valid entry NaN). See docs/api.md, "Ragged rows".
     """,
     "matrix_returns": """
         Returns

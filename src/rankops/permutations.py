@@ -22,6 +22,7 @@ import numbers
 from typing import Any
 
 from ._cores import diffsort as _networks
+from ._cores import masked
 from ._cores.comparators import DISTRIBUTIONS
 from ._cores.networks import NETWORKS
 from ._cores.permutation import matrix_core
@@ -59,7 +60,7 @@ OPTION_NAMES = {"softsort": ("tau", "power", "hard", "block"), "neuralsort": ("t
 @operator(methods=("softsort",))
 @fill_doc(**SECTIONS)
 def softsort(s: Array, /, *, tau: Any = 1.0, power: Any = 1, descending: bool = True, hard: bool = False,
-             stochastic: bool = False, key: Any = None, n_samples: int | None = None) -> Call[Array]:
+             stochastic: bool = False, key: Any = None, n_samples: int | None = None, mask: Array | None = None) -> Call[Array]:
     """SoftSort relaxed permutation matrix of ``s`` along its last axis.
 
     ``P[i, j] = softmax_j(-|s_[i] - s_j| ** power / tau)``, ``s_[i]`` the i-th
@@ -84,13 +85,13 @@ def softsort(s: Array, /, *, tau: Any = 1.0, power: Any = 1, descending: bool = 
            [0.047, 0.952, 0.001]])
     """
     return _bind_matrix("softsort", s, {"tau": tau, "power": power, "hard": hard}, descending=descending, stochastic=stochastic,
-                       key=key, n_samples=n_samples)
+                       key=key, n_samples=n_samples, mask=mask)
 
 
 @operator(methods=("neuralsort",))
 @fill_doc(**SECTIONS)
 def neuralsort(s: Array, /, *, tau: Any = 1.0, descending: bool = True, hard: bool = False, stochastic: bool = False,
-               key: Any = None, n_samples: int | None = None) -> Call[Array]:
+               key: Any = None, n_samples: int | None = None, mask: Array | None = None) -> Call[Array]:
     """NeuralSort relaxed permutation matrix of ``s`` along its last axis.
 
     ``P[i, :] = softmax(((n + 1 - 2 i) s - A_s 1) / tau)``, i = 1..n,
@@ -112,7 +113,7 @@ def neuralsort(s: Array, /, *, tau: Any = 1.0, descending: bool = True, hard: bo
     array([2, 0, 1])
     """
     return _bind_matrix("neuralsort", s, {"tau": tau, "hard": hard}, descending=descending, stochastic=stochastic, key=key,
-                       n_samples=n_samples)
+                       n_samples=n_samples, mask=mask)
 
 
 def _art_lambda(value: Any, name: str) -> float:
@@ -143,7 +144,7 @@ class NetworkOptions(Options):
 @operator(methods=("diffsort",))
 @fill_doc(**SECTIONS)
 def diffsort(x: Array, /, *, network: str = "odd_even", distribution: str = "cauchy", steepness: float = 10.0,
-             art_lambda: float = 0.25, descending: bool = False) -> Call[Array]:
+             art_lambda: float = 0.25, descending: bool = False, mask: Array | None = None) -> Call[Array]:
     """Relaxed permutation matrix of a differentiable sorting network, along the last axis of ``x``.
 
     A sorting network (``"odd_even"``: odd-even transposition, n layers;
@@ -170,6 +171,10 @@ def diffsort(x: Array, /, *, network: str = "odd_even", distribution: str = "cau
         replacement trick).
     descending : bool, default False
         Row i the i-th largest when True.
+    mask : bool array, optional
+        True for the valid entries: each row's matrix is that of its n_v
+        valid entries alone, in the first n_v rows and their columns (the
+        rest 0; a row without a valid entry NaN). See docs/api.md, "Ragged rows".
 
     Returns
     -------
@@ -193,22 +198,25 @@ def diffsort(x: Array, /, *, network: str = "odd_even", distribution: str = "cau
     """
     opts, _ = NetworkOptions.parse({"network": network, "distribution": distribution, "steepness": steepness,
                                     "art_lambda": art_lambda}, "diffsort")
-    p = prepare(x, opts=opts)
-    return Call(_networks.matrix_core, p, opts, {"descending": boolean(descending, "descending")})
+    p = prepare(x, opts=opts, arrays=masked.arrays(mask))
+    return Call(_networks.matrix_core, p, opts, masked.bound(p, {"descending": boolean(descending, "descending")}, mask))
 
 
-def _bind_matrix(method: str, s: Any, options: dict[str, Any], *, descending: Any, stochastic: Any, key: Any, n_samples: Any) -> Call[Array]:
-    """The matrix of ``s`` (Gumbel-perturbed when ``stochastic``)."""
+def _bind_matrix(
+    method: str, s: Any, options: dict[str, Any], *, descending: Any, stochastic: Any, key: Any, n_samples: Any, mask: Any = None
+) -> Call[Array]:
+    """The matrix of ``s`` (Gumbel-perturbed when ``stochastic``; ``mask``: of each row's valid entries alone)."""
     opts, _ = PermutationOptions.parse(options, method, names=tuple(options))
     descending = boolean(descending, "descending")
     stochastic = boolean(stochastic, "stochastic")
     n_samples = optional_count(n_samples, "n_samples")
     if not stochastic and (key is not None or n_samples is not None):
         raise ValueError("key and n_samples are only used with stochastic=True")
-    p = prepare(s, name="s", opts=opts)
+    p = prepare(s, name="s", opts=opts, arrays=masked.arrays(mask))
+    params = masked.bound(p, {"method": method, "descending": descending}, mask)
     if stochastic:
         x = p.x
         shape = ((n_samples,) if n_samples is not None else ()) + tuple(x.shape)
         x = x + p.adapter.gumbel(p.xp, key, shape, x.dtype, p.device)
         p = dataclasses.replace(p, x=x, layout=dataclasses.replace(p.layout, axes=(x.ndim - 1,), shape=tuple(x.shape)))
-    return Call(matrix_core, p, opts, {"method": method, "descending": descending})
+    return Call(matrix_core, p, opts, params)

@@ -257,12 +257,13 @@ class _Rank(_Chained):
 class _Matrix(_Chained):
     rows = True
 
-    def fwd(self, xp: Any, x: Any) -> tuple[tuple[Any], tuple[Any, ...]]:
+    def fwd(self, xp: Any, x: Any, *valid: Any) -> tuple[tuple[Any], tuple[Any, ...]]:
         w = self.wiring(xp, x, x.shape[-1])
         n = x.shape[-1]
         eye = xp.broadcast_to(xp.eye(n, dtype=x.dtype, device=array_api_compat.device(x)), x.shape + (n,))
-        _, c, u, p, entering = self.layers(xp, w, self.signed(xp, x), eye)
-        return (self.nan_rows(xp, x, p),), (c, u, entering)
+        gate = self.gate(xp, w, valid[0]) if valid else None
+        _, c, u, p, entering = self.layers(xp, w, self.signed(xp, x), eye, gate=gate)
+        return (self.nan_rows(xp, x, p),), (c, u, entering, *valid)
 
 
 def _spec(cls: type, opts: Any, descending: bool, **extra: Any) -> Any:
@@ -278,19 +279,23 @@ def _run(xp: Any, spec: Any, x: Any, mask: Any, output: str) -> Any:
     inverse = adapter.invert_permutation(xp, order)
     valid = masked.prefix(xp, mask)
     (value,), back = custom_backward(xp, spec.fwd, spec.bwd, (adapter.take(xp, x, order), valid), names=("x", "mask"))
-    if output == "rank":  # the wires' ranks back to their entries
-        value, out_mask = adapter.take(xp, value, inverse), mask
-    else:
-        out_mask = valid
+
+    def items(a: Any, index: Any) -> Any:  # a's items (its last axis) by index: the ranks', or each matrix row's
+        return adapter.take(xp, a, index if a.ndim == index.ndim else xp.broadcast_to(index[..., None, :], a.shape))
+
+    if output != "sort":  # the items back in their own order
+        value = items(value, inverse)
 
     def pullback(cts: tuple[Any, ...]) -> dict[str, Any]:
-        (ct,) = masked.cotangents(xp, cts, out_mask)
-        if output == "rank" and ct is not None:
-            ct = adapter.take(xp, ct, order)
+        ct = cts[0]
+        if ct is not None and output != "sort":
+            ct = items(ct, order)
         dx = back((ct,))["x"]
-        return masked.pulled(xp, {"x": None if dx is None else adapter.take(xp, dx, inverse)}, mask, ("x",))
+        return {"x": None if dx is None else adapter.take(xp, dx, inverse)}
 
-    return (masked.along(xp, value, out_mask),), pullback
+    if output == "matrix":
+        return masked.squared(xp, (value,), pullback, mask)
+    return masked.finished(xp, (value,), pullback, mask, valid if output == "sort" else mask)
 
 
 @core(output_shapes=same_shape, batched={"mask": (0,)})
@@ -316,9 +321,9 @@ def _square(shape: tuple[int, ...], opts: Any, params: dict[str, Any]) -> dict[s
     return {"value": (shape[-1], shape[-1])}
 
 
-@core(output_shapes=_square)
+@core(output_shapes=_square, batched={"mask": (0,)})
+@masked.entering
 @tempered("steepness", lambda params, opts: (1, 0))
-def matrix_core(xp: Any, x: Any, opts: Any, *, descending: bool) -> Any:
-    """``P`` itself, rows the positions: ``P @ x`` is the soft sort."""
-    spec = _spec(_Matrix, opts, descending)
-    return custom_backward(xp, spec.fwd, spec.bwd, (x,))
+def matrix_core(xp: Any, x: Any, opts: Any, *, descending: bool, mask: Any = None) -> Any:
+    """``P`` itself, rows the positions: ``P @ x`` is the soft sort; ``mask``: the network of the valid entries."""
+    return _run(xp, _spec(_Matrix, opts, descending), x, mask, "matrix")

@@ -23,7 +23,7 @@ from .._lib._adapters import custom_backward
 from .._lib._calls import ALONG, Prepared
 from .._lib._compat import index_dtype
 
-__all__ = ["arrays", "bound", "laid_out", "entered", "along", "cotangents", "pulled", "finished", "backward", "entering", "prefix", "valid_first", "ValidFirst"]
+__all__ = ["arrays", "bound", "laid_out", "entered", "along", "cotangents", "pulled", "finished", "backward", "entering", "squared", "prefix", "valid_first", "ValidFirst"]
 
 
 def arrays(mask: Any) -> dict[str, Any]:
@@ -115,6 +115,21 @@ def backward(
     outs, back = custom_backward(xp, fwd, bwd, (entered(xp, arrays[0], mask), *arrays[1:], mask), names=(*names, "mask"),
                                  residuals=residuals)
     return finished(xp, outs, back, mask, prefix(xp, mask) if positional else mask)
+
+
+def squared(xp: Any, outs: tuple[Any, ...], back: Any, mask: Any) -> tuple[tuple[Any, ...], Any]:
+    """A permutation matrix's ``(outputs, pullback)`` (rows the positions, columns the items) as the masked operator's:
+    the first n_v rows and the valid columns kept, the rest 0, a row without a valid entry NaN throughout."""
+    kept = prefix(xp, mask)[..., :, None] & mask[..., None, :]
+    value = xp.where(kept, outs[0], xp.zeros_like(outs[0]))
+    value = xp.where(xp.any(mask, axis=-1)[..., None, None], value, math.nan)
+
+    def pullback(cts: tuple[Any, ...]) -> dict[str, Any]:
+        ct = cts[0]
+        grads = back(cts if ct is None else (xp.where(kept, ct, xp.zeros_like(ct)), *cts[1:]))
+        return pulled(xp, grads, mask, ("x",))
+
+    return (value, *outs[1:]), pullback
 
 
 def prefix(xp: Any, mask: Any) -> Any:

@@ -81,10 +81,16 @@ def _square(shape: tuple[int, ...], opts: Any, params: dict[str, Any]) -> dict[s
     return {"value": (shape[-1], shape[-1])}
 
 
-@core(output_shapes=_square)
-def matrix_core(xp: Any, s: Any, opts: Any, *, method: str, descending: bool) -> Any:
-    """The relaxed permutation matrix (..., n, n) and its pullback (that of the relaxed matrix when ``hard``)."""
-    rows = _rows(xp, s, opts.tau, method, s.shape[-1], descending, opts.power)
+@core(output_shapes=_square, batched={"mask": (0,)})
+def matrix_core(xp: Any, s: Any, opts: Any, *, method: str, descending: bool, mask: Any = None) -> Any:
+    """The relaxed permutation matrix (..., n, n) and its pullback (that of the relaxed matrix when ``hard``).
+
+    ``mask``: the matrix of each row's n_v valid entries alone, in its first
+    n_v rows and the valid entries' columns (:func:`.masked.square`).
+    """
+    if mask is not None:
+        s = masked.entered(xp, s, mask)
+    rows = _rows(xp, s, opts.tau, method, s.shape[-1], descending, opts.power, mask=mask)
     z, cache = rows.logits(rows.keys)
     p = get_adapter(xp).softmax(xp, z, -1)
 
@@ -92,7 +98,10 @@ def matrix_core(xp: Any, s: Any, opts: Any, *, method: str, descending: bool) ->
         cols, extras = rows.back(rows.keys, _softmax_back(xp, p, cts[0]), z, cache)
         return {"x": rows.finish(cols), **extras}
 
-    return ((straight_through(xp, permutation_matrix(xp, s, descending), p) if opts.hard else p),), pullback
+    value = straight_through(xp, permutation_matrix(xp, s, descending, mask), p) if opts.hard else p
+    if mask is None:
+        return (value,), pullback
+    return masked.squared(xp, (value,), pullback, mask)
 
 
 # -- sorts and ranks, a block of rows at a time -----------------------------------------------

@@ -62,9 +62,9 @@ def _one_hot(xp: Any, order: Any, n: int, dtype: Any) -> Any:
     return xp.astype(order[..., :, None] == items, dtype)
 
 
-def permutation_matrix(xp: Any, s: Any, descending: bool) -> Any:
-    """Exact permutation matrix: ``P[i, j] = 1`` iff item j is i-th in order."""
-    return _one_hot(xp, sort_order(xp, s, descending)[1], s.shape[-1], s.dtype)
+def permutation_matrix(xp: Any, s: Any, descending: bool, mask: Any = None) -> Any:
+    """Exact permutation matrix: ``P[i, j] = 1`` iff item j is i-th in order (``mask``: the valid items first)."""
+    return _one_hot(xp, sort_order(xp, s, descending, mask)[1], s.shape[-1], s.dtype)
 
 
 def exact(xp: Any, s: Any, output: str, descending: bool, mask: Any = None) -> Any:

@@ -347,4 +347,5 @@ def log_weights(xp: Any, w: Any, size: int, dtype: Any, device: Any) -> Any:
     if w is None:
         return xp.full((size,), -math.log(size), dtype=dtype, device=device)
     w, valid = checked_weights(xp, xp.astype(w, dtype))
-    return xp.where(valid, xp.log(w), math.nan)
+    some = w > 0  # a zero weight: no mass, log -inf (quietly)
+    return xp.where(valid, xp.where(some, xp.log(xp.where(some, w, xp.ones_like(w))), -math.inf), math.nan)

@@ -7,8 +7,10 @@ from typing import Any
 
 import array_api_compat
 
-from .._cores.squash import squash_vjp
-from .._cores.transport import grid
+from .._cores import masked
+from .._cores.squash import squash_parts, squash_vjp
+from .._cores.transport import Entries, grid
+from .._lib._numerics import safe_divide
 from .._solvers.line import cost_fns
 from .._lib._adapters import get_adapter
 from ..permutations import diffsort, neuralsort, softsort
@@ -142,13 +144,16 @@ def ndcg_loss(scores: Any, relevance: Any, /, k: int | None = None, *, mask: Any
 
 
 
-def _log_matrix(xp: Any, s: Any, method: str, options: dict[str, Any]) -> Any:
-    """``log P``: row i of the relaxed permutation matrix of ``s`` (last axis) is a distribution over the items for rank i (1 = largest)."""
+def _log_matrix(xp: Any, s: Any, method: str, options: dict[str, Any], mask: Any = None) -> Any:
+    """``log P``: row i of the relaxed permutation matrix of ``s`` (last axis) is a distribution over the items for rank i (1 = largest).
+
+    ``mask``: the matrix of each row's n_v valid entries (rows past n_v and masked columns: 0, or -inf for Sinkhorn).
+    """
     if method == "diffsort":  # the sorting network's matrix, largest first
-        p = diffsort(s, descending=True, **options)
+        p = diffsort(s, descending=True, mask=mask, **options)
         return xp.log(p + xp.finfo(p.dtype).smallest_normal)
     if method != "sinkhorn":
-        p = (softsort if method == "softsort" else neuralsort)(s, **options)
+        p = (softsort if method == "softsort" else neuralsort)(s, mask=mask, **options)
         return xp.log(p + xp.finfo(p.dtype).smallest_normal)  # an underflowed probability costs -log(tiny), not inf
     # The S-sort's plan (Cuturi et al. 2019): n * plan^T between the squashed scores (a = 1/n) and the grid j/(n-1)
     # (b = 1/n), descending: the grid is matched against -s. log P straight from the potentials,
@@ -156,17 +161,27 @@ def _log_matrix(xp: Any, s: Any, method: str, options: dict[str, Any]) -> Any:
     # which float32's implicit backward cannot absorb. f_i + g_j is exact under implicit differentiation.
     # Options, defaults, squash and cost are soft_rank's (one TransportOptions, one grid, one cost).
     opts, _ = TransportOptions.parse(options, "losses.permutation_loss(method='sinkhorn')", names=SOLVER_OPTIONS)
-    z, _ = squash_vjp(xp, -s, opts.squash)
     n = s.shape[-1]
-    cost = cost_fns(xp, opts.power)[0](grid(xp, n, s) - z[..., :, None])
-    res = sinkhorn(cost, epsilon=opts.epsilon, max_iter=opts.max_iter, tol=opts.tol, implicit=opts.implicit)
+    h = cost_fns(xp, opts.power)[0]
+    solve = dict(epsilon=opts.epsilon, max_iter=opts.max_iter, tol=opts.tol, implicit=opts.implicit)
+    if mask is None:
+        z, _ = squash_vjp(xp, -s, opts.squash)
+        cost = h(grid(xp, n, s) - z[..., :, None])
+        res, log_n = sinkhorn(cost, **solve), math.log(n)
+    else:  # the valid entries alone: weight 0 elsewhere, each row's own grid of n_v targets (soft_rank's, _cores.transport)
+        entries = Entries(xp, s, None, mask)
+        z = squash_parts(xp, -masked.entered(xp, s, mask), mask, opts.squash)[0]
+        y, b, _ = entries.grid(xp, n, s)
+        cost = h(y[..., None, :] - z[..., :, None])
+        a = safe_divide(xp, xp.astype(mask, s.dtype), entries.count)
+        res, log_n = sinkhorn(cost, a, b, **solve), xp.log(xp.maximum(entries.count, xp.ones_like(entries.count)))[..., None]
     log_plan = (res.f[..., :, None] + res.g[..., None, :] - cost) / opts.epsilon
-    return math.log(n) + xp.matrix_transpose(log_plan)
+    return log_n + xp.matrix_transpose(log_plan)
 
 
 @in_float32
-@fill_doc(returns=per_row_returns("``scores``'", ", values >= 0"))
-def permutation_loss(scores: Any, target: Any, /, *, axis: int = -1, method: str = "neuralsort", **options: Any) -> Any:
+@fill_doc(returns=per_row_returns("``scores``'", ", values >= 0"), mask=MASK)
+def permutation_loss(scores: Any, target: Any, /, *, mask: Any = None, axis: int = -1, method: str = "neuralsort", **options: Any) -> Any:
     r"""Cross-entropy between the relaxed permutation matrix of ``scores`` and the permutation that sorts ``target``.
 
     ``L = -(1/n) sum_i log P_hat[i, pi(i)]``, ``pi(i)`` the index of the i-th
@@ -184,6 +199,7 @@ def permutation_loss(scores: Any, target: Any, /, *, axis: int = -1, method: str
         Predicted scores along ``axis``; differentiable.
     target : array
         Same shape: the values whose order is to be learned (data).
+    %(mask)s
     axis : int, default -1
         The axis of the items.
     method : {"neuralsort", "softsort", "sinkhorn", "diffsort"}, default "neuralsort"
@@ -208,9 +224,17 @@ def permutation_loss(scores: Any, target: Any, /, *, axis: int = -1, method: str
     if method not in MATRIX_METHODS:
         raise ValueError(f"permutation_loss needs a relaxed permutation matrix: method must be one of {MATRIX_METHODS}, "
                          f"got {method!r} (spearman_loss works with every method)")
-    xp, _, (s, t) = rows("losses.permutation_loss", axis, {"scores": scores, "target": target})
+    xp, axis, (s, t) = rows("losses.permutation_loss", axis, {"scores": scores, "target": target}, also=with_mask(mask))
     n = s.shape[-1]
-    log_p = _log_matrix(xp, s, method, options)
-    # the true matrix: row i one-hot at the i-th largest target
-    hit = _one_hot(xp, xp.argsort(t, axis=-1, descending=True, stable=True), n)
-    return -xp.sum(xp.where(hit, log_p, xp.zeros_like(log_p)), axis=(-2, -1)) / n
+    m = row_mask(xp, mask, scores, axis)
+    log_p = _log_matrix(xp, s, method, options, m)
+    if m is None:
+        # the true matrix: row i one-hot at the i-th largest target
+        hit = _one_hot(xp, xp.argsort(t, axis=-1, descending=True, stable=True), n)
+        return -xp.sum(xp.where(hit, log_p, xp.zeros_like(log_p)), axis=(-2, -1)) / n
+    # the valid targets' order (they sort first), in the first n_v rows
+    t = xp.where(m, xp.astype(t, s.dtype), xp.full(t.shape, -math.inf, dtype=s.dtype, device=array_api_compat.device(s)))
+    hit = _one_hot(xp, xp.argsort(t, axis=-1, descending=True, stable=True), n) & masked.prefix(xp, m)[..., :, None]
+    count = xp.sum(xp.astype(m, s.dtype), axis=-1)
+    total = -xp.sum(xp.where(hit, log_p, xp.zeros_like(log_p)), axis=(-2, -1))
+    return xp.where(count > 0, total / xp.where(count > 0, count, xp.ones_like(count)), math.nan)
