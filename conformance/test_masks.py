@@ -35,7 +35,7 @@ from .operators import SPECS, Spec
 from .strategies import COMPILED_SHAPES, TRIED, Example, examples
 
 # the operators of the API's "Ragged rows: mask" (every method of each)
-MASKED = (rankops.soft_rank, rankops.soft_sort, rankops.soft_cdf, rankops.soft_quantile, rankops.soft_quantile_normalize,
+MASKED = (rankops.soft_rank, rankops.soft_sort, rankops.soft_cdf, rankops.soft_quantile, rankops.soft_quantile_normalize, rankops.soft_quantize,
           rankops.soft_topk_mask, rankops.isotonic_regression)
 MASKED_SPECS = [s for s in SPECS if s.public in MASKED]
 EXAMPLES = {"numpy": 12, "array_api_strict": 3, "torch": 6, "jax": 1, "dask": 2, "cupy": 6}  # JAX compiles each row length

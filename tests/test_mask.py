@@ -109,8 +109,8 @@ def test_mask_errors():
     torch = pytest.importorskip("torch")
     with pytest.raises(TypeError, match="arrays from different namespaces cannot be mixed"):
         rankops.isotonic_regression(Y, mask=torch.tensor(MASK))
-    with pytest.raises(TypeError, match=r"unexpected option\(s\) 'mask'"):  # not yet on the other operators
-        rankops.soft_quantize(Y, 3, mask=MASK)
+    with pytest.raises(TypeError, match=r"unexpected option\(s\) 'mask'"):  # not yet on sort_with
+        rankops.sort_with(Y[..., None], Y, mask=MASK)
     with pytest.raises(TypeError, match="mask must be a bool array"):
         rankops.soft_rank(Y, mask=MASK.astype(np.int32), method="lapsum")
 
@@ -132,6 +132,7 @@ METHOD_CASES = {
     "quantile-sinkhorn-levels-eq4": (rankops.soft_quantile, {**SINKHORN, "args": (np.array([0.0, 0.6, 1.0]),), "centered": False}),
     "quantile-normalize-sinkhorn": (rankops.soft_quantile_normalize, {**SINKHORN, "args": (TARGETS,)}),
     "topk-sinkhorn": (rankops.soft_topk_mask, {**SINKHORN, "args": (2,)}),
+    "quantize-sinkhorn": (rankops.soft_quantize, {**SINKHORN, "args": (2,)}),
     "rank-diffsort-bitonic": (rankops.soft_rank, {"method": "diffsort", "network": "bitonic", "steepness": 3.0}),
     "sort-diffsort-desc": (rankops.soft_sort, {"method": "diffsort", "steepness": 2.0, "descending": True}),
     "rank-lapsum": (rankops.soft_rank, {"method": "lapsum", "alpha": 0.7}),
@@ -161,9 +162,11 @@ def _call(fn, x, options, **extra):
     return fn(x, *options.pop("args", ()), **options, **extra)
 
 
-def _too_short(options, n_valid):
+def _too_short(fn, options, n_valid):
     """A top-k whose k (lapsum: k >= n_v; sinkhorn: k > n_v) the row cannot give: a NaN row."""
-    k = options.get("topk", options.get("args", (None,))[0] if options.get("method") in (None, "lapsum") else None)
+    if fn is not rankops.soft_topk_mask and "topk" not in options:
+        return False
+    k = options.get("topk", options.get("args", (None,))[0])
     if not isinstance(k, (int, float)) or isinstance(k, bool):
         return False
     return k >= n_valid if options.get("method") == "lapsum" else k > n_valid
@@ -174,7 +177,7 @@ def _compacted(fn, options, x, mask):
     out = None
     for i in range(x.shape[0]):
         valid = x[i][mask[i]]
-        value = None if valid.size == 0 or _too_short(options, valid.size) else np.asarray(_call(fn, valid, options))
+        value = None if valid.size == 0 or _too_short(fn, options, valid.size) else np.asarray(_call(fn, valid, options))
         if out is None:  # the layout of the whole batch, from a row's
             probe = np.asarray(_call(fn, x[0], options))
             out = np.zeros((x.shape[0],) + probe.shape)
@@ -217,7 +220,7 @@ def test_masked_gradients_are_those_of_the_valid_entries_alone(case):
     as_torch = {**options, "args": tuple(torch.tensor(a) if isinstance(a, np.ndarray) else a for a in options.get("args", ()))}
     for i in range(Y.shape[0]):
         m = MASK[i]
-        if not m.any() or _too_short(options, m.sum()):
+        if not m.any() or _too_short(fn, options, m.sum()):
             expected[i] = np.nan  # a NaN row (its gradient is NaN too): left out below
             continue
         x = torch.tensor(Y[i, m], requires_grad=True)
@@ -291,6 +294,12 @@ LOSS_CASES = {
     "quantile_loss-sinkhorn": lambda p, o, m: rankops.losses.quantile_loss(p, o, 0.7, mask=m, **SINKHORN),
     "pinball_loss": lambda p, o, m: rankops.losses.pinball_loss(p, o, 0.3, mask=m),
     "kendall_loss": lambda p, o, m: rankops.losses.kendall_loss(p, o, mask=m, tau=0.5),
+    "topk_ce-diffsort": lambda p, o, m: rankops.losses.topk_cross_entropy(p, o, [0.5, 0.5], mask=m, steepness=3.0),
+    "topk_ce-softsort-sort": lambda p, o, m: rankops.losses.topk_cross_entropy(p, o, [0.2, 0.8], mask=m, method="softsort", tau=0.5,
+                                                                               top1_mode="sort"),
+    "topk_ce-sinkhorn-smce": lambda p, o, m: rankops.losses.topk_cross_entropy(p, o, [0.5, 0.5], mask=m, method="sinkhorn",
+                                                                               top1_mode="smce", **SINKHORN),
+    "topk_ce-neuralsort-m3": lambda p, o, m: rankops.losses.topk_cross_entropy(p, o, [1.0], mask=m, method="neuralsort", m=3),
     "permutation_loss-neuralsort": lambda p, o, m: rankops.losses.permutation_loss(p, o, mask=m, tau=0.7),
     "permutation_loss-diffsort": lambda p, o, m: rankops.losses.permutation_loss(p, o, mask=m, method="diffsort", steepness=3.0),
     "permutation_loss-sinkhorn": lambda p, o, m: rankops.losses.permutation_loss(p, o, mask=m, method="sinkhorn", **SINKHORN),
@@ -312,7 +321,8 @@ def test_masked_losses_are_the_losses_of_the_valid_entries_alone(case):
     assert all(MASK[i, LABELS[i]] for i in (0, 2, 4, 5))
     with np.errstate(all="raise"):  # no NumPy warning, NaN rows included
         got = loss(PADDED, _second(case, np.asarray), MASK)
-    usable = [i for i in range(Y.shape[0]) if MASK[i].sum() >= 2]  # one entry: no correlation, no top 2 (NaN)
+    # one entry: no correlation, no top 2 (NaN); the top-3 pre-selection needs 3
+    usable = [i for i in range(Y.shape[0]) if MASK[i].sum() >= (3 if case.endswith("m3") else 2)]
     expected = [float(loss(Y[i][MASK[i]], _second(case, np.asarray, i), None)) for i in usable]
     tol = 1e-8 if "sinkhorn" in case else 1e-12
     assert_allclose(got[usable], expected, rtol=tol, atol=tol)

@@ -196,6 +196,9 @@ def soft_quantize(x: Array, num_levels: int, /, *, axis: int | tuple[int, ...] =
         m >= 1, the number of levels (m = 1: every entry becomes the mean).
 
     %(sinkhorn_other_parameters)s
+    mask : bool array, optional
+        True for the valid entries: each row's valid entries quantized alone
+        (0 elsewhere; a row without a valid entry NaN). See docs/api.md, "Ragged rows".
 
     Returns
     -------
@@ -210,10 +213,10 @@ def soft_quantize(x: Array, num_levels: int, /, *, axis: int | tuple[int, ...] =
     array([-0.57, -0.57,  1.4 ,  1.4 ,  1.4 , -0.57])
     """
     info = return_info(options)
-    opts, _ = TransportOptions.parse(options, "soft_quantize", names=SOLVER_OPTIONS)
+    opts, arrays = TransportOptions.parse(options, "soft_quantize", names=SOLVER_OPTIONS, arrays=("mask",))
     m = positive_count(num_levels, "num_levels")
-    p = prepare(x, axis=axis, opts=opts)
-    return reported(quantize_core, p, opts, {"num_levels": m}, "soft_quantize", info)
+    p = prepare(x, axis=axis, opts=opts, arrays=arrays)
+    return reported(quantize_core, p, opts, {**input_weights(p, arrays), "num_levels": m}, "soft_quantize", info)
 
 
 TOPK_METHODS = ("sinkhorn", "lapsum")

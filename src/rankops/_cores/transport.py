@@ -364,24 +364,30 @@ def quantile_normalize_core(
     return entries.finished(xp, (out, err), pullback)
 
 
-@core(output_shapes=_along, outputs=REPORTED)
-def quantize_core(xp: Any, x: Any, opts: TransportSettings, *, num_levels: int) -> Any:
-    """``n P diag(1/b) P^T x``: each entry moved to its plan's mix of the m soft-sorted values (OTT-JAX's ``quantize``)."""
-    n, m = x.shape[-1], num_levels
+@core(output_shapes=_along, outputs=REPORTED, batched={"mask": (0,)})
+def quantize_core(xp: Any, x: Any, opts: TransportSettings, *, num_levels: int, mask: Any = None) -> Any:
+    """``n P diag(1/b) P^T x``: each entry moved to its plan's mix of the m soft-sorted values (OTT-JAX's ``quantize``).
+
+    ``mask``: the valid entries alone (weights 0 elsewhere; ``a^-1 = n_v`` for them), onto the same m levels.
+    """
+    entries = Entries(xp, x, None, mask)
+    x = entries.entered(xp, x)
+    m = num_levels
     b = xp.full((m,), 1.0 / m, dtype=x.dtype, device=_device(x))
-    p, err, plan_back = plan_vjp(xp, x, grid(xp, m, x), xp.log(b), opts, exact="columns")
+    p, err, plan_back = plan_vjp(xp, x, grid(xp, m, x), xp.log(b), opts, exact="columns", weights=entries.weights)
     levels = vecmat(xp, x, p) / b  # the m soft-sorted values
-    out = n * matvec(xp, p, levels)
+    inv_a = input_measure(xp, x, entries.weights)[0]  # n, or n_v on the valid entries (0 elsewhere)
+    out = inv_a * matvec(xp, p, levels)
 
     def pullback(cts: tuple[Any, ...]) -> dict[str, Any]:
-        ct = cts[0]
-        ct_levels = n * vecmat(xp, ct, p) / b  # d out / d levels, pulled back
+        ct = inv_a * cts[0]
+        ct_levels = vecmat(xp, ct, p) / b  # d out / d levels, pulled back
         # out_i = n sum_j P_ij levels_j with levels_j = sum_k P_kj x_k / b_j: P enters twice
-        dp = n * ct[..., :, None] * levels[..., None, :] + x[..., :, None] * ct_levels[..., None, :]
+        dp = ct[..., :, None] * levels[..., None, :] + x[..., :, None] * ct_levels[..., None, :]
         dx, _, d_eps, _ = plan_back(dp)
         return grads(dx + matvec(xp, p, ct_levels), d_eps)
 
-    return (out, err), pullback
+    return entries.finished(xp, (out, err), pullback)
 
 
 @core(output_shapes=_along, outputs=REPORTED, batched={"mask": (0,)})

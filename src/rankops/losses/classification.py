@@ -11,10 +11,11 @@ import array_api_compat
 from .._cores import diffsort as _networks
 from .._lib._adapters import get_adapter
 from .._lib._calls import Call, prepare
+from .._lib._compat import index_dtype
 from .._lib._docs import fill_doc
 from .._lib._numerics import logsumexp, vecmat
-from ..permutations import NetworkOptions, neuralsort, softsort
-from ._common import _one_hot, at_label, class_labels, in_float32, per_row_returns, rows
+from ..permutations import NetworkOptions, diffsort, neuralsort, softsort
+from ._common import MASK, _one_hot, at_label, class_labels, in_float32, per_row_returns, row_mask, rows, with_mask
 from .ranking import _log_matrix
 
 __all__ = ["topk_cross_entropy", "TOPK_METHODS"]
@@ -44,8 +45,26 @@ def _position_weights(p_k: tuple[float, ...], n: int, skip_top1: bool) -> tuple[
     return tuple(math.fsum(p[j:]) for j in range(len(p))) + (0.0,) * (n - len(p))
 
 
-def _top_shares(xp: Any, s: Any, w: tuple[float, ...], method: str, options: dict[str, Any]) -> Any:
-    """``P^T w`` for the relaxed permutation matrix of ``s`` (rows: positions, largest first)."""
+def _top_shares(xp: Any, s: Any, w: tuple[float, ...], method: str, options: dict[str, Any], mask: Any = None) -> Any:
+    """``P^T w`` for the relaxed permutation matrix of ``s`` (rows: positions, largest first).
+
+    ``mask``: the matrix of each row's n_v valid entries; a sorting network's
+    weights then sit on its last n_v places, row by row, read through its
+    (masked) matrix rather than carried back with one set of levels.
+    """
+    if mask is not None:
+        if method == "diffsort":
+            p = diffsort(s, mask=mask, **options)  # ascending: place j of n_v weighs w[n_v - 1 - j]
+            n = s.shape[-1]
+            dev = array_api_compat.device(s)
+            idx = index_dtype(xp, dev)
+            back = xp.sum(xp.astype(mask, idx), axis=-1, keepdims=True) - 1 - xp.arange(n, dtype=idx, device=dev)
+            weights = xp.asarray(w, dtype=s.dtype, device=dev)
+            levels = xp.where(back >= 0, get_adapter(xp).take(xp, xp.broadcast_to(weights, s.shape), xp.clip(back, 0, n - 1)), 0.0)
+            return vecmat(xp, levels, p)
+        p = xp.exp(_log_matrix(xp, s, method, options, mask)) if method == "sinkhorn" else \
+            (softsort if method == "softsort" else neuralsort)(s, descending=True, mask=mask, **options)
+        return vecmat(xp, xp.asarray(w, dtype=p.dtype, device=array_api_compat.device(p)), p)
     if method == "diffsort":
         # the weights carried back through the network (O(n) per layer, no matrix); the ascending network with the
         # weights on its last places, as difftopk: a network does not sort -s into the reverse of s
@@ -70,14 +89,20 @@ def _log_softmax(xp: Any, s: Any) -> Any:
     return s - logsumexp(xp, s, -1)[..., None]
 
 
+def _masked_log_softmax(xp: Any, s: Any, mask: Any) -> Any:
+    """The log-softmax over each row's valid entries (-inf elsewhere; a row without one: 0 there, NaN later)."""
+    kept = mask | ~xp.any(mask, axis=-1, keepdims=True)
+    return _log_softmax(xp, xp.where(kept, s, -math.inf))
+
+
 def _neg_log(xp: Any, q: Any) -> Any:
     return -xp.log(q * (1.0 - 2.0 * _FLOOR) + _FLOOR)
 
 
 @in_float32
-@fill_doc(returns=per_row_returns("``scores``'", ", values >= 0"))
-def topk_cross_entropy(scores: Any, labels: Any, p_k: Sequence[float], /, *, axis: int = -1, method: str = "diffsort",
-                       top1_mode: str = "sm", m: int | None = None, **options: Any) -> Any:
+@fill_doc(returns=per_row_returns("``scores``'", ", values >= 0"), mask=MASK)
+def topk_cross_entropy(scores: Any, labels: Any, p_k: Sequence[float], /, *, mask: Any = None, axis: int = -1,
+                       method: str = "diffsort", top1_mode: str = "sm", m: int | None = None, **options: Any) -> Any:
     r"""The top-k cross-entropy of Petersen et al. (ICML 2022, "Differentiable Top-k Classification Learning").
 
     With ``P`` the relaxed permutation matrix of the scores (row j: the
@@ -108,6 +133,8 @@ def topk_cross_entropy(scores: Any, labels: Any, p_k: Sequence[float], /, *, axi
     p_k : sequence of float
         ``P(K = 1), P(K = 2), ...``: non-negative, summing to 1, at most n
         (or m) of them; ``[1.0]`` is a relaxed top-1 loss.
+    %(mask)s
+        A row of fewer valid classes than ``len(p_k)`` (or ``m``) is NaN.
     axis : int, default -1
         The class axis.
     method : {"diffsort", "softsort", "neuralsort", "sinkhorn"}, default "diffsort"
@@ -127,8 +154,11 @@ def topk_cross_entropy(scores: Any, labels: Any, p_k: Sequence[float], /, *, axi
     >>> np.round(rankops.losses.topk_cross_entropy(scores, np.array([2, 1]), [0.5, 0.5], steepness=30.0), 2)  # label 2: second
     array([0.5 , 4.03])
     """
-    xp, axis, (s,) = rows("losses.topk_cross_entropy", axis, {"scores": scores}, also={"labels": labels})
+    xp, axis, (s,) = rows("losses.topk_cross_entropy", axis, {"scores": scores}, also={"labels": labels, **with_mask(mask)})
     n = s.shape[-1]
+    valid = row_mask(xp, mask, scores, axis)
+    if valid is not None:  # padding (NaN, say) reaches no arithmetic: 0 * NaN would be NaN in any gradient
+        s = xp.where(valid, s, xp.zeros_like(s))
     if method not in TOPK_METHODS:
         raise ValueError(f"topk_cross_entropy needs a relaxed permutation matrix: method must be one of {TOPK_METHODS}, got {method!r}")
     if top1_mode not in TOP1_MODES:
@@ -136,18 +166,34 @@ def topk_cross_entropy(scores: Any, labels: Any, p_k: Sequence[float], /, *, axi
     class_labels(xp, scores, labels, axis)
     p = _distribution(p_k, n)
     hit = _one_hot(xp, labels, n)
+    needed = len(p)  # a masked row of fewer valid classes than this is NaN (outside p_k's or m's domain)
     if m is not None:
         if isinstance(m, bool) or not isinstance(m, numbers.Integral) or not len(p) <= m <= n:
             raise ValueError(f"m must be an int in [len(p_k), n] = [{len(p)}, {n}], got {m!r}")
+        if valid is not None:  # the label and the largest valid others: padding ranks below them all
+            low = xp.min(xp.where(valid, s, xp.full_like(s, math.inf)), axis=-1, keepdims=True)
+            s = xp.where(valid, s, xp.where(xp.isfinite(low), low - 1.0, xp.zeros_like(low)))
         s = _preselect(xp, s, hit, int(m))
-        n = int(m)
+        n, needed, short = int(m), int(m), valid
+        valid = None  # a row of at least m valid classes selects valid ones only
         hit = _one_hot(xp, xp.zeros(s.shape[:-1], dtype=labels.dtype, device=array_api_compat.device(s)), n)
+    else:
+        short = valid
 
-    shares = at_label(xp, hit, _top_shares(xp, s, _position_weights(p, n, skip_top1=top1_mode != "sort"), method, options))
+    shares = at_label(xp, hit, _top_shares(xp, s, _position_weights(p, n, skip_top1=top1_mode != "sort"), method, options, valid))
     if top1_mode == "sort":
-        return _neg_log(xp, shares)
-    # whole rows (a lazy host maps them over its blocks: a reduction of an empty Dask batch has no identity)
-    log_softmax = at_label(xp, hit, get_adapter(xp).rows(xp, _log_softmax, s, dtype=s.dtype))
-    if top1_mode == "sm":
-        return _neg_log(xp, p[0] * xp.exp(log_softmax) + shares)
-    return p[0] * -log_softmax + math.fsum(p[1:]) * _neg_log(xp, shares)
+        loss = _neg_log(xp, shares)
+    else:
+        # whole rows (a lazy host maps them over its blocks: a reduction of an empty Dask batch has no identity)
+        if valid is None:
+            log_softmax = get_adapter(xp).rows(xp, _log_softmax, s, dtype=s.dtype)
+        else:
+            log_softmax = _masked_log_softmax(xp, s, valid)
+        log_softmax = at_label(xp, hit, log_softmax)
+        if top1_mode == "sm":
+            loss = _neg_log(xp, p[0] * xp.exp(log_softmax) + shares)
+        else:
+            loss = p[0] * -log_softmax + math.fsum(p[1:]) * _neg_log(xp, shares)
+    if short is None:
+        return loss
+    return xp.where(xp.sum(xp.astype(short, s.dtype), axis=-1) >= needed, loss, math.nan)
