@@ -109,8 +109,8 @@ def test_mask_errors():
     torch = pytest.importorskip("torch")
     with pytest.raises(TypeError, match="arrays from different namespaces cannot be mixed"):
         rankops.isotonic_regression(Y, mask=torch.tensor(MASK))
-    with pytest.raises(TypeError, match=r"unexpected option\(s\) 'mask'"):  # not yet on sort_with
-        rankops.sort_with(Y[..., None], Y, mask=MASK)
+    with pytest.raises(TypeError, match="mask"):  # the solver takes its marginals a and b instead
+        rankops.sinkhorn(np.ones((2, 3, 3)), mask=np.ones((2, 3), bool))
     with pytest.raises(TypeError, match="mask must be a bool array"):
         rankops.soft_rank(Y, mask=MASK.astype(np.int32), method="lapsum")
 
@@ -354,3 +354,31 @@ def test_masked_matrices_are_the_matrices_of_the_valid_entries_alone(fn, options
         _, pull_i = rankops.vjp(fn, Y[i, MASK[i]], **options)
         assert_allclose(g[i][MASK[i]], pull_i(ct[i][:k][:, MASK[i]])[0], rtol=1e-12, atol=1e-12)
     assert np.all(g[~MASK] == 0.0)
+
+
+@pytest.mark.parametrize("options", [{}, {"descending": True}, {"num_targets": 3}, {"topk": 2}], ids=["sort", "desc", "m3", "topk2"])
+def test_masked_sort_with_and_topk_sort_are_those_of_the_valid_vectors_alone(options):
+    """sort_with: each row's valid vectors sorted by their criteria alone; a row of exactly k valid entries is their full sort."""
+    rng = np.random.default_rng(3)
+    c, vectors = rng.normal(size=(5, 7)), rng.normal(size=(5, 7, 2))
+    mask = rng.uniform(size=(5, 7)) < 0.6
+    mask[0], mask[1], mask[2] = True, False, False
+    mask[1, 2] = True
+    mask[2, 1:3] = True  # exactly two valid: topk=2 is their full sort
+    kw = {**options, **SINKHORN}
+    got = rankops.sort_with(np.where(mask[..., None], vectors, np.nan), np.where(mask, c, np.nan), mask=mask, **kw)
+    for i in range(5):
+        k = mask[i].sum()
+        if kw.get("topk", 0) > k:
+            assert np.isnan(got[i]).all()
+            continue
+        alone = rankops.sort_with(vectors[i][mask[i]], c[i][mask[i]], **kw)
+        assert_allclose(got[i][: alone.shape[0]], alone, rtol=1e-8, atol=1e-8)
+        assert np.all(got[i][alone.shape[0]:] == 0.0)
+        if "topk" in options:  # soft_sort's top-k, alike
+            sorted_alone = rankops.soft_sort(c[i][mask[i]], **kw)
+            assert_allclose(rankops.soft_sort(np.where(mask, c, np.nan), mask=mask, **kw)[i], sorted_alone, rtol=1e-8, atol=1e-8)
+    torch = pytest.importorskip("torch")
+    x, crit = torch.tensor(np.where(mask[..., None], vectors, 0.0), requires_grad=True), torch.tensor(c, requires_grad=True)
+    torch.nansum(rankops.sort_with(x, crit, mask=torch.tensor(mask), **kw)).backward()
+    assert np.all(x.grad.numpy()[~mask] == 0.0) and np.all(crit.grad.numpy()[~mask] == 0.0)

@@ -16,6 +16,7 @@ import math
 import numbers
 from typing import Any
 
+from ._cores import masked
 from ._cores.quantile import quantile_core
 from ._cores.sort_with import sort_with_core
 from ._cores.transport import cdf_core, quantile_normalize_core, quantize_core, topk_core
@@ -319,6 +320,12 @@ def sort_with(
     %(sinkhorn_options)s
     %(targets)s
     %(cost_power)s
+    mask : bool array, optional
+        Shaped like ``criterion`` (or broadcastable): each row's valid
+        vectors sorted alone, their n_v first with the default targets (0
+        after them; m values with ``num_targets``, k with ``topk`` <= n_v,
+        else NaN); a row without a valid entry is NaN. See docs/api.md,
+        "Ragged rows".
 
     Returns
     -------
@@ -394,8 +401,9 @@ def _bind_sort_with(x: Any, criterion: Any, axis: Any, topk: Any, descending: An
             if options.get(name) is not None:
                 raise ValueError(f"{where}: topk fixes the targets (k values and one filler); do not pass {name} with it")
     info = return_info(options)
-    opts, weights = TransportOptions.parse(options, where, names=SOLVER_OPTIONS + ("num_targets",), arrays=("target_weights",))
-    p = prepare(x, opts=opts, arrays={"criterion": criterion, **weights}, core_ndim=2)
+    opts, weights = TransportOptions.parse(options, where, names=SOLVER_OPTIONS + ("num_targets",), arrays=("target_weights", "mask"))
+    mask = weights.pop("mask", None)
+    p = prepare(x, opts=opts, arrays={"criterion": criterion, **weights, **masked.arrays(mask)}, core_ndim=2)
     real_float_dtypes(p.xp, criterion, "criterion")
     if criterion.ndim == 0:
         raise ValueError("criterion must have at least one dimension to sort along, got a 0-d array")
@@ -415,6 +423,15 @@ def _bind_sort_with(x: Any, criterion: Any, axis: Any, topk: Any, descending: An
     layout = _VectorLayout(base.xp, None, base.shape, base.compute_dtype, base.out_dtype, axis, len(shape) - 1, tuple(x.shape[len(shape):]))
     p = dataclasses.replace(p, x=layout.to_core(p.x), layout=layout)
     params = {"criterion": layout.to_core(criterion, ALONG), "descending": descending, **weights}
-    if topk is not None and topk < n:  # k = n leaves the filler empty: that is the full sort
+    if mask is not None:
+        if mask.dtype != p.xp.bool:
+            raise TypeError(f"mask must be a bool array (True for the valid entries), got dtype {mask.dtype}")
+        try:
+            mask = p.xp.broadcast_to(mask, shape)
+        except (ValueError, RuntimeError) as exc:
+            raise ValueError(f"mask of shape {tuple(mask.shape)} does not broadcast to criterion's shape {shape}") from exc
+        params["mask"] = layout.to_core(mask, ALONG)
+    # k = n leaves the filler empty: that is the full sort (with a mask, each row's n_v decides)
+    if topk is not None and (topk < n or mask is not None):
         params["topk"] = topk
     return reported(sort_with_core, p, opts, params, where, info, along=("criterion",))

@@ -41,7 +41,7 @@ from . import masked
 from .squash import squash_parts
 
 __all__ = [
-    "TransportSettings", "grid", "target_measure", "topk_weights", "plan_vjp", "grads",
+    "TransportSettings", "grid", "topk_targets", "target_measure", "topk_weights", "plan_vjp", "grads",
     "REPORTED", "WEIGHTS", "cdf_core", "rank_core", "sort_core", "quantile_normalize_core", "topk_core", "quantize_core", "solver_core",
 ]
 
@@ -259,6 +259,23 @@ def _sorted_shapes(shape: tuple[int, ...], opts: TransportSettings, params: dict
     return {"value": (topk if topk is not None else targets_count(shape[-1], opts, params.get("target_weights")),), "error": ()}
 
 
+def topk_targets(xp: Any, x: Any, k: int, filler_first: bool, count: Any = None) -> tuple[Any, Any, Any]:
+    """``(y, b, log_b)`` of a top-k sort: k + 1 grid targets, the filler first or last (:func:`topk_weights`).
+
+    ``count``: a mask's n_v per row. A row of exactly k valid entries is the
+    full sort of them (as ``topk = n`` is): its k targets sit at ``j / (k - 1)``,
+    the empty filler beside them.
+    """
+    b, log_b = topk_weights(xp, x, k, filler_first, count)
+    y = grid(xp, k + 1, x)
+    if count is None:
+        return y, b, log_b
+    full = grid(xp, k, x)
+    edge = xp.asarray([0.0 if filler_first else 1.0], dtype=x.dtype, device=_device(x))
+    own = xp.concat([edge, full] if filler_first else [full, edge])
+    return xp.where(count == k, own, y), b, log_b
+
+
 def topk_weights(xp: Any, x: Any, k: int, filler_first: bool, count: Any = None) -> tuple[Any, Any]:
     """``(b, log_b)`` of k targets of mass 1/n each and one filler of mass (n - k)/n, below them or above.
 
@@ -307,8 +324,7 @@ def sort_core(
         kept = slice(None)
     else:
         m = topk + 1
-        y = grid(xp, m, x)
-        b, log_b = topk_weights(xp, x, topk, filler_first=not descending, count=None if entries.support is None else entries.count)
+        y, b, log_b = topk_targets(xp, x, topk, filler_first=not descending, count=None if entries.support is None else entries.count)
         kept = slice(0, topk) if descending else slice(1, m)
     p, err, plan_back = plan_vjp(xp, x, y, log_b, opts, exact="columns", weights=weights)
     # a target of no weight (past a row's n_v, an empty filler) reads 0, not 0/0
