@@ -222,7 +222,14 @@ def _pool_runs(xp: Any, adapter: Any, v: Any, w: Any, max_rounds: int) -> tuple[
         return xp.any(state[2], axis=-1)  # a boolean error: True while a row holds a drop
 
     starts = xp.ones(v.shape, dtype=xp.bool, device=array_api_compat.device(v))
-    (v, _, _), rounds, err = adapter.iterate(xp, step, w, (v, starts, drops(v)), error=error, freeze=freeze_rows, max_iter=max_rounds, tol=0.0, check_every=1)
+    down = drops(v)
+    if not unit:
+        # an entry of zero weight (free: any value fits it) joins its predecessor's block in the first round, as a
+        # drop would make it: a masked tail of equal values would otherwise pool one entry per round. Its own
+        # value is no value: a drop from it is left to the next round, from its block's value.
+        free = xp.broadcast_to(w, v.shape) == 0
+        down = free[..., 1:] | (down & ~free[..., :-1])
+    (v, _, _), rounds, err = adapter.iterate(xp, step, w, (v, starts, down), error=error, freeze=freeze_rows, max_iter=max_rounds, tol=0.0, check_every=1)
     return v, err, isinstance(rounds, int) and rounds < max_rounds
 
 
