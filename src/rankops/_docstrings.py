@@ -83,7 +83,7 @@ SECTIONS = {
             ``"softsort"``, ``"neuralsort"``: rows of the n x n matrix formed at
             a time, in the forward and backward passes (memory O(n block) per
             row); "auto" sizes blocks to about 36 MiB, None forms the whole
-            matrix and lets torch / JAX differentiate it (JAX forward mode).
+            matrix and lets torch / JAX differentiate it.
     """,
     "matrix": """
         s : array, shape (..., n)

@@ -193,8 +193,10 @@ def _block_average(xp: Any, adapter: Any, starts: Any, s: Any, g: Any, regulariz
     w = xp.ones_like(s) if regularization == "l2" else xp.exp(s - isotonic.block_first(xp, adapter, starts, s))
     if weight is not None:
         w = w * weight
-    total = isotonic.block_sums(xp, adapter, starts, xp.stack([w, g]))  # one segmented sum for both
-    return w * (total[1, ...] / total[0, ...] if weight is None else safe_divide(xp, total[1, ...], total[0, ...]))
+    # the shares first, then the cotangent's sums: an expression linear in g alone, which JAX transposes (forward mode)
+    total = isotonic.block_sums(xp, adapter, starts, w)
+    share = w / total if weight is None else safe_divide(xp, w, total)
+    return share * isotonic.block_sums(xp, adapter, starts, g)
 
 
 def _homogeneity(params: dict[str, Any], opts: Any) -> tuple[int, int] | None:

@@ -21,7 +21,8 @@ from array_api_compat import device as _device
 from .._lib._adapters import core
 from .._lib._compat import is_array
 from .._lib._numerics import unbroadcast
-from .transport import REPORTED, WEIGHTS, Entries, TransportSettings, grads, plan_vjp
+from .entries import Entries
+from .transport import REPORTED, WEIGHTS, TransportSettings, grads, plan_vjp
 
 __all__ = ["quantile_core", "MIN_FILLER"]
 

@@ -24,7 +24,8 @@ import math
 from .._lib._adapters import core
 from .._lib._numerics import safe_divide, unbroadcast
 from . import masked
-from .transport import REPORTED, Entries, TransportSettings, grads, grid, plan_vjp, target_measure, targets_count, topk_targets
+from .entries import Entries
+from .transport import REPORTED, TransportSettings, grads, grid, plan_vjp, target_measure, targets_count, topk_targets
 
 __all__ = ["sort_with_core"]
 

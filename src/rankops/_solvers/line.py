@@ -105,7 +105,8 @@ def line_plan_vjp(
                             per_target=per_target, supported=supported)
     bwd = functools.partial(_backward, h_slope=h_slope, eps=opts.epsilon, power=power, exact=exact, max_iter=opts.max_iter,
                             squash=squash, per_target=per_target, supported=supported)
-    (plan, err), back = custom_backward(xp, fwd, bwd, (x, y, log_a, log_b), names=None)
+    # the backward scales the cotangent by its own size and solves by CG: not transposable (reverse mode only)
+    (plan, err), back = custom_backward(xp, fwd, bwd, (x, y, log_a, log_b), names=None, linear=False)
 
     def pullback(dp: Any) -> tuple[Any, Any, Any, Any]:
         dx, _, d_log_a, d_log_b = back((dp,))

@@ -131,11 +131,12 @@ def solve_vjp(
             )
 
         (plan, u, v, err, n_iter), back = custom_backward(
-            xp, lambda xp_, *a: (fwd(xp_, *a)[0], a), replay, arrays, names=None, n_diff=3
+            xp, lambda xp_, *a: (fwd(xp_, *a)[0], a), replay, arrays, names=None, n_diff=3, linear=False
         )
     else:
         # unrolled (implicit=False): the host differentiates the iterations themselves
-        (plan, u, v, err, n_iter), back = custom_backward(xp, fwd, bwd_all, arrays, names=None, n_diff=3, register=opts.implicit)
+        (plan, u, v, err, n_iter), back = custom_backward(xp, fwd, bwd_all, arrays, names=None, n_diff=3, register=opts.implicit,
+                                                          linear=False)
 
     def pullback(d_plan: Any, d_f: Any = None, d_g: Any = None) -> tuple[Any, Any, Any, Any]:
         d_u = None if d_f is None else d_f * epsilon

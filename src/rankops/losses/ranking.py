@@ -9,7 +9,8 @@ import array_api_compat
 
 from .._cores import masked
 from .._cores.squash import squash_parts, squash_vjp
-from .._cores.transport import Entries, grid
+from .._cores.entries import Entries
+from .._cores.transport import grid
 from .._lib._numerics import safe_divide
 from .._solvers.line import cost_fns
 from .._lib._adapters import get_adapter

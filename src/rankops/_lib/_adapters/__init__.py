@@ -100,6 +100,7 @@ def custom_backward(
     n_diff: int = 1,
     residuals: Callable[..., Any] | None = None,
     register: bool = True,
+    linear: bool = True,
 ) -> tuple[tuple[Any, ...], Callable[[tuple[Any, ...]], Any]]:
     """``(outputs, pullback)`` of a forward with a hand-written backward: every core's one way to give its own gradient.
 
@@ -109,13 +110,17 @@ def custom_backward(
     adapter's ``custom_vjp``; ``residuals(xp, *arrays)``, when given,
     rebuilds the residuals for higher derivatives); with ``register=False``
     the host differentiates the forward itself (an unrolled solver).
+    ``linear``: ``bwd`` is written with linear operations of the cotangents
+    that the host can transpose (no loop with an exit test, no scaling by
+    the cotangent's own size), so that its transpose is the forward mode
+    (JAX: ``jacfwd``, ``jvp``); False for the Sinkhorn solves.
     ``pullback(cotangents)`` applies ``bwd`` (``rankops.vjp`` on hosts
     without autodiff, where the forward's residuals are kept): a dict by
     ``names``, or the gradients' tuple when ``names`` is None.
     """
     adapter = get_adapter(xp)
     if register and adapter.autodiff:
-        outs, kept = adapter.custom_vjp(xp, fwd, bwd, arrays, n_diff=n_diff, residuals=residuals), None
+        outs, kept = adapter.custom_vjp(xp, fwd, bwd, arrays, n_diff=n_diff, residuals=residuals, linear=linear), None
     else:
         outs, kept = fwd(xp, *arrays)
 

@@ -193,7 +193,9 @@ class Generic:
 
     # -- autodiff ----------------------------------------------------------------------------
 
-    def custom_vjp(self, xp: Any, fwd: Any, bwd: Any, arrays: tuple[Any, ...], n_diff: int, residuals: Any = None) -> tuple[Any, ...]:
+    def custom_vjp(
+        self, xp: Any, fwd: Any, bwd: Any, arrays: tuple[Any, ...], n_diff: int, residuals: Any = None, linear: bool = True
+    ) -> tuple[Any, ...]:
         """``fwd(xp, *arrays) -> (outputs, residuals)`` with the gradient ``bwd(xp, residuals, cotangents)``.
 
         Only the first ``n_diff`` outputs carry gradients; ``residuals(xp,

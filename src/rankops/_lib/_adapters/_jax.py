@@ -9,6 +9,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import jax.scipy.special
+import numpy as np
 
 from .._compat import index_dtype
 from .._loops import settled
@@ -28,6 +29,36 @@ def _compiled(core: Any, opts: Any, static: tuple[tuple[str, Any], ...], outputs
 @functools.lru_cache(maxsize=64)
 def _jitted(fn: Any) -> Any:
     return jax.jit(fn, static_argnums=(0,))
+
+
+def _transposed(xp: Any, fwd: Any, bwd: Any, arrays: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``fwd`` as a ``jax.custom_jvp``: the output tangent is the transpose of ``v -> bwd(v)`` applied to the input tangents.
+
+    ``bwd`` is linear in the cotangent, ``v -> J^T v``; its transpose is ``J``.
+    Inputs that are not real floating (a mask, integer labels) have no
+    tangent, and ``bwd``'s gradient for them (None) is left out.
+    """
+    differentiable = tuple(jnp.issubdtype(jnp.result_type(a), jnp.floating) for a in arrays)
+
+    @jax.custom_jvp
+    def fn(*args: Any) -> Any:
+        return tuple(fwd(xp, *args)[0])
+
+    @fn.defjvp
+    def fn_jvp(primals: Any, tangents: Any) -> Any:
+        outs, res = fwd(xp, *primals)
+        outs = tuple(outs)
+
+        def pullback(ct: Any) -> Any:
+            grads = bwd(xp, res, (ct,))
+            return tuple(g for g, d in zip(grads, differentiable) if d)
+
+        transposed = jax.linear_transpose(pullback, outs[0])
+        (out_tangent,) = transposed(tuple(t for t, d in zip(tangents, differentiable) if d))
+        others = tuple(jnp.zeros_like(o) if jnp.issubdtype(o.dtype, jnp.inexact) else np.zeros(o.shape, jax.dtypes.float0) for o in outs[1:])
+        return outs, (out_tangent, *others)
+
+    return fn(*arrays)
 
 
 class Jax(Generic):
@@ -293,12 +324,20 @@ class Jax(Generic):
             parts.append(ys)
         return carry, tuple(p[0] if len(p) == 1 else jnp.concatenate(p, axis=-1) for p in zip(*parts))
 
-    def custom_vjp(self, xp: Any, fwd: Any, bwd: Any, arrays: tuple[Any, ...], n_diff: int, residuals: Any = None) -> tuple[Any, ...]:
+    def custom_vjp(
+        self, xp: Any, fwd: Any, bwd: Any, arrays: tuple[Any, ...], n_diff: int, residuals: Any = None, linear: bool = True
+    ) -> tuple[Any, ...]:
         """``fwd(xp, *arrays) -> (outputs, residuals)`` with the gradient ``bwd(xp, residuals, cotangents)``.
 
-        Registered as a ``jax.custom_vjp``, so it composes with ``jit``, ``vmap``
-        and ``grad``; only the first ``n_diff`` outputs carry gradients.
+        ``linear`` (``bwd`` transposable in its cotangents): a ``jax.custom_jvp``
+        whose tangent map is the transpose of ``bwd`` (``jax.linear_transpose``),
+        so forward mode (``jacfwd``) works, and reverse mode transposes it back
+        into ``bwd``. Otherwise a ``jax.custom_vjp`` (reverse mode only). Both
+        compose with ``jit``, ``vmap`` and ``grad``; only the first ``n_diff``
+        outputs carry gradients.
         """
+        if linear and n_diff == 1:
+            return _transposed(xp, fwd, bwd, arrays)
 
         @jax.custom_vjp
         def fn(*args: Any) -> Any:
