@@ -14,16 +14,10 @@ row's ratios are against the masked call measured in the same run.
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
+
+from ._timing import interleaved_medians
 
 METHODS = ("sinkhorn", "lapsum", "permutahedron", "softsort", "neuralsort", "diffsort")
-
-
-def _timed(fn) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -62,14 +56,8 @@ def main(argv: list[str] | None = None) -> None:
                 v = row.clone().requires_grad_(True)
                 rankops.soft_rank(v, method=method).sum().backward()
 
-        calls = {"no mask": lambda: padded(False), "mask": lambda: padded(True), "loop": loop}
-        for fn in calls.values():  # warm-up
-            fn()
-        times: dict[str, list[float]] = {k: [] for k in calls}
-        for _ in range(args.repeats):
-            for name, fn in calls.items():
-                times[name].append(_timed(fn))
-        ms = {k: 1e3 * statistics.median(v) for k, v in times.items()}
+        medians = interleaved_medians({"no mask": lambda: padded(False), "mask": lambda: padded(True), "loop": loop}, args.repeats)
+        ms = {k: 1e3 * v for k, v in medians.items()}
         print(f"| {method} | {ms['no mask']:.2f} | {ms['mask']:.2f} | {ms['loop']:.1f} | "
               f"{ms['no mask'] / ms['mask']:.2f}x | {ms['loop'] / ms['mask']:.1f}x |")
 

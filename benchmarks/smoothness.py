@@ -18,8 +18,9 @@ without it.
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
+import functools
+
+from ._timing import interleaved_medians
 
 H = 1e-3
 
@@ -59,12 +60,6 @@ def _agreement(rankops, np, torch, op: str, seed: int, dtype: str) -> float:
         with torch.no_grad():
             fd = float(((out(zt + H * dt) - out(zt - H * dt)) * mt).sum()) / (2 * H)
     return abs(fd - exact) / abs(exact)
-
-
-def _timed(fn) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -115,15 +110,9 @@ def main(argv: list[str] | None = None) -> None:
             v = x.clone().requires_grad_(True)
             rankops.soft_rank(v).sum().backward()
 
-        times: dict[int, list[float]] = {0: [], polish: []}
-        for steps in times:  # warm-up
-            with_steps(steps, call)
-        for _ in range(args.repeats):
-            for steps in times:
-                times[steps].append(with_steps(steps, lambda: _timed(call)))
-        ref = statistics.median(times[0])
-        for steps, ts in times.items():
-            t = statistics.median(ts)
+        medians = interleaved_medians({steps: functools.partial(with_steps, steps, call) for steps in (0, polish)}, args.repeats)
+        ref = medians[0]
+        for steps, t in medians.items():
             print(f"| {batch}x{n} | {'on' if steps else 'off (reference)'} | {t * 1e3:.1f} | {t / ref:.2f}x |")
 
 
