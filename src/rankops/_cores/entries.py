@@ -23,7 +23,7 @@ class Entries:
     """
 
     def __init__(self, xp: Any, x: Any, weights: Any, mask: Any) -> None:
-        self.user_weights, self.mask = weights, mask
+        self.user_weights = weights
         if weights is None and mask is None:
             self.weights, self.support, self.count = None, None, float(x.shape[-1])
             return

@@ -227,8 +227,7 @@ class _Sort(_Directed):
             # positions past the valid entries have no level to reach (t = inf there): they repeat
             # the last valid value, so that the backward's links stay finite (their cotangent is 0)
             valid = c < xp.astype(srt.count, c.dtype)
-            last = adapter.take(xp, t, xp.clip(srt.count - 1, 0, None))
-            t = xp.where(valid, t, xp.where(srt.count > 0, last, xp.zeros_like(last)))
+            t = xp.where(valid, t, masked.held_last(xp, adapter, t, srt.count))
         return ((-t if self.descending else t),), (srt.s, srt.inverse, t, dens, *(srt.count,) * self.masked)
 
     def pull(self, xp: Any, adapter: Any, res: tuple[Any, ...], ct: Any) -> Any:

@@ -23,7 +23,7 @@ from .._lib._adapters import custom_backward
 from .._lib._calls import ALONG, Prepared
 from .._lib._compat import index_dtype
 
-__all__ = ["arrays", "bound", "laid_out", "entered", "along", "cotangents", "pulled", "finished", "backward", "entering", "squared", "prefix", "valid_first", "ValidFirst"]
+__all__ = ["arrays", "bound", "laid_out", "entered", "along", "cotangents", "pulled", "finished", "backward", "entering", "squared", "prefix", "held_last", "valid_first", "ValidFirst"]
 
 
 def arrays(mask: Any) -> dict[str, Any]:
@@ -106,14 +106,14 @@ def backward(
 ) -> tuple[tuple[Any, ...], Any]:
     """``custom_backward`` of a core whose forward takes the mask (None: none) as its last argument.
 
-    The first array is the input, entered with its masked entries at 0; the
-    first output is valid where the input is, or on the first n_v positions
-    (``positional``: a sort); ``bwd`` returns None for the mask.
+    The first array is the input, its masked entries already at 0 (the core
+    rule is :func:`entering`'s); the first output is valid where the input
+    is, or on the first n_v positions (``positional``: a sort); ``bwd``
+    returns None for the mask.
     """
     if mask is None:
         return custom_backward(xp, fwd, bwd, arrays, names=names, residuals=residuals)
-    outs, back = custom_backward(xp, fwd, bwd, (entered(xp, arrays[0], mask), *arrays[1:], mask), names=(*names, "mask"),
-                                 residuals=residuals)
+    outs, back = custom_backward(xp, fwd, bwd, (*arrays, mask), names=(*names, "mask"), residuals=residuals)
     return finished(xp, outs, back, mask, prefix(xp, mask) if positional else mask)
 
 
@@ -134,9 +134,20 @@ def squared(xp: Any, outs: tuple[Any, ...], back: Any, mask: Any) -> tuple[tuple
 
 def prefix(xp: Any, mask: Any) -> Any:
     """True on the first n_v positions of each row (n_v its valid entries): where a sort's valid values go."""
+    return _counted(xp, mask)[1]
+
+
+def _counted(xp: Any, mask: Any) -> tuple[Any, Any]:
+    """``(n_v, prefix)``: each row's count of valid entries (index dtype, keepdims) and its first n_v positions."""
     idx = index_dtype(xp, array_api_compat.device(mask))
     count = xp.sum(xp.astype(mask, idx), axis=-1, keepdims=True)
-    return xp.arange(mask.shape[-1], dtype=idx, device=array_api_compat.device(mask)) < count
+    return count, xp.arange(mask.shape[-1], dtype=idx, device=array_api_compat.device(mask)) < count
+
+
+def held_last(xp: Any, adapter: Any, a: Any, count: Any) -> Any:
+    """Each row's entry ``count - 1`` of ``a`` (its last valid one, ``count`` as n_v), 0 on a row without one."""
+    last = adapter.take(xp, a, xp.clip(count - 1, 0, None))
+    return xp.where(count > 0, last, xp.zeros_like(last))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -159,9 +170,5 @@ def valid_first(xp: Any, adapter: Any, x: Any, mask: Any, *, descending: bool = 
     """
     far = -math.inf if descending else math.inf
     s, order = adapter.sort_order(xp, xp.where(mask, x, far), descending=descending)
-    idx = index_dtype(xp, array_api_compat.device(x))
-    count = xp.sum(xp.astype(mask, idx), axis=-1, keepdims=True)
-    valid = xp.arange(x.shape[-1], dtype=idx, device=array_api_compat.device(x)) < count
-    last = adapter.take(xp, s, xp.clip(count - 1, 0, None))
-    last = xp.where(count > 0, last, xp.zeros_like(last))
-    return ValidFirst(xp.where(valid, s, last), order, valid, count)
+    count, valid = _counted(xp, mask)
+    return ValidFirst(xp.where(valid, s, held_last(xp, adapter, s, count)), order, valid, count)

@@ -82,14 +82,13 @@ def _square(shape: tuple[int, ...], opts: Any, params: dict[str, Any]) -> dict[s
 
 
 @core(output_shapes=_square, batched={"mask": (0,)})
+@masked.entering
 def matrix_core(xp: Any, s: Any, opts: Any, *, method: str, descending: bool, mask: Any = None) -> Any:
     """The relaxed permutation matrix (..., n, n) and its pullback (that of the relaxed matrix when ``hard``).
 
     ``mask``: the matrix of each row's n_v valid entries alone, in its first
     n_v rows and the valid entries' columns (:func:`.masked.square`).
     """
-    if mask is not None:
-        s = masked.entered(xp, s, mask)
     rows = _rows(xp, s, opts.tau, method, s.shape[-1], descending, opts.power, mask=mask)
     z, cache = rows.logits(rows.keys)
     p = get_adapter(xp).softmax(xp, z, -1)
@@ -165,14 +164,13 @@ def _backward(xp: Any, rows: Any, output: str, block: int, ct: Any, p_kept: Any 
 
 
 @core(output_shapes=same_shape, batched={"mask": (0,)})
+@masked.entering
 def dense_core(xp: Any, x: Any, opts: Any, *, method: str, output: str, descending: bool, mask: Any = None) -> Any:
     """The whole matrix as one block, differentiated by the host's autodiff (the rule keeps the matrix).
 
     ``mask``: each row's valid entries alone (see :mod:`.rows`).
     """
     n = x.shape[-1]
-    if mask is not None:
-        x = masked.entered(xp, x, mask)
     rows = _rows(xp, x, opts.tau, method, n, descending, opts.power, mask=mask)
     p = get_adapter(xp).softmax(xp, rows.logits(rows.keys)[0], -1)
     soft = _read(xp, output, p, x, weights(xp, x, mask))
@@ -242,6 +240,7 @@ class _Streamed:
 
 
 @core(output_shapes=same_shape, batched={"mask": (0,)})
+@masked.entering
 def stream_core(xp: Any, x: Any, opts: Any, *, method: str, output: str, descending: bool, mask: Any = None) -> Any:
     """``block`` rows of ``P`` at a time, in the forward and in the backward pass (a number ``power`` only)."""
     n = x.shape[-1]
