@@ -2,9 +2,12 @@
 
 A backward linear in its cotangent is registered as a ``jax.custom_jvp``
 whose tangent map is that backward transposed (``jax.linear_transpose``);
-reverse mode transposes it back. The references: ``jax.jacrev`` (the
-backward itself) and central differences of the float64 value. Sinkhorn's
-operators are reverse mode only (docs/api.md, "Forward mode").
+reverse mode transposes it back. Sinkhorn's backward (guarded, and solved
+by conjugate gradient) keeps the reverse mode; its forward mode is an
+unguarded twin transposed, or the unrolled iterations' own ``jvp``. The
+references: ``jax.jacrev`` (the backward itself) and central differences
+of the float64 value (Sinkhorn at ``tol=1e-9``, whose value is then smooth
+to 1e-12).
 """
 
 from __future__ import annotations
@@ -34,6 +37,11 @@ CASES = {
     "diffsort matrix, mask": lambda v: rankops.diffsort(v, steepness=2.0, mask=jnp.asarray(MASK)),
     "isotonic_regression": lambda v: rankops.isotonic_regression(v),
     "soft_kendall_tau": lambda v: rankops.soft_kendall_tau(v, v[::-1] ** 2),
+    "soft_rank[sinkhorn]": lambda v: rankops.soft_rank(v, epsilon=0.3, tol=1e-9),
+    "soft_sort[sinkhorn, unrolled, topk]": lambda v: rankops.soft_sort(v, implicit=False, topk=3, epsilon=0.3, tol=1e-9),
+    "soft_quantile[sinkhorn, mask, epsilon array]": lambda v: rankops.soft_quantile(
+        v, jnp.asarray([0.2, 0.7]), mask=jnp.asarray(MASK), epsilon=jnp.asarray(0.05), tol=1e-9),
+    "soft_quantile_normalize[power 1.5]": lambda v: rankops.soft_quantile_normalize(v, jnp.linspace(-1.0, 1.0, 4), power=1.5, epsilon=0.3, tol=1e-9),
 }
 
 
@@ -59,7 +67,35 @@ def test_jvp_under_jit_and_vmap():
     assert hessian.shape == (6, 6) and np.isfinite(np.asarray(hessian)).all()
 
 
-def test_sinkhorn_is_reverse_mode_only():
-    """The documented limit: a clear JAX error, not a wrong number."""
-    with pytest.raises(TypeError, match="custom_vjp"):
-        jax.jacfwd(lambda v: rankops.soft_rank(v))(jnp.asarray(X))
+@pytest.mark.parametrize("implicit", [True, False])
+def test_sinkhorn_solver_in_each_argument(implicit):
+    """``rankops.sinkhorn``: the plan and the potentials' well-defined combinations, in the cost and both marginals."""
+    rng = np.random.default_rng(3)
+    cost, a, b = rng.random((4, 3)), rng.dirichlet(np.ones(4)), rng.dirichlet(np.ones(3))
+
+    def f(c, a, b):
+        r = rankops.sinkhorn(c, a, b, epsilon=0.1, implicit=implicit, tol=1e-10)
+        return r.plan, r.f[:, None] + r.g[None, :], jnp.sum(a * r.f) + jnp.sum(b * r.g)
+
+    args = tuple(jnp.asarray(v) for v in (cost, a, b))
+    forward = jax.jacfwd(f, argnums=(0, 1, 2))(*args)
+    reverse = jax.jacrev(f, argnums=(0, 1, 2))(*args)
+    for fw, rv in zip(jax.tree_util.tree_leaves(forward), jax.tree_util.tree_leaves(reverse)):
+        assert_allclose(np.asarray(fw), np.asarray(rv), rtol=1e-9, atol=1e-12)
+    assert np.abs(np.asarray(forward[0][0])).max() > 0.1  # the plan moves with the cost
+
+
+def test_sinkhorn_forward_mode_at_float32_range():
+    """The forward rule has no range guard and needs none: rows near 1e30 in float32 give finite tangents, as reverse mode does."""
+    x = jnp.asarray(X * 1e30, dtype=jnp.float32)
+    forward, reverse = np.asarray(jax.jacfwd(rankops.soft_sort)(x)), np.asarray(jax.jacrev(rankops.soft_sort)(x))
+    assert np.isfinite(forward).all()
+    assert_allclose(forward, reverse, rtol=0, atol=1e-4 * np.abs(reverse).max())
+
+
+def test_second_derivatives_through_sinkhorn_raise():
+    """Differentiating Sinkhorn's backward itself is not implemented: a clear error, never a number that misses a term."""
+    with pytest.raises(TypeError, match="second derivatives through a Sinkhorn solve"):
+        jax.hessian(lambda c: jnp.sum(rankops.sinkhorn(c, epsilon=0.5, implicit=True).plan ** 2))(jnp.asarray(np.eye(2)))
+    with pytest.raises(TypeError, match="second derivatives through a Sinkhorn solve"):
+        jax.hessian(lambda c: jnp.sum(rankops.sinkhorn(c, epsilon=0.5).plan ** 2))(jnp.asarray(np.eye(2)))

@@ -68,18 +68,23 @@ def _norm(xp: Any, v: Any) -> Any:
     return xp.sqrt(xp.sum(v * v, axis=-1, keepdims=True))
 
 
-def _schur_solve(xp: Any, p: Any, r: Any, s: Any, max_iter: int, steps: int | None = None) -> tuple[Any, Any]:
+def _schur_solve(
+    xp: Any, p: Any, r: Any, s: Any, max_iter: int, steps: int | None = None, guarded: bool = True
+) -> tuple[Any, Any]:
     """Solve the system above for ``(alpha, beta)`` by eliminating ``alpha`` (the rows of ``p``).
 
     ``steps``: that many CG iterations, with no convergence check (no host
     sync, one loop body): an approximate solve; None: to the dtype's reach.
+    ``guarded=False``: the same map in operations JAX can transpose (forward
+    mode): the two guards below that read the right-hand side's size are
+    left to the solve, which the host sees as one linear solve.
     """
     # The system is linear: solve for a right-hand side of unit size and scale
     # back, so that CG's squared norms stay in range when the cotangent is
     # large (a soft sort of values near 1e30 in float32).
-    unit = xp.maximum(xp.max(xp.abs(r), axis=-1, keepdims=True), xp.max(xp.abs(s), axis=-1, keepdims=True))
-    unit = get_adapter(xp).stop_gradient(xp, xp.where((unit > 0) & xp.isfinite(unit), unit, xp.ones_like(unit)))
-    r, s = r / unit, s / unit
+    if guarded:
+        unit = _unit(xp, xp.maximum(xp.max(xp.abs(r), axis=-1, keepdims=True), xp.max(xp.abs(s), axis=-1, keepdims=True)))
+        r, s = r / unit, s / unit
     row = xp.sum(p, axis=-1)
     col = xp.sum(p, axis=-2)
     inv_row = _safe_inverse(xp, row)
@@ -88,23 +93,48 @@ def _schur_solve(xp: Any, p: Any, r: Any, s: Any, max_iter: int, steps: int | No
     q = q * _safe_inverse(xp, xp.sqrt(xp.sum(q * q, axis=-1, keepdims=True)))
     carried = matvec(xp, _mT(xp, p), r * inv_row)
     rhs = (s - carried) * inv_sqrt_col
-    # CG stops at a residual relative to the terms whose difference rhs is, not to rhs: on a
-    # saturated plan (blocks of a permutation) rhs cancels to rounding, and solving that
-    # rounding to a relative tolerance along the near-null directions of the decoupled
-    # blocks amplified it into gradients of 1e4 where the exact one is 1e-11.
-    terms = _norm(xp, s * inv_sqrt_col) + _norm(xp, carried * inv_sqrt_col)
+    ops = (p, inv_row, inv_sqrt_col, q)
     tol = _cg_tolerance(xp, p.dtype)
-    rhs = xp.where(_norm(xp, rhs) <= tol * terms, xp.zeros_like(rhs), rhs)
-    operands = (p, inv_row, inv_sqrt_col, q, rhs, terms)
+    if guarded:
+        # CG stops at a residual relative to the terms whose difference rhs is, not to rhs: on a
+        # saturated plan (blocks of a permutation) rhs cancels to rounding, and solving that
+        # rounding to a relative tolerance along the near-null directions of the decoupled
+        # blocks amplified it into gradients of 1e4 where the exact one is 1e-11.
+        terms = _norm(xp, s * inv_sqrt_col) + _norm(xp, carried * inv_sqrt_col)
+        rhs = xp.where(_norm(xp, rhs) <= tol * terms, xp.zeros_like(rhs), rhs)
+        y = _cg(xp, ops, rhs, terms, max_iter=max_iter, steps=steps)
+    else:
+        def solve(b: Any) -> Any:
+            size = _unit(xp, xp.max(xp.abs(b), axis=-1, keepdims=True))
+            return _cg(xp, ops, b / size, _norm(xp, b / size), max_iter=max_iter, steps=steps) * size
 
-    def schur(ops: tuple[Any, ...], y: Any) -> Any:
-        p_, ir, isc, q_ = ops[:4]
-        kk = matvec(xp, _mT(xp, p_), matvec(xp, p_, y * isc) * ir) * isc
-        return y - kk + q_ * xp.sum(q_ * y, axis=-1, keepdims=True)
+        y = get_adapter(xp).linear_solve(xp, lambda v: _schur(xp, ops, v), solve, rhs)
+    beta = y * inv_sqrt_col
+    alpha = (r - matvec(xp, p, beta)) * inv_row
+    return (alpha * unit, beta * unit) if guarded else (alpha, beta)
 
-    def step(ops: tuple[Any, ...], state: tuple[Any, ...]) -> tuple[Any, ...]:
+
+def _unit(xp: Any, size: Any) -> Any:
+    """``size`` where it is positive and finite, else 1, held constant: the scale a linear solve divides by and restores."""
+    return get_adapter(xp).stop_gradient(xp, xp.where((size > 0) & xp.isfinite(size), size, xp.ones_like(size)))
+
+
+def _schur(xp: Any, ops: tuple[Any, ...], y: Any) -> Any:
+    """The deflated Schur complement ``I - K^T K + q q^T`` applied to ``y``, from ``ops = (p, 1 / row, 1 / sqrt(col), q, ...)``."""
+    p, inv_row, inv_sqrt_col, q = ops[:4]
+    kk = matvec(xp, _mT(xp, p), matvec(xp, p, y * inv_sqrt_col) * inv_row) * inv_sqrt_col
+    return y - kk + q * xp.sum(q * y, axis=-1, keepdims=True)
+
+
+def _cg(xp: Any, ops: tuple[Any, ...], rhs: Any, terms: Any, *, max_iter: int, steps: int | None) -> Any:
+    """Conjugate gradient on the deflated Schur complement of ``ops = (p, 1 / row, 1 / sqrt(col), q)``, from 0.
+
+    It stops at a residual within the dtype's tolerance of ``terms``, or after ``steps`` iterations when given.
+    """
+
+    def step(ops_: tuple[Any, ...], state: tuple[Any, ...]) -> tuple[Any, ...]:
         y, res, d, rr = state
-        ad = schur(ops, d)
+        ad = _schur(xp, ops_, d)
         dad = xp.sum(d * ad, axis=-1, keepdims=True)
         step_len = safe_divide(xp, rr, dad)
         y = y + step_len * d
@@ -113,41 +143,45 @@ def _schur_solve(xp: Any, p: Any, r: Any, s: Any, max_iter: int, steps: int | No
         ratio = safe_divide(xp, rr_new, rr)
         return y, res, res + ratio * d, rr_new
 
-    def error(ops: tuple[Any, ...], state: tuple[Any, ...]) -> Any:
-        return xp.sqrt(state[3][..., 0]) * _safe_inverse(xp, ops[-1][..., 0])
+    def error(ops_: tuple[Any, ...], state: tuple[Any, ...]) -> Any:
+        return xp.sqrt(state[3][..., 0]) * _safe_inverse(xp, ops_[-1][..., 0])
 
-    y0 = xp.zeros_like(rhs)
-    state = (y0, rhs, rhs, xp.sum(rhs * rhs, axis=-1, keepdims=True))
+    operands = (*ops, terms)
+    state = (xp.zeros_like(rhs), rhs, rhs, xp.sum(rhs * rhs, axis=-1, keepdims=True))
     adapter = get_adapter(xp)
     if steps is not None:
-        y = adapter.repeat(xp, lambda st: step(operands, st), state, steps, steps)[0]
-    else:
-        (y, _, _, _), _, _ = adapter.iterate(
-            xp, step, operands, state, error=error, freeze=freeze_rows, max_iter=max_iter, tol=tol, check_every=CHECK_EVERY,
-        )
-    beta = y * inv_sqrt_col
-    alpha = (r - matvec(xp, p, beta)) * inv_row
-    return alpha * unit, beta * unit
+        return adapter.repeat(xp, lambda st: step(operands, st), state, steps, steps)[0]
+    (y, _, _, _), _, _ = adapter.iterate(
+        xp, step, operands, state, error=error, freeze=freeze_rows, max_iter=max_iter, tol=_cg_tolerance(xp, rhs.dtype),
+        check_every=CHECK_EVERY,
+    )
+    return y
 
 
-def solve_dual(xp: Any, p: Any, r: Any, s: Any, *, max_iter: int, steps: int | None = None) -> tuple[Any, Any]:
+def solve_dual(
+    xp: Any, p: Any, r: Any, s: Any, *, max_iter: int, steps: int | None = None, guarded: bool = True
+) -> tuple[Any, Any]:
     """``(alpha, beta)`` solving the system above for right-hand sides ``(r, s)``, up to its free constant.
 
-    ``steps``: a fixed number of CG iterations (:func:`_schur_solve`).
+    ``steps``: a fixed number of CG iterations; ``guarded=False``: in
+    operations JAX can transpose (:func:`_schur_solve`).
     """
     # eagerly: a compiled graph calls CG as one op that keeps its early exit
     eagerly = get_adapter(xp).eagerly
     if p.shape[-2] >= p.shape[-1]:
-        return eagerly(xp, _schur_solve, (p, r, s), like=(1, 2), max_iter=max_iter, steps=steps)  # type: ignore[return-value]
-    beta, alpha = eagerly(xp, _schur_solve, (_mT(xp, p), s, r), like=(1, 2), max_iter=max_iter, steps=steps)
+        return eagerly(xp, _schur_solve, (p, r, s), like=(1, 2), max_iter=max_iter, steps=steps, guarded=guarded)  # type: ignore[return-value]
+    beta, alpha = eagerly(xp, _schur_solve, (_mT(xp, p), s, r), like=(1, 2), max_iter=max_iter, steps=steps, guarded=guarded)
     return alpha, beta
 
 
 def dual_cotangents(
-    xp: Any, p: Any, r: Any, s: Any, log_a: Any, log_b: Any, *, exact: str, max_iter: int
+    xp: Any, p: Any, r: Any, s: Any, log_a: Any, log_b: Any, *, exact: str, max_iter: int, guarded: bool = True
 ) -> tuple[Any, Any, Any, Any]:
-    """``(alpha, beta, a, b)``: the system above solved for right-hand sides ``(r, s)``, its constant fixed as the last update fixes it."""
-    alpha, beta = solve_dual(xp, p, r, s, max_iter=max_iter)
+    """``(alpha, beta, a, b)``: the system above solved for right-hand sides ``(r, s)``, its constant fixed as the last update fixes it.
+
+    ``guarded``: as in :func:`solve_dual`.
+    """
+    alpha, beta = solve_dual(xp, p, r, s, max_iter=max_iter, guarded=guarded)
     a, b = xp.exp(log_a), xp.exp(log_b)
     # Fix the free constant as the exact final update does (module docstring).
     if exact == "columns":
@@ -165,11 +199,13 @@ def fixed_point_vjp(
     exact: str,
     max_iter: int,
     cost_shape: tuple[int, ...],
+    guarded: bool = True,
 ) -> tuple[Any, Any, Any]:
     """``(dc, dlog_a, dlog_b)`` from the cotangents of ``(plan, u, v)`` (None: zero).
 
     Each cotangent has its input's shape (``cost_shape`` for ``c``): the
     marginals and the cost may have been broadcast against each other.
+    ``guarded=False``: in operations JAX can transpose (:func:`solve_dual`).
     """
     p, log_a, log_b = residuals
     ct_p, ct_u, ct_v = cotangents
@@ -180,6 +216,6 @@ def fixed_point_vjp(
         r = r + ct_u
     if ct_v is not None:
         s = s + ct_v
-    alpha, beta, a, b = dual_cotangents(xp, p, r, s, log_a, log_b, exact=exact, max_iter=max_iter)
+    alpha, beta, a, b = dual_cotangents(xp, p, r, s, log_a, log_b, exact=exact, max_iter=max_iter, guarded=guarded)
     dc = unbroadcast(xp, p * (alpha[..., :, None] + beta[..., None, :]) - gp, cost_shape)
     return dc, unbroadcast(xp, alpha * a, tuple(log_a.shape)), unbroadcast(xp, beta * b, tuple(log_b.shape))

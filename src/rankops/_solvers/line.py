@@ -105,8 +105,8 @@ def line_plan_vjp(
                             per_target=per_target, supported=supported)
     bwd = functools.partial(_backward, h_slope=h_slope, eps=opts.epsilon, power=power, exact=exact, max_iter=opts.max_iter,
                             squash=squash, per_target=per_target, supported=supported)
-    # the backward scales the cotangent by its own size and solves by CG: not transposable (reverse mode only)
-    (plan, err), back = custom_backward(xp, fwd, bwd, (x, y, log_a, log_b), names=None, linear=False)
+    # the backward scales the cotangent by its own size and solves by CG: its unguarded twin is the one JAX transposes
+    (plan, err), back = custom_backward(xp, fwd, bwd, (x, y, log_a, log_b), names=None, linear=functools.partial(bwd, guarded=False))
 
     def pullback(dp: Any) -> tuple[Any, Any, Any, Any]:
         dx, _, d_log_a, d_log_b = back((dp,))
@@ -145,7 +145,7 @@ def _forward(xp: Any, x: Any, y: Any, log_a: Any, log_b: Any, *, h: Any, eps: fl
 
 
 def _backward(xp: Any, res: tuple[Any, ...], cts: tuple[Any, ...], *, h_slope: Any, eps: float, power: float,
-              exact: str, max_iter: int, squash: Squash, per_target: bool, supported: bool) -> tuple[Any, ...]:
+              exact: str, max_iter: int, squash: Squash, per_target: bool, supported: bool, guarded: bool = True) -> tuple[Any, ...]:
     """Cotangents of ``(x, y, log_a, log_b)`` from the plan's (``Q``'s, ``per_target``); the targets are constants here.
 
     The backward is linear in the plan's cotangent, so it runs on that
@@ -156,19 +156,23 @@ def _backward(xp: Any, res: tuple[Any, ...], cts: tuple[Any, ...], *, h_slope: A
     float32's range although ``dx``, divided by the row's scale, is not.
     The division is applied to the sums of ``G o P`` (vectors), not to
     the ``(n, m)`` cotangent, except where slopes multiply it.
+    ``guarded=False``: ``k = 1``, and the solve declared as one
+    (:func:`.implicit.solve_dual`): operations JAX can transpose, whose
+    transpose is the forward mode.
     """
     p, x, y, log_a, log_b = res
     ct = cts[0]
     if ct is None:  # torch: the plan was not used
         return (xp.zeros_like(x), None, None, None)
     s, unit_back, scale = squash(xp, x, _support(log_a, supported))
-    k = _row_magnitude(xp, ct, tuple(s.shape[:-1]))
+    # unguarded: 1 in the guard's shape (the magnitude of a zero cotangent)
+    k = _row_magnitude(xp, ct if guarded else xp.zeros_like(p), tuple(s.shape[:-1]))
     k_rows = k[..., 0]  # (..., 1): divides the sums below
     # G o P with G the plan's cotangent: for Q = P / b, G = ct / b and G o P = ct o Q, bounded by ct
     inv_b = _inverse_weights(xp, log_b) if per_target else None
     gp = ct * (p * inv_b if per_target else p)
     r, c_sum = xp.sum(gp, axis=-1) / k_rows, xp.sum(gp, axis=-2) / k_rows
-    alpha, beta, a, b = dual_cotangents(xp, p, r, c_sum, log_a, log_b, exact=exact, max_iter=max_iter)
+    alpha, beta, a, b = dual_cotangents(xp, p, r, c_sum, log_a, log_b, exact=exact, max_iter=max_iter, guarded=guarded)
     sb = xp.broadcast_to(s, r.shape)
     if power == 2.0:
         # sum_j W_ij (y_j - s_i), from products with P and G o P (module docstring)

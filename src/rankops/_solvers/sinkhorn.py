@@ -113,9 +113,10 @@ def solve_vjp(
     # implicit: the value is polished toward the fixed point whose gradient it gets (_polish)
     fwd = functools.partial(fixed_point, max_iter=max_iter, tol=tol, check_every=check_every, exact=exact, polish=opts.implicit)
     bwd = functools.partial(fixed_point_vjp, exact=exact, max_iter=max_iter, cost_shape=tuple(c.shape))
-    def bwd_all(xp_: Any, res: Any, cts: Any) -> tuple[Any, ...]:
+
+    def bwd_all(xp_: Any, res: Any, cts: Any, guarded: bool = True) -> tuple[Any, ...]:
         # the fixed point does not depend on where the iterations started
-        return (*bwd(xp_, res, cts), xp.zeros_like(u0), xp.zeros_like(v0))
+        return (*bwd(xp_, res, cts, guarded=guarded), xp.zeros_like(u0), xp.zeros_like(v0))
 
     arrays = (c, log_a, log_b, u0, v0)
     adapter = get_adapter(xp)
@@ -135,8 +136,9 @@ def solve_vjp(
         )
     else:
         # unrolled (implicit=False): the host differentiates the iterations themselves
+        # the backward solves by CG with guards: its unguarded twin is the one JAX transposes
         (plan, u, v, err, n_iter), back = custom_backward(xp, fwd, bwd_all, arrays, names=None, n_diff=3, register=opts.implicit,
-                                                          linear=False)
+                                                          linear=functools.partial(bwd_all, guarded=False))
 
     def pullback(d_plan: Any, d_f: Any = None, d_g: Any = None) -> tuple[Any, Any, Any, Any]:
         d_u = None if d_f is None else d_f * epsilon

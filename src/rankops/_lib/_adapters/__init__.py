@@ -100,7 +100,7 @@ def custom_backward(
     n_diff: int = 1,
     residuals: Callable[..., Any] | None = None,
     register: bool = True,
-    linear: bool = True,
+    linear: bool | Callable[..., Any] = True,
 ) -> tuple[tuple[Any, ...], Callable[[tuple[Any, ...]], Any]]:
     """``(outputs, pullback)`` of a forward with a hand-written backward: every core's one way to give its own gradient.
 
@@ -110,10 +110,12 @@ def custom_backward(
     adapter's ``custom_vjp``; ``residuals(xp, *arrays)``, when given,
     rebuilds the residuals for higher derivatives); with ``register=False``
     the host differentiates the forward itself (an unrolled solver).
-    ``linear``: ``bwd`` is written with linear operations of the cotangents
-    that the host can transpose (no loop with an exit test, no scaling by
-    the cotangent's own size), so that its transpose is the forward mode
-    (JAX: ``jacfwd``, ``jvp``); False for the Sinkhorn solves.
+    ``linear``: True where ``bwd`` is written with linear operations of the
+    cotangents that the host can transpose (no loop with an exit test, no
+    scaling by the cotangent's own size), so that its transpose is the
+    forward mode (JAX: ``jacfwd``, ``jvp``); where it is not (the Sinkhorn
+    solves), a version of ``bwd`` that is, for the forward mode alone,
+    ``bwd`` keeping the reverse mode; False: reverse mode only.
     ``pullback(cotangents)`` applies ``bwd`` (``rankops.vjp`` on hosts
     without autodiff, where the forward's residuals are kept): a dict by
     ``names``, or the gradients' tuple when ``names`` is None.

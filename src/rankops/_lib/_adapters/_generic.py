@@ -193,8 +193,13 @@ class Generic:
 
     # -- autodiff ----------------------------------------------------------------------------
 
+    def linear_solve(self, xp: Any, matvec: Callable[[Any], Any], solve: Callable[[Any], Any], rhs: Any) -> Any:
+        """``solve(rhs)``, the solution of ``matvec(y) = rhs`` for a symmetric ``matvec``; JAX declares it one
+        linear solve (``lax.custom_linear_solve``), whose transpose is the same solve."""
+        return solve(rhs)
+
     def custom_vjp(
-        self, xp: Any, fwd: Any, bwd: Any, arrays: tuple[Any, ...], n_diff: int, residuals: Any = None, linear: bool = True
+        self, xp: Any, fwd: Any, bwd: Any, arrays: tuple[Any, ...], n_diff: int, residuals: Any = None, linear: Any = True
     ) -> tuple[Any, ...]:
         """``fwd(xp, *arrays) -> (outputs, residuals)`` with the gradient ``bwd(xp, residuals, cotangents)``.
 

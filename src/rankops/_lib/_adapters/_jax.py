@@ -9,11 +9,10 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import jax.scipy.special
-import numpy as np
 
 from .._compat import index_dtype
-from .._loops import settled
 from ._generic import Generic
+from ._jax_autodiff import iterate, transposed, with_forward_rule
 
 __all__ = ["Jax", "ADAPTER"]
 
@@ -29,36 +28,6 @@ def _compiled(core: Any, opts: Any, static: tuple[tuple[str, Any], ...], outputs
 @functools.lru_cache(maxsize=64)
 def _jitted(fn: Any) -> Any:
     return jax.jit(fn, static_argnums=(0,))
-
-
-def _transposed(xp: Any, fwd: Any, bwd: Any, arrays: tuple[Any, ...]) -> tuple[Any, ...]:
-    """``fwd`` as a ``jax.custom_jvp``: the output tangent is the transpose of ``v -> bwd(v)`` applied to the input tangents.
-
-    ``bwd`` is linear in the cotangent, ``v -> J^T v``; its transpose is ``J``.
-    Inputs that are not real floating (a mask, integer labels) have no
-    tangent, and ``bwd``'s gradient for them (None) is left out.
-    """
-    differentiable = tuple(jnp.issubdtype(jnp.result_type(a), jnp.floating) for a in arrays)
-
-    @jax.custom_jvp
-    def fn(*args: Any) -> Any:
-        return tuple(fwd(xp, *args)[0])
-
-    @fn.defjvp
-    def fn_jvp(primals: Any, tangents: Any) -> Any:
-        outs, res = fwd(xp, *primals)
-        outs = tuple(outs)
-
-        def pullback(ct: Any) -> Any:
-            grads = bwd(xp, res, (ct,))
-            return tuple(g for g, d in zip(grads, differentiable) if d)
-
-        transposed = jax.linear_transpose(pullback, outs[0])
-        (out_tangent,) = transposed(tuple(t for t, d in zip(tangents, differentiable) if d))
-        others = tuple(jnp.zeros_like(o) if jnp.issubdtype(o.dtype, jnp.inexact) else np.zeros(o.shape, jax.dtypes.float0) for o in outs[1:])
-        return outs, (out_tangent, *others)
-
-    return fn(*arrays)
 
 
 class Jax(Generic):
@@ -202,91 +171,8 @@ class Jax(Generic):
         self, xp: Any, step: Any, operands: Any, state: Any, *, error: Any, freeze: Any, max_iter: int, tol: float, check_every: int,
         whole_rounds: bool = False,
     ) -> Any:
-        """``lax`` version of :func:`rankops._lib._loops.iterate`: jit, vmap and grad safe.
-
-        Forward: a ``lax.while_loop`` over rounds of ``check_every`` iterations
-        that stops once every problem is within ``tol`` (problems that got there
-        earlier are frozen, as in the eager loop). Under ``vmap`` it runs until
-        the slowest problem of the batch converges.
-
-        Reverse mode: a ``custom_vjp`` that records the state at the start of each
-        round (O(rounds x (n + m)) memory) and, in the backward pass, walks back
-        over the rounds that actually ran, recomputing each one under ``jax.vjp``:
-        the gradient of the unrolled iterations, with the kernels of one round
-        alive at a time and no work for the rounds that were never run.
-        """
-        n_rounds = -(-max_iter // check_every)
-        # Rematerialised step: replaying a round under jax.vjp then keeps the
-        # potentials of each iteration, not its n x m kernels.
-        step_remat = jax.checkpoint(step)
-
-        def run_round(ops: Any, s: Any, r: Any, done: Any) -> Any:
-            if whole_rounds:  # the step runs the round itself: tell it how many iterations are left
-                return freeze(xp, done, s, step_remat(ops, s, jnp.minimum(check_every, max_iter - r * check_every)))
-
-            def one(i: Any, t: Any) -> Any:
-                new = step_remat(ops, t)
-                # the last round may overshoot max_iter: its extra iterations are no-ops
-                keep = r * check_every + i >= max_iter
-                return tuple(jnp.where(keep, o, w) for o, w in zip(t, new))
-
-            return freeze(xp, done, s, jax.lax.fori_loop(0, check_every, one, s))
-
-        def forward(ops: Any, s0: Any, record: bool) -> Any:
-            spec = jax.eval_shape(error, ops, s0)  # shapes only: no kernel pass
-            err0 = jnp.full(spec.shape, jnp.inf, dtype=spec.dtype)  # nothing frozen at the start
-            history = (
-                (jax.tree_util.tree_map(lambda a: jnp.zeros((n_rounds,) + a.shape, a.dtype), s0), jnp.zeros((n_rounds,) + err0.shape, err0.dtype))
-                if record
-                else None
-            )
-
-            def cond(carry: Any) -> Any:
-                k, _, err, _ = carry
-                return (k < n_rounds) & ~jnp.all(settled(xp, err, tol))
-
-            def body(carry: Any) -> Any:
-                k, s, err, hist = carry
-                if record:
-                    starts, errs = hist
-                    starts = jax.tree_util.tree_map(lambda buf, a: buf.at[k].set(a), starts, s)
-                    hist = (starts, errs.at[k].set(err))
-                new = run_round(ops, s, k, settled(xp, err, tol))
-                return k + 1, new, error(ops, new), hist
-
-            k, s, err, hist = jax.lax.while_loop(cond, body, (jnp.asarray(0, jnp.int32), s0, err0, history))
-            n_iter = jnp.minimum(k * check_every, max_iter)
-            return (s, n_iter, err), (k, hist)
-
-        @jax.custom_vjp
-        def loop(ops: Any, s0: Any) -> Any:
-            return forward(ops, s0, record=False)[0]
-
-        def loop_fwd(ops: Any, s0: Any) -> Any:
-            out, (k, hist) = forward(ops, s0, record=True)
-            return out, (ops, out[0], k, hist)
-
-        def loop_bwd(res: Any, cts: Any) -> Any:
-            ops, s_final, k, (starts, errs) = res
-            ct_state, _, ct_err = cts
-            _, pull_err = jax.vjp(error, ops, s_final)
-            d_ops, d_final = pull_err(ct_err)
-            d_state = jax.tree_util.tree_map(jnp.add, d_final, ct_state)
-
-            def back(carry: Any) -> Any:
-                j, d_ops_acc, d_s = carry
-                b = j - 1
-                s_start = jax.tree_util.tree_map(lambda buf: buf[b], starts)
-                done = settled(xp, errs[b], tol)
-                _, pull = jax.vjp(lambda o, s: run_round(o, s, b, done), ops, s_start)
-                d_o, d_s = pull(d_s)
-                return b, jax.tree_util.tree_map(jnp.add, d_ops_acc, d_o), d_s
-
-            _, d_ops, d_state = jax.lax.while_loop(lambda c: c[0] > 0, back, (k, d_ops, d_state))
-            return d_ops, d_state
-
-        loop.defvjp(loop_fwd, loop_bwd)
-        return loop(operands, state)
+        return iterate(xp, step, operands, state, error=error, freeze=freeze, max_iter=max_iter, tol=tol, check_every=check_every,
+                       whole_rounds=whole_rounds)
 
     def repeat(self, xp: Any, body: Any, state: Any, count: Any, most: int) -> Any:
         """One ``lax.fori_loop`` of ``most`` steps, those from ``count`` on masked: ``count`` may be traced."""
@@ -324,20 +210,28 @@ class Jax(Generic):
             parts.append(ys)
         return carry, tuple(p[0] if len(p) == 1 else jnp.concatenate(p, axis=-1) for p in zip(*parts))
 
+    def linear_solve(self, xp: Any, matvec: Any, solve: Any, rhs: Any) -> Any:
+        return jax.lax.custom_linear_solve(matvec, rhs, lambda _, b: solve(b), symmetric=True)
+
     def custom_vjp(
-        self, xp: Any, fwd: Any, bwd: Any, arrays: tuple[Any, ...], n_diff: int, residuals: Any = None, linear: bool = True
+        self, xp: Any, fwd: Any, bwd: Any, arrays: tuple[Any, ...], n_diff: int, residuals: Any = None, linear: Any = True
     ) -> tuple[Any, ...]:
         """``fwd(xp, *arrays) -> (outputs, residuals)`` with the gradient ``bwd(xp, residuals, cotangents)``.
 
-        ``linear`` (``bwd`` transposable in its cotangents): a ``jax.custom_jvp``
-        whose tangent map is the transpose of ``bwd`` (``jax.linear_transpose``),
-        so forward mode (``jacfwd``) works, and reverse mode transposes it back
-        into ``bwd``. Otherwise a ``jax.custom_vjp`` (reverse mode only). Both
-        compose with ``jit``, ``vmap`` and ``grad``; only the first ``n_diff``
-        outputs carry gradients.
+        ``linear=True`` (``bwd`` transposable in its cotangents): a
+        ``jax.custom_jvp`` whose tangent map is the transpose of ``bwd``
+        (``jax.linear_transpose``), so forward mode (``jacfwd``) works, and
+        reverse mode transposes it back into ``bwd``. ``linear`` a function (a
+        transposable version of ``bwd``): its transpose is the forward mode,
+        ``bwd`` the reverse mode (:func:`._jax_autodiff.with_forward_rule`). Otherwise a
+        ``jax.custom_vjp`` (reverse mode only). All compose with ``jit``,
+        ``vmap`` and ``grad``; only the first ``n_diff`` outputs carry
+        gradients.
         """
-        if linear and n_diff == 1:
-            return _transposed(xp, fwd, bwd, arrays)
+        if linear is True and n_diff == 1:
+            return transposed(xp, fwd, bwd, arrays)
+        if callable(linear):
+            return with_forward_rule(xp, fwd, bwd, linear, arrays, n_diff)
 
         @jax.custom_vjp
         def fn(*args: Any) -> Any:

@@ -232,7 +232,7 @@ class Torch(Generic):
         return torch.compiler.is_compiling() and torch.is_grad_enabled() and any(t.requires_grad for t in _tensors(arrays))
 
     def custom_vjp(
-        self, xp: Any, fwd: Any, bwd: Any, arrays: tuple[Any, ...], n_diff: int, residuals: Any = None, linear: bool = True
+        self, xp: Any, fwd: Any, bwd: Any, arrays: tuple[Any, ...], n_diff: int, residuals: Any = None, linear: Any = True
     ) -> tuple[Any, ...]:
         """Registered as a ``torch.autograd.Function``; without ``residuals`` a ``create_graph=True`` pass raises
         instead of silently returning a wrong second derivative. Where no gradient is wanted (no input requires

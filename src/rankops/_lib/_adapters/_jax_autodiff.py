@@ -1,0 +1,255 @@
+"""JAX autodiff rules: hand-written backwards as ``custom_jvp`` rules (forward and reverse mode), and the solver loop's."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.custom_derivatives import SymbolicZero
+
+from .._loops import settled
+
+__all__ = ["transposed", "with_forward_rule", "custom_transposed", "iterate"]
+
+
+def _live(a: Any, t: Any) -> Any:
+    """The tangent ``t`` of the input ``a``, or None where it has none (a symbolic zero, an input that is not floating)."""
+    return None if isinstance(t, SymbolicZero) or not jnp.issubdtype(jnp.result_type(a), jnp.floating) else t
+
+
+def transposed(xp: Any, fwd: Any, bwd: Any, arrays: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``fwd`` as a ``jax.custom_jvp``: the output tangent is the transpose of ``v -> bwd(v)`` applied to the input tangents.
+
+    ``bwd`` is linear in the cotangent, ``v -> J^T v``; its transpose is ``J``.
+    Inputs that are not real floating (a mask, integer labels) have no
+    tangent, and ``bwd``'s gradient for them (None) is left out.
+    """
+    differentiable = tuple(jnp.issubdtype(jnp.result_type(a), jnp.floating) for a in arrays)
+
+    @jax.custom_jvp
+    def fn(*args: Any) -> Any:
+        return tuple(fwd(xp, *args)[0])
+
+    @fn.defjvp
+    def fn_jvp(primals: Any, tangents: Any) -> Any:
+        outs, res = fwd(xp, *primals)
+        outs = tuple(outs)
+
+        def pullback(ct: Any) -> Any:
+            grads = bwd(xp, res, (ct,))
+            return tuple(g for g, d in zip(grads, differentiable) if d)
+
+        (out_tangent,) = jax.linear_transpose(pullback, outs[0])(tuple(t for t, d in zip(tangents, differentiable) if d))
+        return outs, (out_tangent, *(zero_tangent(o) for o in outs[1:]))
+
+    return fn(*arrays)
+
+
+def zero_tangent(a: Any) -> Any:
+    """The zero tangent of ``a``: ``float0`` for an integer array."""
+    return jnp.zeros_like(a) if jnp.issubdtype(a.dtype, jnp.inexact) else np.zeros(a.shape, jax.dtypes.float0)
+
+
+@jax.custom_jvp
+def first_order(*arrays: Any) -> Any:
+    """The identity, whose derivative raises: it carries the residuals of a backward that is not differentiable itself."""
+    return arrays
+
+
+@first_order.defjvp
+def first_order_jvp(primals: Any, tangents: Any) -> Any:
+    raise TypeError("second derivatives through a Sinkhorn solve are not implemented: differentiate once, in either mode")
+
+
+def custom_transposed(forward: Any, backward: Any, tangents: tuple[Any, ...], outs: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The output tangents ``forward(tangents)`` of a linear map whose transpose is ``backward``; JAX sees into neither.
+
+    ``tangents``: one per input, None where there is none (a symbolic zero, an
+    integer input); ``forward`` gets them with zeros in place of the Nones and
+    returns one tangent per array of ``outs``; ``backward(cotangents)``
+    returns one per input (None: zero). JAX has no public custom-transpose
+    rule that also batches, so the pair rides on ``lax.custom_linear_solve``:
+    on the space of (input tangents, output tangents) the "solve" maps
+    ``(t, 0)`` to ``(0, forward(t))`` and its transpose maps ``(0, c)`` to
+    ``(backward(c), 0)``; ``(t, 0)`` is linear in ``t`` (its zeros are
+    selected from ``t``, as linearization requires of every part of the
+    right-hand side). Under ``jvp`` JAX runs ``forward``, under ``grad`` it
+    transposes the solve into ``backward``, under ``vmap`` it batches both.
+    """
+    live = [i for i, t in enumerate(tangents) if t is not None]
+    if not live:
+        return tuple(jnp.zeros_like(o) for o in outs)
+    first = jnp.reshape(tangents[live[0]], (-1,))[:1]
+    zero = jnp.reshape(jnp.where(jnp.zeros((1,), bool), first, jnp.zeros_like(first)), ())
+    zeros = tuple(jnp.broadcast_to(jnp.astype(zero, o.dtype), o.shape) for o in outs)
+    shapes = [jax.ShapeDtypeStruct(jnp.shape(t), jnp.result_type(t)) for t in tangents if t is not None]
+
+    def cast(values: Any, like: Any) -> tuple[Any, ...]:
+        return tuple(
+            jnp.zeros(w.shape, w.dtype) if v is None else jnp.broadcast_to(jnp.astype(v, w.dtype), w.shape) for v, w in zip(values, like)
+        )
+
+    def solve(_: Any, b: Any) -> Any:
+        t, _o = b
+        full = [None] * len(tangents)
+        for i, ti in zip(live, t):
+            full[i] = ti
+        return tuple(jnp.zeros_like(ti) for ti in t), cast(forward(full), zeros)
+
+    def solve_t(_: Any, c: Any) -> Any:
+        _t, ct = c
+        grads = backward(ct)
+        return cast([grads[i] for i in live], shapes), tuple(jnp.zeros_like(ci) for ci in ct)
+
+    b = (tuple(tangents[i] for i in live), zeros)
+    return tuple(jax.lax.custom_linear_solve(lambda z: z, b, solve, solve_t)[1])
+
+
+def with_forward_rule(xp: Any, fwd: Any, bwd: Any, linear_bwd: Any, arrays: tuple[Any, ...], n_diff: int) -> tuple[Any, ...]:
+    """``fwd`` as a ``jax.custom_jvp`` whose tangents come from ``linear_bwd`` transposed and whose reverse mode is ``bwd``.
+
+    ``linear_bwd`` computes ``bwd``'s map in operations JAX can transpose (no
+    guard that reads the cotangent's size, a linear solve declared as one);
+    ``bwd`` keeps its guards for ``grad``. The residuals pass through
+    :func:`first_order`: a second derivative raises instead of silently
+    missing the backward's own dependence on them.
+    """
+    floating = tuple(jnp.issubdtype(jnp.result_type(a), jnp.floating) for a in arrays)
+
+    @jax.custom_jvp
+    def fn(*args: Any) -> Any:
+        return tuple(fwd(xp, *args)[0])
+
+    def fn_jvp(primals: Any, tangents: Any) -> Any:
+        outs, res = fwd(xp, *primals)
+        outs, res = tuple(outs), first_order(*res)
+        diff = outs[:n_diff]
+
+        def forward(ts: list[Any]) -> Any:
+            def pull(cts: Any) -> Any:
+                grads = linear_bwd(xp, res, cts)
+                return tuple(g for g, f in zip(grads, floating) if f)
+
+            given = tuple(jnp.zeros_like(a) if t is None else t for a, t, f in zip(primals, ts, floating) if f)
+            return jax.linear_transpose(pull, diff)(given)[0]
+
+        def backward(cts: Any) -> Any:
+            return bwd(xp, res, tuple(cts))
+
+        live = tuple(_live(a, t) for a, t in zip(primals, tangents))
+        return outs, custom_transposed(forward, backward, live, diff) + tuple(zero_tangent(o) for o in outs[n_diff:])
+
+    fn.defjvp(fn_jvp, symbolic_zeros=True)
+    return fn(*arrays)
+
+
+def iterate(
+    xp: Any, step: Any, operands: Any, state: Any, *, error: Any, freeze: Any, max_iter: int, tol: float, check_every: int,
+    whole_rounds: bool = False,
+) -> Any:
+    """``lax`` version of :func:`rankops._lib._loops.iterate`: jit, vmap and grad safe.
+
+    Forward: a ``lax.while_loop`` over rounds of ``check_every`` iterations
+    that stops once every problem is within ``tol`` (problems that got there
+    earlier are frozen, as in the eager loop). Under ``vmap`` it runs until
+    the slowest problem of the batch converges.
+
+    Reverse mode: a backward that walks back over the rounds that actually
+    ran, from the state recorded at the start of each (O(rounds x (n + m))
+    memory), recomputing each one under ``jax.vjp``: the gradient of the
+    unrolled iterations, with the kernels of one round alive at a time and
+    no work for the rounds that were never run. Forward mode: the
+    iterations' own ``jvp``. The two are one ``custom_jvp`` whose tangent
+    map has that backward as its transpose (:func:`custom_transposed`).
+    """
+    n_rounds = -(-max_iter // check_every)
+    # Rematerialised step: replaying a round under jax.vjp then keeps the
+    # potentials of each iteration, not its n x m kernels.
+    step_remat = jax.checkpoint(step)
+
+    def run_round(ops: Any, s: Any, r: Any, done: Any) -> Any:
+        if whole_rounds:  # the step runs the round itself: tell it how many iterations are left
+            return freeze(xp, done, s, step_remat(ops, s, jnp.minimum(check_every, max_iter - r * check_every)))
+
+        def one(i: Any, t: Any) -> Any:
+            new = step_remat(ops, t)
+            # the last round may overshoot max_iter: its extra iterations are no-ops
+            keep = r * check_every + i >= max_iter
+            return tuple(jnp.where(keep, o, w) for o, w in zip(t, new))
+
+        return freeze(xp, done, s, jax.lax.fori_loop(0, check_every, one, s))
+
+    def forward(ops: Any, s0: Any, record: bool) -> Any:
+        spec = jax.eval_shape(error, ops, s0)  # shapes only: no kernel pass
+        err0 = jnp.full(spec.shape, jnp.inf, dtype=spec.dtype)  # nothing frozen at the start
+        history = (
+            (jax.tree_util.tree_map(lambda a: jnp.zeros((n_rounds,) + a.shape, a.dtype), s0), jnp.zeros((n_rounds,) + err0.shape, err0.dtype))
+            if record
+            else None
+        )
+
+        def cond(carry: Any) -> Any:
+            k, _, err, _ = carry
+            return (k < n_rounds) & ~jnp.all(settled(xp, err, tol))
+
+        def body(carry: Any) -> Any:
+            k, s, err, hist = carry
+            if record:
+                starts, errs = hist
+                starts = jax.tree_util.tree_map(lambda buf, a: buf.at[k].set(a), starts, s)
+                hist = (starts, errs.at[k].set(err))
+            new = run_round(ops, s, k, settled(xp, err, tol))
+            return k + 1, new, error(ops, new), hist
+
+        k, s, err, hist = jax.lax.while_loop(cond, body, (jnp.asarray(0, jnp.int32), s0, err0, history))
+        n_iter = jnp.minimum(k * check_every, max_iter)
+        return (s, n_iter, err), (k, hist)
+
+    @jax.custom_jvp
+    def loop(ops: Any, s0: Any) -> Any:
+        return forward(ops, s0, record=False)[0]
+
+    def loop_bwd(res: Any, cts: Any) -> Any:
+        ops, s_final, k, (starts, errs) = res
+        ct_state, ct_err = cts
+        _, pull_err = jax.vjp(error, ops, s_final)
+        d_ops, d_final = pull_err(ct_err)
+        d_state = jax.tree_util.tree_map(jnp.add, d_final, ct_state)
+
+        def back(carry: Any) -> Any:
+            j, d_ops_acc, d_s = carry
+            b = j - 1
+            s_start = jax.tree_util.tree_map(lambda buf: buf[b], starts)
+            done = settled(xp, errs[b], tol)
+            _, pull = jax.vjp(lambda o, s: run_round(o, s, b, done), ops, s_start)
+            d_o, d_s = pull(d_s)
+            return b, jax.tree_util.tree_map(jnp.add, d_ops_acc, d_o), d_s
+
+        _, d_ops, d_state = jax.lax.while_loop(lambda c: c[0] > 0, back, (k, d_ops, d_state))
+        return d_ops, d_state
+
+    def loop_jvp(primals: Any, tangents: Any) -> Any:
+        out, (k, hist) = forward(*primals, record=True)
+        leaves, tree = jax.tree_util.tree_flatten(primals)
+        res_leaves, res_tree = jax.tree_util.tree_flatten((primals[0], out[0], k, hist))
+        res = jax.tree_util.tree_unflatten(res_tree, first_order(*res_leaves))
+        diff, diff_tree = jax.tree_util.tree_flatten((out[0], out[2]))  # the state and its error; the count has no tangent
+
+        def plain(*xs: Any) -> Any:
+            s, _, err = forward(*jax.tree_util.tree_unflatten(tree, xs), record=False)[0]
+            return jax.tree_util.tree_leaves((s, err))
+
+        def forward_map(ts: list[Any]) -> Any:
+            return jax.jvp(plain, leaves, [jnp.zeros_like(a) if t is None else t for a, t in zip(leaves, ts)])[1]
+
+        def backward_map(cts: Any) -> Any:
+            return jax.tree_util.tree_leaves(loop_bwd(res, jax.tree_util.tree_unflatten(diff_tree, list(cts))))
+
+        live = [_live(a, t) for a, t in zip(leaves, jax.tree_util.tree_leaves(tangents, is_leaf=lambda t: isinstance(t, SymbolicZero)))]
+        t_s, t_err = jax.tree_util.tree_unflatten(diff_tree, list(custom_transposed(forward_map, backward_map, live, tuple(diff))))
+        return out, (t_s, zero_tangent(out[1]), t_err)
+
+    loop.defjvp(loop_jvp, symbolic_zeros=True)
+    return loop(operands, state)
