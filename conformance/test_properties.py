@@ -50,7 +50,10 @@ from .strategies import COMPILED_SHAPES, FLOAT_DTYPES, INT_DTYPES, TRIED, Exampl
 ALL_SPECS = SPECS + LOSS_SPECS  # every registered operator and method, and the ready losses
 
 # examples per (operator, backend): eager JAX compiles each new shape / option set, Dask builds graphs
-EXAMPLES = {"numpy": 40, "array_api_strict": 10, "torch": 30, "jax": 6, "dask": 10, "cupy": 30}
+EXAMPLES = {"numpy": 40, "array_api_strict": 10, "torch": 30, "jax": 3, "dask": 10, "cupy": 30}
+# on a host that compiles (JAX), each example's shape, dtype and options are checked on this many
+# draws of values: the later ones run the programs the first compiled (compiling is most of the time)
+VALUES_PER_PROGRAM = 3
 # option sets per (operator, n) on a host that compiles per option set (Backend.compiles: JAX), drawn
 # once from the spec's Choices: with strategies.COMPILED_SHAPES, few enough programs that the large
 # tier reuses each of them tens of times
@@ -391,6 +394,9 @@ def _run(backend: Any, device: Any, spec: Spec, budget: int, explore: bool, coll
         p = data.draw(options(ex.x.shape[-1]), label="options")
         if not collect:
             check_example(backend, device, spec, ex, p)
+            for _ in range(VALUES_PER_PROGRAM - 1 if backend.compiles else 0):
+                again = data.draw(examples([ex.dtype], shapes=[ex.x.shape]), label="values for the same programs")
+                check_example(backend, device, spec, again, p)
             return
         try:
             check_example(backend, device, spec, ex, p)
