@@ -94,14 +94,13 @@ def _schur_solve(
     carried = matvec(xp, _mT(xp, p), r * inv_row)
     rhs = (s - carried) * inv_sqrt_col
     ops = (p, inv_row, inv_sqrt_col, q)
-    tol = _cg_tolerance(xp, p.dtype)
     if guarded:
         # CG stops at a residual relative to the terms whose difference rhs is, not to rhs: on a
         # saturated plan (blocks of a permutation) rhs cancels to rounding, and solving that
         # rounding to a relative tolerance along the near-null directions of the decoupled
         # blocks amplified it into gradients of 1e4 where the exact one is 1e-11.
         terms = _norm(xp, s * inv_sqrt_col) + _norm(xp, carried * inv_sqrt_col)
-        rhs = xp.where(_norm(xp, rhs) <= tol * terms, xp.zeros_like(rhs), rhs)
+        rhs = xp.where(_norm(xp, rhs) <= _cg_tolerance(xp, p.dtype) * terms, xp.zeros_like(rhs), rhs)
         y = _cg(xp, ops, rhs, terms, max_iter=max_iter, steps=steps)
     else:
         def solve(b: Any) -> Any:
