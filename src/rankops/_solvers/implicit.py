@@ -105,7 +105,8 @@ def _schur_solve(
     else:
         def solve(b: Any) -> Any:
             size = _unit(xp, xp.max(xp.abs(b), axis=-1, keepdims=True))
-            return _cg(xp, ops, b / size, _norm(xp, b / size), max_iter=max_iter, steps=steps) * size
+            unit_b = b / size
+            return _cg(xp, ops, unit_b, _norm(xp, unit_b), max_iter=max_iter, steps=steps) * size
 
         y = get_adapter(xp).linear_solve(xp, lambda v: _schur(xp, ops, v), solve, rhs)
     beta = y * inv_sqrt_col

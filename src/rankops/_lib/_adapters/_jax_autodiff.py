@@ -14,9 +14,14 @@ from .._loops import settled
 __all__ = ["transposed", "with_forward_rule", "custom_transposed", "iterate"]
 
 
+def _floating(a: Any) -> bool:
+    """Whether ``a`` has tangents: a mask or integer labels have none."""
+    return bool(jnp.issubdtype(jnp.result_type(a), jnp.floating))
+
+
 def _live(a: Any, t: Any) -> Any:
     """The tangent ``t`` of the input ``a``, or None where it has none (a symbolic zero, an input that is not floating)."""
-    return None if isinstance(t, SymbolicZero) or not jnp.issubdtype(jnp.result_type(a), jnp.floating) else t
+    return None if isinstance(t, SymbolicZero) or not _floating(a) else t
 
 
 def transposed(xp: Any, fwd: Any, bwd: Any, arrays: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -26,7 +31,7 @@ def transposed(xp: Any, fwd: Any, bwd: Any, arrays: tuple[Any, ...]) -> tuple[An
     Inputs that are not real floating (a mask, integer labels) have no
     tangent, and ``bwd``'s gradient for them (None) is left out.
     """
-    differentiable = tuple(jnp.issubdtype(jnp.result_type(a), jnp.floating) for a in arrays)
+    differentiable = tuple(_floating(a) for a in arrays)
 
     @jax.custom_jvp
     def fn(*args: Any) -> Any:
@@ -116,7 +121,7 @@ def with_forward_rule(xp: Any, fwd: Any, bwd: Any, linear_bwd: Any, arrays: tupl
     :func:`first_order`: a second derivative raises instead of silently
     missing the backward's own dependence on them.
     """
-    floating = tuple(jnp.issubdtype(jnp.result_type(a), jnp.floating) for a in arrays)
+    floating = tuple(_floating(a) for a in arrays)
 
     @jax.custom_jvp
     def fn(*args: Any) -> Any:
