@@ -18,6 +18,7 @@ from tests import reference as ref
 torch = pytest.importorskip("torch")
 
 from tests.torch_autograd import torch_gradients  # noqa: E402  (needs torch)
+from tests.reference import FLOAT32_TOL
 
 TIGHT = {"tol": 1e-12, "max_iter": 100_000}
 RNG = np.random.default_rng(11)
@@ -168,7 +169,7 @@ def test_implicit_float32_close_to_float64():
     fn, args, options = CASES["rank-eps0.1"]
     g64 = _torch_grads(fn, args, options, implicit=True)[0]
     x32 = torch.asarray(X, dtype=torch.float32).requires_grad_(True)
-    out = rankops.soft_rank(x32, implicit=True, epsilon=0.1, tol=1e-6, max_iter=10_000)
+    out = rankops.soft_rank(x32, implicit=True, epsilon=0.1, tol=FLOAT32_TOL, max_iter=10_000)
     w = torch.asarray(np.random.default_rng(0).normal(size=X.shape), dtype=torch.float32)
     (g32,) = torch.autograd.grad((out * w).sum(), x32)
     assert g32.dtype == torch.float32
