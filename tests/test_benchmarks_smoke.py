@@ -132,3 +132,16 @@ def test_single_question_scripts_print_their_table(generated_docs, script, rows)
     stdout = generated_docs.stdout(f"python -m {script}")
     timed = [line for line in stdout.splitlines() if re.match(r"\| [\w=]+ \|.*\| [\d.]+x \|", line)]
     assert len(timed) == rows, stdout
+
+
+def test_softness_script_prints_its_tables(generated_docs):
+    """``benchmarks.softness`` in its quick mode: the blur over scales for every method (softness=1, the defaults, the
+    old defaults), the calibration ratios on the four distributions, and the row scale's share of a fwd+bwd."""
+    stdout = generated_docs.stdout("python -m benchmarks.softness")
+    methods = ("sinkhorn", "softsort", "neuralsort", "permutahedron", "lapsum", "diffsort")
+    blur = re.findall(r"^\| (\w+) \| (softness=1|defaults|old defaults) \|(?: [\d.e+-]+ \|){2,6}$", stdout, flags=re.M)
+    assert {(m, label) for m, label in blur} == {(m, lab) for m in methods for lab in ("softness=1", "defaults", "old defaults")}, stdout
+    ratios = re.findall(r"^\| (\w+) \| \d+ \|(?: \d+\.\d\d - \d+\.\d\d \|){4}$", stdout, flags=re.M)
+    assert set(ratios) == set(methods), stdout
+    cost = re.findall(r"^\| (permutahedron|lapsum) \| [\d.]+ \| [\d.]+ \| [\d.]+% \|$", stdout, flags=re.M)
+    assert sorted(cost) == ["lapsum", "permutahedron"], stdout

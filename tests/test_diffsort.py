@@ -100,13 +100,18 @@ def test_values_matrix_and_ranks_equal_the_comparator_simulation(network, distri
         assert_allclose(rankops.soft_rank(x, method="diffsort", descending=True, **kw), rankops.soft_rank(-x, method="diffsort", **kw))
 
 
-def test_matrix_rows_are_positions_and_doubly_stochastic():
+@pytest.mark.parametrize("temperature", [{"steepness": 10.0}, {"softness": 1.0}, {}])
+def test_matrix_rows_are_positions_and_doubly_stochastic(temperature):
+    """The matrix, the sort and the rank are one network at one temperature: natively, by softness, and at the
+    defaults (the matrix's default is its steepness 10, the methods' is softness 1: each is passed explicitly)."""
     x = RNG.standard_normal((3, 9))
-    p = rankops.diffsort(x, network="bitonic")
+    kw = temperature or {"softness": 1.0}
+    p = rankops.diffsort(x, network="bitonic", **kw)
     assert_allclose(p.sum(axis=-1), 1.0, atol=1e-14)
     assert_allclose(p.sum(axis=-2), 1.0, atol=1e-14)
-    assert_allclose(np.einsum("bij,bj->bi", p, x), rankops.soft_sort(x, method="diffsort", network="bitonic"), atol=1e-14)
-    assert_allclose(np.einsum("bij,i->bj", p, np.arange(1.0, 10)), rankops.soft_rank(x, method="diffsort", network="bitonic"), atol=1e-13)
+    assert_allclose(np.einsum("bij,bj->bi", p, x), rankops.soft_sort(x, method="diffsort", network="bitonic", **temperature), atol=1e-14)
+    assert_allclose(np.einsum("bij,i->bj", p, np.arange(1.0, 10)), rankops.soft_rank(x, method="diffsort", network="bitonic", **temperature),
+                    atol=1e-13)
 
 
 @pytest.mark.parametrize("network", ["odd_even", "bitonic"])

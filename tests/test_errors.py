@@ -117,10 +117,45 @@ for name, call in ONE_AXIS.items():
     case(f"{name}-axis-tuple", lambda call=call: call(axis=(0, 1)), TypeError,
          rf"{name} works along one axis: axis must be an int, got the tuple \(0, 1\)")
 
+# -- softness (every method, the Sinkhorn operators, the matrices; docs/softness.md) ----------------
+SOFTENED = {
+    **{f"soft_{kind}[{m}]": (lambda x, f=f, m=m, **kw: f(x, method=m, **kw))
+       for kind, f in (("rank", rankops.soft_rank), ("sort", rankops.soft_sort))
+       for m in ("sinkhorn", "softsort", "neuralsort", "permutahedron", "lapsum", "diffsort")},
+    "soft_topk_mask[sinkhorn]": lambda x, **kw: rankops.soft_topk_mask(x, 1, **kw),
+    "soft_topk_mask[lapsum]": lambda x, **kw: rankops.soft_topk_mask(x, 1.5, method="lapsum", **kw),
+    "soft_cdf": rankops.soft_cdf,
+    "soft_quantile": lambda x, **kw: rankops.soft_quantile(x, 0.5, **kw),
+    "soft_quantile_normalize": lambda x, **kw: rankops.soft_quantile_normalize(x, np.linspace(0.0, 1.0, 4), **kw),
+    "soft_quantize": lambda x, **kw: rankops.soft_quantize(x, 2, **kw),
+    "sort_with": lambda x, **kw: rankops.sort_with(x[..., None], x, **kw),
+    "softsort": rankops.softsort,
+    "neuralsort": rankops.neuralsort,
+    "diffsort": rankops.diffsort,
+}
+_NATIVE = {"sinkhorn": "epsilon", "softsort": "tau", "neuralsort": "tau", "permutahedron": "strength", "lapsum": "alpha",
+           "diffsort": "steepness"}
+for value in (0.0, -1.0, float("nan"), float("inf")):
+    each(SOFTENED, f"softness={value}", ValueError, r"softness must be a finite number > 0", softness=value)
+each(SOFTENED, "softness-str", TypeError, r"softness must be a positive real number", softness="1")
+each(SOFTENED, "softness-shape", ValueError, r"softness must be a scalar or a 0-d array, got shape \(2,\)", softness=np.ones(2))
+for name in SOFTENED:
+    native = next((t for m, t in _NATIVE.items() if m in name), "epsilon")
+    case(f"{name}-softness-and-{native}", lambda op=SOFTENED[name], t=native: op(X, softness=1.0, **{t: 0.5}), ValueError,
+         rf"pass softness= or {native}=, not both")
+case("softsort-softness-power", lambda: rankops.softsort(X, softness=1.0, power=1.5), ValueError,
+     r"softness is calibrated for SoftSort's power 1 and 2 \(numbers\), got power=1.5; pass tau= instead")
+case("soft_rank[softsort]-softness-array-power", lambda: rankops.soft_rank(X, method="softsort", softness=1.0, power=np.asarray(2.0)),
+     ValueError, r"softness is calibrated for SoftSort's power 1 and 2")
+# a peer's option name suggests rankops' (torchsort, OTT-JAX, SoftJAX, diffsort, NumPy)
+for peer, hint in (("regularization_strength", r"method='permutahedron', strength="), ("temperature", r"softness="),
+                   ("threshold", r"tol="), ("dim", r"axis="), ("max_iterations", r"max_iter=")):
+    case(f"soft_rank-peer-{peer}", lambda p=peer: rankops.soft_rank(X, **{p: 1}), TypeError, rf"for '{peer}' pass {hint}")
+
 # -- tau, power, descending, hard, block (SoftSort / NeuralSort) ----------------------------------
 for tau in (0.0, -1.0, float("nan"), float("inf")):
     each(PERMUTATION, f"tau={tau}", ValueError, r"tau must be a finite number > 0", tau=tau)
-for tau in ("1", None, True, [1.0]):
+for tau in ("1", True, [1.0]):  # None: not given (the matrices' signature default)
     each(PERMUTATION, f"tau={tau!r}", TypeError, r"tau must be a positive real number", tau=tau)
 each(PERMUTATION, "tau-shape", ValueError, r"tau must be a scalar or a 0-d array, got shape \(2,\)", tau=np.array([0.5, 0.5]))
 for power in (0, -2.0, float("nan")):
@@ -136,9 +171,9 @@ for fn in ("soft_sort", "soft_rank"):
     case(f"{fn}-method", lambda f=getattr(rankops, fn): f(X, method="bitonic"), ValueError,
          r"method must be one of 'sinkhorn', 'softsort', 'neuralsort', 'permutahedron', 'lapsum', 'diffsort', got 'bitonic'")
     case(f"{fn}[softsort]-epsilon", lambda f=getattr(rankops, fn): f(X, method="softsort", epsilon=0.1), TypeError,
-         r"unexpected option\(s\) 'epsilon'; it accepts 'block', 'hard', 'power', 'tau'")
+         r"unexpected option\(s\) 'epsilon'; it accepts 'block', 'hard', 'power', 'softness', 'tau'")
     case(f"{fn}[neuralsort]-power", lambda f=getattr(rankops, fn): f(X, method="neuralsort", power=2), TypeError,
-         r"unexpected option\(s\) 'power'; it accepts 'block', 'hard', 'tau'")
+         r"unexpected option\(s\) 'power'; it accepts 'block', 'hard', 'softness', 'tau'")
     for method in ("softsort", "neuralsort"):
         case(f"{fn}[{method}]-return_info", lambda f=getattr(rankops, fn), m=method: f(X, method=m, return_info=True),
              TypeError, r"unexpected option\(s\) 'return_info'")
@@ -158,8 +193,8 @@ for ops, name in ((PERMUTAHEDRON, "strength"), (LAPSUM, "alpha")):
              TypeError, rf"{name} must be Python numbers for Dask inputs, not arrays")
 each(LAPSUM, "alpha-str", TypeError, r"alpha must be a positive real number", alpha="1")
 each(PERMUTAHEDRON, "regularization", ValueError, r"regularization must be one of 'l2', 'kl', got 'entropy'", regularization="entropy")
-each(PERMUTAHEDRON, "tau", TypeError, r"unexpected option\(s\) 'tau'; it accepts 'regularization', 'strength'", tau=0.1)
-each(LAPSUM, "epsilon", TypeError, r"unexpected option\(s\) 'epsilon'; it accepts 'alpha'", epsilon=0.1)
+each(PERMUTAHEDRON, "tau", TypeError, r"unexpected option\(s\) 'tau'; it accepts 'regularization', 'softness', 'strength'", tau=0.1)
+each(LAPSUM, "epsilon", TypeError, r"unexpected option\(s\) 'epsilon'; it accepts 'alpha', 'softness'", epsilon=0.1)
 each({k: v for k, v in FAST.items() if k.startswith("soft_sort") or k.startswith("soft_rank")}, "descending", TypeError,
      r"descending must be True or False", descending="yes")
 for k in (0.0, 3.0, -1.0, float("nan"), float("inf")):
@@ -196,7 +231,7 @@ for value in (-0.5, float("nan"), float("inf")):
 each(NETWORKS, "art_lambda-str", TypeError, r"art_lambda must be a real number >= 0", art_lambda="0.25")
 each(NETWORKS, "descending", TypeError, r"descending must be True or False", descending=1)
 each({k: v for k, v in NETWORKS.items() if k.startswith("soft_")}, "tau", TypeError,
-     r"unexpected option\(s\) 'tau'; it accepts 'art_lambda', 'distribution', 'network', 'steepness'", tau=0.1)
+     r"unexpected option\(s\) 'tau'; it accepts 'art_lambda', 'distribution', 'network', 'softness', 'steepness'", tau=0.1)
 case("diffsort-axis", lambda: rankops.diffsort(X, axis=0), TypeError, r"unexpected keyword argument 'axis'")
 
 ISO = rankops.isotonic_regression

@@ -27,15 +27,15 @@ jnp = jax.numpy
 X = np.random.default_rng(11).normal(size=6) * 2
 MASK = np.array([True, True, False, True, True, False])
 CASES = {
-    "soft_rank[lapsum]": lambda v: rankops.soft_rank(v, method="lapsum"),
+    "soft_rank[lapsum]": lambda v: rankops.soft_rank(v, method="lapsum", alpha=1.0),
     "soft_sort[lapsum]": lambda v: rankops.soft_sort(v, method="lapsum", alpha=0.5),
-    "soft_topk_mask[lapsum, k array]": lambda v: rankops.soft_topk_mask(v, jnp.asarray(2.5), method="lapsum"),
-    "soft_rank[permutahedron]": lambda v: rankops.soft_rank(v, method="permutahedron"),
+    "soft_topk_mask[lapsum, k array]": lambda v: rankops.soft_topk_mask(v, jnp.asarray(2.5), method="lapsum", alpha=1.0),
+    "soft_rank[permutahedron]": lambda v: rankops.soft_rank(v, method="permutahedron", strength=1.0),
     "soft_sort[permutahedron, kl, strength array]": lambda v: rankops.soft_sort(
         v, method="permutahedron", regularization="kl", strength=jnp.asarray(3.0)),
     "soft_sort[permutahedron, mask]": lambda v: rankops.soft_sort(v, method="permutahedron", strength=3.0, mask=jnp.asarray(MASK)),
     "soft_rank[softsort, streamed, tau array]": lambda v: rankops.soft_rank(v, method="softsort", block=2, tau=jnp.asarray(0.7)),
-    "soft_sort[neuralsort, streamed]": lambda v: rankops.soft_sort(v, method="neuralsort", block=2),
+    "soft_sort[neuralsort, streamed]": lambda v: rankops.soft_sort(v, method="neuralsort", block=2, tau=1.0),
     "soft_rank[diffsort, bitonic]": lambda v: rankops.soft_rank(v, method="diffsort", network="bitonic", steepness=2.0),
     "diffsort matrix, mask": lambda v: rankops.diffsort(v, steepness=2.0, mask=jnp.asarray(MASK)),
     "isotonic_regression": lambda v: rankops.isotonic_regression(v),
@@ -68,6 +68,22 @@ def test_jacfwd_equals_jacrev(name):
     f = CASES[name]
     x = jnp.asarray(X)
     assert_allclose(np.asarray(jax.jacfwd(f)(x)), np.asarray(jax.jacrev(f)(x)), rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("method", ["lapsum", pytest.param("permutahedron", marks=pytest.mark.exhaustive)])
+def test_softness_forward_mode(method):
+    """With softness (the row sorted once by the scale, no gradient through it): jacfwd equals jacrev in x, and the
+    tangent in a learnable softness equals central differences in it."""
+    x = jnp.asarray(X)
+
+    def f(v, s):
+        return rankops.soft_rank(v, method=method, softness=s)
+
+    s = jnp.asarray(1.5)
+    assert_allclose(np.asarray(jax.jacfwd(f)(x, s)), np.asarray(jax.jacrev(f)(x, s)), rtol=1e-10, atol=1e-12)
+    h = 1e-6
+    tangent = np.asarray(jax.jvp(lambda t: f(x, t), (s,), (jnp.ones(()),))[1])
+    assert_allclose(tangent, (np.asarray(f(x, s + h)) - np.asarray(f(x, s - h))) / (2 * h), rtol=1e-5, atol=1e-7)
 
 
 def test_jvp_under_jit_and_vmap():

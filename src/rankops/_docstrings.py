@@ -10,6 +10,17 @@ from .sinkhorn import DEFAULT_EPSILON, SOLVER_BUDGET
 __all__ = ["SECTIONS", "methods_section"]
 
 SECTIONS = {
+    "softness": """
+        softness : float or 0-d array, optional
+            The one scale-free knob (docs/softness.md): ranks about ``softness``
+            places from the hard ones on average, for every method, whatever
+            the row's scale, shift and length (ranks, CDFs and masks are
+            invariant under ``x -> a x + b``, ``a > 0``; sorted values and
+            quantiles equivariant). It sets the method's own temperature per
+            row from the row's scale and length; passing both raises
+            ``ValueError``. A 0-d array receives a gradient. Default: 1.0 for
+            every method but ``"sinkhorn"``, whose default is its ``epsilon``.
+    """,
     "x": """
         x : array
             Any array API array (NumPy, CuPy, PyTorch, JAX, Dask, array-api-strict);
@@ -25,8 +36,9 @@ SECTIONS = {
     "sinkhorn_options": f"""
         epsilon : float or 0-d array, default {DEFAULT_EPSILON:g}
             Entropic regularisation in the units of the squashed cost (which the
-            default squash bounds by 1): larger is smoother. A 0-d array of the
-            input's namespace is traced and receives a gradient.
+            default squash bounds by 1): larger is smoother (OTT-JAX's
+            ``epsilon``; not with ``softness``, which sets it from n). A 0-d
+            array of the input's namespace is traced and receives a gradient.
 {textwrap.indent(textwrap.dedent(SOLVER_BUDGET).strip(chr(10)), " " * 8)}""" + """
         squash : {"sigmoid", "arctan", "minmax", None}, default "sigmoid"
             How each row is mapped into [0, 1] before the cost: sigmoid (or
@@ -73,9 +85,10 @@ SECTIONS = {
             g(x)_i| ** power`` (a number, default 2). ``method="softsort"``:
             exponent of the distance ``|s_[i] - s_j| ** power`` (default 1; a 0-d
             array is learnable).
-        tau : float or 0-d array, default 1.0
-            ``"softsort"``, ``"neuralsort"``: temperature; the hard operator as
-            ``tau -> 0``. A 0-d array receives a gradient.
+        tau : float or 0-d array
+            ``"softsort"``, ``"neuralsort"``: temperature in the units of x
+            (instead of ``softness``); the hard operator as ``tau -> 0``. A 0-d
+            array receives a gradient.
         hard : bool, default False
             ``"softsort"``, ``"neuralsort"``: straight-through, the exact value
             with the gradient of the relaxed one.
@@ -88,9 +101,15 @@ SECTIONS = {
     "matrix": """
         s : array, shape (..., n)
             Scores; every leading axis is a batch axis.
+        softness : float or 0-d array, optional
+            Scale-free softness (docs/softness.md): the matrix's ranks
+            ``P^T (1..n)`` lie about ``softness`` places from the hard ones,
+            whatever the scale and length of the row; sets ``tau`` per row
+            (not with ``tau``). A 0-d array receives a gradient.
         tau : float or 0-d array, default 1.0
-            Temperature; as ``tau -> 0`` the matrix tends to the permutation
-            matrix that sorts ``s``. A 0-d array receives a gradient.
+            Temperature (used when ``softness`` is not given); as ``tau -> 0``
+            the matrix tends to the permutation matrix that sorts ``s``. A 0-d
+            array receives a gradient.
         descending : bool, default True
             Row 0 is the largest entry when True (the papers' convention).
         hard : bool, default False
@@ -120,15 +139,31 @@ SECTIONS = {
             floating dtype as ``s``.
     """,
     "fast": """
-        strength : float, default 1.0
+        strength : float or 0-d array
             ``method="permutahedron"``: regularisation strength of the projection
             onto the permutahedron (Blondel et al. 2020; torchsort's
-            ``regularization_strength``); the hard operator as ``strength -> 0``.
+            ``regularization_strength``, instead of ``softness``); the hard
+            operator as ``strength -> 0``.
         regularization : {"l2", "kl"}, default "l2"
             ``method="permutahedron"``: quadratic or entropic regularisation.
-        alpha : float, default 1.0
-            ``method="lapsum"``: scale of the Laplace CDFs summed (after Struski
-            et al. 2025); the hard operator as ``alpha -> 0``.
+        alpha : float or 0-d array
+            ``method="lapsum"``: scale of the Laplace CDFs summed, in the units
+            of x (after Struski et al. 2025; instead of ``softness``); the hard
+            operator as ``alpha -> 0``.
+    """,
+    "networks": """
+        network : {"odd_even", "bitonic"}, default "odd_even"
+            ``method="diffsort"``: the sorting network (odd-even transposition,
+            n layers; Batcher's bitonic sorter, ``L (L + 1) / 2`` layers).
+        distribution : {"cauchy", "reciprocal", "optimal", "logistic", "logistic_phi", "gaussian"}, default "cauchy"
+            ``method="diffsort"``: the comparators' relaxation (a CDF); the
+            first three are monotonic (Petersen et al. 2022).
+        steepness : float or 0-d array
+            ``method="diffsort"``: the comparators' inverse temperature, in the
+            units of 1 / x (diffsort's ``steepness``, instead of ``softness``).
+        art_lambda : float, default 0.25
+            ``method="diffsort"``, ``distribution="logistic_phi"``: the
+            activation replacement trick's exponent.
     """,
 }
 
@@ -143,7 +178,7 @@ SECTIONS["returns_like_x"] = """
 # an operator whose only other parameters are the solver's and the cost's
 SECTIONS["sinkhorn_other_parameters"] = "\n".join([
     "Other Parameters", "----------------",
-    *(textwrap.dedent(SECTIONS[name]).strip("\n") for name in ("sinkhorn_options", "cost_power")),
+    *(textwrap.dedent(SECTIONS[name]).strip("\n") for name in ("softness", "sinkhorn_options", "cost_power")),
 ])
 
 
@@ -160,5 +195,6 @@ def methods_section(methods: Iterable[str]) -> str:
 
         Other Parameters
         ----------------"""),
-        *(textwrap.dedent(SECTIONS[name]).strip("\n") for name in ("sinkhorn_options", "targets", "weights", "relaxations", "fast")),
+        *(textwrap.dedent(SECTIONS[name]).strip("\n")
+          for name in ("softness", "sinkhorn_options", "targets", "weights", "relaxations", "fast", "networks")),
     ])

@@ -25,7 +25,8 @@ from ._cores import diffsort as _networks
 from ._cores import masked
 from ._cores.comparators import DISTRIBUTIONS
 from ._cores.networks import NETWORKS
-from ._cores.permutation import matrix_core
+from ._cores.permutation import matrix_core, relaxation_key
+from ._cores.softness import calibrated
 from ._docstrings import SECTIONS
 from ._lib._calls import Call, operator, prepare
 from ._lib._compat import Array, is_array
@@ -48,18 +49,23 @@ def _block(value: Any, name: str) -> Any:
 class PermutationOptions(Options):
     """Options of SoftSort and NeuralSort (``power``: SoftSort only), as operators and as soft_sort / soft_rank methods."""
 
+    @classmethod
+    def temperature(cls) -> str:
+        return "tau"
+
     tau: Any = option(1.0, positive_scalar)  # a number, or a 0-d array (learnable)
+    softness: Any = option(None, positive_scalar)  # sets tau per row (rankops._cores.softness)
     power: Any = option(1.0, positive_scalar)
     hard: bool = option(False, boolean)
     block: Any = option("auto", _block)
 
 
-OPTION_NAMES = {"softsort": ("tau", "power", "hard", "block"), "neuralsort": ("tau", "hard", "block")}
+OPTION_NAMES = {"softsort": ("softness", "tau", "power", "hard", "block"), "neuralsort": ("softness", "tau", "hard", "block")}
 
 
 @operator(methods=("softsort",))
 @fill_doc(**SECTIONS)
-def softsort(s: Array, /, *, tau: Any = 1.0, power: Any = 1, descending: bool = True, hard: bool = False,
+def softsort(s: Array, /, *, softness: Any = None, tau: Any = None, power: Any = 1, descending: bool = True, hard: bool = False,
              stochastic: bool = False, key: Any = None, n_samples: int | None = None, mask: Array | None = None) -> Call[Array]:
     """SoftSort relaxed permutation matrix of ``s`` along its last axis.
 
@@ -84,13 +90,13 @@ def softsort(s: Array, /, *, tau: Any = 1.0, power: Any = 1, descending: bool = 
            [0.942, 0.047, 0.012],
            [0.047, 0.952, 0.001]])
     """
-    return _bind_matrix("softsort", s, {"tau": tau, "power": power, "hard": hard}, descending=descending, stochastic=stochastic,
+    return _bind_matrix("softsort", s, {"softness": softness, "tau": tau, "power": power, "hard": hard}, descending=descending, stochastic=stochastic,
                        key=key, n_samples=n_samples, mask=mask)
 
 
 @operator(methods=("neuralsort",))
 @fill_doc(**SECTIONS)
-def neuralsort(s: Array, /, *, tau: Any = 1.0, descending: bool = True, hard: bool = False, stochastic: bool = False,
+def neuralsort(s: Array, /, *, softness: Any = None, tau: Any = None, descending: bool = True, hard: bool = False, stochastic: bool = False,
                key: Any = None, n_samples: int | None = None, mask: Array | None = None) -> Call[Array]:
     """NeuralSort relaxed permutation matrix of ``s`` along its last axis.
 
@@ -112,7 +118,7 @@ def neuralsort(s: Array, /, *, tau: Any = 1.0, descending: bool = True, hard: bo
     >>> p.argmax(axis=-1)
     array([2, 0, 1])
     """
-    return _bind_matrix("neuralsort", s, {"tau": tau, "hard": hard}, descending=descending, stochastic=stochastic, key=key,
+    return _bind_matrix("neuralsort", s, {"softness": softness, "tau": tau, "hard": hard}, descending=descending, stochastic=stochastic, key=key,
                        n_samples=n_samples, mask=mask)
 
 
@@ -131,7 +137,12 @@ class NetworkOptions(Options):
 
     network: str = option("odd_even", choice(*NETWORKS))
     distribution: str = option("cauchy", choice(*DISTRIBUTIONS))
+    @classmethod
+    def temperature(cls) -> str:
+        return "steepness"
+
     steepness: Any = option(10.0, positive_scalar)  # a number, or a 0-d array (learnable, traced)
+    softness: Any = option(None, positive_scalar)  # sets steepness per row (rankops._cores.softness)
     art_lambda: float = option(0.25, _art_lambda)
 
     def __post_init__(self) -> None:
@@ -143,8 +154,8 @@ class NetworkOptions(Options):
 
 @operator(methods=("diffsort",))
 @fill_doc(**SECTIONS)
-def diffsort(x: Array, /, *, network: str = "odd_even", distribution: str = "cauchy", steepness: float = 10.0,
-             art_lambda: float = 0.25, descending: bool = False, mask: Array | None = None) -> Call[Array]:
+def diffsort(x: Array, /, *, softness: Any = None, network: str = "odd_even", distribution: str = "cauchy",
+             steepness: Any = None, art_lambda: float = 0.25, descending: bool = False, mask: Array | None = None) -> Call[Array]:
     """Relaxed permutation matrix of a differentiable sorting network, along the last axis of ``x``.
 
     A sorting network (``"odd_even"``: odd-even transposition, n layers;
@@ -164,8 +175,13 @@ def diffsort(x: Array, /, *, network: str = "odd_even", distribution: str = "cau
         The relaxation ``f`` (a CDF). ``"cauchy"``, ``"reciprocal"`` and
         ``"optimal"`` are monotonic: every soft-sorted value is
         non-decreasing in every input (Petersen et al., ICLR 2022).
-    steepness : float, default 10.0
-        The inverse temperature: the hard network as it grows.
+    softness : float or 0-d array, optional
+        Scale-free softness (docs/softness.md): ranks about ``softness``
+        places from the hard ones, whatever the scale and length of the row;
+        not with ``steepness``.
+    steepness : float or 0-d array, default 10.0
+        The inverse temperature: the hard network as it grows (used when
+        ``softness`` is not given).
     art_lambda : float, default 0.25
         ``"logistic_phi"`` only: ``u / |b - a| ** art_lambda`` (the activation
         replacement trick).
@@ -196,10 +212,18 @@ def diffsort(x: Array, /, *, network: str = "odd_even", distribution: str = "cau
     >>> np.round(p @ x, 2)
     array([-1.14,  0.27,  2.47])
     """
-    opts, _ = NetworkOptions.parse({"network": network, "distribution": distribution, "steepness": steepness,
-                                    "art_lambda": art_lambda}, "diffsort")
+    opts, _ = NetworkOptions.parse({"softness": softness, "network": network, "distribution": distribution,
+                                    "steepness": steepness, "art_lambda": art_lambda}, "diffsort")
     p = prepare(x, opts=opts, arrays=masked.arrays(mask))
     return Call(_networks.matrix_core, p, opts, masked.bound(p, {"descending": boolean(descending, "descending")}, mask))
+
+
+def check_relaxation_softness(method: str, opts: PermutationOptions) -> None:
+    """SoftSort's softness is calibrated for the powers 1 and 2 (a learnable power has none)."""
+    if opts.softness is not None and method == "softsort" and not (
+        not is_array(opts.power) and calibrated(relaxation_key("softsort", opts.power))
+    ):
+        raise ValueError(f"softness is calibrated for SoftSort's power 1 and 2 (numbers), got power={opts.power!r}; pass tau= instead")
 
 
 def _bind_matrix(
@@ -207,6 +231,7 @@ def _bind_matrix(
 ) -> Call[Array]:
     """The matrix of ``s`` (Gumbel-perturbed when ``stochastic``; ``mask``: of each row's valid entries alone)."""
     opts, _ = PermutationOptions.parse(options, method, names=tuple(options))
+    check_relaxation_softness(method, opts)
     descending = boolean(descending, "descending")
     stochastic = boolean(stochastic, "stochastic")
     n_samples = optional_count(n_samples, "n_samples")

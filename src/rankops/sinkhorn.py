@@ -22,6 +22,7 @@ import warnings
 from typing import Any, NamedTuple
 
 from ._cores import masked
+from ._cores.softness import length_slope, sinkhorn_epsilon
 from ._cores.squash import SQUASHES
 from ._cores.transport import solver_core
 from ._lib._calls import LEVELS, REDUCED, VALUE, Along, Call, Prepared, check_cotangent_shapes, operator, prepare
@@ -71,7 +72,12 @@ class SolverOptions(Options):
 class TransportOptions(SolverOptions):
     """Options of the Sinkhorn operators (docs/api.md has each one's meaning and default)."""
 
+    @classmethod
+    def temperature(cls) -> str:
+        return "epsilon"
+
     epsilon: Any = option(DEFAULT_EPSILON, positive_scalar)
+    softness: Any = option(None, positive_scalar)  # sets epsilon from n (rankops._cores.softness)
     # Implicit differentiation by default: a quarter of the checkpointed unrolled
     # backward's memory, independent of the iteration count, and about 3x faster
     # (benchmarks/memory.py; docs/api.md "Gradients: implicit or unrolled").
@@ -196,7 +202,7 @@ class Reported(Along):
 
 # -- binding a Sinkhorn operator's call ------------------------------------------------------------
 
-SOLVER_OPTIONS = ("epsilon", "max_iter", "tol", "squash", "power", "implicit")
+SOLVER_OPTIONS = ("epsilon", "softness", "max_iter", "tol", "squash", "power", "implicit")
 
 
 def return_info(options: dict[str, Any]) -> bool:
@@ -217,10 +223,28 @@ def reported(
     core: Any, p: Prepared, opts: TransportOptions, params: dict[str, Any], where: str, info: bool, role: str = VALUE,
     along: tuple[str, ...] = (),
 ) -> Call:
-    """A Sinkhorn operator's call, read out by :class:`Reported`; input-shaped ``weights`` are laid out as ``x``."""
+    """A Sinkhorn operator's call, read out by :class:`Reported`; input-shaped ``weights`` are laid out as ``x``.
+
+    A ``softness`` becomes the ``epsilon`` of that rank blur on a row of n
+    entries (:func:`.softness.sinkhorn_epsilon`; with a mask, n is the
+    padded length: the solver takes one epsilon).
+    """
+    opts, chain = with_epsilon(opts, p.xp, p.n, p.x.dtype)
     if params.get("weights") is not None and params["weights"].ndim > 1:
         along += ("weights",)
-    return Call(core, p, opts, params, Reported(opts, where, info, lazy=p.adapter.lazy, role=role), along=along)
+    return Call(core, p, opts, params, Reported(opts, where, info, lazy=p.adapter.lazy, role=role), along=along, chain=chain)
+
+
+def with_epsilon(opts: TransportOptions, xp: Any, n: int, dtype: Any) -> tuple[TransportOptions, dict[str, Any]]:
+    """``(opts, chain)``: ``opts`` with a ``softness`` turned into the ``epsilon`` of that rank blur on a row of n
+    entries, and for a learnable softness, ``{"softness": ("epsilon", d epsilon / d softness)}`` (:class:`Call`'s chain:
+    the pullback on hosts without autodiff)."""
+    if opts.softness is None:
+        return opts, {}
+    s = xp.astype(opts.softness, dtype) if is_array(opts.softness) else opts.softness
+    epsilon = sinkhorn_epsilon(xp, s, n)
+    chain = {"softness": ("epsilon", epsilon * length_slope(xp, "sinkhorn", s, n) / s)} if is_array(s) else {}
+    return dataclasses.replace(opts, epsilon=epsilon, softness=None), chain
 
 
 def input_weights(p: Prepared, arrays: dict[str, Any]) -> dict[str, Any]:

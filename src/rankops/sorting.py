@@ -34,10 +34,14 @@ from ._lib._calls import Call, Prepared, operator, prepare
 from ._lib._compat import Array, is_array
 from ._lib._docs import fill_doc
 from ._lib._options import Options, boolean, choice, option, positive_count, positive_scalar
-from .permutations import OPTION_NAMES, NetworkOptions, PermutationOptions
+from .permutations import OPTION_NAMES, NetworkOptions, PermutationOptions, check_relaxation_softness
 from .sinkhorn import SOLVER_OPTIONS, TransportOptions, bind_grid, input_weights, reported, return_info
 
-__all__ = ["soft_rank", "soft_sort", "METHODS", "PermutahedronOptions", "LapsumOptions", "bind_lapsum_topk"]
+__all__ = ["soft_rank", "soft_sort", "METHODS", "PermutahedronOptions", "LapsumOptions", "bind_lapsum_topk", "DEFAULT_SOFTNESS"]
+
+# The softness of every method but Sinkhorn when no temperature is passed: ranks about one place
+# from the hard ones at any n and scale (Sinkhorn keeps its epsilon, already scale-free).
+DEFAULT_SOFTNESS = 1.0
 
 
 # -- "sinkhorn" (options: rankops.sinkhorn.TransportOptions) ---------------------------------------
@@ -74,7 +78,8 @@ def _bind_sinkhorn_topk(where: str, x: Any, axis: Any, descending: Any, topk: An
 def _bind_permutation(method: str, output: str, x: Any, axis: Any, descending: Any, options: dict[str, Any]) -> Call[Any]:
     """``soft_sort`` / ``soft_rank`` (``output``) with ``method="softsort"`` or ``"neuralsort"``."""
     mask = options.pop("mask", None)
-    opts, _ = PermutationOptions.parse(options, f"soft_{output}(method={method!r})", names=OPTION_NAMES[method])
+    opts, _ = PermutationOptions.parse(options, f"soft_{output}(method={method!r})", names=OPTION_NAMES[method], softness=DEFAULT_SOFTNESS)
+    check_relaxation_softness(method, opts)
     descending = boolean(descending, "descending")
     p = prepare(x, axis=axis, opts=opts, arrays=masked.arrays(mask))
     # The streamed backward treats power as a constant: a learnable (array) power takes
@@ -97,13 +102,18 @@ def _fits(p: Prepared) -> bool:
 class PermutahedronOptions(Options):
     """Options of ``method="permutahedron"``."""
 
+    @classmethod
+    def temperature(cls) -> str:
+        return "strength"
+
     regularization: str = option("l2", choice("l2", "kl"))
     strength: Any = option(1.0, positive_scalar)  # a number, or a 0-d array (learnable, traced)
+    softness: Any = option(None, positive_scalar)  # sets strength per row (rankops._cores.softness)
 
 
 def _bind_permutahedron(output: str, x: Any, axis: Any, descending: Any, options: dict[str, Any]) -> Call[Any]:
     mask = options.pop("mask", None)
-    opts, _ = PermutahedronOptions.parse(options, f"soft_{output}(method='permutahedron')")
+    opts, _ = PermutahedronOptions.parse(options, f"soft_{output}(method='permutahedron')", softness=DEFAULT_SOFTNESS)
     p = prepare(x, axis=axis, opts=opts, arrays=masked.arrays(mask))
     params = {"output": output, "descending": boolean(descending, "descending")}
     return Call(permutahedron.projection_core, p, opts, masked.bound(p, params, mask))
@@ -116,12 +126,17 @@ def _bind_permutahedron(output: str, x: Any, axis: Any, descending: Any, options
 class LapsumOptions(Options):
     """Options of ``method="lapsum"``."""
 
+    @classmethod
+    def temperature(cls) -> str:
+        return "alpha"
+
     alpha: Any = option(1.0, positive_scalar)  # a number, or a 0-d array (learnable, traced)
+    softness: Any = option(None, positive_scalar)  # sets alpha per row (rankops._cores.softness)
 
 
 def _bind_lapsum(output: str, x: Any, axis: Any, descending: Any, options: dict[str, Any]) -> Call[Any]:
     mask = options.pop("mask", None)
-    opts, _ = LapsumOptions.parse(options, f"soft_{output}(method='lapsum')")
+    opts, _ = LapsumOptions.parse(options, f"soft_{output}(method='lapsum')", softness=DEFAULT_SOFTNESS)
     p = prepare(x, axis=axis, opts=opts, arrays=masked.arrays(mask))
     core = lapsum.rank_core if output == "rank" else lapsum.sort_core
     return Call(core, p, opts, masked.bound(p, {"descending": boolean(descending, "descending")}, mask))
@@ -133,7 +148,7 @@ def bind_lapsum_topk(x: Any, k: Any, axis: Any, options: dict[str, Any]) -> Call
     With a ``mask``, the top k of each row's valid entries (k >= n_v selects them all).
     """
     mask = options.pop("mask", None)
-    opts, _ = LapsumOptions.parse(options, "soft_topk_mask(method='lapsum')")
+    opts, _ = LapsumOptions.parse(options, "soft_topk_mask(method='lapsum')", softness=DEFAULT_SOFTNESS)
     if is_array(k):
         p = prepare(x, axis=axis, opts=opts, arrays={"k": k, **masked.arrays(mask)})
         batch = tuple(p.x.shape[:-1])
@@ -156,7 +171,7 @@ def bind_lapsum_topk(x: Any, k: Any, axis: Any, options: dict[str, Any]) -> Call
 
 def _bind_diffsort(output: str, x: Any, axis: Any, descending: Any, options: dict[str, Any]) -> Call[Any]:
     mask = options.pop("mask", None)
-    opts, _ = NetworkOptions.parse(options, f"soft_{output}(method='diffsort')")
+    opts, _ = NetworkOptions.parse(options, f"soft_{output}(method='diffsort')", softness=DEFAULT_SOFTNESS)
     p = prepare(x, axis=axis, opts=opts, arrays=masked.arrays(mask))
     core = diffsort.rank_core if output == "rank" else diffsort.sort_core
     return Call(core, p, opts, masked.bound(p, {"descending": boolean(descending, "descending")}, mask))

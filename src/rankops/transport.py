@@ -46,6 +46,7 @@ def soft_cdf(x: Array, /, *, axis: int | tuple[int, ...] = -1, **options: Any) -
 
     Other Parameters
     ----------------
+    %(softness)s
     %(sinkhorn_options)s
     %(targets)s
     %(weights)s
@@ -97,6 +98,7 @@ def soft_quantile(x: Array, /, q: float | Array, *, axis: int | tuple[int, ...] 
     centered : bool, default True
         Centre the middle block of mass on NumPy's linear position of q (see
         above); False: Eq. 4.
+    %(softness)s
     %(sinkhorn_options)s
     %(weights)s
     %(cost_power)s
@@ -149,6 +151,7 @@ def soft_quantile_normalize(x: Array, targets: Array, /, *, axis: int | tuple[in
     ----------------
     target_weights : 1-D array, optional
         Probability weights of the m targets (default uniform); differentiable.
+    %(softness)s
     %(sinkhorn_options)s
     %(weights)s
     %(cost_power)s
@@ -317,6 +320,7 @@ def sort_with(
 
     Other Parameters
     ----------------
+    %(softness)s
     %(sinkhorn_options)s
     %(targets)s
     %(cost_power)s

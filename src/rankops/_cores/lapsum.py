@@ -42,6 +42,7 @@ from .._lib._adapters import core, get_adapter, same_shape
 from .._lib._compat import index_dtype, is_array
 from .._lib._numerics import logaddexp, safe_divide
 from . import masked
+from .softness import softened
 from .tempered import tempered
 
 __all__ = ["rank_core", "sort_core", "topk_core"]
@@ -81,19 +82,20 @@ class _Sorted:
     count: Any = None  # with a mask: the row's n_v valid entries, sorted first (masked.valid_first)
 
     @classmethod
-    def of(cls, xp: Any, x: Any, alpha: float, *, rescanned: bool = False, mask: Any = None) -> "_Sorted":
+    def of(cls, xp: Any, x: Any, alpha: float, *, rescanned: bool = False, mask: Any = None, presorted: bool = False) -> "_Sorted":
         """``rescanned``: the backward scans the same links again (the rank), so the host may ready them for that.
 
         ``mask``: the sums run over the valid entries only, which sort first;
         the masked tail carries weight 0 (and ``R`` there stays at the last
-        valid entry's level, so the levels still increase).
+        valid entry's level, so the levels still increase). ``presorted``: ``x``
+        comes so sorted (softness sorts it once, :mod:`.softness`).
         """
         adapter = get_adapter(xp)
         if mask is None:
-            (s, order), count = adapter.sort_order(xp, x), None
+            (s, order), count = ((x, masked.identity(xp, x)) if presorted else adapter.sort_order(xp, x)), None
             weight = xp.ones((2,) + s.shape, dtype=s.dtype, device=array_api_compat.device(s))
         else:
-            row = masked.valid_first(xp, adapter, x, mask)
+            row = masked.valid_first(xp, adapter, x, mask, presorted=presorted)
             s, order, count = row.s, row.order, row.count
             weight = xp.astype(row.valid, s.dtype)
             weight = xp.stack([weight, xp.flip(weight, axis=-1)])
@@ -101,7 +103,7 @@ class _Sorted:
         if rescanned:
             links = adapter.scan_links(xp, links)
         p, q1 = _both_ways(xp, adapter, links, weight, stacked=True)
-        return cls(s, order, adapter.invert_permutation(xp, order), links, p, q1, count)
+        return cls(s, order, order if presorted else adapter.invert_permutation(xp, order), links, p, q1, count)
 
     def levels(self, xp: Any, shift: float = 0.0) -> Any:
         """``R`` at the sorted entries plus ``shift``: ``R(s_k) = (k + 1) - P_k/2 + Q_k/2`` (k 0-based; k + 1/2 in the hard limit).
@@ -180,9 +182,11 @@ class _Directed:
     alpha: float
     descending: bool
     masked: bool = False  # a mask is the forward's last argument; the sort count its last residual
+    presorted: bool = False  # x comes sorted as the method sorts it (ascending, of -x when descending)
 
     def sorted(self, xp: Any, x: Any, mask: tuple[Any, ...], *, rescanned: bool = False) -> _Sorted:
-        return _Sorted.of(xp, -x if self.descending else x, self.alpha, rescanned=rescanned, mask=mask[0] if mask else None)
+        return _Sorted.of(xp, -x if self.descending else x, self.alpha, rescanned=rescanned, mask=mask[0] if mask else None,
+                          presorted=self.presorted)
 
     def bwd(self, xp: Any, res: tuple[Any, ...], cts: tuple[Any, ...]) -> tuple[Any, ...]:
         (ct,) = cts
@@ -254,10 +258,11 @@ class _TopK:
     alpha: float
     k: Any  # a Python number, or None when k is an array argument
     masked: bool = False  # a mask is the last argument
+    presorted: bool = False  # x comes sorted ascending
 
     def fwd(self, xp: Any, x: Any, *rest: Any) -> tuple[tuple[Any], tuple[Any, ...]]:
         k_array, mask = (rest[:-1], rest[-1]) if self.masked else (rest, None)
-        srt = _Sorted.of(xp, x, self.alpha, mask=mask)
+        srt = _Sorted.of(xp, x, self.alpha, mask=mask, presorted=self.presorted)
         if k_array:
             k = xp.astype(k_array[0], x.dtype)[..., None]
         else:
@@ -294,29 +299,37 @@ def _run(xp: Any, spec: Any, x: Any, extra: tuple[Any, ...], mask: Any, *, posit
     return masked.backward(xp, spec.fwd, spec.bwd, (x, *extra), ("x", "k")[: 1 + len(extra)], mask, positional=positional)
 
 
+def _sorts(opts: Any, params: dict[str, Any]) -> int:
+    """How the rank and sort cores sort the row (:func:`.softness.softened`): ``-x`` ascending when descending."""
+    return -1 if params["descending"] else 1
+
+
 @core(output_shapes=same_shape, batched={"mask": (0,)})
 @masked.entering
+@softened(lambda opts, params: "lapsum", lambda opts, params: False, _sorts)
 @tempered("alpha", lambda params, opts: (-1, 0))
-def rank_core(xp: Any, x: Any, opts: Any, *, descending: bool, mask: Any = None) -> Any:
+def rank_core(xp: Any, x: Any, opts: Any, *, descending: bool, mask: Any = None, presorted: bool = False) -> Any:
     """``1/2 + R(x_i)``; ``mask``: R sums over the valid entries."""
-    return _run(xp, _Rank(opts.alpha, descending, mask is not None), x, (), mask)
+    return _run(xp, _Rank(opts.alpha, descending, mask is not None, presorted), x, (), mask)
 
 
 @core(output_shapes=same_shape, batched={"mask": (0,)})
 @masked.entering
+@softened(lambda opts, params: "lapsum", lambda opts, params: True, _sorts)
 @tempered("alpha", lambda params, opts: (-1, 1))
-def sort_core(xp: Any, x: Any, opts: Any, *, descending: bool, mask: Any = None) -> Any:
+def sort_core(xp: Any, x: Any, opts: Any, *, descending: bool, mask: Any = None, presorted: bool = False) -> Any:
     """The solutions of ``R(t) = i - 1/2``; ``mask``: for i up to n_v, R over the valid entries."""
-    return _run(xp, _Sort(opts.alpha, descending, mask is not None), x, (), mask, positional=True)
+    return _run(xp, _Sort(opts.alpha, descending, mask is not None, presorted), x, (), mask, positional=True)
 
 
 @core(output_shapes=same_shape, batched={"k": (), "mask": (0,)})
 @masked.entering
+@softened(lambda opts, params: "lapsum", lambda opts, params: False, lambda opts, params: 1)
 @tempered("alpha", lambda params, opts: (-1, 0))
-def topk_core(xp: Any, x: Any, opts: Any, *, k: Any, mask: Any = None) -> Any:
+def topk_core(xp: Any, x: Any, opts: Any, *, k: Any, mask: Any = None, presorted: bool = False) -> Any:
     """``F((x_i - b)/alpha)`` with ``R(b) = n - k``; ``mask``: ``R(b) = n_v - k``, R over the valid entries
     (a row with n_v <= k is NaN throughout, masked entries included, as Sinkhorn's)."""
-    spec = _TopK(opts.alpha, None if is_array(k) else k, mask is not None)
+    spec = _TopK(opts.alpha, None if is_array(k) else k, mask is not None, presorted)
     (value,), back = _run(xp, spec, x, (k,) if is_array(k) else (), mask)
     if mask is None:
         return (value,), back

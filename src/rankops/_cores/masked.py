@@ -23,7 +23,7 @@ from .._lib._adapters import custom_backward
 from .._lib._calls import ALONG, Prepared
 from .._lib._compat import index_dtype
 
-__all__ = ["arrays", "bound", "laid_out", "entered", "along", "cotangents", "pulled", "finished", "backward", "entering", "squared", "prefix", "held_last", "valid_first", "ValidFirst"]
+__all__ = ["arrays", "bound", "laid_out", "entered", "along", "cotangents", "pulled", "finished", "backward", "entering", "squared", "prefix", "held_last", "valid_first", "ValidFirst", "identity"]
 
 
 def arrays(mask: Any) -> dict[str, Any]:
@@ -150,6 +150,12 @@ def held_last(xp: Any, adapter: Any, a: Any, count: Any) -> Any:
     return xp.where(count > 0, last, xp.zeros_like(last))
 
 
+def identity(xp: Any, x: Any) -> Any:
+    """The identity order of ``x``'s rows (index dtype, x's shape): the order of a row that comes sorted."""
+    idx = index_dtype(xp, array_api_compat.device(x))
+    return xp.broadcast_to(xp.arange(x.shape[-1], dtype=idx, device=array_api_compat.device(x)), x.shape)
+
+
 @dataclasses.dataclass(frozen=True)
 class ValidFirst:
     """A row sorted with its valid entries first (in order) and the masked ones after them."""
@@ -160,15 +166,19 @@ class ValidFirst:
     count: Any  # n_v, with keepdims (index dtype)
 
 
-def valid_first(xp: Any, adapter: Any, x: Any, mask: Any, *, descending: bool = False) -> ValidFirst:
+def valid_first(xp: Any, adapter: Any, x: Any, mask: Any, *, descending: bool = False, presorted: bool = False) -> ValidFirst:
     """``x``'s rows sorted (stable; ascending unless ``descending``) with each row's valid entries first.
 
     The masked entries sort after every valid one as +-inf keys; in ``s`` they
     then hold the last valid value (0 on a row without one), so that
     differences between neighbours stay finite and the masked tail, given no
-    weight, adds nothing to any sum over the row.
+    weight, adds nothing to any sum over the row. ``presorted``: ``x`` is so
+    sorted already (its valid entries first): the order is the identity.
     """
-    far = -math.inf if descending else math.inf
-    s, order = adapter.sort_order(xp, xp.where(mask, x, far), descending=descending)
+    if presorted:
+        s, order = x, identity(xp, x)
+    else:
+        far = -math.inf if descending else math.inf
+        s, order = adapter.sort_order(xp, xp.where(mask, x, far), descending=descending)
     count, valid = _counted(xp, mask)
     return ValidFirst(xp.where(valid, s, held_last(xp, adapter, s, count)), order, valid, count)

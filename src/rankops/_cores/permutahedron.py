@@ -41,6 +41,7 @@ from .._lib._adapters import core, get_adapter, same_shape
 from .._lib._compat import is_array
 from .._lib._numerics import safe_divide
 from . import isotonic, masked
+from .softness import softened
 from .tempered import tempered
 
 __all__ = ["projection_core"]
@@ -58,6 +59,7 @@ class _Projection:
     strength: float | None  # None: an array, the forward's second argument (the KL sort only)
     descending: bool
     masked: bool = False  # a mask is the forward's last argument
+    presorted: bool = False  # x comes sorted as the projection sorts it (z descending, below)
 
     def fwd(self, xp: Any, x: Any, *rest: Any) -> tuple[tuple[Any], tuple[Any, ...]]:
         adapter = get_adapter(xp)
@@ -68,18 +70,18 @@ class _Projection:
         else:
             z = x if self.descending else -x
         if mask is None:
-            s, order = adapter.sort_order(xp, z, descending=True)
+            s, order = (z, masked.identity(xp, z)) if self.presorted else adapter.sort_order(xp, z, descending=True)
             rho, weight = _rho(xp, x), None
         else:
             # The valid entries sort first with rho = (n_v, ..., 1); the masked tail has weight 0
             # (l2), or no term in the KL objective (value -inf, log-weight 0): its fit is free, and
             # the valid entries' fit is theirs alone.
-            row = masked.valid_first(xp, adapter, z, mask, descending=True)
+            row = masked.valid_first(xp, adapter, z, mask, descending=True, presorted=self.presorted)
             s, order = row.s, row.order
             k = xp.arange(x.shape[-1], dtype=row.count.dtype, device=array_api_compat.device(x))
             rho = xp.astype(xp.clip(row.count - k, 0, None), x.dtype)
             weight = xp.astype(row.valid, x.dtype)
-        inverse = adapter.invert_permutation(xp, order)
+        inverse = order if self.presorted else adapter.invert_permutation(xp, order)
         # On a one-entry block the projection is the hard value, and it comes out exactly:
         # s - iso(s - rho) would cancel to 0 for entries of 1e30, rho/eps - iso(rho/eps - s)
         # lose s under rho/eps in float32. The rank is written on s - s_first (_pooled_ranks:
@@ -208,14 +210,16 @@ def _homogeneity(params: dict[str, Any], opts: Any) -> tuple[int, int] | None:
 
 @core(output_shapes=same_shape, batched={"mask": (0,)})
 @masked.entering
+@softened(lambda opts, params: f"permutahedron-{opts.regularization}", lambda opts, params: params["output"] == "sort",
+          lambda opts, params: -1 if (params["output"] == "rank") != params["descending"] else 1)
 @tempered("strength", _homogeneity)
-def projection_core(xp: Any, x: Any, opts: Any, *, output: str, descending: bool, mask: Any = None) -> Any:
+def projection_core(xp: Any, x: Any, opts: Any, *, output: str, descending: bool, mask: Any = None, presorted: bool = False) -> Any:
     """Soft rank or sort by projection onto the permutahedron, with the block-wise backward rule.
 
     ``mask``: the projection of each row's valid entries alone (rho = (n_v, ..., 1)).
     """
     # an array strength is the KL sort's (_homogeneity): it travels with x and gets its own gradient
     strength = is_array(opts.strength)
-    spec = _Projection(output, opts.regularization, None if strength else opts.strength, descending, mask is not None)
+    spec = _Projection(output, opts.regularization, None if strength else opts.strength, descending, mask is not None, presorted)
     arrays, names = (x, xp.astype(opts.strength, x.dtype)) if strength else (x,), ("x", "strength")[: 1 + strength]
     return masked.backward(xp, spec.fwd, spec.bwd, arrays, names, mask, positional=output == "sort")

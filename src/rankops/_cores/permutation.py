@@ -39,6 +39,7 @@ from .._lib._compat import is_array
 from .._lib._numerics import matvec
 from . import masked
 from .rows import ROWS, exact, permutation_matrix, weights
+from .softness import softened
 
 __all__ = [
     "matrix_core", "dense_core", "stream_core", "auto_block", "BLOCK_BYTES",
@@ -77,12 +78,18 @@ def _softmax_back(xp: Any, p: Any, dp: Any) -> Any:
     return p * (dp - xp.sum(dp * p, axis=-1, keepdims=True))
 
 
+def relaxation_key(method: str, power: Any) -> str:
+    """The softness calibration of SoftSort (for its power) or NeuralSort."""
+    return f"softsort-{power:g}" if method == "softsort" else method
+
+
 def _square(shape: tuple[int, ...], opts: Any, params: dict[str, Any]) -> dict[str, Any]:
     return {"value": (shape[-1], shape[-1])}
 
 
 @core(output_shapes=_square, batched={"mask": (0,)})
 @masked.entering
+@softened(lambda opts, params: relaxation_key(params["method"], opts.power), lambda opts, params: False)
 def matrix_core(xp: Any, s: Any, opts: Any, *, method: str, descending: bool, mask: Any = None) -> Any:
     """The relaxed permutation matrix (..., n, n) and its pullback (that of the relaxed matrix when ``hard``).
 
@@ -165,6 +172,7 @@ def _backward(xp: Any, rows: Any, output: str, block: int, ct: Any, p_kept: Any 
 
 @core(output_shapes=same_shape, batched={"mask": (0,)})
 @masked.entering
+@softened(lambda opts, params: relaxation_key(params["method"], opts.power), lambda opts, params: params["output"] == "sort")
 def dense_core(xp: Any, x: Any, opts: Any, *, method: str, output: str, descending: bool, mask: Any = None) -> Any:
     """The whole matrix as one block, differentiated by the host's autodiff (the rule keeps the matrix).
 
@@ -241,6 +249,7 @@ class _Streamed:
 
 @core(output_shapes=same_shape, batched={"mask": (0,)})
 @masked.entering
+@softened(lambda opts, params: relaxation_key(params["method"], opts.power), lambda opts, params: params["output"] == "sort")
 def stream_core(xp: Any, x: Any, opts: Any, *, method: str, output: str, descending: bool, mask: Any = None) -> Any:
     """``block`` rows of ``P`` at a time, in the forward and in the backward pass (a number ``power`` only)."""
     n = x.shape[-1]

@@ -195,17 +195,23 @@ class NeuralSortRows:
     def finish(self, cols: tuple[Any, ...]) -> Any:
         # R_m = sum_k |s_m - s_k|:  ds_m += dR_m sum_k sign(s_m - s_k) - sum_j dR_j sign(s_j - s_m)
         # (with a mask, k runs over the valid entries; dR_j is 0 on the masked columns)
+        # The self-difference s_m - s_m is 0 and its sign 0 by position, not by value: a compiler that
+        # recomputes s (XLA fusing s's producer into both operands, with another rounding) would
+        # otherwise read +-1 there, an error of the size of the cotangent.
         xp, s = self.xp, self.s
         ds, d_rows = cols
         valid = None if self.mask is None else xp.astype(self.mask, s.dtype)[..., None, :]
+        pos = positions(xp, s)
 
         def body(carry: Any, blk: tuple[Any, ...]) -> Any:
-            s_blk, d_blk = blk
+            s_blk, d_blk, pos_blk = blk
             sign = xp.sign(s_blk[..., :, None] - s[..., None, :])
+            sign = xp.where(pos_blk[..., :, None] == pos, xp.zeros_like(sign), sign)
             counted = sign if valid is None else sign * valid
             return carry, (d_blk * xp.sum(counted, axis=-1) + matvec(xp, sign, d_rows),)
 
-        return ds + get_adapter(xp).scan_blocks(xp, body, (), (s, d_rows), self.block)[1][0]
+        pos_rows = xp.broadcast_to(pos, s.shape)
+        return ds + get_adapter(xp).scan_blocks(xp, body, (), (s, d_rows, pos_rows), self.block)[1][0]
 
 
 ROWS = {"softsort": SoftSortRows, "neuralsort": NeuralSortRows}

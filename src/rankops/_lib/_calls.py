@@ -266,6 +266,7 @@ class Call(Generic[R]):
     params: Mapping[str, Any]  # parameter arrays and Python-valued arguments, by name
     readout: Any = None  # None: the value along the operator axis (Along(VALUE)); a default instance here is one torch.compile cannot trace
     along: tuple[str, ...] = ()  # parameters laid out like the input (operator axis last): their gradients are moved back too
+    chain: Mapping[str, tuple[str, Any]] = dataclasses.field(default_factory=dict)  # argument -> (its option, d option/d argument)
 
     @property
     def xp(self) -> Any:
@@ -297,9 +298,8 @@ class Call(Generic[R]):
         """The core's gradients by argument name, the input's in the caller's layout."""
         layout, out = self.prepared.layout, dict(grads)
         out[self.prepared.name] = layout.to_caller(out.pop("x"), INPUT)
-        for name in self.along:
-            if out.get(name) is not None:
-                out[name] = layout.to_caller(out[name], ALONG)
+        out.update({name: layout.to_caller(out[name], ALONG) for name in self.along if out.get(name) is not None})
+        out.update({name: out.pop(option) * slope for name, (option, slope) in self.chain.items() if out.get(option) is not None})
         return out
 
 

@@ -36,17 +36,31 @@ def option(default: Any, check: Callable[[Any, str], Any] | None = None) -> Any:
 
 @dataclasses.dataclass(frozen=True)
 class Options:
-    """Base of every method's frozen option set (subclasses are frozen dataclasses)."""
+    """Base of every method's frozen option set (subclasses are frozen dataclasses).
+
+    A method with a temperature names it (:meth:`temperature`) and has a
+    ``softness`` field (:mod:`rankops._cores.softness`): the caller gives one
+    of the two, or neither (the caller's default softness, else the
+    temperature's default).
+    """
+
+    @classmethod
+    def temperature(cls) -> str | None:
+        """The name of the method's own temperature, which ``softness`` replaces (None: it has none)."""
+        return None
 
     @classmethod
     def parse(
-        cls: type[T], given: Mapping[str, Any], where: str, *, names: Iterable[str] | None = None, arrays: Iterable[str] = ()
+        cls: type[T], given: Mapping[str, Any], where: str, *, names: Iterable[str] | None = None, arrays: Iterable[str] = (),
+        softness: float | None = None,
     ) -> tuple[T, dict[str, Any]]:
         """``(options, parameter arrays)`` from the caller's keyword options.
 
         ``names``: the fields this caller accepts (default: all); ``arrays``:
         further accepted names that are parameter arrays (``target_weights``),
         returned as they are, None left out. Anything else raises ``TypeError``.
+        ``softness``: the default softness when neither it nor the
+        temperature is given (None: the temperature's default).
         """
         fields = cls.__dataclass_fields__  # not dataclasses.fields(cls): torch.compile traces the mapping, not that call on a class
         names = tuple(fields) if names is None else tuple(names)
@@ -54,9 +68,19 @@ class Options:
         known_options(given, names + arrays, where)
         values = {}
         for name in names:
-            if name in given:
+            # a temperature or softness of None is not given (the matrices' signatures default to None)
+            if name in given and not (given[name] is None and name in ("softness", cls.temperature())):
                 check = fields[name].metadata.get("check")
                 values[name] = given[name] if check is None else check(given[name], name)
+        temperature = cls.temperature()
+        if temperature is not None and "softness" in names:
+            if "softness" in values and given.get(temperature) is not None:
+                raise ValueError(
+                    f"{where}: pass softness= or {temperature}=, not both (softness={given['softness']!r}, "
+                    f"{temperature}={given[temperature]!r}): softness sets the {temperature} from each row's scale and length"
+                )
+            if "softness" not in values and temperature not in given and softness is not None:
+                values["softness"] = softness
         return cls(**values), {k: given[k] for k in arrays if given.get(k) is not None}
 
     def split(self: T) -> tuple[T, dict[str, Any]]:
@@ -141,5 +165,21 @@ def known_options(options: dict[str, Any], allowed: Iterable[str], where: str) -
     if unknown:
         raise TypeError(
             f"{where} got unexpected option(s) {', '.join(map(repr, unknown))}; "
-            f"it accepts {', '.join(map(repr, sorted(allowed))) or 'none'}"
+            f"it accepts {', '.join(map(repr, sorted(allowed))) or 'none'}{_suggestions(unknown)}"
         )
+
+
+# A peer's name for an option (torchsort, OTT-JAX, SoftJAX, diffsort, NumPy) -> what rankops calls it.
+_PEER_NAMES = {
+    "regularization_strength": "method='permutahedron', strength= (torchsort's regularization_strength), or softness=",
+    "temperature": "softness= (scale-free), or the method's own tau / epsilon / alpha / strength / steepness",
+    "threshold": "tol=",
+    "dim": "axis=",
+    "max_iterations": "max_iter=",
+}
+
+
+def _suggestions(unknown: Iterable[str]) -> str:
+    """`` (for X pass Y)`` for the unknown names that are a peer's names of a rankops option."""
+    hints = [f"for {name!r} pass {_PEER_NAMES[name]}" for name in unknown if name in _PEER_NAMES]
+    return f" ({'; '.join(hints)})" if hints else ""

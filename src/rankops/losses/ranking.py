@@ -15,7 +15,7 @@ from .._lib._numerics import safe_divide
 from .._solvers.line import cost_fns
 from .._lib._adapters import get_adapter
 from ..permutations import diffsort, neuralsort, softsort
-from ..sinkhorn import SOLVER_OPTIONS, TransportOptions, sinkhorn
+from ..sinkhorn import SOLVER_OPTIONS, TransportOptions, sinkhorn, with_epsilon
 from ..sorting import soft_rank
 from .._lib._docs import fill_doc
 from ._common import MASK, RANK_METHOD, per_row_returns, DEFAULT_METHOD, _one_hot, _row_count, at_label, class_labels, in_float32, row_mask, rows, with_mask
@@ -163,6 +163,7 @@ def _log_matrix(xp: Any, s: Any, method: str, options: dict[str, Any], mask: Any
     # Options, defaults, squash and cost are soft_rank's (one TransportOptions, one grid, one cost).
     opts, _ = TransportOptions.parse(options, "losses.permutation_loss(method='sinkhorn')", names=SOLVER_OPTIONS)
     n = s.shape[-1]
+    opts = with_epsilon(opts, xp, n, s.dtype)[0]
     h = cost_fns(xp, opts.power)[0]
     solve = dict(epsilon=opts.epsilon, max_iter=opts.max_iter, tol=opts.tol, implicit=opts.implicit)
     if mask is None:

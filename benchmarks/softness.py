@@ -1,0 +1,340 @@
+"""``python -m benchmarks.softness``: what ``softness=`` means, measured: rank blur on every method, scale and length.
+
+The rank blur of a soft rank is ``mean_i |soft_rank(x)_i - rankdata(x)_i|``
+(ranks); ``softness=s`` asks for a blur of about ``s`` on every method
+(docs/softness.md). This script
+
+- ``--calibrate``: measures, on rows of standard normal entries scaled by
+  their mean absolute deviation, the blur of each method at unit
+  temperature along a grid of lengths ``T`` (the method's temperature, or
+  its inverse, in units of the row's scale), and writes the table
+  ``log T(log s, log n)`` that rankops reads
+  (``src/rankops/_cores/_calibration.py``);
+- by default, prints the tables of docs/softness.md: the blur at
+  ``softness=1`` and at each method's defaults over scales and lengths (the
+  issue's grid), the calibration's ratio blur / s on four distributions,
+  and what computing the row's scale costs against a ``soft_rank`` forward
+  and backward; ``--plot PATH`` draws blur against softness for every
+  method and distribution, and blur against n at the old and new defaults.
+
+Usage: python -m benchmarks.softness [--quick] [--plot PATH] [--calibrate [--cache DIR]]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import array_api_compat.numpy
+import numpy as np
+from scipy.stats import rankdata
+
+import rankops
+from rankops._cores.softness import row_scale
+
+ROOT = Path(__file__).resolve().parents[1]
+TABLE = ROOT / "src" / "rankops" / "_cores" / "_calibration.py"
+
+# the table's grid: log s from log 0.1 and log n from log 10, a quarter decade apart
+GRID = (math.log(0.1), math.log(10) / 4, 23, math.log(10.0), math.log(10) / 4, 17)
+
+# calibration key -> (how to run it at length T on a standardized row, the lengths n measured)
+_LONG = (10, 20, 30, 60, 100, 200, 300, 600, 1000, 3000, 10000, 30000, 100000)
+_SHORT = (10, 20, 30, 60, 100, 200, 300, 600, 1000)
+_NETWORK = (8, 16, 32, 64, 128, 256, 512, 1024)
+KEYS = {
+    "lapsum": (lambda z, T: rankops.soft_rank(z, method="lapsum", alpha=T), _LONG),
+    "permutahedron-l2": (lambda z, T: rankops.soft_rank(z, method="permutahedron", strength=T), _LONG),
+    "permutahedron-kl": (lambda z, T: rankops.soft_rank(z, method="permutahedron", regularization="kl", strength=T), _LONG[:-2]),
+    "softsort-1": (lambda z, T: rankops.soft_rank(z, method="softsort", tau=T), _SHORT),
+    "softsort-2": (lambda z, T: rankops.soft_rank(z, method="softsort", tau=T**2, power=2), _SHORT),
+    "neuralsort": (lambda z, T: rankops.soft_rank(z, method="neuralsort", tau=T), _SHORT),
+    **{
+        f"diffsort-{d}": (lambda z, T, d=d: rankops.soft_rank(z, method="diffsort", distribution=d, steepness=1.0 / T), _NETWORK)
+        for d in ("cauchy", "reciprocal", "optimal", "logistic", "logistic_phi", "gaussian")
+    },
+    "sinkhorn": (lambda z, T: rankops.soft_rank(z, epsilon=T, tol=1e-4, max_iter=20_000), (10, 20, 30, 60, 100, 200, 300, 600, 1000)),
+}
+DISTRIBUTIONS = ("normal", "uniform", "lognormal", "clustered")
+METHODS = ("sinkhorn", "softsort", "neuralsort", "permutahedron", "lapsum", "diffsort")
+
+
+def sample(dist: str, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
+    """Rows of ``dist``: standard normal, uniform, lognormal(0, 1), or 8 clusters (centres N(0, 9), spread 0.3)."""
+    if dist == "normal":
+        return rng.standard_normal(shape)
+    if dist == "uniform":
+        return rng.uniform(size=shape)
+    if dist == "lognormal":
+        return rng.lognormal(size=shape)
+    centres = 3.0 * rng.standard_normal(shape[:-1] + (8,))
+    return np.take_along_axis(centres, rng.integers(0, 8, shape), -1) + 0.3 * rng.standard_normal(shape)
+
+
+def blur(ranks: np.ndarray, x: np.ndarray) -> float:
+    return float(np.mean(np.abs(np.asarray(ranks) - rankdata(x, axis=-1))))
+
+
+def rows_for(n: int, budget: int = 20_000) -> int:
+    return min(max(2 if n > 1000 else 4, budget // n), 2000)
+
+
+# -- calibration ----------------------------------------------------------------------------------
+
+
+def measure(key: str, lengths: np.ndarray, quick: bool) -> dict[int, list[tuple[float, float]]]:
+    """``{n: [(T, blur)]}`` of ``key`` on standardized normal rows."""
+    run, ns = KEYS[key]
+    rng = np.random.default_rng(1)
+    out = {}
+    for n in ns[:3] if quick else ns:
+        # the permutahedron's blur turns steeply with T at large n: more rows to pin its curve
+        # (and Sinkhorn's long rows at small epsilon are slow: fewer rows there)
+        budget = 2000 if quick else 200_000 if key.startswith("permutahedron") else 4000 if key == "sinkhorn" and n > 300 else 20_000
+        x = sample("normal", (rows_for(n, budget), n), rng)
+        z = x / np.asarray(row_scale(array_api_compat.numpy, np.sort(x, axis=-1), n))  # the scale softness divides by
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            out[n] = [(float(T), blur(run(x if key == "sinkhorn" else z, T), x)) for T in lengths]
+    return out
+
+
+def _increasing(curve: list[tuple[float, float]]) -> tuple[np.ndarray, np.ndarray]:
+    """The curve up to its first maximum of blur (SoftSort's and NeuralSort's blur turns back at large T)."""
+    c = np.asarray(curve)
+    T, b = c[:, 0], c[:, 1]
+    end = len(b)
+    for i in range(1, len(b)):
+        if b[i] < b[i - 1]:
+            end = i
+            break
+    T, b = T[:end], np.maximum.accumulate(b[:end])
+    keep = np.concatenate([[True], np.diff(b) > 0])
+    return np.log(T[keep]), np.log(np.maximum(b[keep], 1e-300))
+
+
+def table(curves: dict[int, list[tuple[float, float]]]) -> list[list[float]]:
+    """``log T`` on the grid (rows log s, columns log n): interpolated, linear beyond the measured blurs and lengths,
+    and capped at the largest blur a method reaches."""
+    u0, du, nu, w0, dw, nw = GRID
+    us, ws = u0 + du * np.arange(nu), w0 + dw * np.arange(nw)
+    per_n = []
+    for n in sorted(curves):
+        logT, logb = _increasing(curves[n])
+        low = np.polyfit(logb[:3], logT[:3], 1)[0] if len(logb) >= 3 else 1.0
+        col = np.interp(us, logb, logT)
+        col = np.where(us < logb[0], logT[0] + low * (us - logb[0]), col)  # finer than measured: the small-T slope
+        per_n.append(col)  # coarser than the method reaches: its largest blur's T (np.interp holds the end)
+    logn = np.log(sorted(curves))
+    per_n = np.asarray(per_n)  # (measured n, grid s)
+    out = np.empty((nu, nw))
+    for i in range(nu):
+        v = per_n[:, i]
+        col = np.interp(ws, logn, v)
+        lo, hi = (v[1] - v[0]) / (logn[1] - logn[0]), (v[-1] - v[-2]) / (logn[-1] - logn[-2])
+        col = np.where(ws < logn[0], v[0] + lo * (ws - logn[0]), col)
+        out[i] = np.where(ws > logn[-1], v[-1] + hi * (ws - logn[-1]), col)
+    return [[round(float(v), 4) for v in row] for row in out]
+
+
+def calibrate(quick: bool, cache: Path | None, only: str | None = None) -> None:
+    """Measure (or read from ``cache``) every key matching ``only`` (all by default), keep the table's other keys."""
+    lengths = np.logspace(-7, 2, 46)
+    tables = {}
+    if only is not None and TABLE.exists():
+        namespace: dict = {}
+        exec(TABLE.read_text(), namespace)
+        tables = {k: [list(r) for r in v] for k, v in namespace["LENGTHS"].items()}
+    for key in KEYS:
+        if only is not None and not re.search(only, key):
+            continue
+        path = cache / f"{key}.json" if cache else None
+        if path is not None and path.exists():
+            curves = {int(n): c for n, c in json.loads(path.read_text()).items()}
+        else:
+            t0 = time.perf_counter()
+            curves = measure(key, np.logspace(-7, -0.5, 27) if key == "sinkhorn" else lengths, quick)
+            print(f"{key}: measured in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+            if path is not None:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(json.dumps(curves))
+        tables[key] = table(curves)
+    if quick:
+        print(f"calibrated {len(tables)} keys (quick: not written)")
+        return
+    lines = [
+        '"""Softness calibration: ``log T`` on a grid of ``(log s, log n)`` per method (generated; do not edit).',
+        "",
+        "Written by ``python -m benchmarks.softness --calibrate``: T is the unit-temperature length (in units of",
+        "the row's mean absolute deviation; Sinkhorn: its epsilon) whose rank blur on standard normal rows is s.",
+        "Rows are log s from log 0.1, columns log n from log 10, a quarter decade apart (``GRID``).",
+        '"""',
+        "",
+        f"GRID = {GRID!r}  # (u0, du, count, w0, dw, count): log s, then log n",
+        "",
+        "LENGTHS = {",
+    ]
+    for key, rows in tables.items():
+        lines.append(f"    {key!r}: (")
+        lines += [f"        ({', '.join(f'{v:.4f}' for v in row)})," for row in rows]
+        lines.append("    ),")
+    lines.append("}")
+    TABLE.write_text("\n".join(lines) + "\n")
+    print(f"wrote {TABLE.relative_to(ROOT)}")
+
+
+# -- report ----------------------------------------------------------------------------------------
+
+
+def _rank(method: str, x: np.ndarray, **options: object) -> np.ndarray:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return np.asarray(rankops.soft_rank(x, method=method, **options))
+
+
+def _old_defaults(method: str) -> dict[str, object]:
+    """Each method's temperature default before softness (rankops 0.x): its native number."""
+    return {"sinkhorn": {}, "softsort": {"tau": 1.0}, "neuralsort": {"tau": 1.0}, "permutahedron": {"strength": 1.0},
+            "lapsum": {"alpha": 1.0}, "diffsort": {"steepness": 10.0}}[method]
+
+
+def _largest(method: str) -> int:
+    return 1000 if method in ("sinkhorn", "softsort", "neuralsort") else 1024 if method == "diffsort" else 100_000
+
+
+def scale_table(quick: bool) -> str:
+    """Blur at softness=1 and at the defaults, eight normal rows scaled by s, n in {100, 1000}: the issue's grid."""
+    rng = np.random.default_rng(0)
+    ns, scales = ((100,), (0.01, 100.0)) if quick else ((100, 1000), (0.01, 1.0, 100.0))
+    head = [f"n={n}, s={s:g}" for n in ns for s in scales]
+    lines = ["| method | options | " + " | ".join(head) + " |", "|---|---|" + "---|" * len(head)]
+    for method in METHODS:
+        for label, opts in (("softness=1", {"softness": 1.0}), ("defaults", {}), ("old defaults", _old_defaults(method))):
+            cells = []
+            for n in ns:
+                n = 1024 if method == "diffsort" and n == 1000 else n
+                x = rng.standard_normal((8, n))
+                cells += [f"{blur(_rank(method, s * x, **opts), x):.3g}" for s in scales]
+            lines.append(f"| {method} | {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def calibration_table(quick: bool) -> tuple[str, dict]:
+    """Ratio blur / s on four distributions, over s in [0.3 (Sinkhorn 1), n / 20] and n up to each method's largest."""
+    rng = np.random.default_rng(2)
+    curves: dict = {}
+    lines = ["| method | n | " + " | ".join(DISTRIBUTIONS) + " |", "|---|---|" + "---|" * len(DISTRIBUTIONS)]
+    for method in METHODS:
+        ns = [n for n in (10, 100, 1000, 10_000, 100_000) if n <= _largest(method)]
+        if method == "diffsort":
+            ns = [16, 128, 1024]
+        for n in ns[:2] if quick else ns:
+            lo = 1.0 if method == "sinkhorn" else 0.3
+            ss = [s for s in (0.3, 1.0, 3.0, 10.0, 30.0, 100.0, 300.0, 1000.0, 5000.0) if lo <= s <= max(n / 20, lo)]
+            if n / 20 > ss[-1] * 1.5:
+                ss.append(n / 20)
+            cells = []
+            for dist in DISTRIBUTIONS:
+                x = sample(dist, (rows_for(n, 400 if quick else 4000), n), rng)
+                ratios = [blur(_rank(method, x, softness=s), x) / s for s in ss]
+                curves[(method, dist, n)] = (ss, ratios)
+                cells.append(f"{min(ratios):.2f} - {max(ratios):.2f}")
+            lines.append(f"| {method} | {n} | " + " | ".join(cells) + " |")
+    return "\n".join(lines), curves
+
+
+def cost_table(quick: bool) -> str:
+    """What softness adds to a soft_rank forward + backward (torch, float32, B=20, n=1000, one thread): the call with
+    ``softness=1`` against the same call at the native temperature softness sets. Every row is a permutation of one
+    sample, so that both compute at one temperature and do the same work inside the method."""
+    import torch
+
+    from benchmarks._timing import interleaved_medians
+    from rankops._cores.softness import length
+
+    torch.set_num_threads(1)
+    gen = torch.Generator().manual_seed(0)
+    base = torch.randn(1000, generator=gen)
+    x = torch.stack([base[torch.randperm(1000, generator=gen)] for _ in range(20)])
+    scale = float(row_scale(array_api_compat.numpy, np.sort(base.numpy().astype(np.float64))[None], 1000)[0, 0])
+    lines = ["| method | native temperature fwd+bwd (ms) | softness=1 fwd+bwd (ms) | added |", "|---|---|---|---|"]
+    for method, key, name in (("permutahedron", "permutahedron-l2", "strength"), ("lapsum", "lapsum", "alpha")):
+        native = {name: scale * length(array_api_compat.numpy, key, 1.0, 1000)}
+
+        def run(**options: object) -> None:
+            xr = x.clone().requires_grad_(True)
+            rankops.soft_rank(xr, method=method, **options).sum().backward()
+
+        t = interleaved_medians({"native": lambda: run(**native), "soft": lambda: run(softness=1.0)}, repeats=5 if quick else 100)
+        lines.append(f"| {method} | {t['native'] * 1e3:.3f} | {t['soft'] * 1e3:.3f} | {100 * (t['soft'] / t['native'] - 1):.1f}% |")
+    return "\n".join(lines)
+
+
+def plot(path: str, curves: dict, quick: bool) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 5))
+    colors = dict(zip(METHODS, plt.rcParams["axes.prop_cycle"].by_key()["color"]))
+    styles = dict(zip(DISTRIBUTIONS, ("-", "--", ":", "-.")))
+    ax = axes[0]
+    for (method, dist, n), (ss, ratios) in curves.items():
+        if n in (100, 128, 1000, 1024) or quick:
+            ax.plot(ss, np.asarray(ratios) * np.asarray(ss), styles[dist], color=colors[method], alpha=0.7,
+                    label=f"{method}" if dist == "normal" and n in (1000, 1024) else None)
+    lim = [0.2, 100]
+    ax.plot(lim, lim, color="black", lw=0.8)
+    ax.fill_between(lim, [v / 1.5 for v in lim], [v * 1.5 for v in lim], color="gray", alpha=0.15)
+    ax.set(xscale="log", yscale="log", xlabel="softness s", ylabel="rank blur (mean |soft - hard rank|)",
+           title="blur against softness (n = 100 and 1000; line style: distribution)")
+    ax.legend(fontsize=8)
+    ax = axes[1]
+    rng = np.random.default_rng(3)
+    ns = (10, 100, 1000) if quick else (10, 30, 100, 300, 1000, 3000, 10000)
+    for method in METHODS:
+        ms = [n for n in ns if n <= _largest(method)]
+        for label, opts, style in (("new", {}, "-"), ("old", _old_defaults(method), ":")):
+            b = []
+            for n in ms:
+                x = rng.standard_normal((rows_for(n, 2000), n))
+                b.append(blur(_rank(method, x, **opts), x))
+            ax.plot(ms, b, style, color=colors[method], label=f"{method} ({label} defaults)")
+    ax.plot(ns, [max(10, n / 100) for n in ns], color="black", lw=0.8, label="max(10, n/100)")
+    ax.set(xscale="log", yscale="log", xlabel="n", ylabel="rank blur at the defaults", title="defaults, standard normal rows")
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--plot")
+    parser.add_argument("--calibrate", action="store_true")
+    parser.add_argument("--cache", type=Path)
+    parser.add_argument("--only", help="--calibrate: the keys matching this regex (the table keeps the others)")
+    args = parser.parse_args(argv)
+    if args.calibrate:
+        calibrate(args.quick, args.cache, args.only)
+        return
+    print("Rank blur (mean |soft_rank - rankdata|) of eight standard normal rows times s:\n")
+    print(scale_table(args.quick))
+    text, curves = calibration_table(args.quick)
+    print("\nCalibration: blur / softness over s in [0.3 (Sinkhorn: 1), n / 20], smallest - largest:\n")
+    print(text)
+    print("\nCost of the row scale (torch, float32, B = 20, n = 1000, one thread; median of interleaved runs):\n")
+    print(cost_table(args.quick))
+    if args.plot:
+        plot(args.plot, curves, args.quick)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,266 @@
+r"""Softness: one scale-free knob for every method, read as a length in each row's own units.
+
+``softness=s`` asks for a soft rank whose mean distance from the hard one,
+``mean_i |soft_rank(x)_i - rankdata(x)_i|``, is about ``s`` ranks on a row of
+distinct values, whatever the row's scale, shift and length n. Every method
+but Sinkhorn sees its input only through ``x / t`` for a length ``t`` (its
+temperature or an inverse of it: LapSum's ``alpha``, the permutahedron's
+rank ``strength``, SoftSort's ``tau ** (1 / power)``, NeuralSort's ``tau``, a
+sorting network's ``1 / steepness``); softness sets, per row,
+
+    t = scale(x) * T_method(s, n)
+
+(:func:`row_scale`: the width of the row's densest window) and runs the
+method at unit temperature on ``x / t``. Ranks, CDFs and masks are then
+exactly invariant under ``x -> a x + b`` (``a > 0``), and sorted values
+(``t * sort(x / t)``) exactly equivariant. ``T_method`` is measured, not
+derived: ``python -m benchmarks.softness --calibrate`` finds, on rows of
+standard normal entries, the unit-temperature length whose rank blur is
+``s``, for a grid of ``(s, n)``, and :mod:`._calibration` holds that table,
+read by bilinear interpolation in ``(log s, log n)`` (the grid spans s from
+0.1 to 3e4 and n from 10 to 1e5; its edge cells extend it to smaller s and
+longer rows). Sinkhorn squashes its
+rows already (the sigmoid of the standardized row); softness sets its
+``epsilon`` from the same kind of table.
+
+The scale carries no gradient: the gradient is the method's own at the
+row's temperature (a window's width has a derivative on its two end entries
+only, a spike that says nothing about the ranks; docs/softness.md). A
+learnable softness gets its exact gradient. With a ``mask`` the scale and n
+are those of the row's valid entries.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from typing import Any, Callable
+
+import array_api_compat
+
+from .._lib._adapters import get_adapter
+from .._lib._compat import index_dtype, is_array
+from ._calibration import GRID, LENGTHS
+from .masked import valid_first
+
+__all__ = ["softened", "length", "sinkhorn_epsilon", "row_scale", "calibrated"]
+
+
+def calibrated(key: str) -> bool:
+    """Whether softness has a calibration for ``key`` (a method and the options that change its blur)."""
+    return key in LENGTHS
+
+
+def _interpolated(table: tuple[tuple[float, ...], ...], u: float, w: float) -> float:
+    """The table's bilinear interpolation at ``u = log s``, ``w = log n``, extended linearly by its edge cells to smaller
+    s and longer rows (held at the grid's largest s and shortest rows, where every method has pooled its row)."""
+    u0, du, nu, w0, dw, nw = GRID
+    a, b = min((u - u0) / du, nu - 1.0), max((w - w0) / dw, 0.0)
+    i, j = min(max(math.floor(a), 0), nu - 2), min(max(math.floor(b), 0), nw - 2)
+    fa, fb = a - i, b - j
+    lo = table[i][j] + fb * (table[i][j + 1] - table[i][j])
+    hi = table[i + 1][j] + fb * (table[i + 1][j + 1] - table[i + 1][j])
+    return lo + fa * (hi - lo)
+
+
+def _weights(xp: Any, v: Any, start: float, step: float, count: int, slope: bool = False) -> Any:
+    """The linear interpolation weights of ``v`` on the knots ``start + step * arange(count)`` (the edge cell beyond
+    them), shape ``v.shape + (count,)``; ``slope``: their derivative in ``v``."""
+    a = (v - start) / step
+    cell = xp.clip(xp.floor(a), 0.0, count - 2.0)
+    frac = a - cell
+    knots = xp.arange(count, dtype=v.dtype, device=array_api_compat.device(v))
+    low, high = knots == cell[..., None], knots == cell[..., None] + 1.0
+    zero = xp.zeros_like(low, dtype=v.dtype)
+    if slope:
+        return (xp.where(high, zero + 1.0, zero) - xp.where(low, zero + 1.0, zero)) / step
+    return xp.where(low, 1.0 - frac[..., None], zero) + xp.where(high, frac[..., None], zero)
+
+
+def _interpolated_array(xp: Any, table: tuple[tuple[float, ...], ...], u: Any, w: Any, slope: bool = False) -> Any:
+    """:func:`_interpolated` with ``u`` and ``w`` arrays (broadcast together); ``slope``: its derivative in ``u``."""
+    u0, du, nu, w0, dw, nw = GRID
+    values = xp.asarray(table, dtype=u.dtype, device=array_api_compat.device(u))
+    u, w = xp.clip(u, None, u0 + du * (nu - 1)), xp.clip(w, w0, None)
+    wu, ww = _weights(xp, u, u0, du, nu, slope), _weights(xp, w, w0, dw, nw)
+    return xp.sum(xp.matmul(wu[..., None, :], values)[..., 0, :] * ww, axis=-1)
+
+
+def length(xp: Any, key: str, s: Any, n: Any) -> Any:
+    """``T_key(s, n)``: the unit-temperature length (in units of the row's scale) whose rank blur is ``s``.
+
+    Python numbers give a Python float (a constant to compilers); an array
+    ``s`` (learnable) or ``n`` (a mask's per-row counts) give an array.
+    """
+    table = LENGTHS[key]
+    if not is_array(s) and not is_array(n):
+        return math.exp(_interpolated(table, math.log(s), math.log(n)))
+    like = s if is_array(s) else n
+    u = xp.log(s) if is_array(s) else xp.asarray(math.log(s), dtype=like.dtype, device=array_api_compat.device(like))
+    w = xp.log(n) if is_array(n) else xp.asarray(math.log(n), dtype=like.dtype, device=array_api_compat.device(like))
+    out = xp.exp(_interpolated_array(xp, table, u, w))
+    return out if is_array(out) else xp.asarray(out)  # NumPy's 0-d results are scalars
+
+
+def length_slope(xp: Any, key: str, s: Any, n: Any) -> Any:
+    """``d log T / d log s`` at ``(s, n)`` (arrays): the pullback of a learnable softness on hosts without autodiff."""
+    w = xp.log(n) if is_array(n) else xp.asarray(math.log(n), dtype=s.dtype, device=array_api_compat.device(s))
+    return _interpolated_array(xp, LENGTHS[key], xp.log(s), w, slope=True)
+
+
+def sinkhorn_epsilon(xp: Any, s: Any, n: int) -> Any:
+    """Sinkhorn's ``epsilon`` (on the squashed row) whose rank blur is ``s`` on a row of length ``n``."""
+    return length(xp, "sinkhorn", s, n)
+
+
+def window(n: int) -> int:
+    """The gaps a scale window spans: a tenth of the row, at least 3 (n - 1 on a shorter row)."""
+    return min(n - 1, max(3, round(n / 10)))
+
+
+def row_scale(xp: Any, srt: Any, count: Any) -> Any:
+    """Each row's scale (keepdims) from its sorted entries ``srt``: the width of the densest window, 1 on a constant row.
+
+    The width of the narrowest window of ``k`` + 1 consecutive sorted entries
+    (:func:`window`), scaled by ``1 / (2 Phi^-1(1/2 + k / (2 n)))`` so that
+    it is about the standard deviation on a normal row: the inverse of the
+    row's peak density, which is what sets the blur of a method that pools
+    neighbours (the permutahedron most of all: its densest stretch pools
+    first). A row whose narrowest window holds ties only (many repeated
+    values) takes a quarter of its range instead, and a constant row 1: its
+    ties are kept, never NaN. ``count``: n (a Python int), or each row's
+    valid count (an array of the dtype, keepdims, at least 1) when the
+    valid entries come first (:func:`.masked.valid_first`: the tail repeats
+    the last valid value).
+    """
+    n = srt.shape[-1]
+    if not is_array(count):
+        k: Any = window(n)
+        widths = srt[..., k:] - srt[..., :-k] if k >= 1 else xp.zeros_like(srt[..., :1])
+        factor: Any = _normal_width(k, n)
+    else:
+        k = xp.minimum(xp.clip(xp.round(count / 10.0), 3.0, None), count - 1.0)
+        idx = index_dtype(xp, array_api_compat.device(srt))
+        ahead = xp.arange(n, dtype=idx, device=array_api_compat.device(srt)) + xp.astype(k, idx)
+        upper = get_adapter(xp).take(xp, srt, xp.clip(ahead, 0, n - 1))
+        widths = xp.where(ahead < xp.astype(count, idx), upper - srt, xp.full_like(srt, math.inf))
+        factor = _normal_width_array(xp, k, count)
+    narrowest = xp.min(widths, axis=-1, keepdims=True)
+    spread = srt[..., -1:] - srt[..., :1]  # the range; 0 on a constant row, read as 1
+    fallback = spread * 0.25 + xp.astype(spread <= 0.0, spread.dtype)
+    if is_array(count):  # a masked row of one valid entry has no window (inf)
+        narrowest = xp.where(narrowest < math.inf, narrowest, xp.zeros_like(narrowest))
+    return xp.where(narrowest > 0.0, narrowest * factor, fallback)
+
+
+def _normal_width(k: int, n: int) -> float:
+    """``1 / (2 Phi^-1(1/2 + k / (2 n)))``: about the standard deviation over the width of k of n gaps at a normal's centre."""
+    if k < 1:
+        return 1.0
+    p = min(max(k / n, 1e-6), 0.999)
+    return 1.0 / (2.0 * math.sqrt(2.0) * _erfinv(math, p))
+
+
+def _normal_width_array(xp: Any, k: Any, count: Any) -> Any:
+    """:func:`_normal_width` per row (the masked rows' k and n_v), by the same formula."""
+    return 1.0 / (2.0 * math.sqrt(2.0) * _erfinv(xp, xp.clip(k / count, 1e-6, 0.999)))
+
+
+def _erfinv(xp: Any, p: Any) -> Any:
+    """Winitzki's approximation of erfinv on (0, 1) (relative error below 2e-3: a scale needs no more); ``xp`` may be ``math``."""
+    a = 0.147
+    ln = xp.log(1.0 - p * p)
+    t = 2.0 / (math.pi * a) + ln / 2.0
+    return xp.sqrt(xp.sqrt(t * t - ln / a) - t)
+
+
+def softened(
+    key: Callable[[Any, dict[str, Any]], str],
+    in_units: Callable[[Any, dict[str, Any]], bool],
+    presort: Callable[[Any, dict[str, Any]], int] | None = None,
+) -> Callable[..., Any]:
+    """Decorator of a core rule whose method sees ``x / t`` only (the module docstring): ``opts.softness`` sets ``t`` per row.
+
+    ``key(opts, params)`` names the calibration; ``in_units(opts, params)``:
+    the first output is in x's units (a sort: ``t * value(x / t)``, its
+    positions the sorted order's), else laid out like x (ranks, masks) or
+    unitless (matrices). The rule runs at temperature 1 (the option
+    ``opts.temperature()``) on ``x / t``.
+
+    The scale needs the row sorted. A method that sorts the row itself
+    (LapSum, the permutahedron) names its order in ``presort``: +1 when it
+    sorts ``x`` ascending, -1 when ``-x`` (stably, the masked entries last).
+    The row is then sorted once, here, and the rule gets it in that order
+    with ``presorted=True`` (no second sort) and the mask in that order;
+    outputs laid out like x are put back in x's order. The others (matrices
+    and sorting networks, which are not permutation-equivariant) get x as it
+    is, sorted here for the scale alone.
+
+    ``t`` carries no gradient to ``x`` (``stop_gradient``; docs/softness.md
+    says why), a learnable softness gets its own. Hosts with autodiff
+    differentiate the rest themselves, and the pullback (``rankops.vjp``
+    elsewhere) chains it by hand. Below :func:`.masked.entering`, so that
+    masked entries are 0 here.
+    """
+
+    def wrap(rule: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(rule)
+        def run(xp: Any, x: Any, opts: Any, **params: Any) -> Any:
+            s = opts.softness
+            if s is None:
+                return rule(xp, x, opts, **params)
+            adapter = get_adapter(xp)
+            which, units = key(opts, params), in_units(opts, params)
+            sign = None if presort is None else presort(opts, params)
+            mask = params.get("mask")
+            # the scale carries no gradient: sort a stopped copy (no graph for the host to keep)
+            keyed = adapter.stop_gradient(xp, x if sign is None or sign > 0 else -x)
+            if mask is None:
+                srt, order = adapter.sort_order(xp, keyed)
+                count: Any = x.shape[-1]
+            else:
+                row = valid_first(xp, adapter, keyed, mask)
+                srt, order = row.s, row.order
+                count = xp.clip(xp.astype(row.count, x.dtype), 1.0, None)
+            soft = xp.astype(s, x.dtype) if is_array(s) else s
+            unit = length(xp, which, soft, count)
+            scale = row_scale(xp, srt, count)
+            t = scale * unit
+            inner_opts = dataclasses.replace(opts, softness=None, **{opts.temperature(): 1.0})
+            if sign is None:
+                z = x / t
+                outs, back = rule(xp, z, inner_opts, **params)
+            else:
+                inverse = adapter.invert_permutation(xp, order)
+                z = adapter.take(xp, x, order) / t
+                moved = {} if mask is None else {"mask": adapter.take(xp, mask, order)}
+                outs, back = rule(xp, z, inner_opts, **{**params, **moved, "presorted": True})
+            value = outs[0] * t if units else outs[0]
+            if sign is not None and not units:
+                value = adapter.take(xp, value, inverse)
+
+            def pullback(cts: tuple[Any, ...]) -> dict[str, Any]:
+                ct = cts[0]
+                if ct is not None and sign is not None and not units:
+                    ct = adapter.take(xp, ct, order)
+                inner = back((ct if ct is None or not units else ct * t, *cts[1:]))
+                dz = inner["x"]
+                dx = dz / t
+                grads = {**inner, "x": dx if sign is None else adapter.take(xp, dx, inverse)}
+                grads.pop("presorted", None)
+                if sign is not None and mask is not None:
+                    grads["mask"] = None
+                if is_array(s):
+                    # t = scale T(s): dL/dt per row, then dT/ds = T dlogT/dlogs / s
+                    dt = -xp.sum(dz * z, axis=-1, keepdims=True) / t
+                    if units and ct is not None:
+                        dt = dt + xp.sum(ct * outs[0], axis=-1, keepdims=True)
+                    grads["softness"] = xp.sum(dt * scale * unit * length_slope(xp, which, soft, count) / soft)
+                return grads
+
+            return (value, *outs[1:]), pullback
+
+        return run
+
+    return wrap
