@@ -223,3 +223,13 @@ def test_native_temperatures_keep_their_meaning():
     assert_allclose(rankops.soft_rank(x, method="lapsum", alpha=0.5)[0], 0.5 + laplace.sum(axis=1), rtol=1e-12)
     assert_allclose(rankops.soft_sort(x, method="permutahedron", strength=1.0), [[-0.92, 0.08, 1.08, 2.08]], atol=1e-2)
     assert_allclose(rankops.softsort(x[0], tau=0.5), ref.softsort(x[0], 0.5), rtol=1e-12)
+
+
+def test_a_temperature_of_none_is_not_given():
+    """``tau=None`` (the matrices' signature default) means not given: the methods' default softness, the matrices'
+    native ``tau=1.0`` / ``steepness=10.0``."""
+    x = np.random.default_rng(10).standard_normal((2, 7))
+    for method, name in (("lapsum", "alpha"), ("softsort", "tau"), ("permutahedron", "strength"), ("diffsort", "steepness")):
+        assert_allclose(rankops.soft_rank(x, method=method, **{name: None}), rankops.soft_rank(x, method=method, softness=1.0))
+    assert_allclose(rankops.softsort(x, tau=None), ref.softsort(x, 1.0), rtol=1e-12)
+    assert_allclose(rankops.diffsort(x, steepness=None), rankops.diffsort(x, steepness=10.0))

@@ -135,12 +135,12 @@ def _art_lambda(value: Any, name: str) -> float:
 class NetworkOptions(Options):
     """Options of the differentiable sorting networks (``rankops.diffsort``, ``method="diffsort"``)."""
 
-    network: str = option("odd_even", choice(*NETWORKS))
-    distribution: str = option("cauchy", choice(*DISTRIBUTIONS))
     @classmethod
     def temperature(cls) -> str:
         return "steepness"
 
+    network: str = option("odd_even", choice(*NETWORKS))
+    distribution: str = option("cauchy", choice(*DISTRIBUTIONS))
     steepness: Any = option(10.0, positive_scalar)  # a number, or a 0-d array (learnable, traced)
     softness: Any = option(None, positive_scalar)  # sets steepness per row (rankops._cores.softness)
     art_lambda: float = option(0.25, _art_lambda)

@@ -299,14 +299,14 @@ def _run(xp: Any, spec: Any, x: Any, mask: Any, output: str) -> Any:
     return masked.finished(xp, (value,), pullback, mask, valid if output == "sort" else mask)
 
 
-def network_key(opts: Any) -> str:
+def _softness_key(opts: Any, params: dict[str, Any]) -> str:
     """The softness calibration of a sorting network: its comparators' distribution decides its blur."""
     return f"diffsort-{opts.distribution}"
 
 
 @core(output_shapes=same_shape, batched={"mask": (0,)})
 @masked.entering
-@softened(lambda opts, params: network_key(opts), lambda opts, params: True)
+@softened(_softness_key, lambda opts, params: True)
 @tempered("steepness", lambda params, opts: (1, -1))
 def sort_core(xp: Any, x: Any, opts: Any, *, descending: bool, mask: Any = None) -> Any:
     """The wires after the last layer: ``P x``; ``mask``: the network of the valid entries, their n_v values first."""
@@ -315,7 +315,7 @@ def sort_core(xp: Any, x: Any, opts: Any, *, descending: bool, mask: Any = None)
 
 @core(output_shapes=same_shape, batched={"mask": (0,)})
 @masked.entering
-@softened(lambda opts, params: network_key(opts), lambda opts, params: False)
+@softened(_softness_key, lambda opts, params: False)
 @tempered("steepness", lambda params, opts: (1, 0))
 def rank_core(xp: Any, x: Any, opts: Any, *, descending: bool, levels: tuple[float, ...] | None = None, mask: Any = None) -> Any:
     """The positions carried back through the network: ``P^T (1..n)``, or ``P^T levels`` (the top-k cross-entropy's weights).
@@ -331,7 +331,7 @@ def _square(shape: tuple[int, ...], opts: Any, params: dict[str, Any]) -> dict[s
 
 @core(output_shapes=_square, batched={"mask": (0,)})
 @masked.entering
-@softened(lambda opts, params: network_key(opts), lambda opts, params: False)
+@softened(_softness_key, lambda opts, params: False)
 @tempered("steepness", lambda params, opts: (1, 0))
 def matrix_core(xp: Any, x: Any, opts: Any, *, descending: bool, mask: Any = None) -> Any:
     """``P`` itself, rows the positions: ``P @ x`` is the soft sort; ``mask``: the network of the valid entries."""

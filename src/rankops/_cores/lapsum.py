@@ -299,6 +299,10 @@ def _run(xp: Any, spec: Any, x: Any, extra: tuple[Any, ...], mask: Any, *, posit
     return masked.backward(xp, spec.fwd, spec.bwd, (x, *extra), ("x", "k")[: 1 + len(extra)], mask, positional=positional)
 
 
+def _softness_key(opts: Any, params: dict[str, Any]) -> str:
+    return "lapsum"
+
+
 def _sorts(opts: Any, params: dict[str, Any]) -> int:
     """How the rank and sort cores sort the row (:func:`.softness.softened`): ``-x`` ascending when descending."""
     return -1 if params["descending"] else 1
@@ -306,7 +310,7 @@ def _sorts(opts: Any, params: dict[str, Any]) -> int:
 
 @core(output_shapes=same_shape, batched={"mask": (0,)})
 @masked.entering
-@softened(lambda opts, params: "lapsum", lambda opts, params: False, _sorts)
+@softened(_softness_key, lambda opts, params: False, _sorts)
 @tempered("alpha", lambda params, opts: (-1, 0))
 def rank_core(xp: Any, x: Any, opts: Any, *, descending: bool, mask: Any = None, presorted: bool = False) -> Any:
     """``1/2 + R(x_i)``; ``mask``: R sums over the valid entries."""
@@ -315,7 +319,7 @@ def rank_core(xp: Any, x: Any, opts: Any, *, descending: bool, mask: Any = None,
 
 @core(output_shapes=same_shape, batched={"mask": (0,)})
 @masked.entering
-@softened(lambda opts, params: "lapsum", lambda opts, params: True, _sorts)
+@softened(_softness_key, lambda opts, params: True, _sorts)
 @tempered("alpha", lambda params, opts: (-1, 1))
 def sort_core(xp: Any, x: Any, opts: Any, *, descending: bool, mask: Any = None, presorted: bool = False) -> Any:
     """The solutions of ``R(t) = i - 1/2``; ``mask``: for i up to n_v, R over the valid entries."""
@@ -324,7 +328,7 @@ def sort_core(xp: Any, x: Any, opts: Any, *, descending: bool, mask: Any = None,
 
 @core(output_shapes=same_shape, batched={"k": (), "mask": (0,)})
 @masked.entering
-@softened(lambda opts, params: "lapsum", lambda opts, params: False, lambda opts, params: 1)
+@softened(_softness_key, lambda opts, params: False, lambda opts, params: 1)
 @tempered("alpha", lambda params, opts: (-1, 0))
 def topk_core(xp: Any, x: Any, opts: Any, *, k: Any, mask: Any = None, presorted: bool = False) -> Any:
     """``F((x_i - b)/alpha)`` with ``R(b) = n - k``; ``mask``: ``R(b) = n_v - k``, R over the valid entries

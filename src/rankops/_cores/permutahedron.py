@@ -41,7 +41,7 @@ from .._lib._adapters import core, get_adapter, same_shape
 from .._lib._compat import is_array
 from .._lib._numerics import safe_divide
 from . import isotonic, masked
-from .softness import softened
+from .softness import output_is_sort, softened
 from .tempered import tempered
 
 __all__ = ["projection_core"]
@@ -210,7 +210,7 @@ def _homogeneity(params: dict[str, Any], opts: Any) -> tuple[int, int] | None:
 
 @core(output_shapes=same_shape, batched={"mask": (0,)})
 @masked.entering
-@softened(lambda opts, params: f"permutahedron-{opts.regularization}", lambda opts, params: params["output"] == "sort",
+@softened(lambda opts, params: f"permutahedron-{opts.regularization}", output_is_sort,
           lambda opts, params: -1 if (params["output"] == "rank") != params["descending"] else 1)
 @tempered("strength", _homogeneity)
 def projection_core(xp: Any, x: Any, opts: Any, *, output: str, descending: bool, mask: Any = None, presorted: bool = False) -> Any:

@@ -39,7 +39,7 @@ from .._lib._compat import is_array
 from .._lib._numerics import matvec
 from . import masked
 from .rows import ROWS, exact, permutation_matrix, weights
-from .softness import softened
+from .softness import output_is_sort, softened
 
 __all__ = [
     "matrix_core", "dense_core", "stream_core", "auto_block", "BLOCK_BYTES",
@@ -83,13 +83,17 @@ def relaxation_key(method: str, power: Any) -> str:
     return f"softsort-{power:g}" if method == "softsort" else method
 
 
+def _softness_key(opts: Any, params: dict[str, Any]) -> str:
+    return relaxation_key(params["method"], opts.power)
+
+
 def _square(shape: tuple[int, ...], opts: Any, params: dict[str, Any]) -> dict[str, Any]:
     return {"value": (shape[-1], shape[-1])}
 
 
 @core(output_shapes=_square, batched={"mask": (0,)})
 @masked.entering
-@softened(lambda opts, params: relaxation_key(params["method"], opts.power), lambda opts, params: False)
+@softened(_softness_key, lambda opts, params: False)
 def matrix_core(xp: Any, s: Any, opts: Any, *, method: str, descending: bool, mask: Any = None) -> Any:
     """The relaxed permutation matrix (..., n, n) and its pullback (that of the relaxed matrix when ``hard``).
 
@@ -172,7 +176,7 @@ def _backward(xp: Any, rows: Any, output: str, block: int, ct: Any, p_kept: Any 
 
 @core(output_shapes=same_shape, batched={"mask": (0,)})
 @masked.entering
-@softened(lambda opts, params: relaxation_key(params["method"], opts.power), lambda opts, params: params["output"] == "sort")
+@softened(_softness_key, output_is_sort)
 def dense_core(xp: Any, x: Any, opts: Any, *, method: str, output: str, descending: bool, mask: Any = None) -> Any:
     """The whole matrix as one block, differentiated by the host's autodiff (the rule keeps the matrix).
 
@@ -249,7 +253,7 @@ class _Streamed:
 
 @core(output_shapes=same_shape, batched={"mask": (0,)})
 @masked.entering
-@softened(lambda opts, params: relaxation_key(params["method"], opts.power), lambda opts, params: params["output"] == "sort")
+@softened(_softness_key, output_is_sort)
 def stream_core(xp: Any, x: Any, opts: Any, *, method: str, output: str, descending: bool, mask: Any = None) -> Any:
     """``block`` rows of ``P`` at a time, in the forward and in the backward pass (a number ``power`` only)."""
     n = x.shape[-1]

@@ -44,7 +44,7 @@ from .._lib._compat import index_dtype, is_array
 from ._calibration import GRID, LENGTHS
 from .masked import valid_first
 
-__all__ = ["softened", "length", "sinkhorn_epsilon", "row_scale", "calibrated"]
+__all__ = ["softened", "length", "sinkhorn_epsilon", "row_scale", "calibrated", "output_is_sort"]
 
 
 def calibrated(key: str) -> bool:
@@ -96,17 +96,20 @@ def length(xp: Any, key: str, s: Any, n: Any) -> Any:
     table = LENGTHS[key]
     if not is_array(s) and not is_array(n):
         return math.exp(_interpolated(table, math.log(s), math.log(n)))
-    like = s if is_array(s) else n
-    u = xp.log(s) if is_array(s) else xp.asarray(math.log(s), dtype=like.dtype, device=array_api_compat.device(like))
-    w = xp.log(n) if is_array(n) else xp.asarray(math.log(n), dtype=like.dtype, device=array_api_compat.device(like))
-    out = xp.exp(_interpolated_array(xp, table, u, w))
+    out = xp.exp(_interpolated_array(xp, table, *_logs(xp, s, n)))
     return out if is_array(out) else xp.asarray(out)  # NumPy's 0-d results are scalars
 
 
 def length_slope(xp: Any, key: str, s: Any, n: Any) -> Any:
-    """``d log T / d log s`` at ``(s, n)`` (arrays): the pullback of a learnable softness on hosts without autodiff."""
-    w = xp.log(n) if is_array(n) else xp.asarray(math.log(n), dtype=s.dtype, device=array_api_compat.device(s))
-    return _interpolated_array(xp, LENGTHS[key], xp.log(s), w, slope=True)
+    """``d log T / d log s`` at ``(s, n)`` (``s`` an array): the pullback of a learnable softness on hosts without autodiff."""
+    return _interpolated_array(xp, LENGTHS[key], *_logs(xp, s, n), slope=True)
+
+
+def _logs(xp: Any, s: Any, n: Any) -> tuple[Any, Any]:
+    """``(log s, log n)`` as arrays of the dtype and device of whichever of ``s`` and ``n`` is one."""
+    like = s if is_array(s) else n
+    return tuple(xp.log(v) if is_array(v) else xp.asarray(math.log(v), dtype=like.dtype, device=array_api_compat.device(like))
+                 for v in (s, n))
 
 
 def sinkhorn_epsilon(xp: Any, s: Any, n: int) -> Any:
@@ -173,6 +176,11 @@ def _erfinv(xp: Any, p: Any) -> Any:
     ln = xp.log(1.0 - p * p)
     t = 2.0 / (math.pi * a) + ln / 2.0
     return xp.sqrt(xp.sqrt(t * t - ln / a) - t)
+
+
+def output_is_sort(opts: Any, params: dict[str, Any]) -> bool:
+    """``in_units`` of :func:`softened` for a core whose ``output`` parameter picks a rank or a sort."""
+    return bool(params["output"] == "sort")
 
 
 def softened(
@@ -248,9 +256,6 @@ def softened(
                 dz = inner["x"]
                 dx = dz / t
                 grads = {**inner, "x": dx if sign is None else adapter.take(xp, dx, inverse)}
-                grads.pop("presorted", None)
-                if sign is not None and mask is not None:
-                    grads["mask"] = None
                 if is_array(s):
                     # t = scale T(s): dL/dt per row, then dT/ds = T dlogT/dlogs / s
                     dt = -xp.sum(dz * z, axis=-1, keepdims=True) / t

@@ -79,7 +79,7 @@ class Options:
                     f"{where}: pass softness= or {temperature}=, not both (softness={given['softness']!r}, "
                     f"{temperature}={given[temperature]!r}): softness sets the {temperature} from each row's scale and length"
                 )
-            if "softness" not in values and temperature not in given and softness is not None:
+            if "softness" not in values and given.get(temperature) is None and softness is not None:
                 values["softness"] = softness
         return cls(**values), {k: given[k] for k in arrays if given.get(k) is not None}
 
