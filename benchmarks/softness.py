@@ -251,8 +251,9 @@ def calibration_table(quick: bool) -> tuple[str, dict]:
 
 def cost_table(quick: bool) -> str:
     """What softness adds to a soft_rank forward + backward (torch, float32, B=20, n=1000, one thread): the call with
-    ``softness=1`` against the same call at the native temperature softness sets. Every row is a permutation of one
-    sample, so that both compute at one temperature and do the same work inside the method."""
+    ``softness=1`` against the same call at the native temperature softness sets, and the row's scale alone (from the
+    sorted rows, which the method needs anyway). Every row is a permutation of one sample, so that both compute at one
+    temperature and do the same work inside the method."""
     import torch
 
     from benchmarks._timing import interleaved_medians
@@ -263,7 +264,10 @@ def cost_table(quick: bool) -> str:
     base = torch.randn(1000, generator=gen)
     x = torch.stack([base[torch.randperm(1000, generator=gen)] for _ in range(20)])
     scale = float(row_scale(array_api_compat.numpy, np.sort(base.numpy().astype(np.float64))[None], 1000)[0, 0])
-    lines = ["| method | native temperature fwd+bwd (ms) | softness=1 fwd+bwd (ms) | added |", "|---|---|---|---|"]
+    srt = torch.sort(x, dim=-1).values
+    xp = array_api_compat.array_namespace(x)
+    lines = ["| method | native temperature fwd+bwd (ms) | softness=1 fwd+bwd (ms) | added | the scale alone (ms) | its share |",
+             "|---|---|---|---|---|---|"]
     for method, key, name in (("permutahedron", "permutahedron-l2", "strength"), ("lapsum", "lapsum", "alpha")):
         native = {name: scale * length(array_api_compat.numpy, key, 1.0, 1000)}
 
@@ -271,8 +275,10 @@ def cost_table(quick: bool) -> str:
             xr = x.clone().requires_grad_(True)
             rankops.soft_rank(xr, method=method, **options).sum().backward()
 
-        t = interleaved_medians({"native": lambda: run(**native), "soft": lambda: run(softness=1.0)}, repeats=5 if quick else 100)
-        lines.append(f"| {method} | {t['native'] * 1e3:.3f} | {t['soft'] * 1e3:.3f} | {100 * (t['soft'] / t['native'] - 1):.1f}% |")
+        t = interleaved_medians({"native": lambda: run(**native), "soft": lambda: run(softness=1.0),
+                                 "scale": lambda: row_scale(xp, srt, 1000)}, repeats=5 if quick else 100)
+        lines.append(f"| {method} | {t['native'] * 1e3:.3f} | {t['soft'] * 1e3:.3f} | {100 * (t['soft'] / t['native'] - 1):.1f}% "
+                     f"| {t['scale'] * 1e3:.3f} | {100 * t['scale'] / t['native']:.1f}% |")
     return "\n".join(lines)
 
 

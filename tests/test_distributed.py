@@ -69,20 +69,20 @@ def test_operator_axis_split_over_chunks_is_rechunked(axis):
 
 
 def test_local_cluster_matches_numpy():
-    """(10000, 1000) rows on two worker processes: same numbers as one NumPy call."""
+    """(2000, 1000) rows in eight blocks on two worker processes: same numbers as one NumPy call."""
     pytest.importorskip("distributed")
     import dask
     import psutil  # a dependency of distributed
     from dask.distributed import Client, LocalCluster
 
-    rows, n, n_blocks = 10_000, 1_000, 8
+    rows, n, n_blocks = 2_000, 1_000, 8
     block_rows = rows // n_blocks
     tn = np.array([-1.0, 0.0, 1.0])  # m = 3 target values
     options = {"epsilon": 0.1}
 
     def make_block(i: int) -> np.ndarray:
         # Each block is drawn where it is computed (as if read from storage),
-        # so the 80 MB input never travels through the scheduler.
+        # so the input never travels through the scheduler.
         return np.random.default_rng([SEED, i]).standard_normal((block_rows, n))
 
     x = da.concatenate(

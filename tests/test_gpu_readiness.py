@@ -40,13 +40,13 @@ CEILINGS = {
     "soft_rank[neuralsort]": (lambda x: rankops.soft_rank(x, method="neuralsort", tau=1.0), 30, 0),
     # a sorting network: about 11 kernels per layer and pass, 55 layers (bitonic, n = 1000), four passes for the rank
     "soft_rank[diffsort]": (lambda x: rankops.soft_rank(x, method="diffsort", network="bitonic", steepness=10.0), 2356, 0),
-    # The defaults, softness=1 (docs/softness.md): the row's sort, its scale and the reorder add about 20 kernels and no
-    # sync (the scale is computed on the device, never read). LapSum and the permutahedron get the row sorted once,
-    # by the scale, instead of sorting it themselves. The permutahedron's 11 syncs are its pooling rounds at a blur of
+    # The defaults, softness=1 (docs/softness.md): the row's scale and the rescaling add about 14 kernels and no
+    # sync (the scale is computed on the device, never read). LapSum and the permutahedron get the row's order from
+    # the scale's sort instead of sorting it themselves. The permutahedron's 11 syncs are its pooling rounds at a blur of
     # one rank: at strength=1.0 (above) this row pools in two rounds, every rank collapsed; at the strength softness
     # sets, native calls count the same rounds.
-    "soft_rank[permutahedron, softness]": (lambda x: rankops.soft_rank(x, method="permutahedron"), 228, 11),
-    "soft_rank[lapsum, softness]": (lambda x: rankops.soft_rank(x, method="lapsum"), 98, 0),
+    "soft_rank[permutahedron, softness]": (lambda x: rankops.soft_rank(x, method="permutahedron"), 222, 11),
+    "soft_rank[lapsum, softness]": (lambda x: rankops.soft_rank(x, method="lapsum"), 92, 0),
     "soft_rank[softsort, softness]": (lambda x: rankops.soft_rank(x, method="softsort"), 39, 0),
     # one sync per convergence check (every 10 iterations), the ConvergenceWarning's read and the
     # two reads of whether the implicit forward's Newton polish has a problem to polish; the polish

@@ -82,20 +82,20 @@ class _Sorted:
     count: Any = None  # with a mask: the row's n_v valid entries, sorted first (masked.valid_first)
 
     @classmethod
-    def of(cls, xp: Any, x: Any, alpha: float, *, rescanned: bool = False, mask: Any = None, presorted: bool = False) -> "_Sorted":
+    def of(cls, xp: Any, x: Any, alpha: float, *, rescanned: bool = False, mask: Any = None, order: Any = None) -> "_Sorted":
         """``rescanned``: the backward scans the same links again (the rank), so the host may ready them for that.
 
         ``mask``: the sums run over the valid entries only, which sort first;
         the masked tail carries weight 0 (and ``R`` there stays at the last
-        valid entry's level, so the levels still increase). ``presorted``: ``x``
-        comes so sorted (softness sorts it once, :mod:`.softness`).
+        valid entry's level, so the levels still increase). ``order``: the
+        row's sorting order, known already (:mod:`.softness` sorted the row).
         """
         adapter = get_adapter(xp)
         if mask is None:
-            (s, order), count = ((x, masked.identity(xp, x)) if presorted else adapter.sort_order(xp, x)), None
+            (s, order), count = ((adapter.take(xp, x, order), order) if order is not None else adapter.sort_order(xp, x)), None
             weight = xp.ones((2,) + s.shape, dtype=s.dtype, device=array_api_compat.device(s))
         else:
-            row = masked.valid_first(xp, adapter, x, mask, presorted=presorted)
+            row = masked.valid_first(xp, adapter, x, mask, order=order)
             s, order, count = row.s, row.order, row.count
             weight = xp.astype(row.valid, s.dtype)
             weight = xp.stack([weight, xp.flip(weight, axis=-1)])
@@ -103,7 +103,7 @@ class _Sorted:
         if rescanned:
             links = adapter.scan_links(xp, links)
         p, q1 = _both_ways(xp, adapter, links, weight, stacked=True)
-        return cls(s, order, order if presorted else adapter.invert_permutation(xp, order), links, p, q1, count)
+        return cls(s, order, adapter.invert_permutation(xp, order), links, p, q1, count)
 
     def levels(self, xp: Any, shift: float = 0.0) -> Any:
         """``R`` at the sorted entries plus ``shift``: ``R(s_k) = (k + 1) - P_k/2 + Q_k/2`` (k 0-based; k + 1/2 in the hard limit).
@@ -182,18 +182,18 @@ class _Directed:
     alpha: float
     descending: bool
     masked: bool = False  # a mask is the forward's last argument; the sort count its last residual
-    presorted: bool = False  # x comes sorted as the method sorts it (ascending, of -x when descending)
+    ordered: bool = False  # the row's order (ascending, of -x when descending) comes before the mask (masked.trailing)
 
-    def sorted(self, xp: Any, x: Any, mask: tuple[Any, ...], *, rescanned: bool = False) -> _Sorted:
-        return _Sorted.of(xp, -x if self.descending else x, self.alpha, rescanned=rescanned, mask=mask[0] if mask else None,
-                          presorted=self.presorted)
+    def sorted(self, xp: Any, x: Any, rest: tuple[Any, ...], *, rescanned: bool = False) -> _Sorted:
+        _, order, mask = masked.trailing(rest, self.ordered, self.masked)
+        return _Sorted.of(xp, -x if self.descending else x, self.alpha, rescanned=rescanned, mask=mask, order=order)
 
     def bwd(self, xp: Any, res: tuple[Any, ...], cts: tuple[Any, ...]) -> tuple[Any, ...]:
         (ct,) = cts
         if self.masked:
             res = res[:-1]
         dx = None if ct is None else self.pull(xp, get_adapter(xp), res, ct)  # None: torch, the output unused
-        return (dx, None) if self.masked else (dx,)  # the mask has no gradient
+        return (dx,) + (None,) * (self.ordered + self.masked)  # the order and the mask have no gradient
 
     def pull(self, xp: Any, adapter: Any, res: tuple[Any, ...], ct: Any) -> Any:
         """``dx`` from the forward's residuals and the output's cotangent."""
@@ -201,8 +201,8 @@ class _Directed:
 
 
 class _Rank(_Directed):
-    def fwd(self, xp: Any, x: Any, *mask: Any) -> tuple[tuple[Any], tuple[Any, ...]]:
-        srt = self.sorted(xp, x, mask, rescanned=True)
+    def fwd(self, xp: Any, x: Any, *rest: Any) -> tuple[tuple[Any], tuple[Any, ...]]:
+        srt = self.sorted(xp, x, rest, rescanned=True)
         # the backward's kernel sums of 1 are the forward's P + 1 + Q: kept, not rescanned
         value = get_adapter(xp).take(xp, srt.levels(xp, 0.5), srt.inverse)
         return (value,), (srt.order, srt.inverse, srt.links, srt.p + srt.q1, *(srt.count,) * self.masked)
@@ -218,8 +218,8 @@ class _Rank(_Directed):
 
 
 class _Sort(_Directed):
-    def fwd(self, xp: Any, x: Any, *mask: Any) -> tuple[tuple[Any], tuple[Any, ...]]:
-        srt = self.sorted(xp, x, mask)
+    def fwd(self, xp: Any, x: Any, *rest: Any) -> tuple[tuple[Any], tuple[Any, ...]]:
+        srt = self.sorted(xp, x, rest)
         n = x.shape[-1]
         c = xp.arange(n, dtype=x.dtype, device=array_api_compat.device(x)) + 0.5
         c = xp.broadcast_to(c, x.shape)
@@ -258,11 +258,11 @@ class _TopK:
     alpha: float
     k: Any  # a Python number, or None when k is an array argument
     masked: bool = False  # a mask is the last argument
-    presorted: bool = False  # x comes sorted ascending
+    ordered: bool = False  # the row's ascending order comes before the mask (masked.trailing)
 
     def fwd(self, xp: Any, x: Any, *rest: Any) -> tuple[tuple[Any], tuple[Any, ...]]:
-        k_array, mask = (rest[:-1], rest[-1]) if self.masked else (rest, None)
-        srt = _Sorted.of(xp, x, self.alpha, mask=mask, presorted=self.presorted)
+        k_array, order, mask = masked.trailing(rest, self.ordered, self.masked)
+        srt = _Sorted.of(xp, x, self.alpha, mask=mask, order=order)
         if k_array:
             k = xp.astype(k_array[0], x.dtype)[..., None]
         else:
@@ -284,7 +284,7 @@ class _TopK:
     def bwd(self, xp: Any, res: tuple[Any, ...], cts: tuple[Any, ...]) -> tuple[Any, ...]:
         (ct,) = cts
         has_k = self.k is None
-        none = (None,) * self.masked  # the mask has no gradient
+        none = (None,) * (self.ordered + self.masked)  # the order and the mask have no gradient
         if ct is None:
             return (None,) * (1 + has_k) + none
         (f,) = res  # 0 on masked entries: the threshold sees the valid ones only
@@ -294,9 +294,11 @@ class _TopK:
         return ((dx, mean[..., 0]) if has_k else (dx,)) + none
 
 
-def _run(xp: Any, spec: Any, x: Any, extra: tuple[Any, ...], mask: Any, *, positional: bool = False) -> Any:
+def _run(xp: Any, spec: Any, x: Any, extra: tuple[Any, ...], order: Any, mask: Any, *, positional: bool = False) -> Any:
     """The spec through ``custom_backward``; with a mask, on the valid entries (``positional``: the sort's first n_v)."""
-    return masked.backward(xp, spec.fwd, spec.bwd, (x, *extra), ("x", "k")[: 1 + len(extra)], mask, positional=positional)
+    ordered = () if order is None else (order,)
+    names = ("x", "k")[: 1 + len(extra)] + ("order",) * len(ordered)
+    return masked.backward(xp, spec.fwd, spec.bwd, (x, *extra, *ordered), names, mask, positional=positional)
 
 
 def _softness_key(opts: Any, params: dict[str, Any]) -> str:
@@ -312,29 +314,29 @@ def _sorts(opts: Any, params: dict[str, Any]) -> int:
 @masked.entering
 @softened(_softness_key, lambda opts, params: False, _sorts)
 @tempered("alpha", lambda params, opts: (-1, 0))
-def rank_core(xp: Any, x: Any, opts: Any, *, descending: bool, mask: Any = None, presorted: bool = False) -> Any:
-    """``1/2 + R(x_i)``; ``mask``: R sums over the valid entries."""
-    return _run(xp, _Rank(opts.alpha, descending, mask is not None, presorted), x, (), mask)
+def rank_core(xp: Any, x: Any, opts: Any, *, descending: bool, mask: Any = None, order: Any = None) -> Any:
+    """``1/2 + R(x_i)``; ``mask``: R sums over the valid entries; ``order``: the row's, from :mod:`.softness`."""
+    return _run(xp, _Rank(opts.alpha, descending, mask is not None, order is not None), x, (), order, mask)
 
 
 @core(output_shapes=same_shape, batched={"mask": (0,)})
 @masked.entering
 @softened(_softness_key, lambda opts, params: True, _sorts)
 @tempered("alpha", lambda params, opts: (-1, 1))
-def sort_core(xp: Any, x: Any, opts: Any, *, descending: bool, mask: Any = None, presorted: bool = False) -> Any:
+def sort_core(xp: Any, x: Any, opts: Any, *, descending: bool, mask: Any = None, order: Any = None) -> Any:
     """The solutions of ``R(t) = i - 1/2``; ``mask``: for i up to n_v, R over the valid entries."""
-    return _run(xp, _Sort(opts.alpha, descending, mask is not None, presorted), x, (), mask, positional=True)
+    return _run(xp, _Sort(opts.alpha, descending, mask is not None, order is not None), x, (), order, mask, positional=True)
 
 
 @core(output_shapes=same_shape, batched={"k": (), "mask": (0,)})
 @masked.entering
 @softened(_softness_key, lambda opts, params: False, lambda opts, params: 1)
 @tempered("alpha", lambda params, opts: (-1, 0))
-def topk_core(xp: Any, x: Any, opts: Any, *, k: Any, mask: Any = None, presorted: bool = False) -> Any:
+def topk_core(xp: Any, x: Any, opts: Any, *, k: Any, mask: Any = None, order: Any = None) -> Any:
     """``F((x_i - b)/alpha)`` with ``R(b) = n - k``; ``mask``: ``R(b) = n_v - k``, R over the valid entries
     (a row with n_v <= k is NaN throughout, masked entries included, as Sinkhorn's)."""
-    spec = _TopK(opts.alpha, None if is_array(k) else k, mask is not None, presorted)
-    (value,), back = _run(xp, spec, x, (k,) if is_array(k) else (), mask)
+    spec = _TopK(opts.alpha, None if is_array(k) else k, mask is not None, order is not None)
+    (value,), back = _run(xp, spec, x, (k,) if is_array(k) else (), order, mask)
     if mask is None:
         return (value,), back
     count = xp.sum(xp.astype(mask, x.dtype), axis=-1, keepdims=True)

@@ -23,7 +23,7 @@ from .._lib._adapters import custom_backward
 from .._lib._calls import ALONG, Prepared
 from .._lib._compat import index_dtype
 
-__all__ = ["arrays", "bound", "laid_out", "entered", "along", "cotangents", "pulled", "finished", "backward", "entering", "squared", "prefix", "held_last", "valid_first", "ValidFirst", "identity"]
+__all__ = ["arrays", "bound", "laid_out", "entered", "along", "cotangents", "pulled", "finished", "backward", "entering", "squared", "prefix", "held_last", "valid_first", "ValidFirst", "trailing"]
 
 
 def arrays(mask: Any) -> dict[str, Any]:
@@ -150,10 +150,11 @@ def held_last(xp: Any, adapter: Any, a: Any, count: Any) -> Any:
     return xp.where(count > 0, last, xp.zeros_like(last))
 
 
-def identity(xp: Any, x: Any) -> Any:
-    """The identity order of ``x``'s rows (index dtype, x's shape): the order of a row that comes sorted."""
-    idx = index_dtype(xp, array_api_compat.device(x))
-    return xp.broadcast_to(xp.arange(x.shape[-1], dtype=idx, device=array_api_compat.device(x)), x.shape)
+def trailing(rest: tuple[Any, ...], ordered: bool, masked: bool) -> tuple[tuple[Any, ...], Any, Any]:
+    """A forward's arguments after ``x`` split into ``(its own, order, mask)``: the row's sorting order (when
+    ``ordered``: :mod:`.softness` sorted the row already) and the mask (when ``masked``) come last, in that order."""
+    cut = len(rest) - ordered - masked
+    return rest[:cut], rest[cut] if ordered else None, rest[-1] if masked else None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -166,17 +167,17 @@ class ValidFirst:
     count: Any  # n_v, with keepdims (index dtype)
 
 
-def valid_first(xp: Any, adapter: Any, x: Any, mask: Any, *, descending: bool = False, presorted: bool = False) -> ValidFirst:
+def valid_first(xp: Any, adapter: Any, x: Any, mask: Any, *, descending: bool = False, order: Any = None) -> ValidFirst:
     """``x``'s rows sorted (stable; ascending unless ``descending``) with each row's valid entries first.
 
     The masked entries sort after every valid one as +-inf keys; in ``s`` they
     then hold the last valid value (0 on a row without one), so that
     differences between neighbours stay finite and the masked tail, given no
-    weight, adds nothing to any sum over the row. ``presorted``: ``x`` is so
-    sorted already (its valid entries first): the order is the identity.
+    weight, adds nothing to any sum over the row. ``order``: that order,
+    known already (:mod:`.softness` sorted the row): no second sort.
     """
-    if presorted:
-        s, order = x, identity(xp, x)
+    if order is not None:
+        s = adapter.take(xp, x, order)
     else:
         far = -math.inf if descending else math.inf
         s, order = adapter.sort_order(xp, xp.where(mask, x, far), descending=descending)

@@ -59,29 +59,29 @@ class _Projection:
     strength: float | None  # None: an array, the forward's second argument (the KL sort only)
     descending: bool
     masked: bool = False  # a mask is the forward's last argument
-    presorted: bool = False  # x comes sorted as the projection sorts it (z descending, below)
+    ordered: bool = False  # the row's order as the projection sorts it (z descending, below) comes before the mask
 
     def fwd(self, xp: Any, x: Any, *rest: Any) -> tuple[tuple[Any], tuple[Any, ...]]:
         adapter = get_adapter(xp)
-        strength_array, mask = (rest[:-1], rest[-1]) if self.masked else (rest, None)
+        strength_array, order, mask = masked.trailing(rest, self.ordered, self.masked)
         strength = strength_array[0] if strength_array else self.strength
         if self.output == "rank":
             z = (-x if self.descending else x) / strength
         else:
             z = x if self.descending else -x
         if mask is None:
-            s, order = (z, masked.identity(xp, z)) if self.presorted else adapter.sort_order(xp, z, descending=True)
+            s, order = (adapter.take(xp, z, order), order) if order is not None else adapter.sort_order(xp, z, descending=True)
             rho, weight = _rho(xp, x), None
         else:
             # The valid entries sort first with rho = (n_v, ..., 1); the masked tail has weight 0
             # (l2), or no term in the KL objective (value -inf, log-weight 0): its fit is free, and
             # the valid entries' fit is theirs alone.
-            row = masked.valid_first(xp, adapter, z, mask, descending=True, presorted=self.presorted)
+            row = masked.valid_first(xp, adapter, z, mask, descending=True, order=order)
             s, order = row.s, row.order
             k = xp.arange(x.shape[-1], dtype=row.count.dtype, device=array_api_compat.device(x))
             rho = xp.astype(xp.clip(row.count - k, 0, None), x.dtype)
             weight = xp.astype(row.valid, x.dtype)
-        inverse = order if self.presorted else adapter.invert_permutation(xp, order)
+        inverse = adapter.invert_permutation(xp, order)
         # On a one-entry block the projection is the hard value, and it comes out exactly:
         # s - iso(s - rho) would cancel to 0 for entries of 1e30, rho/eps - iso(rho/eps - s)
         # lose s under rho/eps in float32. The rank is written on s - s_first (_pooled_ranks:
@@ -115,7 +115,7 @@ class _Projection:
 
     def bwd(self, xp: Any, res: tuple[Any, ...], cts: tuple[Any, ...]) -> tuple[Any, ...]:
         grads = self._grads(xp, res[:6], res[6] if self.masked else None, res[6 + self.masked :], cts[0])
-        return (*grads, None) if self.masked else grads  # the mask has no gradient
+        return (*grads, *(None,) * (self.ordered + self.masked))  # the order and the mask have no gradient
 
     def _grads(self, xp: Any, res: tuple[Any, ...], rho: Any, strength_array: tuple[Any, ...], ct: Any) -> tuple[Any, ...]:
         has_strength = bool(strength_array)
@@ -213,13 +213,16 @@ def _homogeneity(params: dict[str, Any], opts: Any) -> tuple[int, int] | None:
 @softened(lambda opts, params: f"permutahedron-{opts.regularization}", output_is_sort,
           lambda opts, params: -1 if (params["output"] == "rank") != params["descending"] else 1)
 @tempered("strength", _homogeneity)
-def projection_core(xp: Any, x: Any, opts: Any, *, output: str, descending: bool, mask: Any = None, presorted: bool = False) -> Any:
+def projection_core(xp: Any, x: Any, opts: Any, *, output: str, descending: bool, mask: Any = None, order: Any = None) -> Any:
     """Soft rank or sort by projection onto the permutahedron, with the block-wise backward rule.
 
-    ``mask``: the projection of each row's valid entries alone (rho = (n_v, ..., 1)).
+    ``mask``: the projection of each row's valid entries alone (rho = (n_v, ..., 1)); ``order``: the row's, from
+    :mod:`.softness`.
     """
     # an array strength is the KL sort's (_homogeneity): it travels with x and gets its own gradient
     strength = is_array(opts.strength)
-    spec = _Projection(output, opts.regularization, None if strength else opts.strength, descending, mask is not None, presorted)
-    arrays, names = (x, xp.astype(opts.strength, x.dtype)) if strength else (x,), ("x", "strength")[: 1 + strength]
+    ordered = order is not None
+    spec = _Projection(output, opts.regularization, None if strength else opts.strength, descending, mask is not None, ordered)
+    arrays = (x, *((xp.astype(opts.strength, x.dtype),) if strength else ()), *(order,) * ordered)
+    names = ("x", *("strength",) * strength, *("order",) * ordered)
     return masked.backward(xp, spec.fwd, spec.bwd, arrays, names, mask, positional=output == "sort")

@@ -199,11 +199,9 @@ def softened(
     The scale needs the row sorted. A method that sorts the row itself
     (LapSum, the permutahedron) names its order in ``presort``: +1 when it
     sorts ``x`` ascending, -1 when ``-x`` (stably, the masked entries last).
-    The row is then sorted once, here, and the rule gets it in that order
-    with ``presorted=True`` (no second sort) and the mask in that order;
-    outputs laid out like x are put back in x's order. The others (matrices
-    and sorting networks, which are not permutation-equivariant) get x as it
-    is, sorted here for the scale alone.
+    The row is then sorted once, here, and the rule gets that order as its
+    ``order`` parameter instead of sorting again (``x / t`` has the order of
+    ``x``). The others (matrices and sorting networks) get no order.
 
     ``t`` carries no gradient to ``x`` (``stop_gradient``; docs/softness.md
     says why), a learnable softness gets its own. Hosts with autodiff
@@ -236,26 +234,16 @@ def softened(
             scale = row_scale(xp, srt, count)
             t = scale * unit
             inner_opts = dataclasses.replace(opts, softness=None, **{opts.temperature(): 1.0})
-            if sign is None:
-                z = x / t
-                outs, back = rule(xp, z, inner_opts, **params)
-            else:
-                inverse = adapter.invert_permutation(xp, order)
-                z = adapter.take(xp, x, order) / t
-                moved = {} if mask is None else {"mask": adapter.take(xp, mask, order)}
-                outs, back = rule(xp, z, inner_opts, **{**params, **moved, "presorted": True})
+            z = x / t
+            outs, back = rule(xp, z, inner_opts, **params, **({} if sign is None else {"order": order}))
             value = outs[0] * t if units else outs[0]
-            if sign is not None and not units:
-                value = adapter.take(xp, value, inverse)
 
             def pullback(cts: tuple[Any, ...]) -> dict[str, Any]:
                 ct = cts[0]
-                if ct is not None and sign is not None and not units:
-                    ct = adapter.take(xp, ct, order)
                 inner = back((ct if ct is None or not units else ct * t, *cts[1:]))
+                inner.pop("order", None)
                 dz = inner["x"]
-                dx = dz / t
-                grads = {**inner, "x": dx if sign is None else adapter.take(xp, dx, inverse)}
+                grads = {**inner, "x": dz / t}
                 if is_array(s):
                     # t = scale T(s): dL/dt per row, then dT/ds = T dlogT/dlogs / s
                     dt = -xp.sum(dz * z, axis=-1, keepdims=True) / t
