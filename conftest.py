@@ -187,6 +187,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 _BACKEND_FIXTURES = {
     "backend": lambda b: True,
     "autodiff_backend": lambda b: b.autodiff,
+    "eager_backend": lambda b: not b.compiles,
     "jax_backend": lambda b: b.name == "jax",
     "torch_backend": lambda b: b.name == "torch",
 }
@@ -196,7 +197,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Parametrise a backend fixture (and ``device`` jointly, when asked for).
 
     ``backend`` runs on every selected backend, ``autodiff_backend`` on those
-    with autodiff (torch, JAX), ``jax_backend`` on JAX alone, ``torch_backend`` on torch alone. A backend not
+    with autodiff (torch, JAX), ``eager_backend`` on those that do not compile
+    per shape and option set (all but JAX), ``jax_backend`` on JAX alone,
+    ``torch_backend`` on torch alone. A backend not
     usable here is left out (``conformance/test_backends.py`` reports it once,
     as a skip that gives the reason), unless the caller named it with
     ``--backend``: then each of its tests is a skip that gives the reason.

@@ -20,7 +20,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """
     for item in items:
         params = getattr(getattr(item, "callspec", None), "params", {})
-        op, host = params.get("op"), next((params[f] for f in ("backend", "autodiff_backend", "jax_backend") if f in params), None)
+        op, host = params.get("op"), next((params[f] for f in ("backend", "autodiff_backend", "eager_backend", "jax_backend") if f in params), None)
         if not isinstance(op, Case) or host is None or op.primary or not host.compiles or item.get_closest_marker("every_variant"):
             continue
         item.add_marker(pytest.mark.exhaustive)

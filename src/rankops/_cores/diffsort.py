@@ -41,7 +41,7 @@ from typing import Any
 
 import array_api_compat
 
-from .._lib._adapters import core, custom_backward, get_adapter, same_shape
+from .._lib._adapters import core, custom_backward, get_adapter, rebuilt, same_shape
 from .._lib._compat import index_dtype
 from . import comparators, masked
 from .networks import Wiring, stage_sizes, wiring
@@ -274,12 +274,13 @@ def _spec(cls: type, opts: Any, descending: bool, **extra: Any) -> Any:
 def _run(xp: Any, spec: Any, x: Any, mask: Any, output: str) -> Any:
     """``spec`` through ``custom_backward``; with a mask, on each row's valid entries moved (in order) to the first wires."""
     if mask is None:
-        return custom_backward(xp, spec.fwd, spec.bwd, (x,))
+        return custom_backward(xp, spec.fwd, spec.bwd, (x,), residuals=rebuilt(spec.fwd))
     adapter = get_adapter(xp)
     order = adapter.sort_order(xp, xp.astype(~mask, x.dtype))[1]  # stable: the valid entries first, in their order
     inverse = adapter.invert_permutation(xp, order)
     valid = masked.prefix(xp, mask)
-    (value,), back = custom_backward(xp, spec.fwd, spec.bwd, (adapter.take(xp, x, order), valid), names=("x", "mask"))
+    (value,), back = custom_backward(xp, spec.fwd, spec.bwd, (adapter.take(xp, x, order), valid), names=("x", "mask"),
+                                     residuals=rebuilt(spec.fwd))
 
     def items(a: Any, index: Any) -> Any:  # a's items (its last axis) by index: the ranks', or each matrix row's
         return adapter.take(xp, a, index if a.ndim == index.ndim else xp.broadcast_to(index[..., None, :], a.shape))

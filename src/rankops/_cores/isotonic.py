@@ -40,7 +40,7 @@ from typing import Any
 
 import array_api_compat
 
-from .._lib._adapters import core, custom_backward, get_adapter, same_shape
+from .._lib._adapters import core, custom_backward, get_adapter, rebuilt, same_shape
 from .._lib._compat import index_dtype
 from .._lib._loops import freeze_rows
 from .._lib._numerics import checked_weights, logaddexp, safe_divide, unbroadcast
@@ -346,11 +346,12 @@ def regression_core(xp: Any, y: Any, opts: Any, *, increasing: bool, weights: An
     """
     if mask is None:
         spec = _Regression(increasing, weights is not None)
-        return custom_backward(xp, spec.fwd, spec.bwd, (y,) if weights is None else (y, weights), names=("x", "weights"))
+        return custom_backward(xp, spec.fwd, spec.bwd, (y,) if weights is None else (y, weights), names=("x", "weights"),
+                               residuals=rebuilt(spec.fwd))
     w = xp.ones_like(y) if weights is None else xp.broadcast_to(xp.astype(weights, y.dtype), y.shape)
     spec = _Regression(increasing, True)
     (v,), back = custom_backward(xp, spec.fwd, spec.bwd, (masked.entered(xp, y, mask), masked.entered(xp, w, mask)),
-                                 names=("x", "weights"))
+                                 names=("x", "weights"), residuals=rebuilt(spec.fwd))
 
     def pullback(cts: tuple[Any, ...]) -> dict[str, Any]:
         grads = masked.pulled(xp, back(masked.cotangents(xp, cts, mask)), mask, ("x", "weights"))

@@ -38,7 +38,7 @@ from typing import Any
 
 import array_api_compat
 
-from .._lib._adapters import core, get_adapter, same_shape
+from .._lib._adapters import core, get_adapter, rebuilt, same_shape
 from .._lib._compat import index_dtype, is_array
 from .._lib._numerics import logaddexp, safe_divide
 from . import masked
@@ -298,7 +298,8 @@ def _run(xp: Any, spec: Any, x: Any, extra: tuple[Any, ...], order: Any, mask: A
     """The spec through ``custom_backward``; with a mask, on the valid entries (``positional``: the sort's first n_v)."""
     ordered = () if order is None else (order,)
     names = ("x", "k")[: 1 + len(extra)] + ("order",) * len(ordered)
-    return masked.backward(xp, spec.fwd, spec.bwd, (x, *extra, *ordered), names, mask, positional=positional)
+    return masked.backward(xp, spec.fwd, spec.bwd, (x, *extra, *ordered), names, mask, positional=positional,
+                           residuals=rebuilt(spec.fwd))
 
 
 def _softness_key(opts: Any, params: dict[str, Any]) -> str:

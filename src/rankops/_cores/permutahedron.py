@@ -37,7 +37,7 @@ from typing import Any
 
 import array_api_compat
 
-from .._lib._adapters import core, get_adapter, same_shape
+from .._lib._adapters import core, get_adapter, rebuilt, same_shape
 from .._lib._compat import is_array
 from .._lib._numerics import safe_divide
 from . import isotonic, masked
@@ -225,4 +225,4 @@ def projection_core(xp: Any, x: Any, opts: Any, *, output: str, descending: bool
     spec = _Projection(output, opts.regularization, None if strength else opts.strength, descending, mask is not None, ordered)
     arrays = (x, *((xp.astype(opts.strength, x.dtype),) if strength else ()), *(order,) * ordered)
     names = ("x", *("strength",) * strength, *("order",) * ordered)
-    return masked.backward(xp, spec.fwd, spec.bwd, arrays, names, mask, positional=output == "sort")
+    return masked.backward(xp, spec.fwd, spec.bwd, arrays, names, mask, positional=output == "sort", residuals=rebuilt(spec.fwd))

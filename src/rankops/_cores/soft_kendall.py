@@ -23,7 +23,7 @@ from typing import Any
 
 import array_api_compat
 
-from .._lib._adapters import core, custom_backward, get_adapter
+from .._lib._adapters import core, custom_backward, get_adapter, rebuilt
 from . import masked
 
 __all__ = ["soft_kendall_core"]
@@ -110,9 +110,9 @@ def soft_kendall_core(xp: Any, x: Any, opts: Any, *, y: Any, mask: Any = None) -
     """The smooth tau-a of matching rows of ``x`` and ``y`` and its streamed backward pass (``mask``: valid pairs)."""
     spec = _SoftTau(opts.tau, mask is not None)
     if mask is None:
-        return custom_backward(xp, spec.fwd, spec.bwd, (x, y), names=("x", "y"))
+        return custom_backward(xp, spec.fwd, spec.bwd, (x, y), names=("x", "y"), residuals=rebuilt(spec.fwd))
     entered = (masked.entered(xp, x, mask), masked.entered(xp, y, mask), mask)
-    (value,), back = custom_backward(xp, spec.fwd, spec.bwd, entered, names=("x", "y", "mask"))
+    (value,), back = custom_backward(xp, spec.fwd, spec.bwd, entered, names=("x", "y", "mask"), residuals=rebuilt(spec.fwd))
 
     def pullback(cts: tuple[Any, ...]) -> dict[str, Any]:
         grads = masked.pulled(xp, back(cts), mask, ("x", "y"))

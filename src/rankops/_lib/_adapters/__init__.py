@@ -22,7 +22,7 @@ from array_api_compat import is_dask_namespace, is_jax_namespace, is_torch_names
 
 from ._generic import GENERIC, Generic
 
-__all__ = ["get_adapter", "Generic", "Core", "core", "same_shape", "custom_backward"]
+__all__ = ["get_adapter", "Generic", "Core", "core", "same_shape", "custom_backward", "rebuilt"]
 
 
 def get_adapter(xp: Any) -> Generic:
@@ -88,6 +88,13 @@ def core(*, output_shapes: Callable[..., dict[str, Any]], **kwargs: Any) -> Call
 def same_shape(shape: tuple[int, ...], opts: Any, params: Mapping[str, Any]) -> dict[str, Any]:
     """``output_shapes`` of a core whose one output is shaped like its input."""
     return {"value": tuple(shape)}
+
+
+def rebuilt(fwd: Callable[..., Any]) -> Callable[..., Any]:
+    """``residuals`` of :func:`custom_backward` for a forward whose every operation the host can differentiate:
+    its residuals computed again from the inputs, under the host's autodiff, make the backward differentiable
+    (second derivatives: torch's ``create_graph=True``, ``jax.hessian``)."""
+    return lambda xp, *arrays: fwd(xp, *arrays)[1]
 
 
 def custom_backward(

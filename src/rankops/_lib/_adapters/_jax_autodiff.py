@@ -57,6 +57,13 @@ def zero_tangent(a: Any) -> Any:
     return jnp.zeros_like(a) if jnp.issubdtype(a.dtype, jnp.inexact) else np.zeros(a.shape, jax.dtypes.float0)
 
 
+def _plus(a: Any, b: Any) -> Any:
+    """The sum of two cotangents of one leaf; a bool or integer leaf has none (``float0``), whatever it was given."""
+    if _floating(a) and _floating(b):
+        return a + b
+    return np.zeros(jnp.shape(a), jax.dtypes.float0)
+
+
 @jax.custom_jvp
 def first_order(*arrays: Any) -> Any:
     """The identity, whose derivative raises: it carries the residuals of a backward that is not differentiable itself."""
@@ -65,7 +72,11 @@ def first_order(*arrays: Any) -> Any:
 
 @first_order.defjvp
 def first_order_jvp(primals: Any, tangents: Any) -> Any:
-    raise TypeError("second derivatives through a Sinkhorn solve are not implemented: differentiate once, in either mode")
+    raise TypeError(
+        "second derivatives through a Sinkhorn solve (method='sinkhorn', implicit or unrolled) are not implemented on JAX: "
+        "differentiate once (jax.grad, jax.jacrev, jax.jacfwd), or use another method (every other method has "
+        "jax.hessian); torch differentiates implicit=False twice"
+    )
 
 
 def custom_transposed(forward: Any, backward: Any, tangents: tuple[Any, ...], outs: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -86,8 +97,9 @@ def custom_transposed(forward: Any, backward: Any, tangents: tuple[Any, ...], ou
     live = [i for i, t in enumerate(tangents) if t is not None]
     if not live:
         return tuple(jnp.zeros_like(o) for o in outs)
+    # a zero selected from a tangent (so linear in it), summed: a 0-d zero also when the tangent is empty
     first = jnp.reshape(tangents[live[0]], (-1,))[:1]
-    zero = jnp.reshape(jnp.where(jnp.zeros((1,), bool), first, jnp.zeros_like(first)), ())
+    zero = jnp.sum(jnp.where(jnp.zeros(first.shape, bool), first, jnp.zeros_like(first)))
     zeros = tuple(jnp.broadcast_to(jnp.astype(zero, o.dtype), o.shape) for o in outs)
     shapes = [jax.ShapeDtypeStruct(jnp.shape(t), jnp.result_type(t)) for t in tangents if t is not None]
 
@@ -221,7 +233,7 @@ def iterate(
         ct_state, ct_err = cts
         _, pull_err = jax.vjp(error, ops, s_final)
         d_ops, d_final = pull_err(ct_err)
-        d_state = jax.tree_util.tree_map(jnp.add, d_final, ct_state)
+        d_state = jax.tree_util.tree_map(_plus, d_final, ct_state)
 
         def back(carry: Any) -> Any:
             j, d_ops_acc, d_s = carry
@@ -230,7 +242,7 @@ def iterate(
             done = settled(xp, errs[b], tol)
             _, pull = jax.vjp(lambda o, s: run_round(o, s, b, done), ops, s_start)
             d_o, d_s = pull(d_s)
-            return b, jax.tree_util.tree_map(jnp.add, d_ops_acc, d_o), d_s
+            return b, jax.tree_util.tree_map(_plus, d_ops_acc, d_o), d_s
 
         _, d_ops, d_state = jax.lax.while_loop(lambda c: c[0] > 0, back, (k, d_ops, d_state))
         return d_ops, d_state
@@ -240,20 +252,29 @@ def iterate(
         leaves, tree = jax.tree_util.tree_flatten(primals)
         res_leaves, res_tree = jax.tree_util.tree_flatten((primals[0], out[0], k, hist))
         res = jax.tree_util.tree_unflatten(res_tree, first_order(*res_leaves))
-        diff, diff_tree = jax.tree_util.tree_flatten((out[0], out[2]))  # the state and its error; the count has no tangent
+        # the state and its error (the count has no tangent); only their floating leaves have tangents (a bool
+        # flag of the state has none, and a linear map over it could not be transposed for a second derivative)
+        every, diff_tree = jax.tree_util.tree_flatten((out[0], out[2]))
+        floating = [_floating(d) for d in every]
+        diff = tuple(d for d, f in zip(every, floating) if f)
 
         def plain(*xs: Any) -> Any:
             s, _, err = forward(*jax.tree_util.tree_unflatten(tree, xs), record=False)[0]
             return jax.tree_util.tree_leaves((s, err))
 
         def forward_map(ts: list[Any]) -> Any:
-            return jax.jvp(plain, leaves, [jnp.zeros_like(a) if t is None else t for a, t in zip(leaves, ts)])[1]
+            # a leaf without a tangent (None) gets a zero one: float0 for a bool or integer leaf (a mask, a count)
+            t_out = jax.jvp(plain, leaves, [zero_tangent(a) if t is None else t for a, t in zip(leaves, ts)])[1]
+            return [t for t, f in zip(t_out, floating) if f]
 
         def backward_map(cts: Any) -> Any:
-            return jax.tree_util.tree_leaves(loop_bwd(res, jax.tree_util.tree_unflatten(diff_tree, list(cts))))
+            given = iter(cts)
+            full = [next(given) if f else jnp.zeros_like(d) for d, f in zip(every, floating)]
+            return jax.tree_util.tree_leaves(loop_bwd(res, jax.tree_util.tree_unflatten(diff_tree, full)))
 
         live = [_live(a, t) for a, t in zip(leaves, jax.tree_util.tree_leaves(tangents, is_leaf=lambda t: isinstance(t, SymbolicZero)))]
-        t_s, t_err = jax.tree_util.tree_unflatten(diff_tree, list(custom_transposed(forward_map, backward_map, live, tuple(diff))))
+        t_live = iter(custom_transposed(forward_map, backward_map, live, diff))
+        t_s, t_err = jax.tree_util.tree_unflatten(diff_tree, [next(t_live) if f else zero_tangent(d) for d, f in zip(every, floating)])
         return out, (t_s, zero_tangent(out[1]), t_err)
 
     loop.defjvp(loop_jvp, symbolic_zeros=True)

@@ -40,11 +40,13 @@ class _Custom(torch.autograd.Function):
         res, arrays = saved[: ctx.n_res], saved[ctx.n_res :]
         if torch.is_grad_enabled():  # create_graph=True
             if residuals is None:
-                # the rule's own derivative is not implemented, and once_differentiable
-                # would drop it silently under autograd.grad(inputs=...)
+                # only the implicit Sinkhorn backward (an iterative solve) gives no residuals to rebuild; its
+                # derivative is not implemented, and once_differentiable would drop it silently under
+                # autograd.grad(inputs=...)
                 raise RuntimeError(
-                    "rankops: second derivatives are not supported through a hand-written backward pass: "
-                    "use implicit=False (unrolled) for higher-order gradients of Sinkhorn operators"
+                    "rankops: second derivatives through an implicit Sinkhorn backward (method='sinkhorn', "
+                    "implicit=True) are not implemented: pass implicit=False (unrolled), which torch differentiates "
+                    "twice, or use another method (every other method has second derivatives)"
                 )
             # residuals rebuilt from the inputs under autograd: bwd is then differentiable
             res = residuals(xp, *arrays)
@@ -82,6 +84,8 @@ class Torch(Generic):
         ``a`` may come packed from :meth:`scan_links`, every step's link products already in it;
         ``overwrite_b``: ``b`` is the caller's own new array, and becomes the buffer.
         """
+        if not torch.compiler.is_compiling() and not _plain(a, b):  # recorded by autograd (a second derivative), torch.func
+            return super().linear_scan(xp, a[..., : b.shape[-1] - 1], b, reverse=reverse)
         n = b.shape[-1]
         sizes = _link_sizes(n)
         packed = len(sizes) > 1 and a.shape[-1] == sum(sizes)
@@ -107,7 +111,7 @@ class Torch(Generic):
         extra ``log2 n`` copies of ``a`` (:data:`_LINKS_KEPT`) stay as they are."""
         sizes = _link_sizes(a.shape[-1] + 1)
         # compiled code rebuilds them in fused kernels (and dynamo takes no strided out=)
-        if len(sizes) < 2 or a.numel() // a.shape[-1] * sum(sizes) > _LINKS_KEPT or torch.compiler.is_compiling():
+        if len(sizes) < 2 or a.numel() // a.shape[-1] * sum(sizes) > _LINKS_KEPT or torch.compiler.is_compiling() or not _plain(a):
             return a
         buf = a.new_empty(a.shape[:-1] + (sum(sizes),))
         prev = buf[..., : sizes[0]]
@@ -325,6 +329,17 @@ def _eager(fn: str, params: str, arrays: list[torch.Tensor], like: list[int]) ->
 @_eager.register_fake
 def _eager_fake(fn: str, params: str, arrays: list[torch.Tensor], like: list[int]) -> list[torch.Tensor]:
     return [arrays[i].new_empty(arrays[i].shape) for i in like]
+
+
+def _plain(*tensors: Any) -> bool:
+    """Whether in-place writes into buffers are safe for these tensors: none is recorded by autograd (a second
+    derivative's backward), carries a forward-mode tangent, or is wrapped by a ``torch.func`` transform."""
+    for t in tensors:
+        if (t.requires_grad and torch.is_grad_enabled()) or torch._C._functorch.is_functorch_wrapped_tensor(t):
+            return False
+        if torch.autograd.forward_ad.unpack_dual(t).tangent is not None:
+            return False
+    return True
 
 
 def _tensors(tree: Any) -> list[Any]:
