@@ -10,7 +10,6 @@ only: the tied pattern 0, 1, 2, 0, ... of ``operators._partner``.
 
 from __future__ import annotations
 
-import math
 import warnings
 from typing import Any, Callable
 

@@ -71,3 +71,26 @@ def test_jax_hessian_equals_central_differences_of_the_gradient(name):
     numeric = np.stack([(np.asarray(grad(x + h * e)) - np.asarray(grad(x - h * e))).ravel() / (2 * h) for e in steps])
     assert_allclose(hessian, numeric, rtol=1e-6, atol=1e-7)
     assert np.abs(hessian).max() > 0.01  # a quadratic term: not a Hessian that is 0 by accident
+
+
+def test_torch_func_hessian_and_the_sinkhorn_refusal():
+    """``torch.func.hessian`` equals autograd's; a torch.func gradient of the implicit Sinkhorn rule is first order
+    (``torch.func.grad`` works), and differentiating it again raises instead of missing the solve's own term."""
+    torch = pytest.importorskip("torch")
+    from torch.func import grad, hessian
+
+    x = torch.asarray(X[0])
+
+    def loss(v):
+        return (rankops.soft_rank(v, method="lapsum", alpha=0.5) ** 2).sum()
+
+    assert_allclose(hessian(loss)(x).numpy(), torch.autograd.functional.hessian(loss, x).numpy(), rtol=1e-10, atol=1e-12)
+
+    def sinkhorn_loss(v):
+        return (rankops.soft_rank(v, method="sinkhorn", implicit=True) ** 2).sum()
+
+    xr = x.clone().requires_grad_(True)
+    sinkhorn_loss(xr).backward()
+    assert_allclose(grad(sinkhorn_loss)(x).numpy(), xr.grad.numpy(), rtol=1e-12, atol=1e-14)
+    with pytest.raises(RuntimeError, match=r"implicit Sinkhorn backward .* pass implicit=False"):
+        grad(lambda v: grad(sinkhorn_loss)(v).sum())(x)

@@ -31,7 +31,7 @@ from ._docstrings import SECTIONS
 from ._lib._calls import Call, operator, prepare
 from ._lib._compat import Array, is_array
 from ._lib._docs import fill_doc
-from ._lib._options import Options, boolean, choice, option, optional_count, positive_count, positive_scalar, python_number
+from ._lib._options import Options, boolean, choice, option, optional_count, positive_count, positive_scalar
 
 __all__ = ["softsort", "neuralsort", "diffsort", "PermutationOptions", "NetworkOptions", "OPTION_NAMES"]
 

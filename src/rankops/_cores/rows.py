@@ -129,7 +129,7 @@ class SoftSortRows:
         d_d = dz * (-1.0 / tau)
         if not unit_power:
             d_d = d_d * abs_power_slope(xp, d, power)
-        d_diff = d_d * xp.sign(diff)
+        d_diff = d_d * get_adapter(xp).sign(xp, diff)
 
         def d_power() -> Any:  # d(d ** p)/dp = d ** p log d, 0 at d = 0
             return -xp.sum(dz * dp * xp.log(xp.where(d == 0, xp.ones_like(d), d))) / tau
@@ -205,7 +205,7 @@ class NeuralSortRows:
 
         def body(carry: Any, blk: tuple[Any, ...]) -> Any:
             s_blk, d_blk, pos_blk = blk
-            sign = xp.sign(s_blk[..., :, None] - s[..., None, :])
+            sign = get_adapter(xp).sign(xp, s_blk[..., :, None] - s[..., None, :])
             sign = xp.where(pos_blk[..., :, None] == pos, xp.zeros_like(sign), sign)
             counted = sign if valid is None else sign * valid
             return carry, (d_blk * xp.sum(counted, axis=-1) + matvec(xp, sign, d_rows),)

@@ -58,7 +58,8 @@ def cost_fns(xp: Any, power: float) -> tuple[Callable[[Any], Any], Callable[[Any
     """``h(d) = |d| ** power`` and its derivative ``h'(d)``, elementwise (``power`` a Python number)."""
     if power == 2.0:
         return (lambda d: d * d), (lambda d: 2.0 * d)
-    return (lambda d: abs_power(xp, xp.abs(d), power)), (lambda d: abs_power_slope(xp, xp.abs(d), power) * xp.sign(d))
+    sign = get_adapter(xp).sign
+    return (lambda d: abs_power(xp, xp.abs(d), power)), (lambda d: abs_power_slope(xp, xp.abs(d), power) * sign(xp, d))
 
 
 def line_plan_vjp(

@@ -65,6 +65,10 @@ class Generic:
     def logsumexp(self, xp: Any, z: Any, axis: int = -1) -> Any:
         return _numerics.logsumexp(xp, z, axis)
 
+    def sign(self, xp: Any, x: Any) -> Any:
+        """``xp.sign`` (NaN stays NaN)."""
+        return xp.sign(x)
+
     def ndtr(self, xp: Any, u: Any) -> Any:
         """The standard normal CDF (the standard has no ``erf``)."""
         return _numerics.ndtr(xp, u)

@@ -13,44 +13,9 @@ import torch
 
 from .. import _loops
 from ._generic import Generic
+from ._torch_autograd import custom_function, in_transform, mapped, plain
 
 __all__ = ["Torch", "ADAPTER"]
-
-
-class _Custom(torch.autograd.Function):
-    """A forward with a hand-written backward, both written against the array API."""
-
-    @staticmethod
-    def forward(ctx: Any, spec: tuple[Any, ...], *arrays: Any) -> Any:
-        xp, fwd, _, n_diff, _ = spec
-        ctx.set_materialize_grads(False)  # unused outputs reach bwd as None, not zeros
-        outs, res = fwd(xp, *arrays)
-        ctx.spec = spec
-        ctx.n_res = len(res)
-        # the inputs are kept only to rebuild the residuals for a second derivative: the
-        # scaled cost of a Sinkhorn solve is a whole plan's worth of memory the backward does not need
-        ctx.save_for_backward(*res, *(arrays if spec[4] is not None else ()))
-        ctx.mark_non_differentiable(*(o for o in outs[n_diff:] if isinstance(o, torch.Tensor)))
-        return tuple(outs)
-
-    @staticmethod
-    def backward(ctx: Any, *cts: Any) -> Any:
-        xp, _, bwd, n_diff, residuals = ctx.spec
-        saved = ctx.saved_tensors
-        res, arrays = saved[: ctx.n_res], saved[ctx.n_res :]
-        if torch.is_grad_enabled():  # create_graph=True
-            if residuals is None:
-                # only the implicit Sinkhorn backward (an iterative solve) gives no residuals to rebuild; its
-                # derivative is not implemented, and once_differentiable would drop it silently under
-                # autograd.grad(inputs=...)
-                raise RuntimeError(
-                    "rankops: second derivatives through an implicit Sinkhorn backward (method='sinkhorn', "
-                    "implicit=True) are not implemented: pass implicit=False (unrolled), which torch differentiates "
-                    "twice, or use another method (every other method has second derivatives)"
-                )
-            # residuals rebuilt from the inputs under autograd: bwd is then differentiable
-            res = residuals(xp, *arrays)
-        return (None, *bwd(xp, res, cts[:n_diff]))
 
 
 class Torch(Generic):
@@ -65,6 +30,10 @@ class Torch(Generic):
 
     def logsumexp(self, xp: Any, z: Any, axis: int = -1) -> Any:
         return torch.logsumexp(z, dim=axis)
+
+    def sign(self, xp: Any, x: Any) -> Any:
+        # torch.sign maps NaN to 0; array-api-compat's fix writes through a boolean index, which vmap cannot map
+        return torch.where(torch.isnan(x), x, torch.sign(x))
 
     def ndtr(self, xp: Any, u: Any) -> Any:
         return torch.special.ndtr(u)
@@ -84,7 +53,7 @@ class Torch(Generic):
         ``a`` may come packed from :meth:`scan_links`, every step's link products already in it;
         ``overwrite_b``: ``b`` is the caller's own new array, and becomes the buffer.
         """
-        if not torch.compiler.is_compiling() and not _plain(a, b):  # recorded by autograd (a second derivative), torch.func
+        if not torch.compiler.is_compiling() and not plain(a, b):  # recorded by autograd (a second derivative), torch.func
             return super().linear_scan(xp, a[..., : b.shape[-1] - 1], b, reverse=reverse)
         n = b.shape[-1]
         sizes = _link_sizes(n)
@@ -92,7 +61,10 @@ class Torch(Generic):
         if reverse:
             a = a[..., : n - 1]  # the plain links, reversed below
             return torch.flip(self.linear_scan(xp, torch.flip(a, (-1,)), torch.flip(b, (-1,))), (-1,))
-        h = b if overwrite_b and b.is_contiguous() else b.clone(memory_format=torch.contiguous_format)
+        # compiled, a backward that asks for a layout is re-traced with every cotangent made contiguous, which
+        # fails on the residual outputs' None cotangents (_torch_autograd.Custom): there, always the copy
+        reuse = overwrite_b and not torch.compiler.is_compiling() and b.is_contiguous()
+        h = b if reuse else b.clone(memory_format=torch.contiguous_format)
         at, link = 0, a
         for i, size in enumerate(sizes):
             d = 1 << i
@@ -111,7 +83,7 @@ class Torch(Generic):
         extra ``log2 n`` copies of ``a`` (:data:`_LINKS_KEPT`) stay as they are."""
         sizes = _link_sizes(a.shape[-1] + 1)
         # compiled code rebuilds them in fused kernels (and dynamo takes no strided out=)
-        if len(sizes) < 2 or a.numel() // a.shape[-1] * sum(sizes) > _LINKS_KEPT or torch.compiler.is_compiling() or not _plain(a):
+        if len(sizes) < 2 or a.numel() // a.shape[-1] * sum(sizes) > _LINKS_KEPT or torch.compiler.is_compiling() or not plain(a):
             return a
         buf = a.new_empty(a.shape[:-1] + (sum(sizes),))
         prev = buf[..., : sizes[0]]
@@ -142,7 +114,8 @@ class Torch(Generic):
 
     def invert_permutation(self, xp: Any, order: Any) -> Any:
         ranks = torch.arange(order.shape[-1], device=order.device).expand_as(order)
-        return torch.empty_like(order).scatter_(-1, order, ranks)
+        # out of place: torch.func.vmap has a batching rule for scatter, none for scatter_
+        return torch.empty_like(order).scatter(-1, order, ranks)
 
     def segment_sum(self, xp: Any, starts: Any, g: Any) -> Any:
         # each segment summed in index order into its own slot: no cancellation between segments
@@ -197,11 +170,14 @@ class Torch(Generic):
         small = largest * -(-kwargs["max_iter"] // kwargs["check_every"]) <= _KEPT_WHOLE
 
         def checkpointed(run: Any, s: Any) -> Any:
-            if torch.is_grad_enabled() and not small:
+            # torch.func's transforms take no saved-tensor hooks (which checkpointing is): their rounds are kept
+            if torch.is_grad_enabled() and not small and not in_transform():
                 return checkpoint(run, s, use_reentrant=False)
             return run(s)
 
-        return _loops.iterate(xp, step, operands, state, wrap=checkpointed, **kwargs)
+        # under torch.func.vmap the stopping test cannot be read: every round runs, settled problems frozen
+        early_exit = not any(mapped(t) for t in _tensors((operands, state)))
+        return _loops.iterate(xp, step, operands, state, wrap=checkpointed, early_exit=early_exit, **kwargs)
 
     def repeat(self, xp: Any, body: Any, state: Any, count: Any, most: int) -> Any:
         """``count`` may be a 0-d tensor under ``torch.compile`` (:func:`_while_rounds`): ``most`` steps, those from ``count`` on masked."""
@@ -243,9 +219,12 @@ class Torch(Generic):
         one, or grad mode is off) the forward runs alone: nothing to save, and ``torch.compile`` of an
         inference call with several array inputs does not go through ``autograd.Function`` at all (its
         trace of one failed to unpack the arguments, torch 2.13)."""
-        if not torch.is_grad_enabled() or not any(a.requires_grad for a in arrays if isinstance(a, torch.Tensor)):
+        tensors = [a for a in arrays if isinstance(a, torch.Tensor)]
+        # torch.func's vmap maps the Function (its rule runs the forward per slice), never the forward itself
+        if not any(mapped(a) for a in tensors) and (not torch.is_grad_enabled() or not any(a.requires_grad for a in tensors)):
             return tuple(fwd(xp, *arrays)[0])
-        return _Custom.apply((xp, fwd, bwd, n_diff, residuals), *arrays)
+        applied = custom_function().apply((xp, fwd, bwd, n_diff, residuals), *arrays)
+        return tuple(applied[: applied[-1][0]])  # the outputs, without the residuals and their template
 
     def autodiff_vjp(self, f: Any, leaves: list[Any], outputs: Any) -> tuple[Any, tuple[Any, ...], Any]:
         """``rankops.vjp`` on torch: ``(value, outs, pull)`` with ``pull(cotangents) -> grads``.
@@ -329,17 +308,6 @@ def _eager(fn: str, params: str, arrays: list[torch.Tensor], like: list[int]) ->
 @_eager.register_fake
 def _eager_fake(fn: str, params: str, arrays: list[torch.Tensor], like: list[int]) -> list[torch.Tensor]:
     return [arrays[i].new_empty(arrays[i].shape) for i in like]
-
-
-def _plain(*tensors: Any) -> bool:
-    """Whether in-place writes into buffers are safe for these tensors: none is recorded by autograd (a second
-    derivative's backward), carries a forward-mode tangent, or is wrapped by a ``torch.func`` transform."""
-    for t in tensors:
-        if (t.requires_grad and torch.is_grad_enabled()) or torch._C._functorch.is_functorch_wrapped_tensor(t):
-            return False
-        if torch.autograd.forward_ad.unpack_dual(t).tangent is not None:
-            return False
-    return True
 
 
 def _tensors(tree: Any) -> list[Any]:
