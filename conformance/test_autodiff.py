@@ -95,6 +95,9 @@ def test_jit_vmap_grad_matches_eager_grad(jax_backend, op):
     assert_allclose(np.asarray(got), np.asarray(jax.grad(loss)(x, w)), rtol=1e-10, atol=1e-12)
 
 
+# the option variants (descending, block sizes, ...) take the same transforms' code paths: theirs are exhaustive
+@pytest.mark.parametrize("op", [pytest.param(o, marks=() if o.primary else pytest.mark.exhaustive) for o in CASES],
+                         ids=lambda o: o.name)
 def test_torch_func_transforms_match_eager_autograd(torch_backend, op):
     """``torch.func``'s ``grad``, ``vmap``, ``jacrev`` and ``jacfwd`` (and ``vmap`` of ``jacrev``) against eager autograd.
 

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from .inputs import SHAPE
+from .operators import CASES
 
 BATCHES = [(0,), (2, 0)]
 
@@ -30,17 +31,22 @@ def _same_place(a, like, shape):
     assert tuple(a.shape) == tuple(shape)
 
 
-@pytest.mark.parametrize("batch", BATCHES, ids=lambda b: "x".join(map(str, b)))
-def test_empty_batch_value_and_gradient(eager_backend, device, op, batch):
+# the option variants (descending, block sizes, ...) take the same code paths on an empty batch: theirs are exhaustive
+EVERY = [pytest.param(o, marks=() if o.primary else pytest.mark.exhaustive) for o in CASES]
+
+
+@pytest.mark.parametrize("op", EVERY, ids=lambda o: o.name)
+def test_empty_batch_value_and_gradient(eager_backend, device, op):
     backend = eager_backend
-    x = _empty(batch)
-    xb = backend.asarray(x, device=device)
-    value = op(xb)
-    _same_place(value, xb, op.out_shape(x.shape))
-    value, vjp_fn = op.vjp(xb, **op.kwargs)
-    _same_place(value, xb, op.out_shape(x.shape))
-    g = vjp_fn(backend.asarray(np.zeros(op.out_shape(x.shape)), device=device))[0]
-    _same_place(g, xb, x.shape)
+    for batch in BATCHES:
+        x = _empty(batch)
+        xb = backend.asarray(x, device=device)
+        value = op(xb)
+        _same_place(value, xb, op.out_shape(x.shape))
+        value, vjp_fn = op.vjp(xb, **op.kwargs)
+        _same_place(value, xb, op.out_shape(x.shape))
+        g = vjp_fn(backend.asarray(np.zeros(op.out_shape(x.shape)), device=device))[0]
+        _same_place(g, xb, x.shape)
 
 
 def test_empty_batch_under_jit_and_forward_mode(jax_backend, op):
@@ -48,6 +54,11 @@ def test_empty_batch_under_jit_and_forward_mode(jax_backend, op):
 
     x = jax_backend.asarray(_empty((2, 0)))
     out_shape = op.out_shape(tuple(x.shape))
-    assert tuple(jax.jit(op)(x).shape) == out_shape
-    assert tuple(jax.jit(jax.jacfwd(op))(x).shape) == out_shape + tuple(x.shape)
-    assert tuple(jax.jit(jax.grad(lambda v: jax.numpy.sum(op(v))))(x).shape) == tuple(x.shape)
+
+    def every(v):  # one program: the value, reverse mode and forward mode
+        return op(v), jax.grad(lambda u: jax.numpy.sum(op(u)))(v), jax.jacfwd(op)(v)
+
+    value, grad, jacobian = jax.jit(every)(x)
+    assert tuple(value.shape) == out_shape
+    assert tuple(grad.shape) == tuple(x.shape)
+    assert tuple(jacobian.shape) == out_shape + tuple(x.shape)

@@ -7,6 +7,7 @@ sharing processes) mean nothing, so nothing here depends on a time.
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 import subprocess
 import sys
@@ -145,3 +146,15 @@ def test_softness_script_prints_its_tables(generated_docs):
     assert set(ratios) == set(methods), stdout
     cost = re.findall(r"^\| (permutahedron|lapsum) \| [\d.]+ \| [\d.]+ \| -?[\d.]+% \| [\d.]+ \| [\d.]+% \|$", stdout, flags=re.M)
     assert sorted(cost) == ["lapsum", "permutahedron"], stdout
+
+
+def test_gpu_check_runs_here_in_its_cpu_mode(tmp_path):
+    """``.ci/gpu --dry-run``: the one-call GPU check's steps on this CPU machine (docs/gpu.md, "The GPU check")."""
+    proc = subprocess.run(["bash", str(ROOT / ".ci" / "gpu"), "--dry-run", str(tmp_path)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=600, env={**os.environ, "PYTHON": sys.executable})
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    devices = (tmp_path / "devices.txt").read_text()
+    assert re.search(r"^torch \S+, cuda ", devices, flags=re.M) and "conformance: exit 0" in devices, devices
+    assert re.search(r"^\d+ passed", (tmp_path / "conformance.txt").read_text(), flags=re.M)
+    assert (tmp_path / "junit.xml").stat().st_size > 0
+    assert "| soft_rank[permutahedron] | " in (tmp_path / "benchmarks_gpu.md").read_text()

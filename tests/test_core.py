@@ -83,6 +83,7 @@ def test_cupy_skips_cleanly_without_gpu():
     assert (reason is None) == has_gpu
 
 
+@pytest.mark.scripts  # the whole demo, every method on every backend and device: an example's run
 def test_demo_runs_every_installed_backend():
     out = io.StringIO()
     assert run_demo(out=out, size=(2, 30), repeats=1) == 0  # the timing at a tiny size
