@@ -12,7 +12,7 @@ import jax.scipy.special
 
 from .._compat import index_dtype
 from ._generic import Generic
-from ._jax_autodiff import iterate, transposed, with_forward_rule
+from ._jax_autodiff import iterate, transposed, varying, with_forward_rule
 
 __all__ = ["Jax", "ADAPTER"]
 
@@ -180,7 +180,7 @@ class Jax(Generic):
         def one(i: Any, s: Any) -> Any:
             return tuple(jnp.where(i < count, new, old) for new, old in zip(body(s), s))
 
-        return jax.lax.fori_loop(0, most, one, tuple(state)) if most > 0 else tuple(state)
+        return jax.lax.fori_loop(0, most, one, varying(tuple(state), count)) if most > 0 else tuple(state)
 
     def unless(self, xp: Any, skip: Any, fn: Any, operand: Any) -> Any:
         """``lax.cond``: under ``jit`` the skipped branch costs nothing (under ``vmap`` both run)."""
@@ -200,7 +200,7 @@ class Jax(Generic):
                 x = jnp.reshape(x[..., : whole * block], x.shape[:-1] + (whole, block))
                 return jnp.moveaxis(x, -2, 0)
 
-            carry, ys = jax.lax.scan(body, carry, tuple(split(x) for x in xs))
+            carry, ys = jax.lax.scan(body, varying(carry, xs), tuple(split(x) for x in xs))
             parts.append(tuple(jnp.reshape(jnp.moveaxis(y, 0, -2), y.shape[1:-1] + (whole * block,)) for y in ys))
         elif whole == 1:
             carry, ys = body(carry, tuple(x[..., :block] for x in xs))

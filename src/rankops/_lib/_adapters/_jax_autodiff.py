@@ -11,7 +11,37 @@ from jax.custom_derivatives import SymbolicZero
 
 from .._loops import settled
 
-__all__ = ["transposed", "with_forward_rule", "custom_transposed", "iterate"]
+__all__ = ["transposed", "with_forward_rule", "custom_transposed", "iterate", "varying"]
+
+
+def varying(carry: Any, *like: Any) -> Any:
+    """A loop's initial ``carry`` made to vary over every manual mesh axis that a leaf of it or of ``like`` varies
+    over: under ``jax.shard_map`` (its default ``check_vma``) a carry built from constants is invariant while the
+    body's outputs, computed from the sharded input, vary, and the loop would refuse the mismatch."""
+    leaves = jax.tree_util.tree_leaves((carry, like))
+    axes = frozenset().union(*(_varies_over(a) for a in leaves if hasattr(a, "dtype")))
+    if not axes:
+        return carry
+
+    def cast(a: Any) -> Any:
+        missing = tuple(sorted(axes - _varies_over(a)))
+        return jax.lax.pcast(a, missing, to="varying") if missing else a
+
+    return jax.tree_util.tree_map(cast, carry)
+
+
+def _varying_as(a: Any, like: Any) -> Any:
+    """``a`` made to vary over the manual mesh axes ``like`` varies over (a tangent or cotangent must match its primal)."""
+    missing = tuple(sorted(_varies_over(like) - _varies_over(a)))
+    return jax.lax.pcast(a, missing, to="varying") if missing else a
+
+
+def _varies_over(a: Any) -> frozenset[str]:
+    """The manual mesh axes ``a`` varies over (none outside ``shard_map``): the aval's ``mat`` or ``manual_axis_type``
+    (jax >= 0.10), else its ``vma``."""
+    aval = jax.typeof(a)
+    manual = getattr(aval, "mat", None) or getattr(aval, "manual_axis_type", None)
+    return frozenset(manual.varying) if manual is not None else frozenset(getattr(aval, "vma", ()))
 
 
 def _floating(a: Any) -> bool:
@@ -101,11 +131,12 @@ def custom_transposed(forward: Any, backward: Any, tangents: tuple[Any, ...], ou
     first = jnp.reshape(tangents[live[0]], (-1,))[:1]
     zero = jnp.sum(jnp.where(jnp.zeros(first.shape, bool), first, jnp.zeros_like(first)))
     zeros = tuple(jnp.broadcast_to(jnp.astype(zero, o.dtype), o.shape) for o in outs)
-    shapes = [jax.ShapeDtypeStruct(jnp.shape(t), jnp.result_type(t)) for t in tangents if t is not None]
+    shapes = [t for t in tangents if t is not None]  # their shapes, dtypes and (under shard_map) varying axes
 
     def cast(values: Any, like: Any) -> tuple[Any, ...]:
         return tuple(
-            jnp.zeros(w.shape, w.dtype) if v is None else jnp.broadcast_to(jnp.astype(v, w.dtype), w.shape) for v, w in zip(values, like)
+            _varying_as(jnp.zeros(w.shape, w.dtype) if v is None else jnp.broadcast_to(jnp.astype(v, w.dtype), w.shape), w)
+            for v, w in zip(values, like)
         )
 
     def solve(_: Any, b: Any) -> Any:
@@ -220,7 +251,7 @@ def iterate(
             new = run_round(ops, s, k, settled(xp, err, tol))
             return k + 1, new, error(ops, new), hist
 
-        k, s, err, hist = jax.lax.while_loop(cond, body, (jnp.asarray(0, jnp.int32), s0, err0, history))
+        k, s, err, hist = jax.lax.while_loop(cond, body, varying((jnp.asarray(0, jnp.int32), s0, err0, history), ops))
         n_iter = jnp.minimum(k * check_every, max_iter)
         return (s, n_iter, err), (k, hist)
 
@@ -244,7 +275,7 @@ def iterate(
             d_o, d_s = pull(d_s)
             return b, jax.tree_util.tree_map(_plus, d_ops_acc, d_o), d_s
 
-        _, d_ops, d_state = jax.lax.while_loop(lambda c: c[0] > 0, back, (k, d_ops, d_state))
+        _, d_ops, d_state = jax.lax.while_loop(lambda c: c[0] > 0, back, varying((k, d_ops, d_state), ops, starts))
         return d_ops, d_state
 
     def loop_jvp(primals: Any, tangents: Any) -> Any:
