@@ -17,10 +17,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     other hosts. On JAX every (operator, method) pair's primary variant runs
     every check, and every variant its ``every_variant`` checks (values and
     gradients); ``pytest -m exhaustive`` runs the rest (.ci/run's second step).
+    A check marked ``eager_hosts`` is exhaustive on such a host for every variant.
     """
     for item in items:
         params = getattr(getattr(item, "callspec", None), "params", {})
         op, host = params.get("op"), next((params[f] for f in ("backend", "autodiff_backend", "eager_backend", "jax_backend") if f in params), None)
+        if host is not None and host.compiles and item.get_closest_marker("eager_hosts"):
+            item.add_marker(pytest.mark.exhaustive)
+            continue
         if not isinstance(op, Case) or host is None or op.primary or not host.compiles or item.get_closest_marker("every_variant"):
             continue
         item.add_marker(pytest.mark.exhaustive)
