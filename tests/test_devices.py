@@ -7,7 +7,8 @@ Every conformance case is called on ``jax.devices()[1]``: eagerly (an array
 made without ``device=`` would land on device 0 there) and under ``jax.jit``,
 value and gradient. The default run takes one case per core family; the
 rest run under ``-m exhaustive``. (array-api-strict's non-default devices
-are in every conformance check already.)
+are in every conformance check already.) The same two-device process checks
+``jax.shard_map`` with its default ``check_vma`` (``_check_shard_map``).
 """
 
 from __future__ import annotations
@@ -47,7 +48,29 @@ for case in CASES:
     jitted = jax.tree_util.tree_leaves(jax.jit(lambda v: case(v))(x))
     grad = jax.jit(jax.grad(lambda v: total(case, v)))(x)
     report[case.name] = sorted({str(d) for a in (*eager, *jitted, grad) for d in a.devices()})
-print(json.dumps({"second": str(second), "report": report}))
+
+# jax.shard_map with its default check_vma over both devices: each method's soft_rank against the unsharded one
+import rankops
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+mesh = jax.make_mesh((2,), ("b",))
+xn = np.random.default_rng(0).normal(size=(4, 9))
+xs = jax.device_put(jnp.asarray(xn), NamedSharding(mesh, P("b")))
+shard_map = {}
+for method in ("permutahedron", "lapsum", "softsort", "neuralsort", "diffsort", "sinkhorn"):
+    op = lambda v: rankops.soft_rank(v, method=method)
+    mapped = jax.shard_map(op, mesh=mesh, in_specs=P("b"), out_specs=P("b"))
+    try:
+        value = jax.jit(mapped)(xs)
+        grad = jax.jit(jax.grad(lambda v: jnp.sum(mapped(v) ** 2)))(xs)
+    except Exception as exc:
+        shard_map[method] = f"{type(exc).__name__}: {str(exc)[:200]}"
+        continue
+    plain = jnp.asarray(xn)
+    shard_map[method] = [float(np.max(np.abs(np.asarray(value) - np.asarray(op(plain))))),
+                         float(np.max(np.abs(np.asarray(grad) - np.asarray(jax.grad(lambda v: jnp.sum(op(v) ** 2))(plain))))),
+                         str(value.sharding.spec)]
+print(json.dumps({"second": str(second), "report": report, "shard_map": shard_map}))
 """
 
 # one per core family: the transport solver, isotonic regression, LapSum's scans, the row-softmax permutations
@@ -69,45 +92,14 @@ def test_values_and_gradients_stay_on_the_second_jax_device(names):
     assert set(found["report"]) >= set(names) and found["report"], found
     wrong = {name: where for name, where in found["report"].items() if where != [found["second"]]}
     assert wrong == {}, f"left {found['second']}: {wrong}"
+    _check_shard_map(found["shard_map"])  # the same two-device process
 
 
-_SHARD_MAP = r"""
-import json
-import conftest  # the suite's JAX start, with this process's XLA_FLAGS kept
-import jax, jax.numpy as jnp, numpy as np
-import rankops
-from jax.sharding import NamedSharding, PartitionSpec as P
 
-mesh = jax.make_mesh((2,), ("b",))
-xn = np.random.default_rng(0).normal(size=(4, 9))
-x = jax.device_put(jnp.asarray(xn), NamedSharding(mesh, P("b")))
-report = {}
-for method in ("permutahedron", "lapsum", "softsort", "neuralsort", "diffsort", "sinkhorn"):
-    op = lambda v: rankops.soft_rank(v, method=method)
-    mapped = jax.shard_map(op, mesh=mesh, in_specs=P("b"), out_specs=P("b"))  # check_vma: the default
-    try:
-        value = jax.jit(mapped)(x)
-        grad = jax.jit(jax.grad(lambda v: jnp.sum(mapped(v) ** 2)))(x)
-    except Exception as exc:
-        report[method] = f"{type(exc).__name__}: {str(exc)[:200]}"
-        continue
-    plain = jnp.asarray(xn)
-    report[method] = [float(np.max(np.abs(np.asarray(value) - np.asarray(op(plain))))),
-                      float(np.max(np.abs(np.asarray(grad) - np.asarray(jax.grad(lambda v: jnp.sum(op(v) ** 2))(plain))))),
-                      str(value.sharding.spec)]
-print(json.dumps(report))
-"""
-
-
-def test_shard_map_with_its_default_checks():
-    """``jax.shard_map`` (``check_vma`` on) over two devices: a loop's carry varies as its body does, so every
-    method but Sinkhorn runs; values and gradients equal the unsharded ones, the output stays sharded. Sinkhorn's
+def _check_shard_map(report: dict) -> None:
+    """``jax.shard_map`` (``check_vma`` on) over two devices: a loop's carry varies as its body does, so every method
+    but Sinkhorn runs; values and gradients equal the unsharded ones, the output stays sharded. Sinkhorn's
     forward-mode rule still mixes invariant and varying tangents there (issue 48, open)."""
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu",
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    proc = subprocess.run([sys.executable, "-c", _SHARD_MAP], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    report = json.loads(proc.stdout.strip().splitlines()[-1])
     for method in ("permutahedron", "lapsum", "softsort", "neuralsort", "diffsort"):
         assert isinstance(report[method], list), (method, report[method])
         value_error, grad_error, spec = report[method]
