@@ -92,7 +92,7 @@ class _Sorted:
         """
         adapter = get_adapter(xp)
         if mask is None:
-            (s, order), count = ((adapter.take(xp, x, order), order) if order is not None else adapter.sort_order(xp, x)), None
+            (s, order), count = masked.sorted_rows(xp, adapter, x, order), None
             weight = xp.ones((2,) + s.shape, dtype=s.dtype, device=array_api_compat.device(s))
         else:
             row = masked.valid_first(xp, adapter, x, mask, order=order)

@@ -23,7 +23,7 @@ from .._lib._adapters import custom_backward
 from .._lib._calls import ALONG, Prepared
 from .._lib._compat import index_dtype
 
-__all__ = ["arrays", "bound", "laid_out", "entered", "along", "cotangents", "pulled", "finished", "backward", "entering", "squared", "prefix", "held_last", "valid_first", "ValidFirst", "trailing"]
+__all__ = ["arrays", "bound", "laid_out", "entered", "along", "cotangents", "pulled", "finished", "backward", "entering", "squared", "prefix", "held_last", "valid_first", "ValidFirst", "trailing", "sorted_rows"]
 
 
 def arrays(mask: Any) -> dict[str, Any]:
@@ -150,6 +150,14 @@ def held_last(xp: Any, adapter: Any, a: Any, count: Any) -> Any:
     return xp.where(count > 0, last, xp.zeros_like(last))
 
 
+def sorted_rows(xp: Any, adapter: Any, x: Any, order: Any = None, *, descending: bool = False) -> tuple[Any, Any]:
+    """``(x's rows sorted, their order)`` (stable); ``order``: that order, known already (:mod:`.softness` sorted the
+    row): ``x`` gathered in it, no second sort."""
+    if order is None:
+        return adapter.sort_order(xp, x, descending=descending)
+    return adapter.take(xp, x, order), order
+
+
 def trailing(rest: tuple[Any, ...], ordered: bool, masked: bool) -> tuple[tuple[Any, ...], Any, Any]:
     """A forward's arguments after ``x`` split into ``(its own, order, mask)``: the row's sorting order (when
     ``ordered``: :mod:`.softness` sorted the row already) and the mask (when ``masked``) come last, in that order."""
@@ -176,10 +184,7 @@ def valid_first(xp: Any, adapter: Any, x: Any, mask: Any, *, descending: bool = 
     weight, adds nothing to any sum over the row. ``order``: that order,
     known already (:mod:`.softness` sorted the row): no second sort.
     """
-    if order is not None:
-        s = adapter.take(xp, x, order)
-    else:
-        far = -math.inf if descending else math.inf
-        s, order = adapter.sort_order(xp, xp.where(mask, x, far), descending=descending)
+    far = -math.inf if descending else math.inf
+    s, order = sorted_rows(xp, adapter, xp.where(mask, x, far), order, descending=descending)
     count, valid = _counted(xp, mask)
     return ValidFirst(xp.where(valid, s, held_last(xp, adapter, s, count)), order, valid, count)

@@ -70,7 +70,7 @@ class _Projection:
         else:
             z = x if self.descending else -x
         if mask is None:
-            s, order = (adapter.take(xp, z, order), order) if order is not None else adapter.sort_order(xp, z, descending=True)
+            s, order = masked.sorted_rows(xp, adapter, z, order, descending=True)
             rho, weight = _rho(xp, x), None
         else:
             # The valid entries sort first with rho = (n_v, ..., 1); the masked tail has weight 0

@@ -20,19 +20,17 @@ def varying(carry: Any, *like: Any) -> Any:
     body's outputs, computed from the sharded input, vary, and the loop would refuse the mismatch."""
     leaves = jax.tree_util.tree_leaves((carry, like))
     axes = frozenset().union(*(_varies_over(a) for a in leaves if hasattr(a, "dtype")))
-    if not axes:
-        return carry
-
-    def cast(a: Any) -> Any:
-        missing = tuple(sorted(axes - _varies_over(a)))
-        return jax.lax.pcast(a, missing, to="varying") if missing else a
-
-    return jax.tree_util.tree_map(cast, carry)
+    return jax.tree_util.tree_map(lambda a: _varying_over(a, axes), carry) if axes else carry
 
 
 def _varying_as(a: Any, like: Any) -> Any:
     """``a`` made to vary over the manual mesh axes ``like`` varies over (a tangent or cotangent must match its primal)."""
-    missing = tuple(sorted(_varies_over(like) - _varies_over(a)))
+    return _varying_over(a, _varies_over(like))
+
+
+def _varying_over(a: Any, axes: frozenset[str]) -> Any:
+    """``a`` made to vary over ``axes`` too (``lax.pcast`` of the axes it does not vary over yet)."""
+    missing = tuple(sorted(axes - _varies_over(a)))
     return jax.lax.pcast(a, missing, to="varying") if missing else a
 
 

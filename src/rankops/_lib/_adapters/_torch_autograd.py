@@ -14,6 +14,12 @@ import torch
 
 __all__ = ["Custom", "CustomForwardMode", "custom_function", "in_transform", "mapped", "plain"]
 
+_NO_SECOND_DERIVATIVE = (
+    "rankops: second derivatives through an implicit Sinkhorn backward (method='sinkhorn', implicit=True) are not "
+    "implemented: pass implicit=False (unrolled), which torch differentiates twice, or use another method (every "
+    "other method has second derivatives)"
+)
+
 
 class Custom(torch.autograd.Function):
     """A forward with a hand-written backward, both written against the array API.
@@ -54,34 +60,27 @@ class Custom(torch.autograd.Function):
     def backward(ctx: Any, *cts: Any) -> Any:
         xp, _, bwd, n_diff, residuals = ctx.spec
         saved = ctx.saved_tensors
-        if torch.is_grad_enabled() and residuals is None and ctx.functorch:
-            # torch.func (grad, vjp, jacrev): the backward runs with grad enabled, a second derivative or not;
-            # the gradient is the first-order one, and differentiating it again raises (_FirstOrder)
-            inputs = [a for a in saved[ctx.n_res :] if a.is_floating_point()]
-            if any(mapped(c) for c in cts[:n_diff] if isinstance(c, torch.Tensor)):
-                # vmap of this backward (jacrev): its solve cannot read its stopping test, so it runs per slice
-                grads = _Pullback.apply((xp, bwd), ctx.values, ctx.n_res, *saved[: ctx.n_res], *cts[:n_diff])
-            else:
-                grads = tuple(bwd(xp, _residuals(ctx.values, saved[: ctx.n_res]), cts[:n_diff]))
-            live = [i for i, g in enumerate(grads) if isinstance(g, torch.Tensor)]
-            linked = _FirstOrder.apply(len(live), *(grads[i] for i in live), *inputs)
-            grads = tuple(linked[live.index(i)] if i in live else g for i, g in enumerate(grads))
-            return (None, *grads)
-        if torch.is_grad_enabled():  # create_graph=True
-            if residuals is None:
-                # only the implicit Sinkhorn backward (an iterative solve) gives no residuals to rebuild; its
-                # derivative is not implemented, and once_differentiable would drop it silently under
-                # autograd.grad(inputs=...)
-                raise RuntimeError(
-                    "rankops: second derivatives through an implicit Sinkhorn backward (method='sinkhorn', "
-                    "implicit=True) are not implemented: pass implicit=False (unrolled), which torch differentiates "
-                    "twice, or use another method (every other method has second derivatives)"
-                )
-            # residuals rebuilt from the inputs under autograd: bwd is then differentiable
-            res = residuals(xp, *saved[ctx.n_res :])
+        kept, inputs = saved[: ctx.n_res], saved[ctx.n_res :]
+        if not torch.is_grad_enabled():  # a first derivative
+            return (None, *bwd(xp, _residuals(ctx.values, kept), cts[:n_diff]))
+        if residuals is not None:
+            # create_graph=True or torch.func: the residuals rebuilt from the inputs under autograd make bwd
+            # differentiable
+            return (None, *bwd(xp, residuals(xp, *inputs), cts[:n_diff]))
+        # Only the implicit Sinkhorn backward (an iterative solve) gives no residuals to rebuild; its derivative
+        # is not implemented, and once_differentiable would drop it silently under autograd.grad(inputs=...).
+        if not ctx.functorch:
+            raise RuntimeError(_NO_SECOND_DERIVATIVE)
+        # torch.func (grad, vjp, jacrev) runs the backward with grad enabled, a second derivative or not: the
+        # gradient is the first-order one, and differentiating it again raises (_FirstOrder)
+        if any(mapped(c) for c in cts[:n_diff] if isinstance(c, torch.Tensor)):
+            # vmap of this backward (jacrev): its solve cannot read its stopping test, so it runs per slice
+            grads = _Pullback.apply((xp, bwd), ctx.values, ctx.n_res, *kept, *cts[:n_diff])
         else:
-            res = _residuals(ctx.values, saved[: ctx.n_res])
-        return (None, *bwd(xp, res, cts[:n_diff]))
+            grads = tuple(bwd(xp, _residuals(ctx.values, kept), cts[:n_diff]))
+        live = [i for i, g in enumerate(grads) if isinstance(g, torch.Tensor)]
+        linked = _FirstOrder.apply(len(live), *(grads[i] for i in live), *(a for a in inputs if a.is_floating_point()))
+        return (None, *(linked[live.index(i)] if i in live else g for i, g in enumerate(grads)))
 
     @staticmethod
     def vmap(info: Any, in_dims: tuple[Any, ...], spec: tuple[Any, ...], *arrays: Any) -> Any:
@@ -140,11 +139,7 @@ class _FirstOrder(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, *cts: Any) -> Any:
-        raise RuntimeError(
-            "rankops: second derivatives through an implicit Sinkhorn backward (method='sinkhorn', implicit=True) "
-            "are not implemented: pass implicit=False (unrolled), which torch differentiates twice, or use another "
-            "method (every other method has second derivatives)"
-        )
+        raise RuntimeError(_NO_SECOND_DERIVATIVE)
 
 
 class _Pullback(torch.autograd.Function):
@@ -162,7 +157,7 @@ class _Pullback(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, *cts: Any) -> Any:
-        raise RuntimeError("rankops: second derivatives through an implicit Sinkhorn backward are not implemented")
+        raise RuntimeError(_NO_SECOND_DERIVATIVE)
 
     @staticmethod
     def vmap(info: Any, in_dims: tuple[Any, ...], spec: Any, values: Any, n_res: int, *tensors: Any) -> Any:
