@@ -23,7 +23,10 @@ d``), a wire's cotangent ``G`` and the cotangent ``g_c`` of its share (from
 the rank or the matrix) give ``a = G (c + h) + g_c q`` and ``G <- G - a +
 a_p``. The shares and their arguments are kept per layer (O(K n) per row);
 the rank also keeps the positions it carried (``g_c = gamma (z_p - z)``
-with ``gamma`` its cotangent carried forward through the same layers).
+with ``gamma`` its cotangent carried forward through the same layers). The
+matrix keeps no layer's matrix: its backward carries the identity's columns
+through the layers again, a block of columns at a time (O(n^2 + K n)
+memory per row, not O(K n^2)).
 
 With a ``mask`` each row runs the network of its n_v valid entries alone:
 they move, in their order, to the first n_v wires, and a per-row ``gate``
@@ -61,6 +64,16 @@ def _partners(xp: Any, v: Any, partner: Any, axis: int = -1) -> Any:
     return get_adapter(xp).select(xp, v, partner, v.ndim + axis if axis < 0 else axis)
 
 
+# the least number of columns a block of the matrix's backward carries (see _Network.rows_back): fewer
+# would only lengthen the loop over blocks, whose every step runs the K layers twice
+_COLUMNS = 16
+
+
+def _blend_rows(xp: Any, c: Any, m: Any, partner: Any) -> Any:
+    """One layer on the matrix: row i becomes ``(1 - c_i) m_i + c_i m_p(i)``."""
+    return (1.0 - c)[..., None] * m + c[..., None] * _partners(xp, m, partner, -2)
+
+
 def _flip(xp: Any, arrays: tuple[Any, ...]) -> tuple[Any, ...]:
     return tuple(xp.flip(a, axis=-1) for a in arrays)
 
@@ -96,7 +109,12 @@ class _Network:
         return (wire < count) & (partner < count) & (layer < count)
 
     def layers(self, xp: Any, w: Wiring, x: Any, p: Any = None, gate: Any = None) -> tuple[Any, ...]:
-        """``(y, c, u[, P])``: the wires (and the matrix ``p``) after every layer, each layer's shares and arguments (``(..., n, K)``)."""
+        """``(y, c, u[, P])``: the wires (and the matrix ``p``) after every layer, each layer's shares and arguments (``(..., n, K)``).
+
+        The matrix is carried, not kept per layer: its backward recomputes
+        what entered each layer (:meth:`rows_back`), so a call without one
+        holds O(n^2 + K n) per row, not O(K n^2).
+        """
         adapter = get_adapter(xp)
 
         tau = self.steepness * w.side  # 0 on idle wires: they blend half and half with themselves, exact
@@ -117,14 +135,12 @@ class _Network:
             out = ((1.0 - c) * v + c * other,)
             kept = (c[..., None], u[..., None])
             if len(carry) > 1:  # the matrix: the same blend of whole rows
-                m = carry[1]
-                out += ((1.0 - c)[..., None] * m + c[..., None] * _partners(xp, m, partner, -2),)
-                kept += (m[..., None],)
+                out += (_blend_rows(xp, c, carry[1], partner),)
             return out, kept
 
         xs = (w.schedule,) if gate is None else (w.schedule, gate)
         carry, kept = adapter.scan_blocks(xp, body, (x,) if p is None else (x, p), xs, 1)
-        return (carry[0], *kept) if p is None else (carry[0], *kept[:2], carry[1], kept[2])
+        return (carry[0], *kept) if p is None else (carry[0], *kept, carry[1])
 
     def back(self, xp: Any, w: Wiring, c: Any, u: Any, g: Any, gc: Any = None, gate: Any = None) -> Any:
         """The input's cotangent from the wires' ``g`` after the last layer and the shares' ``gc`` (``(..., n, K)``; None: 0)."""
@@ -187,6 +203,40 @@ class _Network:
         _, (gc,) = get_adapter(xp).scan_blocks(xp, body, ct, _flip(xp, xs) if reverse else xs, 1)
         return xp.flip(gc, axis=-1) if reverse else gc
 
+    def rows_back(self, xp: Any, w: Wiring, c: Any, ct: Any) -> Any:
+        """Each share's cotangent (``(..., n, K)``) for the matrix's chain, from the matrix's cotangent ``ct``.
+
+        The chain acts on every column alike, so the columns go in blocks of
+        ``b``: each block's identity columns are carried through the layers
+        again (keeping what entered each layer, ``(..., n, b, K)``) and
+        :meth:`chain_back` takes the block's share of the cotangents. With
+        ``b >= n / K`` the blocks hold O(n^2 + b K n) per row where keeping
+        every layer's matrix would hold O(K n^2); the work is the forward's
+        once more.
+        """
+        adapter = get_adapter(xp)
+        n, k = c.shape[-2], c.shape[-1]
+        b = min(n, max(-(-n // k), _COLUMNS))
+        dev = array_api_compat.device(c)
+        idx = index_dtype(xp, dev)
+        wire = xp.arange(n, dtype=idx, device=dev)[:, None]
+        offsets = xp.arange(b, dtype=idx, device=dev)
+
+        def forward(carry: Any, cols: tuple[Any, ...]) -> tuple[Any, tuple[Any]]:
+            return _blend_rows(xp, cols[1][..., 0], carry, _column(xp, w.partner, cols[0])), (carry[..., None],)
+
+        def block(total: Any, cols: tuple[Any, ...]) -> tuple[Any, tuple[()]]:
+            j = cols[0] * b + offsets  # this block's columns; those past n are zero in both chains
+            inside = j < n
+            eye = xp.broadcast_to(xp.astype(wire == j, c.dtype), c.shape[:-2] + (n, b))
+            ct_j = _partners(xp, ct, xp.where(inside, j, xp.zeros_like(j)))
+            ct_j = xp.where(inside, ct_j, xp.zeros_like(ct_j))
+            _, (entering,) = adapter.scan_blocks(xp, forward, eye, (w.schedule, c), 1)
+            return total + self.chain_back(xp, w, c, entering, ct_j, rows=True), ()
+
+        blocks = xp.arange(-(-n // b), dtype=idx, device=dev)
+        return adapter.scan_blocks(xp, block, xp.zeros_like(c), (blocks,), 1)[0]
+
     def signed(self, xp: Any, v: Any) -> Any:
         return -v if self.descending else v
 
@@ -218,18 +268,21 @@ class _Sort(_Network):
 
 
 class _Chained(_Network):
-    """An output carried through the layers by a linear chain (its residuals: shares, arguments, what entered each layer)."""
+    """An output carried through the layers by a linear chain (residuals: shares, arguments, then :attr:`kept` more)."""
 
-    rows = False  # the positions' chain (a vector, from the last layer); True: the matrix's (rows, from the first)
+    kept = 1  # the rank keeps what entered each layer; the matrix none (its backward recomputes them)
+
+    def share_cotangents(self, xp: Any, w: Wiring, c: Any, kept: tuple[Any, ...], ct: Any) -> Any:
+        return self.chain_back(xp, w, c, kept[0], ct, rows=False)
 
     def bwd(self, xp: Any, res: tuple[Any, ...], cts: tuple[Any, ...]) -> tuple[Any, ...]:
         (ct,) = cts
-        valid = res[3:]
+        valid = res[2 + self.kept:]
         if ct is None:  # torch: the output was not used
             return (None,) * (1 + len(valid))
-        c, u, entering = res[:3]
+        c, u = res[:2]
         w = self.wiring(xp, c, c.shape[-2])
-        gc = self.chain_back(xp, w, c, entering, xp.astype(ct, c.dtype, copy=False), rows=self.rows)
+        gc = self.share_cotangents(xp, w, c, res[2:2 + self.kept], xp.astype(ct, c.dtype, copy=False))
         zero = xp.zeros(c.shape[:-1], dtype=c.dtype, device=array_api_compat.device(c))
         gate = self.gate(xp, w, valid[0]) if valid else None
         return (self.signed(xp, self.back(xp, w, c, u, zero, gc, gate)), *(None,) * len(valid))
@@ -256,15 +309,18 @@ class _Rank(_Chained):
 
 
 class _Matrix(_Chained):
-    rows = True
+    kept = 0
+
+    def share_cotangents(self, xp: Any, w: Wiring, c: Any, kept: tuple[Any, ...], ct: Any) -> Any:
+        return self.rows_back(xp, w, c, ct)
 
     def fwd(self, xp: Any, x: Any, *valid: Any) -> tuple[tuple[Any], tuple[Any, ...]]:
         w = self.wiring(xp, x, x.shape[-1])
         n = x.shape[-1]
         eye = xp.broadcast_to(xp.eye(n, dtype=x.dtype, device=array_api_compat.device(x)), x.shape + (n,))
         gate = self.gate(xp, w, valid[0]) if valid else None
-        _, c, u, p, entering = self.layers(xp, w, self.signed(xp, x), eye, gate=gate)
-        return (self.nan_rows(xp, x, p),), (c, u, entering, *valid)
+        _, c, u, p = self.layers(xp, w, self.signed(xp, x), eye, gate=gate)
+        return (self.nan_rows(xp, x, p),), (c, u, *valid)
 
 
 def _spec(cls: type, opts: Any, descending: bool, **extra: Any) -> Any:
