@@ -26,9 +26,11 @@ from rankops._lib._backends import (
 # `jax_disable_most_optimizations` skips XLA's optimisation passes, and XLA's CPU code generator
 # without its newer fusion emitters compiles the rest 2.3x faster (twelve soft-rank / quantile /
 # permutahedron / isotonic / LapSum / top-k programs and their gradients: 8.8 s -> 3.9 s on
-# jaxlib 0.10.2). XLA aborts on a flag it does not know: the emitter flag is given from jaxlib
-# 0.10 on, where it was checked.
-_TEST_XLA_FLAGS_FROM_0_10 = ("--xla_cpu_use_fusion_emitters=false",)
+# jaxlib 0.10.2). Codegen in one piece: XLA splits a program's code generation over threads, which on
+# this suite's one worker per core only contend with the other worker (ten soft-rank, isotonic and
+# quantile programs on one core: 7.2-7.9 s -> 5.6-5.7 s). XLA aborts on a flag it does not know:
+# these are given from jaxlib 0.10 on, where they were checked.
+_TEST_XLA_FLAGS_FROM_0_10 = ("--xla_cpu_use_fusion_emitters=false", "--xla_cpu_parallel_codegen_split_count=1")
 
 
 def _start_jax_for_tests(jax: Any) -> None:

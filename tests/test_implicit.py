@@ -182,5 +182,5 @@ def test_implicit_nan_row_stays_in_its_row():
     xt = torch.asarray(x).requires_grad_(True)
     rankops.soft_rank(xt, implicit=True, epsilon=0.1).sum().backward()
     g = xt.grad.numpy()
-    assert np.isnan(g[1]).all()
+    assert (g[1] == 0).all()  # a non-finite row's gradient is 0 (docs/reliability.md): its loss can be dropped
     assert np.isfinite(g[[0, 2]]).all()

@@ -198,8 +198,8 @@ def diffsort(x: Array, /, *, softness: Any = None, network: str = "odd_even", di
         Shape ``(..., n, n)``, rows the positions of the sorted order; the
         ``diffsort`` package's matrix (``x @ P_ds`` sorted) transposed.
         Memory per row: O(n^2 + K n), the backward too (it recomputes the
-        layers' matrices in blocks of columns, once more the forward's
-        O(K n^2) work); for values and ranks use ``soft_sort`` /
+        layers' matrices in blocks of columns, about 8 matrices at a time,
+        once more the forward's O(K n^2) work); for values and ranks use ``soft_sort`` /
         ``soft_rank(method="diffsort")``, O(K n).
 
     Examples

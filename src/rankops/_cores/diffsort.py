@@ -25,8 +25,8 @@ a_p``. The shares and their arguments are kept per layer (O(K n) per row);
 the rank also keeps the positions it carried (``g_c = gamma (z_p - z)``
 with ``gamma`` its cotangent carried forward through the same layers). The
 matrix keeps no layer's matrix: its backward carries the identity's columns
-through the layers again, a block of columns at a time (O(n^2 + K n)
-memory per row, not O(K n^2)).
+through the layers again, a block of columns at a time (about 8 n^2 + K n
+memory per row, not K n^2).
 
 With a ``mask`` each row runs the network of its n_v valid entries alone:
 they move, in their order, to the first n_v wires, and a per-row ``gate``
@@ -39,7 +39,6 @@ passes no gradient.
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any
 
 import array_api_compat
@@ -47,6 +46,7 @@ import array_api_compat
 from .._lib._adapters import core, custom_backward, get_adapter, rebuilt, same_shape
 from .._lib._compat import index_dtype
 from . import comparators, masked
+from .finite import finite_rows
 from .networks import Wiring, stage_sizes, wiring
 from .softness import softened
 from .tempered import tempered
@@ -64,8 +64,10 @@ def _partners(xp: Any, v: Any, partner: Any, axis: int = -1) -> Any:
     return get_adapter(xp).select(xp, v, partner, v.ndim + axis if axis < 0 else axis)
 
 
-# the least number of columns a block of the matrix's backward carries (see _Network.rows_back): fewer
-# would only lengthen the loop over blocks, whose every step runs the K layers twice
+# The matrix's backward (_Network.rows_back) carries its columns in K / _LAYERS_PER_BLOCK blocks: memory of about
+# _LAYERS_PER_BLOCK times the matrix per row, for that many times fewer steps (each of them a kernel launch on a GPU)
+# than one block per K layers; and at least _COLUMNS columns a block, or the loop over blocks is all steps.
+_LAYERS_PER_BLOCK = 8
 _COLUMNS = 16
 
 
@@ -209,14 +211,14 @@ class _Network:
         The chain acts on every column alike, so the columns go in blocks of
         ``b``: each block's identity columns are carried through the layers
         again (keeping what entered each layer, ``(..., n, b, K)``) and
-        :meth:`chain_back` takes the block's share of the cotangents. With
-        ``b >= n / K`` the blocks hold O(n^2 + b K n) per row where keeping
-        every layer's matrix would hold O(K n^2); the work is the forward's
-        once more.
+        :meth:`chain_back` takes the block's share of the cotangents. About
+        ``K / 8`` blocks of ``b = 8 n / K`` columns hold ``8 n^2`` per row,
+        where keeping every layer's matrix would hold ``K n^2``: the work is
+        the forward's once more, in ``K / 8`` times its steps (launches).
         """
         adapter = get_adapter(xp)
         n, k = c.shape[-2], c.shape[-1]
-        b = min(n, max(-(-n // k), _COLUMNS))
+        b = min(n, max(-(-n // -(-k // _LAYERS_PER_BLOCK)), _COLUMNS))
         dev = array_api_compat.device(c)
         idx = index_dtype(xp, dev)
         wire = xp.arange(n, dtype=idx, device=dev)[:, None]
@@ -240,11 +242,6 @@ class _Network:
     def signed(self, xp: Any, v: Any) -> Any:
         return -v if self.descending else v
 
-    def nan_rows(self, xp: Any, x: Any, value: Any) -> Any:
-        """A row holding NaN has no order: NaN throughout (a NaN would reach only the wires it meets)."""
-        bad = xp.any(xp.isnan(x), axis=-1, keepdims=True)
-        return xp.where(bad if value.ndim == x.ndim else bad[..., None], math.nan, value)
-
 
 class _Sort(_Network):
     """The forward takes, after x, the valid wires (a mask's prefix), if any: a residual too, for the gate."""
@@ -253,7 +250,7 @@ class _Sort(_Network):
         w = self.wiring(xp, x, x.shape[-1])
         gate = self.gate(xp, w, valid[0]) if valid else None
         y, c, u = self.layers(xp, w, self.signed(xp, x), gate=gate)
-        return (self.nan_rows(xp, x, self.signed(xp, y)),), (c, u, *valid)
+        return (self.signed(xp, y),), (c, u, *valid)
 
     def bwd(self, xp: Any, res: tuple[Any, ...], cts: tuple[Any, ...]) -> tuple[Any, ...]:
         (ct,) = cts
@@ -304,7 +301,7 @@ class _Rank(_Chained):
         gate = self.gate(xp, w, valid[0]) if valid else None
         _, c, u = self.layers(xp, w, self.signed(xp, x), gate=gate)
         ranks, entering = self.carry_back(xp, w, c, self.positions(xp, x))
-        return (self.nan_rows(xp, x, ranks),), (c, u, entering, *valid)
+        return (ranks,), (c, u, entering, *valid)
 
 
 
@@ -320,7 +317,7 @@ class _Matrix(_Chained):
         eye = xp.broadcast_to(xp.eye(n, dtype=x.dtype, device=array_api_compat.device(x)), x.shape + (n,))
         gate = self.gate(xp, w, valid[0]) if valid else None
         _, c, u, p = self.layers(xp, w, self.signed(xp, x), eye, gate=gate)
-        return (self.nan_rows(xp, x, p),), (c, u, *valid)
+        return (p,), (c, u, *valid)
 
 
 def _spec(cls: type, opts: Any, descending: bool, **extra: Any) -> Any:
@@ -363,6 +360,7 @@ def _softness_key(opts: Any, params: dict[str, Any]) -> str:
 
 @core(output_shapes=same_shape, batched={"mask": (0,)})
 @masked.entering
+@finite_rows
 @softened(_softness_key, lambda opts, params: True)
 @tempered("steepness", lambda params, opts: (1, -1))
 def sort_core(xp: Any, x: Any, opts: Any, *, descending: bool, mask: Any = None) -> Any:
@@ -372,6 +370,7 @@ def sort_core(xp: Any, x: Any, opts: Any, *, descending: bool, mask: Any = None)
 
 @core(output_shapes=same_shape, batched={"mask": (0,)})
 @masked.entering
+@finite_rows
 @softened(_softness_key, lambda opts, params: False)
 @tempered("steepness", lambda params, opts: (1, 0))
 def rank_core(xp: Any, x: Any, opts: Any, *, descending: bool, levels: tuple[float, ...] | None = None, mask: Any = None) -> Any:
@@ -388,6 +387,7 @@ def _square(shape: tuple[int, ...], opts: Any, params: dict[str, Any]) -> dict[s
 
 @core(output_shapes=_square, batched={"mask": (0,)})
 @masked.entering
+@finite_rows
 @softened(_softness_key, lambda opts, params: False)
 @tempered("steepness", lambda params, opts: (1, 0))
 def matrix_core(xp: Any, x: Any, opts: Any, *, descending: bool, mask: Any = None) -> Any:

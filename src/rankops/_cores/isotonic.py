@@ -45,6 +45,7 @@ from .._lib._compat import index_dtype
 from .._lib._loops import freeze_rows
 from .._lib._numerics import checked_weights, logaddexp, safe_divide, unbroadcast
 from . import masked
+from .finite import finite_rows
 
 __all__ = ["fit", "decreasing", "block_starts", "block_sums", "block_first", "regression_core"]
 
@@ -335,6 +336,7 @@ class _Regression:
 
 
 @core(output_shapes=same_shape, batched={"weights": (0,), "mask": (0,)})
+@finite_rows
 def regression_core(xp: Any, y: Any, opts: Any, *, increasing: bool, weights: Any, mask: Any = None) -> Any:
     """The least-squares isotonic fit and its block-wise pullback (to ``weights`` too).
 

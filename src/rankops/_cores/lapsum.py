@@ -42,6 +42,7 @@ from .._lib._adapters import core, get_adapter, rebuilt, same_shape
 from .._lib._compat import index_dtype, is_array
 from .._lib._numerics import logaddexp, safe_divide
 from . import masked
+from .finite import finite_rows
 from .softness import softened
 from .tempered import tempered
 
@@ -313,6 +314,7 @@ def _sorts(opts: Any, params: dict[str, Any]) -> int:
 
 @core(output_shapes=same_shape, batched={"mask": (0,)})
 @masked.entering
+@finite_rows
 @softened(_softness_key, lambda opts, params: False, _sorts)
 @tempered("alpha", lambda params, opts: (-1, 0))
 def rank_core(xp: Any, x: Any, opts: Any, *, descending: bool, mask: Any = None, order: Any = None) -> Any:
@@ -322,6 +324,7 @@ def rank_core(xp: Any, x: Any, opts: Any, *, descending: bool, mask: Any = None,
 
 @core(output_shapes=same_shape, batched={"mask": (0,)})
 @masked.entering
+@finite_rows
 @softened(_softness_key, lambda opts, params: True, _sorts)
 @tempered("alpha", lambda params, opts: (-1, 1))
 def sort_core(xp: Any, x: Any, opts: Any, *, descending: bool, mask: Any = None, order: Any = None) -> Any:
@@ -331,6 +334,7 @@ def sort_core(xp: Any, x: Any, opts: Any, *, descending: bool, mask: Any = None,
 
 @core(output_shapes=same_shape, batched={"k": (), "mask": (0,)})
 @masked.entering
+@finite_rows
 @softened(_softness_key, lambda opts, params: False, lambda opts, params: 1)
 @tempered("alpha", lambda params, opts: (-1, 0))
 def topk_core(xp: Any, x: Any, opts: Any, *, k: Any, mask: Any = None, order: Any = None) -> Any:

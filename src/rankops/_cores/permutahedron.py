@@ -41,6 +41,7 @@ from .._lib._adapters import core, get_adapter, rebuilt, same_shape
 from .._lib._compat import is_array
 from .._lib._numerics import safe_divide
 from . import isotonic, masked
+from .finite import finite_rows
 from .softness import output_is_sort, softened
 from .tempered import tempered
 
@@ -105,10 +106,12 @@ class _Projection:
             ranks, share = _pooled_ranks(xp, adapter, starts, s, rho, self.regularization, weight)
             value = adapter.take(xp, ranks, inverse)
         else:
-            # (sol - y) is exactly 0 on one-entry blocks: the value is then s itself
-            value = s - (sol - y) if self.descending else (sol - y) - s
-        # a NaN has no place in the order: the whole row is NaN rather than quietly ranked
-        value = xp.where(xp.any(xp.isnan(x), axis=-1, keepdims=True), math.nan, value)
+            # (sol - y) is 0 on a one-entry block, where the value is s itself: written so, not left to the
+            # subtraction, which XLA may compute from a y of its own rounding (y = w - s recomputed in another fusion)
+            last = xp.ones(starts.shape[:-1] + (1,), dtype=xp.bool, device=array_api_compat.device(starts))
+            alone = starts & xp.concat([starts[..., 1:], last], axis=-1)
+            d = xp.where(alone, 0.0, sol - y)
+            value = s - d if self.descending else d - s
         # the rank's backward needs each entry's share of its block, which the forward has at hand
         share = share if self.output == "rank" else None
         return (value,), (s, starts, order, inverse, value, share, *(rho,) * self.masked, *strength_array)
@@ -210,6 +213,7 @@ def _homogeneity(params: dict[str, Any], opts: Any) -> tuple[int, int] | None:
 
 @core(output_shapes=same_shape, batched={"mask": (0,)})
 @masked.entering
+@finite_rows
 @softened(lambda opts, params: f"permutahedron-{opts.regularization}", output_is_sort,
           lambda opts, params: -1 if (params["output"] == "rank") != params["descending"] else 1)
 @tempered("strength", _homogeneity)

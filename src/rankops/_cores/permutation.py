@@ -38,6 +38,7 @@ from .._lib._adapters import core, get_adapter, same_shape
 from .._lib._compat import is_array
 from .._lib._numerics import matvec
 from . import masked
+from .finite import finite_rows
 from .rows import ROWS, exact, permutation_matrix, weights
 from .softness import output_is_sort, softened
 
@@ -93,6 +94,7 @@ def _square(shape: tuple[int, ...], opts: Any, params: dict[str, Any]) -> dict[s
 
 @core(output_shapes=_square, batched={"mask": (0,)})
 @masked.entering
+@finite_rows
 @softened(_softness_key, lambda opts, params: False)
 def matrix_core(xp: Any, s: Any, opts: Any, *, method: str, descending: bool, mask: Any = None) -> Any:
     """The relaxed permutation matrix (..., n, n) and its pullback (that of the relaxed matrix when ``hard``).
@@ -176,6 +178,7 @@ def _backward(xp: Any, rows: Any, output: str, block: int, ct: Any, p_kept: Any 
 
 @core(output_shapes=same_shape, batched={"mask": (0,)})
 @masked.entering
+@finite_rows
 @softened(_softness_key, output_is_sort)
 def dense_core(xp: Any, x: Any, opts: Any, *, method: str, output: str, descending: bool, mask: Any = None) -> Any:
     """The whole matrix as one block, differentiated by the host's autodiff (the rule keeps the matrix).
@@ -253,6 +256,7 @@ class _Streamed:
 
 @core(output_shapes=same_shape, batched={"mask": (0,)})
 @masked.entering
+@finite_rows
 @softened(_softness_key, output_is_sort)
 def stream_core(xp: Any, x: Any, opts: Any, *, method: str, output: str, descending: bool, mask: Any = None) -> Any:
     """``block`` rows of ``P`` at a time, in the forward and in the backward pass (a number ``power`` only)."""

@@ -22,6 +22,7 @@ from .._lib._adapters import core
 from .._lib._compat import is_array
 from .._lib._numerics import unbroadcast
 from .entries import Entries
+from .finite import finite_rows
 from .transport import REPORTED, WEIGHTS, TransportSettings, grads, plan_vjp
 
 __all__ = ["quantile_core", "MIN_FILLER"]
@@ -68,6 +69,7 @@ def _quantile_shapes(shape: tuple[int, ...], opts: TransportSettings, params: di
 
 
 @core(output_shapes=_quantile_shapes, outputs=REPORTED, batched=WEIGHTS)
+@finite_rows
 def quantile_core(xp: Any, x: Any, opts: TransportSettings, *, q: Any, weights: Any = None, mask: Any = None) -> Any:
     """Levels ``q``: a Python float (output drops the axis) or a 1-D array (axis -> levels), all in one batched solve.
 

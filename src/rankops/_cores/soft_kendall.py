@@ -25,6 +25,7 @@ import array_api_compat
 
 from .._lib._adapters import core, custom_backward, get_adapter, rebuilt
 from . import masked
+from .finite import finite_rows
 
 __all__ = ["soft_kendall_core"]
 
@@ -106,6 +107,7 @@ def _scalar_shapes(shape: tuple[int, ...], opts: Any, params: Any) -> dict[str, 
 
 
 @core(output_shapes=_scalar_shapes, batched={"y": (0,), "mask": (0,)})
+@finite_rows(also=("y",))
 def soft_kendall_core(xp: Any, x: Any, opts: Any, *, y: Any, mask: Any = None) -> Any:
     """The smooth tau-a of matching rows of ``x`` and ``y`` and its streamed backward pass (``mask``: valid pairs)."""
     spec = _SoftTau(opts.tau, mask is not None)

@@ -24,6 +24,7 @@ import math
 from .._lib._adapters import core
 from .._lib._numerics import safe_divide, unbroadcast
 from . import masked
+from .finite import finite_rows
 from .entries import Entries
 from .transport import REPORTED, TransportSettings, grads, grid, plan_vjp, target_measure, targets_count, topk_targets
 
@@ -38,6 +39,7 @@ def _output_shapes(shape: tuple[int, ...], opts: TransportSettings, params: dict
 
 
 @core(output_shapes=_output_shapes, outputs=REPORTED, core_ndim=2, batched={"criterion": (0,), "mask": (0,)})
+@finite_rows(also=("criterion",), vectors=True)
 def sort_with_core(
     xp: Any, x: Any, opts: TransportSettings, *, criterion: Any, descending: bool = False, target_weights: Any = None,
     topk: int | None = None, mask: Any = None,

@@ -39,6 +39,7 @@ from .._solvers.line import line_plan_vjp
 from .._solvers.sinkhorn import Settings, log_weights, solve_vjp
 from . import masked
 from .entries import Entries
+from .finite import finite_rows
 from .squash import squash_parts
 
 __all__ = [
@@ -142,6 +143,7 @@ WEIGHTS = {"weights": (0,), "mask": (0,)}
 
 
 @core(output_shapes=_along, outputs=REPORTED, batched=WEIGHTS)
+@finite_rows
 def cdf_core(
     xp: Any, x: Any, opts: TransportSettings, *, descending: bool = False, target_weights: Any = None, weights: Any = None,
     mask: Any = None,
@@ -183,6 +185,7 @@ def _cdf(xp: Any, x: Any, opts: TransportSettings, entries: Entries, descending:
 
 
 @core(output_shapes=_along, outputs=REPORTED, batched=WEIGHTS)
+@finite_rows
 def rank_core(
     xp: Any, x: Any, opts: TransportSettings, *, descending: bool = False, target_weights: Any = None, weights: Any = None,
     mask: Any = None,
@@ -238,6 +241,7 @@ def topk_weights(xp: Any, x: Any, k: int, filler_first: bool, count: Any = None)
 
 
 @core(output_shapes=_sorted_shapes, outputs=REPORTED, batched=WEIGHTS)
+@finite_rows
 def sort_core(
     xp: Any, x: Any, opts: TransportSettings, *, descending: bool = False, target_weights: Any = None, topk: int | None = None,
     weights: Any = None, mask: Any = None,
@@ -296,6 +300,7 @@ def sort_core(
 
 
 @core(output_shapes=_along, outputs=REPORTED, batched=WEIGHTS)
+@finite_rows
 def quantile_normalize_core(
     xp: Any, x: Any, opts: TransportSettings, *, targets: Any, target_weights: Any = None, weights: Any = None,
     mask: Any = None,
@@ -321,6 +326,7 @@ def quantile_normalize_core(
 
 
 @core(output_shapes=_along, outputs=REPORTED, batched={"mask": (0,)})
+@finite_rows
 def quantize_core(xp: Any, x: Any, opts: TransportSettings, *, num_levels: int, mask: Any = None) -> Any:
     """``n P diag(1/b) P^T x``: each entry moved to its plan's mix of the m soft-sorted values (OTT-JAX's ``quantize``).
 
@@ -347,6 +353,7 @@ def quantize_core(xp: Any, x: Any, opts: TransportSettings, *, num_levels: int, 
 
 
 @core(output_shapes=_along, outputs=REPORTED, batched={"mask": (0,)})
+@finite_rows
 def topk_core(xp: Any, x: Any, opts: TransportSettings, *, k: int, mask: Any = None) -> Any:
     """``n P[:, 1]`` for targets (0, 1) weighted ((n - k)/n, k/n); ``mask``: n_v for n (k <= n_v, else NaN)."""
     entries = Entries(xp, x, None, mask)
