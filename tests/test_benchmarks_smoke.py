@@ -158,3 +158,16 @@ def test_gpu_check_runs_here_in_its_cpu_mode(tmp_path):
     assert re.search(r"^\d+ passed", (tmp_path / "conformance.txt").read_text(), flags=re.M)
     assert (tmp_path / "junit.xml").stat().st_size > 0
     assert "| soft_rank[permutahedron] | " in (tmp_path / "benchmarks_gpu.md").read_text()
+
+
+def test_jax_compile_script_prints_its_tables():
+    """``benchmarks.jax_compile --quick``: a compile time per method and length, and KL against L2 on both hosts."""
+    pytest.importorskip("jax")
+    pytest.importorskip("torch")
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.jax_compile", "--quick"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    compiled = re.findall(r"^\| ([\w., ]+) \| [\d.]+ \| [\d.]+ \| [\d.]+x \|$", proc.stdout, flags=re.M)
+    assert len(compiled) == 8 and compiled[0] == "jnp.sort", proc.stdout
+    kl = re.findall(r"^\| (jax|torch) \| 2 \| 100 \| [\d.e+]+ \| [\d.e+]+ \| [\d.]+ \|$", proc.stdout, flags=re.M)
+    assert sorted(kl) == ["jax", "torch"], proc.stdout

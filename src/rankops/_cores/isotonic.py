@@ -9,12 +9,16 @@ neighbouring segments, both already solved, is merged. Merging two
 increasing solutions ``L`` (left) and ``R`` (right) changes exactly one
 block: a suffix of ``L`` and a prefix of ``R`` pool into one value ``v*``,
 and the merged solution is ``min(L, v*)`` on the left, ``max(R, v*)`` on the
-right (:func:`_merge` states the pool tests). One row-wise ``searchsorted``
-per side and sums within the segments evaluate every test at once, so a
-round costs O(n log n) work and a fixed number of array operations, with no
-data-dependent loop (``jax.jit`` and ``vmap`` see a static graph). Sums run
-outward from the segment boundary, so a small pool is never the difference
-of two large prefix sums.
+right. ``L_j`` pools iff ``sum_(R_i < L_j) w (L_j - R_i) > sum_(k > j) w (L_k -
+L_j)`` (the merged objective decreases past ``L_j``), ``R_i`` iff the mirror
+inequality holds; the left-hand side must also be above the empty sum, so
+an entry with nothing to violate never pools on the rounding of the right.
+One search per entry into the other half and sums within the halves
+evaluate every test at once (:mod:`.merges`), so a round costs O(n log n)
+work and a fixed number of array operations, with no data-dependent loop
+(``jax.jit`` and ``vmap`` see a static graph; on JAX the rounds are one
+loop). Sums run outward from the segment boundary, so a small pool is
+never the difference of two large prefix sums.
 
 Two losses share the rounds, each block taking the value that minimises it:
 
@@ -41,11 +45,11 @@ from typing import Any
 import array_api_compat
 
 from .._lib._adapters import core, custom_backward, get_adapter, rebuilt, same_shape
-from .._lib._compat import index_dtype
 from .._lib._loops import freeze_rows
 from .._lib._numerics import checked_weights, logaddexp, safe_divide, unbroadcast
 from . import masked
 from .finite import finite_rows
+from .merges import merge_rounds
 
 __all__ = ["fit", "decreasing", "block_starts", "block_sums", "block_first", "regression_core"]
 
@@ -140,49 +144,6 @@ class _KL:
 KINDS = {"l2": _L2, "kl": _KL}
 
 
-def _merge(xp: Any, adapter: Any, kind: Any, v: Any, w: Any, h: int) -> Any:
-    """One round: every pair of solved neighbouring segments of length ``h`` merged.
-
-    ``L_j`` pools iff ``sum_(R_i < L_j) w (L_j - R_i) > sum_(k > j) w (L_k - L_j)``
-    (the merged objective decreases past ``L_j``), ``R_i`` iff the mirror
-    inequality holds. The right-hand sides need no search: the segments are
-    sorted, and an equal neighbour adds 0. The left-hand side must also be
-    above the empty sum, so an entry with nothing to violate never pools on
-    the rounding of the right-hand side.
-    """
-    batch, big = v.shape[:-1], v.shape[-1]
-    pairs = big // (2 * h)
-    dev = array_api_compat.device(v)
-    vv = xp.reshape(v, batch + (pairs, 2, h))
-    a, b = kind.stats(xp, vv, xp.reshape(w, batch + (pairs, 2, h)))
-    # both totals and both halves in one array, so each scan and lookup is one call
-    tot = xp.stack([a, b])
-    edge = xp.full(tot.shape[:-1] + (1,), kind.identity, dtype=v.dtype, device=dev)
-    # pre[k]: the totals of each half's first k entries; suf[j]: of its entries from j on
-    pre = xp.concat([edge, kind.cum(xp, adapter, tot, False)], axis=-1)[..., 1, :]
-    suf = xp.concat([kind.cum(xp, adapter, tot, True), edge], axis=-1)[..., 0, :]
-    left, right = vv[..., 0, :], vv[..., 1, :]
-
-    def at(sums: Any, i: Any) -> tuple[Any, Any]:
-        got = adapter.take(xp, sums, xp.broadcast_to(i, (2,) + tuple(i.shape)))
-        return got[0, ...], got[1, ...]
-
-    cross_l = kind.below(xp, *at(pre, adapter.searchsorted(xp, right, left, side="left")), left)
-    cross_r = kind.above(xp, *at(suf, adapter.searchsorted(xp, left, right, side="right")), right)
-    pool_l = (cross_l > kind.above(xp, suf[0, ..., 1:], suf[1, ..., 1:], left)) & (cross_l > kind.identity)
-    pool_r = (cross_r > kind.below(xp, pre[0, ..., :h], pre[1, ..., :h], right)) & (cross_r > kind.identity)
-    idx = index_dtype(xp, dev)
-    start = h - xp.sum(xp.astype(pool_l, idx), axis=-1, keepdims=True)  # the pool: left[start:] + right[:stop]
-    stop = xp.sum(xp.astype(pool_r, idx), axis=-1, keepdims=True)
-    (sa, sb), (pa, pb) = at(suf, start), at(pre, stop)
-    pooled = kind.value(xp, kind.comb(xp, sa, pa), kind.comb(xp, sb, pb), left[..., -1:])
-    # masks from the pool's ends, so that values and sums agree even where rounding
-    # breaks a test's monotonicity (only between values equal up to rounding)
-    pos = xp.reshape(xp.arange(2 * h, dtype=idx, device=dev), (2, h))
-    inside = (pos >= start[..., None]) & (pos < (h + stop)[..., None])
-    return xp.reshape(xp.where(inside, pooled[..., None], vv), batch + (big,))
-
-
 def _pool_runs(xp: Any, adapter: Any, v: Any, w: Any, max_rounds: int) -> tuple[Any, Any, bool]:
     """Pool every maximal run of strictly decreasing blocks at once, for up to ``max_rounds`` rounds ("l2").
 
@@ -245,10 +206,7 @@ def _merges(xp: Any, adapter: Any, rules: Any, v: Any, w: Any) -> Any:
         top = xp.max(v, axis=-1, keepdims=True)
         v = xp.concat([v, xp.broadcast_to(top, pad_shape)], axis=-1)
         w = xp.concat([w, xp.full(pad_shape, rules.identity, dtype=v.dtype, device=array_api_compat.device(v))], axis=-1)
-    h = 1
-    while h < big:
-        v = _merge(xp, adapter, rules, v, w, h)
-        h *= 2
+    v = merge_rounds(xp, adapter, rules, v, w)
     return v[..., :n] if big > n else v
 
 

@@ -56,6 +56,9 @@ class Generic:
     # XLA on CPU flushes subnormal operands of arithmetic to zero but not of abs / max / compares,
     # so a scale read off a subnormal row is positive and yet divides as 0 (0 / 0 = NaN).
     flushes_subnormals = False
+    # the host compiles a loop's body once (lax loops), so a loop costs its body, not its steps: loops whose
+    # every step differs in shape are then better run as one loop over position arithmetic (_cores/merges.py)
+    compiles_loops = False
 
     # -- numerics ------------------------------------------------------------------------
 
@@ -148,11 +151,13 @@ class Generic:
     def scan_blocks(self, xp: Any, body: Any, carry: Any, xs: tuple[Any, ...], block: int) -> Any:
         return _loops.scan_blocks(xp, body, carry, xs, block)
 
-    def repeat(self, xp: Any, body: Callable[[Any], Any], state: Any, count: Any, most: int) -> Any:
+    def repeat(self, xp: Any, body: Callable[[Any], Any], state: Any, count: Any, most: int, like: tuple[Any, ...] = ()) -> Any:
         """``body`` applied ``count`` times to ``state`` (a tuple of arrays); ``count <= most``.
 
         ``count`` is a Python int here; under ``jax.jit`` it may be traced
-        (see the JAX adapter), which is why ``most`` bounds it.
+        (see the JAX adapter), which is why ``most`` bounds it. ``like``: the
+        arrays the body reads besides the state (JAX's ``shard_map`` makes
+        the state vary as they do).
         """
         for _ in range(count):
             state = body(state)

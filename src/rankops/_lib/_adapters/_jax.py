@@ -34,6 +34,7 @@ class Jax(Generic):
     name = "jax"
     autodiff = True
     flushes_subnormals = True
+    compiles_loops = True
 
     # With XLA's optimisations off (jax_disable_most_optimizations, as this project's tests run),
     # XLA computed z once for the row's maximum and again, rounded differently (a fused
@@ -174,13 +175,13 @@ class Jax(Generic):
         return iterate(xp, step, operands, state, error=error, freeze=freeze, max_iter=max_iter, tol=tol, check_every=check_every,
                        whole_rounds=whole_rounds)
 
-    def repeat(self, xp: Any, body: Any, state: Any, count: Any, most: int) -> Any:
+    def repeat(self, xp: Any, body: Any, state: Any, count: Any, most: int, like: tuple[Any, ...] = ()) -> Any:
         """One ``lax.fori_loop`` of ``most`` steps, those from ``count`` on masked: ``count`` may be traced."""
 
         def one(i: Any, s: Any) -> Any:
             return tuple(jnp.where(i < count, new, old) for new, old in zip(body(s), s))
 
-        return jax.lax.fori_loop(0, most, one, varying(tuple(state), count)) if most > 0 else tuple(state)
+        return jax.lax.fori_loop(0, most, one, varying(tuple(state), count, *like)) if most > 0 else tuple(state)
 
     def unless(self, xp: Any, skip: Any, fn: Any, operand: Any) -> Any:
         """``lax.cond``: under ``jit`` the skipped branch costs nothing (under ``vmap`` both run)."""

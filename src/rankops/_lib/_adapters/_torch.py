@@ -179,7 +179,7 @@ class Torch(Generic):
         early_exit = not any(mapped(t) for t in _tensors((operands, state)))
         return _loops.iterate(xp, step, operands, state, wrap=checkpointed, early_exit=early_exit, **kwargs)
 
-    def repeat(self, xp: Any, body: Any, state: Any, count: Any, most: int) -> Any:
+    def repeat(self, xp: Any, body: Any, state: Any, count: Any, most: int, like: tuple[Any, ...] = ()) -> Any:
         """``count`` may be a 0-d tensor under ``torch.compile`` (:func:`_while_rounds`): ``most`` steps, those from ``count`` on masked."""
         if not isinstance(count, torch.Tensor):
             return super().repeat(xp, body, state, count, most)

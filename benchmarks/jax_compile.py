@@ -1,0 +1,130 @@
+"""JAX compile time of every method against the row length, and the KL permutahedron's run time against L2's.
+
+First table: seconds to trace, lower and compile ``jax.jit`` of one
+``soft_rank`` forward and its gradient (``jax.value_and_grad`` of the sum of
+the ranks, one program) on a (4, n) float32 batch, JAX's default
+compilation, one fresh program per cell (each n is a new shape), with the
+ratio of the longest row to the shortest; ``jnp.sort``'s own (a weighted sum
+of the sorted row) is the reference row. Second table: forward+backward
+time (median of interleaved repeats, ms, float32) of the permutahedron with
+``regularization="kl"`` and ``"l2"``, jitted JAX and eager torch
+(``torch.set_num_threads(1)``), at B = 20, n = 1000 and B = 1, n = 10^5.
+
+Usage: python -m benchmarks.jax_compile [--lengths 10 1000 100000 1000000] [--repeats 7] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any, Callable
+
+from ._timing import interleaved_medians
+
+METHODS: list[tuple[str, dict[str, Any]]] = [
+    ("jnp.sort", {}),
+    ("permutahedron", {}),
+    ("permutahedron", {"regularization": "kl"}),
+    ("lapsum", {}),
+    ("softsort", {}),
+    ("neuralsort", {}),
+    ("diffsort", {"network": "bitonic"}),
+    ("sinkhorn", {}),
+]
+# the methods with an n x n matrix (SoftSort, NeuralSort, Sinkhorn's plan) or O(n log^2 n) layers stop here
+DENSE_LONGEST = {"softsort": 2000, "neuralsort": 2000, "sinkhorn": 2000, "diffsort": 100_000}
+
+
+def _label(method: str, options: dict[str, Any]) -> str:
+    return method + "".join(f", {v}" for v in options.values())
+
+
+def compile_seconds(method: str, options: dict[str, Any], n: int) -> float:
+    import jax
+    import jax.numpy as jnp
+
+    import rankops
+
+    x = jnp.asarray(jax.random.normal(jax.random.PRNGKey(0), (4, n)), dtype=jnp.float32)
+    if method == "jnp.sort":  # the reference: the host's own sort, its gradient a scatter
+        f = jax.jit(jax.value_and_grad(lambda v: jnp.sum(jnp.sort(v, axis=-1) * jnp.arange(n))))
+    else:
+        f = jax.jit(jax.value_and_grad(lambda v: jnp.sum(rankops.soft_rank(v, method=method, **options))))
+    start = time.perf_counter()
+    f.lower(x).compile()
+    return time.perf_counter() - start
+
+
+def compile_table(lengths: list[int]) -> list[str]:
+    lines = ["| method | " + " | ".join(f"n = {n:,}" for n in lengths) + " | longest / shortest |",
+             "| --- |" + " ---: |" * (len(lengths) + 1)]
+    for method, options in METHODS:
+        cells, seconds = [], []
+        for n in lengths:
+            if n > DENSE_LONGEST.get(method, n):
+                cells.append("-")
+                continue
+            s = compile_seconds(method, options, n)
+            seconds.append(s)
+            cells.append(f"{s:.2f}")
+        ratio = f"{seconds[-1] / seconds[0]:.1f}x" if len(seconds) > 1 else "-"
+        lines.append(f"| {_label(method, options)} | " + " | ".join(cells) + f" | {ratio} |")
+    return lines
+
+
+def _runners(batch: int, n: int) -> dict[str, Callable[[], Any]]:
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    import torch
+
+    import rankops
+
+    x = np.random.default_rng(0).normal(size=(batch, n)).astype(np.float32)
+    runs: dict[str, Callable[[], Any]] = {}
+    for reg in ("l2", "kl"):
+        g = jax.jit(jax.grad(lambda v, reg=reg: jnp.sum(rankops.soft_rank(v, method="permutahedron", regularization=reg) ** 2)))
+        xj = jnp.asarray(x)
+        g(xj).block_until_ready()
+        runs[f"jax {reg}"] = lambda g=g, xj=xj: g(xj).block_until_ready()
+        xt = torch.asarray(x)
+
+        def eager(reg: str = reg, xt: Any = xt) -> Any:
+            leaf = xt.detach().requires_grad_(True)
+            (rankops.soft_rank(leaf, method="permutahedron", regularization=reg) ** 2).sum().backward()
+            return leaf.grad
+
+        runs[f"torch {reg}"] = eager
+    return runs
+
+
+def kl_table(shapes: list[tuple[int, int]], repeats: int) -> list[str]:
+    import torch
+
+    torch.set_num_threads(1)
+    lines = ["| host | B | n | l2 (ms) | kl (ms) | kl / l2 |", "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    for batch, n in shapes:
+        medians = interleaved_medians(_runners(batch, n), repeats)
+        for host in ("jax", "torch"):
+            l2, kl = medians[f"{host} l2"] * 1e3, medians[f"{host} kl"] * 1e3
+            lines.append(f"| {host} | {batch} | {n:,} | {l2:.3g} | {kl:.3g} | {kl / l2:.2f} |")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lengths", type=int, nargs="+", default=[10, 1000, 100_000, 1_000_000])
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--quick", action="store_true", help="n = 10 and 100, 2 repeats, a small KL case (smoke test)")
+    args = parser.parse_args(argv)
+    lengths, repeats, shapes = args.lengths, args.repeats, [(20, 1000), (1, 100_000)]
+    if args.quick:
+        lengths, repeats, shapes = [10, 100], 2, [(2, 100)]
+    print("JAX compile seconds of jit(value_and_grad(sum of soft_rank)), (4, n) float32, default compilation\n")
+    print("\n".join(compile_table(lengths)))
+    print("\npermutahedron forward+backward, kl against l2: median of interleaved repeats (ms), float32\n")
+    print("\n".join(kl_table(shapes, repeats)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,186 @@
+r"""Isotonic regression's merge rounds, in two forms: one per round on eager hosts, one loop where loops compile once.
+
+The row (padded to ``2^L`` entries) is split into segments of 1, 2, 4, ...
+entries; at the round of half-length ``h`` each pair of neighbouring
+solved halves, ``L`` (left) and ``R`` (right), is merged (:func:`.isotonic.fit`
+states the rule): a suffix of ``L`` and a prefix of ``R`` pool into one
+value, found from each half's sums running outward from the boundary and
+one search per entry into the other half (:func:`_halves_round` states the
+tests). A round costs O(n log n); no n x n anything.
+
+- :func:`_halves_round`, ``h`` a number: the row reshaped to
+  ``(pairs, 2, h)``, each half a row of the host's own scan and
+  ``searchsorted``: few operations per round, which an eager host (NumPy,
+  torch, CuPy, Dask) pays per operation. Compiled, its ``L`` rounds are
+  ``L`` program sections of different shapes.
+- :func:`_round`, ``h`` an array: every array keeps the row's shape and
+  what depends on ``h`` comes from positions, so the ``L`` rounds are one
+  loop (``lax.fori_loop`` on JAX) and the program does not grow with the
+  row. Sums within each half run by doubling over offsets ``d = 1, 2, 4,
+  ...`` that stay inside the half, the counts by a binary search, each of
+  them a loop of ``L`` gathers (O(n log^2 n) in all).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import array_api_compat
+
+from .._lib._compat import index_dtype
+
+__all__ = ["merge_rounds"]
+
+
+def _within_halves(xp: Any, adapter: Any, comb: Callable[[Any, Any], Any], a: Any, identity: Any, pos: Any, k: Any,
+                   h: Any, steps: int, reverse: bool) -> Any:
+    """Inclusive scan of ``comb`` within each half of length ``h`` (``k``: each entry's offset in its half), backward
+    when ``reverse`` (each entry then holds the total from it to its half's end)."""
+    n = a.shape[-1]
+
+    def step(state: tuple[Any, Any]) -> tuple[Any, Any]:
+        u, d = state
+        if reverse:
+            j, has = pos + d, (h - 1 - k) >= d
+        else:
+            j, has = pos - d, k >= d
+        other = adapter.take(xp, u, xp.broadcast_to(xp.clip(j, 0, n - 1), u.shape))
+        return xp.where(has, comb(other, u), u), d * 2
+
+    one = xp.asarray(1, dtype=pos.dtype, device=array_api_compat.device(pos))
+    return adapter.repeat(xp, step, (a, one), steps, steps, like=(k, h))[0]
+
+
+def _count_below(xp: Any, adapter: Any, v: Any, start: Any, h: Any, strict: Any, steps: int) -> Any:
+    """Per entry, how many of the ``h`` sorted values of ``v`` from ``start`` on are below it (``strict``: ``<``, else
+    ``<=``): a branchless binary search, one gather per step."""
+    n = v.shape[-1]
+
+    def step(state: tuple[Any, Any]) -> tuple[Any, Any]:
+        c, bit = state
+        cand = c + bit
+        probe = adapter.take(xp, v, xp.clip(start + cand - 1, 0, n - 1))
+        below = xp.where(strict, probe < v, probe <= v)
+        return xp.where((cand <= h) & below, cand, c), bit // 2
+
+    dev = array_api_compat.device(v)
+    c = xp.zeros(v.shape, dtype=start.dtype, device=dev)
+    top = xp.asarray(1 << (steps - 1), dtype=start.dtype, device=dev)
+    return adapter.repeat(xp, step, (c, top), steps, steps, like=(v, start))[0]
+
+
+def _scan(xp: Any, adapter: Any, kind: Any, a: Any, pos: Any, k: Any, h: Any, steps: int, reverse: bool) -> Any:
+    """``kind``'s inclusive scan within each half (backward when ``reverse``); ``kind`` None: a count (sum of ints)."""
+    if kind is None:
+        return _within_halves(xp, adapter, lambda u, t: u + t, a, 0, pos, k, h, steps, reverse)
+    return _within_halves(xp, adapter, lambda u, t: kind.comb(xp, u, t), a, kind.identity, pos, k, h, steps, reverse)
+
+
+def _halves_round(xp: Any, adapter: Any, kind: Any, v: Any, w: Any, h: int) -> Any:
+    """One round of a Python loop (``h`` a number): the row as (pairs, 2, h), each half a row of the host's own scan and
+    search.
+
+    ``L_j`` pools iff ``sum_(R_i < L_j) w (L_j - R_i) > sum_(k > j) w (L_k - L_j)``
+    (the merged objective decreases past ``L_j``), ``R_i`` iff the mirror
+    inequality holds. The right-hand sides need no search: the segments are
+    sorted, and an equal neighbour adds 0. The left-hand side must also be
+    above the empty sum, so an entry with nothing to violate never pools on
+    the rounding of the right-hand side.
+    """
+    batch, big = v.shape[:-1], v.shape[-1]
+    pairs = big // (2 * h)
+    dev = array_api_compat.device(v)
+    vv = xp.reshape(v, batch + (pairs, 2, h))
+    a, b = kind.stats(xp, vv, xp.reshape(w, batch + (pairs, 2, h)))
+    # both totals and both halves in one array, so each scan and lookup is one call
+    tot = xp.stack([a, b])
+    edge = xp.full(tot.shape[:-1] + (1,), kind.identity, dtype=v.dtype, device=dev)
+    # pre[k]: the totals of each half's first k entries; suf[j]: of its entries from j on
+    pre = xp.concat([edge, kind.cum(xp, adapter, tot, False)], axis=-1)[..., 1, :]
+    suf = xp.concat([kind.cum(xp, adapter, tot, True), edge], axis=-1)[..., 0, :]
+    left, right = vv[..., 0, :], vv[..., 1, :]
+
+    def at(sums: Any, i: Any) -> tuple[Any, Any]:
+        got = adapter.take(xp, sums, xp.broadcast_to(i, (2,) + tuple(i.shape)))
+        return got[0, ...], got[1, ...]
+
+    cross_l = kind.below(xp, *at(pre, adapter.searchsorted(xp, right, left, side="left")), left)
+    cross_r = kind.above(xp, *at(suf, adapter.searchsorted(xp, left, right, side="right")), right)
+    pool_l = (cross_l > kind.above(xp, suf[0, ..., 1:], suf[1, ..., 1:], left)) & (cross_l > kind.identity)
+    pool_r = (cross_r > kind.below(xp, pre[0, ..., :h], pre[1, ..., :h], right)) & (cross_r > kind.identity)
+    idx = index_dtype(xp, dev)
+    start = h - xp.sum(xp.astype(pool_l, idx), axis=-1, keepdims=True)  # the pool: left[start:] + right[:stop]
+    stop = xp.sum(xp.astype(pool_r, idx), axis=-1, keepdims=True)
+    (sa, sb), (pa, pb) = at(suf, start), at(pre, stop)
+    pooled = kind.value(xp, kind.comb(xp, sa, pa), kind.comb(xp, sb, pb), left[..., -1:])
+    # masks from the pool's ends, so that values and sums agree even where rounding
+    # breaks a test's monotonicity (only between values equal up to rounding)
+    pos = xp.reshape(xp.arange(2 * h, dtype=idx, device=dev), (2, h))
+    inside = (pos >= start[..., None]) & (pos < (h + stop)[..., None])
+    return xp.reshape(xp.where(inside, pooled[..., None], vv), batch + (big,))
+
+
+def _round(xp: Any, adapter: Any, kind: Any, v: Any, w: Any, h: Any, steps: int) -> Any:
+    """One round of the loop (``h`` an array): :func:`_halves_round`'s tests on positions, every array row-shaped."""
+    n = v.shape[-1]
+    dev = array_api_compat.device(v)
+    idx = index_dtype(xp, dev)
+    pos = xp.broadcast_to(xp.arange(n, dtype=idx, device=dev), v.shape)
+    k = pos % h  # offset in the half
+    half_start = pos - k
+    left = (pos // h) % 2 == 0
+    seg = pos - pos % (2 * h)  # the segment's first entry
+    other = xp.where(left, half_start + h, half_start - h)  # the other half's first entry
+    a, b = kind.stats(xp, v, w)
+    tot = xp.stack([a, b])
+    ident = kind.identity
+    fwd = _scan(xp, adapter, kind, tot, pos, k, h, steps, False)  # from each half's start to the entry
+    bwd = _scan(xp, adapter, kind, tot, pos, k, h, steps, True)  # from the entry to its half's end
+
+    def at(sums: Any, i: Any, some: Any) -> tuple[Any, Any]:
+        got = adapter.take(xp, sums, xp.broadcast_to(xp.clip(i, 0, n - 1), sums.shape))
+        got = xp.where(some, got, ident)
+        return got[0, ...], got[1, ...]
+
+    # the other half's values below each entry: a left one's prefix of R (< L), a right one's suffix of L (> R)
+    c = _count_below(xp, adapter, v, other, h, left, steps)
+    cross = xp.where(left, kind.below(xp, *at(fwd, other + c - 1, c > 0), v), kind.above(xp, *at(bwd, other + c, c < h), v))
+    # the own half's entries beyond each entry, away from the boundary: after it in L, before it in R
+    beyond = xp.where(left, kind.above(xp, *at(bwd, pos + 1, k < h - 1), v), kind.below(xp, *at(fwd, pos - 1, k > 0), v))
+    pools = (cross > beyond) & (cross > ident)
+    counts = _scan(xp, adapter, None, xp.astype(pools, idx), pos, k, h, steps, False)
+    start = h - adapter.take(xp, counts, seg + h - 1)  # the pool: left[start:] + right[:stop]
+    stop = adapter.take(xp, counts, seg + 2 * h - 1)
+    sa, sb = at(bwd, seg + start, start < h)
+    pa, pb = at(fwd, seg + h + stop - 1, stop > 0)
+    pooled = kind.value(xp, kind.comb(xp, sa, pa), kind.comb(xp, sb, pb), adapter.take(xp, v, seg + h - 1))
+    inner = pos - seg
+    return xp.where((inner >= start) & (inner < h + stop), pooled, v)
+
+
+def merge_rounds(xp: Any, adapter: Any, kind: Any, v: Any, w: Any) -> Any:
+    """All ``L = log2`` (length) rounds on rows whose length is a power of two, ``w`` shaped like ``v``.
+
+    A host that compiles a loop's body once (``adapter.compiles_loops``: JAX)
+    runs the rounds as one loop with ``h`` an array (:func:`_round`); the
+    others run a Python loop with ``h`` a number (:func:`_halves_round`),
+    where each half is a row of the host's own scan and search: fewer,
+    larger operations per round, which an eager host pays per operation.
+    The two forms evaluate the same tests.
+    """
+    n = v.shape[-1]
+    steps = (n - 1).bit_length()
+    dev = array_api_compat.device(v)
+    if not adapter.compiles_loops:
+        h = 1
+        while h < n:
+            v = _halves_round(xp, adapter, kind, v, w, h)
+            h *= 2
+        return v
+
+    def body(state: tuple[Any, Any]) -> tuple[Any, Any]:
+        u, h = state
+        return _round(xp, adapter, kind, u, w, h, steps), h * 2
+
+    v, _ = adapter.repeat(xp, body, (v, xp.asarray(1, dtype=index_dtype(xp, dev), device=dev)), steps, steps, like=(w,))
+    return v
