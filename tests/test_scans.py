@@ -42,7 +42,7 @@ def _linear_scan_reference(a: np.ndarray, b: np.ndarray, reverse: bool) -> np.nd
 
 
 @pytest.mark.parametrize("host", HOSTS)
-@pytest.mark.parametrize("n", [1, 2, 7, 2048 + 37])  # the last one runs in chunks
+@pytest.mark.parametrize("n", [1, 2, 7, 33, 2048 + 37])  # the last ones run in chunks (and, on JAX, in blocks of 32)
 @pytest.mark.parametrize("reverse", [False, True])
 def test_linear_scan_equals_the_recurrence(host, n, reverse):
     xp, adapter, to, back = _host(host)
@@ -52,6 +52,18 @@ def test_linear_scan_equals_the_recurrence(host, n, reverse):
     b = rng.normal(size=(3, n))
     got = back(adapter.linear_scan(xp, to(a), to(b), reverse=reverse))
     assert_allclose(got, _linear_scan_reference(a, b, reverse), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("n", [100, 2048 + 37])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_jax_linear_scan_gradient_is_the_transposed_scan(n, reverse):
+    """JAX's blocked scan under ``jit(grad)``: linear in ``b``, its gradient is the scan the other way with the same links."""
+    jax = pytest.importorskip("jax")
+    xp, adapter, to, back = _host("jax")
+    rng = np.random.default_rng(n)
+    a, b, w = rng.uniform(0.0, 1.0, size=(2, n - 1)), rng.normal(size=(2, n)), rng.normal(size=(2, n))
+    grad = jax.jit(jax.grad(lambda v: (adapter.linear_scan(xp, to(a), v, reverse=reverse) * to(w)).sum()))(to(b))
+    assert_allclose(back(grad), _linear_scan_reference(a, w, not reverse), rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("host", HOSTS)

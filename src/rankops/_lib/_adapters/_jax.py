@@ -30,6 +30,33 @@ def _jitted(fn: Any) -> Any:
     return jax.jit(fn, static_argnums=(0,))
 
 
+# linear_scan's block: the scan within one unrolls log2 of it levels, whatever the row's length
+_SCAN_BLOCK = 32
+
+
+def _compose(earlier: Any, later: Any) -> Any:
+    """Two affine maps ``z -> b + a z`` applied in order, as pairs ``(a, b)``."""
+    (a1, b1), (a2, b2) = earlier, later
+    return a1 * a2, b2 + a2 * b1
+
+
+def _doubling_scan(a: Any, b: Any) -> Any:
+    """The inclusive scan of :func:`_compose` along the last axis by doubling, in one ``lax.fori_loop``: each step
+    composes every entry with the one ``d`` before it (O(m log m) for m entries; the blocks of a row are few)."""
+    m = b.shape[-1]
+    pos = jnp.arange(m)
+
+    def step(i: Any, state: tuple[Any, Any, Any]) -> tuple[Any, Any, Any]:
+        u, v, d = state
+        has = pos >= d
+        pu, pv = jnp.roll(u, d, axis=-1), jnp.roll(v, d, axis=-1)
+        nu, nv = _compose((pu, pv), (u, v))
+        return jnp.where(has, nu, u), jnp.where(has, nv, v), d * 2
+
+    steps = max((m - 1).bit_length(), 0)
+    return jax.lax.fori_loop(0, steps, step, varying((a, b, jnp.asarray(1)), a))[1] if steps else b
+
+
 class Jax(Generic):
     name = "jax"
     autodiff = True
@@ -89,16 +116,29 @@ class Jax(Generic):
         return jax.lax.stop_gradient(x)
 
     def linear_scan(self, xp: Any, a: Any, b: Any, *, reverse: bool = False, overwrite_b: bool = False) -> Any:
-        """``lax.associative_scan`` of the affine maps: O(n) work, log depth."""
-
-        def combine(earlier: Any, later: Any) -> Any:
-            (a1, b1), (a2, b2) = earlier, later
-            return a1 * a2, b2 + a2 * b1
-
+        """``lax.associative_scan`` of the affine maps within blocks of :data:`_SCAN_BLOCK` entries, then one loop over
+        the blocks: O(n) work, and a program that does not grow with n (XLA unrolls the scan's log n levels)."""
         # each entry's own link to the entry it follows (none for the first one)
         zero = jnp.zeros_like(b[..., :1])
         a = jnp.concatenate([a, zero] if reverse else [zero, a], axis=-1)
-        return jax.lax.associative_scan(combine, (a, b), reverse=reverse, axis=b.ndim - 1)[1]
+        if reverse:
+            a, b = jnp.flip(a, axis=-1), jnp.flip(b, axis=-1)
+        n = b.shape[-1]
+        if n <= _SCAN_BLOCK:
+            out = jax.lax.associative_scan(_compose, (a, b), axis=b.ndim - 1)[1]
+        else:
+            blocks = -(-n // _SCAN_BLOCK)
+            pad = [(0, 0)] * (b.ndim - 1) + [(0, blocks * _SCAN_BLOCK - n)]
+            shape = b.shape[:-1] + (blocks, _SCAN_BLOCK)
+            # padded entries come last: links of 1 and values of 0 change nothing before them
+            pa = jnp.reshape(jnp.pad(a, pad, constant_values=1), shape)
+            pb = jnp.reshape(jnp.pad(b, pad), shape)
+            pa, pb = jax.lax.associative_scan(_compose, (pa, pb), axis=b.ndim)  # within blocks, from each block's start
+            # the value each block ends with: the blocks' own maps composed in order, one loop of doubling steps
+            ends = _doubling_scan(pa[..., -1], pb[..., -1])
+            before = jnp.concatenate([jnp.zeros_like(ends[..., :1]), ends[..., :-1]], axis=-1)  # what enters each block
+            out = jnp.reshape(pb + pa * before[..., None], b.shape[:-1] + (blocks * _SCAN_BLOCK,))[..., :n]
+        return jnp.flip(out, axis=-1) if reverse else out
 
     def cumlogsumexp(self, xp: Any, z: Any, *, reverse: bool = False) -> Any:
         return jax.lax.cumlogsumexp(z, axis=z.ndim - 1, reverse=reverse)
