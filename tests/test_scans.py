@@ -129,3 +129,20 @@ def test_sort_order_is_a_stable_sort_with_its_values(host, descending):
     assert_array_equal(order, expected)
     assert_array_equal(s, np.take_along_axis(x, expected, axis=-1))
     assert_array_equal(np.signbit(s), np.signbit(np.take_along_axis(x, expected, axis=-1)))  # the values themselves
+
+
+def test_jax_lapsum_past_one_scan_block_differentiates():
+    """LapSum on JAX at n = 100 (four blocks of its blocked scan) under ``jit(value_and_grad)``, forward mode inside
+    (JAX transposes LapSum's linear pullback): the values are NumPy's and the gradient is the central differences'."""
+    jax = pytest.importorskip("jax")
+    import jax.numpy as jnp
+
+    import rankops
+    from tests.reference import central_vjp
+
+    rng = np.random.default_rng(5)
+    x, w = rng.normal(size=(2, 100)), rng.normal(size=(2, 100))
+    value, grad = jax.jit(jax.value_and_grad(lambda v: jnp.sum(rankops.soft_rank(v, method="lapsum", alpha=0.3) * w)))(jnp.asarray(x))
+    ranks = rankops.soft_rank(x, method="lapsum", alpha=0.3)
+    assert_allclose(float(value), np.sum(ranks * w), rtol=1e-12)
+    assert_allclose(np.asarray(grad), central_vjp(lambda z: rankops.soft_rank(z, method="lapsum", alpha=0.3), x, w), rtol=1e-6, atol=1e-7)

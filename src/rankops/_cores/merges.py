@@ -32,8 +32,8 @@ from .._lib._compat import index_dtype
 __all__ = ["merge_rounds"]
 
 
-def _within_halves(xp: Any, adapter: Any, comb: Callable[[Any, Any], Any], a: Any, identity: Any, pos: Any, k: Any,
-                   h: Any, steps: int, reverse: bool) -> Any:
+def _within_halves(xp: Any, adapter: Any, comb: Callable[[Any, Any], Any], a: Any, pos: Any, k: Any, h: Any, steps: int,
+                   reverse: bool) -> Any:
     """Inclusive scan of ``comb`` within each half of length ``h`` (``k``: each entry's offset in its half), backward
     when ``reverse`` (each entry then holds the total from it to its half's end)."""
     n = a.shape[-1]
@@ -71,9 +71,8 @@ def _count_below(xp: Any, adapter: Any, v: Any, start: Any, h: Any, strict: Any,
 
 def _scan(xp: Any, adapter: Any, kind: Any, a: Any, pos: Any, k: Any, h: Any, steps: int, reverse: bool) -> Any:
     """``kind``'s inclusive scan within each half (backward when ``reverse``); ``kind`` None: a count (sum of ints)."""
-    if kind is None:
-        return _within_halves(xp, adapter, lambda u, t: u + t, a, 0, pos, k, h, steps, reverse)
-    return _within_halves(xp, adapter, lambda u, t: kind.comb(xp, u, t), a, kind.identity, pos, k, h, steps, reverse)
+    comb = (lambda u, t: u + t) if kind is None else (lambda u, t: kind.comb(xp, u, t))
+    return _within_halves(xp, adapter, comb, a, pos, k, h, steps, reverse)
 
 
 def _halves_round(xp: Any, adapter: Any, kind: Any, v: Any, w: Any, h: int) -> Any:
