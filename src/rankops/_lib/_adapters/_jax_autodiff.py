@@ -36,8 +36,8 @@ def _varying_over(a: Any, axes: frozenset[str]) -> Any:
 
 def _varies_over(a: Any) -> frozenset[str]:
     """The manual mesh axes ``a`` varies over (none outside ``shard_map``): the aval's ``mat`` or ``manual_axis_type``
-    (jax >= 0.10), else its ``vma``."""
-    aval = jax.typeof(a)
+    (jax >= 0.10), else its ``vma``; ``a`` may be an array or the ``ShapeDtypeStruct`` of one."""
+    aval = a if isinstance(a, jax.ShapeDtypeStruct) else jax.typeof(a)
     manual = getattr(aval, "mat", None) or getattr(aval, "manual_axis_type", None)
     return frozenset(manual.varying) if manual is not None else frozenset(getattr(aval, "vma", ()))
 
@@ -75,7 +75,7 @@ def transposed(xp: Any, fwd: Any, bwd: Any, arrays: tuple[Any, ...]) -> tuple[An
             return tuple(g for g, d in zip(grads, differentiable) if d)
 
         (out_tangent,) = jax.linear_transpose(pullback, outs[0])(tuple(t for t, d in zip(tangents, differentiable) if d))
-        return outs, (out_tangent, *(zero_tangent(o) for o in outs[1:]))
+        return outs, (out_tangent, *(_zero_out_tangent(o) for o in outs[1:]))
 
     return fn(*arrays)
 
@@ -83,6 +83,12 @@ def transposed(xp: Any, fwd: Any, bwd: Any, arrays: tuple[Any, ...]) -> tuple[An
 def zero_tangent(a: Any) -> Any:
     """The zero tangent of ``a``: ``float0`` for an integer array."""
     return jnp.zeros_like(a) if jnp.issubdtype(a.dtype, jnp.inexact) else np.zeros(a.shape, jax.dtypes.float0)
+
+
+def _zero_out_tangent(a: Any) -> Any:
+    """The zero tangent a rule returns for its output ``a``: symbolic for an integer or bool output, whose ``float0``
+    tangent must also carry the mesh axes ``a`` varies over under ``shard_map``, which a NumPy ``float0`` cannot."""
+    return jnp.zeros_like(a) if _floating(a) else SymbolicZero(jax.typeof(a).strip_weak_type().to_tangent_aval())
 
 
 def _plus(a: Any, b: Any) -> Any:
@@ -170,22 +176,28 @@ def with_forward_rule(xp: Any, fwd: Any, bwd: Any, linear_bwd: Any, arrays: tupl
 
     def fn_jvp(primals: Any, tangents: Any) -> Any:
         outs, res = fwd(xp, *primals)
-        outs, res = tuple(outs), first_order(*res)
+        # Under shard_map the residuals that the mesh replicates are cast to vary as the outputs do: JAX's
+        # linearization of lax.custom_linear_solve makes the solve's constants vary and then replays a solve traced
+        # with them invariant, which it cannot lower.
+        outs, res = tuple(outs), varying(first_order(*res), *outs)
         diff = outs[:n_diff]
+        sharded = any(_varies_over(o) for o in diff)
 
         def forward(ts: list[Any]) -> Any:
             def pull(cts: Any) -> Any:
                 grads = linear_bwd(xp, res, cts)
                 return tuple(g for g, f in zip(grads, floating) if f)
 
-            given = tuple(jnp.zeros_like(a) if t is None else t for a, t, f in zip(primals, ts, floating) if f)
-            return jax.linear_transpose(pull, diff)(given)[0]
+            given = [jnp.zeros_like(a) if t is None else t for a, t, f in zip(primals, ts, floating) if f]
+            if sharded:  # a missing tangent is a zero of its gradient's type, which varies as the rows do
+                given = [_varying_as(g, w) for g, w in zip(given, jax.eval_shape(pull, diff))]
+            return jax.linear_transpose(pull, diff)(tuple(given))[0]
 
         def backward(cts: Any) -> Any:
             return bwd(xp, res, tuple(cts))
 
         live = tuple(_live(a, t) for a, t in zip(primals, tangents))
-        return outs, custom_transposed(forward, backward, live, diff) + tuple(zero_tangent(o) for o in outs[n_diff:])
+        return outs, custom_transposed(forward, backward, live, diff) + tuple(_zero_out_tangent(o) for o in outs[n_diff:])
 
     fn.defjvp(fn_jvp, symbolic_zeros=True)
     return fn(*arrays)
@@ -303,8 +315,8 @@ def iterate(
 
         live = [_live(a, t) for a, t in zip(leaves, jax.tree_util.tree_leaves(tangents, is_leaf=lambda t: isinstance(t, SymbolicZero)))]
         t_live = iter(custom_transposed(forward_map, backward_map, live, diff))
-        t_s, t_err = jax.tree_util.tree_unflatten(diff_tree, [next(t_live) if f else zero_tangent(d) for d, f in zip(every, floating)])
-        return out, (t_s, zero_tangent(out[1]), t_err)
+        t_s, t_err = jax.tree_util.tree_unflatten(diff_tree, [next(t_live) if f else _zero_out_tangent(d) for d, f in zip(every, floating)])
+        return out, (t_s, _zero_out_tangent(out[1]), t_err)
 
     loop.defjvp(loop_jvp, symbolic_zeros=True)
     return loop(operands, state)
