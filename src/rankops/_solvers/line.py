@@ -121,7 +121,7 @@ def _autodiff_cost(xp: Any, s: Any, y: Any, log_a: Any, log_b: Any, opts: Settin
     """Unrolled, or a learnable epsilon: the cost formed and handed to :func:`.sinkhorn.solve_vjp`."""
     # The differences are recomputed in the pullback, and the cost is passed without a name:
     # neither stays alive through the solve (each is a whole (..., n, m) array).
-    res, solve_back = solve_vjp(xp, h(_gaps(y, s)), log_a, log_b, opts, exact=exact, init=init)
+    res, solve_back = solve_vjp(xp, h(_gaps(y, s)), log_a, log_b, opts, exact=exact, init=init, polish=True)
 
     def pullback(dp: Any) -> tuple[Any, Any, Any, Any]:
         d_cost, d_log_a, d_log_b, d_eps = solve_back(dp)

@@ -83,6 +83,7 @@ def solve_vjp(
     exact: str = "rows",
     check_every: int = DEFAULT_CHECK_EVERY,
     init: tuple[Any, Any] | None = None,
+    polish: bool | None = None,
 ) -> tuple[Solution, Callable[..., Any]]:
     """Solve on prepared arrays: ``log_a`` (..., n) and ``log_b`` (..., m) broadcast against ``cost``.
 
@@ -101,6 +102,11 @@ def solve_vjp(
     and potentials get the gradient of the fixed point
     (:mod:`.implicit`), computed from the final plan alone.
 
+    ``polish``: Newton steps after the iterations (:func:`_polish`); by
+    default exactly when ``implicit``. With them the value no longer jumps
+    where the stopping check moves by one round, and the plan's sides are
+    both within ``tol**2`` instead of one being exact.
+
     Returns the result and its pullback ``(dplan, df=None, dg=None) ->
     (dcost, dlog_a, dlog_b, depsilon)`` by the implicit rule, which is how
     backends without autodiff differentiate (``depsilon`` is None unless
@@ -110,8 +116,9 @@ def solve_vjp(
     c = cost / epsilon
     del cost  # the scaled cost replaces it: one (..., n, m) array alive through the solve, not two
     u0, v0 = scaled_start(xp, init, epsilon, tuple(c.shape[:-2]), log_a, log_b, c)
-    # implicit: the value is polished toward the fixed point whose gradient it gets (_polish)
-    fwd = functools.partial(fixed_point, max_iter=max_iter, tol=tol, check_every=check_every, exact=exact, polish=opts.implicit)
+    # the value is polished toward the fixed point (_polish): by default where its gradient is the fixed point's
+    # (implicit); the soft operators polish unrolled values too, so that they are as smooth in the input
+    fwd = functools.partial(fixed_point, max_iter=max_iter, tol=tol, check_every=check_every, exact=exact, polish=opts.implicit if polish is None else polish)
     bwd = functools.partial(fixed_point_vjp, exact=exact, max_iter=max_iter, cost_shape=tuple(c.shape))
 
     def bwd_all(xp_: Any, res: Any, cts: Any, guarded: bool = True) -> tuple[Any, ...]:
@@ -261,8 +268,11 @@ def _polish(xp: Any, c: Any, state: tuple[Any, ...], log_a: Any, log_b: Any, *, 
 
     def step(st: tuple[Any, ...]) -> tuple[Any, ...]:
         plan, u, v, err = st
+        # unrolled, the host differentiates this step too: the CG is declared one linear solve (guarded=False),
+        # whose pullback is the same solve, not CG's own iterations (nonlinear in the right-hand side, and NaN in
+        # float32 on extreme rows)
         du, dv = solve_dual(xp, plan, a - xp.sum(plan, axis=-1), b - xp.sum(plan, axis=-2), max_iter=max_iter,
-                            steps=POLISH_CG_STEPS)
+                            steps=POLISH_CG_STEPS, guarded=False)
         u2, v2 = u + du, v + dv
         plan2 = _plan(xp, c, u2, v2)
         err2 = _marginal_error(xp, plan2, log_a, log_b)
