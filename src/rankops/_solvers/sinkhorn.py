@@ -41,11 +41,10 @@ import functools
 import math
 from typing import Any, Callable, NamedTuple, Protocol
 
-import array_api_compat
 import numpy as np
 
 from .._lib._adapters import custom_backward, get_adapter
-from .._lib._compat import is_array
+from .._lib._compat import is_array, device as _device
 from .._lib._loops import freeze_rows
 from .._lib._numerics import checked_weights, finite_max, matvec, vecmat
 from .implicit import fixed_point_vjp, solve_dual
@@ -185,7 +184,7 @@ def scaled_start(xp: Any, init: Any, epsilon: Any, batch: tuple[int, ...], log_a
     batch = np.broadcast_shapes(batch, tuple(log_a.shape[:-1]), tuple(log_b.shape[:-1]))  # shapes only
     sizes = (log_a.shape[-1], log_b.shape[-1])
     if init is None:
-        return tuple(xp.zeros(batch + (size,), dtype=like.dtype, device=array_api_compat.device(like)) for size in sizes)
+        return tuple(xp.zeros(batch + (size,), dtype=like.dtype, device=_device(like)) for size in sizes)
     return tuple(xp.broadcast_to(p / epsilon, batch + (size,)) for p, size in zip(init, sizes))
 
 
@@ -268,17 +267,21 @@ def _polish(xp: Any, c: Any, state: tuple[Any, ...], log_a: Any, log_b: Any, *, 
 
     def step(st: tuple[Any, ...]) -> tuple[Any, ...]:
         plan, u, v, err = st
-        # unrolled, the host differentiates this step too: the CG is declared one linear solve (guarded=False),
-        # whose pullback is the same solve, not CG's own iterations (nonlinear in the right-hand side, and NaN in
-        # float32 on extreme rows)
-        du, dv = solve_dual(xp, plan, a - xp.sum(plan, axis=-1), b - xp.sum(plan, axis=-2), max_iter=max_iter,
+        # Unrolled, the host differentiates this step too, as a linear map of the residual: the CG is declared
+        # one linear solve (guarded=False), whose pullback is the same solve, and its matrix is held constant.
+        # CG's own iterations are nonlinear in the right-hand side (NaN in float32 on extreme rows), and the
+        # matrix's 1 / sqrt(column sums) has an unbounded derivative on saturated plans; what holding it drops
+        # is a term of the order of the residual, which the step removes.
+        hold = functools.partial(adapter.stop_gradient, xp)
+        du, dv = solve_dual(xp, hold(plan), a - xp.sum(plan, axis=-1), b - xp.sum(plan, axis=-2), max_iter=max_iter,
                             steps=POLISH_CG_STEPS, guarded=False)
-        u2, v2 = u + du, v + dv
-        plan2 = _plan(xp, c, u2, v2)
-        err2 = _marginal_error(xp, plan2, log_a, log_b)
+        err2 = _marginal_error(xp, _plan(xp, hold(c), hold(u + du), hold(v + dv)), hold(log_a), hold(log_b))
         better = due(err) & (err2 < err)
-        pick = lambda new, old: xp.where(better[..., None], new, old)  # noqa: E731
-        return xp.where(better[..., None, None], plan2, plan), pick(u2, u), pick(v2, v), xp.where(better, err2, err)
+        # the step taken where it helps, zero elsewhere, before the plan is formed: a step that is not taken may
+        # overflow its plan, and a selection after it would carry 0 * inf into the gradient
+        u2 = u + xp.where(better[..., None], du, xp.zeros_like(du))
+        v2 = v + xp.where(better[..., None], dv, xp.zeros_like(dv))
+        return _plan(xp, c, u2, v2), u2, v2, xp.where(better, err2, err)
 
     def polished(st: tuple[Any, ...]) -> tuple[Any, ...]:
         return adapter.unless(xp, ~xp.any(due(st[3])), step, st)  # type: ignore[no-any-return]
@@ -331,7 +334,7 @@ def _round(xp: Any, ops: tuple[Any, Any, Any], state: tuple[Any, Any, Any], coun
     row = xp.sum(kernel, axis=-1)
     side = kernel.shape[:-2] + (kernel.shape[-1],)
     # scalings 1 and col = b make the absorption below a no-op when no scaling iteration runs
-    start = (a / floor(row), xp.ones(side, dtype=c.dtype, device=array_api_compat.device(c)), xp.broadcast_to(b, side), row)
+    start = (a / floor(row), xp.ones(side, dtype=c.dtype, device=_device(c)), xp.broadcast_to(b, side), row)
     alpha, beta, col, row = adapter.repeat(xp, scale, start, count - 1, check_every - 1)
     u = log_a - shift[..., 0] - xp.log(floor(row))
     v = v + (log_b - xp.log(floor(col)))
