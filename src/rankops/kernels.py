@@ -267,5 +267,5 @@ def suquan_targets(h: Any, /, *, low: float = 0.0, high: float = 1.0) -> Any:
         raise TypeError(f"h must be a real floating array with at least one axis, got dtype {h.dtype} and shape {tuple(h.shape)}")
     if not (isinstance(low, (int, float)) and isinstance(high, (int, float)) and math.isfinite(low) and math.isfinite(high) and low < high):
         raise ValueError(f"low and high must be finite Python numbers with low < high, got {low!r} and {high!r}")
-    w = get_adapter(xp).softmax(xp, h, axis=-1)
-    return low + (high - low) * xp.cumulative_sum(w, axis=-1)
+    adapter = get_adapter(xp)
+    return low + (high - low) * adapter.cumulative_sum(xp, adapter.softmax(xp, h, axis=-1))

@@ -25,10 +25,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-import array_api_compat
-
 from ._lib._adapters import get_adapter
-from ._lib._compat import namespace, real_float_dtypes
+from ._lib._compat import namespace, real_float_dtypes, device as _device
 from ._lib._options import positive_count
 from .sinkhorn import sinkhorn
 
@@ -141,7 +139,7 @@ def multivariate_cdf_quantile_maps(
     n, d = x.shape
     if targets is None:
         m = n + n % 2 if num_targets is None else positive_count(num_targets, "num_targets")
-        y = reference_points(xp, m, d, dtype=dtype, device=array_api_compat.device(x))
+        y = reference_points(xp, m, d, dtype=dtype, device=_device(x))
     else:
         if num_targets is not None:
             raise ValueError("pass targets or num_targets, not both")

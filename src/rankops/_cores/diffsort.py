@@ -41,10 +41,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-import array_api_compat
-
 from .._lib._adapters import core, custom_backward, get_adapter, rebuilt, same_shape
-from .._lib._compat import index_dtype
+from .._lib._compat import index_dtype, device as _device
 from . import comparators, masked
 from .finite import finite_rows
 from .networks import Wiring, stage_sizes, wiring
@@ -98,7 +96,7 @@ class _Network:
     def gate(self, xp: Any, w: Wiring, valid: Any) -> Any:
         """Per row and layer (``(..., n, K)``), the comparators of the network on the row's n_v valid wires (the first)."""
         n = valid.shape[-1]
-        dev = array_api_compat.device(valid)
+        dev = _device(valid)
         idx = index_dtype(xp, dev)
         count = xp.sum(xp.astype(valid, idx), axis=-1, keepdims=True)[..., None]  # (..., 1, 1)
         partner = get_adapter(xp).select(xp, w.partner, w.schedule, 1)  # (n, K)
@@ -219,7 +217,7 @@ class _Network:
         adapter = get_adapter(xp)
         n, k = c.shape[-2], c.shape[-1]
         b = min(n, max(-(-n // -(-k // _LAYERS_PER_BLOCK)), _COLUMNS))
-        dev = array_api_compat.device(c)
+        dev = _device(c)
         idx = index_dtype(xp, dev)
         wire = xp.arange(n, dtype=idx, device=dev)[:, None]
         offsets = xp.arange(b, dtype=idx, device=dev)
@@ -280,7 +278,7 @@ class _Chained(_Network):
         c, u = res[:2]
         w = self.wiring(xp, c, c.shape[-2])
         gc = self.share_cotangents(xp, w, c, res[2:2 + self.kept], xp.astype(ct, c.dtype, copy=False))
-        zero = xp.zeros(c.shape[:-1], dtype=c.dtype, device=array_api_compat.device(c))
+        zero = xp.zeros(c.shape[:-1], dtype=c.dtype, device=_device(c))
         gate = self.gate(xp, w, valid[0]) if valid else None
         return (self.signed(xp, self.back(xp, w, c, u, zero, gc, gate)), *(None,) * len(valid))
 
@@ -291,7 +289,7 @@ class _Rank(_Chained):
 
     def positions(self, xp: Any, x: Any) -> Any:
         n = x.shape[-1]
-        device = array_api_compat.device(x)
+        device = _device(x)
         if self.levels is None:
             return xp.broadcast_to(xp.arange(1, n + 1, dtype=x.dtype, device=device), x.shape)
         return xp.broadcast_to(xp.asarray(self.levels, dtype=x.dtype, device=device), x.shape)
@@ -314,7 +312,7 @@ class _Matrix(_Chained):
     def fwd(self, xp: Any, x: Any, *valid: Any) -> tuple[tuple[Any], tuple[Any, ...]]:
         w = self.wiring(xp, x, x.shape[-1])
         n = x.shape[-1]
-        eye = xp.broadcast_to(xp.eye(n, dtype=x.dtype, device=array_api_compat.device(x)), x.shape + (n,))
+        eye = xp.broadcast_to(xp.eye(n, dtype=x.dtype, device=_device(x)), x.shape + (n,))
         gate = self.gate(xp, w, valid[0]) if valid else None
         _, c, u, p = self.layers(xp, w, self.signed(xp, x), eye, gate=gate)
         return (p,), (c, u, *valid)

@@ -5,8 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from array_api_compat import device as _device
-
+from .._lib._compat import device as _device
 from .._lib._numerics import safe_divide, unbroadcast
 from . import masked
 

@@ -19,7 +19,7 @@ import functools
 import math
 from typing import Any, Callable
 
-import array_api_compat
+from .._lib._compat import device as _device
 
 __all__ = ["finite_rows"]
 
@@ -38,7 +38,7 @@ def _nan_unless(xp: Any, good: Any, out: Any, ndim: int) -> Any:
 def _finite(xp: Any, a: Any, mask: Any, vectors: bool) -> Any:
     """True per row (``(..., 1)``) where every valid entry of ``a`` (each a vector when ``vectors``) is finite."""
     if not xp.isdtype(a.dtype, "real floating"):  # integers and bool are finite (sort_with's vectors may be either)
-        return xp.ones(a.shape[: a.ndim - vectors - 1] + (1,), dtype=xp.bool, device=array_api_compat.device(a))
+        return xp.ones(a.shape[: a.ndim - vectors - 1] + (1,), dtype=xp.bool, device=_device(a))
     size = xp.abs(a)
     if vectors:
         size = xp.max(size, axis=-1)

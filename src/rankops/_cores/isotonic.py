@@ -42,8 +42,7 @@ import dataclasses
 import math
 from typing import Any
 
-import array_api_compat
-
+from .._lib._compat import device as _device
 from .._lib._adapters import core, custom_backward, get_adapter, rebuilt, same_shape
 from .._lib._loops import freeze_rows
 from .._lib._numerics import checked_weights, logaddexp, safe_divide, unbroadcast
@@ -69,9 +68,7 @@ class _L2:
 
     @staticmethod
     def cum(xp: Any, adapter: Any, a: Any, reverse: bool) -> Any:
-        if reverse:
-            return xp.flip(xp.cumulative_sum(xp.flip(a, axis=-1), axis=-1), axis=-1)
-        return xp.cumulative_sum(a, axis=-1)
+        return adapter.cumulative_sum(xp, a, reverse=reverse)
 
     @staticmethod
     def comb(xp: Any, a: Any, b: Any) -> Any:
@@ -183,7 +180,7 @@ def _pool_runs(xp: Any, adapter: Any, v: Any, w: Any, max_rounds: int) -> tuple[
     def error(weights: Any, state: tuple[Any, Any, Any]) -> Any:
         return xp.any(state[2], axis=-1)  # a boolean error: True while a row holds a drop
 
-    starts = xp.ones(v.shape, dtype=xp.bool, device=array_api_compat.device(v))
+    starts = xp.ones(v.shape, dtype=xp.bool, device=_device(v))
     down = drops(v)
     if not unit:
         # an entry of zero weight (free: any value fits it) joins its predecessor's block in the first round, as a
@@ -205,7 +202,7 @@ def _merges(xp: Any, adapter: Any, rules: Any, v: Any, w: Any) -> Any:
         pad_shape = v.shape[:-1] + (big - n,)
         top = xp.max(v, axis=-1, keepdims=True)
         v = xp.concat([v, xp.broadcast_to(top, pad_shape)], axis=-1)
-        w = xp.concat([w, xp.full(pad_shape, rules.identity, dtype=v.dtype, device=array_api_compat.device(v))], axis=-1)
+        w = xp.concat([w, xp.full(pad_shape, rules.identity, dtype=v.dtype, device=_device(v))], axis=-1)
     v = merge_rounds(xp, adapter, rules, v, w)
     return v[..., :n] if big > n else v
 
@@ -244,7 +241,7 @@ def decreasing(xp: Any, adapter: Any, y: Any, w: Any = None, kind: str = "l2") -
 
 def block_starts(xp: Any, v: Any) -> Any:
     """True where a block of the solution ``v`` starts (a run of equal values, as torchsort partitions it)."""
-    first = xp.ones(v.shape[:-1] + (1,), dtype=xp.bool, device=array_api_compat.device(v))
+    first = xp.ones(v.shape[:-1] + (1,), dtype=xp.bool, device=_device(v))
     return xp.concat([first, v[..., 1:] != v[..., :-1]], axis=-1)
 
 

@@ -27,10 +27,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import array_api_compat
-
 from .._lib._adapters import get_adapter
-from .._lib._compat import index_dtype
+from .._lib._compat import index_dtype, device as _device
 from .isotonic import block_starts
 from .permutation import BLOCK_BYTES
 
@@ -52,7 +50,7 @@ def by_signs(xp: Any, x: Any, y: Any) -> tuple[Any, Any]:
     p = x.shape[-1]
     n, m = x.shape[-2], y.shape[-2]
     batch = math.prod(x.shape[:-2]) or 1
-    dev = array_api_compat.device(x)
+    dev = _device(x)
     # rows i of a block pair only with columns j > i: the block's rows see x[..., i0:]
     per_row = 3 * batch * (n + m) * p * (xp.finfo(x.dtype).bits // 8)  # signs, mask product, abs
     block = max(1, min(p, BLOCK_BYTES // per_row))
@@ -74,20 +72,20 @@ def by_signs(xp: Any, x: Any, y: Any) -> tuple[Any, Any]:
 
 def _tied_pairs(xp: Any, adapter: Any, starts: Any) -> Any:
     """``sum_runs c (c - 1) / 2`` along the last axis, from the runs' ``starts``: each entry counts its run's earlier entries."""
-    idx = index_dtype(xp, array_api_compat.device(starts))
-    pos = xp.broadcast_to(xp.arange(starts.shape[-1], dtype=idx, device=array_api_compat.device(starts)), starts.shape)
+    idx = index_dtype(xp, _device(starts))
+    pos = xp.broadcast_to(xp.arange(starts.shape[-1], dtype=idx, device=_device(starts)), starts.shape)
     return xp.sum(pos - adapter.segment_first(xp, starts, pos), axis=-1)
 
 
 def _inversions(xp: Any, adapter: Any, z: Any) -> Any:
     """Strict inversions ``#{i < j: z_i > z_j}`` along the last axis: merge sort's levels, each counted by ``searchsorted``."""
     p = z.shape[-1]
-    idx = index_dtype(xp, array_api_compat.device(z))
+    idx = index_dtype(xp, _device(z))
     if p == 1:
-        return xp.zeros(z.shape[:-1], dtype=idx, device=array_api_compat.device(z))
+        return xp.zeros(z.shape[:-1], dtype=idx, device=_device(z))
     big = 1 << (p - 1).bit_length()
     if big > p:  # +inf at the end: larger than or equal to everything, after everything
-        pad = xp.full(z.shape[:-1] + (big - p,), math.inf, dtype=z.dtype, device=array_api_compat.device(z))
+        pad = xp.full(z.shape[:-1] + (big - p,), math.inf, dtype=z.dtype, device=_device(z))
         z = xp.concat([z, pad], axis=-1)
     total = xp.sum(xp.astype(z[..., 0::2] > z[..., 1::2], idx), axis=-1)
     h = 2

@@ -36,10 +36,8 @@ import dataclasses
 import math
 from typing import Any
 
-import array_api_compat
-
 from .._lib._adapters import core, get_adapter, rebuilt, same_shape
-from .._lib._compat import index_dtype, is_array
+from .._lib._compat import index_dtype, is_array, device as _device
 from .._lib._numerics import logaddexp, safe_divide
 from . import masked
 from .finite import finite_rows
@@ -94,7 +92,7 @@ class _Sorted:
         adapter = get_adapter(xp)
         if mask is None:
             (s, order), count = masked.sorted_rows(xp, adapter, x, order), None
-            weight = xp.ones((2,) + s.shape, dtype=s.dtype, device=array_api_compat.device(s))
+            weight = xp.ones((2,) + s.shape, dtype=s.dtype, device=_device(s))
         else:
             row = masked.valid_first(xp, adapter, x, mask, order=order)
             s, order, count = row.s, row.order, row.count
@@ -112,7 +110,7 @@ class _Sorted:
         With a mask, ``k + 1/2`` is the count of valid entries below plus half
         the own weight: ``min(k + 1/2, n_v)``.
         """
-        k = xp.arange(0.5 + shift, self.s.shape[-1] + shift, dtype=self.s.dtype, device=array_api_compat.device(self.s))
+        k = xp.arange(0.5 + shift, self.s.shape[-1] + shift, dtype=self.s.dtype, device=_device(self.s))
         if self.count is not None:
             k = xp.minimum(k, xp.astype(self.count, k.dtype) + shift)
         return k + 0.5 * (self.q1 - self.p)
@@ -222,7 +220,7 @@ class _Sort(_Directed):
     def fwd(self, xp: Any, x: Any, *rest: Any) -> tuple[tuple[Any], tuple[Any, ...]]:
         srt = self.sorted(xp, x, rest)
         n = x.shape[-1]
-        c = xp.arange(n, dtype=x.dtype, device=array_api_compat.device(x)) + 0.5
+        c = xp.arange(n, dtype=x.dtype, device=_device(x)) + 0.5
         c = xp.broadcast_to(c, x.shape)
         adapter = get_adapter(xp)
         count = srt.below(xp, adapter.searchsorted(xp, srt.levels(xp), c, side="right"))
@@ -267,12 +265,12 @@ class _TopK:
         if k_array:
             k = xp.astype(k_array[0], x.dtype)[..., None]
         else:
-            k = xp.full(x.shape[:-1] + (1,), self.k, dtype=x.dtype, device=array_api_compat.device(x))
+            k = xp.full(x.shape[:-1] + (1,), self.k, dtype=x.dtype, device=_device(x))
         n = x.shape[-1] if mask is None else xp.astype(srt.count, x.dtype)
         # k outside (0, n) (an array k, or n_v <= k with a mask): a NaN row, computed quietly at k = n/2
         outside = (k <= 0) | (k >= n)
         c = n - xp.where(outside, 0.5 * n, k)
-        idx = index_dtype(xp, array_api_compat.device(x))
+        idx = index_dtype(xp, _device(x))
         count = srt.below(xp, xp.sum(xp.astype(srt.levels(xp) <= c, idx), axis=-1, keepdims=True))
         anchor, lam, _ = srt.solve(xp, c, count, self.alpha)
         # (x - b) / alpha from the anchor: b itself would round alpha lam away at |x| >> alpha

@@ -17,11 +17,9 @@ import functools
 import math
 from typing import Any, Callable, Mapping
 
-import array_api_compat
-
 from .._lib._adapters import custom_backward
 from .._lib._calls import ALONG, Prepared
-from .._lib._compat import index_dtype
+from .._lib._compat import index_dtype, device as _device
 
 __all__ = ["arrays", "bound", "laid_out", "entered", "along", "cotangents", "pulled", "finished", "backward", "entering", "squared", "prefix", "held_last", "valid_first", "ValidFirst", "trailing", "sorted_rows"]
 
@@ -139,9 +137,9 @@ def prefix(xp: Any, mask: Any) -> Any:
 
 def _counted(xp: Any, mask: Any) -> tuple[Any, Any]:
     """``(n_v, prefix)``: each row's count of valid entries (index dtype, keepdims) and its first n_v positions."""
-    idx = index_dtype(xp, array_api_compat.device(mask))
+    idx = index_dtype(xp, _device(mask))
     count = xp.sum(xp.astype(mask, idx), axis=-1, keepdims=True)
-    return count, xp.arange(mask.shape[-1], dtype=idx, device=array_api_compat.device(mask)) < count
+    return count, xp.arange(mask.shape[-1], dtype=idx, device=_device(mask)) < count
 
 
 def held_last(xp: Any, adapter: Any, a: Any, count: Any) -> Any:

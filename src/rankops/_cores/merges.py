@@ -25,9 +25,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-import array_api_compat
-
-from .._lib._compat import index_dtype
+from .._lib._compat import index_dtype, device as _device
 
 __all__ = ["merge_rounds"]
 
@@ -47,7 +45,7 @@ def _within_halves(xp: Any, adapter: Any, comb: Callable[[Any, Any], Any], a: An
         other = adapter.take(xp, u, xp.broadcast_to(xp.clip(j, 0, n - 1), u.shape))
         return xp.where(has, comb(other, u), u), d * 2
 
-    one = xp.asarray(1, dtype=pos.dtype, device=array_api_compat.device(pos))
+    one = xp.asarray(1, dtype=pos.dtype, device=_device(pos))
     return adapter.repeat(xp, step, (a, one), steps, steps, like=(k, h))[0]
 
 
@@ -63,7 +61,7 @@ def _count_below(xp: Any, adapter: Any, v: Any, start: Any, h: Any, strict: Any,
         below = xp.where(strict, probe < v, probe <= v)
         return xp.where((cand <= h) & below, cand, c), bit // 2
 
-    dev = array_api_compat.device(v)
+    dev = _device(v)
     c = xp.zeros(v.shape, dtype=start.dtype, device=dev)
     top = xp.asarray(1 << (steps - 1), dtype=start.dtype, device=dev)
     return adapter.repeat(xp, step, (c, top), steps, steps, like=(v, start))[0]
@@ -88,7 +86,7 @@ def _halves_round(xp: Any, adapter: Any, kind: Any, v: Any, w: Any, h: int) -> A
     """
     batch, big = v.shape[:-1], v.shape[-1]
     pairs = big // (2 * h)
-    dev = array_api_compat.device(v)
+    dev = _device(v)
     vv = xp.reshape(v, batch + (pairs, 2, h))
     a, b = kind.stats(xp, vv, xp.reshape(w, batch + (pairs, 2, h)))
     # both totals and both halves in one array, so each scan and lookup is one call
@@ -122,7 +120,7 @@ def _halves_round(xp: Any, adapter: Any, kind: Any, v: Any, w: Any, h: int) -> A
 def _round(xp: Any, adapter: Any, kind: Any, v: Any, w: Any, h: Any, steps: int) -> Any:
     """One round of the loop (``h`` an array): :func:`_halves_round`'s tests on positions, every array row-shaped."""
     n = v.shape[-1]
-    dev = array_api_compat.device(v)
+    dev = _device(v)
     idx = index_dtype(xp, dev)
     pos = xp.broadcast_to(xp.arange(n, dtype=idx, device=dev), v.shape)
     k = pos % h  # offset in the half
@@ -169,7 +167,7 @@ def merge_rounds(xp: Any, adapter: Any, kind: Any, v: Any, w: Any) -> Any:
     """
     n = v.shape[-1]
     steps = (n - 1).bit_length()
-    dev = array_api_compat.device(v)
+    dev = _device(v)
     if not adapter.compiles_loops:
         h = 1
         while h < n:

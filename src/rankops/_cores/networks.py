@@ -27,9 +27,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import array_api_compat
-
-from .._lib._compat import index_dtype
+from .._lib._compat import index_dtype, device as _device
 
 __all__ = ["NETWORKS", "Wiring", "wiring", "stage_sizes"]
 
@@ -60,7 +58,7 @@ def stage_sizes(n: int) -> list[int]:
 
 def wiring(xp: Any, network: str, n: int, like: Any) -> Wiring:
     """The wiring of ``network`` on n wires, on ``like``'s device, ``side`` in ``like``'s dtype."""
-    device = array_api_compat.device(like)
+    device = _device(like)
     idx = index_dtype(xp, device)
     wire = xp.arange(n, dtype=idx, device=device)[:, None]
     if network == "odd_even":

@@ -35,10 +35,8 @@ import dataclasses
 import math
 from typing import Any
 
-import array_api_compat
-
 from .._lib._adapters import core, get_adapter, rebuilt, same_shape
-from .._lib._compat import is_array
+from .._lib._compat import is_array, device as _device
 from .._lib._numerics import safe_divide
 from . import isotonic, masked
 from .finite import finite_rows
@@ -50,7 +48,7 @@ __all__ = ["projection_core"]
 
 def _rho(xp: Any, like: Any) -> Any:
     n = like.shape[-1]
-    return xp.arange(n, 0, -1, dtype=like.dtype, device=array_api_compat.device(like))
+    return xp.arange(n, 0, -1, dtype=like.dtype, device=_device(like))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,7 +77,7 @@ class _Projection:
             # the valid entries' fit is theirs alone.
             row = masked.valid_first(xp, adapter, z, mask, descending=True, order=order)
             s, order = row.s, row.order
-            k = xp.arange(x.shape[-1], dtype=row.count.dtype, device=array_api_compat.device(x))
+            k = xp.arange(x.shape[-1], dtype=row.count.dtype, device=_device(x))
             rho = xp.astype(xp.clip(row.count - k, 0, None), x.dtype)
             weight = xp.astype(row.valid, x.dtype)
         inverse = adapter.invert_permutation(xp, order)
@@ -108,7 +106,7 @@ class _Projection:
         else:
             # (sol - y) is 0 on a one-entry block, where the value is s itself: written so, not left to the
             # subtraction, which XLA may compute from a y of its own rounding (y = w - s recomputed in another fusion)
-            last = xp.ones(starts.shape[:-1] + (1,), dtype=xp.bool, device=array_api_compat.device(starts))
+            last = xp.ones(starts.shape[:-1] + (1,), dtype=xp.bool, device=_device(starts))
             alone = starts & xp.concat([starts[..., 1:], last], axis=-1)
             d = xp.where(alone, 0.0, sol - y)
             value = s - d if self.descending else d - s

@@ -32,10 +32,8 @@ import dataclasses
 import math
 from typing import Any
 
-import array_api_compat
-
 from .._lib._adapters import core, get_adapter, same_shape
-from .._lib._compat import is_array
+from .._lib._compat import is_array, device as _device
 from .._lib._numerics import matvec
 from . import masked
 from .finite import finite_rows
@@ -169,7 +167,7 @@ def _backward(xp: Any, rows: Any, output: str, block: int, ct: Any, p_kept: Any 
         return (tuple(a + c for a, c in zip(cols_acc, cols)), {k: extras_acc[k] + extras[k] for k in extras_acc}), ()
 
     extra = (ct,) if output == "sort" else (weights(xp, s, rows.mask),)
-    zero = xp.zeros((), dtype=s.dtype, device=array_api_compat.device(s))
+    zero = xp.zeros((), dtype=s.dtype, device=_device(s))
     init_extras = {k: zero for k, v in (("tau", rows.tau), ("power", getattr(rows, "power", None))) if is_array(v)}
     init = (tuple(xp.zeros_like(s) for _ in range(rows.n_cols)), init_extras)
     (cols, extras), _ = get_adapter(xp).scan_blocks(xp, body, init, (*rows.keys, *extra), block)

@@ -16,10 +16,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from array_api_compat import device as _device
-
 from .._lib._adapters import core
-from .._lib._compat import is_array
+from .._lib._compat import is_array, device as _device
 from .._lib._numerics import unbroadcast
 from .entries import Entries
 from .finite import finite_rows

@@ -32,10 +32,8 @@ from __future__ import annotations
 import math
 from typing import Any, Callable
 
-import array_api_compat
-
 from .._lib._adapters import get_adapter
-from .._lib._compat import is_array
+from .._lib._compat import is_array, device as _device
 from .._lib._numerics import abs_power, abs_power_slope, matvec
 from . import masked
 
@@ -44,7 +42,7 @@ __all__ = ["ROWS", "positions", "weights", "sort_order", "permutation_matrix", "
 
 def positions(xp: Any, s: Any) -> Any:
     """``[1, 2, ..., n]`` in the dtype and on the device of ``s``."""
-    return xp.arange(1, s.shape[-1] + 1, dtype=s.dtype, device=array_api_compat.device(s))
+    return xp.arange(1, s.shape[-1] + 1, dtype=s.dtype, device=_device(s))
 
 
 def sort_order(xp: Any, s: Any, descending: bool, mask: Any = None) -> tuple[Any, Any]:
@@ -58,7 +56,7 @@ def sort_order(xp: Any, s: Any, descending: bool, mask: Any = None) -> tuple[Any
 
 def _one_hot(xp: Any, order: Any, n: int, dtype: Any) -> Any:
     """Rows of 0/1 over n items: ``[i, j] = 1`` iff ``order[i] == j`` (for any block of rows)."""
-    items = xp.arange(n, dtype=order.dtype, device=array_api_compat.device(order))
+    items = xp.arange(n, dtype=order.dtype, device=_device(order))
     return xp.astype(order[..., :, None] == items, dtype)
 
 

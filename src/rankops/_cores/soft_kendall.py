@@ -21,8 +21,7 @@ import dataclasses
 import math
 from typing import Any
 
-import array_api_compat
-
+from .._lib._compat import device as _device
 from .._lib._adapters import core, custom_backward, get_adapter, rebuilt
 from . import masked
 from .finite import finite_rows
@@ -42,7 +41,7 @@ class _SoftTau:
         a, b = rows[..., :, None], full[..., None, :]
         # equal entries are a tie, infinities included (inf - inf would be NaN): 0 - 0
         tie = a == b
-        zero = xp.zeros((), dtype=rows.dtype, device=array_api_compat.device(rows))
+        zero = xp.zeros((), dtype=rows.dtype, device=_device(rows))
         return xp.tanh((xp.where(tie, zero, a) - xp.where(tie, zero, b)) / self.tau)
 
     def _block(self, xp: Any, x: Any) -> int:
@@ -71,7 +70,7 @@ class _SoftTau:
                 sxy = sxy * (blk[2][..., :, None] * w[0][..., None, :])
             return total + xp.sum(xp.sum(sxy, axis=-1), axis=-1), ()
 
-        zero = xp.zeros(x.shape[:-1], dtype=x.dtype, device=array_api_compat.device(x))
+        zero = xp.zeros(x.shape[:-1], dtype=x.dtype, device=_device(x))
         total, _ = get_adapter(xp).scan_blocks(xp, body, zero, (x, y, *w), self._block(xp, x))
         return (total / self._pairs(xp, x, w[0] if w else None),), (x, y, *rest)  # p = 1: no pairs, 0
 

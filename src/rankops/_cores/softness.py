@@ -37,10 +37,8 @@ import functools
 import math
 from typing import Any, Callable
 
-import array_api_compat
-
 from .._lib._adapters import get_adapter
-from .._lib._compat import index_dtype, is_array
+from .._lib._compat import index_dtype, is_array, device as _device
 from ._calibration import GRID, LENGTHS
 from .masked import valid_first
 
@@ -70,7 +68,7 @@ def _weights(xp: Any, v: Any, start: float, step: float, count: int, slope: bool
     a = (v - start) / step
     cell = xp.clip(xp.floor(a), 0.0, count - 2.0)
     frac = a - cell
-    knots = xp.arange(count, dtype=v.dtype, device=array_api_compat.device(v))
+    knots = xp.arange(count, dtype=v.dtype, device=_device(v))
     low, high = knots == cell[..., None], knots == cell[..., None] + 1.0
     zero = xp.zeros_like(low, dtype=v.dtype)
     if slope:
@@ -81,7 +79,7 @@ def _weights(xp: Any, v: Any, start: float, step: float, count: int, slope: bool
 def _interpolated_array(xp: Any, table: tuple[tuple[float, ...], ...], u: Any, w: Any, slope: bool = False) -> Any:
     """:func:`_interpolated` with ``u`` and ``w`` arrays (broadcast together); ``slope``: its derivative in ``u``."""
     u0, du, nu, w0, dw, nw = GRID
-    values = xp.asarray(table, dtype=u.dtype, device=array_api_compat.device(u))
+    values = xp.asarray(table, dtype=u.dtype, device=_device(u))
     u, w = xp.clip(u, None, u0 + du * (nu - 1)), xp.clip(w, w0, None)
     wu, ww = _weights(xp, u, u0, du, nu, slope), _weights(xp, w, w0, dw, nw)
     return xp.sum(xp.matmul(wu[..., None, :], values)[..., 0, :] * ww, axis=-1)
@@ -108,7 +106,7 @@ def length_slope(xp: Any, key: str, s: Any, n: Any) -> Any:
 def _logs(xp: Any, s: Any, n: Any) -> tuple[Any, Any]:
     """``(log s, log n)`` as arrays of the dtype and device of whichever of ``s`` and ``n`` is one."""
     like = s if is_array(s) else n
-    return tuple(xp.log(v) if is_array(v) else xp.asarray(math.log(v), dtype=like.dtype, device=array_api_compat.device(like))
+    return tuple(xp.log(v) if is_array(v) else xp.asarray(math.log(v), dtype=like.dtype, device=_device(like))
                  for v in (s, n))
 
 
@@ -144,8 +142,8 @@ def row_scale(xp: Any, srt: Any, count: Any) -> Any:
         factor: Any = _normal_width(k, n)
     else:
         k = xp.minimum(xp.clip(xp.round(count / 10.0), 3.0, None), count - 1.0)
-        idx = index_dtype(xp, array_api_compat.device(srt))
-        ahead = xp.arange(n, dtype=idx, device=array_api_compat.device(srt)) + xp.astype(k, idx)
+        idx = index_dtype(xp, _device(srt))
+        ahead = xp.arange(n, dtype=idx, device=_device(srt)) + xp.astype(k, idx)
         upper = get_adapter(xp).take(xp, srt, xp.clip(ahead, 0, n - 1))
         widths = xp.where(ahead < xp.astype(count, idx), upper - srt, xp.full_like(srt, math.inf))
         factor = _normal_width_array(xp, k, count)

@@ -31,9 +31,8 @@ import functools
 import math
 from typing import Any, Protocol
 
-from array_api_compat import device as _device
-
-from .._lib._adapters import core
+from .._lib._adapters import core, get_adapter
+from .._lib._compat import device as _device
 from .._lib._numerics import checked_weights, matvec, safe_divide, unbroadcast, vecmat
 from .._solvers.line import line_plan_vjp
 from .._solvers.sinkhorn import Settings, log_weights, solve_vjp
@@ -165,7 +164,7 @@ def _cdf(xp: Any, x: Any, opts: TransportSettings, entries: Entries, descending:
         b, log_b = target_measure(xp, x, m, target_weights)
     else:
         y, b, log_b = own
-    b_bar = xp.cumulative_sum(b, axis=-1)
+    b_bar = get_adapter(xp).cumulative_sum(xp, b)
     inv_a, _ = input_measure(xp, x, weights)
     p, err, plan_back = plan_vjp(xp, sign * x, y, log_b, opts, weights=weights)
     out = inv_a * matvec(xp, p, b_bar)
@@ -178,7 +177,7 @@ def _cdf(xp: Any, x: Any, opts: TransportSettings, entries: Entries, descending:
         d_w = None
         if target_weights is not None:
             d_bbar = unbroadcast(xp, matvec(xp, xp.matrix_transpose(p), ct_a), tuple(b.shape))
-            d_w = xp.flip(xp.cumulative_sum(xp.flip(d_bbar, axis=-1), axis=-1), axis=-1) + d_log_b / b
+            d_w = get_adapter(xp).cumulative_sum(xp, d_bbar, reverse=True) + d_log_b / b
         return grads(sign * dx, d_eps, target_weights=d_w, weights=d_a)
 
     return (out, err), pullback

@@ -38,10 +38,8 @@ import inspect
 import math
 from typing import Any, Callable, Generic, Mapping, ParamSpec, TypeVar, overload
 
-import array_api_compat
-
 from ._adapters import Core, get_adapter
-from ._compat import is_array, namespace, normalize_axes, normalize_axis, real_float_dtypes
+from ._compat import is_array, namespace, normalize_axes, normalize_axis, real_float_dtypes, device as _device
 from ._numerics import unbroadcast
 from ._options import Options
 
@@ -176,7 +174,7 @@ class Prepared:
 
     @property
     def device(self) -> Any:
-        return array_api_compat.device(self.x)
+        return _device(self.x)
 
     def lay_out(self, weights: Any, name: str = "weights") -> Any:
         """Per-entry ``weights`` (real; shaped like the input, or 1-D of length n) in the core's layout and compute dtype."""
@@ -436,7 +434,7 @@ def _float_dtype(xp: Any, value: Any, name: str) -> Any:
 
 def _float_leaf(value: Any, name: str) -> Any:
     """The value as the floating array the operator computes with (integers are promoted)."""
-    xp = array_api_compat.array_namespace(value)
+    xp = namespace(value)
     dtype = _float_dtype(xp, value, name)
     return value if value.dtype == dtype else xp.astype(value, dtype)
 
@@ -445,6 +443,6 @@ def _as_argument(xp: Any, g: Any, arg: Any, name: str) -> Any:
     """A gradient in the shape and floating dtype of its argument (zeros if nothing flowed)."""
     dtype = _float_dtype(xp, arg, name)
     if g is None:
-        return xp.zeros(arg.shape, dtype=dtype, device=array_api_compat.device(arg))
+        return xp.zeros(arg.shape, dtype=dtype, device=_device(arg))
     g = unbroadcast(xp, g, tuple(arg.shape))  # sample axes of a stochastic operator
     return xp.astype(g, dtype) if g.dtype != dtype else g

@@ -7,6 +7,7 @@ check that read data would force a device sync and break ``jax.jit``.
 from __future__ import annotations
 
 import numbers
+import sys
 from typing import Any, TypeAlias
 
 import array_api_compat
@@ -15,11 +16,36 @@ import array_api_compat
 # the public operators take and return, in the caller's namespace.
 Array: TypeAlias = Any
 
-__all__ = ["Array", "is_array", "namespace", "real_float_dtypes", "normalize_axis", "normalize_axes", "index_dtype", "default_float"]
+__all__ = ["Array", "is_array", "namespace", "device", "is_torch_namespace", "real_float_dtypes", "normalize_axis", "normalize_axes", "index_dtype", "default_float"]
+
+
+# torch.compile traces array-api-compat's type tests (each behind functools.lru_cache) with a warning per call
+# site: torch tensors, the arrays such a trace sees, are told apart here from their class alone, before those tests.
+_TORCH_NAMESPACES = ("torch", "array_api_compat.torch")
+
+
+def _is_torch_tensor(value: Any) -> bool:
+    """Whether ``value`` is a torch tensor (or of a subclass): never imports torch, and no cached test."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(value, torch.Tensor)
+
+
+def is_torch_namespace(xp: Any) -> bool:
+    """Whether ``xp`` is torch or array-api-compat's torch namespace (``array_api_compat.is_torch_namespace``)."""
+    return getattr(xp, "__name__", None) in _TORCH_NAMESPACES
+
+
+def device(x: Any) -> Any:
+    """The device of the array ``x`` (``array_api_compat.device``)."""
+    return x.device if _is_torch_tensor(x) else array_api_compat.device(x)
 
 
 def is_array(value: Any) -> bool:
     """An array API array; Python and NumPy scalars (``np.float64(1.0)``) are not."""
+    if _is_torch_tensor(value):
+        return True
+    if value is None or isinstance(value, (bool, int, float, complex, str, list, tuple, dict)):
+        return False
     return array_api_compat.is_array_api_obj(value) and not isinstance(value, (bool, int, float, complex))
 
 
@@ -36,6 +62,10 @@ def namespace(*arrays: Any, names: tuple[str, ...] | None = None) -> Any:
                 f"{name} must be an array (NumPy, CuPy, PyTorch, JAX, Dask or "
                 f"array-api-strict), got {type(a).__name__}"
             )
+    if all(_is_torch_tensor(a) for a in arrays):
+        from array_api_compat import torch as torch_namespace
+
+        return torch_namespace
     try:
         return array_api_compat.array_namespace(*arrays)
     except TypeError as exc:
@@ -73,7 +103,7 @@ def real_float_dtypes(xp: Any, x: Any, name: str = "x") -> tuple[Any, Any]:
     if xp.isdtype(dtype, "complex floating"):
         raise TypeError(f"{name} must be real-valued; complex dtype {dtype} is not supported")
     if xp.isdtype(dtype, ("bool", "integral")):
-        out = default_float(xp, array_api_compat.device(x))
+        out = default_float(xp, device(x))
         return out, out
     if not xp.isdtype(dtype, "real floating"):  # pragma: no cover - exotic dtypes
         raise TypeError(f"{name} must have a real numeric dtype, got {dtype}")

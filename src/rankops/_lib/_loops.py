@@ -24,9 +24,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-import array_api_compat
-
-from ._compat import index_dtype
+from ._compat import index_dtype, device as _device
 from ._numerics import logaddexp
 
 
@@ -153,7 +151,7 @@ def _chunked(xp: Any, a: Any, b: Any) -> Any:
     m = -(-n // _CHUNK)
     if m * _CHUNK > n:  # padding at the end (a = 1, b = 0) changes no earlier entry
         pad = a.shape[:-1] + (m * _CHUNK - n,)
-        dev = array_api_compat.device(a)
+        dev = _device(a)
         a = xp.concat([a, xp.ones(pad, dtype=a.dtype, device=dev)], axis=-1)
         b = xp.concat([b, xp.zeros(pad, dtype=b.dtype, device=dev)], axis=-1)
     shape = a.shape[:-1] + (m, _CHUNK)
@@ -206,7 +204,7 @@ def searchsorted(xp: Any, sorted_seq: Any, values: Any, *, side: str = "left") -
     arbitrary indices in [0, m] (its values are NaN anyway).
     """
     m = sorted_seq.shape[-1]
-    dev = array_api_compat.device(values)
+    dev = _device(values)
     idx_dtype = index_dtype(xp, dev)
     lo = xp.zeros(values.shape, dtype=idx_dtype, device=dev)
     hi = xp.full(values.shape, m, dtype=idx_dtype, device=dev)

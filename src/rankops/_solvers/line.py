@@ -29,10 +29,9 @@ import math
 from typing import Any, Callable
 
 import numpy as np
-from array_api_compat import device as _device
 
 from .._lib._adapters import custom_backward, get_adapter
-from .._lib._compat import is_array
+from .._lib._compat import is_array, device as _device
 from .._lib._numerics import abs_power, abs_power_slope, matvec, unbroadcast
 from .implicit import dual_cotangents
 from .sinkhorn import DEFAULT_CHECK_EVERY, Settings, fixed_point, scaled_start, solve_vjp
@@ -265,8 +264,8 @@ def grid_potentials(xp: Any, s: Any, log_a: Any, log_b: Any, cost: Callable[[Any
     s = xp.broadcast_to(s, batch + (n,))
     order = xp.argsort(s, axis=-1, stable=True)
     ss = adapter.take(xp, s, order)
-    a_cum = xp.cumulative_sum(adapter.take(xp, xp.broadcast_to(xp.exp(log_a), batch + (n,)), order), axis=-1)
-    b_cum = xp.broadcast_to(xp.cumulative_sum(xp.exp(log_b), axis=-1), batch + (m,))
+    a_cum = adapter.cumulative_sum(xp, adapter.take(xp, xp.broadcast_to(xp.exp(log_a), batch + (n,)), order))
+    b_cum = xp.broadcast_to(adapter.cumulative_sum(xp, xp.exp(log_b)), batch + (m,))
     # Breakpoints closer than the sums' rounding are one shared breakpoint: whether two equal
     # sums compare equal depends on how the host added them (XLA under jit differs from eager).
     tol = 4 * xp.finfo(s.dtype).eps * math.sqrt(n + m)
@@ -299,5 +298,5 @@ def _staircase(xp: Any, ss: Any, a_break: Any, b_cum: Any, cost: Callable[[Any],
         y = xp.arange(m, dtype=ss.dtype, device=dev) * scale
     dg = cost(y[..., 1:] - s_row) - cost(y[..., :-1] - s_row)
     zero = xp.zeros(col.shape[:-1] + (1,), dtype=ss.dtype, device=dev)
-    f_sorted = cost(-ss[..., :1]) + xp.concat([zero, xp.cumulative_sum(df, axis=-1)], axis=-1)
-    return f_sorted, xp.concat([zero, xp.cumulative_sum(dg, axis=-1)], axis=-1)
+    f_sorted = cost(-ss[..., :1]) + xp.concat([zero, adapter.cumulative_sum(xp, df)], axis=-1)
+    return f_sorted, xp.concat([zero, adapter.cumulative_sum(xp, dg)], axis=-1)

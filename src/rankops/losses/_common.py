@@ -7,11 +7,9 @@ import math
 import numbers
 from typing import Any, Callable
 
-import array_api_compat
-
 from .._lib._adapters import get_adapter
 from .._lib._calls import prepare
-from .._lib._compat import is_array
+from .._lib._compat import is_array, namespace, device as _device
 
 DEFAULT_METHOD = "permutahedron"
 
@@ -37,7 +35,7 @@ def in_float32(loss: Callable[..., Any]) -> Callable[..., Any]:
         low = [a for a in args if _low_precision(a)]
         if not low:
             return loss(*args, **kwargs)
-        xp = array_api_compat.array_namespace(*low)
+        xp = namespace(*low)
         out = xp.result_type(*[a.dtype for a in args if is_array(a) and xp.isdtype(a.dtype, "real floating")])
         return xp.astype(loss(*[xp.astype(a, xp.float32) if _low_precision(a) else a for a in args], **kwargs), out)
 
@@ -86,7 +84,7 @@ def row_mask(xp: Any, mask: Any, like: Any, axis: int) -> Any:
 
 def _one_hot(xp: Any, index: Any, n: int) -> Any:
     """``index[..., None] == arange(n)``: a gather as a mask, which every backend (Dask included) has."""
-    return index[..., None] == xp.arange(n, device=array_api_compat.device(index))
+    return index[..., None] == xp.arange(n, device=_device(index))
 
 
 def class_labels(xp: Any, scores: Any, labels: Any, axis: int) -> None:

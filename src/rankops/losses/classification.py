@@ -6,12 +6,10 @@ import math
 import numbers
 from typing import Any, Sequence
 
-import array_api_compat
-
 from .._cores import diffsort as _networks
 from .._lib._adapters import get_adapter
 from .._lib._calls import Call, prepare
-from .._lib._compat import index_dtype
+from .._lib._compat import index_dtype, device as _device
 from .._lib._docs import fill_doc
 from .._lib._numerics import logsumexp, vecmat
 from ..permutations import NetworkOptions, diffsort, neuralsort, softsort
@@ -56,7 +54,7 @@ def _top_shares(xp: Any, s: Any, w: tuple[float, ...], method: str, options: dic
         if method == "diffsort":
             p = diffsort(s, mask=mask, **options)  # ascending: place j of n_v weighs w[n_v - 1 - j]
             n = s.shape[-1]
-            dev = array_api_compat.device(s)
+            dev = _device(s)
             idx = index_dtype(xp, dev)
             back = xp.sum(xp.astype(mask, idx), axis=-1, keepdims=True) - 1 - xp.arange(n, dtype=idx, device=dev)
             weights = xp.asarray(w, dtype=s.dtype, device=dev)
@@ -64,7 +62,7 @@ def _top_shares(xp: Any, s: Any, w: tuple[float, ...], method: str, options: dic
             return vecmat(xp, levels, p)
         p = xp.exp(_log_matrix(xp, s, method, options, mask)) if method == "sinkhorn" else \
             (softsort if method == "softsort" else neuralsort)(s, descending=True, mask=mask, **options)
-        return vecmat(xp, xp.asarray(w, dtype=p.dtype, device=array_api_compat.device(p)), p)
+        return vecmat(xp, xp.asarray(w, dtype=p.dtype, device=_device(p)), p)
     if method == "diffsort":
         # the weights carried back through the network (O(n) per layer, no matrix); the ascending network with the
         # weights on its last places, as difftopk: a network does not sort -s into the reverse of s
@@ -75,7 +73,7 @@ def _top_shares(xp: Any, s: Any, w: tuple[float, ...], method: str, options: dic
         p = xp.exp(_log_matrix(xp, s, method, options))
     else:
         p = (softsort if method == "softsort" else neuralsort)(s, descending=True, **options)
-    return vecmat(xp, xp.asarray(w, dtype=p.dtype, device=array_api_compat.device(p)), p)
+    return vecmat(xp, xp.asarray(w, dtype=p.dtype, device=_device(p)), p)
 
 
 def _preselect(xp: Any, s: Any, hit: Any, m: int) -> Any:
@@ -176,7 +174,7 @@ def topk_cross_entropy(scores: Any, labels: Any, p_k: Sequence[float], /, *, mas
         s = _preselect(xp, s, hit, int(m))
         n, needed, short = int(m), int(m), valid
         valid = None  # a row of at least m valid classes selects valid ones only
-        hit = _one_hot(xp, xp.zeros(s.shape[:-1], dtype=labels.dtype, device=array_api_compat.device(s)), n)
+        hit = _one_hot(xp, xp.zeros(s.shape[:-1], dtype=labels.dtype, device=_device(s)), n)
     else:
         short = valid
 

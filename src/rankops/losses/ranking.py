@@ -5,8 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import array_api_compat
-
+from .._lib._compat import device as _device
 from .._cores import masked
 from .._cores.squash import squash_parts, squash_vjp
 from .._cores.entries import Entries
@@ -136,7 +135,7 @@ def ndcg_loss(scores: Any, relevance: Any, /, k: int | None = None, *, mask: Any
         r = xp.where(m, r, xp.ones_like(r))
     cut = xp.clip(k + 1 - r, 0, 1)
     dcg = xp.sum(g * cut / xp.log2(1 + r), axis=-1)
-    pos = xp.arange(1, n + 1, dtype=s.dtype, device=array_api_compat.device(s))
+    pos = xp.arange(1, n + 1, dtype=s.dtype, device=_device(s))
     ideal_discount = xp.where(pos <= k, 1 / xp.log2(1 + pos), xp.zeros_like(pos))
     idcg = xp.sum(get_adapter(xp).rows(xp, _descending, g, dtype=g.dtype) * ideal_discount, axis=-1)
     some = idcg > 0
@@ -235,7 +234,7 @@ def permutation_loss(scores: Any, target: Any, /, *, mask: Any = None, axis: int
         hit = _one_hot(xp, xp.argsort(t, axis=-1, descending=True, stable=True), n)
         return -xp.sum(xp.where(hit, log_p, xp.zeros_like(log_p)), axis=(-2, -1)) / n
     # the valid targets' order (they sort first), in the first n_v rows
-    t = xp.where(m, xp.astype(t, s.dtype), xp.full(t.shape, -math.inf, dtype=s.dtype, device=array_api_compat.device(s)))
+    t = xp.where(m, xp.astype(t, s.dtype), xp.full(t.shape, -math.inf, dtype=s.dtype, device=_device(s)))
     hit = _one_hot(xp, xp.argsort(t, axis=-1, descending=True, stable=True), n) & masked.prefix(xp, m)[..., :, None]
     count = xp.sum(xp.astype(m, s.dtype), axis=-1)
     total = -xp.sum(xp.where(hit, log_p, xp.zeros_like(log_p)), axis=(-2, -1))

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping
 
-from array_api_compat import is_dask_namespace, is_jax_namespace, is_torch_namespace
+from array_api_compat import is_dask_namespace, is_jax_namespace
+
+from .._compat import is_torch_namespace
 
 from ._generic import GENERIC, Generic
 

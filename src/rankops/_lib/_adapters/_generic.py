@@ -26,10 +26,10 @@ from __future__ import annotations
 import numbers
 from typing import Any, Callable
 
-import array_api_compat
 import numpy as np
 
 from .. import _loops, _numerics
+from .._compat import device as _device
 
 __all__ = ["Generic", "GENERIC", "scatter"]
 
@@ -90,6 +90,12 @@ class Generic:
 
     def cumlogsumexp(self, xp: Any, z: Any, *, reverse: bool = False) -> Any:
         return _loops.cumlogsumexp(xp, z, reverse=reverse)
+
+    def cumulative_sum(self, xp: Any, z: Any, *, reverse: bool = False) -> Any:
+        """``xp.cumulative_sum`` along the last axis; ``reverse``: from the end."""
+        if reverse:
+            return xp.flip(xp.cumulative_sum(xp.flip(z, axis=-1), axis=-1), axis=-1)
+        return xp.cumulative_sum(z, axis=-1)
 
     def searchsorted(self, xp: Any, sorted_seq: Any, values: Any, *, side: str = "left") -> Any:
         return _loops.searchsorted(xp, sorted_seq, values, side=side)
@@ -225,9 +231,9 @@ class Generic:
 
     def check_devices(self, arrays: tuple[Any, ...], names: tuple[str, ...]) -> None:
         """``ValueError`` unless every array lives on the first one's device."""
-        dev = array_api_compat.device(arrays[0])
+        dev = _device(arrays[0])
         for name, a in zip(names[1:], arrays[1:]):
-            other = array_api_compat.device(a)
+            other = _device(a)
             if other != dev:
                 raise ValueError(f"{name} is on device {other!r} but {names[0]} is on {dev!r}; move them to one device")
 

@@ -46,6 +46,12 @@ class Torch(Generic):
             return torch.flip(torch.logcumsumexp(torch.flip(z, (-1,)), dim=-1), (-1,))
         return torch.logcumsumexp(z, dim=-1)
 
+    def cumulative_sum(self, xp: Any, z: Any, *, reverse: bool = False) -> Any:
+        # torch's own: array-api-compat's looks up the namespace again, which torch.compile traces with warnings
+        if reverse:
+            return torch.flip(torch.cumsum(torch.flip(z, (-1,)), dim=-1), (-1,))
+        return torch.cumsum(z, dim=-1)
+
     def linear_scan(self, xp: Any, a: Any, b: Any, *, reverse: bool = False, overwrite_b: bool = False) -> Any:
         """The doubling scan written in place into one buffer: per step one product, one add and the next
         step's links, and no concatenation (half the kernels of the portable form).
