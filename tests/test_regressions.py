@@ -43,9 +43,9 @@ def test_quantile_unrolled_gradient_is_finite_in_float32(backend, implicit):
 
 
 # The unrolled quantile of an integer row whose plan saturates: NaN gradients on JAX once the Newton polish was
-# differentiated through its matrix (1 / sqrt(column sums) has an unbounded derivative there). The polish's
-# matrix is now held constant. Found by the property suite on JAX; the reference is central differences of the
-# float64 NumPy values (smooth, being polished).
+# differentiated through its matrix: sqrt of an empty column's mass (0) has an infinite derivative, and 0 * inf
+# is NaN. The square roots now have a zero derivative there. Found by the property suite on JAX; the reference
+# is central differences of the float64 NumPy values (smooth, being polished).
 def test_unrolled_quantile_gradient_of_a_saturated_integer_row(backend):
     row, levels = np.array([1, 1, -2, 0, -3], dtype=np.int32), np.array([0.0, 0.25, 1.0])
     options = dict(filler=0.5, epsilon=0.01, squash="minmax", power=0.5, implicit=False)

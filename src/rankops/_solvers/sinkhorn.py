@@ -267,13 +267,11 @@ def _polish(xp: Any, c: Any, state: tuple[Any, ...], log_a: Any, log_b: Any, *, 
 
     def step(st: tuple[Any, ...]) -> tuple[Any, ...]:
         plan, u, v, err = st
-        # Unrolled, the host differentiates this step too, as a linear map of the residual: the CG is declared
-        # one linear solve (guarded=False), whose pullback is the same solve, and its matrix is held constant.
-        # CG's own iterations are nonlinear in the right-hand side (NaN in float32 on extreme rows), and the
-        # matrix's 1 / sqrt(column sums) has an unbounded derivative on saturated plans; what holding it drops
-        # is a term of the order of the residual, which the step removes.
+        # Unrolled, the host differentiates this step too: the CG is declared one linear solve (guarded=False),
+        # whose pullback is the same solve, not CG's own iterations (nonlinear in the right-hand side, and NaN
+        # in float32 on extreme rows)
         hold = functools.partial(adapter.stop_gradient, xp)
-        du, dv = solve_dual(xp, hold(plan), a - xp.sum(plan, axis=-1), b - xp.sum(plan, axis=-2), max_iter=max_iter,
+        du, dv = solve_dual(xp, plan, a - xp.sum(plan, axis=-1), b - xp.sum(plan, axis=-2), max_iter=max_iter,
                             steps=POLISH_CG_STEPS, guarded=False)
         err2 = _marginal_error(xp, _plan(xp, hold(c), hold(u + du), hold(v + dv)), hold(log_a), hold(log_b))
         better = due(err) & (err2 < err)
