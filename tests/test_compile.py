@@ -34,6 +34,8 @@ CASES = {
         x, torch.tensor([1, 4]), [0.5, 0.5], network="bitonic", m=4),
     "soft_rank[sinkhorn, implicit]": lambda x: rankops.soft_rank(x, implicit=True, tol=1e-12, max_iter=5000),
     "soft_rank[sinkhorn, max_iter=25]": lambda x: rankops.soft_rank(x, max_iter=25, epsilon=0.01),
+    # unrolled: the backward replays the iterations and the differentiated polish eagerly
+    "soft_sort[sinkhorn, unrolled]": lambda x: rankops.soft_sort(x, implicit=False, tol=1e-6),
     "soft_quantile[sinkhorn, implicit]": lambda x: rankops.soft_quantile(x, 0.3, implicit=True, tol=1e-12, max_iter=5000),
     "losses.spearman_loss[sinkhorn]": lambda x: rankops.losses.spearman_loss(x, torch.flip(x, (-1,)), method="sinkhorn", tol=1e-12, max_iter=5000),
     # ragged rows: the mask enters each hand-written backward as an array argument

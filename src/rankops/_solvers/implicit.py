@@ -59,13 +59,6 @@ def _safe_inverse(xp: Any, d: Any) -> Any:
     return safe_divide(xp, 1.0, xp.where(d >= xp.finfo(d.dtype).smallest_normal, d, xp.zeros_like(d)))
 
 
-def _safe_sqrt(xp: Any, d: Any) -> Any:
-    """``sqrt(d)`` for ``d >= 0``, whose derivative at an empty row or column (``d = 0``) is 0, not inf (an
-    unrolled backward differentiates the solve's matrix, and 0 * inf would be NaN)."""
-    positive = d > 0
-    return xp.where(positive, xp.sqrt(xp.where(positive, d, xp.ones_like(d))), xp.zeros_like(d))
-
-
 def _cg_tolerance(xp: Any, dtype: Any) -> float:
     # Relative residual CG can reach in the working precision (float32 stalls near 1e-6).
     return 1e-10 if dtype == xp.float64 else 1e-5
@@ -95,8 +88,13 @@ def _schur_solve(
     row = xp.sum(p, axis=-1)
     col = xp.sum(p, axis=-2)
     inv_row = _safe_inverse(xp, row)
-    inv_sqrt_col = _safe_sqrt(xp, _safe_inverse(xp, col))
-    q = _safe_sqrt(xp, col)
+    # The column scaling is a preconditioner and q (the deflation) picks the free constant: the solution's
+    # effect on the plan depends on neither, so autodiff (an unrolled polish differentiates this solve's matrix)
+    # sees them as constants; their square roots' derivatives are unbounded at an empty column (NaN gradients
+    # of saturated plans on JAX).
+    held = get_adapter(xp).stop_gradient(xp, col)
+    inv_sqrt_col = xp.sqrt(_safe_inverse(xp, held))
+    q = xp.sqrt(held)
     q = q * _safe_inverse(xp, xp.sqrt(xp.sum(q * q, axis=-1, keepdims=True)))
     carried = matvec(xp, _mT(xp, p), r * inv_row)
     rhs = (s - carried) * inv_sqrt_col

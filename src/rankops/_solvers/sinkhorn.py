@@ -117,7 +117,8 @@ def solve_vjp(
     u0, v0 = scaled_start(xp, init, epsilon, tuple(c.shape[:-2]), log_a, log_b, c)
     # the value is polished toward the fixed point (_polish): by default where its gradient is the fixed point's
     # (implicit); the soft operators polish unrolled values too, so that they are as smooth in the input
-    fwd = functools.partial(fixed_point, max_iter=max_iter, tol=tol, check_every=check_every, exact=exact, polish=opts.implicit if polish is None else polish)
+    fwd = functools.partial(fixed_point, max_iter=max_iter, tol=tol, check_every=check_every, exact=exact,
+                            polish=opts.implicit if polish is None else polish, differentiated=not opts.implicit)
     bwd = functools.partial(fixed_point_vjp, exact=exact, max_iter=max_iter, cost_shape=tuple(c.shape))
 
     def bwd_all(xp_: Any, res: Any, cts: Any, guarded: bool = True) -> tuple[Any, ...]:
@@ -129,7 +130,8 @@ def solve_vjp(
     if not opts.implicit and adapter.replays_loops(arrays):
         # unrolled, where the host cannot differentiate the loop it traces (torch.compile):
         # the backward replays the iterations eagerly, under the host's autodiff
-        statics = {"max_iter": max_iter, "tol": tol, "check_every": check_every, "exact": exact}
+        statics = {"max_iter": max_iter, "tol": tol, "check_every": check_every, "exact": exact, "polish": fwd.keywords["polish"],
+                   "differentiated": True}
 
         def replay(xp_: Any, res: tuple[Any, ...], cts: tuple[Any, ...]) -> tuple[Any, ...]:
             given = tuple(ct is not None for ct in cts)
@@ -191,13 +193,15 @@ def scaled_start(xp: Any, init: Any, epsilon: Any, batch: tuple[int, ...], log_a
 def fixed_point(
     xp: Any, c: Any, log_a: Any, log_b: Any, u0: Any, v0: Any, *, max_iter: int, tol: float, check_every: int, exact: str,
     polish: bool = False,
+    differentiated: bool = False,
 ) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
     """Run the iterations on the scaled cost ``c = C / epsilon`` from the scaled potentials ``(u0, v0)``.
 
     Returns ``((plan, u, v, error, n_iter), residuals)``, the residuals being
     what the implicit backward needs: the plan and both log-marginals.
-    ``polish``: Newton steps after the iterations (:func:`_polish`), for a
-    forward whose gradient is the fixed point's (implicit differentiation).
+    ``polish``: Newton steps after the iterations (:func:`_polish`);
+    ``differentiated``: the host's autodiff records them (unrolled), so
+    they are written for it.
     """
     adapter = get_adapter(xp)
     operands = (c, log_a, log_b)
@@ -213,7 +217,8 @@ def fixed_point(
     )
     plan = _plan(xp, c, u, v)
     if polish:
-        plan, u, v = _polish(xp, c, (plan, u, v, last[..., 0]), log_a, log_b, tol=tol, max_iter=max_iter)
+        plan, u, v = _polish(xp, c, (plan, u, v, last[..., 0]), log_a, log_b, tol=tol, max_iter=max_iter,
+                             differentiated=differentiated)
     if exact == "columns":
         # the column update v <- log b - logsumexp_i(u_i - c_ij), applied to the plan it rescales;
         # the column sum is floored as in _round: unrolled autodiff of b / sum forms 1 / sum**2,
@@ -237,7 +242,9 @@ POLISHED = (1e-5, 1e-9)
 POLISH_CG_STEPS = 4
 
 
-def _polish(xp: Any, c: Any, state: tuple[Any, ...], log_a: Any, log_b: Any, *, tol: float, max_iter: int) -> tuple[Any, Any, Any]:
+def _polish(
+    xp: Any, c: Any, state: tuple[Any, ...], log_a: Any, log_b: Any, *, tol: float, max_iter: int, differentiated: bool = False
+) -> tuple[Any, Any, Any]:
     """``(plan, u, v)`` after up to :data:`POLISH_STEPS` Newton steps on the marginal equations ``(P 1 - a, P^T 1 - b) = 0``.
 
     ``state`` is ``(plan, u, v, error)`` where the iterations stopped. Why:
@@ -255,7 +262,10 @@ def _polish(xp: Any, c: Any, state: tuple[Any, ...], log_a: Any, log_b: Any, *, 
     ``max_iter`` stopped keeps its value and is reported), a step is kept
     where it lowers the error, and skipped where the error is within
     ``tol**2`` or :data:`POLISHED` already: a caller's ``tol`` of 1e-9
-    (float64) costs nothing more.
+    (float64) costs nothing more. ``differentiated``: the host's autodiff
+    records the steps (unrolled), whose pullback is then that of the
+    Newton map: the CG declared one linear solve, a step judged on
+    constants before its plan is formed.
     """
     adapter = get_adapter(xp)
     target = max(tol * tol, POLISHED[xp.finfo(c.dtype).bits >= 64])
@@ -267,16 +277,23 @@ def _polish(xp: Any, c: Any, state: tuple[Any, ...], log_a: Any, log_b: Any, *, 
 
     def step(st: tuple[Any, ...]) -> tuple[Any, ...]:
         plan, u, v, err = st
-        # Unrolled, the host differentiates this step too: the CG is declared one linear solve (guarded=False),
-        # whose pullback is the same solve, not CG's own iterations (nonlinear in the right-hand side, and NaN
-        # in float32 on extreme rows)
-        hold = functools.partial(adapter.stop_gradient, xp)
+        # Differentiated (unrolled), the CG is declared one linear solve (guarded=False), whose pullback is the
+        # same solve, not CG's own iterations (nonlinear in the right-hand side, and NaN in float32 on extreme rows)
         du, dv = solve_dual(xp, plan, a - xp.sum(plan, axis=-1), b - xp.sum(plan, axis=-2), max_iter=max_iter,
-                            steps=POLISH_CG_STEPS, guarded=False)
+                            steps=POLISH_CG_STEPS, guarded=not differentiated)
+        if not differentiated:
+            u2, v2 = u + du, v + dv
+            plan2 = _plan(xp, c, u2, v2)
+            err2 = _marginal_error(xp, plan2, log_a, log_b)
+            better = due(err) & (err2 < err)
+            pick = lambda new, old: xp.where(better[..., None], new, old)  # noqa: E731
+            return xp.where(better[..., None, None], plan2, plan), pick(u2, u), pick(v2, v), xp.where(better, err2, err)
+        # differentiated: the step is judged on constants, then taken where it helps and zero elsewhere before the
+        # plan is formed (one more exponential): a step not taken may overflow its plan, and selecting after it
+        # would carry 0 * inf into the gradient
+        hold = functools.partial(adapter.stop_gradient, xp)
         err2 = _marginal_error(xp, _plan(xp, hold(c), hold(u + du), hold(v + dv)), hold(log_a), hold(log_b))
         better = due(err) & (err2 < err)
-        # the step taken where it helps, zero elsewhere, before the plan is formed: a step that is not taken may
-        # overflow its plan, and a selection after it would carry 0 * inf into the gradient
         u2 = u + xp.where(better[..., None], du, xp.zeros_like(du))
         v2 = v + xp.where(better[..., None], dv, xp.zeros_like(dv))
         return _plan(xp, c, u2, v2), u2, v2, xp.where(better, err2, err)
