@@ -126,7 +126,7 @@ def test_smoke_networks_section_checks_every_contender(smoke):
     assert all(float(diff) <= 1e-4 for *_, diff in rows), text
 
 
-@pytest.mark.parametrize("script, rows", [("benchmarks.topk_sort", 3), ("benchmarks.quantile_levels", 4), ("benchmarks.smoothness", 2),
+@pytest.mark.parametrize("script, rows", [("benchmarks.topk_sort", 3), ("benchmarks.quantile_levels", 4), ("benchmarks.smoothness", 4),
                                           ("benchmarks.masks", 6)])
 def test_single_question_scripts_print_their_table(generated_docs, script, rows):
     """The scripts behind docs/benchmarks-scripts.md in their quick modes: a table with one timed row per case."""
