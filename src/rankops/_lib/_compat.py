@@ -44,9 +44,9 @@ def is_array(value: Any) -> bool:
     """An array API array; Python and NumPy scalars (``np.float64(1.0)``) are not."""
     if _is_torch_tensor(value):
         return True
-    if value is None or isinstance(value, (bool, int, float, complex, str, list, tuple, dict)):
+    if value is None or isinstance(value, (bool, int, float, complex, str, list, tuple, dict)):  # np.float64 too
         return False
-    return array_api_compat.is_array_api_obj(value) and not isinstance(value, (bool, int, float, complex))
+    return array_api_compat.is_array_api_obj(value)
 
 
 def namespace(*arrays: Any, names: tuple[str, ...] | None = None) -> Any:
