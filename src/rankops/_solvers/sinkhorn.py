@@ -117,8 +117,9 @@ def solve_vjp(
     u0, v0 = scaled_start(xp, init, epsilon, tuple(c.shape[:-2]), log_a, log_b, c)
     # the value is polished toward the fixed point (_polish): by default where its gradient is the fixed point's
     # (implicit); the soft operators polish unrolled values too, so that they are as smooth in the input
-    fwd = functools.partial(fixed_point, max_iter=max_iter, tol=tol, check_every=check_every, exact=exact,
-                            polish=opts.implicit if polish is None else polish, differentiated=not opts.implicit)
+    polish = opts.implicit if polish is None else polish
+    fwd = functools.partial(fixed_point, max_iter=max_iter, tol=tol, check_every=check_every, exact=exact, polish=polish,
+                            differentiated=not opts.implicit)
     bwd = functools.partial(fixed_point_vjp, exact=exact, max_iter=max_iter, cost_shape=tuple(c.shape))
 
     def bwd_all(xp_: Any, res: Any, cts: Any, guarded: bool = True) -> tuple[Any, ...]:
@@ -130,7 +131,7 @@ def solve_vjp(
     if not opts.implicit and adapter.replays_loops(arrays):
         # unrolled, where the host cannot differentiate the loop it traces (torch.compile):
         # the backward replays the iterations eagerly, under the host's autodiff
-        statics = {"max_iter": max_iter, "tol": tol, "check_every": check_every, "exact": exact, "polish": fwd.keywords["polish"],
+        statics = {"max_iter": max_iter, "tol": tol, "check_every": check_every, "exact": exact, "polish": polish,
                    "differentiated": True}
 
         def replay(xp_: Any, res: tuple[Any, ...], cts: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -281,22 +282,20 @@ def _polish(
         # same solve, not CG's own iterations (nonlinear in the right-hand side, and NaN in float32 on extreme rows)
         du, dv = solve_dual(xp, plan, a - xp.sum(plan, axis=-1), b - xp.sum(plan, axis=-2), max_iter=max_iter,
                             steps=POLISH_CG_STEPS, guarded=not differentiated)
-        if not differentiated:
-            u2, v2 = u + du, v + dv
-            plan2 = _plan(xp, c, u2, v2)
-            err2 = _marginal_error(xp, plan2, log_a, log_b)
-            better = due(err) & (err2 < err)
-            pick = lambda new, old: xp.where(better[..., None], new, old)  # noqa: E731
-            return xp.where(better[..., None, None], plan2, plan), pick(u2, u), pick(v2, v), xp.where(better, err2, err)
-        # differentiated: the step is judged on constants, then taken where it helps and zero elsewhere before the
+        u2, v2 = u + du, v + dv
+        # Differentiated, the step is judged on constants, and taken where it helps and zero elsewhere before its
         # plan is formed (one more exponential): a step not taken may overflow its plan, and selecting after it
-        # would carry 0 * inf into the gradient
-        hold = functools.partial(adapter.stop_gradient, xp)
-        err2 = _marginal_error(xp, _plan(xp, hold(c), hold(u + du), hold(v + dv)), hold(log_a), hold(log_b))
+        # would carry 0 * inf into the gradient.
+        probe = functools.partial(adapter.stop_gradient, xp) if differentiated else (lambda t: t)
+        plan2 = _plan(xp, probe(c), probe(u2), probe(v2))
+        err2 = _marginal_error(xp, plan2, probe(log_a), probe(log_b))
         better = due(err) & (err2 < err)
-        u2 = u + xp.where(better[..., None], du, xp.zeros_like(du))
-        v2 = v + xp.where(better[..., None], dv, xp.zeros_like(dv))
-        return _plan(xp, c, u2, v2), u2, v2, xp.where(better, err2, err)
+        if differentiated:
+            u2 = u + xp.where(better[..., None], du, xp.zeros_like(du))
+            v2 = v + xp.where(better[..., None], dv, xp.zeros_like(dv))
+            return _plan(xp, c, u2, v2), u2, v2, xp.where(better, err2, err)
+        pick = lambda new, old: xp.where(better[..., None], new, old)  # noqa: E731
+        return xp.where(better[..., None, None], plan2, plan), pick(u2, u), pick(v2, v), xp.where(better, err2, err)
 
     def polished(st: tuple[Any, ...]) -> tuple[Any, ...]:
         return adapter.unless(xp, ~xp.any(due(st[3])), step, st)  # type: ignore[no-any-return]
