@@ -171,3 +171,13 @@ def test_jax_compile_script_prints_its_tables():
     assert len(compiled) == 8 and compiled[0] == "jnp.sort", proc.stdout
     kl = re.findall(r"^\| (jax|torch) \| 2 \| 100 \| [\d.e+]+ \| [\d.e+]+ \| [\d.]+ \|$", proc.stdout, flags=re.M)
     assert sorted(kl) == ["jax", "torch"], proc.stdout
+
+
+def test_compile_time_script_prints_its_table():
+    """``benchmarks.compile_time --quick``: a fresh process per cell, the reference row and an odd-even network's."""
+    pytest.importorskip("torch")
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.compile_time", "--quick"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = re.findall(r"^\| ([\w., ()]+) \| [\d.]+ \| [\d.]+ \| [\d.]+ \|$", proc.stdout, flags=re.M)
+    assert rows == ["torch.sort (reference)", "soft_rank, diffsort, odd_even"], proc.stdout

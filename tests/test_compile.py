@@ -135,3 +135,54 @@ def test_compiled_pooling_on_one_padded_row():
     eager = _value_and_grad(f, x0)
     torch.testing.assert_close(compiled[0], eager[0], rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(compiled[1], eager[1], rtol=1e-10, atol=1e-12)
+
+
+def _graph_sizes(f, x0):
+    """Nodes of the forward and backward graphs AOT autograd makes of ``f`` (loop bodies included), compiling nothing."""
+    from torch._dynamo.backends.common import aot_autograd
+
+    sizes = []
+
+    def count(gm, example_inputs):
+        sizes.append(sum(len(m.graph.nodes) for m in gm.modules() if isinstance(m, torch.fx.GraphModule)))
+        return gm
+
+    torch._dynamo.reset()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        _value_and_grad(torch.compile(f, fullgraph=True, backend=aot_autograd(fw_compiler=count, bw_compiler=count)), x0)
+    return sizes
+
+
+@pytest.mark.compiled
+@pytest.mark.parametrize("network", ["odd_even", "bitonic"])
+def test_compiled_network_is_one_loop_over_its_layers(network):
+    """A sorting network under torch.compile is a scan over its layers, forward and backward: its graphs are the
+    same size at 16 and 64 wires (16 and 64 layers odd-even, 10 and 21 bitonic), where unrolled ones grow with them."""
+
+    def f(x):
+        return rankops.soft_rank(x, method="diffsort", network=network)
+
+    small, large = (_graph_sizes(f, torch.randn(2, n, dtype=torch.float64)) for n in (16, 64))
+    assert len(small) == 2 and small == large, (small, large)
+
+
+@pytest.mark.compiled
+def test_compiled_network_matrix_has_eager_gradient_at_many_blocks():
+    """The matrix's backward carries its columns in blocks, a loop of loops (5 blocks of 52 columns at n = 256):
+    compiled, it runs as one eager op and gives eager's gradient (a scan op inside the backward graph did not:
+    inductor reused a donated buffer, and the gradient was off by 20x its size)."""
+    gen = torch.Generator().manual_seed(0)
+    x0 = torch.randn(2, 256, dtype=torch.float64, generator=gen)
+    w = torch.randn(2, 256, 256, dtype=torch.float64, generator=gen)
+
+    def f(x):
+        return rankops.diffsort(x, network="bitonic") * w
+
+    torch._dynamo.reset()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        compiled = _value_and_grad(torch.compile(f, fullgraph=True), x0)
+    eager = _value_and_grad(f, x0)
+    torch.testing.assert_close(compiled[0], eager[0], rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(compiled[1], eager[1], rtol=1e-10, atol=1e-12)

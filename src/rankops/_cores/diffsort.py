@@ -139,7 +139,7 @@ class _Network:
             return out, kept
 
         xs = (w.schedule,) if gate is None else (w.schedule, gate)
-        carry, kept = adapter.scan_blocks(xp, body, (x,) if p is None else (x, p), xs, 1)
+        carry, kept = adapter.scan_blocks(xp, body, (x,) if p is None else (x, p), xs, 1, looped=True)
         return (carry[0], *kept) if p is None else (carry[0], *kept, carry[1])
 
     def back(self, xp: Any, w: Wiring, c: Any, u: Any, g: Any, gc: Any = None, gate: Any = None) -> Any:
@@ -167,7 +167,7 @@ class _Network:
         return adapter.scan_blocks(xp, body, g, _flip(xp, xs), 1)[0]
 
     def carry_back(self, xp: Any, w: Wiring, c: Any, z: Any) -> tuple[Any, Any]:
-        """``(L_1 ... L_K z, the vector entering each layer)``: ``z`` carried back through the network."""
+        """``(L_1 ... L_K z, the vector entering each layer)``: ``z`` carried back through the network (forward)."""
 
         def body(carry: Any, cols: tuple[Any, ...]) -> tuple[Any, tuple[Any]]:
             k, ck = cols[0], cols[1][..., 0]
@@ -175,7 +175,7 @@ class _Network:
             # positions (or the top-k weights) are moderate: the difference form, which idle wires keep exactly
             return carry + ck * (_partners(xp, carry, partner) - carry), (carry[..., None],)
 
-        z, (entering,) = get_adapter(xp).scan_blocks(xp, body, z, _flip(xp, (w.schedule, c)), 1)
+        z, (entering,) = get_adapter(xp).scan_blocks(xp, body, z, _flip(xp, (w.schedule, c)), 1, looped=True)
         return z, xp.flip(entering, axis=-1)
 
     def chain_back(self, xp: Any, w: Wiring, c: Any, entering: Any, ct: Any, *, rows: bool) -> Any:
@@ -240,6 +240,25 @@ class _Network:
     def signed(self, xp: Any, v: Any) -> Any:
         return -v if self.descending else v
 
+    kept = 0  # residuals after the shares and arguments, before the valid wires (see :meth:`gradient`)
+
+    def bwd(self, xp: Any, res: tuple[Any, ...], cts: tuple[Any, ...]) -> tuple[Any, ...]:
+        """The input's cotangent (the valid wires get none), from :meth:`gradient` called by name with literal
+        options: a compiled torch graph runs it as one op, eagerly (:meth:`~.._lib._adapters.Torch.eagerly`),
+        so its loops over the layers stay out of the backward graph, where inductor would miscompile a loop op."""
+        (ct,) = cts
+        valid = res[2 + self.kept:]
+        if ct is None:  # torch: the output was not used
+            return (None,) * (1 + len(valid))
+        c = res[0]
+        literals = (self.network, self.distribution, float(self.steepness), float(self.art_lambda), bool(self.descending))
+        if isinstance(self, _Rank):
+            literals += (None if self.levels is None else tuple(float(v) for v in self.levels),)
+        arrays = (*res, xp.astype(ct, c.dtype, copy=False), c[..., 0])  # the last: dx's shape and dtype
+        (dx,) = get_adapter(xp).eagerly(xp, _gradient, arrays, like=(len(arrays) - 1,), output=type(self).__name__,
+                                        literals=literals)
+        return (dx, *(None,) * len(valid))
+
 
 class _Sort(_Network):
     """The forward takes, after x, the valid wires (a mask's prefix), if any: a residual too, for the gate."""
@@ -250,16 +269,12 @@ class _Sort(_Network):
         y, c, u = self.layers(xp, w, self.signed(xp, x), gate=gate)
         return (self.signed(xp, y),), (c, u, *valid)
 
-    def bwd(self, xp: Any, res: tuple[Any, ...], cts: tuple[Any, ...]) -> tuple[Any, ...]:
-        (ct,) = cts
-        valid = res[2:]
-        if ct is None:  # torch: the output was not used
-            return (None,) * (1 + len(valid))
+    def gradient(self, xp: Any, res: tuple[Any, ...], ct: Any) -> Any:
         c, u = res[:2]
+        valid = res[2:]
         w = self.wiring(xp, c, c.shape[-2])
         gate = self.gate(xp, w, valid[0]) if valid else None
-        dx = self.back(xp, w, c, u, xp.astype(ct, c.dtype, copy=False), gate=gate)  # the two sign flips cancel
-        return (dx, *(None,) * len(valid))
+        return self.back(xp, w, c, u, ct, gate=gate)  # the two sign flips cancel
 
 
 class _Chained(_Network):
@@ -270,17 +285,14 @@ class _Chained(_Network):
     def share_cotangents(self, xp: Any, w: Wiring, c: Any, kept: tuple[Any, ...], ct: Any) -> Any:
         return self.chain_back(xp, w, c, kept[0], ct, rows=False)
 
-    def bwd(self, xp: Any, res: tuple[Any, ...], cts: tuple[Any, ...]) -> tuple[Any, ...]:
-        (ct,) = cts
-        valid = res[2 + self.kept:]
-        if ct is None:  # torch: the output was not used
-            return (None,) * (1 + len(valid))
+    def gradient(self, xp: Any, res: tuple[Any, ...], ct: Any) -> Any:
         c, u = res[:2]
+        valid = res[2 + self.kept:]
         w = self.wiring(xp, c, c.shape[-2])
-        gc = self.share_cotangents(xp, w, c, res[2:2 + self.kept], xp.astype(ct, c.dtype, copy=False))
+        gc = self.share_cotangents(xp, w, c, res[2:2 + self.kept], ct)
         zero = xp.zeros(c.shape[:-1], dtype=c.dtype, device=_device(c))
         gate = self.gate(xp, w, valid[0]) if valid else None
-        return (self.signed(xp, self.back(xp, w, c, u, zero, gc, gate)), *(None,) * len(valid))
+        return self.signed(xp, self.back(xp, w, c, u, zero, gc, gate))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -316,6 +328,13 @@ class _Matrix(_Chained):
         gate = self.gate(xp, w, valid[0]) if valid else None
         _, c, u, p = self.layers(xp, w, self.signed(xp, x), eye, gate=gate)
         return (p,), (c, u, *valid)
+
+
+def _gradient(xp: Any, *arrays: Any, output: str, literals: tuple[Any, ...]) -> tuple[Any]:
+    """``(dx,)`` of the network ``output`` (a class name here) with options ``literals``, from its residuals and the
+    cotangent (``arrays``: those, then an array shaped like dx)."""
+    spec = {"_Sort": _Sort, "_Rank": _Rank, "_Matrix": _Matrix}[output](*literals)
+    return (spec.gradient(xp, arrays[:-2], arrays[-2]),)
 
 
 def _spec(cls: type, opts: Any, descending: bool, **extra: Any) -> Any:

@@ -154,7 +154,9 @@ class Generic:
     def iterate(self, xp: Any, step: Any, operands: Any, state: Any, **kwargs: Any) -> Any:
         return _loops.iterate(xp, step, operands, state, **kwargs)
 
-    def scan_blocks(self, xp: Any, body: Any, carry: Any, xs: tuple[Any, ...], block: int) -> Any:
+    def scan_blocks(self, xp: Any, body: Any, carry: Any, xs: tuple[Any, ...], block: int, *, looped: bool = False) -> Any:
+        """:func:`rankops._lib._loops.scan_blocks`; ``looped``: a forward computation (no gradient traced through it)
+        that a compiling host may run as one loop op, its body traced once."""
         return _loops.scan_blocks(xp, body, carry, xs, block)
 
     def repeat(self, xp: Any, body: Callable[[Any], Any], state: Any, count: Any, most: int, like: tuple[Any, ...] = ()) -> Any:

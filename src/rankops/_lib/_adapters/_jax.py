@@ -227,7 +227,7 @@ class Jax(Generic):
         """``lax.cond``: under ``jit`` the skipped branch costs nothing (under ``vmap`` both run)."""
         return jax.lax.cond(skip, lambda o: o, fn, operand)
 
-    def scan_blocks(self, xp: Any, body: Any, carry: Any, xs: tuple[Any, ...], block: int) -> Any:
+    def scan_blocks(self, xp: Any, body: Any, carry: Any, xs: tuple[Any, ...], block: int, *, looped: bool = False) -> Any:
         """:func:`rankops._lib._loops.scan_blocks` as one ``lax.scan`` over the whole blocks, then the remainder.
 
         The loop body is traced once (twice with a remainder), not once per block.

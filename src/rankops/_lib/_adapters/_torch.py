@@ -194,6 +194,36 @@ class Torch(Generic):
             state = tuple(torch.where(count > i, new, old) for new, old in zip(body(state), state))
         return state
 
+    def scan_blocks(self, xp: Any, body: Any, carry: Any, xs: tuple[Any, ...], block: int, *, looped: bool = False) -> Any:
+        """``looped`` under ``torch.compile``: torch's ``scan`` higher-order op over the whole blocks, then the remainder.
+
+        The body is traced once, not once per block: a sorting network's
+        hundreds of layers are one loop in the graph (its compile time does not
+        grow with them). Only forward graphs ask for it: inductor miscompiles
+        a loop op inside a backward graph (see :meth:`eagerly`'s op, which runs
+        such loops). Eager torch runs the portable loop.
+        """
+        whole, rest = divmod(xs[0].shape[-1], block)
+        if not (looped and torch.compiler.is_compiling()) or whole < _SCANNED_FROM or not _tensors(carry):
+            return super().scan_blocks(xp, body, carry, xs, block)
+        from torch._higher_order_ops import scan
+
+        def split(x: Any) -> Any:
+            return torch.movedim(x[..., : whole * block].unflatten(-1, (whole, block)), -2, 0)
+
+        def step(c: Any, cols: Any) -> Any:
+            # scan's body may not return (views of) its inputs
+            out, ys = body(c, tuple(cols))
+            # a scan with no stacked output does not lower in a backward graph (inductor, torch 2.13): one of a zero
+            return _fresh(out), _fresh(ys) if ys else (cols[0][..., :0].clone(),)
+
+        carry, ys = scan(step, _fresh(carry), tuple(split(x) for x in xs))
+        parts = [tuple(torch.movedim(y, 0, -2).flatten(-2) for y in ys if y.shape[-1])]  # without the empty one
+        if rest:
+            carry, tail = body(carry, tuple(x[..., whole * block :] for x in xs))
+            parts.append(tail)
+        return carry, tuple(p[0] if len(p) == 1 else torch.cat(p, dim=-1) for p in zip(*parts))
+
     def unless(self, xp: Any, skip: Any, fn: Any, operand: Any) -> Any:
         """``torch.cond`` under ``torch.compile`` (no gradient through it), so compiled code skips the work too."""
         if torch.compiler.is_compiling() and not self.replays_loops(operand):
@@ -270,6 +300,8 @@ _LINKS_KEPT = 2**22
 # elements of the largest operand (a transport's scaled cost) times the rounds of a loop up to which
 # its rounds are not checkpointed: autograd keeps a few arrays of that size per round, 8 MiB each in float64
 _KEPT_WHOLE = 2**20
+# blocks from which a compiled scan_blocks is one scan op: fewer are traced one by one (inductor fuses them)
+_SCANNED_FROM = 4
 
 
 def _with_autograd(f: Any, *args: Any, **kwargs: Any) -> Any:
@@ -314,6 +346,13 @@ def _eager(fn: str, params: str, arrays: list[torch.Tensor], like: list[int]) ->
 @_eager.register_fake
 def _eager_fake(fn: str, params: str, arrays: list[torch.Tensor], like: list[int]) -> list[torch.Tensor]:
     return [arrays[i].new_empty(arrays[i].shape) for i in like]
+
+
+def _fresh(tree: Any) -> Any:
+    """``tree`` with each tensor copied to a dense one: a loop body's outputs may not alias its inputs, and a
+    scan's carry keeps its strides (a broadcast one has zeros)."""
+    return torch.utils._pytree.tree_map(
+        lambda t: t.clone(memory_format=torch.contiguous_format) if isinstance(t, torch.Tensor) else t, tree)
 
 
 def _tensors(tree: Any) -> list[Any]:
