@@ -17,6 +17,7 @@ from scipy.optimize import brentq, isotonic_regression
 from scipy.special import logsumexp
 
 import rankops
+from tests.hosts import HOSTS, host
 from tests.reference import central_vjp
 
 RNG = np.random.default_rng(20261123)
@@ -186,6 +187,30 @@ def test_isotonic_kl_equals_sequential_pav():
     xp = array_namespace(y)
     got = isotonic.decreasing(xp, get_adapter(xp), y, lw, "kl")
     assert_allclose(got, np.stack([_pav(a, b, "kl") for a, b in zip(y, lw)]), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", HOSTS)
+def test_isotonic_kl_pooling_rounds_at_any_scale(name):
+    """The KL fit's pooling rounds against the sequential stack algorithm on every host: rows that settle there
+    (mostly sorted, log-weights spread over 10^3, where a sum of exp without each segment's maximum overflows)
+    and rows left to the merge rounds (zigzags), with masked entries (value -inf, log-weight 0) at the end."""
+    from array_api_compat import array_namespace
+
+    from rankops._cores import isotonic
+    from rankops._lib._adapters import get_adapter
+
+    n = 40
+    y = np.stack([-np.sort(RNG.normal(size=n)) * 400 + RNG.normal(size=n) * 30,  # pooled runs of every length
+                  np.where(np.arange(n) % 2 == 0, 1.0, -1.0) * np.linspace(1.0, 50.0, n),  # zigzag: merges
+                  RNG.normal(size=n) * 500])
+    lw = np.stack([RNG.normal(size=n) * 300, RNG.normal(size=n), RNG.normal(size=n) * 500])
+    y[2, -5:], lw[2, -5:] = -np.inf, 0.0
+    want = np.stack([_pav(a, b, "kl") for a, b in zip(y, lw)])
+    to, run = host(name)
+    got = run(lambda a, b: isotonic.decreasing(array_namespace(a), get_adapter(array_namespace(a)), a, b, "kl"), to(y), to(lw))
+    got = np.asarray(got)
+    assert np.all(got[2, -5:] == -np.inf)
+    assert_allclose(got, want, rtol=1e-10, atol=1e-9)
 
 
 def test_isotonic_gradients_match_central_differences():

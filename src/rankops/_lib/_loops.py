@@ -22,6 +22,7 @@ their native kernels where those exist (``torch.searchsorted``,
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 from ._compat import index_dtype, device as _device
@@ -229,6 +230,30 @@ def segment_sum(xp: Any, starts: Any, g: Any) -> Any:
     ends = xp.concat([starts[..., 1:], xp.ones_like(starts[..., :1])], axis=-1)
     links = xp.where(starts, zero, xp.ones_like(g))[..., 1:]  # cut before each start, both ways
     return linear_scan(xp, links, xp.where(ends, linear_scan(xp, links, g), zero), reverse=True)
+
+
+def segment_max(xp: Any, starts: Any, g: Any) -> Any:
+    """Each entry's segment maximum of ``g`` (``starts`` broadcasts against ``g``): a segmented running maximum by
+    doubling, forward from each start, then backward from each segment's end (where the first one holds the total)."""
+    starts = xp.broadcast_to(starts, g.shape)
+    ends = xp.concat([starts[..., 1:], xp.ones_like(starts[..., :1])], axis=-1)
+
+    def combine(earlier: tuple[Any, ...], later: tuple[Any, ...]) -> tuple[Any, ...]:
+        (s1, m1), (s2, m2) = earlier, later
+        return s1 | s2, xp.where(s2, m2, xp.maximum(m1, m2))  # nothing crosses a segment's first entry
+
+    running = _doubling(xp, (starts, g), combine, False)[1]
+    return _doubling(xp, (ends, running), combine, True)[1]
+
+
+def segment_logsumexp(xp: Any, starts: Any, g: Any) -> Any:
+    """Each entry's segment ``log(sum(exp(g)))``: the segment's maximum plus the log of a segmented sum of terms at
+    most 1, one of them 1 (no overflow, no total underflow; -inf for a segment of -inf only, with no NumPy warning)."""
+    top = segment_max(xp, starts, g)
+    ref = xp.where(top > -math.inf, top, xp.zeros_like(top))  # a segment of -inf only: terms exp(-inf) = 0
+    total = segment_sum(xp, starts, xp.exp(g - ref))
+    some = total > 0
+    return xp.where(some, ref + xp.log(xp.where(some, total, xp.ones_like(total))), xp.full_like(total, -math.inf))
 
 
 def segment_first(xp: Any, starts: Any, g: Any) -> Any:

@@ -124,6 +124,11 @@ class Generic:
     def segment_first(self, xp: Any, starts: Any, g: Any) -> Any:
         return _loops.segment_first(xp, starts, g)
 
+    def segment_logsumexp(self, xp: Any, starts: Any, g: Any) -> Any:
+        """Each entry's segment ``log(sum(exp(g)))``, from the segment's maximum (-inf for a segment of -inf only);
+        ``starts`` broadcasts against ``g``."""
+        return _loops.segment_logsumexp(xp, starts, g)
+
     def rows(self, xp: Any, fn: Callable[..., Any], *arrays: Any, dtype: Any) -> Any:
         """``fn(xp, *arrays)``, an array of ``arrays[0]``'s shape and ``dtype`` computed from whole rows (last axis).
 

@@ -183,6 +183,20 @@ class Jax(Generic):
         total = jax.ops.segment_sum(jnp.reshape(g, (-1,)), flat, num_segments=g.size, indices_are_sorted=True)
         return jnp.reshape(total.at[flat].get(mode="promise_in_bounds", indices_are_sorted=True), shape)
 
+    def segment_logsumexp(self, xp: Any, starts: Any, g: Any) -> Any:
+        shape, n = g.shape, g.shape[-1]
+        ids = jnp.cumsum(jnp.broadcast_to(starts, shape), axis=-1, dtype=jnp.int32) - 1
+        ids = ids + n * jnp.reshape(jnp.arange(g.size // n, dtype=jnp.int32), shape[:-1] + (1,))
+        flat = jnp.reshape(ids, (-1,))
+
+        def read(slots: Any) -> Any:
+            return slots.at[flat].get(mode="promise_in_bounds", indices_are_sorted=True)
+
+        top = jax.ops.segment_max(jnp.reshape(g, (-1,)), flat, num_segments=g.size, indices_are_sorted=True)
+        top = jnp.where(top > -jnp.inf, top, 0.0)  # empty or -inf only: terms exp(-inf) = 0
+        total = jax.ops.segment_sum(jnp.exp(jnp.reshape(g, (-1,)) - read(top)), flat, num_segments=g.size, indices_are_sorted=True)
+        return jnp.reshape(read(jnp.log(total) + top), shape)
+
     def segment_first(self, xp: Any, starts: Any, g: Any) -> Any:
         pos = jnp.arange(g.shape[-1], dtype=jnp.int32)
         first = jax.lax.cummax(jnp.where(starts, pos, 0), axis=starts.ndim - 1)
