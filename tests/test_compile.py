@@ -4,9 +4,10 @@ Compiled code keeps the cores' data-dependent loops: the pooling rounds and
 the Sinkhorn iterations run as torch's ``while_loop`` (stopping where eager
 stops) where no gradient flows through them; a differentiated Sinkhorn loop
 is replayed eagerly by its backward (``rankops::eager``), as is the
-conjugate gradient of the implicit backward. Compiling takes 5-30 s per
-case: these run under ``-m compiled`` (.ci/run's second step), except the
-op's own checks, which compile nothing.
+conjugate gradient of the implicit backward. A sorting network's layers are
+one ``scan`` in the forward graph, its backward one ``rankops::eager`` node.
+Compiling takes 5-30 s per case: these run under ``-m compiled`` (.ci/run's
+second step), except the op's own checks, which compile nothing.
 """
 
 from __future__ import annotations
@@ -186,3 +187,18 @@ def test_compiled_network_matrix_has_eager_gradient_at_many_blocks():
     eager = _value_and_grad(f, x0)
     torch.testing.assert_close(compiled[0], eager[0], rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(compiled[1], eager[1], rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.compiled
+def test_compiled_merge_rounds_on_a_row_past_the_pooling_cap():
+    """A row that pools one block per round (1, 2, ..., 30, -1000: 30 rounds, past the cap of 4 ceil(log2 31) = 20)
+    finishes in the merge rounds, which compiled code runs as one while_loop (nested loops in its body): scipy's fit."""
+    from scipy.optimize import isotonic_regression
+
+    y = torch.tensor([[*range(1, 31), -1000.0], [float(v) for v in range(31)]], dtype=torch.float64)
+    want = torch.tensor([isotonic_regression(r).x for r in y.numpy()], dtype=torch.float64)
+    torch._dynamo.reset()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        got = torch.compile(rankops.isotonic_regression, fullgraph=True)(y)
+    torch.testing.assert_close(got, want, rtol=1e-13, atol=1e-12)

@@ -196,13 +196,36 @@ class Torch(Generic):
         return _loops.iterate(xp, step, operands, state, wrap=checkpointed, early_exit=early_exit, **kwargs)
 
     def repeat(self, xp: Any, body: Any, state: Any, count: Any, most: int, like: tuple[Any, ...] = ()) -> Any:
-        """``count`` may be a 0-d tensor under ``torch.compile`` (:func:`_while_rounds`): ``most`` steps, those from ``count`` on masked."""
-        if not isinstance(count, torch.Tensor):
-            return super().repeat(xp, body, state, count, most)
+        """Under ``torch.compile`` with no gradient through it: torch's ``while_loop``, its body traced once.
+
+        ``count`` may be a 0-d tensor there (:func:`_while_rounds`); with a
+        gradient (autograd cannot follow a ``while_loop``) such a count runs
+        ``most`` steps, those from ``count`` on masked.
+        """
         state = tuple(state)
-        for i in range(most):
-            state = tuple(torch.where(count > i, new, old) for new, old in zip(body(state), state))
-        return state
+        if not torch.compiler.is_compiling() or most <= 1:
+            return super().repeat(xp, body, state, count, most)
+        if self.replays_loops((state, like)):
+            if not isinstance(count, torch.Tensor):
+                return super().repeat(xp, body, state, count, most)
+            for i in range(most):
+                state = tuple(torch.where(count > i, new, old) for new, old in zip(body(state), state))
+            return state
+        from torch._higher_order_ops import while_loop
+
+        def cond(i: Any, *s: Any) -> Any:
+            return i < count
+
+        def step(i: Any, *s: Any) -> Any:
+            return (i + 1, *_distinct(list(body(s)), s))
+
+        start = torch.zeros((), dtype=torch.int64, device=state[0].device)
+        return tuple(while_loop(cond, step, (start, *_fresh(state)))[1:])
+
+    @property
+    def compiles_loops(self) -> bool:  # type: ignore[override]
+        """Under ``torch.compile``: :meth:`repeat` is then one loop op (see ``Generic.compiles_loops``)."""
+        return torch.compiler.is_compiling()
 
     def scan_blocks(self, xp: Any, body: Any, carry: Any, xs: tuple[Any, ...], block: int, *, looped: bool = False) -> Any:
         """``looped`` under ``torch.compile``: torch's ``scan`` higher-order op over the whole blocks, then the remainder.
