@@ -54,6 +54,17 @@ def _value_and_grad(f, x0):
     return y.detach(), g
 
 
+def _assert_compiled_is_eager(f, x0):
+    """``f`` compiled whole gives eager's value and gradient of its sum."""
+    torch._dynamo.reset()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        compiled = _value_and_grad(torch.compile(f, fullgraph=True), x0)
+    eager = _value_and_grad(f, x0)
+    torch.testing.assert_close(compiled[0], eager[0], rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(compiled[1], eager[1], rtol=1e-10, atol=1e-12)
+
+
 @pytest.mark.compiled
 @pytest.mark.parametrize("name", list(CASES))
 def test_compiles_whole_with_eager_values_and_gradients(name):
@@ -129,13 +140,7 @@ def test_compiled_pooling_on_one_padded_row():
     run branch of the merge rounds agree on strides (a stride-1024 slice of one row once broke tracing)."""
     x0 = torch.tensor([[3.0, 2.0, 1.0, 0.0, -1.0, 0.5]], dtype=torch.float64)
     f = lambda x: rankops.soft_rank(x, method="permutahedron", strength=0.1)  # noqa: E731
-    torch._dynamo.reset()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        compiled = _value_and_grad(torch.compile(f, fullgraph=True), x0)
-    eager = _value_and_grad(f, x0)
-    torch.testing.assert_close(compiled[0], eager[0], rtol=1e-12, atol=1e-12)
-    torch.testing.assert_close(compiled[1], eager[1], rtol=1e-10, atol=1e-12)
+    _assert_compiled_is_eager(f, x0)
 
 
 def _graph_sizes(f, x0):
@@ -180,13 +185,7 @@ def test_compiled_network_matrix_has_eager_gradient_at_many_blocks():
     def f(x):
         return rankops.diffsort(x, network="bitonic") * w
 
-    torch._dynamo.reset()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        compiled = _value_and_grad(torch.compile(f, fullgraph=True), x0)
-    eager = _value_and_grad(f, x0)
-    torch.testing.assert_close(compiled[0], eager[0], rtol=1e-12, atol=1e-12)
-    torch.testing.assert_close(compiled[1], eager[1], rtol=1e-10, atol=1e-12)
+    _assert_compiled_is_eager(f, x0)
 
 
 @pytest.mark.compiled
