@@ -191,7 +191,7 @@ def test_compiled_network_matrix_has_eager_gradient_at_many_blocks():
 @pytest.mark.compiled
 def test_compiled_merge_rounds_on_a_row_past_the_pooling_cap():
     """A row that pools one block per round (1, 2, ..., 30, -1000: 30 rounds, past the cap of 4 ceil(log2 31) = 20)
-    finishes in the merge rounds, which compiled code runs as one while_loop (nested loops in its body): scipy's fit."""
+    finishes in the merge rounds, which compiled code runs eagerly in one op (rankops::eager): scipy's fit."""
     from scipy.optimize import isotonic_regression
 
     y = torch.tensor([[*range(1, 31), -1000.0], [float(v) for v in range(31)]], dtype=torch.float64)

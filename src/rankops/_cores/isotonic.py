@@ -222,6 +222,11 @@ def _merges(xp: Any, adapter: Any, rules: Any, v: Any, w: Any) -> Any:
     return v[..., :n] if big > n else v
 
 
+def _merged(xp: Any, v: Any, w: Any, *, kind: str) -> tuple[Any]:
+    """``(merge rounds of v,)``, called by name (:meth:`~.._lib._adapters.Generic.eagerly`)."""
+    return (_merges(xp, get_adapter(xp), KINDS[kind], v, w),)
+
+
 def fit(xp: Any, adapter: Any, y: Any, w: Any = None, kind: str = "l2") -> Any:
     """The increasing isotonic fit of ``y`` with weights ``w`` along the last axis (see the module docstring).
 
@@ -243,7 +248,10 @@ def fit(xp: Any, adapter: Any, y: Any, w: Any = None, kind: str = "l2") -> Any:
     v, unsettled, stopped_early = _pool_runs(xp, adapter, rules, v, w, 4 * (n - 1).bit_length())
     if stopped_early:  # the loop read that every row settled: no second read
         return v
-    return adapter.unless(xp, ~xp.any(unsettled), lambda u: _merges(xp, adapter, rules, u, xp.ones_like(u) if w is None else w), v)
+    # the merge rounds, a fallback few rows take, run eagerly even in a compiled graph (one op): compiled, they
+    # were most of the kernels of every permutahedron and isotonic call, and of its compile time
+    weights = xp.ones_like(v) if w is None else w
+    return adapter.unless(xp, ~xp.any(unsettled), lambda u: adapter.eagerly(xp, _merged, (u, weights), like=(0,), kind=kind)[0], v)
 
 
 def decreasing(xp: Any, adapter: Any, y: Any, w: Any = None, kind: str = "l2") -> Any:

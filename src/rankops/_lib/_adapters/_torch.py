@@ -222,11 +222,6 @@ class Torch(Generic):
         start = torch.zeros((), dtype=torch.int64, device=state[0].device)
         return tuple(while_loop(cond, step, (start, *_fresh(state)))[1:])
 
-    @property
-    def compiles_loops(self) -> bool:  # type: ignore[override]
-        """Under ``torch.compile``: :meth:`repeat` is then one loop op (see ``Generic.compiles_loops``)."""
-        return torch.compiler.is_compiling()
-
     def scan_blocks(self, xp: Any, body: Any, carry: Any, xs: tuple[Any, ...], block: int, *, looped: bool = False) -> Any:
         """``looped`` under ``torch.compile``: torch's ``scan`` higher-order op over the whole blocks, then the remainder.
 
