@@ -251,13 +251,14 @@ class _Network:
         if ct is None:  # torch: the output was not used
             return (None,) * (1 + len(valid))
         c = res[0]
-        literals = (self.network, self.distribution, float(self.steepness), float(self.art_lambda), bool(self.descending))
-        if isinstance(self, _Rank):
-            literals += (None if self.levels is None else tuple(float(v) for v in self.levels),)
         arrays = (*res, xp.astype(ct, c.dtype, copy=False), c[..., 0])  # the last: dx's shape and dtype
         (dx,) = get_adapter(xp).eagerly(xp, _gradient, arrays, like=(len(arrays) - 1,), output=type(self).__name__,
-                                        literals=literals)
+                                        literals=self.literals())
         return (dx, *(None,) * len(valid))
+
+    def literals(self) -> tuple[Any, ...]:
+        """The fields as Python literals (a NumPy scalar's ``repr`` is not one), in their order: ``cls(*literals)``."""
+        return (self.network, self.distribution, float(self.steepness), float(self.art_lambda), bool(self.descending))
 
 
 class _Sort(_Network):
@@ -305,6 +306,9 @@ class _Rank(_Chained):
         if self.levels is None:
             return xp.broadcast_to(xp.arange(1, n + 1, dtype=x.dtype, device=device), x.shape)
         return xp.broadcast_to(xp.asarray(self.levels, dtype=x.dtype, device=device), x.shape)
+
+    def literals(self) -> tuple[Any, ...]:
+        return (*super().literals(), None if self.levels is None else tuple(float(v) for v in self.levels))
 
     def fwd(self, xp: Any, x: Any, *valid: Any) -> tuple[tuple[Any], tuple[Any, ...]]:
         w = self.wiring(xp, x, x.shape[-1])

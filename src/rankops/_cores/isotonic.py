@@ -250,8 +250,8 @@ def fit(xp: Any, adapter: Any, y: Any, w: Any = None, kind: str = "l2") -> Any:
         return v
     # the merge rounds, a fallback few rows take, run eagerly even in a compiled graph (one op): compiled, they
     # were most of the kernels of every permutahedron and isotonic call, and of its compile time
-    weights = xp.ones_like(v) if w is None else w
-    return adapter.unless(xp, ~xp.any(unsettled), lambda u: adapter.eagerly(xp, _merged, (u, weights), like=(0,), kind=kind)[0], v)
+    return adapter.unless(xp, ~xp.any(unsettled),
+                          lambda u: adapter.eagerly(xp, _merged, (u, xp.ones_like(u) if w is None else w), like=(0,), kind=kind)[0], v)
 
 
 def decreasing(xp: Any, adapter: Any, y: Any, w: Any = None, kind: str = "l2") -> Any:

@@ -176,26 +176,15 @@ class Jax(Generic):
 
     def segment_sum(self, xp: Any, starts: Any, g: Any) -> Any:
         # one scatter-add into a slot per segment (4-5x XLA's two scans at n = 10^4), read back by gather
-        shape, n = g.shape, g.shape[-1]
-        ids = jnp.cumsum(jnp.broadcast_to(starts, shape), axis=-1, dtype=jnp.int32) - 1
-        ids = ids + n * jnp.reshape(jnp.arange(g.size // n, dtype=jnp.int32), shape[:-1] + (1,))
-        flat = jnp.reshape(ids, (-1,))
-        total = jax.ops.segment_sum(jnp.reshape(g, (-1,)), flat, num_segments=g.size, indices_are_sorted=True)
-        return jnp.reshape(total.at[flat].get(mode="promise_in_bounds", indices_are_sorted=True), shape)
+        flat, read = _segment_slots(starts, g)
+        return read(jax.ops.segment_sum(jnp.reshape(g, (-1,)), flat, num_segments=g.size, indices_are_sorted=True))
 
     def segment_logsumexp(self, xp: Any, starts: Any, g: Any) -> Any:
-        shape, n = g.shape, g.shape[-1]
-        ids = jnp.cumsum(jnp.broadcast_to(starts, shape), axis=-1, dtype=jnp.int32) - 1
-        ids = ids + n * jnp.reshape(jnp.arange(g.size // n, dtype=jnp.int32), shape[:-1] + (1,))
-        flat = jnp.reshape(ids, (-1,))
-
-        def read(slots: Any) -> Any:
-            return slots.at[flat].get(mode="promise_in_bounds", indices_are_sorted=True)
-
+        flat, read = _segment_slots(starts, g)
         top = jax.ops.segment_max(jnp.reshape(g, (-1,)), flat, num_segments=g.size, indices_are_sorted=True)
         top = jnp.where(top > -jnp.inf, top, 0.0)  # empty or -inf only: terms exp(-inf) = 0
-        total = jax.ops.segment_sum(jnp.exp(jnp.reshape(g, (-1,)) - read(top)), flat, num_segments=g.size, indices_are_sorted=True)
-        return jnp.reshape(read(jnp.log(total) + top), shape)
+        total = jax.ops.segment_sum(jnp.reshape(jnp.exp(g - read(top)), (-1,)), flat, num_segments=g.size, indices_are_sorted=True)
+        return read(jnp.log(total) + top)
 
     def segment_first(self, xp: Any, starts: Any, g: Any) -> Any:
         pos = jnp.arange(g.shape[-1], dtype=jnp.int32)
@@ -330,6 +319,20 @@ class Jax(Generic):
         arrays = {k: v for k, v in call.params.items() if isinstance(v, jax.Array)}
         static = tuple(sorted((k, v) for k, v in call.params.items() if k not in arrays))
         return _compiled(call.core, opts, static, call.outputs)(call.x, arrays, opt_arrays)
+
+
+def _segment_slots(starts: Any, g: Any) -> tuple[Any, Any]:
+    """``(flat, read)``: each entry's slot in a flat array of ``g.size`` (one per segment, rows apart; ``starts``
+    broadcasts against ``g``), and ``read(slots)``, each entry's slot value in ``g``'s shape."""
+    shape, n = g.shape, g.shape[-1]
+    ids = jnp.cumsum(jnp.broadcast_to(starts, shape), axis=-1, dtype=jnp.int32) - 1
+    ids = ids + n * jnp.reshape(jnp.arange(g.size // n, dtype=jnp.int32), shape[:-1] + (1,))
+    flat = jnp.reshape(ids, (-1,))
+
+    def read(slots: Any) -> Any:
+        return jnp.reshape(slots.at[flat].get(mode="promise_in_bounds", indices_are_sorted=True), shape)
+
+    return flat, read
 
 
 ADAPTER = Jax()

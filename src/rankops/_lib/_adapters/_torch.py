@@ -203,11 +203,10 @@ class Torch(Generic):
         ``most`` steps, those from ``count`` on masked.
         """
         state = tuple(state)
-        counted = isinstance(count, torch.Tensor)
-        if not torch.compiler.is_compiling() or (most <= 1 and not counted):
+        if not torch.compiler.is_compiling():
             return super().repeat(xp, body, state, count, most)
         if self.replays_loops((state, like)) or most <= 1:
-            if not counted:
+            if not isinstance(count, torch.Tensor):
                 return super().repeat(xp, body, state, count, most)
             for i in range(most):
                 state = tuple(torch.where(count > i, new, old) for new, old in zip(body(state), state))
