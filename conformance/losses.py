@@ -31,6 +31,10 @@ RANGES = {
     "loss-spearman": (0.0, 2.0), "loss-soft_spearman": (-1.0, 1.0), "loss-kendall": (0.0, 2.0),
     "loss-topk": (0.0, None), "loss-ndcg": (None, None), "loss-quantile": (0.0, None), "loss-pinball": (0.0, None),
     "loss-permutation": (0.0, None), "loss-topk_cross_entropy": (0.0, None),  # "smce" holds the cross-entropy itself: unbounded
+    # learning to rank (labels >= 0: the tied pattern below); the NDCG losses are minus a normalised DCG
+    "loss-listnet": (-1e-9, None), "loss-binary_listnet": (-1e-9, None),  # eps: -log(1 + eps) when p = 1
+    "loss-listmle": (0.0, None), "loss-ranknet": (0.0, None),
+    "loss-lambda": (0.0, None), "loss-approx_ndcg": (None, 0.0), "loss-neural_ndcg": (-1.0, 0.0), "loss-smooth_ap": (0.0, 1.0),
 }
 # the losses whose value is a Pearson correlation of soft ranks: NaN where one side's ranks are all equal
 CORRELATIONS = ("loss-spearman", "loss-soft_spearman")
@@ -73,6 +77,19 @@ LOSS_SPECS = [
     _spec(losses.topk_cross_entropy, "loss-topk_cross_entropy",
           lambda n: _opts(top1_mode=["sm", "smce", "sort"], network=["odd_even", "bitonic"], steepness=[0.1, 10.0, 1e3]),
           lambda x, p: (_labels(x), [0.5, 0.5] if x.shape[-1] > 1 else [1.0])),
+    # learning to rank: graded labels 0, 1, 2, 0, ... (ties, and a list of one entry without a relevant item)
+    _spec(losses.listnet_loss, "loss-listnet", lambda n: _opts(eps=[1e-10, 0.0]), lambda x, p: (_partner(x),)),
+    _spec(losses.binary_listnet_loss, "loss-binary_listnet", lambda n: _opts(eps=[1e-10, 0.0]), lambda x, p: (_partner(x),)),
+    _spec(losses.listmle_loss, "loss-listmle", lambda n: _opts(eps=[1e-10, 0.0]), lambda x, p: (_partner(x),)),
+    _spec(losses.ranknet_loss, "loss-ranknet", lambda n: _opts(weight_by_diff=[False, True], weight_by_diff_powed=[False, True]),
+          lambda x, p: (_partner(x),)),
+    _spec(losses.lambda_loss, "loss-lambda", lambda n: _opts(weighing_scheme=list(losses.WEIGHING_SCHEMES), k=[None, 1, 3]),
+          lambda x, p: (_partner(x),)),
+    _spec(losses.approx_ndcg_loss, "loss-approx_ndcg", lambda n: _opts(alpha=[1e-3, 1.0, 1e3]), lambda x, p: (_partner(x),)),
+    _spec(losses.neural_ndcg_loss, "loss-neural_ndcg",
+          lambda n: _opts(temperature=TAU, transposed=[False, True], k=[None, 1, 3], powered_relevancies=[True, False]),
+          lambda x, p: (_partner(x),)),
+    _spec(losses.smooth_ap_loss, "loss-smooth_ap", lambda n: _opts(temperature=[1e-3, 0.01, 1.0]), lambda x, p: (_partner(x),)),
 ]
 
 

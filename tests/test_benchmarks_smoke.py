@@ -135,6 +135,20 @@ def test_single_question_scripts_print_their_table(generated_docs, script, rows)
     assert len(timed) == rows, stdout
 
 
+def test_ltr_losses_script_times_every_loss(generated_docs):
+    """``benchmarks.ltr_losses`` in its quick mode: one timed row per loss; against allRank where it is installed, whose
+    values then equal rankops' for the losses whose batch reduction is a mean of per-list values."""
+    stdout = generated_docs.stdout("python -m benchmarks.ltr_losses")
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in stdout.splitlines() if re.match(r"\| \w[\w (=,)]*\| [\d.]+ \|", line)]
+    assert len(rows) == 10, stdout
+    if importlib.util.find_spec("allrank") is None:
+        assert "allRank not installed" in stdout, stdout
+        return
+    values = {name: (float(ours), float(theirs)) for name, *_, ours, theirs in rows}
+    for name in ("listnet", "binary_listnet", "approx_ndcg", "neural_ndcg", "lambda (ndcgLoss2PP)"):
+        assert abs(values[name][0] - values[name][1]) <= 1e-5 * max(1.0, abs(values[name][1])), (name, values[name])
+
+
 def test_softness_script_prints_its_tables(generated_docs):
     """``benchmarks.softness`` in its quick mode: the blur over scales for every method (softness=1, the defaults, the
     old defaults), the calibration ratios on the four distributions, and the row scale's share of a fwd+bwd."""

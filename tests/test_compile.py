@@ -22,6 +22,7 @@ import rankops  # noqa: E402
 from rankops.sinkhorn import ConvergenceWarning  # noqa: E402
 
 _RAGGED = torch.tensor([[True, True, False, True, False, True], [True] * 3 + [False] * 3])
+_LABELS = torch.tensor([[2.0, 0.0, 1.0, 1.0, 0.0, 3.0], [0.0, 1.0, 2.0, 0.0, 1.0, 0.0]], dtype=torch.float64)
 CASES = {
     "soft_rank[lapsum]": lambda x: rankops.soft_rank(x, method="lapsum"),
     "soft_rank[softsort]": lambda x: rankops.soft_rank(x, method="softsort"),
@@ -44,6 +45,17 @@ CASES = {
     "soft_sort[diffsort, bitonic, mask]": lambda x: rankops.soft_sort(x, method="diffsort", network="bitonic", mask=_RAGGED),
     "soft_sort[sinkhorn, mask]": lambda x: rankops.soft_sort(x, mask=_RAGGED, tol=1e-12, max_iter=5000),
     "losses.ndcg_loss[neuralsort, mask]": lambda x: rankops.losses.ndcg_loss(x, torch.ones_like(x), 2, mask=_RAGGED, method="neuralsort"),
+    # learning to rank: graded labels with ties, ragged lists
+    "losses.listnet_loss[mask]": lambda x: rankops.losses.listnet_loss(x, _LABELS, mask=_RAGGED),
+    "losses.listmle_loss[mask]": lambda x: rankops.losses.listmle_loss(x, _LABELS, mask=_RAGGED),
+    "losses.ranknet_loss[weight_by_diff]": lambda x: rankops.losses.ranknet_loss(x, _LABELS, weight_by_diff=True),
+    "losses.lambda_loss[ndcgLoss2PP, k, mask]": lambda x: rankops.losses.lambda_loss(
+        x, _LABELS, weighing_scheme="ndcgLoss2PP", k=4, mask=_RAGGED),
+    "losses.approx_ndcg_loss[mask]": lambda x: rankops.losses.approx_ndcg_loss(x, _LABELS, mask=_RAGGED),
+    # max_iter=10: the scaling loop is unrolled under compile (docs/ranking.md), its compile time grows with it
+    "losses.neural_ndcg_loss[mask]": lambda x: rankops.losses.neural_ndcg_loss(x, _LABELS, k=3, max_iter=10, mask=_RAGGED),
+    "losses.neural_ndcg_loss[transposed]": lambda x: rankops.losses.neural_ndcg_loss(x, _LABELS, transposed=True, max_iter=10),
+    "losses.smooth_ap_loss[mask]": lambda x: rankops.losses.smooth_ap_loss(x, _LABELS, temperature=0.5, mask=_RAGGED),
 }
 
 

@@ -11,7 +11,8 @@ import rankops
 from rankops._registry import OPERATORS
 
 PUBLIC = [*OPERATORS, rankops.vjp, rankops.kendall_kernel, rankops.mallows_kernel, rankops.suquan_targets,
-          *(getattr(rankops.losses, name) for name in rankops.losses.__all__)]
+          *(getattr(rankops.losses, name) for name in rankops.losses.__all__),
+          *(getattr(rankops.metrics, name) for name in rankops.metrics.__all__)]
 
 
 @pytest.mark.parametrize("fun", PUBLIC, ids=lambda f: f.__name__)

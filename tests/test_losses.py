@@ -320,6 +320,13 @@ CASES = {
     "quantile_loss": lambda s, t, r, lab, m: losses.quantile_loss(s, t, 0.5),
     "pinball_loss": lambda s, t, r, lab, m: losses.pinball_loss(s, t, 0.3),
     "topk_cross_entropy": lambda s, t, r, lab, m: losses.topk_cross_entropy(s, lab, [0.6, 0.4], network="bitonic"),
+    # learning to rank: the pairwise losses, the sorts of ListMLE and the Sinkhorn scaling loop of NeuralNDCG
+    "listnet_loss": lambda s, t, r, lab, m: losses.listnet_loss(s, r, mask=m),
+    "listmle_loss": lambda s, t, r, lab, m: losses.listmle_loss(s, r, mask=m),
+    "lambda_loss": lambda s, t, r, lab, m: losses.lambda_loss(s, r, weighing_scheme="ndcgLoss2PP", k=4, mask=m),
+    "approx_ndcg_loss": lambda s, t, r, lab, m: losses.approx_ndcg_loss(s, r, mask=m),
+    "neural_ndcg_loss": lambda s, t, r, lab, m: losses.neural_ndcg_loss(s, r, k=3, mask=m),
+    "smooth_ap_loss": lambda s, t, r, lab, m: losses.smooth_ap_loss(s, r, temperature=0.3, mask=m),
 }
 
 

@@ -115,6 +115,27 @@ def vecmat(xp: Any, v: Any, a: Any) -> Any:
 _ERF_CUT, _ERF_SERIES, _ERF_FRACTION = 2.5, 40, 50
 
 
+def log_sigmoid(xp: Any, z: Any) -> Any:
+    """``log(1 / (1 + exp(-z)))`` without overflow, smooth at 0 on every host.
+
+    ``-log1p(exp(-z))`` for z >= 0, ``z - log1p(exp(z))`` below, each branch
+    fed only its own half (neither overflows, in value or gradient), with no
+    ``min`` or ``abs``, whose subgradients at 0 hosts choose differently.
+    """
+    zero = xp.zeros_like(z)
+    up = z >= 0
+    above, below = xp.where(up, z, zero), xp.where(up, zero, z)
+    return xp.where(up, -xp.log1p(xp.exp(-above)), below - xp.log1p(xp.exp(below)))
+
+
+def sigmoid(xp: Any, z: Any) -> Any:
+    """``1 / (1 + exp(-z))`` without overflow (each branch fed only its own half, as :func:`log_sigmoid`)."""
+    zero = xp.zeros_like(z)
+    up = z >= 0
+    e_above, e_below = xp.exp(-xp.where(up, z, zero)), xp.exp(xp.where(up, zero, z))
+    return xp.where(up, 1 / (1 + e_above), e_below / (1 + e_below))
+
+
 def ndtr(xp: Any, u: Any) -> Any:
     """The standard normal CDF ``Phi(u) = erfc(-u / sqrt 2) / 2``: the standard has no ``erf``.
 

@@ -22,6 +22,21 @@ loss                    value per row                                           
 ``quantile_loss``       soft q-quantile of ``|target - pred|``                          sinkhorn, every soft_sort one
 ``pinball_loss``        the exact pinball (check) loss, the baseline of quantile_loss   (none)
 ======================  ==============================================================  ==================
+
+Learning to rank, on lists with padding masks (options and defaults as allRank names them; docs/ranking.md):
+
+=======================  =============================================================  ==================
+loss                     value per list                                                 methods
+=======================  =============================================================  ==================
+``listnet_loss``         ``-sum softmax(t) log(softmax(s) + eps)`` (Cao et al. 2007)     (none)
+``binary_listnet_loss``  ``-sum (t / sum t) log(softmax(s) + eps)``                      (none)
+``listmle_loss``         the Plackett-Luce negative log-likelihood (Xia et al. 2008)    (none)
+``ranknet_loss``         mean logistic loss of the ordered pairs (Burges et al. 2005)    (none)
+``lambda_loss``          LambdaLoss with allRank's weighing schemes (Wang et al. 2018)   (none)
+``approx_ndcg_loss``     ``-NDCG`` with approximate ranks (Qin et al. 2010)             sigmoid, every soft_rank one
+``neural_ndcg_loss``     ``-NDCG@k`` with a Sinkhorn-scaled relaxed sort (Pobrotyn 2021)  neuralsort, softsort, sinkhorn, diffsort
+``smooth_ap_loss``       ``1 - AP`` with sigmoid ranks (Brown et al. 2020)               (none)
+=======================  =============================================================  ==================
 """
 
 from __future__ import annotations
@@ -31,8 +46,12 @@ from .correlation import kendall_loss, soft_spearman, spearman_loss
 from .ranking import MATRIX_METHODS, ndcg_loss, permutation_loss, topk_loss  # noqa: F401
 from .classification import TOPK_METHODS, topk_cross_entropy  # noqa: F401
 from .regression import pinball_loss, quantile_loss
+from .listwise import approx_ndcg_loss, binary_listnet_loss, listmle_loss, listnet_loss, smooth_ap_loss
+from .pairwise import WEIGHING_SCHEMES, lambda_loss, ranknet_loss  # noqa: F401
+from .neural_ndcg import neural_ndcg_loss
 
 __all__ = [
     "spearman_loss", "soft_spearman", "kendall_loss", "topk_loss", "ndcg_loss", "permutation_loss", "quantile_loss",
-    "pinball_loss", "topk_cross_entropy",
+    "pinball_loss", "topk_cross_entropy", "listnet_loss", "binary_listnet_loss", "listmle_loss", "ranknet_loss", "lambda_loss",
+    "approx_ndcg_loss", "neural_ndcg_loss", "smooth_ap_loss",
 ]

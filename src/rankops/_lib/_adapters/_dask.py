@@ -173,7 +173,9 @@ class Dask(Generic):
         return self._forward(blocks), blocks.pullback
 
     def rows(self, xp: Any, fn: Callable[..., Any], *arrays: Any, dtype: Any) -> Any:
-        whole = [a.rechunk({a.ndim - 1: -1}) for a in arrays]
+        first = arrays[0].rechunk({arrays[0].ndim - 1: -1})
+        # the others in the first's blocks (same shape): map_blocks pairs blocks by position, not by content
+        whole = [first] + [a.rechunk(first.chunks) for a in arrays[1:]]
         bxp = array_api_compat.array_namespace(whole[0]._meta)
         return da.map_blocks(lambda *b: fn(bxp, *b), *whole, dtype=dtype, meta=bxp.empty((0,) * whole[0].ndim, dtype=dtype))
 

@@ -76,6 +76,14 @@ class Generic:
         """The standard normal CDF (the standard has no ``erf``)."""
         return _numerics.ndtr(xp, u)
 
+    def sigmoid(self, xp: Any, z: Any) -> Any:
+        """The logistic function; a host's own kernel where it has one."""
+        return _numerics.sigmoid(xp, z)
+
+    def log_sigmoid(self, xp: Any, z: Any) -> Any:
+        """``log(sigmoid(z))``; a host's own kernel where it has one."""
+        return _numerics.log_sigmoid(xp, z)
+
     def stop_gradient(self, xp: Any, x: Any) -> Any:
         return x
 

@@ -104,6 +104,12 @@ class Jax(Generic):
     def ndtr(self, xp: Any, u: Any) -> Any:
         return jax.scipy.special.ndtr(u)
 
+    def sigmoid(self, xp: Any, z: Any) -> Any:
+        return jax.nn.sigmoid(z)
+
+    def log_sigmoid(self, xp: Any, z: Any) -> Any:
+        return jax.nn.log_sigmoid(z)
+
     def logsumexp(self, xp: Any, z: Any, axis: int = -1) -> Any:
         if not self._guarded():
             return jax.nn.logsumexp(z, axis=axis)

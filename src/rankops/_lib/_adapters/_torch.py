@@ -38,6 +38,12 @@ class Torch(Generic):
     def ndtr(self, xp: Any, u: Any) -> Any:
         return torch.special.ndtr(u)
 
+    def sigmoid(self, xp: Any, z: Any) -> Any:
+        return torch.sigmoid(z)
+
+    def log_sigmoid(self, xp: Any, z: Any) -> Any:
+        return torch.nn.functional.logsigmoid(z)
+
     def stop_gradient(self, xp: Any, x: Any) -> Any:
         return x.detach()
 

@@ -1,0 +1,67 @@
+r"""Sinkhorn-Knopp scaling of nonnegative square matrices towards doubly stochastic ones.
+
+Sinkhorn (1964) and Sinkhorn & Knopp (1967): alternately divide the
+columns and the rows of ``P`` by their sums,
+
+    P <- P / (1^T P),    P <- P / (P 1),
+
+until every row sum and column sum is within ``tol`` of 1 (checked after
+each pair of divisions), or ``max_iter`` pairs ran. NeuralNDCG (Pobrotyn &
+Bialobrzeski 2021) applies it to NeuralSort's row-stochastic matrix, whose
+columns need not sum to 1. Unlike :mod:`rankops._solvers.sinkhorn` (an
+entropic transport in the log domain, differentiated implicitly), this is
+the plain multiplicative scaling of a given matrix, differentiated through
+its iterations by the host's autodiff.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._lib._adapters import get_adapter
+
+__all__ = ["scale_to_doubly_stochastic"]
+
+# the floor of a row or column sum: an empty one stays 0 rather than 0 / 0 (allRank's value)
+_FLOOR = 1e-10
+
+
+def _reciprocal(xp: Any, total: Any) -> Any:
+    return 1 / xp.clip(total, min=_FLOOR)
+
+
+def scale_to_doubly_stochastic(xp: Any, p: Any, rows: Any, cols: Any, *, max_iter: int, tol: float) -> Any:
+    """``p`` (..., n, n) scaled on its block of valid ``rows`` x ``cols`` (bool, (..., n) each; 0 elsewhere).
+
+    Each matrix stops on its own (its result does not depend on the rest of
+    the batch): within ``tol`` when the largest ``|row sum - 1|`` and
+    ``|column sum - 1|`` over its valid rows and columns are.
+    """
+    keep = rows[..., :, None] & cols[..., None, :]
+    # The padding's own block is ones while scaling (allRank's device): an all-zero row or column would be divided
+    # by the floor at every step, and its gradient multiplied by 1 / floor as often, overflowing to NaN.
+    spare = ~rows[..., :, None] & ~cols[..., None, :]
+    p = xp.where(keep, p, xp.where(spare, xp.ones_like(p), xp.zeros_like(p)))
+    row_w, col_w = xp.astype(rows, p.dtype), xp.astype(cols, p.dtype)
+
+    # The state carries the column sums the stopping test measured: the next step divides by them (times their
+    # reciprocal: the backward of a product, not a quotient's several terms).
+    def step(ops: Any, state: Any) -> Any:
+        q, col_sums = state
+        q = q * _reciprocal(xp, col_sums)[..., None, :]
+        q = q * _reciprocal(xp, xp.sum(q, axis=-1, keepdims=True))
+        return q, xp.sum(q, axis=-2)
+
+    def error(ops: Any, state: Any) -> Any:
+        q, col_sums = state
+        rw, cw = ops
+        off_rows = xp.abs(xp.sum(q, axis=-1) - 1) * rw
+        off_cols = xp.abs(col_sums - 1) * cw
+        return xp.maximum(xp.max(off_rows, axis=-1), xp.max(off_cols, axis=-1))
+
+    def freeze(xp_: Any, done: Any, old: Any, new: Any) -> Any:
+        return xp.where(done[..., None, None], old[0], new[0]), xp.where(done[..., None], old[1], new[1])
+
+    (q, _), _, _ = get_adapter(xp).iterate(xp, step, (row_w, col_w), (p, xp.sum(p, axis=-2)), error=error, freeze=freeze,
+                                           max_iter=max_iter, tol=tol, check_every=1)
+    return xp.where(keep, q, xp.zeros_like(q))
