@@ -18,11 +18,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     every check, and every variant its ``every_variant`` checks (values and
     gradients); ``pytest -m exhaustive`` runs the rest (.ci/run's second step).
     A check marked ``eager_hosts`` is exhaustive on such a host for every variant.
+    So are a ready loss's hostile inputs there (``test_properties``): a loss
+    is array arithmetic over the operators, whose own hostile inputs run on
+    JAX in the default tier, and its value and gradient on JAX are checked by
+    its own tests; the default tier keeps its hostile inputs on every other host.
     """
     for item in items:
         params = getattr(getattr(item, "callspec", None), "params", {})
         op, host = params.get("op"), next((params[f] for f in ("backend", "autodiff_backend", "eager_backend", "jax_backend") if f in params), None)
         if host is not None and host.compiles and item.get_closest_marker("eager_hosts"):
+            item.add_marker(pytest.mark.exhaustive)
+            continue
+        if host is not None and host.compiles and str(getattr(params.get("spec"), "name", "")).startswith("losses."):
             item.add_marker(pytest.mark.exhaustive)
             continue
         if not isinstance(op, Case) or host is None or op.primary or not host.compiles or item.get_closest_marker("every_variant"):

@@ -24,7 +24,7 @@ from typing import Any
 from ._lib._adapters import get_adapter
 from ._lib._compat import device as _device, index_dtype
 from ._lib._docs import fill_doc
-from .losses._lists import check_cutoff, check_gain, gains, ideal_dcg, lists, per_list
+from .losses._lists import check_cutoff, check_gain, count as check_count, gains, ideal_dcg, lists, per_list
 from .losses._ranking_docs import LIST_ARGS, list_returns
 
 __all__ = ["dcg", "ndcg", "mrr", "average_precision", "precision_at_k", "recall_at_k"]
@@ -154,12 +154,6 @@ def _top(xp: Any, s: Any, relevant: Any, valid: Any, k: int) -> Any:
     return xp.sum(xp.where(relevant, inside, xp.zeros_like(inside)), axis=-1)
 
 
-def _at_k(k: Any) -> int:
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise ValueError(f"k must be an int >= 1, got {k!r}")
-    return k
-
-
 @fill_doc(list_args=LIST_ARGS, returns=list_returns("values in [0, 1]", "rankops.metrics"))
 def precision_at_k(pred: Any, target: Any, /, k: int, *, mask: Any = None, axis: int = -1) -> Any:
     r"""The share of relevant items among the first k: ``#{relevant in the top k} / k``.
@@ -174,7 +168,7 @@ def precision_at_k(pred: Any, target: Any, /, k: int, *, mask: Any = None, axis:
     1.0
     """
     xp, s, t, valid, relevant = _hits("metrics.precision_at_k", pred, target, mask, axis)
-    k = _at_k(k)
+    k = check_count("k", k)
     return _finished(xp, _top(xp, s, relevant, valid, k) / k, s, t, valid)
 
 
@@ -192,7 +186,7 @@ def recall_at_k(pred: Any, target: Any, /, k: int, *, mask: Any = None, axis: in
     0.5
     """
     xp, s, t, valid, relevant = _hits("metrics.recall_at_k", pred, target, mask, axis)
-    k = _at_k(k)
+    k = check_count("k", k)
     count = xp.sum(xp.astype(relevant, s.dtype), axis=-1)
     some = count > 0
     value = xp.where(some, _top(xp, s, relevant, valid, k) / xp.where(some, count, xp.ones_like(count)), xp.zeros_like(count))

@@ -84,8 +84,7 @@ def iterate(
     while n_iter < max_iter:
         k = min(check_every, max_iter - n_iter)
         new = run_round(k)(state) if wrap is None else wrap(run_round(k), state)
-        # an eager loop reads its stopping test anyway: a round where nothing has settled yet freezes nothing
-        state = new if done is None or (early_exit and not bool(xp.any(done))) else freeze(xp, done, state, new)
+        state = new if done is None else freeze(xp, done, state, new)
         n_iter += k
         err = error(operands, state)
         done = settled(xp, err, tol)

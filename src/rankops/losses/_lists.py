@@ -10,6 +10,7 @@ gradient.
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Any
 
 from .._lib._adapters import get_adapter
@@ -67,6 +68,29 @@ def ideal_dcg(xp: Any, g: Any, valid: Any, k: int | None) -> Any:
     g = xp.where(valid, g, xp.zeros_like(g))
     best = get_adapter(xp).rows(xp, _descending, g, dtype=g.dtype)
     return xp.sum(best * discounts(xp, g.shape[-1], k, g), axis=-1)
+
+
+def number(name: str, value: Any, *, positive: bool = False) -> float:
+    """An option that is a finite real number >= 0 (> 0 when ``positive``), as a float."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value < 0:
+        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+    if positive and value == 0:
+        raise ValueError(f"{name} must be > 0, got {value!r}")
+    return float(value)
+
+
+def count(name: str, value: Any) -> int:
+    """An option that is an int >= 1."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+    return int(value)
+
+
+def flag(name: str, value: Any) -> bool:
+    """An option that is a bool (not merely truthy)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {value!r}")
+    return value
 
 
 def check_cutoff(n: int, k: Any) -> int | None:

@@ -18,6 +18,11 @@ axis : int, default -1
     The list axis.
 """
 
+EPS = """
+eps : float, default 1e-10
+    Added to the predicted probabilities before the log, as in allRank.
+"""
+
 
 def list_returns(values: str, module: str = "rankops.losses") -> str:
     """The Returns section of a per-list value and the first line of its Examples."""

@@ -10,22 +10,10 @@ from .._lib._compat import device as _device
 from .._lib._docs import fill_doc
 from ..sorting import METHODS, soft_rank
 from ._common import in_float32
-from ._lists import gains, ideal_dcg, lists, per_list, sigmoid
-from ._ranking_docs import LIST_ARGS, list_returns
+from ._lists import gains, ideal_dcg, lists, number, per_list, sigmoid
+from ._ranking_docs import EPS, LIST_ARGS, list_returns
 
 __all__ = ["listnet_loss", "binary_listnet_loss", "listmle_loss", "approx_ndcg_loss", "smooth_ap_loss"]
-
-
-def _nonnegative(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
-    return float(value)
-
-
-def _positive(name: str, value: Any) -> float:
-    if _nonnegative(name, value) <= 0:
-        raise ValueError(f"{name} must be > 0, got {value!r}")
-    return float(value)
 
 
 def _over_valid(xp: Any, pair: Any, valid: Any) -> Any:
@@ -75,7 +63,7 @@ def _cross_entropy(xp: Any, q: Any, s: Any, valid: Any, eps: float, padding: tup
 
 
 @in_float32
-@fill_doc(list_args=LIST_ARGS, returns=list_returns("values >= 0 (for eps = 0)"))
+@fill_doc(list_args=LIST_ARGS, eps=EPS, returns=list_returns("values >= 0 (for eps = 0)"))
 def listnet_loss(pred: Any, target: Any, /, *, eps: float = 1e-10, mask: Any = None, axis: int = -1) -> Any:
     r"""ListNet (Cao, Qin, Liu, Tsai & Li 2007): the cross-entropy of the top-one probabilities of labels and scores.
 
@@ -87,13 +75,12 @@ def listnet_loss(pred: Any, target: Any, /, *, eps: float = 1e-10, mask: Any = N
     Parameters
     ----------
     %(list_args)s
-    eps : float, default 1e-10
-        Added to the predicted probabilities before the log, as in allRank.
+    %(eps)s
     %(returns)s
     >>> round(float(rankops.losses.listnet_loss(np.array([1.0, 0.0]), np.array([1.0, 0.0]), eps=0)), 6)
     0.582203
     """
-    eps = _nonnegative("eps", eps)
+    eps = number("eps", eps)
     xp, s, t, valid = lists("losses.listnet_loss", pred, target, mask, axis, zeroed=False)
     padding = _padding(xp, valid)
     q = _softmax(xp, xp.where(padding[0], t, -math.inf))  # 0 on the padding
@@ -101,7 +88,7 @@ def listnet_loss(pred: Any, target: Any, /, *, eps: float = 1e-10, mask: Any = N
 
 
 @in_float32
-@fill_doc(list_args=LIST_ARGS, returns=list_returns("values >= 0 (for eps = 0); 0 for a list without a relevant item"))
+@fill_doc(list_args=LIST_ARGS, eps=EPS, returns=list_returns("values >= 0 (for eps = 0); 0 for a list without a relevant item"))
 def binary_listnet_loss(pred: Any, target: Any, /, *, eps: float = 1e-10, mask: Any = None, axis: int = -1) -> Any:
     r"""ListNet for binary (or nonnegative) labels: the cross-entropy of ``t / sum(t)`` and ``softmax(s)``.
 
@@ -112,13 +99,12 @@ def binary_listnet_loss(pred: Any, target: Any, /, *, eps: float = 1e-10, mask: 
     Parameters
     ----------
     %(list_args)s
-    eps : float, default 1e-10
-        Added to the predicted probabilities before the log, as in allRank.
+    %(eps)s
     %(returns)s
     >>> round(float(rankops.losses.binary_listnet_loss(np.array([1.0, 0.0]), np.array([1.0, 0.0]), eps=0)), 6)
     0.313262
     """
-    eps = _nonnegative("eps", eps)
+    eps = number("eps", eps)
     xp, s, t, valid = lists("losses.binary_listnet_loss", pred, target, mask, axis, zeroed=False)
     t = xp.where(valid, t, 0.0)
     total = xp.sum(t, axis=-1, keepdims=True)
@@ -185,7 +171,7 @@ def listmle_loss(pred: Any, target: Any, /, *, eps: float = 1e-10, key: Any = No
     >>> round(float(rankops.losses.listmle_loss(np.array([1.0, 0.0]), np.array([1.0, 0.0]), eps=0)), 6)   # log(1 + e^-1)
     0.313262
     """
-    eps = _nonnegative("eps", eps)
+    eps = number("eps", eps)
     xp, s, t, valid = lists("losses.listmle_loss", pred, target, mask, axis)
     adapter = get_adapter(xp)
     shuffle = () if key is None else (adapter.gumbel(xp, key, tuple(s.shape), s.dtype, _device(s)),)
@@ -233,7 +219,7 @@ def approx_ndcg_loss(pred: Any, target: Any, /, *, alpha: float = 1.0, eps: floa
     if method != "sigmoid" and alpha != 1.0:
         raise ValueError(f"alpha is the slope of method='sigmoid'; with method={method!r} set the relaxation with softness= "
                          "(or the method's own options other than alpha)")
-    alpha, eps = _positive("alpha", alpha), _nonnegative("eps", eps)
+    alpha, eps = number("alpha", alpha, positive=True), number("eps", eps)
     xp, s, t, valid = lists("losses.approx_ndcg_loss", pred, target, mask, axis)
     g = gains(xp, xp.maximum(t, xp.zeros_like(t)), True)
     max_dcg = xp.maximum(ideal_dcg(xp, g, valid, None), xp.full_like(t[..., 0], eps))
@@ -273,7 +259,7 @@ def smooth_ap_loss(pred: Any, target: Any, /, *, temperature: float = 0.01, mask
     >>> round(float(rankops.losses.smooth_ap_loss(pred, target)), 6)   # both relevant items on top
     0.0
     """
-    temperature = _positive("temperature", temperature)
+    temperature = number("temperature", temperature, positive=True)
     xp, s, t, valid = lists("losses.smooth_ap_loss", pred, target, mask, axis)
     relevant = valid & (t > 0)
     above = sigmoid(xp, (s[..., None, :] - s[..., :, None]) / temperature)  # [i, j]: S(s_j - s_i)

@@ -3,7 +3,6 @@ r"""NeuralNDCG (Pobrotyn & Bialobrzeski 2021): NDCG@k with the sort replaced by 
 from __future__ import annotations
 
 import math
-import numbers
 from typing import Any
 
 from .._cores import masked
@@ -13,25 +12,13 @@ from .._lib._docs import fill_doc
 from .._solvers.scaling import scale_to_doubly_stochastic
 from ..permutations import diffsort, neuralsort, softsort
 from ._common import in_float32
-from ._lists import check_cutoff, discounts, gains, ideal_dcg, lists, per_list
+from ._lists import check_cutoff, count, discounts, flag, gains, ideal_dcg, lists, number, per_list
 from ._ranking_docs import LIST_ARGS, list_returns
 from .ranking import MATRIX_METHODS, _log_matrix
 
 __all__ = ["neural_ndcg_loss"]
 
 _EPS = 1e-10  # allRank's DEFAULT_EPS: in the NDCG's denominator and the log of the shifted scores
-
-
-def _count(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-        raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-    return int(value)
-
-
-def _number(name: str, value: Any, low: float = 0.0) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value < low:
-        raise ValueError(f"{name} must be a finite number >= {low}, got {value!r}")
-    return float(value)
 
 
 def _perturbed(xp: Any, s: Any, valid: Any, noise: Any, beta: float, log_scores: bool) -> Any:
@@ -137,15 +124,12 @@ def neural_ndcg_loss(pred: Any, target: Any, /, *, temperature: float = 1.0, pow
     """
     if method not in MATRIX_METHODS:
         raise ValueError(f"method must be one of {MATRIX_METHODS}, got {method!r}")
-    for name, flag in (("powered_relevancies", powered_relevancies), ("stochastic", stochastic), ("log_scores", log_scores),
-                       ("transposed", transposed)):
-        if not isinstance(flag, bool):
-            raise TypeError(f"{name} must be a bool, got {flag!r}")
-    temperature = _number("temperature", temperature)
-    if temperature <= 0:
-        raise ValueError(f"temperature must be > 0, got {temperature!r}")
-    beta, tol = _number("beta", beta), _number("tol", tol)
-    n_samples, max_iter = _count("n_samples", n_samples), _count("max_iter", max_iter)
+    for name, value in (("powered_relevancies", powered_relevancies), ("stochastic", stochastic), ("log_scores", log_scores),
+                        ("transposed", transposed)):
+        flag(name, value)
+    temperature = number("temperature", temperature, positive=True)
+    beta, tol = number("beta", beta), number("tol", tol)
+    n_samples, max_iter = count("n_samples", n_samples), count("max_iter", max_iter)
     xp, s, t, valid = lists("losses.neural_ndcg_loss", pred, target, mask, axis)
     k = check_cutoff(s.shape[-1], k)
     g = xp.where(valid, gains(xp, t, powered_relevancies), 0.0)

@@ -11,7 +11,7 @@ from typing import Any
 
 from .._lib._docs import fill_doc
 from ._common import in_float32
-from ._lists import check_cutoff, ideal_dcg, lists, log_sigmoid, pairs, per_list, positions
+from ._lists import check_cutoff, flag, ideal_dcg, lists, log_sigmoid, number, pairs, per_list, positions
 from ._ranking_docs import LIST_ARGS, list_returns
 
 __all__ = ["ranknet_loss", "lambda_loss", "WEIGHING_SCHEMES"]
@@ -19,18 +19,6 @@ __all__ = ["ranknet_loss", "lambda_loss", "WEIGHING_SCHEMES"]
 # the LambdaLoss weighing schemes, as allRank names them
 WEIGHING_SCHEMES = (None, "ndcgLoss1", "ndcgLoss2", "ndcgLoss2PP", "lambdaRank", "rankNet", "rankNetWeightedByGTDiff",
                     "rankNetWeightedByGTDiffPowed")
-
-
-def _flag(name: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError(f"{name} must be a bool, got {value!r}")
-    return value
-
-
-def _positive(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
-    return float(value)
 
 
 @in_float32
@@ -59,7 +47,7 @@ def ranknet_loss(pred: Any, target: Any, /, *, weight_by_diff: bool = False, wei
     >>> round(float(rankops.losses.ranknet_loss(np.array([2.0, 0.0]), np.array([1.0, 0.0]))), 6)   # log(1 + e^-2)
     0.126928
     """
-    by_diff, by_powed = _flag("weight_by_diff", weight_by_diff), _flag("weight_by_diff_powed", weight_by_diff_powed)
+    by_diff, by_powed = flag("weight_by_diff", weight_by_diff), flag("weight_by_diff_powed", weight_by_diff_powed)
     xp, s, t, valid = lists("losses.ranknet_loss", pred, target, mask, axis)
     ordered = pairs(xp, valid) & (t[..., :, None] > t[..., None, :])
     term = -log_sigmoid(xp, s[..., :, None] - s[..., None, :])
@@ -142,7 +130,7 @@ def lambda_loss(pred: Any, target: Any, /, *, weighing_scheme: str | None = None
         raise ValueError(f"weighing_scheme must be one of {WEIGHING_SCHEMES}, got {weighing_scheme!r}")
     if reduction_log not in ("binary", "natural"):
         raise ValueError(f"reduction_log must be 'binary' or 'natural', got {reduction_log!r}")
-    sigma, mu, eps = _positive("sigma", sigma), _positive("mu", mu), _positive("eps", eps)
+    sigma, mu, eps = number("sigma", sigma), number("mu", mu), number("eps", eps)
     xp, s, t, valid = lists("losses.lambda_loss", pred, target, mask, axis)
     k = check_cutoff(s.shape[-1], k)
     pos = positions(xp, s, valid)
