@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._lib._adapters import get_adapter
+from .._lib._adapters import custom_backward, get_adapter
 
 __all__ = ["scale_to_doubly_stochastic"]
 
@@ -30,19 +30,8 @@ def _reciprocal(xp: Any, total: Any) -> Any:
     return 1 / xp.clip(total, min=_FLOOR)
 
 
-def scale_to_doubly_stochastic(xp: Any, p: Any, rows: Any, cols: Any, *, max_iter: int, tol: float) -> Any:
-    """``p`` (..., n, n) scaled on its block of valid ``rows`` x ``cols`` (bool, (..., n) each; 0 elsewhere).
-
-    Each matrix stops on its own (its result does not depend on the rest of
-    the batch): within ``tol`` when the largest ``|row sum - 1|`` and
-    ``|column sum - 1|`` over its valid rows and columns are.
-    """
-    keep = rows[..., :, None] & cols[..., None, :]
-    # The padding's own block is ones while scaling (allRank's device): an all-zero row or column would be divided
-    # by the floor at every step, and its gradient multiplied by 1 / floor as often, overflowing to NaN.
-    spare = ~rows[..., :, None] & ~cols[..., None, :]
-    p = xp.where(keep, p, xp.where(spare, xp.ones_like(p), xp.zeros_like(p)))
-    row_w, col_w = xp.astype(rows, p.dtype), xp.astype(cols, p.dtype)
+def _scaled(xp: Any, p: Any, row_w: Any, col_w: Any, *, max_iter: int, tol: float) -> Any:
+    """The iterations on a prepared ``p`` (its padding's block ones); ``row_w``, ``col_w``: 1.0 on the valid rows, columns."""
 
     # The state carries the column sums the stopping test measured: the next step divides by them (times their
     # reciprocal: the backward of a product, not a quotient's several terms).
@@ -64,4 +53,48 @@ def scale_to_doubly_stochastic(xp: Any, p: Any, rows: Any, cols: Any, *, max_ite
 
     (q, _), _, _ = get_adapter(xp).iterate(xp, step, (row_w, col_w), (p, xp.sum(p, axis=-2)), error=error, freeze=freeze,
                                            max_iter=max_iter, tol=tol, check_every=1)
+    return q
+
+
+def replayed_vjp(xp: Any, p: Any, row_w: Any, col_w: Any, ct: Any, *, max_iter: int, tol: float) -> tuple[Any]:
+    """The gradient of ``sum(ct * _scaled(p))`` in ``p``, by running the iterations again under the host's autodiff.
+
+    What a compiled torch graph calls, as one op (``rankops::eager``), in
+    place of the iterations it cannot differentiate as a loop: eagerly, the
+    loop stops where the forward's did.
+    """
+    _, _, pull = get_adapter(xp).autodiff_vjp(lambda a: (_scaled(xp, a, row_w, col_w, max_iter=max_iter, tol=tol),), [p],
+                                              lambda outs: outs)
+    return (pull((ct,))[0],)
+
+
+def scale_to_doubly_stochastic(xp: Any, p: Any, rows: Any, cols: Any, *, max_iter: int, tol: float) -> Any:
+    """``p`` (..., n, n) scaled on its block of valid ``rows`` x ``cols`` (bool, (..., n) each; 0 elsewhere).
+
+    Each matrix stops on its own (its result does not depend on the rest of
+    the batch): within ``tol`` when the largest ``|row sum - 1|`` and
+    ``|column sum - 1|`` over its valid rows and columns are.
+    """
+    keep = rows[..., :, None] & cols[..., None, :]
+    # The padding's own block is ones while scaling (allRank's device): an all-zero row or column would be divided
+    # by the floor at every step, and its gradient multiplied by 1 / floor as often, overflowing to NaN.
+    spare = ~rows[..., :, None] & ~cols[..., None, :]
+    p = xp.where(keep, p, xp.where(spare, xp.ones_like(p), xp.zeros_like(p)))
+    row_w, col_w = xp.astype(rows, p.dtype), xp.astype(cols, p.dtype)
+    adapter = get_adapter(xp)
+    if adapter.replays_loops((p,)):
+        # a compiling host that cannot differentiate a loop with an exit test: the forward one loop op (no gradient
+        # traced through it), the backward the iterations replayed eagerly under the host's autodiff
+        statics = {"max_iter": max_iter, "tol": tol}
+
+        def forward(xp_: Any, *arrays: Any) -> Any:
+            return (_scaled(xp_, *arrays, **statics),), arrays
+
+        def backward(xp_: Any, res: Any, cts: Any) -> Any:
+            (d_p,) = adapter.eagerly(xp_, replayed_vjp, (*res, cts[0]), like=(0,), **statics)
+            return d_p, xp_.zeros_like(res[1]), xp_.zeros_like(res[2])
+
+        (q,), _ = custom_backward(xp, forward, backward, (p, row_w, col_w), names=None, n_diff=1, linear=False)
+    else:
+        q = _scaled(xp, p, row_w, col_w, max_iter=max_iter, tol=tol)
     return xp.where(keep, q, xp.zeros_like(q))
