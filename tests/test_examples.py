@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
+
 import pytest
 
 from benchmarks.docs import REGION, regions
@@ -141,3 +143,18 @@ def test_learning_to_sort_quick(generated_docs):
     assert re.search(r"^\| neuralsort \| Cuturi et al\. 2019 [^|]*\| 0\.919 \| 0\.777 \|$", paper_part, flags=re.M), out
     walls = {(m, f) for m, f in re.findall(r"^\| (\w+) \| (torch|jax) \| \d+\.\d \|$", paper_part, flags=re.M)}
     assert walls == expected, out
+
+
+def test_learning_to_rank_quick(generated_docs):
+    """Every ranking loss trains on both frameworks, and torch and JAX reach the same NDCGs (one implementation; the
+    two sharpest relaxations within rounding that training amplifies)."""
+    out = generated_docs.stdout("python examples/learning_to_rank.py")
+    rows = re.findall(r"^\| ([^|]+?) \| (torch|jax) \| (\d\.\d{3}) \| (\d\.\d{3}) \| (\d\.\d{3}) \| [\d.]+ \|$", out, flags=re.M)
+    by = {(name, fw): values for name, fw, *values in rows}
+    names = {name for name, _ in by}
+    assert names == {"listnet", "listmle", "ranknet", "lambda (ndcgLoss2PP)", "approx_ndcg", "neural_ndcg", "smooth_ap",
+                     "ndcg_loss (permutahedron)", "mse"}, out
+    for name in names:
+        torch_, jax_ = (np.array(by[(name, fw)], dtype=float) for fw in ("torch", "jax"))
+        sharp = name in ("smooth_ap", "ndcg_loss (permutahedron)")
+        assert np.all(np.abs(torch_ - jax_) <= (0.05 if sharp else 0.0)), (name, out)
