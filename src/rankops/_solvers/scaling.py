@@ -16,9 +16,11 @@ its iterations by the host's autodiff.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from .._lib._adapters import custom_backward, get_adapter
+from .._lib._compat import device as _device
 
 __all__ = ["scale_to_doubly_stochastic"]
 
@@ -31,28 +33,40 @@ def _reciprocal(xp: Any, total: Any) -> Any:
 
 
 def _scaled(xp: Any, p: Any, row_w: Any, col_w: Any, *, max_iter: int, tol: float) -> Any:
-    """The iterations on a prepared ``p`` (its padding's block ones); ``row_w``, ``col_w``: 1.0 on the valid rows, columns."""
+    """The iterations on a prepared ``p`` (its padding's block ones); ``row_w``, ``col_w``: 1.0 on the valid rows, columns.
 
-    # The state carries the column sums the stopping test measured: the next step divides by them (times their
-    # reciprocal: the backward of a product, not a quotient's several terms).
-    def step(ops: Any, state: Any) -> Any:
-        q, col_sums = state
-        q = q * _reciprocal(xp, col_sums)[..., None, :]
-        q = q * _reciprocal(xp, xp.sum(q, axis=-1, keepdims=True))
-        return q, xp.sum(q, axis=-2)
+    The state is ``(P, its column sums, its error)``. A matrix whose error is
+    within ``tol`` (or NaN) is settled: its step multiplies by ones, which
+    leaves it bit for bit, so the loop needs no freezing pass over the
+    matrices. The column sums the error measured are the next step's divisors,
+    taken as reciprocals (the backward of a product, not of a quotient).
+    """
+    adapter = get_adapter(xp)
 
-    def error(ops: Any, state: Any) -> Any:
-        q, col_sums = state
+    def off(ops: Any, q: Any, col_sums: Any) -> Any:
         rw, cw = ops
+        q = adapter.stop_gradient(xp, q)
         off_rows = xp.abs(xp.sum(q, axis=-1) - 1) * rw
-        off_cols = xp.abs(col_sums - 1) * cw
+        off_cols = xp.abs(adapter.stop_gradient(xp, col_sums) - 1) * cw
         return xp.maximum(xp.max(off_rows, axis=-1), xp.max(off_cols, axis=-1))
 
-    def freeze(xp_: Any, done: Any, old: Any, new: Any) -> Any:
-        return xp.where(done[..., None, None], old[0], new[0]), xp.where(done[..., None], old[1], new[1])
+    def step(ops: Any, state: Any) -> Any:
+        q, col_sums, err = state
+        moving = (err > tol)[..., None]  # NaN: settled, as the loop counts it
+        q = q * xp.where(moving, _reciprocal(xp, col_sums), 1.0)[..., None, :]
+        q = q * xp.where(moving[..., None], _reciprocal(xp, xp.sum(q, axis=-1, keepdims=True)), 1.0)
+        col_sums = xp.sum(q, axis=-2)
+        return q, col_sums, off(ops, q, col_sums)
 
-    (q, _), _, _ = get_adapter(xp).iterate(xp, step, (row_w, col_w), (p, xp.sum(p, axis=-2)), error=error, freeze=freeze,
-                                           max_iter=max_iter, tol=tol, check_every=1)
+    def error(ops: Any, state: Any) -> Any:
+        return state[2]
+
+    def unchanged(xp_: Any, done: Any, old: Any, new: Any) -> Any:
+        return new  # a settled matrix's step already kept it
+
+    start = (p, xp.sum(p, axis=-2), xp.full(tuple(p.shape[:-2]), math.inf, dtype=p.dtype, device=_device(p)))
+    (q, _, _), _, _ = adapter.iterate(xp, step, (row_w, col_w), start, error=error, freeze=unchanged, max_iter=max_iter, tol=tol,
+                                      check_every=1)
     return q
 
 
