@@ -19,7 +19,9 @@ def _last(xp: Any, a: Any, axis: int) -> Any:
 
 
 def _low_precision(a: Any) -> bool:
-    return is_array(a) and str(a.dtype).split(".")[-1] in ("float16", "bfloat16")
+    # the dtype's name first: the array test only for the rare 16-bit candidate (it runs on every loss call)
+    dtype = getattr(a, "dtype", None)
+    return dtype is not None and str(dtype).rsplit(".", 1)[-1] in ("float16", "bfloat16") and is_array(a)
 
 
 def in_float32(loss: Callable[..., Any]) -> Callable[..., Any]:
