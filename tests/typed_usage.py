@@ -40,6 +40,8 @@ value, vjp_fn = rankops.vjp(rankops.soft_rank, x)
 assert_type(vjp_fn, Callable[[Any], tuple[Any, ...]])
 
 loss = rankops.losses.spearman_loss(x, x)
+ranked = rankops.losses.lambda_loss(x, x, weighing_scheme="ndcgLoss2PP", k=10)
+quality = rankops.metrics.ndcg(x, x, 5)
 
 # the signatures reach the type checker
 rankops.soft_rank(x, axis="last")  # type: ignore[arg-type]

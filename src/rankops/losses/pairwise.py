@@ -69,8 +69,7 @@ def _weights(xp: Any, scheme: str | None, gain: Any, discount: Any, pos: Any, t:
     if scheme == "rankNetWeightedByGTDiffPowed":
         return xp.abs(t[..., :, None] ** 2 - t[..., None, :] ** 2)
     if scheme == "ndcgLoss1":
-        w = gain / discount
-        return w[..., :, None] + xp.zeros_like(w)[..., None, :]
+        return (gain / discount)[..., :, None]  # one weight per row i, broadcast over j
     gap = xp.abs(gain[..., :, None] - gain[..., None, :])
     lambda_rank = xp.abs(1 / discount[..., :, None] - 1 / discount[..., None, :]) * gap
     if scheme == "lambdaRank":
