@@ -379,3 +379,18 @@ def test_bad_arguments_raise_clear_errors():
         losses.ranknet_loss(s, t, weight_by_diff=1)
     with pytest.raises(ValueError, match="temperature"):
         losses.smooth_ap_loss(s, t, temperature=-1.0)
+
+
+def test_a_non_finite_valid_score_or_label_gives_a_nan_list_quietly_with_a_zero_gradient():
+    """As every loss: NaN for that list alone, no NumPy RuntimeWarning (the suite makes them errors), gradient 0 there."""
+    torch = pytest.importorskip("torch")
+    s, t, mask = _lists(7)
+    s, t = np.where(mask, s, 0.5), t.copy()
+    s[0, 1], s[1, 2], t[2, 3], s[3, 0] = np.nan, np.inf, np.nan, -np.inf  # list 3's entry 0 is valid; list 4's padding holds NaN
+    for name, (fun, _, options) in LOSSES.items():
+        got = fun(s, t, mask=mask, **options)
+        assert np.isnan(got[:4]).all() and np.isfinite(got[4:]).all(), name
+        assert_allclose(got[4:], fun(s[4:], t[4:], mask=mask[4:], **options), rtol=0, atol=0, err_msg=name)
+        x = torch.tensor(s, requires_grad=True)
+        torch.nansum(fun(x, torch.tensor(t), mask=torch.tensor(mask), **options)).backward()
+        assert (x.grad[:4] == 0).all() and torch.isfinite(x.grad).all(), name

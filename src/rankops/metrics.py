@@ -67,9 +67,8 @@ def _spread(xp: Any, weight: Any, ahead: Any, upto: Any) -> Any:
 
 
 def _finished(xp: Any, value: Any, s: Any, t: Any, valid: Any) -> Any:
-    """NaN for a list with a NaN score or label among its valid entries, or none valid."""
-    bad = xp.any(valid & (xp.isnan(s) | xp.isnan(t)), axis=-1)
-    return per_list(xp, xp.where(bad, math.nan, value), valid)
+    """NaN for a list with a NaN score or a non-finite label among its valid entries (counted as none), or none valid."""
+    return per_list(xp, value, valid)
 
 
 def _weights(xp: Any, n: int, k: int | None, like: Any, discounted: bool) -> Any:
@@ -108,7 +107,7 @@ def dcg(pred: Any, target: Any, /, k: int | None = None, *, gain: str = "exp", m
     2.892789
     """
     powered = check_gain(gain)
-    xp, s, t, valid = lists("metrics.dcg", pred, target, mask, axis)
+    xp, s, t, valid = lists("metrics.dcg", pred, target, mask, axis, finite="labels")
     return _finished(xp, _dcg(xp, s, t, valid, check_cutoff(s.shape[-1], k), powered), s, t, valid)
 
 
@@ -134,7 +133,7 @@ def ndcg(pred: Any, target: Any, /, k: int | None = None, *, gain: str = "exp", 
     0.796708
     """
     powered = check_gain(gain)
-    xp, s, t, valid = lists("metrics.ndcg", pred, target, mask, axis)
+    xp, s, t, valid = lists("metrics.ndcg", pred, target, mask, axis, finite="labels")
     k = check_cutoff(s.shape[-1], k)
     idcg = ideal_dcg(xp, xp.where(valid, gains(xp, t, powered), xp.zeros_like(t)), valid, k)
     some = idcg > 0
@@ -143,7 +142,7 @@ def ndcg(pred: Any, target: Any, /, k: int | None = None, *, gain: str = "exp", 
 
 
 def _hits(where: str, pred: Any, target: Any, mask: Any, axis: int) -> tuple[Any, Any, Any, Any, Any]:
-    xp, s, t, valid = lists(where, pred, target, mask, axis)
+    xp, s, t, valid = lists(where, pred, target, mask, axis, finite="labels")
     return xp, s, t, valid, valid & (t > 0)
 
 

@@ -18,21 +18,32 @@ from .._lib._compat import device as _device
 from ._common import row_mask, rows, with_mask
 
 
-def lists(where: str, pred: Any, target: Any, mask: Any, axis: int, *, zeroed: bool = True) -> tuple[Any, Any, Any, Any]:
+def lists(where: str, pred: Any, target: Any, mask: Any, axis: int, *, zeroed: bool = True,
+          finite: bool | str = True) -> tuple[Any, Any, Any, Any]:
     """``(xp, s, t, valid)``: scores and labels as one floating dtype with ``axis`` last; ``valid`` a bool array.
 
+    ``finite``: a list with a NaN or infinite score or label among its valid
+    entries counts as having none (its value NaN, as every loss gives a
+    non-finite row), and its scores and labels are replaced by 0: nothing
+    non-finite is computed with (no NumPy warning), no gradient reaches it.
+    ``finite="labels"`` (the metrics, for which an infinite score is an
+    order like any other): only a NaN score, or a non-finite label, does.
     ``zeroed``: the padding of ``s`` and ``t`` replaced by 0 (False: for a
     caller that replaces it itself).
     """
     xp, axis, (s, t) = rows(where, axis, {"pred": pred, "target": target}, also=with_mask(mask))
     t = xp.astype(t, s.dtype)
     m = row_mask(xp, mask, pred, axis)
-    if m is None:
-        return xp, s, t, xp.ones(s.shape, dtype=xp.bool, device=_device(s))
-    if not zeroed:
-        return xp, s, t, m
-    zero = xp.zeros_like(s)
-    return xp, xp.where(m, s, zero), xp.where(m, t, zero), m
+    valid = xp.ones(s.shape, dtype=xp.bool, device=_device(s)) if m is None else m
+    if finite:
+        ok = (xp.isfinite(s) if finite is True else ~xp.isnan(s)) & xp.isfinite(t)
+        fine = ~xp.any(valid & ~ok, axis=-1, keepdims=True)
+        valid = valid & fine
+        if not zeroed:
+            s, t = xp.where(fine, s, 0.0), xp.where(fine, t, 0.0)
+    if zeroed and (finite or m is not None):
+        s, t = xp.where(valid, s, 0.0), xp.where(valid, t, 0.0)
+    return xp, s, t, valid
 
 
 def per_list(xp: Any, value: Any, valid: Any) -> Any:
