@@ -28,19 +28,18 @@ def lists(where: str, pred: Any, target: Any, mask: Any, axis: int, *, zeroed: b
     non-finite is computed with (no NumPy warning), no gradient reaches it.
     ``finite="labels"`` (the metrics, for which an infinite score is an
     order like any other): only a NaN score, or a non-finite label, does.
-    ``zeroed``: the padding of ``s`` and ``t`` replaced by 0 (False: for a
-    caller that replaces it itself).
+    ``zeroed``: the padding (and such a list) of ``s`` and ``t`` replaced by 0
+    (False: for a caller that reads them only where ``valid``).
     """
     xp, axis, (s, t) = rows(where, axis, {"pred": pred, "target": target}, also=with_mask(mask))
     t = xp.astype(t, s.dtype)
     m = row_mask(xp, mask, pred, axis)
     valid = xp.ones(s.shape, dtype=xp.bool, device=_device(s)) if m is None else m
     if finite:
-        ok = (xp.isfinite(s) if finite is True else ~xp.isnan(s)) & xp.isfinite(t)
+        # |x| < inf: finite, in two operations (NaN compares False, without a NumPy warning)
+        ok = ((xp.abs(s) < math.inf) if finite is True else (s == s)) & (xp.abs(t) < math.inf)
         fine = ~xp.any(valid & ~ok, axis=-1, keepdims=True)
         valid = valid & fine
-        if not zeroed:
-            s, t = xp.where(fine, s, 0.0), xp.where(fine, t, 0.0)
     if zeroed and (finite or m is not None):
         s, t = xp.where(valid, s, 0.0), xp.where(valid, t, 0.0)
     return xp, s, t, valid

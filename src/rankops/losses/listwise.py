@@ -30,11 +30,12 @@ def _softmax(xp: Any, z: Any) -> Any:
     return get_adapter(xp).rows(xp, _softmax_rows, z, dtype=z.dtype)
 
 
-def _padding(xp: Any, valid: Any) -> tuple[Any, Any]:
-    """``(keep, some)``: the entries a softmax spreads its mass over (the valid ones; every one in a list of padding
-    only, which is NaN later) and the flag of the lists with a valid entry."""
+def _padding(xp: Any, valid: Any, dtype: Any) -> tuple[Any, Any]:
+    """``(fill, some)``: what a softmax's logits hold off the valid entries (-inf: no mass; 0 in a list without a valid
+    entry, which is NaN later) and the flag of the lists with a valid entry."""
     some = xp.any(valid, axis=-1, keepdims=True)
-    return valid | ~some, some
+    zero = xp.zeros(tuple(some.shape), dtype=dtype, device=_device(some))
+    return xp.where(some, zero - math.inf, zero), some
 
 
 def _log_softmax(xp: Any, z: Any, valid: Any) -> Any:
@@ -54,9 +55,9 @@ def _cross_entropy(xp: Any, q: Any, s: Any, valid: Any, eps: float, padding: tup
     ``q`` is 0 on the padding, where ``softmax(s) + eps`` is ``eps``: no mask
     needed when eps > 0. NaN for a list of padding only.
     """
-    keep, some = padding
+    fill, some = padding
     if eps > 0:
-        loss = -xp.sum(q * xp.log(_softmax(xp, xp.where(keep, s, -math.inf)) + eps), axis=-1)
+        loss = -xp.sum(q * xp.log(_softmax(xp, xp.where(valid, s, fill)) + eps), axis=-1)
         return xp.where(some[..., 0], loss, math.nan)
     log_p = get_adapter(xp).rows(xp, _log_softmax, xp.where(valid, s, 0.0), xp.astype(valid, s.dtype), dtype=s.dtype)
     return per_list(xp, -xp.sum(xp.where(valid, q * log_p, 0.0), axis=-1), valid)
@@ -82,8 +83,8 @@ def listnet_loss(pred: Any, target: Any, /, *, eps: float = 1e-10, mask: Any = N
     """
     eps = number("eps", eps)
     xp, s, t, valid = lists("losses.listnet_loss", pred, target, mask, axis, zeroed=False)
-    padding = _padding(xp, valid)
-    q = _softmax(xp, xp.where(padding[0], t, -math.inf))  # 0 on the padding
+    padding = _padding(xp, valid, s.dtype)
+    q = _softmax(xp, xp.where(valid, t, padding[0]))  # 0 on the padding
     return _cross_entropy(xp, q, s, valid, eps, padding)
 
 
@@ -108,7 +109,7 @@ def binary_listnet_loss(pred: Any, target: Any, /, *, eps: float = 1e-10, mask: 
     xp, s, t, valid = lists("losses.binary_listnet_loss", pred, target, mask, axis, zeroed=False)
     t = xp.where(valid, t, 0.0)
     total = xp.sum(t, axis=-1, keepdims=True)
-    return _cross_entropy(xp, t / xp.where(total == 0, 1.0, total), s, valid, eps, _padding(xp, valid))
+    return _cross_entropy(xp, t / xp.where(total == 0, 1.0, total), s, valid, eps, _padding(xp, valid, s.dtype))
 
 
 def _plackett_luce(eps: float, shuffled: bool) -> Any:
