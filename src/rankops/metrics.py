@@ -24,7 +24,7 @@ from typing import Any
 from ._lib._adapters import get_adapter
 from ._lib._compat import device as _device, index_dtype
 from ._lib._docs import fill_doc
-from .losses._lists import check_cutoff, check_gain, count as check_count, gains, ideal_dcg, lists, per_list
+from .losses._lists import check_cutoff, check_gain, count as check_count, discounts, gains, ideal_dcg, lists, per_list
 from .losses._ranking_docs import LIST_ARGS, list_returns
 
 __all__ = ["dcg", "ndcg", "mrr", "average_precision", "precision_at_k", "recall_at_k"]
@@ -44,12 +44,15 @@ def _ranked(side: str) -> Any:
     return count
 
 
+def _upto(xp: Any, s: Any, valid: Any) -> Any:
+    """The valid scores at least as high as each entry's (its own included): a tied group's last position."""
+    return get_adapter(xp).rows(xp, _ranked("left"), s, xp.astype(valid, s.dtype), dtype=s.dtype)
+
+
 def _tied_span(xp: Any, s: Any, valid: Any) -> tuple[Any, Any]:
     """``(ahead, upto)``: the valid scores above each entry's, and those at least as high (its own included)."""
-    adapter, w = get_adapter(xp), xp.astype(valid, s.dtype)
-    ahead = adapter.rows(xp, _ranked("right"), s, w, dtype=s.dtype)
-    upto = adapter.rows(xp, _ranked("left"), s, w, dtype=s.dtype)
-    return ahead, upto
+    ahead = get_adapter(xp).rows(xp, _ranked("right"), s, xp.astype(valid, s.dtype), dtype=s.dtype)
+    return ahead, _upto(xp, s, valid)
 
 
 def _cumulative(xp: Any, weight: Any, index: Any) -> Any:
@@ -66,21 +69,15 @@ def _spread(xp: Any, weight: Any, ahead: Any, upto: Any) -> Any:
     return (_cumulative(xp, weight, upto) - _cumulative(xp, weight, ahead)) / span
 
 
-def _finished(xp: Any, value: Any, s: Any, t: Any, valid: Any) -> Any:
-    """NaN for a list with a NaN score or a non-finite label among its valid entries (counted as none), or none valid."""
-    return per_list(xp, value, valid)
-
-
-def _weights(xp: Any, n: int, k: int | None, like: Any, discounted: bool) -> Any:
-    p = xp.arange(1, n + 1, dtype=like.dtype, device=_device(like))
-    w = 1.0 / xp.log2(1.0 + p) if discounted else xp.ones_like(p)
-    return w if k is None else xp.where(p <= k, w, xp.zeros_like(w))
+def _within(xp: Any, n: int, k: int, like: Any) -> Any:
+    """1 at the first k of n positions, 0 after: precision's and recall's position weights."""
+    return xp.astype(xp.arange(n, device=_device(like)) < k, like.dtype)
 
 
 def _dcg(xp: Any, s: Any, t: Any, valid: Any, k: int | None, powered: bool) -> Any:
     ahead, upto = _tied_span(xp, s, valid)
     g = xp.where(valid, gains(xp, t, powered), xp.zeros_like(t))
-    return xp.sum(g * _spread(xp, _weights(xp, s.shape[-1], k, s, True), ahead, upto), axis=-1)
+    return xp.sum(g * _spread(xp, discounts(xp, s.shape[-1], k, s), ahead, upto), axis=-1)
 
 
 GAIN = """
@@ -108,7 +105,7 @@ def dcg(pred: Any, target: Any, /, k: int | None = None, *, gain: str = "exp", m
     """
     powered = check_gain(gain)
     xp, s, t, valid = lists("metrics.dcg", pred, target, mask, axis, finite="labels")
-    return _finished(xp, _dcg(xp, s, t, valid, check_cutoff(s.shape[-1], k), powered), s, t, valid)
+    return per_list(xp, _dcg(xp, s, t, valid, check_cutoff(s.shape[-1], k), powered), valid)
 
 
 @fill_doc(list_args=LIST_ARGS, gain=GAIN, cutoff=CUTOFF, returns=list_returns("values in [0, 1] for labels >= 0", "rankops.metrics"))
@@ -138,7 +135,7 @@ def ndcg(pred: Any, target: Any, /, k: int | None = None, *, gain: str = "exp", 
     idcg = ideal_dcg(xp, xp.where(valid, gains(xp, t, powered), xp.zeros_like(t)), valid, k)
     some = idcg > 0
     value = xp.where(some, _dcg(xp, s, t, valid, k, powered) / xp.where(some, idcg, xp.ones_like(idcg)), float(filler_value))
-    return _finished(xp, value, s, t, valid)
+    return per_list(xp, value, valid)
 
 
 def _hits(where: str, pred: Any, target: Any, mask: Any, axis: int) -> tuple[Any, Any, Any, Any, Any]:
@@ -149,7 +146,7 @@ def _hits(where: str, pred: Any, target: Any, mask: Any, axis: int) -> tuple[Any
 def _top(xp: Any, s: Any, relevant: Any, valid: Any, k: int) -> Any:
     """The expected number of relevant items among the first k positions (ties spread evenly)."""
     ahead, upto = _tied_span(xp, s, valid)
-    inside = _spread(xp, _weights(xp, s.shape[-1], k, s, False), ahead, upto)
+    inside = _spread(xp, _within(xp, s.shape[-1], k, s), ahead, upto)
     return xp.sum(xp.where(relevant, inside, xp.zeros_like(inside)), axis=-1)
 
 
@@ -168,7 +165,7 @@ def precision_at_k(pred: Any, target: Any, /, k: int, *, mask: Any = None, axis:
     """
     xp, s, t, valid, relevant = _hits("metrics.precision_at_k", pred, target, mask, axis)
     k = check_count("k", k)
-    return _finished(xp, _top(xp, s, relevant, valid, k) / k, s, t, valid)
+    return per_list(xp, _top(xp, s, relevant, valid, k) / k, valid)
 
 
 @fill_doc(list_args=LIST_ARGS, returns=list_returns("values in [0, 1]; 0 for a list without a relevant item", "rankops.metrics"))
@@ -189,7 +186,7 @@ def recall_at_k(pred: Any, target: Any, /, k: int, *, mask: Any = None, axis: in
     count = xp.sum(xp.astype(relevant, s.dtype), axis=-1)
     some = count > 0
     value = xp.where(some, _top(xp, s, relevant, valid, k) / xp.where(some, count, xp.ones_like(count)), xp.zeros_like(count))
-    return _finished(xp, value, s, t, valid)
+    return per_list(xp, value, valid)
 
 
 @fill_doc(list_args=LIST_ARGS, cutoff=CUTOFF, returns=list_returns("values in [0, 1]; 0 for a list without a relevant item", "rankops.metrics"))
@@ -210,11 +207,11 @@ def mrr(pred: Any, target: Any, /, k: int | None = None, *, mask: Any = None, ax
     xp, s, t, valid, relevant = _hits("metrics.mrr", pred, target, mask, axis)
     n = s.shape[-1]
     k = check_cutoff(n, k)
-    _, upto = _tied_span(xp, s, valid)
+    upto = _upto(xp, s, valid)
     first = xp.min(xp.where(relevant, upto, xp.full_like(upto, math.inf)), axis=-1)
     hit = xp.isfinite(first) if k is None else first <= k
     value = xp.where(hit, 1 / xp.where(xp.isfinite(first), first, xp.ones_like(first)), xp.zeros_like(first))
-    return _finished(xp, value, s, t, valid)
+    return per_list(xp, value, valid)
 
 
 @fill_doc(list_args=LIST_ARGS, returns=list_returns("values in [0, 1]; 0 for a list without a relevant item", "rankops.metrics"))
@@ -233,10 +230,9 @@ def average_precision(pred: Any, target: Any, /, *, mask: Any = None, axis: int 
     0.583333
     """
     xp, s, t, valid, relevant = _hits("metrics.average_precision", pred, target, mask, axis)
-    _, upto = _tied_span(xp, s, valid)
-    _, upto_relevant = _tied_span(xp, s, relevant)
+    upto, upto_relevant = _upto(xp, s, valid), _upto(xp, s, relevant)
     count = xp.sum(xp.astype(relevant, s.dtype), axis=-1)
     total = xp.sum(xp.where(relevant, upto_relevant / xp.maximum(upto, xp.ones_like(upto)), xp.zeros_like(upto)), axis=-1)
     some = count > 0
     value = xp.where(some, total / xp.where(some, count, xp.ones_like(count)), xp.zeros_like(count))
-    return _finished(xp, value, s, t, valid)
+    return per_list(xp, value, valid)

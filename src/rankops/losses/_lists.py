@@ -74,8 +74,9 @@ def _descending(xp: Any, a: Any) -> Any:
 
 
 def ideal_dcg(xp: Any, g: Any, valid: Any, k: int | None) -> Any:
-    """DCG@k of the gains ``g`` in their best order (largest first), over each list's valid entries; no gradient flows to labels."""
-    g = xp.where(valid, g, xp.zeros_like(g))
+    """DCG@k of the gains ``g`` in their best order (largest first), over each list's valid entries (None: every entry)."""
+    if valid is not None:
+        g = xp.where(valid, g, xp.zeros_like(g))
     best = get_adapter(xp).rows(xp, _descending, g, dtype=g.dtype)
     return xp.sum(best * discounts(xp, g.shape[-1], k, g), axis=-1)
 

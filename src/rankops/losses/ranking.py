@@ -12,11 +12,11 @@ from .._cores.entries import Entries
 from .._cores.transport import grid
 from .._lib._numerics import safe_divide
 from .._solvers.line import cost_fns
-from .._lib._adapters import get_adapter
 from ..permutations import diffsort, neuralsort, softsort
 from ..sinkhorn import SOLVER_OPTIONS, TransportOptions, sinkhorn, with_epsilon
 from ..sorting import soft_rank
 from .._lib._docs import fill_doc
+from ._lists import check_gain, gains, ideal_dcg
 from ._common import MASK, RANK_METHOD, per_row_returns, DEFAULT_METHOD, _one_hot, _row_count, at_label, class_labels, in_float32, row_mask, rows, with_mask
 
 __all__ = ["topk_loss", "ndcg_loss", "permutation_loss", "MATRIX_METHODS"]
@@ -76,10 +76,6 @@ def topk_loss(scores: Any, labels: Any, k: int, /, *, mask: Any = None, axis: in
     return loss if m is None else xp.where(count >= k, loss, math.nan)
 
 
-def _descending(xp: Any, a: Any) -> Any:
-    return xp.flip(xp.sort(a, axis=-1), axis=-1)
-
-
 @in_float32
 @fill_doc(returns=per_row_returns("``scores``'", ", values in [0, 1] in the hard limit"), rank_method=RANK_METHOD, mask=MASK)
 def ndcg_loss(scores: Any, relevance: Any, /, k: int | None = None, *, mask: Any = None, axis: int = -1,
@@ -124,10 +120,8 @@ def ndcg_loss(scores: Any, relevance: Any, /, k: int | None = None, *, mask: Any
     xp, axis, (s, rel) = rows("losses.ndcg_loss", axis, {"scores": scores, "relevance": relevance}, also=with_mask(mask))
     n = s.shape[-1]
     k = n if k is None else _row_count(n, k)
-    if gain not in ("exp", "linear"):
-        raise ValueError(f"gain must be 'exp' or 'linear', got {gain!r}")
-    rel = xp.astype(rel, s.dtype)
-    g = 2.0**rel - 1.0 if gain == "exp" else rel
+    powered = check_gain(gain)
+    g = gains(xp, xp.astype(rel, s.dtype), powered)
     m = row_mask(xp, mask, scores, axis)
     r = soft_rank(s, axis=-1, descending=True, method=method, mask=m, **options)
     if m is not None:  # padding: no gain, and a rank of 1 where the operator gives 0 (no log2(1) = 0 to divide by)
@@ -135,9 +129,7 @@ def ndcg_loss(scores: Any, relevance: Any, /, k: int | None = None, *, mask: Any
         r = xp.where(m, r, xp.ones_like(r))
     cut = xp.clip(k + 1 - r, 0, 1)
     dcg = xp.sum(g * cut / xp.log2(1 + r), axis=-1)
-    pos = xp.arange(1, n + 1, dtype=s.dtype, device=_device(s))
-    ideal_discount = xp.where(pos <= k, 1 / xp.log2(1 + pos), xp.zeros_like(pos))
-    idcg = xp.sum(get_adapter(xp).rows(xp, _descending, g, dtype=g.dtype) * ideal_discount, axis=-1)
+    idcg = ideal_dcg(xp, g, None, k)  # g is 0 on the padding
     some = idcg > 0
     loss = 1 - xp.where(some, dcg / xp.where(some, idcg, xp.ones_like(idcg)), xp.zeros_like(dcg))
     return loss if m is None else xp.where(xp.any(m, axis=-1), loss, math.nan)
