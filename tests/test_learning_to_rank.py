@@ -394,3 +394,27 @@ def test_a_non_finite_valid_score_or_label_gives_a_nan_list_quietly_with_a_zero_
         x = torch.tensor(s, requires_grad=True)
         torch.nansum(fun(x, torch.tensor(t), mask=torch.tensor(mask), **options)).backward()
         assert (x.grad[:4] == 0).all() and torch.isfinite(x.grad).all(), name
+
+
+def test_torch_func_transforms_and_empty_batches():
+    """torch.func.grad equals autograd, torch.func.vmap equals the batch; a (0, n) batch has a (0,) value and gradient,
+    on torch and under jax.jit."""
+    torch = pytest.importorskip("torch")
+    jax = pytest.importorskip("jax")
+    from torch.func import grad, vmap
+
+    s, t, mask = _lists(8)
+    s = np.where(mask, s, 0.1) + 1e-3 * np.arange(s.shape[-1])
+    x, y, m = torch.tensor(s), torch.tensor(t), torch.tensor(mask)
+    for name, (fun, _, options) in LOSSES.items():
+        leaf = x.clone().requires_grad_(True)
+        fun(leaf, y, mask=m, **options).sum().backward()
+        torch.testing.assert_close(grad(lambda a: fun(a, y, mask=m, **options).sum())(x), leaf.grad, rtol=1e-10, atol=1e-12)
+        torch.testing.assert_close(vmap(lambda a, b, c: fun(a, b, mask=c, **options))(x, y, m), fun(x, y, mask=m, **options),
+                                   rtol=1e-10, atol=1e-12)
+        empty = torch.zeros(0, 5, dtype=torch.float64, requires_grad=True)
+        fun(empty, empty.detach(), **options).sum().backward()
+        assert empty.grad.shape == (0, 5), name
+        jnp = jax.numpy
+        value, g = jax.jit(jax.value_and_grad(lambda a: fun(a, jnp.zeros((0, 5)), **options).sum()))(jnp.zeros((0, 5)))
+        assert float(value) == 0.0 and g.shape == (0, 5), name
