@@ -28,9 +28,23 @@ from rankops._lib._backends import (
 # permutahedron / isotonic / LapSum / top-k programs and their gradients: 8.8 s -> 3.9 s on
 # jaxlib 0.10.2). Codegen in one piece: XLA splits a program's code generation over threads, which on
 # this suite's one worker per core only contend with the other worker (ten soft-rank, isotonic and
-# quantile programs on one core: 7.2-7.9 s -> 5.6-5.7 s). XLA aborts on a flag it does not know:
-# these are given from jaxlib 0.10 on, where they were checked.
-_TEST_XLA_FLAGS_FROM_0_10 = ("--xla_cpu_use_fusion_emitters=false", "--xla_cpu_parallel_codegen_split_count=1")
+# quantile programs on one core: 7.2-7.9 s -> 5.6-5.7 s). XLA exits the process on a flag it does
+# not know (before pytest can print a word: a GPU machine's newer jaxlib did), and jaxlib adds and
+# drops such flags between releases: the flags are tried once per run, in a subprocess.
+_TEST_XLA_FLAGS = ("--xla_cpu_use_fusion_emitters=false", "--xla_cpu_parallel_codegen_split_count=1")
+# set by the first process of a run, whose pytest-xdist workers inherit it: whether XLA takes them
+_FLAGS_TAKEN = "RANKOPS_TEST_XLA_FLAGS_TAKEN"
+
+
+def _xla_takes_test_flags() -> bool:
+    """Whether this jaxlib's XLA starts with ``_TEST_XLA_FLAGS`` (asked once per run, in a subprocess)."""
+    if _FLAGS_TAKEN not in os.environ:
+        import subprocess
+
+        env = {**os.environ, "XLA_FLAGS": " ".join(_TEST_XLA_FLAGS), "JAX_PLATFORMS": "cpu"}
+        probe = subprocess.run([sys.executable, "-c", "import jax; jax.devices()"], env=env, capture_output=True, timeout=120)
+        os.environ[_FLAGS_TAKEN] = "1" if probe.returncode == 0 else "0"
+    return os.environ[_FLAGS_TAKEN] == "1"
 
 
 def _start_jax_for_tests(jax: Any) -> None:
@@ -46,12 +60,10 @@ def _start_jax_for_tests(jax: Any) -> None:
     if os.environ.get("RANKOPS_JAX_OPTIMIZE"):
         return
     jax.config.update("jax_disable_most_optimizations", True)
-    import jaxlib
-
-    if tuple(int(p) for p in re.findall(r"\d+", jaxlib.__version__)[:2]) < (0, 10):
+    if not _xla_takes_test_flags():
         return
     before = os.environ.get("XLA_FLAGS")
-    os.environ["XLA_FLAGS"] = " ".join((*_TEST_XLA_FLAGS_FROM_0_10, before or ""))
+    os.environ["XLA_FLAGS"] = " ".join((*_TEST_XLA_FLAGS, before or ""))
     try:
         jax.devices()
     finally:
