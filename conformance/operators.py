@@ -233,6 +233,30 @@ register(
 )
 
 
+# the top-k polytope's projection (l2, and p-norm at the paper's p = 4/3); the p-norm soft rank at p = 3/2
+for _tag, _soft, _limit in (
+    ("permutahedron", {"strength": 0.5}, {"strength": 1e-3}),
+    ("permutahedron-lp", {"strength": 0.5, "regularization": "lp"}, {"strength": 1e-3, "regularization": "lp"}),
+):
+    register(
+        Case(
+            f"soft_topk_mask[{_tag}]",
+            lambda x, axis=-1, **kw: rankops.soft_topk_mask(x, 1.5 if x.shape[axis] > 1 else 0.5, axis=axis, method="permutahedron", **kw),
+            _soft, _limit, lambda x: np.clip(_half_k(x) + 1 - _ranks(x, True), 0.0, 1.0),
+            vjp=via_vjp(rankops.soft_topk_mask, lambda x: (_half_k(x),), method="permutahedron"), public=rankops.soft_topk_mask,
+            method="permutahedron",
+        )
+    )
+register(
+    Case(
+        "soft_rank[permutahedron-lp]", lambda x, **kw: rankops.soft_rank(x, method="permutahedron", regularization="lp", p=1.5, **kw),
+        {"strength": 0.5}, {"strength": 1e-3}, lambda x: _ranks(x, False),
+        vjp=via_vjp(rankops.soft_rank, method="permutahedron", regularization="lp", p=1.5), public=rankops.soft_rank,
+        method="permutahedron",
+    )
+)
+
+
 def _isotonic_reference(x: np.ndarray) -> np.ndarray:
     from scipy.optimize import isotonic_regression
 
@@ -525,10 +549,10 @@ def _fast_spec(fn: Any, kind: str, method: str) -> Spec:
                 lambda x, p, arr: (fn, (), {"method": method, **p}), public=fn, method=method)
 
 
-def _lapsum_topk(x: Any, p: dict, arr: Callable) -> tuple:
+def _lapsum_topk(x: Any, p: dict, arr: Callable, method: str = "lapsum") -> tuple:
     p = dict(p)
     n = x.shape[-1]
-    return rankops.soft_topk_mask, (p.pop("k") * n,), {"method": "lapsum", **p}
+    return rankops.soft_topk_mask, (p.pop("k") * n,), {"method": method, **p}
 
 
 def _quantile_levels(x: Any, p: dict, arr: Callable) -> tuple:
@@ -583,6 +607,9 @@ SPECS = [
     # k as a fraction of n: real, inside (0, n) for every n
     Spec("soft_topk_mask[lapsum]", "mask-lapsum", lambda n: _opts(k=[0.01, 0.3, 0.5, 0.99], alpha=[1e-4, 1e-2, 1.0, 1e4]), _lapsum_topk,
          public=rankops.soft_topk_mask, method="lapsum"),
+    Spec("soft_topk_mask[permutahedron]", "mask-permutahedron",
+         lambda n: _opts(k=[0.01, 0.3, 0.5, 1.0], strength=[1e-4, 1e-2, 1.0, 1e4], regularization=["l2", "lp"]),
+         lambda x, p, arr: _lapsum_topk(x, p, arr, "permutahedron"), public=rankops.soft_topk_mask, method="permutahedron"),
     Spec("soft_kendall_tau", "tau", lambda n: _opts(tau=[1e-4, 1e-2, 1.0, 1e4]),
          lambda x, p, arr: (rankops.soft_kendall_tau, (_partner(x),), p), public=rankops.soft_kendall_tau, method="soft_kendall_tau"),
     Spec("isotonic_regression", "isotonic", lambda n: _opts(increasing=[True, False]),

@@ -161,7 +161,7 @@ def _check_row(spec: Spec, p: dict, x: np.ndarray, out: np.ndarray, tol: float, 
         reach = p["alpha"] * np.log(2 * n)
         assert np.all(out >= lo - reach - span * n) and np.all(out <= hi + reach + span * n), (out, lo, hi)
         assert np.all(np.diff(-out if descending else out) >= -span * n - tol * reach), out
-    elif kind == "mask-lapsum":
+    elif kind in ("mask-lapsum", "mask-permutahedron"):
         assert np.all(out >= -tol) and np.all(out <= 1 + tol), out
         assert abs(out.sum() - p["k"] * n) <= tol * n, out
     elif kind == "rank-diffsort":  # P is doubly stochastic: ranks in [1, n] adding up to n (n + 1) / 2
@@ -200,7 +200,7 @@ def _check_row(spec: Spec, p: dict, x: np.ndarray, out: np.ndarray, tol: float, 
 def _ties_equal(spec: Spec, p: dict, x: np.ndarray, out: np.ndarray, tol: float) -> None:
     """Tied entries of a row get equal soft ranks (and CDFs, masks, normalized values)."""
     if spec.kind not in ("rank", "cdf", "mask", "qnorm", "rank-softsort", "rank-neuralsort", "rank-permutahedron", "rank-lapsum",
-                         "mask-lapsum") or p.get("hard"):
+                         "mask-lapsum", "mask-permutahedron") or p.get("hard"):
         return  # hard=True breaks ties by position, like a stable argsort
     for value in np.unique(x):
         group = out[x == value]

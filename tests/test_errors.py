@@ -192,14 +192,28 @@ for ops, name in ((PERMUTAHEDRON, "strength"), (LAPSUM, "alpha")):
         case(f"{label}-{name}-dask-array", lambda op=op, name=name: op(_dask().from_array(X), **{name: _dask().from_array(np.asarray(0.5))}),
              TypeError, rf"{name} must be Python numbers for Dask inputs, not arrays")
 each(LAPSUM, "alpha-str", TypeError, r"alpha must be a positive real number", alpha="1")
-each(PERMUTAHEDRON, "regularization", ValueError, r"regularization must be one of 'l2', 'kl', got 'entropy'", regularization="entropy")
-each(PERMUTAHEDRON, "tau", TypeError, r"unexpected option\(s\) 'tau'; it accepts 'regularization', 'softness', 'strength'", tau=0.1)
+each(PERMUTAHEDRON, "regularization", ValueError, r"regularization must be one of 'l2', 'kl', 'lp', got 'entropy'", regularization="entropy")
+each(PERMUTAHEDRON, "tau", TypeError, r"unexpected option\(s\) 'tau'; it accepts 'p', 'regularization', 'softness', 'strength'", tau=0.1)
+# the p-norm regularizer (Sander et al. 2023): p in (1, 2], only with regularization="lp", strength not softness
+_LP = {**{k: v for k, v in PERMUTAHEDRON.items() if k.startswith("soft_rank")},
+       "soft_topk_mask[permutahedron]": lambda x, **kw: rankops.soft_topk_mask(x, 2, method="permutahedron", **kw)}
+for value in (1.0, 0.5, 2.5, float("nan")):
+    each(_LP, f"p={value}", ValueError, r"p must lie in \(1, 2\]", regularization="lp", p=value)
+each(_LP, "p-str", TypeError, r"p must be a real number in \(1, 2\]", regularization="lp", p="4/3")
+each(_LP, "p-without-lp", ValueError, r"p is the exponent of regularization='lp', got regularization='l2'", p=1.5)
+each(_LP, "lp-softness", ValueError, r"softness is not calibrated for regularization='lp' yet: pass strength=", regularization="lp",
+     softness=1.0)
+each({k: v for k, v in PERMUTAHEDRON.items() if k.startswith("soft_sort")}, "lp", ValueError,
+     r"regularization='lp' serves soft_rank and soft_topk_mask \(its soft sort is not built yet\)", regularization="lp")
+for k in (0.0, 3.5, -1.0, float("nan")):
+    case(f"soft_topk_mask[permutahedron]-k={k}", lambda k=k: rankops.soft_topk_mask(X, k, method="permutahedron"), ValueError,
+         r"k must lie in the interval \(0, n\] = \(0, 3\] for method='permutahedron'")
 each(LAPSUM, "epsilon", TypeError, r"unexpected option\(s\) 'epsilon'; it accepts 'alpha', 'softness'", epsilon=0.1)
 each({k: v for k, v in FAST.items() if k.startswith("soft_sort") or k.startswith("soft_rank")}, "descending", TypeError,
      r"descending must be True or False", descending="yes")
 for k in (0.0, 3.0, -1.0, float("nan"), float("inf")):
     case(f"soft_topk_mask[lapsum]-k={k}", lambda k=k: rankops.soft_topk_mask(X, k, method="lapsum"), ValueError,
-         r"k must lie in the open interval \(0, n\) = \(0, 3\) for method='lapsum'")
+         r"k must lie in the interval \(0, n\) = \(0, 3\) for method='lapsum'")
 for k in ("2", None, True):
     case(f"soft_topk_mask[lapsum]-k={k!r}", lambda k=k: rankops.soft_topk_mask(X, k, method="lapsum"), TypeError,
          r"k must be a real number or an array")
@@ -208,7 +222,7 @@ case("soft_topk_mask[lapsum]-k-shape", lambda: rankops.soft_topk_mask(X, np.ones
 case("soft_topk_mask[lapsum]-k-namespace", lambda: rankops.soft_topk_mask(X, _torch().ones(2), method="lapsum"), TypeError,
      r"arrays from different namespaces cannot be mixed \(x: .*, k: ")
 case("soft_topk_mask-method", lambda: rankops.soft_topk_mask(X, 2, method="softsort"), ValueError,
-     r"method must be 'sinkhorn' or 'lapsum' for soft_topk_mask, got 'softsort'")
+     r"method must be one of 'sinkhorn', 'lapsum', 'permutahedron' for soft_topk_mask, got 'softsort'")
 case("soft_topk_mask[lapsum]-return_info", lambda: rankops.soft_topk_mask(X, 1.5, method="lapsum", return_info=True), TypeError,
      r"unexpected option\(s\) 'return_info'")
 # -- sorting networks ------------------------------------------------------------------------------------

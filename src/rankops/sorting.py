@@ -33,11 +33,11 @@ from ._docstrings import SECTIONS, methods_section
 from ._lib._calls import Call, Prepared, operator, prepare
 from ._lib._compat import Array, is_array
 from ._lib._docs import fill_doc
-from ._lib._options import Options, boolean, choice, option, positive_count, positive_scalar
+from ._lib._options import Options, boolean, choice, norm_exponent, option, positive_count, positive_scalar
 from .permutations import OPTION_NAMES, NetworkOptions, PermutationOptions, check_relaxation_softness
 from .sinkhorn import SOLVER_OPTIONS, TransportOptions, bind_grid, input_weights, reported, return_info
 
-__all__ = ["soft_rank", "soft_sort", "METHODS", "PermutahedronOptions", "LapsumOptions", "bind_lapsum_topk", "DEFAULT_SOFTNESS"]
+__all__ = ["soft_rank", "soft_sort", "METHODS", "PermutahedronOptions", "LapsumOptions", "bind_lapsum_topk", "bind_permutahedron_topk", "DEFAULT_SOFTNESS"]
 
 # The softness of every method but Sinkhorn when no temperature is passed: ranks about one place
 # from the hard ones at any n and scale (Sinkhorn keeps its epsilon, already scale-free).
@@ -106,14 +106,30 @@ class PermutahedronOptions(Options):
     def temperature(cls) -> str:
         return "strength"
 
-    regularization: str = option("l2", choice("l2", "kl"))
+    regularization: str = option("l2", choice("l2", "kl", "lp"))
+    p: float = option(4.0 / 3.0, norm_exponent)  # the exponent of regularization="lp" (Sander et al. 2023)
     strength: Any = option(1.0, positive_scalar)  # a number, or a 0-d array (learnable, traced)
     softness: Any = option(None, positive_scalar)  # sets strength per row (rankops._cores.softness)
+
+    @classmethod
+    def parse_for(cls, options: dict[str, Any], where: str, outputs: tuple[str, ...] = ("rank", "sort")) -> Any:
+        """The options, with ``p`` only beside ``regularization="lp"``, and no softness for it (not calibrated yet)."""
+        lp = options.get("regularization") == "lp"
+        if "p" in options and not lp:
+            raise ValueError(f"{where}: p is the exponent of regularization='lp', got regularization={options.get('regularization', 'l2')!r}")
+        if lp and "rank" not in outputs:
+            raise ValueError(f"{where}: regularization='lp' serves soft_rank and soft_topk_mask (its soft sort is not built yet); "
+                             "use 'l2' or 'kl'")
+        if lp and options.get("softness") is not None:
+            raise ValueError(f"{where}: softness is not calibrated for regularization='lp' yet: pass strength= "
+                             "(the scale of x at which entries blend)")
+        opts, _ = cls.parse(options, where, softness=None if lp else DEFAULT_SOFTNESS)
+        return opts
 
 
 def _bind_permutahedron(output: str, x: Any, axis: Any, descending: Any, options: dict[str, Any]) -> Call[Any]:
     mask = options.pop("mask", None)
-    opts, _ = PermutahedronOptions.parse(options, f"soft_{output}(method='permutahedron')", softness=DEFAULT_SOFTNESS)
+    opts = PermutahedronOptions.parse_for(options, f"soft_{output}(method='permutahedron')", (output,))
     p = prepare(x, axis=axis, opts=opts, arrays=masked.arrays(mask))
     params = {"output": output, "descending": boolean(descending, "descending")}
     return Call(permutahedron.projection_core, p, opts, masked.bound(p, params, mask))
@@ -149,6 +165,21 @@ def bind_lapsum_topk(x: Any, k: Any, axis: Any, options: dict[str, Any]) -> Call
     """
     mask = options.pop("mask", None)
     opts, _ = LapsumOptions.parse(options, "soft_topk_mask(method='lapsum')", softness=DEFAULT_SOFTNESS)
+    return _bind_topk(lapsum.topk_core, opts, x, k, axis, mask, "lapsum", closed=False)
+
+
+def bind_permutahedron_topk(x: Any, k: Any, axis: Any, options: dict[str, Any]) -> Call[Any]:
+    """``soft_topk_mask(method="permutahedron")``: ``k`` a real in (0, n], or an array of per-row k (the batch shape).
+
+    With a ``mask``, the top k of each row's valid entries (a row with k > n_v is NaN).
+    """
+    mask = options.pop("mask", None)
+    opts = PermutahedronOptions.parse_for(options, "soft_topk_mask(method='permutahedron')")
+    return _bind_topk(permutahedron.topk_core, opts, x, k, axis, mask, "permutahedron", closed=True)
+
+
+def _bind_topk(core: Any, opts: Any, x: Any, k: Any, axis: Any, mask: Any, method: str, *, closed: bool) -> Call[Any]:
+    """A top-k mask's call: ``k`` a real in (0, n) (``closed``: (0, n]) or an array of per-row k of the batch shape."""
     if is_array(k):
         p = prepare(x, axis=axis, opts=opts, arrays={"k": k, **masked.arrays(mask)})
         batch = tuple(p.x.shape[:-1])
@@ -157,13 +188,14 @@ def bind_lapsum_topk(x: Any, k: Any, axis: Any, options: dict[str, Any]) -> Call
         if not p.xp.isdtype(k.dtype, ("real floating", "integral")):
             raise TypeError(f"k must be a real array, got dtype {k.dtype}")
         k = p.xp.broadcast_to(p.xp.astype(k, p.x.dtype), batch)
-        return Call(lapsum.topk_core, p, opts, masked.bound(p, {"k": k}, mask))
+        return Call(core, p, opts, masked.bound(p, {"k": k}, mask))
     if isinstance(k, bool) or not isinstance(k, numbers.Real):
         raise TypeError(f"k must be a real number or an array, got {type(k).__name__}")
     p = prepare(x, axis=axis, opts=opts, arrays=masked.arrays(mask))
-    if not (math.isfinite(k) and 0 < k < p.n):
-        raise ValueError(f"k must lie in the open interval (0, n) = (0, {p.n}) for method='lapsum', got {k!r}")
-    return Call(lapsum.topk_core, p, opts, masked.bound(p, {"k": float(k)}, mask))
+    if not (math.isfinite(k) and 0 < k and (k <= p.n if closed else k < p.n)):
+        interval = f"(0, n] = (0, {p.n}]" if closed else f"(0, n) = (0, {p.n})"
+        raise ValueError(f"k must lie in the interval {interval} for method={method!r}, got {k!r}")
+    return Call(core, p, opts, masked.bound(p, {"k": float(k)}, mask))
 
 
 # -- "diffsort" (options: rankops.permutations.NetworkOptions) ------------------------------------

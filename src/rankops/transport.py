@@ -26,7 +26,7 @@ from ._lib._compat import Array, is_array, normalize_axis, real_float_dtypes
 from ._lib._docs import fill_doc
 from ._lib._options import boolean, positive_count
 from .sinkhorn import SOLVER_OPTIONS, TransportOptions, bind_grid, check_1d, input_weights, reported, return_info
-from .sorting import bind_lapsum_topk
+from .sorting import bind_lapsum_topk, bind_permutahedron_topk
 
 __all__ = ["soft_cdf", "soft_quantile", "soft_quantile_normalize", "soft_quantize", "soft_topk_mask", "sort_with"]
 
@@ -223,7 +223,7 @@ def soft_quantize(x: Array, num_levels: int, /, *, axis: int | tuple[int, ...] =
     return reported(quantize_core, p, opts, {**input_weights(p, arrays), "num_levels": m}, "soft_quantize", info)
 
 
-TOPK_METHODS = ("sinkhorn", "lapsum")
+TOPK_METHODS = ("sinkhorn", "lapsum", "permutahedron")
 
 
 @operator(methods=TOPK_METHODS)
@@ -269,8 +269,10 @@ def soft_topk_mask(x: Array, /, k: float | Array, *, axis: int | tuple[int, ...]
     """
     if isinstance(method, str) and method == "lapsum":
         return bind_lapsum_topk(x, k, axis, options)
+    if isinstance(method, str) and method == "permutahedron":
+        return bind_permutahedron_topk(x, k, axis, options)
     if not (isinstance(method, str) and method == "sinkhorn"):
-        raise ValueError(f"method must be {' or '.join(map(repr, TOPK_METHODS))} for soft_topk_mask, got {method!r}")
+        raise ValueError(f"method must be one of {', '.join(map(repr, TOPK_METHODS))} for soft_topk_mask, got {method!r}")
     info = return_info(options)
     opts, arrays = TransportOptions.parse(options, "soft_topk_mask", names=SOLVER_OPTIONS, arrays=("mask",))
     k = positive_count(k, "k")

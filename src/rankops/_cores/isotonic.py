@@ -2,7 +2,7 @@ r"""Exact isotonic regression as array operations: run pooling, then ``ceil(log2
 
 Pool-adjacent-violators is sequential. Here, first, every maximal run of
 strictly decreasing blocks pools at once, for at most ``4 ceil(log2 n)``
-rounds: most rows settle well within them (:func:`_pool_runs`). Rows left
+rounds: most rows settle well within them (:func:`pool_runs`). Rows left
 unsettled go through merge rounds: the row
 is split into segments of 1, 2, 4, ... entries; at every round each pair of
 neighbouring segments, both already solved, is merged. Merging two
@@ -50,7 +50,7 @@ from . import masked
 from .finite import finite_rows
 from .merges import merge_rounds
 
-__all__ = ["fit", "decreasing", "block_starts", "block_sums", "block_first", "regression_core"]
+__all__ = ["fit", "decreasing", "pool_runs", "block_starts", "block_sums", "block_first", "regression_core"]
 
 
 class _L2:
@@ -160,7 +160,7 @@ class _KL:
 KINDS = {"l2": _L2, "kl": _KL}
 
 
-def _pool_runs(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, max_rounds: int) -> tuple[Any, Any, bool]:
+def pool_runs(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, max_rounds: int) -> tuple[Any, Any, bool]:
     """Pool every maximal run of strictly decreasing blocks at once, for up to ``max_rounds`` rounds.
 
     Adjacent violators end in one block of the solution (the PAV argument),
@@ -245,7 +245,7 @@ def fit(xp: Any, adapter: Any, y: Any, w: Any = None, kind: str = "l2") -> Any:
     # A pooling round costs O(n), a merge round O(n log n) in several times the operations, and a batch runs the
     # merge rounds for all its rows as soon as one needs them: at the default softness, rows need up to about
     # 1.5 (l2) and 2.2 (kl) times ceil(log2 n) pooling rounds
-    v, unsettled, stopped_early = _pool_runs(xp, adapter, rules, v, w, 4 * (n - 1).bit_length())
+    v, unsettled, stopped_early = pool_runs(xp, adapter, rules, v, w, 4 * (n - 1).bit_length())
     if stopped_early:  # the loop read that every row settled: no second read
         return v
     # the merge rounds, a fallback few rows take, run eagerly even in a compiled graph (one op): compiled, they

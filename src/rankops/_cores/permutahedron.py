@@ -36,14 +36,14 @@ import math
 from typing import Any
 
 from .._lib._adapters import core, get_adapter, rebuilt, same_shape
-from .._lib._compat import is_array, device as _device
+from .._lib._compat import index_dtype, is_array, device as _device
 from .._lib._numerics import safe_divide
-from . import isotonic, masked
+from . import isotonic, masked, pnorm
 from .finite import finite_rows
 from .softness import output_is_sort, softened
 from .tempered import tempered
 
-__all__ = ["projection_core"]
+__all__ = ["projection_core", "topk_core"]
 
 
 def _rho(xp: Any, like: Any) -> Any:
@@ -59,6 +59,7 @@ class _Projection:
     descending: bool
     masked: bool = False  # a mask is the forward's last argument
     ordered: bool = False  # the row's order as the projection sorts it (z descending, below) comes before the mask
+    q: float = 2.0  # regularization="lp": the conjugate exponent p / (p - 1) (:mod:`.pnorm`)
 
     def fwd(self, xp: Any, x: Any, *rest: Any) -> tuple[tuple[Any], tuple[Any, ...]]:
         adapter = get_adapter(xp)
@@ -81,6 +82,11 @@ class _Projection:
             rho = xp.astype(xp.clip(row.count - k, 0, None), x.dtype)
             weight = xp.astype(row.valid, x.dtype)
         inverse = adapter.invert_permutation(xp, order)
+        if self.regularization == "lp":  # the rank only (the bind refuses the sort)
+            valid = None if weight is None else weight > 0
+            mu, share, starts = pnorm.project(xp, adapter, s, rho, self.q, valid)
+            value = adapter.take(xp, mu, inverse)
+            return (value,), (s, starts, order, inverse, value, share, *(rho,) * self.masked, *strength_array)
         # On a one-entry block the projection is the hard value, and it comes out exactly:
         # s - iso(s - rho) would cancel to 0 for entries of 1e30, rho/eps - iso(rho/eps - s)
         # lose s under rho/eps in float32. The rank is written on s - s_first (_pooled_ranks:
@@ -127,7 +133,10 @@ class _Projection:
         adapter = get_adapter(xp)
         ct = xp.astype(ct, s.dtype, copy=False)
         if self.output == "rank":
-            g = ct * value if self.regularization == "kl" else ct  # through exp(s - sol)
+            if self.regularization == "lp":  # through (s - sol)^(q - 1)
+                g = ct * pnorm.slope(xp, value, self.q)
+            else:
+                g = ct * value if self.regularization == "kl" else ct  # through exp(s - sol)
             g = adapter.take(xp, g, order)
             g = g - share * isotonic.block_sums(xp, adapter, starts, g)
             sign = -1.0 if self.descending else 1.0
@@ -224,7 +233,89 @@ def projection_core(xp: Any, x: Any, opts: Any, *, output: str, descending: bool
     # an array strength is the KL sort's (_homogeneity): it travels with x and gets its own gradient
     strength = is_array(opts.strength)
     ordered = order is not None
-    spec = _Projection(output, opts.regularization, None if strength else opts.strength, descending, mask is not None, ordered)
+    q = pnorm.exponent(opts.p) if opts.regularization == "lp" else 2.0
+    spec = _Projection(output, opts.regularization, None if strength else opts.strength, descending, mask is not None, ordered, q)
     arrays = (x, *((xp.astype(opts.strength, x.dtype),) if strength else ()), *(order,) * ordered)
     names = ("x", *("strength",) * strength, *("order",) * ordered)
     return masked.backward(xp, spec.fwd, spec.bwd, arrays, names, mask, positional=output == "sort", residuals=rebuilt(spec.fwd))
+
+
+# -- soft_topk_mask(method="permutahedron"): the top-k polytope -----------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class _TopK:
+    """The projection onto the top-k polytope ``P((1, ..., 1, k - floor k, 0, ..., 0))`` of ``x / strength``.
+
+    ``{mu in [0, 1]^n : sum mu = k}`` (the capped simplex) is the
+    permutahedron of ``w_j = clip(k - j, 0, 1)``, j = 0..n-1: :mod:`.pnorm`'s
+    projection with ``q`` (2: l2). Its one-entry blocks hold ``w_j``
+    exactly: the mask's zeros and ones.
+    """
+
+    strength: float
+    k: Any  # a Python number, or None when k is an array argument
+    q: float
+    masked: bool = False
+    ordered: bool = False
+
+    def fwd(self, xp: Any, x: Any, *rest: Any) -> tuple[tuple[Any], tuple[Any, ...]]:
+        adapter = get_adapter(xp)
+        k_array, order, mask = masked.trailing(rest, self.ordered, self.masked)
+        z = x / self.strength
+        n = x.shape[-1]
+        if mask is None:
+            s, order = masked.sorted_rows(xp, adapter, z, order, descending=True)
+            valid, count = None, n
+        else:
+            row = masked.valid_first(xp, adapter, z, mask, descending=True, order=order)
+            s, order, valid, count = row.s, row.order, row.valid, xp.astype(row.count, x.dtype)
+        if k_array:
+            k = xp.astype(k_array[0], x.dtype)[..., None]
+        else:
+            k = xp.full(x.shape[:-1] + (1,), self.k, dtype=x.dtype, device=_device(x))
+        # k outside (0, n_v]: a NaN row, computed quietly at k = 1/2
+        outside = (k <= 0) | (k > count)
+        k = xp.where(outside, 0.5, k)
+        j = xp.arange(n, dtype=x.dtype, device=_device(x))
+        w = xp.clip(k - j, 0.0, 1.0)
+        mu, share, starts = pnorm.project(xp, adapter, s, w, self.q, valid)
+        inverse = adapter.invert_permutation(xp, order)
+        value = xp.where(outside, math.nan, adapter.take(xp, mu, inverse))
+        # the position whose weight k moves (k - floor k on it): the k-gradient is its block's
+        at = xp.astype(xp.clip(xp.floor(k), 0, n - 1), index_dtype(xp, _device(x)))
+        return (value,), (starts, order, inverse, xp.where(outside, 0.0, value), share, at)
+
+    def bwd(self, xp: Any, res: tuple[Any, ...], cts: tuple[Any, ...]) -> tuple[Any, ...]:
+        (ct,) = cts
+        has_k = self.k is None
+        none = (None,) * (self.ordered + self.masked)  # the order and the mask have no gradient
+        if ct is None:
+            return (None,) * (1 + has_k) + none
+        starts, order, inverse, value, share, at = res
+        adapter = get_adapter(xp)
+        ct = xp.astype(ct, value.dtype, copy=False)
+        g = adapter.take(xp, ct * pnorm.slope(xp, value, self.q), order)
+        g = g - share * isotonic.block_sums(xp, adapter, starts, g)
+        dx = adapter.take(xp, g, inverse) / self.strength
+        if not has_k:
+            return (dx,) + none
+        # d mu_i / d W_B = share_i on the block B that holds position floor(k)
+        spread = isotonic.block_sums(xp, adapter, starts, adapter.take(xp, ct, order) * share)
+        return (dx, adapter.take(xp, spread, at)[..., 0]) + none
+
+
+@core(output_shapes=same_shape, batched={"k": (), "mask": (0,)})
+@masked.entering
+@finite_rows
+@softened(lambda opts, params: f"permutahedron-{opts.regularization}", lambda opts, params: False, lambda opts, params: -1)
+@tempered("strength", lambda params, opts: (-1, 0))
+def topk_core(xp: Any, x: Any, opts: Any, *, k: Any, mask: Any = None, order: Any = None) -> Any:
+    """The sparse top-k mask: the projection of ``x / strength`` onto the top-k polytope (l2 or p-norm regularized);
+    ``mask``: the top k of the valid entries (a row with fewer than k is NaN)."""
+    q = pnorm.exponent(opts.p) if opts.regularization == "lp" else 2.0
+    spec = _TopK(opts.strength, None if is_array(k) else k, q, mask is not None, order is not None)
+    ordered = () if order is None else (order,)
+    arrays = (x, *((k,) if is_array(k) else ()), *ordered)
+    names = ("x", *(("k",) if is_array(k) else ()), *("order",) * len(ordered))
+    return masked.backward(xp, spec.fwd, spec.bwd, arrays, names, mask, residuals=rebuilt(spec.fwd))

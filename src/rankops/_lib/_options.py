@@ -140,6 +140,15 @@ def choice(*allowed: Any) -> Callable[[Any, str], Any]:
     return checked
 
 
+def norm_exponent(value: Any, name: str) -> float:
+    """A p-norm exponent in (1, 2] (a Python number: it picks the solver's closed form)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number in (1, 2], got {type(value).__name__}")
+    if not (math.isfinite(value) and 1 < value <= 2):
+        raise ValueError(f"{name} must lie in (1, 2], got {value!r}")
+    return float(value)
+
+
 def boolean(value: Any, name: str) -> bool:
     if not isinstance(value, bool):
         raise TypeError(f"{name} must be True or False, got {type(value).__name__}")
