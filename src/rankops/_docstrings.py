@@ -144,8 +144,14 @@ SECTIONS = {
             onto the permutahedron (Blondel et al. 2020; torchsort's
             ``regularization_strength``, instead of ``softness``); the hard
             operator as ``strength -> 0``.
-        regularization : {"l2", "kl"}, default "l2"
-            ``method="permutahedron"``: quadratic or entropic regularisation.
+        regularization : {"l2", "kl", "lp"}, default "l2"
+            ``method="permutahedron"``: quadratic or entropic regularisation,
+            or ``"lp"`` (``soft_rank`` and ``soft_topk_mask``): the p-norm
+            regulariser ``(1/p) sum |mu_i|^p`` of Sander et al. 2023 (smooth
+            where ``"l2"`` has kinks: docs/fast-methods.md); pass
+            ``strength`` with it (softness is not calibrated for it yet).
+        p : float in (1, 2], default 4/3
+            ``regularization="lp"``: the exponent (``p = 2`` is ``"l2"``).
         alpha : float or 0-d array
             ``method="lapsum"``: scale of the Laplace CDFs summed, in the units
             of x (after Struski et al. 2025; instead of ``softness``); the hard

@@ -234,7 +234,11 @@ def soft_topk_mask(x: Array, /, k: float | Array, *, axis: int | tuple[int, ...]
     Two targets (0 and 1) weighted ((n - k)/n, k/n); the mask is the mass an
     entry sends to the top target, times n (Cuturi et al. 2019). With
     ``method="lapsum"``: ``m_i = F((x_i - b) / alpha)`` for the Laplace CDF F
-    and the threshold b solving ``sum_i m_i = k``, in O(n log n).
+    and the threshold b solving ``sum_i m_i = k``, in O(n log n). With
+    ``method="permutahedron"``: the projection of ``x / strength`` onto the
+    top-k polytope ``{m in [0, 1]^n : sum m = k}``, regularized by
+    ``regularization="l2"`` or ``"lp"`` (the p-norm, Sander et al. 2023):
+    sparse, with exact zeros and ones away from the k-th entry, O(n log n).
 
     Parameters
     ----------
@@ -242,15 +246,17 @@ def soft_topk_mask(x: Array, /, k: float | Array, *, axis: int | tuple[int, ...]
     k : int, float or array
         How many entries to select: an int in [1, n] (``"sinkhorn"``); a real
         in (0, n), or an array of per-row k of the batch shape, differentiable
-        (``"lapsum"``).
-    method : {"sinkhorn", "lapsum"}, default "sinkhorn"
-        ``"lapsum"`` takes the one option ``alpha`` (float, default 1.0).
+        (``"lapsum"``; ``"permutahedron"``: a real in (0, n]).
+    method : {"sinkhorn", "lapsum", "permutahedron"}, default "sinkhorn"
+        ``"lapsum"`` takes the one option ``alpha`` (float, default 1.0);
+        ``"permutahedron"`` takes ``strength``, ``regularization`` (``"l2"``
+        or ``"lp"``) and ``p``, as ``soft_rank``.
 
     %(sinkhorn_other_parameters)s
     mask : bool array, optional
         True for the valid entries: the top k of each row's n_v valid
         entries, 0 elsewhere; a row with no valid entry, or too few for k
-        (Sinkhorn: k > n_v; LapSum: k >= n_v), is NaN. See docs/api.md,
+        (Sinkhorn and the permutahedron: k > n_v; LapSum: k >= n_v), is NaN. See docs/api.md,
         "Ragged rows".
 
     Returns
@@ -266,6 +272,8 @@ def soft_topk_mask(x: Array, /, k: float | Array, *, axis: int | tuple[int, ...]
     array([0., 0., 1., 1.])
     >>> np.round(rankops.soft_topk_mask(np.array([0.3, -1.2, 2.5, 0.7]), 1.5, method="lapsum", alpha=0.1), 2)
     array([0.01, 0.  , 1.  , 0.49])
+    >>> np.round(rankops.soft_topk_mask(np.array([0.3, -1.2, 2.5, 0.7]), 2, method="permutahedron", regularization="lp", strength=2.0), 3)
+    array([0.316, 0.   , 1.   , 0.684])
     """
     if isinstance(method, str) and method == "lapsum":
         return bind_lapsum_topk(x, k, axis, options)

@@ -318,4 +318,10 @@ def topk_core(xp: Any, x: Any, opts: Any, *, k: Any, mask: Any = None, order: An
     ordered = () if order is None else (order,)
     arrays = (x, *((k,) if is_array(k) else ()), *ordered)
     names = ("x", *(("k",) if is_array(k) else ()), *("order",) * len(ordered))
-    return masked.backward(xp, spec.fwd, spec.bwd, arrays, names, mask, residuals=rebuilt(spec.fwd))
+    (value,), back = masked.backward(xp, spec.fwd, spec.bwd, arrays, names, mask, residuals=rebuilt(spec.fwd))
+    if mask is None:
+        return (value,), back
+    # too few valid entries for k: NaN throughout, masked entries included (as LapSum's and Sinkhorn's)
+    count = xp.sum(xp.astype(mask, x.dtype), axis=-1, keepdims=True)
+    short = count < (k[..., None] if is_array(k) else k)
+    return (xp.where(short, math.nan, value),), back

@@ -1,0 +1,233 @@
+"""p-norm regularized permutahedron projections (Sander, Puigcerver, Djolonga, Peyre & Blondel 2023).
+
+``soft_rank(method="permutahedron", regularization="lp", p=...)`` and
+``soft_topk_mask(method="permutahedron", ...)`` against float64 references
+computed here: the paper's sequential pool-adjacent-violators with each
+block's root found by bisection, and, for the top-k polytope, a generic
+constrained solve of the primal problem; gradients against central
+differences; the limits the paper states.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy.optimize import minimize
+
+import rankops
+
+from .hosts import HOSTS, host
+
+PS = [2.0, 1.5, 4.0 / 3.0, 1.25]
+
+
+def _root(z: np.ndarray, w: np.ndarray, q: float) -> float:
+    """The v with ``sum sign(z - v) |z - v|^(q-1) = sum w`` (bisection to the last bit)."""
+    total = w.sum()
+    lo, hi = z.min() - (total / z.size) ** (1 / (q - 1)) - 1.0, z.max() + 1.0
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        d = z - mid
+        if np.sum(np.sign(d) * np.abs(d) ** (q - 1)) > total:
+            lo = mid
+        else:
+            hi = mid
+    return 0.5 * (lo + hi)
+
+
+def _pav_projection(z: np.ndarray, w: np.ndarray, p: float) -> np.ndarray:
+    """``argmax over mu in P(w) of <mu, z> - (1/p) sum |mu|^p`` for z and w sorted decreasing: the decreasing fit
+    ``v`` of ``sum (1/q)|z - v|^q + w v`` by sequential PAV, then ``mu = (z - v)^(q-1)`` (the paper's algorithm)."""
+    q = p / (p - 1)
+    blocks: list[list] = []
+    for i in range(z.size):
+        blocks.append([i, i + 1, _root(z[i:i + 1], w[i:i + 1], q)])
+        while len(blocks) > 1 and blocks[-2][2] <= blocks[-1][2]:
+            b, a = blocks.pop(), blocks.pop()
+            blocks.append([a[0], b[1], _root(z[a[0]:b[1]], w[a[0]:b[1]], q)])
+    v = np.empty(z.size)
+    for a, b, value in blocks:
+        v[a:b] = value
+    d = z - v
+    return np.sign(d) * np.abs(d) ** (q - 1)
+
+
+def _unsorted(x_row: np.ndarray, w: np.ndarray, p: float, scale: float) -> np.ndarray:
+    """The projection of ``x_row / scale`` onto P(w), laid out like x (w decreasing)."""
+    order = np.argsort(-x_row, kind="stable")
+    out = np.empty_like(x_row)
+    out[order] = _pav_projection(x_row[order] / scale, w, p)
+    return out
+
+
+def _rank_reference(x: np.ndarray, p: float, strength: float) -> np.ndarray:
+    n = x.shape[-1]
+    return np.stack([_unsorted(row, np.arange(n, 0, -1.0), p, strength) for row in x])
+
+
+def _topk_reference(x: np.ndarray, k: np.ndarray, p: float, strength: float) -> np.ndarray:
+    n = x.shape[-1]
+    return np.stack([_unsorted(row, np.clip(kk - np.arange(n), 0.0, 1.0), p, strength) for row, kk in zip(x, k)])
+
+
+def _lp(p: float) -> dict:
+    return {"regularization": "l2"} if p == 2.0 else {"regularization": "lp", "p": p}
+
+
+def _rows(seed: int, shape: tuple[int, int]) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=shape) * 10.0 ** rng.uniform(-1, 1, size=(shape[0], 1))
+    x[0, 1] = x[0, 3]  # a tie
+    return x
+
+
+# every p on the eager hosts; on JAX (a compile per p) the paper's p = 4/3 (the cubic) and one by Newton's method
+@pytest.mark.parametrize(("name", "p"), [(h, p) for h in HOSTS for p in PS if h != "jax" or p in (4.0 / 3.0, 1.25)])
+def test_values_equal_the_papers_pav(name, p):
+    to, run = host(name)
+    x = _rows(0, (4, 11))
+    k = np.array([3.0, 2.5, 1.0, 10.6])
+    ranks = run(lambda a: rankops.soft_rank(a, method="permutahedron", strength=0.7, **_lp(p)), to(x))
+    masks = run(lambda a, b: rankops.soft_topk_mask(a, b, method="permutahedron", strength=0.7, **_lp(p)), to(x), to(k))
+    np.testing.assert_allclose(np.asarray(ranks), _rank_reference(x, p, 0.7), rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(np.asarray(masks), _topk_reference(x, k, p, 0.7), rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("p", [1.5, 4.0 / 3.0, 1.25])
+def test_topk_mask_is_the_generic_convex_solution(p):
+    """The top-k polytope is the capped simplex: SLSQP on the primal, ``max <mu, z> - (1/p) sum mu^p``, sum k, [0, 1]."""
+    rng = np.random.default_rng(1)
+    for trial in range(4):
+        n, k = 6, [2.0, 2.5, 1.3, 4.0][trial]
+        z = rng.normal(size=n) * 2.0
+
+        def negated(mu: np.ndarray) -> tuple[float, np.ndarray]:
+            a = np.abs(mu)
+            return -(mu @ z - np.sum(a ** p) / p), -(z - np.sign(mu) * a ** (p - 1))
+
+        start = np.full(n, k / n)
+        res = minimize(negated, start, jac=True, method="SLSQP", bounds=[(0.0, 1.0)] * n,
+                       constraints=[{"type": "eq", "fun": lambda mu: mu.sum() - k, "jac": lambda mu: np.ones(n)}],
+                       options={"ftol": 1e-16, "maxiter": 1000})
+        mask = rankops.soft_topk_mask(z, k, method="permutahedron", regularization="lp", p=p, strength=1.0)
+        np.testing.assert_allclose(mask, res.x, atol=1e-7)
+
+
+@pytest.mark.parametrize("p", [1.5, 4.0 / 3.0])
+def test_topk_mask_is_sparse_and_sums_to_k(p):
+    """Exact zeros and ones away from the k-th entry (one-entry blocks hold their weight exactly)."""
+    x = _rows(2, (20, 40))
+    k = 5.0
+    mask = rankops.soft_topk_mask(x, k, method="permutahedron", regularization="lp", p=p, strength=0.5)
+    np.testing.assert_allclose(mask.sum(axis=-1), k, rtol=1e-12)
+    assert mask.min() >= 0.0 and mask.max() <= 1.0
+    zeros, ones = (mask == 0.0).mean(), (mask == 1.0).mean()
+    assert zeros > 0.55 and ones > 0.05, (zeros, ones)
+    # the exact zeros and ones are where the reference (bisection: up to rounding) has them
+    ref = _topk_reference(x, np.full(20, k), p, 0.5)
+    assert np.array_equal(mask == 0.0, ref < 1e-12) and np.array_equal(mask == 1.0, ref > 1.0 - 1e-12)
+
+
+def test_p_two_is_l2_and_p_near_two_is_close():
+    x = _rows(3, (5, 17))
+    l2 = rankops.soft_rank(x, method="permutahedron", strength=0.4)
+    np.testing.assert_allclose(rankops.soft_rank(x, method="permutahedron", regularization="lp", p=2.0, strength=0.4), l2,
+                               rtol=1e-13, atol=1e-12)
+    m2 = rankops.soft_topk_mask(x, 4, method="permutahedron", strength=0.4)
+    gaps = []
+    for p in (1.9, 1.99, 1.999):
+        rank = rankops.soft_rank(x, method="permutahedron", regularization="lp", p=p, strength=0.4)
+        mask = rankops.soft_topk_mask(x, 4, method="permutahedron", regularization="lp", p=p, strength=0.4)
+        gaps.append(max(np.abs(rank - l2).max(), np.abs(mask - m2).max()))
+    assert gaps[0] > gaps[1] > gaps[2] and gaps[2] < 0.05, gaps  # continuous at p = 2
+
+
+@pytest.mark.parametrize("p", PS)
+def test_hard_limit(p):
+    x = np.random.default_rng(4).normal(size=(3, 9))  # no ties: the hard operators' order is the reference's
+    ranks = rankops.soft_rank(x, method="permutahedron", strength=1e-6, **_lp(p))
+    np.testing.assert_allclose(ranks, np.argsort(np.argsort(x, axis=-1), axis=-1) + 1.0, atol=1e-9)
+    mask = rankops.soft_topk_mask(x, 3, method="permutahedron", strength=1e-6, **_lp(p))
+    hard = (np.argsort(np.argsort(-x, axis=-1), axis=-1) < 3).astype(float)
+    np.testing.assert_array_equal(mask, hard)
+
+
+def _central(f, x: np.ndarray, h: float = 1e-6) -> np.ndarray:
+    g = np.zeros_like(x)
+    for i in np.ndindex(x.shape):
+        e = np.zeros_like(x)
+        e[i] = h
+        g[i] = (f(x + e) - f(x - e)) / (2 * h)
+    return g
+
+
+@pytest.mark.parametrize("p", PS)
+def test_gradients_equal_central_differences(p):
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(2, 7))
+    k = np.array([2.5, 3.4])
+    ct = rng.normal(size=x.shape)
+    opts = {"method": "permutahedron", "strength": 0.6, **_lp(p)}
+    _, vjp = rankops.vjp(rankops.soft_rank, x, **opts)
+    (dx,) = vjp(ct)
+    np.testing.assert_allclose(dx, _central(lambda a: np.sum(ct * rankops.soft_rank(a, **opts)), x), atol=1e-6)
+    _, vjp = rankops.vjp(rankops.soft_topk_mask, x, k, **opts)
+    dx, dk = vjp(ct)
+    np.testing.assert_allclose(dx, _central(lambda a: np.sum(ct * rankops.soft_topk_mask(a, k, **opts)), x), atol=1e-6)
+    np.testing.assert_allclose(dk, _central(lambda b: np.sum(ct * rankops.soft_topk_mask(x, b, **opts)), k), atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["torch", "jax"])
+def test_autodiff_hosts_agree_with_the_rule(name):
+    """torch.autograd and jax.grad (and jax.jacfwd) through the block-wise backward equal rankops.vjp on NumPy."""
+    x = _rows(6, (3, 8))
+    k = np.array([2.0, 3.5, 5.0])
+    ct = np.random.default_rng(6).normal(size=x.shape)
+    opts = {"method": "permutahedron", "regularization": "lp", "p": 4.0 / 3.0, "strength": 0.5}
+    _, vjp = rankops.vjp(rankops.soft_topk_mask, x, k, **opts)
+    want = vjp(ct)
+    if name == "torch":
+        torch = pytest.importorskip("torch")
+        xt, kt = torch.tensor(x, requires_grad=True), torch.tensor(k, requires_grad=True)
+        got = torch.autograd.grad(rankops.soft_topk_mask(xt, kt, **opts), (xt, kt), torch.tensor(ct))
+        got = [g.numpy() for g in got]
+    else:
+        jax = pytest.importorskip("jax")
+        jnp = jax.numpy
+        got = jax.jit(jax.grad(lambda a, b: jnp.sum(jnp.asarray(ct) * rankops.soft_topk_mask(a, b, **opts)), argnums=(0, 1)))(
+            jnp.asarray(x), jnp.asarray(k))
+        # forward mode: the Jacobian's rows against the reverse-mode gradient
+        jac = jax.jit(jax.jacfwd(lambda a: rankops.soft_topk_mask(a, jnp.asarray(k), **opts)))(jnp.asarray(x))
+        np.testing.assert_allclose(np.einsum("bi,bibj->bj", ct, np.asarray(jac)), np.asarray(got[0]), atol=1e-12)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(np.asarray(g), w, atol=1e-12)
+
+
+def test_masked_rows_are_their_valid_entries():
+    x = _rows(7, (3, 10))
+    mask = np.ones_like(x, dtype=bool)
+    mask[:, 6:] = False
+    mask[1, 2] = False
+    for fn, args in ((rankops.soft_rank, ()), (rankops.soft_topk_mask, (3.0,))):
+        out = fn(x, *args, method="permutahedron", regularization="lp", p=1.5, strength=0.5, mask=mask)
+        for row in range(3):
+            valid = mask[row]
+            alone = fn(x[row][valid], *args, method="permutahedron", regularization="lp", p=1.5, strength=0.5)
+            np.testing.assert_allclose(out[row][valid], alone, rtol=1e-12, atol=1e-12)
+            assert np.all(out[row][~valid] == 0.0)
+    short = rankops.soft_topk_mask(x, 7.0, method="permutahedron", mask=mask)
+    assert np.isnan(short).all()  # k above the 6 valid entries: a NaN row
+
+
+def test_the_papers_figure_is_smooth_for_p_below_two():
+    """x(s) = (3, 1, -1 + s, s), k = 2 (Sander et al., Fig. 1): the mask of entries 2 and 3 is continuous in s for
+    every regularizer; its derivative in s jumps for l2 (piecewise linear) and is continuous for p = 4/3."""
+    s = np.linspace(-1.0, 4.0, 2001)
+    x = np.stack([np.full_like(s, 3.0), np.ones_like(s), s - 1.0, s], axis=-1)
+    jumps = {}
+    for p in (2.0, 4.0 / 3.0):
+        curve = rankops.soft_topk_mask(x, 2, method="permutahedron", strength=1.0, **_lp(p))[:, 1:3].sum(axis=-1)
+        slope = np.diff(curve) / np.diff(s)
+        assert np.abs(np.diff(curve)).max() < 0.01  # continuous
+        jumps[p] = np.abs(np.diff(slope)).max()
+    assert jumps[2.0] > 0.3 and jumps[4.0 / 3.0] < 0.02, jumps
