@@ -62,7 +62,9 @@ CEILINGS = {
 @pytest.mark.parametrize("name", list(CEILINGS))
 def test_kernels_and_syncs_per_call_stay_within_their_ceiling(name):
     f, most_kernels, most_syncs = CEILINGS[name]
-    x = torch.randn(20, 1000, generator=torch.Generator().manual_seed(0))
+    # Sinkhorn counts the same kernels and syncs at n = 200 (its iterations to converge do not change), in a
+    # thirtieth of the time of its 1000 x 1000 plans
+    x = torch.randn(20, 200 if "sinkhorn" in name else 1000, generator=torch.Generator().manual_seed(0))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", rankops.ConvergenceWarning)
         kernels, views, syncs = per_call(torch, f, x)[1]

@@ -43,6 +43,7 @@ The Jacobian is block-wise: with ``phi'_i = (q - 1)(z_i - v_B)^(q-2)``,
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from .._lib._numerics import safe_divide
@@ -50,9 +51,14 @@ from . import isotonic
 
 __all__ = ["exponent", "project", "slope"]
 
-# Newton steps for a q without a closed form: the iterates fall monotonically from an upper bound and converge
-# quadratically once close; the tests hold them to a generic solver's optimum
-_NEWTON_STEPS = 40
+
+
+def _newton_steps(q: float) -> int:
+    """Newton steps for a q without a closed form: the iterates fall monotonically from the upper bound, slowly
+    while far from the root (by about a factor ``1 - 1/(q-1)`` per step, for a large q), then quadratically. Checked
+    against the sequential PAV on rows spread over 10^-3..10^3: p = 1.25 settles within 10 steps, 1.05 within 15,
+    1.02 within 40, 1.01 within 60 (the count grows as 1 / (p - 1))."""
+    return 16 + math.ceil(q / 2)
 
 
 def exponent(p: float) -> float:
@@ -76,7 +82,7 @@ def _shift(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, q: float) -> tupl
         moments = adapter.segment_sum(xp, starts, xp.stack([d * d, d * d * d]))
         return mean, d, _cubic_root(xp, 3.0 * moments[0, ...] / m, (moments[1, ...] - total_w) / m)
     t = (total_w / m) ** (1.0 / (q - 1.0))
-    for _ in range(_NEWTON_STEPS):
+    for _ in range(_newton_steps(q)):
         a = xp.clip(d + t, 0.0, None)
         terms = adapter.segment_sum(xp, starts, xp.stack([a ** (q - 1.0), a ** (q - 2.0)]))
         t = t - safe_divide(xp, terms[0, ...] - total_w, (q - 1.0) * terms[1, ...])
