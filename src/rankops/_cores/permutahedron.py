@@ -277,9 +277,7 @@ class _TopK:
         # k outside (0, n_v]: a NaN row, computed quietly at k = 1/2
         outside = (k <= 0) | (k > count)
         k = xp.where(outside, 0.5, k)
-        j = xp.arange(n, dtype=x.dtype, device=_device(x))
-        w = xp.clip(k - j, 0.0, 1.0)
-        mu, share, starts = pnorm.project(xp, adapter, s, w, self.q, valid)
+        mu, share, starts = pnorm.capped(xp, adapter, s, k, self.q, valid)
         inverse = adapter.invert_permutation(xp, order)
         value = xp.where(outside, math.nan, adapter.take(xp, mu, inverse))
         # the position whose weight k moves (k - floor k on it): the k-gradient is its block's

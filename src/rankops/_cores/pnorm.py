@@ -46,10 +46,11 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from .._lib._compat import index_dtype, device as _device
 from .._lib._numerics import safe_divide
 from . import isotonic
 
-__all__ = ["exponent", "project", "slope"]
+__all__ = ["exponent", "project", "capped", "slope"]
 
 
 
@@ -62,8 +63,10 @@ def _newton_steps(q: float) -> int:
 
 
 def exponent(p: float) -> float:
-    """``q = p / (p - 1)``, the conjugate exponent of ``p``."""
-    return p / (p - 1.0)
+    """``q = p / (p - 1)``, the conjugate exponent of ``p``; snapped to an integer within rounding (4/3 in floating
+    point gives 4.000000000000001), so that the closed forms serve the p that name them."""
+    q = p / (p - 1.0)
+    return float(round(q)) if abs(q - round(q)) < 1e-9 else q
 
 
 def _shift(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, q: float) -> tuple[Any, Any, Any]:
@@ -160,3 +163,99 @@ def slope(xp: Any, mu: Any, q: float) -> Any:
     if q == 2.0:
         return xp.ones_like(mu)
     return (q - 1.0) * xp.clip(mu, 0.0, None) ** ((q - 2.0) / (q - 1.0))
+
+
+def capped(xp: Any, adapter: Any, s: Any, k: Any, q: float, valid: Any = None) -> tuple[Any, Any, Any]:
+    """The projection onto the top-k polytope ``{mu in [0, 1]^n : sum mu = k}`` (capped simplex) by its threshold.
+
+    That polytope is the permutahedron of ``(1, ..., 1, k - floor k, 0, ...)``,
+    and its projection has one free block: ``mu_i = clip((s_i - tau)^(q-1), 0, 1)``
+    with ``sum mu = k`` (the KKT conditions of the box and the sum; the same
+    solution as :func:`project`, found without its pooling rounds). ``S(tau)
+    = sum clip(...)`` decreases through the breakpoints ``s_i`` and ``s_i - 1``:
+    a binary search over them (``ceil(log2 2n) + 1`` evaluations of S, O(n)
+    each) finds the interval holding ``tau``, on which the free entries are
+    fixed; their equation ``sum_free (s_i - tau)^(q-1) = k - #ones`` is
+    :func:`_shift`'s (closed forms, or Newton). ``s`` sorted decreasing; ``k``
+    of shape ``(..., 1)``, in (0, n_v]; ``valid``: False on a masked tail.
+    Returns ``(mu, share, starts)`` as :func:`project` (the free entries one
+    block, every other entry a block of its own).
+    """
+    n = s.shape[-1]
+    # from the row's largest entry: the breakpoints s and s - 1 stay apart near the threshold, whatever the scale
+    s = s - s[..., :1]
+    if valid is not None:
+        # below every threshold: tau >= min(valid s) - 1 (there S = n_v >= k), so a masked entry stays at 0
+        low = xp.min(xp.where(valid, s, xp.full_like(s, float("inf"))), axis=-1, keepdims=True)
+        low = xp.where(xp.isfinite(low), low, xp.zeros_like(low))
+        s = xp.where(valid, s, low - 2.0)
+    # the breakpoints in decreasing order, and where each entry's own two went: an entry is 1 once tau is past its
+    # s - 1, free between, 0 above its s. Read from these positions, not from s - tau, the status survives s - 1
+    # rounding to s at large s
+    order = xp.argsort(-xp.concat([s, s - 1.0], axis=-1), axis=-1, stable=True)
+    breaks = adapter.take(xp, xp.concat([s, s - 1.0], axis=-1), order)
+    place = adapter.invert_permutation(xp, order)
+    top, bottom = place[..., :n], place[..., n:]
+
+    def total(j: Any) -> Any:
+        """S at tau = breaks[j]: the entries whose s - 1 is at or above it count 1 (there exactly), those between theirs
+        their share."""
+        tau = adapter.take(xp, breaks, j)
+        between = (top < j) & (bottom > j)
+        a = xp.where(bottom <= j, 1.0, xp.where(between, xp.clip(s - tau, 0.0, 1.0), 0.0))
+        return xp.sum(_power(xp, a, q - 1.0), axis=-1, keepdims=True)
+
+    # the smallest j with S(breaks[j]) >= k (2n: none, k = n_v): tau lies in [breaks[j], breaks[j - 1]]
+    index = index_dtype(xp, _device(s))
+    lo = xp.zeros(s.shape[:-1] + (1,), dtype=index, device=_device(s))  # S(breaks[0]) = 0 < k
+    hi = xp.full_like(lo, 2 * n)
+    for _ in range(math.ceil(math.log2(2 * n)) + 1):
+        mid = (lo + hi) // 2
+        reached = total(xp.clip(mid, None, 2 * n - 1)) >= k
+        lo, hi = xp.where(reached, lo, mid), xp.where(reached, mid, hi)
+    whole = hi >= 2 * n  # every valid entry is 1
+    ones = (bottom < hi) | (whole & (True if valid is None else valid))
+    free = (top < hi) & (bottom >= hi) & ~whole
+    # the free entries' block: their mean, centred moments and the root t = mean - tau
+    count = xp.sum(xp.astype(free, s.dtype), axis=-1, keepdims=True)
+    some = count > 0
+    m = xp.where(some, count, xp.ones_like(count))
+    mean = xp.sum(xp.where(free, s, 0.0), axis=-1, keepdims=True) / m
+    d = xp.where(free, s - mean, 0.0)
+    rest = k - xp.sum(xp.astype(ones, s.dtype), axis=-1, keepdims=True)
+    starts = ~free | xp.concat([xp.ones_like(free[..., :1]), ~free[..., :-1]], axis=-1)
+    t = _free_root(xp, adapter, d, free, rest, m, q)
+    a = xp.where(free, xp.clip(d + t, 0.0, None), xp.astype(ones, s.dtype))
+    mu = xp.where(free, _power(xp, a, q - 1.0), a)
+    dphi = xp.where(free, xp.ones_like(a) if q == 2.0 else (q - 1.0) * a ** (q - 2.0), 0.0)
+    # a fixed entry is a block of its own, whose share is 1 (its Jacobian row is then 0)
+    share = xp.where(free, safe_divide(xp, dphi, xp.sum(dphi, axis=-1, keepdims=True)), 1.0)
+    return mu, share, starts
+
+
+def _power(xp: Any, a: Any, e: float) -> Any:
+    """``a ** e``, by products for the closed forms' exponents (a power is several times a product's cost)."""
+    if e == 1.0:
+        return a
+    if e == 2.0:
+        return a * a
+    if e == 3.0:
+        return a * a * a
+    return a ** e
+
+
+def _free_root(xp: Any, adapter: Any, d: Any, free: Any, total_w: Any, m: Any, q: float) -> Any:
+    """``t`` with ``sum_free (d_i + t)^(q-1) = total_w`` (``d`` centred on the free entries, 0 elsewhere)."""
+    if q == 2.0:
+        return total_w / m
+    m2 = xp.sum(d * d, axis=-1, keepdims=True)
+    if q == 3.0:
+        return xp.sqrt(xp.clip((total_w - m2) / m, 0.0, None))
+    if q == 4.0:
+        return _cubic_root(xp, 3.0 * m2 / m, (xp.sum(d * d * d, axis=-1, keepdims=True) - total_w) / m)
+    t = (xp.clip(total_w, 0.0, None) / m) ** (1.0 / (q - 1.0))
+    for _ in range(_newton_steps(q)):
+        a = xp.where(free, xp.clip(d + t, 0.0, None), 0.0)
+        h = xp.sum(a ** (q - 1.0), axis=-1, keepdims=True) - total_w
+        t = t - safe_divide(xp, h, (q - 1.0) * xp.sum(a ** (q - 2.0), axis=-1, keepdims=True))
+    return t

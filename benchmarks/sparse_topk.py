@@ -1,0 +1,134 @@
+"""Smooth and sparse: the p-norm regularized permutahedron against l2 (Sander et al. 2023).
+
+Prints two tables:
+
+1. time (median of interleaved repeats, ms) of one forward+backward,
+   float32: ``soft_rank`` (n <= 10^4: see below) and ``soft_topk_mask`` (k = n / 10) with
+   ``method="permutahedron"``, ``regularization="l2"`` and ``"lp"`` at
+   p = 3/2, 4/3 (closed forms) and 1.25 (Newton's method), ``strength=0.1``
+   on standard normal rows, at B = 20, n = 1000 and B = 1, n = 10^5, on
+   torch (eager, one thread) and JAX (``jax.jit``); the last column is the
+   time over l2's measured in the same run;
+2. the share of exact zeros and ones of those top-k masks (their sparsity).
+
+``--plot PATH`` draws the paper's Figure 1: ``x(s) = (3, 1, -1 + s, s)``,
+k = 2, the sum of mask entries 2 and 3 as s varies, for the hard mask,
+l2, p = 4/3 and LapSum (``alpha=1``), all at strength (alpha) 1.
+
+Usage: python -m benchmarks.sparse_topk [--repeats 7] [--quick] [--plot PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any, Callable
+
+import numpy as np
+
+from ._timing import interleaved_medians
+
+REGULARIZERS = {"l2": {"regularization": "l2"}, "p = 3/2": {"regularization": "lp", "p": 1.5},
+                "p = 4/3": {"regularization": "lp", "p": 4 / 3}, "p = 1.25": {"regularization": "lp", "p": 1.25}}
+
+
+def _step(host: str, op: str, opts: dict, x: np.ndarray) -> Callable[[], Any]:
+    """One forward+backward of ``sum(op(x) * w)`` on ``host``, ready to time."""
+    import rankops
+
+    k = max(1, x.shape[-1] // 10)
+    w = np.random.default_rng(1).normal(size=x.shape).astype(np.float32)
+    kw = {"method": "permutahedron", "strength": 0.1, **opts}
+
+    def value(a: Any) -> Any:
+        return rankops.soft_rank(a, **kw) if op == "soft_rank" else rankops.soft_topk_mask(a, k, **kw)
+
+    if host == "torch":
+        import torch
+
+        xt, wt = torch.tensor(x, requires_grad=True), torch.tensor(w)
+        return lambda: torch.autograd.grad((value(xt) * wt).sum(), xt)[0]
+    import jax
+    import jax.numpy as jnp
+
+    grad = jax.jit(jax.grad(lambda a: jnp.sum(value(a) * jnp.asarray(w))))
+    xj = jnp.asarray(x)
+    return lambda: grad(xj).block_until_ready()
+
+
+def speed(sizes: list[tuple[int, int]], repeats: int) -> None:
+    import torch
+
+    torch.set_num_threads(1)
+    print("forward+backward, float32, strength=0.1, median of interleaved repeats (ms; last column: / l2 in the same run)\n")
+    print("| host | operator | B | n | " + " | ".join(REGULARIZERS) + " | slowest / l2 |")
+    print("|---|---|---|---|" + "---|" * len(REGULARIZERS) + "---|")
+    for b, n in sizes:
+        x = np.random.default_rng(0).normal(size=(b, n)).astype(np.float32)
+        for host in ("torch", "jax"):
+            # the p-norm rank pools until its rows settle (no merge rounds yet): at n = 10^5 rows can take
+            # thousands of rounds, minutes per call, so it is timed at B = 20, n = 1000 only
+            for op in ("soft_rank", "soft_topk_mask") if n <= 10_000 else ("soft_topk_mask",):
+                fns = {name: _step(host, op, opts, x) for name, opts in REGULARIZERS.items()}
+                ms = {k: 1e3 * v for k, v in interleaved_medians(fns, repeats).items()}
+                cells = " | ".join(f"{ms[k]:.3g}" for k in REGULARIZERS)
+                print(f"| {host} | {op} | {b} | {n:,} | {cells} | {max(ms.values()) / ms['l2']:.2f} |")
+
+
+def sparsity(sizes: list[tuple[int, int]]) -> None:
+    import rankops
+
+    print("\nexact zeros / exact ones of soft_topk_mask(x, n / 10, method='permutahedron', strength=0.1), standard normal rows\n")
+    print("| B | n | " + " | ".join(REGULARIZERS) + " |")
+    print("|---|---|" + "---|" * len(REGULARIZERS))
+    for b, n in sizes:
+        x = np.random.default_rng(0).normal(size=(b, n))
+        cells = []
+        for opts in REGULARIZERS.values():
+            m = rankops.soft_topk_mask(x, max(1, n // 10), method="permutahedron", strength=0.1, **opts)
+            cells.append(f"{(m == 0).mean():.1%} / {(m == 1).mean():.1%}")
+        print(f"| {b} | {n:,} | " + " | ".join(cells) + " |")
+
+
+def plot(path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    import rankops
+
+    s = np.linspace(-2.0, 4.0, 601)
+    x = np.stack([np.full_like(s, 3.0), np.ones_like(s), s - 1.0, s], axis=-1)
+    curves = {
+        "hard": (np.argsort(np.argsort(-x, axis=-1), axis=-1) < 2).astype(float),
+        "l2": rankops.soft_topk_mask(x, 2, method="permutahedron", strength=1.0),
+        "p = 4/3": rankops.soft_topk_mask(x, 2, method="permutahedron", regularization="lp", p=4 / 3, strength=1.0),
+        "LapSum": rankops.soft_topk_mask(x, 2, method="lapsum", alpha=1.0),
+    }
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for name, mask in curves.items():
+        ax.plot(s, mask[:, 1] + mask[:, 2], label=name, lw=2 if name != "hard" else 1.2, ls="--" if name == "hard" else "-")
+    ax.set_xlabel("s")
+    ax.set_ylabel("mask of x(s) = (3, 1, -1 + s, s): entries 2 + 3")
+    ax.set_title("k = 2: sparse masks (permutahedron) and a dense one (LapSum)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    print(f"\nfigure: {path}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--quick", action="store_true", help="B = 2, n = 200 and B = 1, n = 2000, 2 repeats (a smoke test)")
+    ap.add_argument("--plot", help="draw the paper's Figure 1 to this path")
+    args = ap.parse_args(argv)
+    sizes = [(2, 200), (1, 2000)] if args.quick else [(20, 1000), (1, 100_000)]
+    speed(sizes, 2 if args.quick else args.repeats)
+    sparsity(sizes)
+    if args.plot:
+        plot(args.plot)
+
+
+if __name__ == "__main__":
+    main()
