@@ -198,3 +198,15 @@ def test_compile_time_script_prints_its_table():
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = re.findall(r"^\| ([\w., ()]+) \| [\d.]+ \| [\d.]+ \| [\d.]+ \|$", proc.stdout, flags=re.M)
     assert rows == ["torch.sort (reference)", "soft_rank, diffsort, odd_even"], proc.stdout
+
+
+def test_sparse_topk_script_prints_its_tables():
+    """``benchmarks.sparse_topk --quick``: speed against l2 per host and operator, and the masks' exact zeros and ones."""
+    pytest.importorskip("jax")
+    pytest.importorskip("torch")
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.sparse_topk", "--quick"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = re.findall(r"^\| (torch|jax) \| (soft_rank|soft_topk_mask) \| \d+ \| [\d,]+ \|(?: [\d.e+]+ \|){5}$", proc.stdout, flags=re.M)
+    assert len(rows) == 8, proc.stdout
+    assert len(re.findall(r"^\| \d+ \| [\d,]+ \|(?: [\d.]+% / [\d.]+% \|){4}$", proc.stdout, flags=re.M)) == 2, proc.stdout

@@ -235,10 +235,9 @@ def soft_topk_mask(x: Array, /, k: float | Array, *, axis: int | tuple[int, ...]
     entry sends to the top target, times n (Cuturi et al. 2019). With
     ``method="lapsum"``: ``m_i = F((x_i - b) / alpha)`` for the Laplace CDF F
     and the threshold b solving ``sum_i m_i = k``, in O(n log n). With
-    ``method="permutahedron"``: the projection of ``x / strength`` onto the
-    top-k polytope ``{m in [0, 1]^n : sum m = k}``, regularized by
-    ``regularization="l2"`` or ``"lp"`` (the p-norm, Sander et al. 2023):
-    sparse, with exact zeros and ones away from the k-th entry, O(n log n).
+    ``method="permutahedron"``: the projection of ``x / strength`` onto
+    ``{m in [0, 1]^n : sum m = k}``, ``"l2"`` or ``"lp"`` regularized (the
+    p-norm, Sander et al. 2023): sparse (exact 0 and 1), O(n log n).
 
     Parameters
     ----------
