@@ -158,3 +158,15 @@ def test_learning_to_rank_quick(generated_docs):
         torch_, jax_ = (np.array(by[(name, fw)], dtype=float) for fw in ("torch", "jax"))
         sharp = name in ("smooth_ap", "ndcg_loss (permutahedron)")
         assert np.all(np.abs(torch_ - jax_) <= (0.05 if sharp else 0.0)), (name, out)
+
+
+def test_sparse_router_quick(generated_docs):
+    """The permutahedron routers hold exact zeros at every reported step and learn; softmax has none."""
+    out = generated_docs.stdout("python examples/sparse_router.py")
+    rows = {name: [(float(e), float(z)) for e, z in re.findall(r"(\d\.\d{3}) / (\d+)%", line)]
+            for name, line in re.findall(r"^\| ([^|]+?) \| (.+) \|$", out, flags=re.M) if name not in ("router", "---")}
+    assert set(rows) == {"sparse (p = 4/3)", "sparse (l2)", "softmax"}, out
+    for name in ("sparse (p = 4/3)", "sparse (l2)"):
+        assert all(zeros >= 40 for _, zeros in rows[name]), out
+        assert rows[name][-1][0] < rows[name][0][0] / 2, out  # it learns
+    assert all(zeros == 0 for _, zeros in rows["softmax"]), out
