@@ -50,10 +50,10 @@ from .strategies import COMPILED_SHAPES, FLOAT_DTYPES, INT_DTYPES, TRIED, Exampl
 ALL_SPECS = SPECS + LOSS_SPECS  # every registered operator and method, and the ready losses
 
 # examples per (operator, backend): eager JAX compiles each new shape / option set, Dask builds graphs
-EXAMPLES = {"numpy": 40, "array_api_strict": 10, "torch": 30, "jax": 2, "dask": 10, "cupy": 30}
+EXAMPLES = {"numpy": 40, "array_api_strict": 8, "torch": 30, "jax": 1, "dask": 6, "cupy": 30}
 # on a host that compiles (JAX), each example's shape, dtype and options are checked on this many
 # draws of values: the later ones run the programs the first compiled (compiling is most of the time)
-VALUES_PER_PROGRAM = 3
+VALUES_PER_PROGRAM = 4
 # option sets per (operator, n) on a host that compiles per option set (Backend.compiles: JAX), drawn
 # once from the spec's Choices: with strategies.COMPILED_SHAPES, few enough programs that the large
 # tier reuses each of them tens of times
