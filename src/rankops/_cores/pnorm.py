@@ -29,11 +29,17 @@ sign changes and, with ``t = mean_B(z) - v`` and ``d_i = z_i - mean_B(z)``
   (Jensen): the equation is convex and increasing in t there, so the
   iterates decrease monotonically to the root.
 
-The pooling rounds of :mod:`.isotonic` (whole decreasing runs at once) run
-until every row settles: there are no merge rounds for this loss. The
-output is written from ``d + t`` per block, never as ``z - v``: a
-one-entry block gives ``w_i`` itself, so the top-k masks hold exact zeros
-and ones (their sparsity).
+:func:`project` (the soft rank) runs the pooling rounds of :mod:`.isotonic`
+(whole decreasing runs at once) until every row settles: there are no
+merge rounds for this loss (theirs test a prefix sum of the loss's
+derivative, which a p-norm loss does not have), so rows whose blocks form
+by long chains take many rounds. Its output is written from ``d + t`` per
+block, never as ``z - v``: a one-entry block gives ``w_i`` itself.
+
+:func:`capped` (the top-k mask, ``w = (1, ..., 1, k - floor k, 0, ...)``)
+needs no rounds: the top-k polytope's projection has one free block (its
+docstring), found by a binary search, and its fixed entries are exactly 0
+and 1 (the masks' sparsity).
 
 The Jacobian is block-wise: with ``phi'_i = (q - 1)(z_i - v_B)^(q-2)``,
 ``d mu_i / d z_j = phi'_i (delta_ij - phi'_j / sum_B phi')`` and
@@ -51,7 +57,6 @@ from .._lib._numerics import safe_divide
 from . import isotonic
 
 __all__ = ["exponent", "project", "capped", "slope"]
-
 
 
 def _newton_steps(q: float) -> int:
@@ -112,8 +117,6 @@ def _cubic_root(xp: Any, p: Any, q: Any) -> Any:
 class _Rules:
     """The pooling rounds' rule (:func:`.isotonic.pool_runs`) for this loss: a segment's value from its entries
     (``yw`` stacks the row and its weights: the value is no function of the segments' own values)."""
-
-    identity = 0.0
 
     def __init__(self, q: float) -> None:
         self.q = q
