@@ -87,6 +87,13 @@ def vjp(fun: Callable[..., Any], x: Any, /, *args: Any, **options: Any) -> tuple
     ((1, 4), True)
     """
     if not any(fun is op for op in OPERATORS):
+        if getattr(fun, "__module__", "").startswith("rankops.losses."):
+            # the losses compose operators with array arithmetic, which has no backward rule of rankops' own
+            raise TypeError(
+                f"rankops.vjp differentiates the operators, not {fun.__module__}.{fun.__name__}: differentiate a loss "
+                "with torch or JAX autodiff (its value is the same array code on every backend), or on NumPy apply "
+                "rankops.vjp to the operator inside it (soft_rank, ...) and chain the loss's own derivative"
+            )
         names = ", ".join(f"rankops.{f.__name__}" for f in OPERATORS)
         raise TypeError(f"fun must be a rankops operator ({names}), got {fun!r}")
     return fun.operator.vjp(x, *args, **options)  # type: ignore[attr-defined]

@@ -85,14 +85,14 @@ def _shift(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, q: float) -> tupl
         return mean, d, total_w / m
     if q == 3.0:
         m2 = adapter.segment_sum(xp, starts, d * d)
-        return mean, d, xp.sqrt(xp.clip((total_w - m2) / m, 0.0, None))
+        return mean, d, _power(xp, xp.clip((total_w - m2) / m, 0.0, None), 0.5)
     if q == 4.0:
         moments = adapter.segment_sum(xp, starts, xp.stack([d * d, d * d * d]))
         return mean, d, _cubic_root(xp, 3.0 * moments[0, ...] / m, (moments[1, ...] - total_w) / m)
-    t = (total_w / m) ** (1.0 / (q - 1.0))
+    t = _power(xp, xp.clip(total_w / m, 0.0, None), 1.0 / (q - 1.0))
     for _ in range(_newton_steps(q)):
         a = xp.clip(d + t, 0.0, None)
-        terms = adapter.segment_sum(xp, starts, xp.stack([a ** (q - 1.0), a ** (q - 2.0)]))
+        terms = adapter.segment_sum(xp, starts, xp.stack([_power(xp, a, q - 1.0), _power(xp, a, q - 2.0)]))
         t = t - safe_divide(xp, terms[0, ...] - total_w, (q - 1.0) * terms[1, ...])
     return mean, d, t
 
@@ -105,11 +105,11 @@ def _cubic_root(xp: Any, p: Any, q: Any) -> Any:
     the equation rescaled by ``s = max(sqrt(p), cbrt|q|)`` so that no power
     overflows.
     """
-    s = xp.maximum(xp.sqrt(p), xp.abs(q) ** (1.0 / 3.0))
+    s = xp.maximum(_power(xp, p, 0.5), _power(xp, xp.abs(q), 1.0 / 3.0))
     some = s > 0
     s = xp.where(some, s, xp.ones_like(s))
     ps, qs = p / (s * s), q / (s * s * s)
-    a = (xp.abs(qs) / 2.0 + xp.sqrt(qs * qs / 4.0 + ps * ps * ps / 27.0)) ** (1.0 / 3.0)
+    a = _power(xp, xp.abs(qs) / 2.0 + _power(xp, qs * qs / 4.0 + ps * ps * ps / 27.0, 0.5), 1.0 / 3.0)
     b = safe_divide(xp, ps / 3.0, a)
     return xp.where(some, -qs / (a * a + ps / 3.0 + b * b) * s, xp.zeros_like(s))
 
@@ -140,21 +140,21 @@ def project(xp: Any, adapter: Any, z: Any, w: Any, q: float, valid: Any = None) 
         # every block value of the valid entries is at least min z - W^(1/(q-1)) (t_B <= (W_B / |B|)^(1/(q-1)))
         far = xp.min(xp.where(valid, z, xp.full_like(z, float("inf"))), axis=-1, keepdims=True)
         far = xp.where(xp.isfinite(far), far, xp.zeros_like(far))
-        below = far - xp.sum(w, axis=-1, keepdims=True) ** (1.0 / (q - 1.0)) - 1.0
+        below = far - _power(xp, xp.sum(w, axis=-1, keepdims=True), 1.0 / (q - 1.0)) - 1.0
         z = xp.where(valid, z, below)
     # the decreasing fit is the increasing fit of the reversed row, reversed
     y, wf = xp.flip(z, axis=-1), xp.flip(xp.broadcast_to(w, z.shape), axis=-1)
     yw = xp.stack([y, wf])
     n = z.shape[-1]
-    v0 = y - wf ** (1.0 / (q - 1.0))  # one-entry blocks
+    v0 = y - _power(xp, wf, 1.0 / (q - 1.0))  # one-entry blocks
     v = v0
     if n > 1:
         v, _, _ = isotonic.pool_runs(xp, adapter, _Rules(q), v0, yw, n)
     starts = isotonic.block_starts(xp, v)
     _, d, t = _shift(xp, adapter, starts, y, wf, q)
     a = xp.clip(d + t, 0.0, None)
-    mu = a if q == 2.0 else a ** (q - 1.0)
-    dphi = xp.ones_like(a) if q == 2.0 else (q - 1.0) * a ** (q - 2.0)
+    mu = _power(xp, a, q - 1.0)
+    dphi = xp.ones_like(a) if q == 2.0 else (q - 1.0) * _power(xp, a, q - 2.0)
     share = safe_divide(xp, dphi, isotonic.block_sums(xp, adapter, starts, dphi))
     # back in z's order: a block's start is its first entry in that order (the reversed block's last)
     ends = isotonic.block_starts(xp, xp.flip(v, axis=-1))
@@ -165,7 +165,7 @@ def slope(xp: Any, mu: Any, q: float) -> Any:
     """``phi' = (q - 1) mu^((q-2)/(q-1))``, the derivative of ``mu = (z - v)^(q-1)`` in z at fixed v."""
     if q == 2.0:
         return xp.ones_like(mu)
-    return (q - 1.0) * xp.clip(mu, 0.0, None) ** ((q - 2.0) / (q - 1.0))
+    return (q - 1.0) * _power(xp, xp.clip(mu, 0.0, None), (q - 2.0) / (q - 1.0))
 
 
 def capped(xp: Any, adapter: Any, s: Any, k: Any, q: float, valid: Any = None) -> tuple[Any, Any, Any]:
@@ -230,21 +230,23 @@ def capped(xp: Any, adapter: Any, s: Any, k: Any, q: float, valid: Any = None) -
     t = _free_root(xp, adapter, d, free, rest, m, q)
     a = xp.where(free, xp.clip(d + t, 0.0, None), xp.astype(ones, s.dtype))
     mu = xp.where(free, _power(xp, a, q - 1.0), a)
-    dphi = xp.where(free, xp.ones_like(a) if q == 2.0 else (q - 1.0) * a ** (q - 2.0), 0.0)
+    dphi = xp.where(free, xp.ones_like(a) if q == 2.0 else (q - 1.0) * _power(xp, a, q - 2.0), 0.0)
     # a fixed entry is a block of its own, whose share is 1 (its Jacobian row is then 0)
     share = xp.where(free, safe_divide(xp, dphi, xp.sum(dphi, axis=-1, keepdims=True)), 1.0)
     return mu, share, starts
 
 
 def _power(xp: Any, a: Any, e: float) -> Any:
-    """``a ** e``, by products for the closed forms' exponents (a power is several times a product's cost)."""
+    """``a ** e`` for ``a >= 0``: by products for the closed forms' exponents (a power costs several products), and
+    0 at 0 with a zero tangent, where a fractional power's derivative is infinite (forward mode would read inf * 0)."""
     if e == 1.0:
         return a
     if e == 2.0:
         return a * a
     if e == 3.0:
         return a * a * a
-    return a ** e
+    positive = a > 0
+    return xp.where(positive, xp.where(positive, a, xp.ones_like(a)) ** e, xp.zeros_like(a))
 
 
 def _free_root(xp: Any, adapter: Any, d: Any, free: Any, total_w: Any, m: Any, q: float) -> Any:
@@ -253,12 +255,12 @@ def _free_root(xp: Any, adapter: Any, d: Any, free: Any, total_w: Any, m: Any, q
         return total_w / m
     m2 = xp.sum(d * d, axis=-1, keepdims=True)
     if q == 3.0:
-        return xp.sqrt(xp.clip((total_w - m2) / m, 0.0, None))
+        return _power(xp, xp.clip((total_w - m2) / m, 0.0, None), 0.5)
     if q == 4.0:
         return _cubic_root(xp, 3.0 * m2 / m, (xp.sum(d * d * d, axis=-1, keepdims=True) - total_w) / m)
-    t = (xp.clip(total_w, 0.0, None) / m) ** (1.0 / (q - 1.0))
+    t = _power(xp, xp.clip(total_w, 0.0, None) / m, 1.0 / (q - 1.0))
     for _ in range(_newton_steps(q)):
         a = xp.where(free, xp.clip(d + t, 0.0, None), 0.0)
-        h = xp.sum(a ** (q - 1.0), axis=-1, keepdims=True) - total_w
-        t = t - safe_divide(xp, h, (q - 1.0) * xp.sum(a ** (q - 2.0), axis=-1, keepdims=True))
+        h = xp.sum(_power(xp, a, q - 1.0), axis=-1, keepdims=True) - total_w
+        t = t - safe_divide(xp, h, (q - 1.0) * xp.sum(_power(xp, a, q - 2.0), axis=-1, keepdims=True))
     return t
