@@ -249,6 +249,14 @@ for _tag, _soft, _limit in (
     )
 register(
     Case(
+        "soft_sort[permutahedron-lp]", lambda x, **kw: rankops.soft_sort(x, method="permutahedron", regularization="lp", p=1.25, **kw),
+        {"strength": 0.5}, {"strength": 1e-3}, lambda x: _sorted(x, False),
+        vjp=via_vjp(rankops.soft_sort, method="permutahedron", regularization="lp", p=1.25), public=rankops.soft_sort,
+        method="permutahedron",
+    )
+)
+register(
+    Case(
         "soft_rank[permutahedron-lp]", lambda x, **kw: rankops.soft_rank(x, method="permutahedron", regularization="lp", p=1.5, **kw),
         {"strength": 0.5}, {"strength": 1e-3}, lambda x: _ranks(x, False),
         vjp=via_vjp(rankops.soft_rank, method="permutahedron", regularization="lp", p=1.5), public=rankops.soft_rank,
@@ -544,7 +552,7 @@ def _method_spec(fn: Any, kind: str, method: str) -> Spec:
 
 
 def _fast_spec(fn: Any, kind: str, method: str) -> Spec:
-    extra = {"strength": [1e-4, 1e-2, 1.0, 1e4], "regularization": ["l2", "kl"]} if method == "permutahedron" else {"alpha": [1e-4, 1e-2, 1.0, 1e4]}
+    extra = {"strength": [1e-4, 1e-2, 1.0, 1e4], "regularization": ["l2", "kl", "lp"]} if method == "permutahedron" else {"alpha": [1e-4, 1e-2, 1.0, 1e4]}
     return Spec(f"{fn.__name__}[{method}]", f"{kind}-{method}", lambda n: _opts(descending=[False, True], **extra),
                 lambda x, p, arr: (fn, (), {"method": method, **p}), public=fn, method=method)
 

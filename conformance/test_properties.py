@@ -154,7 +154,7 @@ def _check_row(spec: Spec, p: dict, x: np.ndarray, out: np.ndarray, tol: float, 
         assert np.all(out >= low - tol * n) and np.all(out <= high + tol * n), out
     elif kind == "sort-permutahedron":
         assert np.all(np.diff(-out if descending else out) >= -span * n), out  # sorted
-        if p["regularization"] == "l2":  # a point of the permutahedron of x: in [min, max], sum kept
+        if p["regularization"] in ("l2", "lp"):  # a point of the permutahedron of x: in [min, max], sum kept
             assert np.all(out >= lo - span * n) and np.all(out <= hi + span * n), (out, lo, hi)
             assert abs(out.sum() - x.sum()) <= span * n * n, (out, x)
     elif kind == "sort-lapsum":  # R(t) = i - 1/2 lies within alpha log(2n) of the row's range

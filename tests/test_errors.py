@@ -195,7 +195,7 @@ each(LAPSUM, "alpha-str", TypeError, r"alpha must be a positive real number", al
 each(PERMUTAHEDRON, "regularization", ValueError, r"regularization must be one of 'l2', 'kl', 'lp', got 'entropy'", regularization="entropy")
 each(PERMUTAHEDRON, "tau", TypeError, r"unexpected option\(s\) 'tau'; it accepts 'p', 'regularization', 'softness', 'strength'", tau=0.1)
 # the p-norm regularizer (Sander et al. 2023): p in (1, 2], only with regularization="lp", strength not softness
-_LP = {**{k: v for k, v in PERMUTAHEDRON.items() if k.startswith("soft_rank")},
+_LP = {**PERMUTAHEDRON,
        "soft_topk_mask[permutahedron]": lambda x, **kw: rankops.soft_topk_mask(x, 2, method="permutahedron", **kw)}
 for value in (1.0, 0.5, 2.5, float("nan")):
     each(_LP, f"p={value}", ValueError, r"p must lie in \(1, 2\]", regularization="lp", p=value)
@@ -203,8 +203,8 @@ each(_LP, "p-str", TypeError, r"p must be a real number in \(1, 2\]", regulariza
 each(_LP, "p-without-lp", ValueError, r"p is the exponent of regularization='lp', got regularization='l2'", p=1.5)
 each(_LP, "lp-softness", ValueError, r"softness is not calibrated for regularization='lp' yet: pass strength=", regularization="lp",
      softness=1.0)
-each({k: v for k, v in PERMUTAHEDRON.items() if k.startswith("soft_sort")}, "lp", ValueError,
-     r"regularization='lp' serves soft_rank and soft_topk_mask \(its soft sort is not built yet\)", regularization="lp")
+each({k: v for k, v in PERMUTAHEDRON.items() if k.startswith("soft_sort")}, "lp-array-strength", ValueError,
+     r"the p-norm soft sort takes a number for strength", regularization="lp", strength=np.asarray(0.5))
 for k in (0.0, 3.5, -1.0, float("nan")):
     case(f"soft_topk_mask[permutahedron]-k={k}", lambda k=k: rankops.soft_topk_mask(X, k, method="permutahedron"), ValueError,
          r"k must lie in the interval \(0, n\] = \(0, 3\] for method='permutahedron'")

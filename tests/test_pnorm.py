@@ -1,6 +1,6 @@
 """p-norm regularized permutahedron projections (Sander, Puigcerver, Djolonga, Peyre & Blondel 2023).
 
-``soft_rank(method="permutahedron", regularization="lp", p=...)`` and
+``soft_rank`` / ``soft_sort(method="permutahedron", regularization="lp", p=...)`` and
 ``soft_topk_mask(method="permutahedron", ...)`` against float64 references
 computed here: the paper's sequential pool-adjacent-violators with each
 block's root found by bisection, and, for the top-k polytope, a generic
@@ -22,9 +22,10 @@ PS = [2.0, 1.5, 4.0 / 3.0, 1.25]
 
 
 def _root(z: np.ndarray, w: np.ndarray, q: float) -> float:
-    """The v with ``sum sign(z - v) |z - v|^(q-1) = sum w`` (bisection to the last bit)."""
+    """The v with ``sum sign(z - v) |z - v|^(q-1) = sum w`` (bisection to the last bit; w of either sign)."""
     total = w.sum()
-    lo, hi = z.min() - (total / z.size) ** (1 / (q - 1)) - 1.0, z.max() + 1.0
+    reach = abs(total / z.size) ** (1 / (q - 1)) + 1.0
+    lo, hi = z.min() - reach, z.max() + reach
     for _ in range(200):
         mid = 0.5 * (lo + hi)
         d = z - mid
@@ -65,6 +66,15 @@ def _rank_reference(x: np.ndarray, p: float, strength: float) -> np.ndarray:
     return np.stack([_unsorted(row, np.arange(n, 0, -1.0), p, strength) for row in x])
 
 
+def _sort_reference(x: np.ndarray, p: float, strength: float, descending: bool = False) -> np.ndarray:
+    """Blondel et al.'s soft sort: ``(n, ..., 1) / strength`` projected onto the permutahedron of the row (its
+    entries sorted decreasing: weights of either sign), negated for ascending order."""
+    n = x.shape[-1]
+    rows = x if descending else -x
+    out = np.stack([_pav_projection(np.arange(n, 0, -1.0) / strength, np.sort(row)[::-1], p) for row in rows])
+    return out if descending else -out
+
+
 def _topk_reference(x: np.ndarray, k: np.ndarray, p: float, strength: float) -> np.ndarray:
     n = x.shape[-1]
     return np.stack([_unsorted(row, np.clip(kk - np.arange(n), 0.0, 1.0), p, strength) for row, kk in zip(x, k)])
@@ -89,7 +99,11 @@ def test_values_equal_the_papers_pav(name, p):
     k = np.array([3.0, 2.5, 1.0, 10.6])
     ranks = run(lambda a: rankops.soft_rank(a, method="permutahedron", strength=0.7, **_lp(p)), to(x))
     masks = run(lambda a, b: rankops.soft_topk_mask(a, b, method="permutahedron", strength=0.7, **_lp(p)), to(x), to(k))
+    sorts = run(lambda a: rankops.soft_sort(a, method="permutahedron", strength=0.7, **_lp(p)), to(x))
+    down = run(lambda a: rankops.soft_sort(a, method="permutahedron", strength=0.7, descending=True, **_lp(p)), to(x))
     np.testing.assert_allclose(np.asarray(ranks), _rank_reference(x, p, 0.7), rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(np.asarray(sorts), _sort_reference(x, p, 0.7), rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(np.asarray(down), _sort_reference(x, p, 0.7, descending=True), rtol=1e-10, atol=1e-10)
     np.testing.assert_allclose(np.asarray(masks), _topk_reference(x, k, p, 0.7), rtol=1e-10, atol=1e-10)
 
 
@@ -133,6 +147,8 @@ def test_p_two_is_l2_and_p_near_two_is_close():
     l2 = rankops.soft_rank(x, method="permutahedron", strength=0.4)
     np.testing.assert_allclose(rankops.soft_rank(x, method="permutahedron", regularization="lp", p=2.0, strength=0.4), l2,
                                rtol=1e-13, atol=1e-12)
+    np.testing.assert_allclose(rankops.soft_sort(x, method="permutahedron", regularization="lp", p=2.0, strength=0.4),
+                               rankops.soft_sort(x, method="permutahedron", strength=0.4), rtol=1e-13, atol=1e-12)
     m2 = rankops.soft_topk_mask(x, 4, method="permutahedron", strength=0.4)
     gaps = []
     for p in (1.9, 1.99, 1.999):
@@ -150,6 +166,8 @@ def test_hard_limit(p):
     mask = rankops.soft_topk_mask(x, 3, method="permutahedron", strength=1e-6, **_lp(p))
     hard = (np.argsort(np.argsort(-x, axis=-1), axis=-1) < 3).astype(float)
     np.testing.assert_array_equal(mask, hard)
+    np.testing.assert_allclose(rankops.soft_sort(x, method="permutahedron", strength=1e-6, **_lp(p)), np.sort(x, axis=-1),
+                               atol=1e-9)
 
 
 def _central(f, x: np.ndarray, h: float = 1e-6) -> np.ndarray:
@@ -171,6 +189,9 @@ def test_gradients_equal_central_differences(p):
     _, vjp = rankops.vjp(rankops.soft_rank, x, **opts)
     (dx,) = vjp(ct)
     np.testing.assert_allclose(dx, _central(lambda a: np.sum(ct * rankops.soft_rank(a, **opts)), x), atol=1e-6)
+    _, vjp = rankops.vjp(rankops.soft_sort, x, **opts)
+    (dx,) = vjp(ct)
+    np.testing.assert_allclose(dx, _central(lambda a: np.sum(ct * rankops.soft_sort(a, **opts)), x), atol=1e-6)
     _, vjp = rankops.vjp(rankops.soft_topk_mask, x, k, **opts)
     dx, dk = vjp(ct)
     np.testing.assert_allclose(dx, _central(lambda a: np.sum(ct * rankops.soft_topk_mask(a, k, **opts)), x), atol=1e-6)
@@ -208,13 +229,15 @@ def test_masked_rows_are_their_valid_entries():
     mask = np.ones_like(x, dtype=bool)
     mask[:, 6:] = False
     mask[1, 2] = False
-    for fn, args in ((rankops.soft_rank, ()), (rankops.soft_topk_mask, (3.0,))):
+    for fn, args in ((rankops.soft_rank, ()), (rankops.soft_topk_mask, (3.0,)), (rankops.soft_sort, ())):
         out = fn(x, *args, method="permutahedron", regularization="lp", p=1.5, strength=0.5, mask=mask)
         for row in range(3):
             valid = mask[row]
             alone = fn(x[row][valid], *args, method="permutahedron", regularization="lp", p=1.5, strength=0.5)
-            np.testing.assert_allclose(out[row][valid], alone, rtol=1e-12, atol=1e-12)
-            assert np.all(out[row][~valid] == 0.0)
+            # a sort's valid values fill the first n_v positions; ranks and masks are laid out like x
+            at = np.arange(x.shape[-1]) < valid.sum() if fn is rankops.soft_sort else valid
+            np.testing.assert_allclose(out[row][at], alone, rtol=1e-12, atol=1e-12)
+            assert np.all(out[row][~at] == 0.0)
     short = rankops.soft_topk_mask(x, 7.0, method="permutahedron", mask=mask)
     assert np.isnan(short).all()  # k above the 6 valid entries: a NaN row
 

@@ -146,7 +146,7 @@ SECTIONS = {
             operator as ``strength -> 0``.
         regularization : {"l2", "kl", "lp"}, default "l2"
             ``method="permutahedron"``: quadratic or entropic regularisation,
-            or ``"lp"`` (``soft_rank`` and ``soft_topk_mask``): the p-norm
+            or ``"lp"``: the p-norm
             regulariser ``(1/p) sum |mu_i|^p`` of Sander et al. 2023 (smooth
             where ``"l2"`` has kinks: docs/fast-methods.md); pass
             ``strength`` with it (softness is not calibrated for it yet).

@@ -117,9 +117,9 @@ class PermutahedronOptions(Options):
         lp = options.get("regularization") == "lp"
         if "p" in options and not lp:
             raise ValueError(f"{where}: p is the exponent of regularization='lp', got regularization={options.get('regularization', 'l2')!r}")
-        if lp and "rank" not in outputs:
-            raise ValueError(f"{where}: regularization='lp' serves soft_rank and soft_topk_mask (its soft sort is not built yet); "
-                             "use 'l2' or 'kl'")
+        if lp and outputs == ("sort",) and is_array(options.get("strength")):
+            raise ValueError(f"{where}: the p-norm soft sort takes a number for strength (a learnable 0-d array is "
+                             "not supported by it yet)")
         if lp and options.get("softness") is not None:
             raise ValueError(f"{where}: softness is not calibrated for regularization='lp' yet: pass strength= "
                              "(the scale of x at which entries blend)")

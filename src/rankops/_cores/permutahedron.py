@@ -82,10 +82,14 @@ class _Projection:
             rho = xp.astype(xp.clip(row.count - k, 0, None), x.dtype)
             weight = xp.astype(row.valid, x.dtype)
         inverse = adapter.invert_permutation(xp, order)
-        if self.regularization == "lp":  # the rank only (the bind refuses the sort)
+        if self.regularization == "lp":
             valid = None if weight is None else weight > 0
-            mu, share, starts = pnorm.project(xp, adapter, s, rho, self.q, valid)
-            value = adapter.take(xp, mu, inverse)
+            if self.output == "rank":
+                mu, share, starts = pnorm.project(xp, adapter, s, rho, self.q, valid)
+                value = adapter.take(xp, mu, inverse)
+            else:  # rho / strength projected onto the permutahedron of the sorted row: weights of either sign
+                mu, share, starts = pnorm.project(xp, adapter, rho / strength, s, self.q, valid, signed=True)
+                value = mu if self.descending else -mu
             return (value,), (s, starts, order, inverse, value, share, *(rho,) * self.masked, *strength_array)
         # On a one-entry block the projection is the hard value, and it comes out exactly:
         # s - iso(s - rho) would cancel to 0 for entries of 1e30, rho/eps - iso(rho/eps - s)
@@ -141,6 +145,8 @@ class _Projection:
             g = g - share * isotonic.block_sums(xp, adapter, starts, g)
             sign = -1.0 if self.descending else 1.0
             return (adapter.take(xp, g, inverse) * (sign / self.strength),)
+        if self.regularization == "lp":  # d mu_i / d s_j = share_i on a block: the cotangent's share-weighted block sums
+            return (adapter.take(xp, isotonic.block_sums(xp, adapter, starts, ct * share), inverse),)
         # sort: d value / d s is the block average, and s = sort(-+x) undoes the sign
         dx = adapter.take(xp, _block_average(xp, adapter, starts, s, ct, self.regularization, weight), inverse)
         if not has_strength:

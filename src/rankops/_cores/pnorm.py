@@ -89,12 +89,51 @@ def _shift(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, q: float) -> tupl
     if q == 4.0:
         moments = adapter.segment_sum(xp, starts, xp.stack([d * d, d * d * d]))
         return mean, d, _cubic_root(xp, 3.0 * moments[0, ...] / m, (moments[1, ...] - total_w) / m)
-    t = _power(xp, xp.clip(total_w / m, 0.0, None), 1.0 / (q - 1.0))
-    for _ in range(_newton_steps(q)):
-        a = xp.clip(d + t, 0.0, None)
+
+    def newton(state: tuple[Any]) -> tuple[Any]:
+        a = xp.clip(d + state[0], 0.0, None)
         terms = adapter.segment_sum(xp, starts, xp.stack([_power(xp, a, q - 1.0), _power(xp, a, q - 2.0)]))
-        t = t - safe_divide(xp, terms[0, ...] - total_w, (q - 1.0) * terms[1, ...])
-    return mean, d, t
+        return (state[0] - safe_divide(xp, terms[0, ...] - total_w, (q - 1.0) * terms[1, ...]),)
+
+    t = _power(xp, xp.clip(total_w / m, 0.0, None), 1.0 / (q - 1.0))
+    steps = _newton_steps(q)
+    return mean, d, adapter.repeat(xp, newton, (t,), steps, steps, like=(d, total_w))[0]
+
+
+# safeguarded Newton steps for a block equation whose terms change sign (the soft sort's): each step halves the
+# bracket at worst, and converges quadratically once Newton's step stays inside it
+_SIGNED_STEPS = 60
+
+
+def _signed_shift(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, q: float) -> tuple[Any, Any, Any]:
+    """:func:`_shift` for ``sum_B phi(y_i - v) = W_B`` with ``phi(u) = sign(u) |u|^(q-1)``, terms of either sign
+    (the soft sort: its weights are the data). ``h(t) = sum_B phi(d_i + t) - W_B`` increases in t and lies in
+    ``[-D - (W-/|B|)^(1/(q-1)), D + (W+/|B|)^(1/(q-1))]`` (``D = sum_B |d|``): Newton's step where it stays inside
+    the bracket, else the bracket's midpoint; a one-entry block in closed form (``t = phi^-1(W)``)."""
+    sums = adapter.segment_sum(xp, starts, xp.stack([xp.ones_like(y), y, w]))
+    m, total_w = sums[0, ...], sums[2, ...]
+    mean = sums[1, ...] / m
+    d = y - mean
+    e = 1.0 / (q - 1.0)
+    alone = _odd_power(xp, total_w, e)
+    if q == 2.0:
+        return mean, d, total_w / m
+    spread = adapter.segment_sum(xp, starts, xp.abs(d))
+    lo = -spread - _power(xp, xp.clip(-total_w / m, 0.0, None), e)
+    hi = spread + _power(xp, xp.clip(total_w / m, 0.0, None), e)
+
+    def newton(state: tuple[Any, Any, Any]) -> tuple[Any, Any, Any]:
+        t, lo, hi = state
+        u = d + t
+        terms = adapter.segment_sum(xp, starts, xp.stack([_odd_power(xp, u, q - 1.0), (q - 1.0) * _power(xp, xp.abs(u), q - 2.0)]))
+        h = terms[0, ...] - total_w
+        lo, hi = xp.where(h < 0, t, lo), xp.where(h < 0, hi, t)
+        step = t - safe_divide(xp, h, terms[1, ...])
+        return xp.where((step > lo) & (step < hi) & (terms[1, ...] > 0), step, (lo + hi) / 2.0), lo, hi
+
+    # one loop (a compiled host traces the step once), not the steps unrolled into the pooling round's body
+    t, _, _ = adapter.repeat(xp, newton, ((lo + hi) / 2.0, lo, hi), _SIGNED_STEPS, _SIGNED_STEPS, like=(d, total_w))
+    return mean, d, xp.where(m == 1, alone, t)
 
 
 def _cubic_root(xp: Any, p: Any, q: Any) -> Any:
@@ -111,7 +150,7 @@ def _cubic_root(xp: Any, p: Any, q: Any) -> Any:
     ps, qs = p / (s * s), q / (s * s * s)
     a = _power(xp, xp.abs(qs) / 2.0 + _power(xp, qs * qs / 4.0 + ps * ps * ps / 27.0, 0.5), 1.0 / 3.0)
     b = safe_divide(xp, ps / 3.0, a)
-    return xp.where(some, -qs / (a * a + ps / 3.0 + b * b) * s, xp.zeros_like(s))
+    return xp.where(some, -safe_divide(xp, qs, a * a + ps / 3.0 + b * b) * s, xp.zeros_like(s))
 
 
 class _Rules:
@@ -127,7 +166,15 @@ class _Rules:
         return mean - t  # one number per segment: its entries stay one block
 
 
-def project(xp: Any, adapter: Any, z: Any, w: Any, q: float, valid: Any = None) -> tuple[Any, Any, Any]:
+class _SignedRules(_Rules):
+    """:class:`_Rules` for weights of either sign (:func:`_signed_shift`)."""
+
+    def pooled(self, xp: Any, adapter: Any, starts: Any, u: Any, yw: Any, unit: bool) -> Any:
+        mean, _, t = _signed_shift(xp, adapter, starts, yw[0, ...], yw[1, ...], self.q)
+        return mean - t
+
+
+def project(xp: Any, adapter: Any, z: Any, w: Any, q: float, valid: Any = None, signed: bool = False) -> tuple[Any, Any, Any]:
     """``(mu, share, starts)`` along the last axis, in the sorted order of ``z`` (decreasing; ``w`` decreasing, >= 0).
 
     ``share``: ``phi' / sum_B phi'`` per entry (the Jacobian's weights, 0 on a
@@ -135,26 +182,36 @@ def project(xp: Any, adapter: Any, z: Any, w: Any, q: float, valid: Any = None) 
     False on a masked tail (sorted last, ``w`` 0 there), whose entries are
     set below every block value of the valid ones: each stays a block of its
     own (no drop among equal values, none from the last valid block) with mu 0.
+    ``signed``: ``w`` of either sign (the soft sort's data), each block's
+    equation solved by :func:`_signed_shift`, and ``mu = phi(z - v)`` signed.
     """
+    z, w = xp.broadcast_arrays(z, w)
     if valid is not None:
-        # every block value of the valid entries is at least min z - W^(1/(q-1)) (t_B <= (W_B / |B|)^(1/(q-1)))
-        far = xp.min(xp.where(valid, z, xp.full_like(z, float("inf"))), axis=-1, keepdims=True)
+        # every block value of the valid entries is at least min z - W^(1/(q-1)) (t_B <= (W_B / |B|)^(1/(q-1))),
+        # with signed weights at least min z - spread(z) - (sum |w|)^(1/(q-1)) (the bracket of _signed_shift)
+        big, small = xp.full_like(z, float("inf")), xp.full_like(z, -float("inf"))
+        far = xp.min(xp.where(valid, z, big), axis=-1, keepdims=True)
+        top = xp.max(xp.where(valid, z, small), axis=-1, keepdims=True)
+        spread = xp.where(xp.isfinite(top - far), top - far, xp.zeros_like(far))
         far = xp.where(xp.isfinite(far), far, xp.zeros_like(far))
-        below = far - _power(xp, xp.sum(w, axis=-1, keepdims=True), 1.0 / (q - 1.0)) - 1.0
+        total = xp.sum(xp.abs(xp.where(valid, w, 0.0)), axis=-1, keepdims=True)
+        below = far - _power(xp, total, 1.0 / (q - 1.0)) - (2.0 * spread if signed else 0.0) - 1.0
         z = xp.where(valid, z, below)
+        w = xp.where(valid, w, 0.0)
     # the decreasing fit is the increasing fit of the reversed row, reversed
-    y, wf = xp.flip(z, axis=-1), xp.flip(xp.broadcast_to(w, z.shape), axis=-1)
+    y, wf = xp.flip(z, axis=-1), xp.flip(w, axis=-1)
     yw = xp.stack([y, wf])
     n = z.shape[-1]
-    v0 = y - _power(xp, wf, 1.0 / (q - 1.0))  # one-entry blocks
+    e = 1.0 / (q - 1.0)
+    v0 = y - (_odd_power(xp, wf, e) if signed else _power(xp, wf, e))  # one-entry blocks
     v = v0
     if n > 1:
-        v, _, _ = isotonic.pool_runs(xp, adapter, _Rules(q), v0, yw, n)
+        v, _, _ = isotonic.pool_runs(xp, adapter, (_SignedRules if signed else _Rules)(q), v0, yw, n)
     starts = isotonic.block_starts(xp, v)
-    _, d, t = _shift(xp, adapter, starts, y, wf, q)
-    a = xp.clip(d + t, 0.0, None)
-    mu = _power(xp, a, q - 1.0)
-    dphi = xp.ones_like(a) if q == 2.0 else (q - 1.0) * _power(xp, a, q - 2.0)
+    _, d, t = (_signed_shift if signed else _shift)(xp, adapter, starts, y, wf, q)
+    a = d + t if signed else xp.clip(d + t, 0.0, None)
+    mu = _odd_power(xp, a, q - 1.0) if signed else _power(xp, a, q - 1.0)
+    dphi = xp.ones_like(a) if q == 2.0 else (q - 1.0) * _power(xp, xp.abs(a), q - 2.0)
     share = safe_divide(xp, dphi, isotonic.block_sums(xp, adapter, starts, dphi))
     # back in z's order: a block's start is its first entry in that order (the reversed block's last)
     ends = isotonic.block_starts(xp, xp.flip(v, axis=-1))
@@ -165,7 +222,7 @@ def slope(xp: Any, mu: Any, q: float) -> Any:
     """``phi' = (q - 1) mu^((q-2)/(q-1))``, the derivative of ``mu = (z - v)^(q-1)`` in z at fixed v."""
     if q == 2.0:
         return xp.ones_like(mu)
-    return (q - 1.0) * _power(xp, xp.clip(mu, 0.0, None), (q - 2.0) / (q - 1.0))
+    return (q - 1.0) * _power(xp, xp.abs(mu), (q - 2.0) / (q - 1.0))
 
 
 def capped(xp: Any, adapter: Any, s: Any, k: Any, q: float, valid: Any = None) -> tuple[Any, Any, Any]:
@@ -247,6 +304,12 @@ def _power(xp: Any, a: Any, e: float) -> Any:
         return a * a * a
     positive = a > 0
     return xp.where(positive, xp.where(positive, a, xp.ones_like(a)) ** e, xp.zeros_like(a))
+
+
+def _odd_power(xp: Any, a: Any, e: float) -> Any:
+    """``sign(a) |a| ** e`` (a ``where``, not ``sign``: torch's array-API ``sign`` indexes by a mask, which
+    ``torch.func.vmap`` cannot batch)."""
+    return xp.where(a < 0, -_power(xp, -a, e), _power(xp, a, e))
 
 
 def _free_root(xp: Any, adapter: Any, d: Any, free: Any, total_w: Any, m: Any, q: float) -> Any:
