@@ -3,7 +3,7 @@
 Prints two tables:
 
 1. time (median of interleaved repeats, ms) of one forward+backward,
-   float32: ``soft_rank`` (n <= 10^4: see below) and ``soft_topk_mask`` (k = n / 10) with
+   float32: ``soft_rank`` and ``soft_sort`` (n <= 10^4: see below) and ``soft_topk_mask`` (k = n / 10) with
    ``method="permutahedron"``, ``regularization="l2"`` and ``"lp"`` at
    p = 3/2, 4/3 (closed forms) and 1.25 (Newton's method), ``strength=0.1``
    on standard normal rows, at B = 20, n = 1000 and B = 1, n = 10^5, on
@@ -40,7 +40,9 @@ def _step(host: str, op: str, opts: dict, x: np.ndarray) -> Callable[[], Any]:
     kw = {"method": "permutahedron", "strength": 0.1, **opts}
 
     def value(a: Any) -> Any:
-        return rankops.soft_rank(a, **kw) if op == "soft_rank" else rankops.soft_topk_mask(a, k, **kw)
+        if op == "soft_topk_mask":
+            return rankops.soft_topk_mask(a, k, **kw)
+        return getattr(rankops, op)(a, **kw)
 
     if host == "torch":
         import torch
@@ -65,9 +67,9 @@ def speed(sizes: list[tuple[int, int]], repeats: int) -> None:
     for b, n in sizes:
         x = np.random.default_rng(0).normal(size=(b, n)).astype(np.float32)
         for host in ("torch", "jax"):
-            # the p-norm rank pools until its rows settle (no merge rounds yet): at n = 10^5 rows can take
-            # thousands of rounds, minutes per call, so it is timed at B = 20, n = 1000 only
-            for op in ("soft_rank", "soft_topk_mask") if n <= 10_000 else ("soft_topk_mask",):
+            # the p-norm rank and sort pool until their rows settle (no merge rounds yet): at n = 10^5 rows can
+            # take thousands of rounds, minutes per call, so they are timed at B = 20, n = 1000 only
+            for op in ("soft_rank", "soft_sort", "soft_topk_mask") if n <= 10_000 else ("soft_topk_mask",):
                 fns = {name: _step(host, op, opts, x) for name, opts in REGULARIZERS.items()}
                 ms = {k: 1e3 * v for k, v in interleaved_medians(fns, repeats).items()}
                 cells = " | ".join(f"{ms[k]:.3g}" for k in REGULARIZERS)

@@ -207,6 +207,7 @@ def test_sparse_topk_script_prints_its_tables():
     proc = subprocess.run([sys.executable, "-m", "benchmarks.sparse_topk", "--quick"], cwd=ROOT, capture_output=True,
                           text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = re.findall(r"^\| (torch|jax) \| (soft_rank|soft_topk_mask) \| \d+ \| [\d,]+ \|(?: [\d.e+]+ \|){5}$", proc.stdout, flags=re.M)
-    assert len(rows) == 8, proc.stdout
+    rows = re.findall(r"^\| (torch|jax) \| (soft_rank|soft_sort|soft_topk_mask) \| \d+ \| [\d,]+ \|(?: [\d.e+]+ \|){5}$", proc.stdout,
+                      flags=re.M)
+    assert len(rows) == 12, proc.stdout  # quick sizes are both <= 10^4: three operators each
     assert len(re.findall(r"^\| \d+ \| [\d,]+ \|(?: [\d.]+% / [\d.]+% \|){4}$", proc.stdout, flags=re.M)) == 2, proc.stdout
