@@ -247,22 +247,16 @@ for _tag, _soft, _limit in (
             method="permutahedron",
         )
     )
-register(
-    Case(
-        "soft_sort[permutahedron-lp]", lambda x, **kw: rankops.soft_sort(x, method="permutahedron", regularization="lp", p=1.25, **kw),
-        {"strength": 0.5}, {"strength": 1e-3}, lambda x: _sorted(x, False),
-        vjp=via_vjp(rankops.soft_sort, method="permutahedron", regularization="lp", p=1.25), public=rankops.soft_sort,
-        method="permutahedron",
+# the p-norm rank at p = 3/2 (a closed form) and sort at p = 1.25 (the signed Newton iteration)
+for _fn, _p, _ref in ((rankops.soft_rank, 1.5, _ranks), (rankops.soft_sort, 1.25, _sorted)):
+    register(
+        Case(
+            f"{_fn.__name__}[permutahedron-lp]",
+            lambda x, f=_fn, p=_p, **kw: f(x, method="permutahedron", regularization="lp", p=p, **kw),
+            {"strength": 0.5}, {"strength": 1e-3}, lambda x, r=_ref: r(x, False),
+            vjp=via_vjp(_fn, method="permutahedron", regularization="lp", p=_p), public=_fn, method="permutahedron",
+        )
     )
-)
-register(
-    Case(
-        "soft_rank[permutahedron-lp]", lambda x, **kw: rankops.soft_rank(x, method="permutahedron", regularization="lp", p=1.5, **kw),
-        {"strength": 0.5}, {"strength": 1e-3}, lambda x: _ranks(x, False),
-        vjp=via_vjp(rankops.soft_rank, method="permutahedron", regularization="lp", p=1.5), public=rankops.soft_rank,
-        method="permutahedron",
-    )
-)
 
 
 def _isotonic_reference(x: np.ndarray) -> np.ndarray:
