@@ -112,12 +112,13 @@ class PermutahedronOptions(Options):
     softness: Any = option(None, positive_scalar)  # sets strength per row (rankops._cores.softness)
 
     @classmethod
-    def parse_for(cls, options: dict[str, Any], where: str, outputs: tuple[str, ...] = ("rank", "sort")) -> Any:
-        """The options, with ``p`` only beside ``regularization="lp"``, and no softness for it (not calibrated yet)."""
+    def parse_for(cls, options: dict[str, Any], where: str, *, sort: bool = False) -> Any:
+        """The options, with ``p`` only beside ``regularization="lp"``, no softness for it (not calibrated yet), and a
+        number for the strength of its soft sort (``sort``)."""
         lp = options.get("regularization") == "lp"
         if "p" in options and not lp:
             raise ValueError(f"{where}: p is the exponent of regularization='lp', got regularization={options.get('regularization', 'l2')!r}")
-        if lp and outputs == ("sort",) and is_array(options.get("strength")):
+        if lp and sort and is_array(options.get("strength")):
             raise ValueError(f"{where}: the p-norm soft sort takes a number for strength (a learnable 0-d array is "
                              "not supported by it yet)")
         if lp and options.get("softness") is not None:
@@ -129,7 +130,7 @@ class PermutahedronOptions(Options):
 
 def _bind_permutahedron(output: str, x: Any, axis: Any, descending: Any, options: dict[str, Any]) -> Call[Any]:
     mask = options.pop("mask", None)
-    opts = PermutahedronOptions.parse_for(options, f"soft_{output}(method='permutahedron')", (output,))
+    opts = PermutahedronOptions.parse_for(options, f"soft_{output}(method='permutahedron')", sort=output == "sort")
     p = prepare(x, axis=axis, opts=opts, arrays=masked.arrays(mask))
     params = {"output": output, "descending": boolean(descending, "descending")}
     return Call(permutahedron.projection_core, p, opts, masked.bound(p, params, mask))

@@ -74,13 +74,19 @@ def exponent(p: float) -> float:
     return float(round(q)) if abs(q - round(q)) < 1e-9 else q
 
 
-def _shift(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, q: float) -> tuple[Any, Any, Any]:
-    """``(mean, d, t)`` per entry: ``mean_B(y)``, ``d = y - mean_B(y)`` and ``t = mean_B(y) - v_B`` for the block
-    root ``v_B`` (``mean`` and ``t`` the same number on every entry of a block)."""
+def _centred(xp: Any, adapter: Any, starts: Any, y: Any, w: Any) -> tuple[Any, Any, Any, Any]:
+    """``(|B|, W_B, mean_B(y), d = y - mean_B(y))`` per entry, from one segmented sum (``d`` exactly 0 on a one-entry
+    block)."""
     sums = adapter.segment_sum(xp, starts, xp.stack([xp.ones_like(y), y, w]))
     m, total_w = sums[0, ...], sums[2, ...]
     mean = sums[1, ...] / m
-    d = y - mean  # exactly 0 on a one-entry block
+    return m, total_w, mean, y - mean
+
+
+def _shift(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, q: float) -> tuple[Any, Any, Any]:
+    """``(mean, d, t)`` per entry: ``mean_B(y)``, ``d = y - mean_B(y)`` and ``t = mean_B(y) - v_B`` for the block
+    root ``v_B`` (``mean`` and ``t`` the same number on every entry of a block)."""
+    m, total_w, mean, d = _centred(xp, adapter, starts, y, w)
     if q == 2.0:
         return mean, d, total_w / m
     if q == 3.0:
@@ -110,10 +116,7 @@ def _signed_shift(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, q: float) 
     (the soft sort: its weights are the data). ``h(t) = sum_B phi(d_i + t) - W_B`` increases in t and lies in
     ``[-D - (W-/|B|)^(1/(q-1)), D + (W+/|B|)^(1/(q-1))]`` (``D = sum_B |d|``): Newton's step where it stays inside
     the bracket, else the bracket's midpoint; a one-entry block in closed form (``t = phi^-1(W)``)."""
-    sums = adapter.segment_sum(xp, starts, xp.stack([xp.ones_like(y), y, w]))
-    m, total_w = sums[0, ...], sums[2, ...]
-    mean = sums[1, ...] / m
-    d = y - mean
+    m, total_w, mean, d = _centred(xp, adapter, starts, y, w)
     e = 1.0 / (q - 1.0)
     alone = _odd_power(xp, total_w, e)
     if q == 2.0:
@@ -252,8 +255,9 @@ def capped(xp: Any, adapter: Any, s: Any, k: Any, q: float, valid: Any = None) -
     # the breakpoints in decreasing order, and where each entry's own two went: an entry is 1 once tau is past its
     # s - 1, free between, 0 above its s. Read from these positions, not from s - tau, the status survives s - 1
     # rounding to s at large s
-    order = xp.argsort(-xp.concat([s, s - 1.0], axis=-1), axis=-1, stable=True)
-    breaks = adapter.take(xp, xp.concat([s, s - 1.0], axis=-1), order)
+    both = xp.concat([s, s - 1.0], axis=-1)
+    order = xp.argsort(-both, axis=-1, stable=True)
+    breaks = adapter.take(xp, both, order)
     place = adapter.invert_permutation(xp, order)
     top, bottom = place[..., :n], place[..., n:]
 
@@ -278,13 +282,12 @@ def capped(xp: Any, adapter: Any, s: Any, k: Any, q: float, valid: Any = None) -
     free = (top < hi) & (bottom >= hi) & ~whole
     # the free entries' block: their mean, centred moments and the root t = mean - tau
     count = xp.sum(xp.astype(free, s.dtype), axis=-1, keepdims=True)
-    some = count > 0
-    m = xp.where(some, count, xp.ones_like(count))
+    m = xp.where(count > 0, count, xp.ones_like(count))
     mean = xp.sum(xp.where(free, s, 0.0), axis=-1, keepdims=True) / m
     d = xp.where(free, s - mean, 0.0)
     rest = k - xp.sum(xp.astype(ones, s.dtype), axis=-1, keepdims=True)
     starts = ~free | xp.concat([xp.ones_like(free[..., :1]), ~free[..., :-1]], axis=-1)
-    t = _free_root(xp, adapter, d, free, rest, m, q)
+    t = _free_root(xp, d, free, rest, m, q)
     a = xp.where(free, xp.clip(d + t, 0.0, None), xp.astype(ones, s.dtype))
     mu = xp.where(free, _power(xp, a, q - 1.0), a)
     dphi = xp.where(free, xp.ones_like(a) if q == 2.0 else (q - 1.0) * _power(xp, a, q - 2.0), 0.0)
@@ -312,8 +315,10 @@ def _odd_power(xp: Any, a: Any, e: float) -> Any:
     return xp.where(a < 0, -_power(xp, -a, e), _power(xp, a, e))
 
 
-def _free_root(xp: Any, adapter: Any, d: Any, free: Any, total_w: Any, m: Any, q: float) -> Any:
-    """``t`` with ``sum_free (d_i + t)^(q-1) = total_w`` (``d`` centred on the free entries, 0 elsewhere)."""
+def _free_root(xp: Any, d: Any, free: Any, total_w: Any, m: Any, q: float) -> Any:
+    """:func:`_shift`'s root for the one free block of :func:`capped` (``d`` centred on the free entries, 0
+    elsewhere): the same closed forms and Newton steps, as reductions over the row: one block needs no segmented sums
+    (a scatter on torch), which cost more than a reduction on every step."""
     if q == 2.0:
         return total_w / m
     m2 = xp.sum(d * d, axis=-1, keepdims=True)
