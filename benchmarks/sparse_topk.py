@@ -3,13 +3,15 @@
 Prints two tables:
 
 1. time (median of interleaved repeats, ms) of one forward+backward,
-   float32: ``soft_rank`` and ``soft_sort`` (n <= 10^4: see below) and ``soft_topk_mask`` (k = n / 10) with
+   float32: ``soft_rank`` and ``soft_sort`` (n <= 10^4: see below), ``soft_topk_mask`` and
+   ``soft_topk_magnitude`` (k = n / 10) with
    ``method="permutahedron"``, ``regularization="l2"`` and ``"lp"`` at
    p = 3/2, 4/3 (closed forms) and 1.25 (Newton's method), ``strength=0.1``
    on standard normal rows, at B = 20, n = 1000 and B = 1, n = 10^5, on
    torch (eager, one thread) and JAX (``jax.jit``); the last column is the
    time over l2's measured in the same run;
-2. the share of exact zeros and ones of those top-k masks (their sparsity).
+2. the share of exact zeros and ones of those top-k masks, and of exact zeros
+   and entries kept exactly (``x_i``) of the top-k in magnitude (their sparsity).
 
 ``--plot PATH`` draws the paper's Figure 1: ``x(s) = (3, 1, -1 + s, s)``,
 k = 2, the sum of mask entries 2 and 3 as s varies, for the hard mask,
@@ -42,6 +44,8 @@ def _step(host: str, op: str, opts: dict, x: np.ndarray) -> Callable[[], Any]:
     def value(a: Any) -> Any:
         if op == "soft_topk_mask":
             return rankops.soft_topk_mask(a, k, **kw)
+        if op == "soft_topk_magnitude":
+            return rankops.soft_topk_magnitude(a, k, strength=0.1, **opts)
         return getattr(rankops, op)(a, **kw)
 
     if host == "torch":
@@ -69,7 +73,8 @@ def speed(sizes: list[tuple[int, int]], repeats: int) -> None:
         for host in ("torch", "jax"):
             # the p-norm rank and sort pool until their rows settle (no merge rounds yet): at n = 10^5 rows can
             # take thousands of rounds, minutes per call, so they are timed at B = 20, n = 1000 only
-            for op in ("soft_rank", "soft_sort", "soft_topk_mask") if n <= 10_000 else ("soft_topk_mask",):
+            tops = ("soft_topk_mask", "soft_topk_magnitude")
+            for op in ("soft_rank", "soft_sort", *tops) if n <= 10_000 else tops:
                 fns = {name: _step(host, op, opts, x) for name, opts in REGULARIZERS.items()}
                 ms = {k: 1e3 * v for k, v in interleaved_medians(fns, repeats).items()}
                 cells = " | ".join(f"{ms[k]:.3g}" for k in REGULARIZERS)
@@ -79,16 +84,22 @@ def speed(sizes: list[tuple[int, int]], repeats: int) -> None:
 def sparsity(sizes: list[tuple[int, int]]) -> None:
     import rankops
 
-    print("\nexact zeros / exact ones of soft_topk_mask(x, n / 10, method='permutahedron', strength=0.1), standard normal rows\n")
-    print("| B | n | " + " | ".join(REGULARIZERS) + " |")
-    print("|---|---|" + "---|" * len(REGULARIZERS))
-    for b, n in sizes:
-        x = np.random.default_rng(0).normal(size=(b, n))
-        cells = []
-        for opts in REGULARIZERS.values():
-            m = rankops.soft_topk_mask(x, max(1, n // 10), method="permutahedron", strength=0.1, **opts)
-            cells.append(f"{(m == 0).mean():.1%} / {(m == 1).mean():.1%}")
-        print(f"| {b} | {n:,} | " + " | ".join(cells) + " |")
+    print("\nexact zeros / exact ones (the mask) or entries kept exactly (x_i, the magnitude) of k = n / 10, "
+          "strength=0.1, standard normal rows\n")
+    print("| operator | B | n | " + " | ".join(REGULARIZERS) + " |")
+    print("|---|---|---|" + "---|" * len(REGULARIZERS))
+    for op in ("soft_topk_mask", "soft_topk_magnitude"):
+        for b, n in sizes:
+            x = np.random.default_rng(0).normal(size=(b, n))
+            cells = []
+            for opts in REGULARIZERS.values():
+                if op == "soft_topk_mask":
+                    out = rankops.soft_topk_mask(x, max(1, n // 10), method="permutahedron", strength=0.1, **opts)
+                    cells.append(f"{(out == 0).mean():.1%} / {(out == 1).mean():.1%}")
+                else:
+                    out = rankops.soft_topk_magnitude(x, max(1, n // 10), strength=0.1, **opts)
+                    cells.append(f"{(out == 0).mean():.1%} / {(out == x).mean():.1%}")
+            print(f"| {op} | {b} | {n:,} | " + " | ".join(cells) + " |")
 
 
 def plot(path: str) -> None:

@@ -15,8 +15,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     transformation; the checks are the same array-API code whatever the
     option (descending, block, top-k...), and run on every variant on the
     other hosts. On JAX every (operator, method) pair's primary variant runs
-    every check, and every variant its ``every_variant`` checks (values and
-    gradients); ``pytest -m exhaustive`` runs the rest (.ci/run's second step).
+    every check, and every variant its ``every_variant`` checks (values
+    against NumPy); ``pytest -m exhaustive`` runs the rest (.ci/run's second step).
     A check marked ``eager_hosts`` is exhaustive on such a host for every variant.
     So are a ready loss's hostile inputs there (``test_properties``): a loss
     is array arithmetic over the operators, whose own hostile inputs run on

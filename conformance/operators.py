@@ -247,6 +247,20 @@ for _tag, _soft, _limit in (
             method="permutahedron",
         )
     )
+# the top-k in magnitude (l2, and p-norm at the paper's p = 4/3): x on the largest |x|, k's fraction on the next
+for _tag, _soft, _limit in (
+    ("permutahedron", {"strength": 0.5}, {"strength": 1e-9}),
+    ("permutahedron-lp", {"strength": 0.5, "regularization": "lp"}, {"strength": 1e-9, "regularization": "lp"}),
+):
+    register(
+        Case(
+            f"soft_topk_magnitude[{_tag}]",
+            lambda x, axis=-1, **kw: rankops.soft_topk_magnitude(x, 1.5 if x.shape[axis] > 1 else 0.5, axis=axis, **kw),
+            _soft, _limit, lambda x: x * np.clip(_half_k(x) + 1 - _ranks(np.abs(x), True), 0.0, 1.0),
+            vjp=via_vjp(rankops.soft_topk_magnitude, lambda x: (_half_k(x),)), public=rankops.soft_topk_magnitude,
+            method="permutahedron",
+        )
+    )
 # the p-norm rank at p = 3/2 (a closed form) and sort at p = 1.25 (the signed Newton iteration)
 for _fn, _p, _ref in ((rankops.soft_rank, 1.5, _ranks), (rankops.soft_sort, 1.25, _sorted)):
     register(
@@ -612,6 +626,10 @@ SPECS = [
     Spec("soft_topk_mask[permutahedron]", "mask-permutahedron",
          lambda n: _opts(k=[0.01, 0.3, 0.5, 1.0], strength=[1e-4, 1e-2, 1.0, 1e4], regularization=["l2", "lp"]),
          lambda x, p, arr: _lapsum_topk(x, p, arr, "permutahedron"), public=rankops.soft_topk_mask, method="permutahedron"),
+    Spec("soft_topk_magnitude", "magnitude",
+         lambda n: _opts(k=[0.01, 0.3, 0.5, 1.0], strength=[1e-4, 1e-2, 1.0, 1e4], regularization=["l2", "lp"]),
+         lambda x, p, arr: (rankops.soft_topk_magnitude, (p["k"] * x.shape[-1],), {k: v for k, v in p.items() if k != "k"}),
+         public=rankops.soft_topk_magnitude, method="permutahedron"),
     Spec("soft_kendall_tau", "tau", lambda n: _opts(tau=[1e-4, 1e-2, 1.0, 1e4]),
          lambda x, p, arr: (rankops.soft_kendall_tau, (_partner(x),), p), public=rankops.soft_kendall_tau, method="soft_kendall_tau"),
     Spec("isotonic_regression", "isotonic", lambda n: _opts(increasing=[True, False]),

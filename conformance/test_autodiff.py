@@ -39,7 +39,6 @@ SMOOTH = [o for o in CASES if o.fd_gradient]
 STRAIGHT_THROUGH = [o for o in CASES if not o.fd_gradient]
 
 
-@pytest.mark.every_variant
 @pytest.mark.parametrize("op", SMOOTH, ids=lambda o: o.name)
 def test_gradient_matches_central_differences(autodiff_backend, device, op):
     """The host's gradient of <w, op(x)> along a random direction against central differences of the float64 NumPy operator."""

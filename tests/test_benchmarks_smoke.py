@@ -201,13 +201,15 @@ def test_compile_time_script_prints_its_table():
 
 
 def test_sparse_topk_script_prints_its_tables():
-    """``benchmarks.sparse_topk --quick``: speed against l2 per host and operator, and the masks' exact zeros and ones."""
+    """``benchmarks.sparse_topk --quick``: speed against l2 per host and operator, and the exact zeros and ones (or
+    entries kept exactly) of the mask and the top-k in magnitude."""
     pytest.importorskip("jax")
     pytest.importorskip("torch")
     proc = subprocess.run([sys.executable, "-m", "benchmarks.sparse_topk", "--quick"], cwd=ROOT, capture_output=True,
                           text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = re.findall(r"^\| (torch|jax) \| (soft_rank|soft_sort|soft_topk_mask) \| \d+ \| [\d,]+ \|(?: [\d.e+]+ \|){5}$", proc.stdout,
-                      flags=re.M)
-    assert len(rows) == 12, proc.stdout  # quick sizes are both <= 10^4: three operators each
-    assert len(re.findall(r"^\| \d+ \| [\d,]+ \|(?: [\d.]+% / [\d.]+% \|){4}$", proc.stdout, flags=re.M)) == 2, proc.stdout
+    rows = re.findall(r"^\| (torch|jax) \| (soft_rank|soft_sort|soft_topk_mask|soft_topk_magnitude) \| \d+ \| [\d,]+ \|(?: [\d.e+]+ \|){5}$",
+                      proc.stdout, flags=re.M)
+    assert len(rows) == 16, proc.stdout  # quick sizes are both <= 10^4: four operators each
+    shares = r"^\| soft_topk_(mask|magnitude) \| \d+ \| [\d,]+ \|(?: [\d.]+% / [\d.]+% \|){4}$"
+    assert len(re.findall(shares, proc.stdout, flags=re.M)) == 4, proc.stdout

@@ -207,13 +207,13 @@ each({k: v for k, v in PERMUTAHEDRON.items() if k.startswith("soft_sort")}, "lp-
      r"the p-norm soft sort takes a number for strength", regularization="lp", strength=np.asarray(0.5))
 for k in (0.0, 3.5, -1.0, float("nan")):
     case(f"soft_topk_mask[permutahedron]-k={k}", lambda k=k: rankops.soft_topk_mask(X, k, method="permutahedron"), ValueError,
-         r"k must lie in the interval \(0, n\] = \(0, 3\] for method='permutahedron'")
+         r"soft_topk_mask\(method='permutahedron'\): k must lie in the interval \(0, n\] = \(0, 3\]")
 each(LAPSUM, "epsilon", TypeError, r"unexpected option\(s\) 'epsilon'; it accepts 'alpha', 'softness'", epsilon=0.1)
 each({k: v for k, v in FAST.items() if k.startswith("soft_sort") or k.startswith("soft_rank")}, "descending", TypeError,
      r"descending must be True or False", descending="yes")
 for k in (0.0, 3.0, -1.0, float("nan"), float("inf")):
     case(f"soft_topk_mask[lapsum]-k={k}", lambda k=k: rankops.soft_topk_mask(X, k, method="lapsum"), ValueError,
-         r"k must lie in the interval \(0, n\) = \(0, 3\) for method='lapsum'")
+         r"soft_topk_mask\(method='lapsum'\): k must lie in the interval \(0, n\) = \(0, 3\)")
 for k in ("2", None, True):
     case(f"soft_topk_mask[lapsum]-k={k!r}", lambda k=k: rankops.soft_topk_mask(X, k, method="lapsum"), TypeError,
          r"k must be a real number or an array")
@@ -221,6 +221,17 @@ case("soft_topk_mask[lapsum]-k-shape", lambda: rankops.soft_topk_mask(X, np.ones
      r"k must be a number or an array of the batch shape \(2,\) \(x without axis\), got shape \(3,\)")
 case("soft_topk_mask[lapsum]-k-namespace", lambda: rankops.soft_topk_mask(X, _torch().ones(2), method="lapsum"), TypeError,
      r"arrays from different namespaces cannot be mixed \(x: .*, k: ")
+for k in (0.0, 3.5, float("nan")):
+    case(f"soft_topk_magnitude-k={k}", lambda k=k: rankops.soft_topk_magnitude(X, k), ValueError,
+         r"soft_topk_magnitude: k must lie in the interval \(0, n\] = \(0, 3\]")
+case("soft_topk_magnitude-p-without-lp", lambda: rankops.soft_topk_magnitude(X, 2, p=1.5), ValueError,
+     r"soft_topk_magnitude: p is the exponent of regularization='lp', got regularization='l2'")
+case("soft_topk_magnitude-kl", lambda: rankops.soft_topk_magnitude(X, 2, regularization="kl"), ValueError,
+     r"regularization must be one of 'l2', 'lp', got 'kl'")
+case("soft_topk_magnitude-array-strength", lambda: rankops.soft_topk_magnitude(X, 2, strength=np.asarray(0.5)), TypeError,
+     r"strength must be a Python number \(it sets the width of the blending band\), not an array")
+case("soft_topk_magnitude-softness", lambda: rankops.soft_topk_magnitude(X, 2, softness=1.0), TypeError,
+     r"soft_topk_magnitude got unexpected option\(s\) 'softness'; it accepts 'p', 'regularization', 'strength'")
 case("soft_topk_mask-method", lambda: rankops.soft_topk_mask(X, 2, method="softsort"), ValueError,
      r"method must be one of 'sinkhorn', 'lapsum', 'permutahedron' for soft_topk_mask, got 'softsort'")
 case("soft_topk_mask[lapsum]-return_info", lambda: rankops.soft_topk_mask(X, 1.5, method="lapsum", return_info=True), TypeError,

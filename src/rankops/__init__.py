@@ -16,6 +16,7 @@ from .sinkhorn import SinkhornResult, sinkhorn
 from .sorting import soft_rank, soft_sort
 from .transport import soft_cdf, soft_quantile, soft_quantile_normalize, soft_quantize, soft_topk_mask, sort_with
 from .multivariate import multivariate_cdf_quantile_maps
+from .magnitude import soft_topk_magnitude
 
 from . import losses  # noqa: E402  (rankops.losses.spearman_loss, ...: built on the operators above)
 from . import metrics  # noqa: E402, F401  (rankops.metrics.ndcg, ...: the exact metrics the ranking losses relax)
@@ -30,6 +31,7 @@ __all__ = [
     "soft_quantile_normalize",
     "soft_quantize",
     "soft_topk_mask",
+    "soft_topk_magnitude",
     "sort_with",
     "multivariate_cdf_quantile_maps",
     "sinkhorn",

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from . import isotonic, kernels, permutations, sinkhorn, sorting, transport
+from . import isotonic, kernels, magnitude, permutations, sinkhorn, sorting, transport
 
 __all__ = ["OPERATORS"]
 
-_PUBLIC_MODULES = (sorting, transport, sinkhorn, permutations, isotonic, kernels)
+_PUBLIC_MODULES = (sorting, transport, magnitude, sinkhorn, permutations, isotonic, kernels)
 
 # operator -> its methods (the values of its ``method`` option, or the one it is)
 OPERATORS: dict[Callable[..., Any], tuple[str, ...]] = {

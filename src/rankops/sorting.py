@@ -37,7 +37,7 @@ from ._lib._options import Options, boolean, choice, norm_exponent, option, posi
 from .permutations import OPTION_NAMES, NetworkOptions, PermutationOptions, check_relaxation_softness
 from .sinkhorn import SOLVER_OPTIONS, TransportOptions, bind_grid, input_weights, reported, return_info
 
-__all__ = ["soft_rank", "soft_sort", "METHODS", "PermutahedronOptions", "LapsumOptions", "bind_lapsum_topk", "bind_permutahedron_topk", "DEFAULT_SOFTNESS"]
+__all__ = ["soft_rank", "soft_sort", "METHODS", "PermutahedronOptions", "LapsumOptions", "bind_lapsum_topk", "bind_permutahedron_topk", "bind_topk", "DEFAULT_SOFTNESS"]
 
 # The softness of every method but Sinkhorn when no temperature is passed: ranks about one place
 # from the hard ones at any n and scale (Sinkhorn keeps its epsilon, already scale-free).
@@ -166,7 +166,7 @@ def bind_lapsum_topk(x: Any, k: Any, axis: Any, options: dict[str, Any]) -> Call
     """
     mask = options.pop("mask", None)
     opts, _ = LapsumOptions.parse(options, "soft_topk_mask(method='lapsum')", softness=DEFAULT_SOFTNESS)
-    return _bind_topk(lapsum.topk_core, opts, x, k, axis, mask, "lapsum", closed=False)
+    return bind_topk(lapsum.topk_core, opts, x, k, axis, mask, "soft_topk_mask(method='lapsum')", closed=False)
 
 
 def bind_permutahedron_topk(x: Any, k: Any, axis: Any, options: dict[str, Any]) -> Call[Any]:
@@ -176,11 +176,12 @@ def bind_permutahedron_topk(x: Any, k: Any, axis: Any, options: dict[str, Any]) 
     """
     mask = options.pop("mask", None)
     opts = PermutahedronOptions.parse_for(options, "soft_topk_mask(method='permutahedron')")
-    return _bind_topk(permutahedron.topk_core, opts, x, k, axis, mask, "permutahedron", closed=True)
+    return bind_topk(permutahedron.topk_core, opts, x, k, axis, mask, "soft_topk_mask(method='permutahedron')", closed=True)
 
 
-def _bind_topk(core: Any, opts: Any, x: Any, k: Any, axis: Any, mask: Any, method: str, *, closed: bool) -> Call[Any]:
-    """A top-k mask's call: ``k`` a real in (0, n) (``closed``: (0, n]) or an array of per-row k of the batch shape."""
+def bind_topk(core: Any, opts: Any, x: Any, k: Any, axis: Any, mask: Any, where: str, *, closed: bool) -> Call[Any]:
+    """A top-k operator's call (``where``: its name in errors): ``k`` a real in (0, n) (``closed``: (0, n]) or an
+    array of per-row k of the batch shape."""
     if is_array(k):
         p = prepare(x, axis=axis, opts=opts, arrays={"k": k, **masked.arrays(mask)})
         batch = tuple(p.x.shape[:-1])
@@ -195,7 +196,7 @@ def _bind_topk(core: Any, opts: Any, x: Any, k: Any, axis: Any, mask: Any, metho
     p = prepare(x, axis=axis, opts=opts, arrays=masked.arrays(mask))
     if not (math.isfinite(k) and 0 < k and (k <= p.n if closed else k < p.n)):
         interval = f"(0, n] = (0, {p.n}]" if closed else f"(0, n) = (0, {p.n})"
-        raise ValueError(f"k must lie in the interval {interval} for method={method!r}, got {k!r}")
+        raise ValueError(f"{where}: k must lie in the interval {interval}, got {k!r}")
     return Call(core, p, opts, masked.bound(p, {"k": float(k)}, mask))
 
 

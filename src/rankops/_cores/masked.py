@@ -19,7 +19,7 @@ from typing import Any, Callable, Mapping
 
 from .._lib._adapters import custom_backward
 from .._lib._calls import ALONG, Prepared
-from .._lib._compat import index_dtype, device as _device
+from .._lib._compat import index_dtype, is_array, device as _device
 
 __all__ = ["arrays", "bound", "laid_out", "entered", "along", "cotangents", "pulled", "finished", "backward", "entering", "squared", "prefix", "held_last", "valid_first", "ValidFirst", "trailing", "sorted_rows"]
 
@@ -186,3 +186,21 @@ def valid_first(xp: Any, adapter: Any, x: Any, mask: Any, *, descending: bool = 
     s, order = sorted_rows(xp, adapter, xp.where(mask, x, far), order, descending=descending)
     count, valid = _counted(xp, mask)
     return ValidFirst(xp.where(valid, s, held_last(xp, adapter, s, count)), order, valid, count)
+
+
+def row_k(xp: Any, x: Any, k_array: tuple[Any, ...], k: Any, count: Any) -> tuple[Any, Any]:
+    """A top-k operator's ``(k, outside)`` per row, shaped ``(..., 1)``: ``k_array`` (a per-row k, the forward's
+    argument) or the number ``k``; ``outside`` where k is not in (0, count] (``count``: n, or n_v with a mask),
+    where k is then 1/2, so that the row computes quietly before it is made NaN."""
+    if k_array:
+        k = xp.astype(k_array[0], x.dtype)[..., None]
+    else:
+        k = xp.full(x.shape[:-1] + (1,), k, dtype=x.dtype, device=_device(x))
+    outside = (k <= 0) | (k > count)
+    return xp.where(outside, 0.5, k), outside
+
+
+def short_rows(xp: Any, value: Any, mask: Any, k: Any) -> Any:
+    """A masked top-k's value NaN throughout (masked entries included) on the rows with fewer than k valid entries."""
+    count = xp.sum(xp.astype(mask, value.dtype), axis=-1, keepdims=True)
+    return xp.where(count < (k[..., None] if is_array(k) else k), math.nan, value)

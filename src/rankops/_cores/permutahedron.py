@@ -280,13 +280,7 @@ class _TopK:
         else:
             row = masked.valid_first(xp, adapter, z, mask, descending=True, order=order)
             s, order, valid, count = row.s, row.order, row.valid, xp.astype(row.count, x.dtype)
-        if k_array:
-            k = xp.astype(k_array[0], x.dtype)[..., None]
-        else:
-            k = xp.full(x.shape[:-1] + (1,), self.k, dtype=x.dtype, device=_device(x))
-        # k outside (0, n_v]: a NaN row, computed quietly at k = 1/2
-        outside = (k <= 0) | (k > count)
-        k = xp.where(outside, 0.5, k)
+        k, outside = masked.row_k(xp, x, k_array, self.k, count)
         mu, share, starts = pnorm.capped(xp, adapter, s, k, self.q, valid)
         inverse = adapter.invert_permutation(xp, order)
         value = xp.where(outside, math.nan, adapter.take(xp, mu, inverse))
@@ -326,9 +320,4 @@ def topk_core(xp: Any, x: Any, opts: Any, *, k: Any, mask: Any = None, order: An
     arrays = (x, *((k,) if is_array(k) else ()), *ordered)
     names = ("x", *(("k",) if is_array(k) else ()), *("order",) * len(ordered))
     (value,), back = masked.backward(xp, spec.fwd, spec.bwd, arrays, names, mask, residuals=rebuilt(spec.fwd))
-    if mask is None:
-        return (value,), back
-    # too few valid entries for k: NaN throughout, masked entries included (as LapSum's and Sinkhorn's)
-    count = xp.sum(xp.astype(mask, x.dtype), axis=-1, keepdims=True)
-    short = count < (k[..., None] if is_array(k) else k)
-    return (xp.where(short, math.nan, value),), back
+    return (value if mask is None else masked.short_rows(xp, value, mask, k),), back

@@ -56,10 +56,10 @@ from .._lib._compat import index_dtype, device as _device
 from .._lib._numerics import safe_divide
 from . import isotonic
 
-__all__ = ["exponent", "project", "capped", "slope"]
+__all__ = ["exponent", "project", "capped", "slope", "power", "cubic_root", "newton_steps"]
 
 
-def _newton_steps(q: float) -> int:
+def newton_steps(q: float) -> int:
     """Newton steps for a q without a closed form: the iterates fall monotonically from the upper bound, slowly
     while far from the root (by about a factor ``1 - 1/(q-1)`` per step, for a large q), then quadratically. Checked
     against the sequential PAV on rows spread over 10^-3..10^3: p = 1.25 settles within 10 steps, 1.05 within 15,
@@ -91,18 +91,18 @@ def _shift(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, q: float) -> tupl
         return mean, d, total_w / m
     if q == 3.0:
         m2 = adapter.segment_sum(xp, starts, d * d)
-        return mean, d, _power(xp, xp.clip((total_w - m2) / m, 0.0, None), 0.5)
+        return mean, d, power(xp, xp.clip((total_w - m2) / m, 0.0, None), 0.5)
     if q == 4.0:
         moments = adapter.segment_sum(xp, starts, xp.stack([d * d, d * d * d]))
-        return mean, d, _cubic_root(xp, 3.0 * moments[0, ...] / m, (moments[1, ...] - total_w) / m)
+        return mean, d, cubic_root(xp, 3.0 * moments[0, ...] / m, (moments[1, ...] - total_w) / m)
 
     def newton(state: tuple[Any]) -> tuple[Any]:
         a = xp.clip(d + state[0], 0.0, None)
-        terms = adapter.segment_sum(xp, starts, xp.stack([_power(xp, a, q - 1.0), _power(xp, a, q - 2.0)]))
+        terms = adapter.segment_sum(xp, starts, xp.stack([power(xp, a, q - 1.0), power(xp, a, q - 2.0)]))
         return (state[0] - safe_divide(xp, terms[0, ...] - total_w, (q - 1.0) * terms[1, ...]),)
 
-    t = _power(xp, xp.clip(total_w / m, 0.0, None), 1.0 / (q - 1.0))
-    steps = _newton_steps(q)
+    t = power(xp, xp.clip(total_w / m, 0.0, None), 1.0 / (q - 1.0))
+    steps = newton_steps(q)
     return mean, d, adapter.repeat(xp, newton, (t,), steps, steps, like=(d, total_w))[0]
 
 
@@ -122,13 +122,13 @@ def _signed_shift(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, q: float) 
     if q == 2.0:
         return mean, d, total_w / m
     spread = adapter.segment_sum(xp, starts, xp.abs(d))
-    lo = -spread - _power(xp, xp.clip(-total_w / m, 0.0, None), e)
-    hi = spread + _power(xp, xp.clip(total_w / m, 0.0, None), e)
+    lo = -spread - power(xp, xp.clip(-total_w / m, 0.0, None), e)
+    hi = spread + power(xp, xp.clip(total_w / m, 0.0, None), e)
 
     def newton(state: tuple[Any, Any, Any]) -> tuple[Any, Any, Any]:
         t, lo, hi = state
         u = d + t
-        terms = adapter.segment_sum(xp, starts, xp.stack([_odd_power(xp, u, q - 1.0), (q - 1.0) * _power(xp, xp.abs(u), q - 2.0)]))
+        terms = adapter.segment_sum(xp, starts, xp.stack([_odd_power(xp, u, q - 1.0), (q - 1.0) * power(xp, xp.abs(u), q - 2.0)]))
         h = terms[0, ...] - total_w
         lo, hi = xp.where(h < 0, t, lo), xp.where(h < 0, hi, t)
         step = t - safe_divide(xp, h, terms[1, ...])
@@ -139,7 +139,7 @@ def _signed_shift(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, q: float) 
     return mean, d, xp.where(m == 1, alone, t)
 
 
-def _cubic_root(xp: Any, p: Any, q: Any) -> Any:
+def cubic_root(xp: Any, p: Any, q: Any) -> Any:
     """The real root of ``t^3 + p t + q = 0`` for ``p >= 0`` (one real root).
 
     Cardano's ``t = B - A`` with ``A^3 = |q|/2 + sqrt(D)``, ``AB = p/3``,
@@ -147,11 +147,11 @@ def _cubic_root(xp: Any, p: Any, q: Any) -> Any:
     the equation rescaled by ``s = max(sqrt(p), cbrt|q|)`` so that no power
     overflows.
     """
-    s = xp.maximum(_power(xp, p, 0.5), _power(xp, xp.abs(q), 1.0 / 3.0))
+    s = xp.maximum(power(xp, p, 0.5), power(xp, xp.abs(q), 1.0 / 3.0))
     some = s > 0
     s = xp.where(some, s, xp.ones_like(s))
     ps, qs = p / (s * s), q / (s * s * s)
-    a = _power(xp, xp.abs(qs) / 2.0 + _power(xp, qs * qs / 4.0 + ps * ps * ps / 27.0, 0.5), 1.0 / 3.0)
+    a = power(xp, xp.abs(qs) / 2.0 + power(xp, qs * qs / 4.0 + ps * ps * ps / 27.0, 0.5), 1.0 / 3.0)
     b = safe_divide(xp, ps / 3.0, a)
     return xp.where(some, -safe_divide(xp, qs, a * a + ps / 3.0 + b * b) * s, xp.zeros_like(s))
 
@@ -198,7 +198,7 @@ def project(xp: Any, adapter: Any, z: Any, w: Any, q: float, valid: Any = None, 
         spread = xp.where(xp.isfinite(top - far), top - far, xp.zeros_like(far))
         far = xp.where(xp.isfinite(far), far, xp.zeros_like(far))
         total = xp.sum(xp.abs(xp.where(valid, w, 0.0)), axis=-1, keepdims=True)
-        below = far - _power(xp, total, 1.0 / (q - 1.0)) - (2.0 * spread if signed else 0.0) - 1.0
+        below = far - power(xp, total, 1.0 / (q - 1.0)) - (2.0 * spread if signed else 0.0) - 1.0
         z = xp.where(valid, z, below)
         w = xp.where(valid, w, 0.0)
     # the decreasing fit is the increasing fit of the reversed row, reversed
@@ -206,15 +206,15 @@ def project(xp: Any, adapter: Any, z: Any, w: Any, q: float, valid: Any = None, 
     yw = xp.stack([y, wf])
     n = z.shape[-1]
     e = 1.0 / (q - 1.0)
-    v0 = y - (_odd_power(xp, wf, e) if signed else _power(xp, wf, e))  # one-entry blocks
+    v0 = y - (_odd_power(xp, wf, e) if signed else power(xp, wf, e))  # one-entry blocks
     v = v0
     if n > 1:
         v, _, _ = isotonic.pool_runs(xp, adapter, (_SignedRules if signed else _Rules)(q), v0, yw, n)
     starts = isotonic.block_starts(xp, v)
     _, d, t = (_signed_shift if signed else _shift)(xp, adapter, starts, y, wf, q)
     a = d + t if signed else xp.clip(d + t, 0.0, None)
-    mu = _odd_power(xp, a, q - 1.0) if signed else _power(xp, a, q - 1.0)
-    dphi = xp.ones_like(a) if q == 2.0 else (q - 1.0) * _power(xp, xp.abs(a), q - 2.0)
+    mu = _odd_power(xp, a, q - 1.0) if signed else power(xp, a, q - 1.0)
+    dphi = xp.ones_like(a) if q == 2.0 else (q - 1.0) * power(xp, xp.abs(a), q - 2.0)
     share = safe_divide(xp, dphi, isotonic.block_sums(xp, adapter, starts, dphi))
     # back in z's order: a block's start is its first entry in that order (the reversed block's last)
     ends = isotonic.block_starts(xp, xp.flip(v, axis=-1))
@@ -225,7 +225,7 @@ def slope(xp: Any, mu: Any, q: float) -> Any:
     """``phi' = (q - 1) mu^((q-2)/(q-1))``, the derivative of ``mu = (z - v)^(q-1)`` in z at fixed v."""
     if q == 2.0:
         return xp.ones_like(mu)
-    return (q - 1.0) * _power(xp, xp.abs(mu), (q - 2.0) / (q - 1.0))
+    return (q - 1.0) * power(xp, xp.abs(mu), (q - 2.0) / (q - 1.0))
 
 
 def capped(xp: Any, adapter: Any, s: Any, k: Any, q: float, valid: Any = None) -> tuple[Any, Any, Any]:
@@ -267,7 +267,7 @@ def capped(xp: Any, adapter: Any, s: Any, k: Any, q: float, valid: Any = None) -
         tau = adapter.take(xp, breaks, j)
         between = (top < j) & (bottom > j)
         a = xp.where(bottom <= j, 1.0, xp.where(between, xp.clip(s - tau, 0.0, 1.0), 0.0))
-        return xp.sum(_power(xp, a, q - 1.0), axis=-1, keepdims=True)
+        return xp.sum(power(xp, a, q - 1.0), axis=-1, keepdims=True)
 
     # the smallest j with S(breaks[j]) >= k (2n: none, k = n_v): tau lies in [breaks[j], breaks[j - 1]]
     index = index_dtype(xp, _device(s))
@@ -289,14 +289,14 @@ def capped(xp: Any, adapter: Any, s: Any, k: Any, q: float, valid: Any = None) -
     starts = ~free | xp.concat([xp.ones_like(free[..., :1]), ~free[..., :-1]], axis=-1)
     t = _free_root(xp, d, free, rest, m, q)
     a = xp.where(free, xp.clip(d + t, 0.0, None), xp.astype(ones, s.dtype))
-    mu = xp.where(free, _power(xp, a, q - 1.0), a)
-    dphi = xp.where(free, xp.ones_like(a) if q == 2.0 else (q - 1.0) * _power(xp, a, q - 2.0), 0.0)
+    mu = xp.where(free, power(xp, a, q - 1.0), a)
+    dphi = xp.where(free, xp.ones_like(a) if q == 2.0 else (q - 1.0) * power(xp, a, q - 2.0), 0.0)
     # a fixed entry is a block of its own, whose share is 1 (its Jacobian row is then 0)
     share = xp.where(free, safe_divide(xp, dphi, xp.sum(dphi, axis=-1, keepdims=True)), 1.0)
     return mu, share, starts
 
 
-def _power(xp: Any, a: Any, e: float) -> Any:
+def power(xp: Any, a: Any, e: float) -> Any:
     """``a ** e`` for ``a >= 0``: by products for the closed forms' exponents (a power costs several products), and
     0 at 0 with a zero tangent, where a fractional power's derivative is infinite (forward mode would read inf * 0)."""
     if e == 1.0:
@@ -312,7 +312,7 @@ def _power(xp: Any, a: Any, e: float) -> Any:
 def _odd_power(xp: Any, a: Any, e: float) -> Any:
     """``sign(a) |a| ** e`` (a ``where``, not ``sign``: torch's array-API ``sign`` indexes by a mask, which
     ``torch.func.vmap`` cannot batch)."""
-    return xp.where(a < 0, -_power(xp, -a, e), _power(xp, a, e))
+    return xp.where(a < 0, -power(xp, -a, e), power(xp, a, e))
 
 
 def _free_root(xp: Any, d: Any, free: Any, total_w: Any, m: Any, q: float) -> Any:
@@ -323,12 +323,12 @@ def _free_root(xp: Any, d: Any, free: Any, total_w: Any, m: Any, q: float) -> An
         return total_w / m
     m2 = xp.sum(d * d, axis=-1, keepdims=True)
     if q == 3.0:
-        return _power(xp, xp.clip((total_w - m2) / m, 0.0, None), 0.5)
+        return power(xp, xp.clip((total_w - m2) / m, 0.0, None), 0.5)
     if q == 4.0:
-        return _cubic_root(xp, 3.0 * m2 / m, (xp.sum(d * d * d, axis=-1, keepdims=True) - total_w) / m)
-    t = _power(xp, xp.clip(total_w, 0.0, None) / m, 1.0 / (q - 1.0))
-    for _ in range(_newton_steps(q)):
+        return cubic_root(xp, 3.0 * m2 / m, (xp.sum(d * d * d, axis=-1, keepdims=True) - total_w) / m)
+    t = power(xp, xp.clip(total_w, 0.0, None) / m, 1.0 / (q - 1.0))
+    for _ in range(newton_steps(q)):
         a = xp.where(free, xp.clip(d + t, 0.0, None), 0.0)
-        h = xp.sum(_power(xp, a, q - 1.0), axis=-1, keepdims=True) - total_w
-        t = t - safe_divide(xp, h, (q - 1.0) * xp.sum(_power(xp, a, q - 2.0), axis=-1, keepdims=True))
+        h = xp.sum(power(xp, a, q - 1.0), axis=-1, keepdims=True) - total_w
+        t = t - safe_divide(xp, h, (q - 1.0) * xp.sum(power(xp, a, q - 2.0), axis=-1, keepdims=True))
     return t

@@ -1,0 +1,215 @@
+r"""Soft top-k in magnitude (Sander, Puigcerver, Djolonga, Peyre & Blondel 2023), sparse and smooth.
+
+The hard operator keeps the k entries of largest ``|x_i|`` and zeroes the
+rest: it is the gradient of ``f(x) = 1/2 sum of the k largest x_i^2 =
+max over y in C of sum_i y_i x_i^2 / 2``, with ``C = {y in [0, 1]^n : sum y
+= k}`` the top-k polytope. Regularizing the conjugate, ``f_eps = (f* + eps
+R)*`` with ``R(u) = (1/p) sum |u_i|^p``, p in (1, 2], and mapping the
+maximizer ``u`` back through ``u + eps sign(u) |u|^(p-1)`` (the map that
+leaves a kept entry exactly ``x_i``) gives, with ``a_i = |x_i|``, ``q = p /
+(p - 1)`` and one threshold ``theta >= 0`` per row,
+
+- ``a_i <= theta``: the entry is 0 (exactly: the operator's sparsity);
+- ``theta < a_i < theta + eps theta^(p-1)``: ``sign(x_i) ((a_i - theta) +
+  ((a_i - theta) / eps)^(q-1))``, the entry blends;
+- otherwise ``x_i`` itself (kept),
+
+where ``theta`` solves ``sum_i clip(((a_i - theta) / (eps theta^(p-1)))^(q-1),
+0, 1) = k`` (the KKT conditions of the maximization over ``y in C``: a
+kept entry has ``y_i = 1``, a blending one ``y_i = u_i / theta``), or is 0
+when fewer than k entries are non-zero (then every entry is kept). This is
+the isotonic problem ``min over decreasing v of sum (1/q) |s_i - v_i|^q +
+eps^(q-1) w_i v_i^2 / 2`` of the paper's code (``s`` the sorted
+magnitudes, ``w`` the top-k polytope's vertex) with its one free block at
+``v = theta``. For p = 2 the operator is scale-free (``eps`` is the width
+of the blending band relative to the threshold); for p < 2,
+``f(c x; eps) = c f(x; c^(p-2) eps)``.
+
+The left side decreases in ``theta`` through the breakpoints ``a_i`` (an
+entry leaves 0) and ``theta_i`` with ``theta_i + eps theta_i^(p-1) = a_i``
+(an entry is kept from there down): a binary search over the 2n breakpoints
+finds the interval, on which the blending set is fixed and ``theta`` is the
+root of ``sum_blend ((a_i - theta) / eps)^(q-1) = theta (k - #kept)``: a
+closed form for p = 2 (linear), 3/2 (quadratic) and 4/3 (a cubic), Newton's
+method from an upper bound otherwise (the equation is convex and increasing
+in ``mean(a) - theta``).
+
+Derivatives: with ``c_i = (q-1)/eps ((a_i - theta) / eps)^(q-2)`` on the
+blending set and ``D = sum_blend c + k - #kept``, ``d out_i / d x_j =
+sign_i sign_j (1 + c_i)(delta_ij - c_j / D)`` there, 1 on a kept entry's
+diagonal, 0 elsewhere; ``d out_i / d k = sign_i (1 + c_i) theta / D``. The
+output is continuous in x and k and smooth between breakpoints; at an
+entry's two breakpoints its slope jumps, for every p: from 0 to ``(1 +
+c_i)(1 - c_i / D)`` where it starts to blend (``c_i`` is ``1/eps`` for p = 2
+and tends to 0 for p < 2: the slope of a soft-thresholding), and to 1 where
+it is kept (the box ``y_i <= 1``, as in the top-k mask). In k, the
+derivative is infinite for p < 2 where an entry has just been kept (the
+blending entries grow as ``(k - #kept)^(p-1)``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+from .._lib._adapters import core, get_adapter, rebuilt, same_shape
+from .._lib._compat import index_dtype, is_array, device as _device
+from .._lib._numerics import safe_divide
+from . import masked
+from .finite import finite_rows
+from .pnorm import cubic_root, exponent, newton_steps, power
+
+__all__ = ["magnitude_core"]
+
+
+def _kept_from(xp: Any, a: Any, eps: float, q: float) -> Any:
+    """The threshold ``theta`` below which an entry of magnitude ``a`` is kept: ``theta + eps theta^(p-1) = a``.
+
+    With ``r = theta^(p-1)`` (so ``theta = r^(q-1)``): ``r^(q-1) + eps r = a``,
+    linear (q = 2), quadratic (q = 3), a depressed cubic (q = 4), else
+    convex and increasing in r: Newton's iterates fall monotonically from the
+    upper bound ``min(a / eps, a^(1/(q-1)))``.
+    """
+    if q == 2.0:
+        return a / (1.0 + eps)
+    if q == 3.0:
+        r = 2.0 * a / (eps + power(xp, eps * eps + 4.0 * a, 0.5))
+        return r * r
+    if q == 4.0:
+        r = cubic_root(xp, xp.full_like(a, eps), -a)
+        return r * r * r
+    r = xp.minimum(a / eps, power(xp, a, 1.0 / (q - 1.0)))
+    for _ in range(newton_steps(q)):
+        h = power(xp, r, q - 1.0) + eps * r - a
+        r = xp.clip(r - h / ((q - 1.0) * power(xp, r, q - 2.0) + eps), 0.0, None)
+    return power(xp, r, q - 1.0)
+
+
+def _blend_root(xp: Any, a: Any, blend: Any, rest: Any, eps: float, q: float) -> tuple[Any, Any]:
+    """``(theta, a - theta)`` on the blending set: the root of ``sum_blend ((a_i - theta) / eps)^(q-1) = theta rest``.
+
+    In ``t = mean(a) - theta`` with the blending entries' centred values ``d``
+    and moments ``M2``, ``M3`` (no difference of close numbers), the equation
+    is ``sum (d_i + t)^(q-1) = eps^(q-1) rest (mean - t)``.
+    """
+    count = xp.sum(xp.astype(blend, a.dtype), axis=-1, keepdims=True)
+    m = xp.where(count > 0, count, xp.ones_like(count))
+    mean = xp.sum(xp.where(blend, a, 0.0), axis=-1, keepdims=True) / m
+    d = xp.where(blend, a - mean, 0.0)
+    e = eps ** (q - 1.0) * rest  # the right side's slope in theta
+    if q == 2.0:
+        t = e * mean / (m + e)
+    elif q == 3.0:
+        c = xp.clip(e * mean - xp.sum(d * d, axis=-1, keepdims=True), 0.0, None)
+        t = 2.0 * c / (e + power(xp, e * e + 4.0 * m * c, 0.5))
+    elif q == 4.0:
+        m2, m3 = xp.sum(d * d, axis=-1, keepdims=True), xp.sum(d * d * d, axis=-1, keepdims=True)
+        t = cubic_root(xp, (3.0 * m2 + e) / m, (m3 - e * mean) / m)
+    else:
+        # Jensen: m t^(q-1) <= e (mean - t) <= e mean at the root; and theta >= 0
+        t = xp.minimum(mean, power(xp, e * mean / m, 1.0 / (q - 1.0)))
+        for _ in range(newton_steps(q)):
+            g = xp.where(blend, xp.clip(d + t, 0.0, None), 0.0)
+            h = xp.sum(power(xp, g, q - 1.0), axis=-1, keepdims=True) - e * (mean - t)
+            t = t - safe_divide(xp, h, (q - 1.0) * xp.sum(power(xp, g, q - 2.0), axis=-1, keepdims=True) + e)
+    return mean - t, xp.where(blend, xp.clip(d + t, 0.0, None), 0.0)
+
+
+def threshold(xp: Any, adapter: Any, a: Any, k: Any, eps: float, q: float) -> tuple[Any, Any, Any, Any]:
+    """``(theta, gap, blend, kept)`` for magnitudes ``a >= 0`` and ``k`` of shape ``(..., 1)`` in (0, n].
+
+    ``gap``: ``a - theta`` on the blending set (0 elsewhere); ``blend`` /
+    ``kept``: the entries' status. A binary search over the breakpoints in
+    decreasing order (``ceil(log2 2n) + 1`` evaluations of the share sum,
+    O(n) each); an entry's status at a breakpoint is read from where its own
+    two breakpoints went, not from ``a - theta``, so that it survives the two
+    rounding to one number.
+    """
+    n = a.shape[-1]
+    both = xp.concat([a, _kept_from(xp, a, eps, q)], axis=-1)
+    order = xp.argsort(-both, axis=-1, stable=True)
+    breaks = adapter.take(xp, both, order)
+    place = adapter.invert_permutation(xp, order)
+    top, bottom = place[..., :n], place[..., n:]
+
+    def total(j: Any) -> Any:
+        """The share sum at ``theta = breaks[j]``: 1 for an entry kept there, its share for one blending."""
+        theta = adapter.take(xp, breaks, j)
+        positive = theta > 0
+        scale = eps * power(xp, xp.where(positive, theta, 1.0), 1.0 / (q - 1.0))
+        between = (top < j) & (bottom > j) & positive
+        share = power(xp, xp.clip((a - theta) / scale, 0.0, 1.0), q - 1.0)
+        return xp.sum(xp.where(bottom <= j, 1.0, xp.where(between, share, 0.0)), axis=-1, keepdims=True)
+
+    # the smallest j with a share sum >= k (2n: none, fewer than k entries are non-zero): theta in [breaks[j], breaks[j-1]]
+    index = index_dtype(xp, _device(a))
+    lo = xp.zeros(a.shape[:-1] + (1,), dtype=index, device=_device(a))  # at the largest a every entry is 0, below k
+    hi = xp.full_like(lo, 2 * n)
+    for _ in range(math.ceil(math.log2(2 * n)) + 1):
+        mid = (lo + hi) // 2
+        reached = total(xp.clip(mid, None, 2 * n - 1)) >= k
+        lo, hi = xp.where(reached, lo, mid), xp.where(reached, mid, hi)
+    whole = hi >= 2 * n
+    kept = (bottom < hi) | whole
+    blend = (top < hi) & (bottom >= hi) & ~whole
+    rest = k - xp.sum(xp.astype(kept, a.dtype), axis=-1, keepdims=True)
+    theta, gap = _blend_root(xp, a, blend, rest, eps, q)
+    return xp.where(whole, 0.0, theta), gap, blend, kept
+
+
+@dataclasses.dataclass(frozen=True)
+class _Magnitude:
+    """The forward and its backward rule (the module docstring's Jacobian)."""
+
+    strength: float
+    k: Any  # a Python number, or None when k is an array argument
+    q: float
+    masked: bool = False
+
+    def fwd(self, xp: Any, x: Any, *rest: Any) -> tuple[tuple[Any], tuple[Any, ...]]:
+        adapter = get_adapter(xp)
+        k_array, _, mask = masked.trailing(rest, False, self.masked)
+        eps, q = self.strength, self.q
+        count = x.shape[-1] if mask is None else xp.sum(xp.astype(mask, x.dtype), axis=-1, keepdims=True)
+        k, outside = masked.row_k(xp, x, k_array, self.k, count)
+        negative = x < 0
+        # masked entries come in as 0 (:func:`.masked.entering`): magnitude 0, never kept unless every entry is
+        theta, gap, blend, kept = threshold(xp, adapter, xp.abs(x), k, eps, q)
+        unit = power(xp, gap / eps, q - 2.0) if q != 2.0 else xp.ones_like(gap)
+        magnitude = gap + unit * gap / eps
+        value = xp.where(kept, x, xp.where(blend, xp.where(negative, -magnitude, magnitude), 0.0))
+        value = xp.where(outside, math.nan, value)
+        c = xp.where(blend & ~outside, (q - 1.0) / eps * unit, 0.0)
+        d = xp.sum(c, axis=-1, keepdims=True) + xp.where(outside, 0.0, k - xp.sum(xp.astype(kept, x.dtype), axis=-1, keepdims=True))
+        return (value,), (negative, blend & ~outside, kept & ~outside, c, d, xp.where(outside, 0.0, theta))
+
+    def bwd(self, xp: Any, res: tuple[Any, ...], cts: tuple[Any, ...]) -> tuple[Any, ...]:
+        (ct,) = cts
+        has_k = self.k is None
+        none = (None,) * self.masked
+        if ct is None:
+            return (None,) * (1 + has_k) + none
+        negative, blend, kept, c, d, theta = res
+        ct = xp.astype(ct, c.dtype, copy=False)
+        g = xp.where(blend, (1.0 + c) * xp.where(negative, -ct, ct), 0.0)  # (1 + c_i) sign_i ct_i
+        total = xp.sum(g, axis=-1, keepdims=True)
+        inner = g - c * safe_divide(xp, total, d)
+        dx = xp.where(kept, ct, xp.where(blend, xp.where(negative, -inner, inner), 0.0))
+        if not has_k:
+            return (dx,) + none
+        return (dx, safe_divide(xp, total * theta, d)[..., 0]) + none
+
+
+@core(output_shapes=same_shape, batched={"k": (), "mask": (0,)})
+@masked.entering
+@finite_rows
+def magnitude_core(xp: Any, x: Any, opts: Any, *, k: Any, mask: Any = None) -> Any:
+    """The soft top-k in magnitude of each row (the module docstring); ``mask``: of the valid entries alone (a row
+    with fewer than k is NaN)."""
+    q = exponent(opts.p) if opts.regularization == "lp" else 2.0
+    spec = _Magnitude(opts.strength, None if is_array(k) else k, q, mask is not None)
+    arrays = (x, *((k,) if is_array(k) else ()))
+    names = ("x", *(("k",) if is_array(k) else ()))
+    (value,), back = masked.backward(xp, spec.fwd, spec.bwd, arrays, names, mask, residuals=rebuilt(spec.fwd))
+    return (value if mask is None else masked.short_rows(xp, value, mask, k),), back
