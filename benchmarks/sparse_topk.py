@@ -13,6 +13,16 @@ Prints two tables:
 2. the share of exact zeros and ones of those top-k masks, and of exact zeros
    and entries kept exactly (``x_i``) of the top-k in magnitude (their sparsity).
 
+With numba installed (``pip install rankops-xp[bench]``), two more tables
+against the route of the paper's reference code (sequential PAV compiled by
+numba on the host, reached through ``jax.pure_callback``;
+:mod:`benchmarks._host_pav`), the p = 4/3 top-k mask on JAX:
+
+3. time of one forward under ``jax.jit`` (ms), float32, both routes, and
+   the callback's over rankops' measured in the same run;
+4. whether each route runs under ``jax.jit`` on a batch sharded over two
+   devices (a subprocess with two XLA CPU devices), and where its output lies.
+
 ``--plot PATH`` draws the paper's Figure 1: ``x(s) = (3, 1, -1 + s, s)``,
 k = 2, the sum of mask entries 2 and 3 as s varies, for the hard mask,
 l2, p = 4/3 and LapSum (``alpha=1``), all at strength (alpha) 1.
@@ -102,6 +112,74 @@ def sparsity(sizes: list[tuple[int, int]]) -> None:
             print(f"| {op} | {b} | {n:,} | " + " | ".join(cells) + " |")
 
 
+_SHARDED = r"""
+import json, sys
+import jax, jax.numpy as jnp, numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+import rankops
+from benchmarks._host_pav import topk_mask_callback
+
+mesh = Mesh(np.array(jax.devices()[:2]), ("b",))
+x = jax.device_put(jnp.asarray(np.random.default_rng(0).normal(size=(4, 1000)), jnp.float32), NamedSharding(mesh, P("b")))
+routes = {"rankops": lambda v: rankops.soft_topk_mask(v, 100, method="permutahedron", regularization="lp", p=4 / 3, strength=0.1),
+          "pure_callback PAV": lambda v: topk_mask_callback(v, 100, 0.1)}
+report = {}
+for name, fn in routes.items():
+    try:
+        out = jax.jit(fn)(x)
+        out.block_until_ready()
+        report[name] = f"runs; output sharded as {out.sharding.spec}, on {len(out.sharding.device_set)} devices"
+    except Exception as error:  # noqa: BLE001  (the table reports it)
+        report[name] = f"fails: {type(error).__name__}: {str(error).splitlines()[0][:120]}"
+print(json.dumps(report))
+"""
+
+
+def host_callback(sizes: list[tuple[int, int]], repeats: int) -> None:
+    """Tables 3-4: rankops' p = 4/3 top-k mask against the reference code's route (host PAV through pure_callback)."""
+    try:
+        import numba  # noqa: F401
+    except ImportError:
+        print("\n(numba is not installed: the comparison with the reference code's host PAV is skipped; "
+              "pip install rankops-xp[bench])")
+        return
+    import jax
+    import jax.numpy as jnp
+
+    import rankops
+    from ._host_pav import topk_mask_callback
+
+    print("\np = 4/3 top-k mask (k = n / 10, strength=0.1), one forward under jax.jit, float32, median of interleaved "
+          "repeats (ms)\n")
+    print("| B | n | rankops | pure_callback PAV | callback / rankops |")
+    print("|---|---|---|---|---|")
+    for b, n in sizes:
+        x = jnp.asarray(np.random.default_rng(0).normal(size=(b, n)).astype(np.float32))
+        k = max(1, n // 10)
+        ours = jax.jit(lambda v: rankops.soft_topk_mask(v, k, method="permutahedron", regularization="lp", p=4 / 3, strength=0.1))
+        theirs = jax.jit(lambda v: topk_mask_callback(v, k, 0.1))
+        np.testing.assert_allclose(np.asarray(ours(x)), np.asarray(theirs(x)), atol=1e-4)  # the same mask
+        fns = {"rankops": lambda: ours(x).block_until_ready(), "callback": lambda: theirs(x).block_until_ready()}
+        ms = {key: 1e3 * v for key, v in interleaved_medians(fns, repeats).items()}
+        print(f"| {b} | {n:,} | {ms['rankops']:.3g} | {ms['callback']:.3g} | {ms['callback'] / ms['rankops']:.2f} |")
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.run([sys.executable, "-c", _SHARDED], cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    report = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else {"both": proc.stderr[-300:]}
+    print("\nunder jax.jit, B = 4, n = 1000, the batch sharded over two XLA CPU devices\n")
+    print("| route | result |")
+    print("|---|---|")
+    for name, result in report.items():
+        print(f"| {name} | {result} |")
+
+
 def plot(path: str) -> None:
     import matplotlib
 
@@ -139,6 +217,7 @@ def main(argv: list[str] | None = None) -> None:
     sizes = [(2, 200), (1, 2000)] if args.quick else [(20, 1000), (1, 100_000)]
     speed(sizes, 2 if args.quick else args.repeats)
     sparsity(sizes)
+    host_callback(sizes, 2 if args.quick else args.repeats)
     if args.plot:
         plot(args.plot)
 

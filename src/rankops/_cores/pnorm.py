@@ -255,11 +255,7 @@ def capped(xp: Any, adapter: Any, s: Any, k: Any, q: float, valid: Any = None) -
     # the breakpoints in decreasing order, and where each entry's own two went: an entry is 1 once tau is past its
     # s - 1, free between, 0 above its s. Read from these positions, not from s - tau, the status survives s - 1
     # rounding to s at large s
-    both = xp.concat([s, s - 1.0], axis=-1)
-    order = xp.argsort(-both, axis=-1, stable=True)
-    breaks = adapter.take(xp, both, order)
-    place = adapter.invert_permutation(xp, order)
-    top, bottom = place[..., :n], place[..., n:]
+    breaks, top, bottom = adapter.merge_descending(xp, s, s - 1.0)
 
     def total(j: Any) -> Any:
         """S at tau = breaks[j]: the entries whose s - 1 is at or above it count 1 (there exactly), those between theirs

@@ -125,6 +125,14 @@ class Generic:
         """The inverse of each row's permutation ``order`` (a sort here; a scatter where the host has one)."""
         return xp.argsort(order, axis=-1)
 
+    def merge_descending(self, xp: Any, a: Any, b: Any) -> tuple[Any, Any, Any]:
+        """Two rows sorted decreasing, merged as a stable sort of their concatenation (``a``'s entry first on a tie):
+        ``(merged, where a's entries went, where b's went)``. Here that sort."""
+        n = a.shape[-1]
+        merged, order = self.sort_order(xp, -xp.concat([a, b], axis=-1))
+        place = self.invert_permutation(xp, order)
+        return -merged, place[..., :n], place[..., n:]
+
     def segment_sum(self, xp: Any, starts: Any, g: Any) -> Any:
         """Each entry's segment total of ``g`` along the last axis; ``starts`` (True where a segment begins) broadcasts against ``g``."""
         return _loops.segment_sum(xp, starts, g)

@@ -171,6 +171,16 @@ class Jax(Generic):
         s, order = jax.lax.sort((-x if descending else x, iota), dimension=x.ndim - 1, is_stable=True, num_keys=1)
         return (-s if descending else s), order
 
+    def merge_descending(self, xp: Any, a: Any, b: Any) -> tuple[Any, Any, Any]:
+        # XLA's CPU sort of 2n costs more than two row-wise binary searches and a scatter: an entry's place is its
+        # index plus the other row's entries that come before it (b_j > a_i before a_i; a_i >= b_j before b_j)
+        n = a.shape[-1]
+        index = jnp.arange(n, dtype=index_dtype(xp, None))
+        top = index + self.searchsorted(xp, -b, -a, side="left").astype(index.dtype)
+        bottom = index + self.searchsorted(xp, -a, -b, side="right").astype(index.dtype)
+        order = self.invert_permutation(xp, jnp.concatenate([top, bottom], axis=-1))
+        return self.take(xp, jnp.concatenate([a, b], axis=-1), order), top, bottom
+
     def invert_permutation(self, xp: Any, order: Any) -> Any:
         n = order.shape[-1]
         flat = jnp.reshape(order, (-1, n))
