@@ -109,6 +109,7 @@ def _shift(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, q: float) -> tupl
 # safeguarded Newton steps for a block equation whose terms change sign (the soft sort's): each step halves the
 # bracket at worst, and converges quadratically once Newton's step stays inside it
 _SIGNED_STEPS = 60
+_SIGNED_ROUND = 2  # steps between two looks at whether a root still moves, where values can be read
 
 
 def _signed_shift(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, q: float) -> tuple[Any, Any, Any]:
@@ -121,9 +122,22 @@ def _signed_shift(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, q: float) 
     alone = _odd_power(xp, total_w, e)
     if q == 2.0:
         return mean, d, total_w / m
-    spread = adapter.segment_sum(xp, starts, xp.abs(d))
+    sums = adapter.segment_sum(xp, starts, xp.stack([xp.abs(d), d * d, d * d * d]))
+    spread = sums[0, ...]
     lo = -spread - power(xp, xp.clip(-total_w / m, 0.0, None), e)
     hi = spread + power(xp, xp.clip(total_w / m, 0.0, None), e)
+    start = xp.where(m == 1, alone, (lo + hi) / 2.0)
+    if q in (3.0, 4.0):
+        # a block whose terms all share W's sign has the unsigned root (:func:`_shift`'s closed forms, mirrored for
+        # W < 0): exact where no term changes sign there, so Newton's steps leave it in place
+        m2, m3, up = sums[1, ...], sums[2, ...], total_w >= 0
+        if q == 3.0:
+            root = power(xp, xp.clip((xp.abs(total_w) - m2) / m, 0.0, None), 0.5)
+        else:
+            root = cubic_root(xp, 3.0 * m2 / m, (xp.where(up, m3, -m3) - xp.abs(total_w)) / m)
+        t0 = xp.where(up, root, -root)
+        crossed = adapter.segment_sum(xp, starts, xp.astype(xp.where(up, d + t0 < 0, d + t0 > 0), d.dtype))
+        start = xp.where(crossed == 0, t0, start)
 
     def newton(state: tuple[Any, Any, Any]) -> tuple[Any, Any, Any]:
         t, lo, hi = state
@@ -132,11 +146,22 @@ def _signed_shift(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, q: float) 
         h = terms[0, ...] - total_w
         lo, hi = xp.where(h < 0, t, lo), xp.where(h < 0, hi, t)
         step = t - safe_divide(xp, h, terms[1, ...])
-        return xp.where((step > lo) & (step < hi) & (terms[1, ...] > 0), step, (lo + hi) / 2.0), lo, hi
+        # the bracket closed: a root at its end (a one-entry block's, or a closed form's start) is kept
+        return xp.where((step >= lo) & (step <= hi) & (terms[1, ...] > 0), step, (lo + hi) / 2.0), lo, hi
 
-    # one loop (a compiled host traces the step once), not the steps unrolled into the pooling round's body
-    t, _, _ = adapter.repeat(xp, newton, ((lo + hi) / 2.0, lo, hi), _SIGNED_STEPS, _SIGNED_STEPS, like=(d, total_w))
-    return mean, d, xp.where(m == 1, alone, t)
+    # one loop (a compiled host traces the step once), not the steps unrolled into the pooling round's body; where
+    # values can be read, in rounds of a few steps until no root moves by more than a few units in its last place
+    state = (start, lo, hi)
+    if adapter.is_concrete(d):
+        ulps = 8.0 * xp.finfo(d.dtype).eps * (spread + xp.abs(start))
+        for _ in range(0, _SIGNED_STEPS, _SIGNED_ROUND):
+            new = adapter.repeat(xp, newton, state, _SIGNED_ROUND, _SIGNED_ROUND, like=(d, total_w))
+            moved, state = bool(xp.any(xp.abs(new[0] - state[0]) > ulps)), new
+            if not moved:
+                break
+    else:
+        state = adapter.repeat(xp, newton, state, _SIGNED_STEPS, _SIGNED_STEPS, like=(d, total_w))
+    return mean, d, xp.where(m == 1, alone, state[0])
 
 
 def cubic_root(xp: Any, p: Any, q: Any) -> Any:
@@ -307,7 +332,13 @@ def power(xp: Any, a: Any, e: float) -> Any:
 
 def _odd_power(xp: Any, a: Any, e: float) -> Any:
     """``sign(a) |a| ** e`` (a ``where``, not ``sign``: torch's array-API ``sign`` indexes by a mask, which
-    ``torch.func.vmap`` cannot batch)."""
+    ``torch.func.vmap`` cannot batch); by products for the closed forms' exponents, which need no branch."""
+    if e == 1.0:
+        return a
+    if e == 2.0:
+        return a * xp.abs(a)
+    if e == 3.0:
+        return a * a * a
     return xp.where(a < 0, -power(xp, -a, e), power(xp, a, e))
 
 
