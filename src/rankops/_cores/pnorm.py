@@ -109,7 +109,7 @@ def _shift(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, q: float) -> tupl
 # safeguarded Newton steps for a block equation whose terms change sign (the soft sort's): each step halves the
 # bracket at worst, and converges quadratically once Newton's step stays inside it
 _SIGNED_STEPS = 60
-_SIGNED_ROUND = 2  # steps between two looks at whether a root still moves, where values can be read
+_SIGNED_ROUND = 2  # steps between two looks at whether a root still moves
 
 
 def _signed_shift(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, q: float) -> tuple[Any, Any, Any]:
@@ -149,19 +149,15 @@ def _signed_shift(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, q: float) 
         # the bracket closed: a root at its end (a one-entry block's, or a closed form's start) is kept
         return xp.where((step >= lo) & (step <= hi) & (terms[1, ...] > 0), step, (lo + hi) / 2.0), lo, hi
 
-    # one loop (a compiled host traces the step once), not the steps unrolled into the pooling round's body; where
-    # values can be read, in rounds of a few steps until no root moves by more than a few units in its last place
-    state = (start, lo, hi)
-    if adapter.is_concrete(d):
-        ulps = 8.0 * xp.finfo(d.dtype).eps * (spread + xp.abs(start))
-        for _ in range(0, _SIGNED_STEPS, _SIGNED_ROUND):
-            new = adapter.repeat(xp, newton, state, _SIGNED_ROUND, _SIGNED_ROUND, like=(d, total_w))
-            moved, state = bool(xp.any(xp.abs(new[0] - state[0]) > ulps)), new
-            if not moved:
-                break
-    else:
-        state = adapter.repeat(xp, newton, state, _SIGNED_STEPS, _SIGNED_STEPS, like=(d, total_w))
-    return mean, d, xp.where(m == 1, alone, state[0])
+    # one loop (a compiled host traces the step once), not the steps unrolled into the pooling round's body, in
+    # rounds of a few steps until no root moves by more than a few units in its last place
+    ulps = 8.0 * xp.finfo(d.dtype).eps * (spread + xp.abs(start))
+
+    def moved(old: tuple[Any, Any, Any], new: tuple[Any, Any, Any]) -> Any:
+        return xp.any(xp.abs(new[0] - old[0]) > ulps)
+
+    t, _, _ = adapter.settle(xp, newton, (start, lo, hi), moved, _SIGNED_STEPS, _SIGNED_ROUND, like=(d, total_w))
+    return mean, d, xp.where(m == 1, alone, t)
 
 
 def cubic_root(xp: Any, p: Any, q: Any) -> Any:

@@ -192,6 +192,19 @@ class Generic:
             state = body(state)
         return state
 
+    def settle(self, xp: Any, body: Callable[[Any], Any], state: Any, moved: Callable[[Any, Any], Any], most: int, every: int,
+               like: tuple[Any, ...] = ()) -> Any:
+        """``body`` applied to ``state`` until ``moved(old, new)`` (a 0-d bool: whether ``every`` more steps changed
+        anything) is False, or ``most`` steps; where values cannot be read now, all ``most`` steps."""
+        if not self.is_concrete(state[0]):
+            return self.repeat(xp, body, state, most, most, like=like)
+        for _ in range(0, most, every):
+            new = self.repeat(xp, body, state, every, every, like=like)
+            going, state = bool(moved(state, new)), new
+            if not going:
+                break
+        return state
+
     def compiled(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """``fn(xp, *arrays)`` compiled once per shape where the host compiles (JAX), else ``fn`` itself.
 

@@ -242,6 +242,20 @@ class Jax(Generic):
 
         return jax.lax.fori_loop(0, most, one, varying(tuple(state), count, *like)) if most > 0 else tuple(state)
 
+    def settle(self, xp: Any, body: Any, state: Any, moved: Any, most: int, every: int, like: tuple[Any, ...] = ()) -> Any:
+        """One ``lax.while_loop`` of rounds of ``every`` steps, until a round moves nothing: under ``jit`` too (under
+        ``vmap`` until every problem settles)."""
+
+        def round_(carry: Any) -> Any:
+            i, s, _ = carry
+            new = self.repeat(xp, body, s, every, every, like=like)
+            return i + every, new, moved(s, new)
+
+        # the flag from the data, so that it varies over a shard_map's axes as the round's does
+        going = jnp.any(state[0] == state[0]) | True
+        start = varying((jnp.zeros((), jnp.int32), tuple(state), going), *like)
+        return jax.lax.while_loop(lambda c: (c[0] < most) & c[2], round_, start)[1]
+
     def unless(self, xp: Any, skip: Any, fn: Any, operand: Any) -> Any:
         """``lax.cond``: under ``jit`` the skipped branch costs nothing (under ``vmap`` both run)."""
         return jax.lax.cond(skip, lambda o: o, fn, operand)
