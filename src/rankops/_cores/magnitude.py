@@ -58,12 +58,12 @@ from .._lib._compat import index_dtype, is_array, device as _device
 from .._lib._numerics import safe_divide
 from . import masked
 from .finite import finite_rows
-from .pnorm import cubic_root, exponent, newton_steps, power
+from .pnorm import cubic_root, exponent, falling_root, newton_steps, power
 
 __all__ = ["magnitude_core"]
 
 
-def _kept_from(xp: Any, a: Any, eps: float, q: float) -> Any:
+def _kept_from(xp: Any, adapter: Any, a: Any, eps: float, q: float) -> Any:
     """The threshold ``theta`` below which an entry of magnitude ``a`` is kept: ``theta + eps theta^(p-1) = a``.
 
     With ``r = theta^(p-1)`` (so ``theta = r^(q-1)``): ``r^(q-1) + eps r = a``,
@@ -80,13 +80,20 @@ def _kept_from(xp: Any, a: Any, eps: float, q: float) -> Any:
         r = cubic_root(xp, xp.full_like(a, eps), -a)
         return r * r * r
     r = xp.minimum(a / eps, power(xp, a, 1.0 / (q - 1.0)))
-    for _ in range(newton_steps(q)):
+    ulps = 8.0 * xp.finfo(a.dtype).eps * r
+
+    def newton(state: tuple[Any]) -> tuple[Any]:
+        (r,) = state
         h = power(xp, r, q - 1.0) + eps * r - a
-        r = xp.clip(r - h / ((q - 1.0) * power(xp, r, q - 2.0) + eps), 0.0, None)
-    return power(xp, r, q - 1.0)
+        return (xp.clip(r - h / ((q - 1.0) * power(xp, r, q - 2.0) + eps), 0.0, None),)
+
+    def moved(old: tuple[Any], new: tuple[Any]) -> Any:
+        return xp.any(old[0] - new[0] > ulps)
+
+    return power(xp, adapter.settle(xp, newton, (r,), moved, newton_steps(q), 2, like=(a,))[0], q - 1.0)
 
 
-def _blend_root(xp: Any, a: Any, blend: Any, rest: Any, eps: float, q: float) -> tuple[Any, Any]:
+def _blend_root(xp: Any, adapter: Any, a: Any, blend: Any, rest: Any, eps: float, q: float) -> tuple[Any, Any]:
     """``(theta, a - theta)`` on the blending set: the root of ``sum_blend ((a_i - theta) / eps)^(q-1) = theta rest``.
 
     In ``t = mean(a) - theta`` with the blending entries' centred values ``d``
@@ -108,11 +115,8 @@ def _blend_root(xp: Any, a: Any, blend: Any, rest: Any, eps: float, q: float) ->
         t = cubic_root(xp, (3.0 * m2 + e) / m, (m3 - e * mean) / m)
     else:
         # Jensen: m t^(q-1) <= e (mean - t) <= e mean at the root; and theta >= 0
-        t = xp.minimum(mean, power(xp, e * mean / m, 1.0 / (q - 1.0)))
-        for _ in range(newton_steps(q)):
-            g = xp.where(blend, xp.clip(d + t, 0.0, None), 0.0)
-            h = xp.sum(power(xp, g, q - 1.0), axis=-1, keepdims=True) - e * (mean - t)
-            t = t - safe_divide(xp, h, (q - 1.0) * xp.sum(power(xp, g, q - 2.0), axis=-1, keepdims=True) + e)
+        start = xp.minimum(mean, power(xp, e * mean / m, 1.0 / (q - 1.0)))
+        t = falling_root(xp, adapter, blend, d, lambda t: e * (mean - t), start, q)
     return mean - t, xp.where(blend, xp.clip(d + t, 0.0, None), 0.0)
 
 
@@ -127,7 +131,7 @@ def threshold(xp: Any, adapter: Any, a: Any, k: Any, eps: float, q: float) -> tu
     rounding to one number.
     """
     n = a.shape[-1]
-    both = xp.concat([a, _kept_from(xp, a, eps, q)], axis=-1)
+    both = xp.concat([a, _kept_from(xp, adapter, a, eps, q)], axis=-1)
     order = xp.argsort(-both, axis=-1, stable=True)
     breaks = adapter.take(xp, both, order)
     place = adapter.invert_permutation(xp, order)
@@ -154,7 +158,7 @@ def threshold(xp: Any, adapter: Any, a: Any, k: Any, eps: float, q: float) -> tu
     kept = (bottom < hi) | whole
     blend = (top < hi) & (bottom >= hi) & ~whole
     rest = k - xp.sum(xp.astype(kept, a.dtype), axis=-1, keepdims=True)
-    theta, gap = _blend_root(xp, a, blend, rest, eps, q)
+    theta, gap = _blend_root(xp, adapter, a, blend, rest, eps, q)
     return xp.where(whole, 0.0, theta), gap, blend, kept
 
 

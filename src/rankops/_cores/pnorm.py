@@ -56,7 +56,7 @@ from .._lib._compat import index_dtype, device as _device
 from .._lib._numerics import safe_divide
 from . import isotonic
 
-__all__ = ["exponent", "project", "capped", "slope", "power", "cubic_root", "newton_steps"]
+__all__ = ["exponent", "project", "capped", "slope", "power", "cubic_root", "newton_steps", "falling_root"]
 
 
 def newton_steps(q: float) -> int:
@@ -102,8 +102,12 @@ def _shift(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, q: float) -> tupl
         return (state[0] - safe_divide(xp, terms[0, ...] - total_w, (q - 1.0) * terms[1, ...]),)
 
     t = power(xp, xp.clip(total_w / m, 0.0, None), 1.0 / (q - 1.0))
-    steps = newton_steps(q)
-    return mean, d, adapter.repeat(xp, newton, (t,), steps, steps, like=(d, total_w))[0]
+    ulps = 8.0 * xp.finfo(d.dtype).eps * t  # the iterates fall from t to the root: a few units in t's last place
+
+    def moved(old: tuple[Any], new: tuple[Any]) -> Any:
+        return xp.any(old[0] - new[0] > ulps)
+
+    return mean, d, adapter.settle(xp, newton, (t,), moved, newton_steps(q), 2, like=(d, total_w))[0]
 
 
 # safeguarded Newton steps for a block equation whose terms change sign (the soft sort's): each step halves the
@@ -304,7 +308,7 @@ def capped(xp: Any, adapter: Any, s: Any, k: Any, q: float, valid: Any = None) -
     d = xp.where(free, s - mean, 0.0)
     rest = k - xp.sum(xp.astype(ones, s.dtype), axis=-1, keepdims=True)
     starts = ~free | xp.concat([xp.ones_like(free[..., :1]), ~free[..., :-1]], axis=-1)
-    t = _free_root(xp, d, free, rest, m, q)
+    t = _free_root(xp, adapter, d, free, rest, m, q)
     a = xp.where(free, xp.clip(d + t, 0.0, None), xp.astype(ones, s.dtype))
     mu = xp.where(free, power(xp, a, q - 1.0), a)
     dphi = xp.where(free, xp.ones_like(a) if q == 2.0 else (q - 1.0) * power(xp, a, q - 2.0), 0.0)
@@ -338,7 +342,7 @@ def _odd_power(xp: Any, a: Any, e: float) -> Any:
     return xp.where(a < 0, -power(xp, -a, e), power(xp, a, e))
 
 
-def _free_root(xp: Any, d: Any, free: Any, total_w: Any, m: Any, q: float) -> Any:
+def _free_root(xp: Any, adapter: Any, d: Any, free: Any, total_w: Any, m: Any, q: float) -> Any:
     """:func:`_shift`'s root for the one free block of :func:`capped` (``d`` centred on the free entries, 0
     elsewhere): the same closed forms and Newton steps, as reductions over the row: one block needs no segmented sums
     (a scatter on torch), which cost more than a reduction on every step."""
@@ -349,9 +353,24 @@ def _free_root(xp: Any, d: Any, free: Any, total_w: Any, m: Any, q: float) -> An
         return power(xp, xp.clip((total_w - m2) / m, 0.0, None), 0.5)
     if q == 4.0:
         return cubic_root(xp, 3.0 * m2 / m, (xp.sum(d * d * d, axis=-1, keepdims=True) - total_w) / m)
-    t = power(xp, xp.clip(total_w, 0.0, None) / m, 1.0 / (q - 1.0))
-    for _ in range(newton_steps(q)):
+    return falling_root(xp, adapter, free, d, lambda t: total_w, power(xp, xp.clip(total_w, 0.0, None) / m, 1.0 / (q - 1.0)), q)
+
+
+def falling_root(xp: Any, adapter: Any, free: Any, d: Any, right: Any, start: Any, q: float) -> Any:
+    """The root t of ``sum_free (d_i + t)^(q-1) = right(t)`` over each row (``right`` linear and non-increasing in
+    t) by Newton's method from an upper bound ``start``: the left side minus the right is convex and
+    increasing, so the iterates fall monotonically; they stop once none falls by more than a few units in its last
+    place (:meth:`settle`), within :func:`newton_steps`."""
+    ulps = 8.0 * xp.finfo(d.dtype).eps * xp.abs(start)
+
+    def newton(state: tuple[Any]) -> tuple[Any]:
+        (t,) = state
         a = xp.where(free, xp.clip(d + t, 0.0, None), 0.0)
-        h = xp.sum(power(xp, a, q - 1.0), axis=-1, keepdims=True) - total_w
-        t = t - safe_divide(xp, h, (q - 1.0) * xp.sum(power(xp, a, q - 2.0), axis=-1, keepdims=True))
-    return t
+        h = xp.sum(power(xp, a, q - 1.0), axis=-1, keepdims=True) - right(t)
+        slope = (q - 1.0) * xp.sum(power(xp, a, q - 2.0), axis=-1, keepdims=True) + (right(t) - right(t + 1.0))
+        return (t - safe_divide(xp, h, slope),)
+
+    def moved(old: tuple[Any], new: tuple[Any]) -> Any:
+        return xp.any(old[0] - new[0] > ulps)
+
+    return adapter.settle(xp, newton, (start,), moved, newton_steps(q), 2, like=(d,))[0]
