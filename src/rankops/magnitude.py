@@ -61,6 +61,9 @@ def soft_topk_magnitude(x: Array, /, k: float | Array, *, axis: int | tuple[int,
         True for the valid entries: the top k of each row's n_v valid
         entries, 0 elsewhere; a row with no valid entry, or with k > n_v, is
         NaN.
+
+    Other Parameters
+    ----------------
     regularization : {"l2", "lp"}, default "l2"
         ``"lp"``: the p-norm, with p below 2 a band whose entries start at
         the slope of a soft-thresholding (1) rather than ``1 + 1/strength``.
