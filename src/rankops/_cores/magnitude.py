@@ -54,11 +54,11 @@ import math
 from typing import Any
 
 from .._lib._adapters import core, get_adapter, rebuilt, same_shape
-from .._lib._compat import index_dtype, is_array, device as _device
+from .._lib._compat import is_array
 from .._lib._numerics import safe_divide
 from . import masked
 from .finite import finite_rows
-from .pnorm import cubic_root, exponent, falling_root, newton_steps, power
+from .pnorm import cubic_root, exponent_of, falling_root, newton_steps, power, search_breakpoints
 
 __all__ = ["magnitude_core"]
 
@@ -116,24 +116,23 @@ def _blend_root(xp: Any, adapter: Any, a: Any, blend: Any, rest: Any, eps: float
     else:
         # Jensen: m t^(q-1) <= e (mean - t) <= e mean at the root; and theta >= 0
         start = xp.minimum(mean, power(xp, e * mean / m, 1.0 / (q - 1.0)))
-        t = falling_root(xp, adapter, blend, d, lambda t: e * (mean - t), start, q)
+        t = falling_root(xp, adapter, blend, d, e * mean, e, start, q)
     return mean - t, xp.where(blend, xp.clip(d + t, 0.0, None), 0.0)
 
 
-def threshold(xp: Any, adapter: Any, a: Any, k: Any, eps: float, q: float) -> tuple[Any, Any, Any, Any]:
-    """``(theta, gap, blend, kept)`` for magnitudes ``a >= 0`` and ``k`` of shape ``(..., 1)`` in (0, n].
+def threshold(xp: Any, adapter: Any, a: Any, k: Any, eps: float, q: float) -> tuple[Any, Any, Any, Any, Any]:
+    """``(theta, gap, blend, kept, rest)`` for magnitudes ``a >= 0`` and ``k`` of shape ``(..., 1)`` in (0, n].
 
     ``gap``: ``a - theta`` on the blending set (0 elsewhere); ``blend`` /
-    ``kept``: the entries' status. A binary search over the breakpoints in
-    decreasing order (``ceil(log2 2n) + 1`` evaluations of the share sum,
-    O(n) each); an entry's status at a breakpoint is read from where its own
+    ``kept``: the entries' status; ``rest``: k less the kept count. A binary
+    search over the breakpoints in decreasing order
+    (:func:`.pnorm.search_breakpoints`); an entry's status at a breakpoint is read from where its own
     two breakpoints went, not from ``a - theta``, so that it survives the two
     rounding to one number.
     """
     n = a.shape[-1]
-    both = xp.concat([a, _kept_from(xp, adapter, a, eps, q)], axis=-1)
-    order = xp.argsort(-both, axis=-1, stable=True)
-    breaks = adapter.take(xp, both, order)
+    # unsorted here (a is x's own order): one stable sort of both rows, not adapter.merge_descending's merge
+    breaks, order = adapter.sort_order(xp, xp.concat([a, _kept_from(xp, adapter, a, eps, q)], axis=-1), descending=True)
     place = adapter.invert_permutation(xp, order)
     top, bottom = place[..., :n], place[..., n:]
 
@@ -146,20 +145,12 @@ def threshold(xp: Any, adapter: Any, a: Any, k: Any, eps: float, q: float) -> tu
         share = power(xp, xp.clip((a - theta) / scale, 0.0, 1.0), q - 1.0)
         return xp.sum(xp.where(bottom <= j, 1.0, xp.where(between, share, 0.0)), axis=-1, keepdims=True)
 
-    # the smallest j with a share sum >= k (2n: none, fewer than k entries are non-zero): theta in [breaks[j], breaks[j-1]]
-    index = index_dtype(xp, _device(a))
-    lo = xp.zeros(a.shape[:-1] + (1,), dtype=index, device=_device(a))  # at the largest a every entry is 0, below k
-    hi = xp.full_like(lo, 2 * n)
-    for _ in range(math.ceil(math.log2(2 * n)) + 1):
-        mid = (lo + hi) // 2
-        reached = total(xp.clip(mid, None, 2 * n - 1)) >= k
-        lo, hi = xp.where(reached, lo, mid), xp.where(reached, mid, hi)
-    whole = hi >= 2 * n
-    kept = (bottom < hi) | whole
-    blend = (top < hi) & (bottom >= hi) & ~whole
+    # whole: fewer than k entries are non-zero (at the largest a every entry is 0, below k)
+    kept, blend, whole = search_breakpoints(xp, top, bottom, total, k)
+    kept = kept | whole
     rest = k - xp.sum(xp.astype(kept, a.dtype), axis=-1, keepdims=True)
     theta, gap = _blend_root(xp, adapter, a, blend, rest, eps, q)
-    return xp.where(whole, 0.0, theta), gap, blend, kept
+    return xp.where(whole, 0.0, theta), gap, blend, kept, rest
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,13 +170,13 @@ class _Magnitude:
         k, outside = masked.row_k(xp, x, k_array, self.k, count)
         negative = x < 0
         # masked entries come in as 0 (:func:`.masked.entering`): magnitude 0, never kept unless every entry is
-        theta, gap, blend, kept = threshold(xp, adapter, xp.abs(x), k, eps, q)
+        theta, gap, blend, kept, rest = threshold(xp, adapter, xp.abs(x), k, eps, q)
         unit = power(xp, gap / eps, q - 2.0) if q != 2.0 else xp.ones_like(gap)
         magnitude = gap + unit * gap / eps
         value = xp.where(kept, x, xp.where(blend, xp.where(negative, -magnitude, magnitude), 0.0))
         value = xp.where(outside, math.nan, value)
         c = xp.where(blend & ~outside, (q - 1.0) / eps * unit, 0.0)
-        d = xp.sum(c, axis=-1, keepdims=True) + xp.where(outside, 0.0, k - xp.sum(xp.astype(kept, x.dtype), axis=-1, keepdims=True))
+        d = xp.sum(c, axis=-1, keepdims=True) + xp.where(outside, 0.0, rest)
         return (value,), (negative, blend & ~outside, kept & ~outside, c, d, xp.where(outside, 0.0, theta))
 
     def bwd(self, xp: Any, res: tuple[Any, ...], cts: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -211,8 +202,7 @@ class _Magnitude:
 def magnitude_core(xp: Any, x: Any, opts: Any, *, k: Any, mask: Any = None) -> Any:
     """The soft top-k in magnitude of each row (the module docstring); ``mask``: of the valid entries alone (a row
     with fewer than k is NaN)."""
-    q = exponent(opts.p) if opts.regularization == "lp" else 2.0
-    spec = _Magnitude(opts.strength, None if is_array(k) else k, q, mask is not None)
+    spec = _Magnitude(opts.strength, None if is_array(k) else k, exponent_of(opts), mask is not None)
     arrays = (x, *((k,) if is_array(k) else ()))
     names = ("x", *(("k",) if is_array(k) else ()))
     (value,), back = masked.backward(xp, spec.fwd, spec.bwd, arrays, names, mask, residuals=rebuilt(spec.fwd))

@@ -217,11 +217,6 @@ def _block_average(xp: Any, adapter: Any, starts: Any, s: Any, g: Any, regulariz
     return share * isotonic.block_sums(xp, adapter, starts, g)
 
 
-def _exponent(opts: Any) -> float:
-    """The projection's ``q`` (:mod:`.pnorm`): ``p / (p - 1)`` for ``regularization="lp"``, 2 (the l2 case) else."""
-    return pnorm.exponent(opts.p) if opts.regularization == "lp" else 2.0
-
-
 def _homogeneity(params: dict[str, Any], opts: Any) -> tuple[int, int] | None:
     """``(p, k)`` of :mod:`.tempered`: ranks see ``x / eps``; the l2 sort is jointly homogeneous; the KL sort is neither."""
     if params["output"] == "rank":
@@ -244,7 +239,7 @@ def projection_core(xp: Any, x: Any, opts: Any, *, output: str, descending: bool
     # an array strength is the KL sort's (_homogeneity): it travels with x and gets its own gradient
     strength = is_array(opts.strength)
     ordered = order is not None
-    spec = _Projection(output, opts.regularization, None if strength else opts.strength, descending, mask is not None, ordered, _exponent(opts))
+    spec = _Projection(output, opts.regularization, None if strength else opts.strength, descending, mask is not None, ordered, pnorm.exponent_of(opts))
     arrays = (x, *((xp.astype(opts.strength, x.dtype),) if strength else ()), *(order,) * ordered)
     names = ("x", *("strength",) * strength, *("order",) * ordered)
     return masked.backward(xp, spec.fwd, spec.bwd, arrays, names, mask, positional=output == "sort", residuals=rebuilt(spec.fwd))
@@ -315,7 +310,7 @@ class _TopK:
 def topk_core(xp: Any, x: Any, opts: Any, *, k: Any, mask: Any = None, order: Any = None) -> Any:
     """The sparse top-k mask: the projection of ``x / strength`` onto the top-k polytope (l2 or p-norm regularized);
     ``mask``: the top k of the valid entries (a row with fewer than k is NaN)."""
-    spec = _TopK(opts.strength, None if is_array(k) else k, _exponent(opts), mask is not None, order is not None)
+    spec = _TopK(opts.strength, None if is_array(k) else k, pnorm.exponent_of(opts), mask is not None, order is not None)
     ordered = () if order is None else (order,)
     arrays = (x, *((k,) if is_array(k) else ()), *ordered)
     names = ("x", *(("k",) if is_array(k) else ()), *("order",) * len(ordered))

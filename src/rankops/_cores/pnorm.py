@@ -52,11 +52,11 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .._lib._compat import index_dtype, device as _device
+from .._lib._compat import device as _device
 from .._lib._numerics import safe_divide
 from . import isotonic
 
-__all__ = ["exponent", "project", "capped", "slope", "power", "cubic_root", "newton_steps", "falling_root"]
+__all__ = ["exponent", "project", "capped", "slope", "power", "cubic_root", "newton_steps", "falling_root", "search_breakpoints", "exponent_of"]
 
 
 def newton_steps(q: float) -> int:
@@ -72,6 +72,12 @@ def exponent(p: float) -> float:
     point gives 4.000000000000001), so that the closed forms serve the p that name them."""
     q = p / (p - 1.0)
     return float(round(q)) if abs(q - round(q)) < 1e-9 else q
+
+
+def exponent_of(opts: Any) -> float:
+    """The ``q`` of a permutahedron option set: :func:`exponent` of its ``p`` for ``regularization="lp"``, 2 (the
+    l2 case) else."""
+    return exponent(opts.p) if opts.regularization == "lp" else 2.0
 
 
 def _centred(xp: Any, adapter: Any, starts: Any, y: Any, w: Any) -> tuple[Any, Any, Any, Any]:
@@ -269,7 +275,6 @@ def capped(xp: Any, adapter: Any, s: Any, k: Any, q: float, valid: Any = None) -
     Returns ``(mu, share, starts)`` as :func:`project` (the free entries one
     block, every other entry a block of its own).
     """
-    n = s.shape[-1]
     # from the row's largest entry: the breakpoints s and s - 1 stay apart near the threshold, whatever the scale
     s = s - s[..., :1]
     if valid is not None:
@@ -290,17 +295,8 @@ def capped(xp: Any, adapter: Any, s: Any, k: Any, q: float, valid: Any = None) -
         a = xp.where(bottom <= j, 1.0, xp.where(between, xp.clip(s - tau, 0.0, 1.0), 0.0))
         return xp.sum(power(xp, a, q - 1.0), axis=-1, keepdims=True)
 
-    # the smallest j with S(breaks[j]) >= k (2n: none, k = n_v): tau lies in [breaks[j], breaks[j - 1]]
-    index = index_dtype(xp, _device(s))
-    lo = xp.zeros(s.shape[:-1] + (1,), dtype=index, device=_device(s))  # S(breaks[0]) = 0 < k
-    hi = xp.full_like(lo, 2 * n)
-    for _ in range(math.ceil(math.log2(2 * n)) + 1):
-        mid = (lo + hi) // 2
-        reached = total(xp.clip(mid, None, 2 * n - 1)) >= k
-        lo, hi = xp.where(reached, lo, mid), xp.where(reached, mid, hi)
-    whole = hi >= 2 * n  # every valid entry is 1
-    ones = (bottom < hi) | (whole & (True if valid is None else valid))
-    free = (top < hi) & (bottom >= hi) & ~whole
+    upper, free, whole = search_breakpoints(xp, top, bottom, total, k)  # whole: every valid entry is 1
+    ones = upper | (whole & (True if valid is None else valid))
     # the free entries' block: their mean, centred moments and the root t = mean - tau
     count = xp.sum(xp.astype(free, s.dtype), axis=-1, keepdims=True)
     m = xp.where(count > 0, count, xp.ones_like(count))
@@ -315,6 +311,24 @@ def capped(xp: Any, adapter: Any, s: Any, k: Any, q: float, valid: Any = None) -
     # a fixed entry is a block of its own, whose share is 1 (its Jacobian row is then 0)
     share = xp.where(free, safe_divide(xp, dphi, xp.sum(dphi, axis=-1, keepdims=True)), 1.0)
     return mu, share, starts
+
+
+def search_breakpoints(xp: Any, top: Any, bottom: Any, total: Any, k: Any) -> tuple[Any, Any, Any]:
+    """The binary search of a one-free-block projection (:func:`capped`, :mod:`.magnitude`) over its 2n breakpoints
+    in decreasing order: each entry's upper one (past it, the entry is at its cap) at place ``bottom``, its lower one
+    (above it, at 0) at ``top``; ``total(j)``, decreasing in j, is the shares' sum at the j-th breakpoint (at j = 0 it
+    is below k). Finds the smallest j with ``total(j) >= k`` in ``ceil(log2 2n) + 1`` evaluations, and returns
+    ``(capped, free, whole)``: the entries at their cap on the interval that holds the threshold, those free there,
+    and the rows where no breakpoint reaches k (j = 2n)."""
+    n = top.shape[-1]
+    lo = xp.zeros(top.shape[:-1] + (1,), dtype=top.dtype, device=_device(top))
+    hi = xp.full_like(lo, 2 * n)
+    for _ in range(math.ceil(math.log2(2 * n)) + 1):
+        mid = (lo + hi) // 2
+        reached = total(xp.clip(mid, None, 2 * n - 1)) >= k
+        lo, hi = xp.where(reached, lo, mid), xp.where(reached, mid, hi)
+    whole = hi >= 2 * n
+    return bottom < hi, (top < hi) & (bottom >= hi) & ~whole, whole
 
 
 def power(xp: Any, a: Any, e: float) -> Any:
@@ -353,12 +367,11 @@ def _free_root(xp: Any, adapter: Any, d: Any, free: Any, total_w: Any, m: Any, q
         return power(xp, xp.clip((total_w - m2) / m, 0.0, None), 0.5)
     if q == 4.0:
         return cubic_root(xp, 3.0 * m2 / m, (xp.sum(d * d * d, axis=-1, keepdims=True) - total_w) / m)
-    return falling_root(xp, adapter, free, d, lambda t: total_w, power(xp, xp.clip(total_w, 0.0, None) / m, 1.0 / (q - 1.0)), q)
+    return falling_root(xp, adapter, free, d, total_w, 0.0, power(xp, xp.clip(total_w, 0.0, None) / m, 1.0 / (q - 1.0)), q)
 
 
-def falling_root(xp: Any, adapter: Any, free: Any, d: Any, right: Any, start: Any, q: float) -> Any:
-    """The root t of ``sum_free (d_i + t)^(q-1) = right(t)`` over each row (``right`` linear and non-increasing in
-    t) by Newton's method from an upper bound ``start``: the left side minus the right is convex and
+def falling_root(xp: Any, adapter: Any, free: Any, d: Any, c: Any, e: Any, start: Any, q: float) -> Any:
+    """The root t of ``sum_free (d_i + t)^(q-1) = c - e t`` over each row (``e >= 0``) by Newton's method from an upper bound ``start``: the left side minus the right is convex and
     increasing, so the iterates fall monotonically; they stop once none falls by more than a few units in its last
     place (:meth:`settle`), within :func:`newton_steps`."""
     ulps = 8.0 * xp.finfo(d.dtype).eps * xp.abs(start)
@@ -366,8 +379,8 @@ def falling_root(xp: Any, adapter: Any, free: Any, d: Any, right: Any, start: An
     def newton(state: tuple[Any]) -> tuple[Any]:
         (t,) = state
         a = xp.where(free, xp.clip(d + t, 0.0, None), 0.0)
-        h = xp.sum(power(xp, a, q - 1.0), axis=-1, keepdims=True) - right(t)
-        slope = (q - 1.0) * xp.sum(power(xp, a, q - 2.0), axis=-1, keepdims=True) + (right(t) - right(t + 1.0))
+        h = xp.sum(power(xp, a, q - 1.0), axis=-1, keepdims=True) - (c - e * t)
+        slope = (q - 1.0) * xp.sum(power(xp, a, q - 2.0), axis=-1, keepdims=True) + e
         return (t - safe_divide(xp, h, slope),)
 
     def moved(old: tuple[Any], new: tuple[Any]) -> Any:
