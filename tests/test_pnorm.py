@@ -10,6 +10,8 @@ differences; the limits the paper states.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 from scipy.optimize import minimize
@@ -230,3 +232,62 @@ def test_the_papers_figure_is_smooth_for_p_below_two():
         assert np.abs(np.diff(curve)).max() < 0.01  # continuous
         jumps[p] = np.abs(np.diff(slope)).max()
     assert jumps[2.0] > 0.3 and jumps[4.0 / 3.0] < 0.02, jumps
+
+
+def _chained_rows(seed: int, n: int) -> np.ndarray:
+    """Rows whose blocks form by long chains: clusters far apart, tight within, at spreads from 10^-2 to 10."""
+    rng = np.random.default_rng(seed)
+    centres = rng.choice([0.0, 3.0, 10.0, 30.0], size=(6, n))
+    return centres + rng.normal(size=(6, n)) * np.array([0.01, 0.3, 2.0, 10.0, 0.1, 1.0])[:, None]
+
+
+@pytest.mark.parametrize("name", HOSTS)
+def test_merge_rounds_alone_equal_the_papers_pav(name):
+    """The merge rounds for this loss (sums of powers of the data, :class:`power_sums.PowerSums`), from one-entry
+    values to the whole row with no pooling round: the rank's problem at q = 2, 3, 4 and the sort's (weights of either
+    sign) at q = 2, 4, against the sequential PAV. JAX runs them as one loop over positions, the others by halves."""
+    from array_api_compat import array_namespace
+
+    from rankops._cores import power_sums, powers
+
+    def fit(a: Any, b: Any, q: float) -> Any:
+        xp = array_namespace(a)
+        y, w = xp.flip(a, axis=-1), xp.flip(b, axis=-1)
+        return xp.flip(power_sums.merge_fit(xp, y - powers.odd_power(xp, w, 1.0 / (q - 1.0)), y, w, q=q)[0], axis=-1)
+
+    to, run = host(name)
+    x = _chained_rows(8, 21)
+    for q in (2.0, 3.0, 4.0):
+        for signed in (False, True) if q != 3.0 else (False,):
+            if signed:  # the sort: scores (n, ..., 1) / strength, the row's sorted entries as weights
+                z = np.broadcast_to(np.arange(21, 0, -1.0) / 0.7, x.shape)
+                w = -np.sort(-x, axis=-1) - 5.0
+            else:
+                z, w = -np.sort(-x, axis=-1), np.broadcast_to(np.arange(21, 0, -1.0) * 3.0, x.shape)
+            v = np.asarray(run(lambda a, b: fit(a, b, q), to(np.ascontiguousarray(z)), to(np.ascontiguousarray(w))))
+            d = z - v
+            want = np.stack([_pav_projection(a, b, q / (q - 1.0)) for a, b in zip(z, w)])
+            np.testing.assert_allclose(np.sign(d) * np.abs(d) ** (q - 1.0), want, rtol=1e-10, atol=1e-9 * np.abs(want).max())
+
+
+def test_rows_past_the_pooling_cap_finish_in_the_merge_rounds(monkeypatch):
+    """Rows that need more than 4 log2 n pooling rounds go on to the merge rounds (counted here), and the soft rank
+    and sort still equal the sequential PAV; at p = 1.25 (no power sums) the pooling rounds finish them.
+
+    The rank's row is evenly spaced at the slope of ``w^(1/(q-1))`` halfway along it: the one-entry values fall, then
+    rise slowly, and the pooled first half takes in one entry per round; the sort's rises geometrically."""
+    from rankops._cores import pnorm
+
+    calls = []
+    merged = pnorm.merge_fit
+    monkeypatch.setattr(pnorm, "merge_fit", lambda *a, **k: calls.append(k["q"]) or merged(*a, **k))
+    i = np.arange(1.0, 129.0)
+    for p in (1.5, 4.0 / 3.0, 1.25):
+        e = p - 1.0  # 1 / (q - 1)
+        x = np.stack([e * 64.0 ** (e - 1.0) * i, e * 96.0 ** (e - 1.0) * i])
+        np.testing.assert_allclose(rankops.soft_rank(x, method="permutahedron", regularization="lp", p=p, strength=1.0),
+                                   _rank_reference(x, p, 1.0), rtol=1e-10, atol=1e-9)
+    x = 1.3 ** np.arange(64.0) * np.random.default_rng(9).uniform(0.9, 1.1, size=(2, 64))
+    np.testing.assert_allclose(rankops.soft_sort(x, method="permutahedron", regularization="lp", p=4.0 / 3.0, strength=0.5),
+                               _sort_reference(x, 4.0 / 3.0, 0.5), rtol=1e-10, atol=1e-9 * np.abs(x).max())
+    assert calls == [3.0, 4.0, 4.0], calls

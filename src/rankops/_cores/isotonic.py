@@ -29,6 +29,10 @@ Two losses share the rounds, each block taking the value that minimises it:
   Bregman isotonic problem whose blocks pool by the same rule, with sums
   taken in the log domain.
 
+The merge rounds serve a third family, the p-norm loss of :mod:`.pnorm`,
+whose tests sum the data rather than the solved values
+(:mod:`.power_sums`, through :func:`merge_rows`).
+
 The Jacobian is block-wise (Blondel et al. 2020, Lemma 1): for ``"l2"``,
 ``dv_B / dy_i = w_i / W_B``; for ``"kl"``, ``softmax(y_B)_i``. Blocks are
 the runs of equal values of the solution, as in torchsort; their sums are
@@ -50,11 +54,14 @@ from . import masked
 from .finite import finite_rows
 from .merges import merge_rounds
 
-__all__ = ["fit", "decreasing", "pool_runs", "block_starts", "block_sums", "block_first", "regression_core"]
+__all__ = ["fit", "decreasing", "pool_runs", "merge_rows", "block_starts", "block_sums", "block_first", "regression_core"]
 
 
 class _L2:
     identity = 0.0
+    centred = False  # the merge rounds' sums are of solved values: no boundary to centre them on
+    whole_blocks = False  # an equal neighbour adds exactly 0 to a test
+    signs = False  # the tests' terms keep their sign across a set
 
     @staticmethod
     def single(xp: Any, y: Any, w: Any) -> Any:
@@ -62,9 +69,9 @@ class _L2:
         return y
 
     @staticmethod
-    def stats(xp: Any, v: Any, w: Any) -> tuple[Any, Any]:
+    def stats(xp: Any, v: Any, data: tuple[Any], centre: None) -> tuple[Any, Any]:
         # block totals of w v equal those of w y: every block holds its mean
-        return w * v, w
+        return data[0] * v, data[0]
 
     @staticmethod
     def cum(xp: Any, adapter: Any, a: Any, reverse: bool) -> Any:
@@ -75,7 +82,8 @@ class _L2:
         return a + b
 
     @staticmethod
-    def value(xp: Any, num: Any, den: Any, fallback: Any) -> Any:
+    def value(xp: Any, sums: tuple[Any, Any], fallback: Any, centre: Any = None) -> Any:
+        num, den = sums
         some = den > 0
         return xp.where(some, num / xp.where(some, den, xp.ones_like(den)), fallback)
 
@@ -87,17 +95,17 @@ class _L2:
             return tot[0, ...] / tot[1, ...]
         # a block of zero weights may take any value: its plain mean keeps it one block, quietly (no 0 / 0)
         tot = adapter.segment_sum(xp, starts, xp.stack([w * u, xp.broadcast_to(w, u.shape), u, xp.ones_like(u)]))
-        return _L2.value(xp, tot[0, ...], tot[1, ...], tot[2, ...] / tot[3, ...])
+        return _L2.value(xp, (tot[0, ...], tot[1, ...]), tot[2, ...] / tot[3, ...])
 
     @staticmethod
-    def above(xp: Any, a: Any, b: Any, ref: Any) -> Any:
+    def above(xp: Any, sums: tuple[Any, Any], ref: Any, centre: None, lower: None) -> Any:
         """``sum_S w (v - ref)`` from S's totals, for a set S of values above ``ref`` (0 for an empty S)."""
-        return a - ref * b
+        return sums[0] - ref * sums[1]
 
     @staticmethod
-    def below(xp: Any, a: Any, b: Any, ref: Any) -> Any:
+    def below(xp: Any, sums: tuple[Any, Any], ref: Any, centre: None, lower: None) -> Any:
         """``sum_S w (ref - v)`` for a set S of values below ``ref``."""
-        return ref * b - a
+        return ref * sums[1] - sums[0]
 
 
 def _log1mexp(xp: Any, d: Any) -> Any:
@@ -109,15 +117,18 @@ def _log1mexp(xp: Any, d: Any) -> Any:
 
 class _KL:
     identity = -math.inf
+    centred = False
+    whole_blocks = False
+    signs = False
 
     @staticmethod
     def single(xp: Any, y: Any, w: Any) -> Any:
         return y - w
 
     @staticmethod
-    def stats(xp: Any, v: Any, w: Any) -> tuple[Any, Any]:
+    def stats(xp: Any, v: Any, data: tuple[Any], centre: None) -> tuple[Any, Any]:
         # log of exp(v_B) * sum_B exp(w): the block's LSE(y_B)
-        return v + w, w
+        return v + data[0], data[0]
 
     @staticmethod
     def cum(xp: Any, adapter: Any, a: Any, reverse: bool) -> Any:
@@ -128,7 +139,8 @@ class _KL:
         return logaddexp(xp, a, b)
 
     @staticmethod
-    def value(xp: Any, num: Any, den: Any, fallback: Any) -> Any:
+    def value(xp: Any, sums: tuple[Any, Any], fallback: Any, centre: Any = None) -> Any:
+        num, den = sums
         some = den > -math.inf
         return xp.where(some, num - xp.where(some, den, xp.zeros_like(den)), fallback)
 
@@ -139,19 +151,21 @@ class _KL:
         Both in one segmented log-sum-exp (from each segment's maximum: no overflow).
         """
         lse = adapter.segment_logsumexp(xp, starts, xp.stack([u + w, xp.broadcast_to(w, u.shape)]))
-        return _KL.value(xp, lse[0, ...], lse[1, ...], u)
+        return _KL.value(xp, (lse[0, ...], lse[1, ...]), u)
 
     # the same sums as _L2's, as logs: sum_S exp(w) (exp(v) - exp(ref)) and its mirror. An empty S
     # gives -inf, and so does a sum of entries at -inf (out of the objective: a masked entry's); their
     # terms are zeroed first, which would otherwise make -inf - -inf
     @staticmethod
-    def above(xp: Any, a: Any, b: Any, ref: Any) -> Any:
+    def above(xp: Any, sums: tuple[Any, Any], ref: Any, centre: None, lower: None) -> Any:
+        a, b = sums
         some = (b > -math.inf) & (a > -math.inf)
         a, b, ref = (xp.where(some, u, xp.zeros_like(u)) for u in (a, b, ref))
         return xp.where(some, a + _log1mexp(xp, ref + b - a), xp.full_like(a, -math.inf))
 
     @staticmethod
-    def below(xp: Any, a: Any, b: Any, ref: Any) -> Any:
+    def below(xp: Any, sums: tuple[Any, Any], ref: Any, centre: None, lower: None) -> Any:
+        a, b = sums
         some = (b > -math.inf) & (ref > -math.inf)
         a, b, ref = (xp.where(some, u, xp.zeros_like(u)) for u in (a, b, ref))
         return xp.where(some, ref + b + _log1mexp(xp, a - ref - b), xp.full_like(b, -math.inf))
@@ -207,24 +221,28 @@ def pool_runs(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, max_rounds: int
     return v, err, isinstance(rounds, int) and rounds < max_rounds
 
 
-def _merges(xp: Any, adapter: Any, rules: Any, v: Any, w: Any) -> Any:
-    """All ``ceil(log2 n)`` merge rounds, from one-entry segments to the whole row."""
+def merge_rows(xp: Any, adapter: Any, kind: Any, v: Any, data: tuple[Any, ...], pads: tuple[float, ...]) -> Any:
+    """All ``ceil(log2 n)`` merge rounds of ``kind`` (:func:`.merges.merge_rounds`), from one-entry segments to the
+    whole row; ``data`` shaped like ``v``, each padded at the right with its entry of ``pads`` (None: the row's
+    largest value of ``v``)."""
     n = v.shape[-1]
     big = 1 << (n - 1).bit_length()
     if big > n:
         # padding at the right: the row's largest value with no weight, which never
         # pools (a pool's value is at most the row's maximum) and never moves a mean
         pad_shape = v.shape[:-1] + (big - n,)
-        top = xp.max(v, axis=-1, keepdims=True)
-        v = xp.concat([v, xp.broadcast_to(top, pad_shape)], axis=-1)
-        w = xp.concat([w, xp.full(pad_shape, rules.identity, dtype=v.dtype, device=_device(v))], axis=-1)
-    v = merge_rounds(xp, adapter, rules, v, w)
+        top = xp.broadcast_to(xp.max(v, axis=-1, keepdims=True), pad_shape)
+        v = xp.concat([v, top], axis=-1)
+        data = tuple(xp.concat([a, top if pad is None else xp.full(pad_shape, pad, dtype=v.dtype, device=_device(v))], axis=-1)
+                     for a, pad in zip(data, pads))
+    v = merge_rounds(xp, adapter, kind, v, data)
     return v[..., :n] if big > n else v
 
 
 def _merged(xp: Any, v: Any, w: Any, *, kind: str) -> tuple[Any]:
     """``(merge rounds of v,)``, called by name (:meth:`~.._lib._adapters.Generic.eagerly`)."""
-    return (_merges(xp, get_adapter(xp), KINDS[kind], v, w),)
+    rules = KINDS[kind]
+    return (merge_rows(xp, get_adapter(xp), rules, v, (w,), (rules.identity,)),)
 
 
 def fit(xp: Any, adapter: Any, y: Any, w: Any = None, kind: str = "l2") -> Any:

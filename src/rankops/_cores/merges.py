@@ -49,15 +49,16 @@ def _within_halves(xp: Any, adapter: Any, comb: Callable[[Any, Any], Any], a: An
     return adapter.repeat(xp, step, (a, one), steps, steps, like=(k, h))[0]
 
 
-def _count_below(xp: Any, adapter: Any, v: Any, start: Any, h: Any, strict: Any, steps: int) -> Any:
-    """Per entry, how many of the ``h`` sorted values of ``v`` from ``start`` on are below it (``strict``: ``<``, else
-    ``<=``): a branchless binary search, one gather per step."""
+def _count_below(xp: Any, adapter: Any, v: Any, start: Any, h: Any, strict: Any, steps: int, seq: Any = None) -> Any:
+    """Per entry, how many of the ``h`` sorted values of ``seq`` (default ``v``) from ``start`` on are below its
+    ``v`` (``strict``: ``<``, else ``<=``): a branchless binary search, one gather per step."""
     n = v.shape[-1]
+    seq = v if seq is None else seq
 
     def step(state: tuple[Any, Any]) -> tuple[Any, Any]:
         c, bit = state
         cand = c + bit
-        probe = adapter.take(xp, v, xp.clip(start + cand - 1, 0, n - 1))
+        probe = adapter.take(xp, seq, xp.clip(start + cand - 1, 0, n - 1))
         below = xp.where(strict, probe < v, probe <= v)
         return xp.where((cand <= h) & below, cand, c), bit // 2
 
@@ -73,43 +74,76 @@ def _scan(xp: Any, adapter: Any, kind: Any, a: Any, pos: Any, k: Any, h: Any, st
     return _within_halves(xp, adapter, comb, a, pos, k, h, steps, reverse)
 
 
-def _halves_round(xp: Any, adapter: Any, kind: Any, v: Any, w: Any, h: int) -> Any:
+def _halves_round(xp: Any, adapter: Any, kind: Any, v: Any, data: tuple[Any, ...], h: int) -> Any:
     """One round of a Python loop (``h`` a number): the row as (pairs, 2, h), each half a row of the host's own scan and
     search.
 
-    ``L_j`` pools iff ``sum_(R_i < L_j) w (L_j - R_i) > sum_(k > j) w (L_k - L_j)``
-    (the merged objective decreases past ``L_j``), ``R_i`` iff the mirror
-    inequality holds. The right-hand sides need no search: the segments are
-    sorted, and an equal neighbour adds 0. The left-hand side must also be
-    above the empty sum, so an entry with nothing to violate never pools on
-    the rounding of the right-hand side.
+    ``L_j`` pools iff ``sum_(R_i < L_j) f'(L_j) > -sum_(L after j) f'(L_j)``
+    (the merged objective decreases past ``L_j``; for ``"l2"``,
+    ``sum_(R_i < L_j) w (L_j - R_i) > sum_(k > j) w (L_k - L_j)``), ``R_i``
+    iff the mirror inequality holds. The right-hand sides need no search of
+    the other half: the segments are sorted, and an equal neighbour adds 0
+    (a kind whose sums are of its data, not of its solved values, takes the
+    entries beyond j's whole block: one search within the half). The
+    left-hand side must also be above the empty sum, so an entry with
+    nothing to violate never pools on the rounding of the right-hand side.
     """
     batch, big = v.shape[:-1], v.shape[-1]
     pairs = big // (2 * h)
     dev = _device(v)
-    vv = xp.reshape(v, batch + (pairs, 2, h))
-    a, b = kind.stats(xp, vv, xp.reshape(w, batch + (pairs, 2, h)))
-    # both totals and both halves in one array, so each scan and lookup is one call
-    tot = xp.stack([a, b])
+    shape = batch + (pairs, 2, h)
+    vv = xp.reshape(v, shape)
+    dd = tuple(xp.reshape(a, shape) for a in data)
+    # the boundary: each pair's left half's last entry of its first data row (kinds with sums of powers, which
+    # run outward from it so that they stay small where the tests read them)
+    centre = dd[0][..., :1, -1:] if kind.centred else None
+    # every total and both halves in one array, so each scan and lookup is one call
+    tot = xp.stack(kind.stats(xp, vv, dd, centre))
+    count = tot.shape[0]
     edge = xp.full(tot.shape[:-1] + (1,), kind.identity, dtype=v.dtype, device=dev)
     # pre[k]: the totals of each half's first k entries; suf[j]: of its entries from j on
     pre = xp.concat([edge, kind.cum(xp, adapter, tot, False)], axis=-1)[..., 1, :]
     suf = xp.concat([kind.cum(xp, adapter, tot, True), edge], axis=-1)[..., 0, :]
     left, right = vv[..., 0, :], vv[..., 1, :]
+    c = None if centre is None else centre[..., 0, :]
 
-    def at(sums: Any, i: Any) -> tuple[Any, Any]:
-        got = adapter.take(xp, sums, xp.broadcast_to(i, (2,) + tuple(i.shape)))
-        return got[0, ...], got[1, ...]
+    def at(sums: Any, i: Any) -> tuple[Any, ...]:
+        got = adapter.take(xp, sums, xp.broadcast_to(i, (count,) + tuple(i.shape)))
+        return tuple(got[s, ...] for s in range(count))
 
-    cross_l = kind.below(xp, *at(pre, adapter.searchsorted(xp, right, left, side="left")), left)
-    cross_r = kind.above(xp, *at(suf, adapter.searchsorted(xp, left, right, side="right")), right)
-    pool_l = (cross_l > kind.above(xp, suf[0, ..., 1:], suf[1, ..., 1:], left)) & (cross_l > kind.identity)
-    pool_r = (cross_r > kind.below(xp, pre[0, ..., :h], pre[1, ..., :h], right)) & (cross_r > kind.identity)
+    def rows(sums: Any) -> tuple[Any, ...]:
+        return tuple(sums[s, ...] for s in range(count))
+
+    def prefix(i: Any, ref: Any) -> Any:
+        """``sum_S f'(ref)`` over R's first ``i`` entries."""
+        lower = None
+        if kind.signs:  # and over those of them whose data lie below ref (data rows are sorted)
+            lower = at(pre, xp.minimum(i, adapter.searchsorted(xp, dd[0][..., 1, :], ref, side="left")))
+        return kind.below(xp, at(pre, i), ref, c, lower)
+
+    def suffix(i: Any, ref: Any) -> Any:
+        """``-sum_S f'(ref)`` over L's entries from ``i`` on."""
+        whole, lower = at(suf, i), None
+        if kind.signs:
+            upper = at(suf, xp.maximum(i, adapter.searchsorted(xp, dd[0][..., 0, :], ref, side="left")))
+            lower = tuple(a - b for a, b in zip(whole, upper))
+        return kind.above(xp, whole, ref, c, lower)
+
+    cross_l = prefix(adapter.searchsorted(xp, right, left, side="left"), left)
+    cross_r = suffix(adapter.searchsorted(xp, left, right, side="right"), right)
+    if kind.whole_blocks:
+        beyond_l = suffix(adapter.searchsorted(xp, left, left, side="right"), left)
+        beyond_r = prefix(adapter.searchsorted(xp, right, right, side="left"), right)
+    else:
+        beyond_l = kind.above(xp, rows(suf[..., 1:]), left, c, None)
+        beyond_r = kind.below(xp, rows(pre[..., :h]), right, c, None)
+    pool_l = (cross_l > beyond_l) & (cross_l > kind.identity)
+    pool_r = (cross_r > beyond_r) & (cross_r > kind.identity)
     idx = index_dtype(xp, dev)
     start = h - xp.sum(xp.astype(pool_l, idx), axis=-1, keepdims=True)  # the pool: left[start:] + right[:stop]
     stop = xp.sum(xp.astype(pool_r, idx), axis=-1, keepdims=True)
-    (sa, sb), (pa, pb) = at(suf, start), at(pre, stop)
-    pooled = kind.value(xp, kind.comb(xp, sa, pa), kind.comb(xp, sb, pb), left[..., -1:])
+    sums = tuple(kind.comb(xp, a, b) for a, b in zip(at(suf, start), at(pre, stop)))
+    pooled = kind.value(xp, sums, left[..., -1:], c)
     # masks from the pool's ends, so that values and sums agree even where rounding
     # breaks a test's monotonicity (only between values equal up to rounding)
     pos = xp.reshape(xp.arange(2 * h, dtype=idx, device=dev), (2, h))
@@ -117,7 +151,7 @@ def _halves_round(xp: Any, adapter: Any, kind: Any, v: Any, w: Any, h: int) -> A
     return xp.reshape(xp.where(inside, pooled[..., None], vv), batch + (big,))
 
 
-def _round(xp: Any, adapter: Any, kind: Any, v: Any, w: Any, h: Any, steps: int) -> Any:
+def _round(xp: Any, adapter: Any, kind: Any, v: Any, data: tuple[Any, ...], h: Any, steps: int) -> Any:
     """One round of the loop (``h`` an array): :func:`_halves_round`'s tests on positions, every array row-shaped."""
     n = v.shape[-1]
     dev = _device(v)
@@ -128,35 +162,66 @@ def _round(xp: Any, adapter: Any, kind: Any, v: Any, w: Any, h: Any, steps: int)
     left = (pos // h) % 2 == 0
     seg = pos - pos % (2 * h)  # the segment's first entry
     other = xp.where(left, half_start + h, half_start - h)  # the other half's first entry
-    a, b = kind.stats(xp, v, w)
-    tot = xp.stack([a, b])
+    centre = adapter.take(xp, data[0], seg + h - 1) if kind.centred else None
+    tot = xp.stack(kind.stats(xp, v, data, centre))
+    count = tot.shape[0]
     ident = kind.identity
     fwd = _scan(xp, adapter, kind, tot, pos, k, h, steps, False)  # from each half's start to the entry
     bwd = _scan(xp, adapter, kind, tot, pos, k, h, steps, True)  # from the entry to its half's end
 
-    def at(sums: Any, i: Any, some: Any) -> tuple[Any, Any]:
+    def at(sums: Any, i: Any, some: Any) -> tuple[Any, ...]:
         got = adapter.take(xp, sums, xp.broadcast_to(xp.clip(i, 0, n - 1), sums.shape))
         got = xp.where(some, got, ident)
-        return got[0, ...], got[1, ...]
+        return tuple(got[s, ...] for s in range(count))
+
+    true = xp.ones(v.shape, dtype=xp.bool, device=dev)
+
+    def prefix(first: Any, count: Any) -> Any:
+        """``sum_S f'(v)`` over the ``count`` entries from ``first`` on (a right half's prefix)."""
+        lower = None
+        if kind.signs:  # and over those of them whose data lie below v (data rows are sorted)
+            cut = xp.minimum(count, _count_below(xp, adapter, v, first, h, true, steps, seq=data[0]))
+            lower = at(fwd, first + cut - 1, cut > 0)
+        return kind.below(xp, at(fwd, first + count - 1, count > 0), v, centre, lower)
+
+    def suffix(first: Any, skip: Any) -> Any:
+        """``-sum_S f'(v)`` over the half from ``first`` on, its first ``skip`` entries left out (a left half's suffix)."""
+        whole, lower = at(bwd, first + skip, skip < h), None
+        if kind.signs:
+            cut = xp.maximum(skip, _count_below(xp, adapter, v, first, h, true, steps, seq=data[0]))
+            lower = tuple(a - b for a, b in zip(whole, at(bwd, first + cut, cut < h)))
+        return kind.above(xp, whole, v, centre, lower)
 
     # the other half's values below each entry: a left one's prefix of R (< L), a right one's suffix of L (> R)
     c = _count_below(xp, adapter, v, other, h, left, steps)
-    cross = xp.where(left, kind.below(xp, *at(fwd, other + c - 1, c > 0), v), kind.above(xp, *at(bwd, other + c, c < h), v))
-    # the own half's entries beyond each entry, away from the boundary: after it in L, before it in R
-    beyond = xp.where(left, kind.above(xp, *at(bwd, pos + 1, k < h - 1), v), kind.below(xp, *at(fwd, pos - 1, k > 0), v))
+    cross = xp.where(left, prefix(other, c), suffix(other, c))
+    # the own half's entries beyond each entry, away from the boundary: after it in L, before it in R (after or
+    # before its whole block, for a kind that needs it)
+    own = _count_below(xp, adapter, v, half_start, h, ~left, steps) if kind.whole_blocks else None  # L: <=, R: <
+    after, before = (own, own) if kind.whole_blocks else (k + 1, k)
+    beyond = xp.where(left, suffix(half_start, after), prefix(half_start, before))
     pools = (cross > beyond) & (cross > ident)
     counts = _scan(xp, adapter, None, xp.astype(pools, idx), pos, k, h, steps, False)
     start = h - adapter.take(xp, counts, seg + h - 1)  # the pool: left[start:] + right[:stop]
     stop = adapter.take(xp, counts, seg + 2 * h - 1)
-    sa, sb = at(bwd, seg + start, start < h)
-    pa, pb = at(fwd, seg + h + stop - 1, stop > 0)
-    pooled = kind.value(xp, kind.comb(xp, sa, pa), kind.comb(xp, sb, pb), adapter.take(xp, v, seg + h - 1))
+    sums = tuple(kind.comb(xp, a, b) for a, b in zip(at(bwd, seg + start, start < h), at(fwd, seg + h + stop - 1, stop > 0)))
+    pooled = kind.value(xp, sums, adapter.take(xp, v, seg + h - 1), centre)
     inner = pos - seg
     return xp.where((inner >= start) & (inner < h + stop), pooled, v)
 
 
-def merge_rounds(xp: Any, adapter: Any, kind: Any, v: Any, w: Any) -> Any:
-    """All ``L = log2`` (length) rounds on rows whose length is a power of two, ``w`` shaped like ``v``.
+def merge_rounds(xp: Any, adapter: Any, kind: Any, v: Any, data: tuple[Any, ...]) -> Any:
+    """All ``L = log2`` (length) rounds on rows whose length is a power of two, each of ``data`` shaped like ``v``.
+
+    ``kind`` gives the loss's sums: ``stats(xp, v, data, centre)`` the
+    per-entry terms (``centre``: each segment's boundary entry of
+    ``data[0]`` where ``kind.centred``, else None), ``cum`` / ``comb`` /
+    ``identity`` their scan, ``below`` / ``above`` the loss's derivative
+    at a value summed over a set below / above it (the tests; a kind with
+    ``signs`` also gets the sums over the set's entries whose ``data[0]``,
+    sorted along the row, lies below that value), ``value`` a pool's value
+    from its sums, and ``whole_blocks`` whether a test must skip the rest
+    of an entry's own block.
 
     A host that compiles a loop's body once (``adapter.compiles_loops``: JAX)
     runs the rounds as one loop with ``h`` an array (:func:`_round`); the
@@ -171,13 +236,13 @@ def merge_rounds(xp: Any, adapter: Any, kind: Any, v: Any, w: Any) -> Any:
     if not adapter.compiles_loops:
         h = 1
         while h < n:
-            v = _halves_round(xp, adapter, kind, v, w, h)
+            v = _halves_round(xp, adapter, kind, v, data, h)
             h *= 2
         return v
 
     def body(state: tuple[Any, Any]) -> tuple[Any, Any]:
         u, h = state
-        return _round(xp, adapter, kind, u, w, h, steps), h * 2
+        return _round(xp, adapter, kind, u, data, h, steps), h * 2
 
-    v, _ = adapter.repeat(xp, body, (v, xp.asarray(1, dtype=index_dtype(xp, dev), device=dev)), steps, steps, like=(w,))
+    v, _ = adapter.repeat(xp, body, (v, xp.asarray(1, dtype=index_dtype(xp, dev), device=dev)), steps, steps, like=data)
     return v

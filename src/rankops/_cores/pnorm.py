@@ -29,12 +29,17 @@ sign changes and, with ``t = mean_B(z) - v`` and ``d_i = z_i - mean_B(z)``
   (Jensen): the equation is convex and increasing in t there, so the
   iterates decrease monotonically to the root.
 
-:func:`project` (the soft rank) runs the pooling rounds of :mod:`.isotonic`
-(whole decreasing runs at once) until every row settles: there are no
-merge rounds for this loss (theirs test a prefix sum of the loss's
-derivative, which a p-norm loss does not have), so rows whose blocks form
-by long chains take many rounds. Its output is written from ``d + t`` per
-block, never as ``z - v``: a one-entry block gives ``w_i`` itself.
+:func:`project` (the soft rank and sort) runs the pooling rounds of
+:mod:`.isotonic` (whole decreasing runs at once). Rows whose blocks form
+by long chains would take up to n of them: at q = 2 and 4 (and 3 for the
+rank) they go on, after ``4 ceil(log2 n)`` rounds, to the merge rounds of
+:func:`.isotonic.merge_rows`, whose tests are the loss's derivative
+``f'(t) = w - phi(y - t)`` summed over a set of entries: a polynomial in
+t whose coefficients are the set's sums of ``w`` and of powers of the data
+(:class:`.power_sums.PowerSums`); for any other q the loss has no such sums, and the
+pooling rounds run until every row settles. The output is written from
+``d + t`` per block, never as ``z - v``: a one-entry block gives ``w_i``
+itself.
 
 :func:`capped` (the top-k mask, ``w = (1, ..., 1, k - floor k, 0, ...)``)
 needs no rounds: the top-k polytope's projection has one free block (its
@@ -55,8 +60,10 @@ from typing import Any
 from .._lib._compat import device as _device
 from .._lib._numerics import safe_divide
 from . import isotonic
+from .power_sums import merge_fit
+from .powers import cubic_root, odd_power, power
 
-__all__ = ["exponent", "project", "capped", "slope", "power", "cubic_root", "newton_steps", "falling_root", "search_breakpoints", "exponent_of"]
+__all__ = ["exponent", "project", "capped", "slope", "newton_steps", "falling_root", "search_breakpoints", "exponent_of"]
 
 
 def newton_steps(q: float) -> int:
@@ -129,7 +136,7 @@ def _signed_shift(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, q: float) 
     the bracket, else the bracket's midpoint; a one-entry block in closed form (``t = phi^-1(W)``)."""
     m, total_w, mean, d = _centred(xp, adapter, starts, y, w)
     e = 1.0 / (q - 1.0)
-    alone = _odd_power(xp, total_w, e)
+    alone = odd_power(xp, total_w, e)
     if q == 2.0:
         return mean, d, total_w / m
     sums = adapter.segment_sum(xp, starts, xp.stack([xp.abs(d), d * d, d * d * d]))
@@ -152,7 +159,7 @@ def _signed_shift(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, q: float) 
     def newton(state: tuple[Any, Any, Any]) -> tuple[Any, Any, Any]:
         t, lo, hi = state
         u = d + t
-        terms = adapter.segment_sum(xp, starts, xp.stack([_odd_power(xp, u, q - 1.0), (q - 1.0) * power(xp, xp.abs(u), q - 2.0)]))
+        terms = adapter.segment_sum(xp, starts, xp.stack([odd_power(xp, u, q - 1.0), (q - 1.0) * power(xp, xp.abs(u), q - 2.0)]))
         h = terms[0, ...] - total_w
         lo, hi = xp.where(h < 0, t, lo), xp.where(h < 0, hi, t)
         step = t - safe_divide(xp, h, terms[1, ...])
@@ -168,23 +175,6 @@ def _signed_shift(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, q: float) 
 
     t, _, _ = adapter.settle(xp, newton, (start, lo, hi), moved, _SIGNED_STEPS, _SIGNED_ROUND, like=(d, total_w))
     return mean, d, xp.where(m == 1, alone, t)
-
-
-def cubic_root(xp: Any, p: Any, q: Any) -> Any:
-    """The real root of ``t^3 + p t + q = 0`` for ``p >= 0`` (one real root).
-
-    Cardano's ``t = B - A`` with ``A^3 = |q|/2 + sqrt(D)``, ``AB = p/3``,
-    written ``-q / (A^2 + AB + B^2)`` (no difference of close numbers), on
-    the equation rescaled by ``s = max(sqrt(p), cbrt|q|)`` so that no power
-    overflows.
-    """
-    s = xp.maximum(power(xp, p, 0.5), power(xp, xp.abs(q), 1.0 / 3.0))
-    some = s > 0
-    s = xp.where(some, s, xp.ones_like(s))
-    ps, qs = p / (s * s), q / (s * s * s)
-    a = power(xp, xp.abs(qs) / 2.0 + power(xp, qs * qs / 4.0 + ps * ps * ps / 27.0, 0.5), 1.0 / 3.0)
-    b = safe_divide(xp, ps / 3.0, a)
-    return xp.where(some, -safe_divide(xp, qs, a * a + ps / 3.0 + b * b) * s, xp.zeros_like(s))
 
 
 class _Rules:
@@ -237,14 +227,23 @@ def project(xp: Any, adapter: Any, z: Any, w: Any, q: float, valid: Any = None, 
     yw = xp.stack([y, wf])
     n = z.shape[-1]
     e = 1.0 / (q - 1.0)
-    v0 = y - (_odd_power(xp, wf, e) if signed else power(xp, wf, e))  # one-entry blocks
+    v0 = y - (odd_power(xp, wf, e) if signed else power(xp, wf, e))  # one-entry blocks
     v = v0
     if n > 1:
-        v, _, _ = isotonic.pool_runs(xp, adapter, (_SignedRules if signed else _Rules)(q), v0, yw, n)
+        # rows whose blocks form by long chains would take up to n pooling rounds; where the loss has power sums
+        # (q = 2, 4, and 3 where every block's entries lie above its value), those left after about 4 log2 n go to the merge rounds, which start over from the one-entry
+        # values (their sums are of the data: each half must hold its own solution)
+        merges = q in (2.0, 4.0) or (q == 3.0 and not signed)
+        rounds = 4 * (n - 1).bit_length() if merges else n
+        v, unsettled, stopped_early = isotonic.pool_runs(xp, adapter, (_SignedRules if signed else _Rules)(q), v0, yw, rounds)
+        if merges and not stopped_early:
+            v = adapter.unless(xp, ~xp.any(unsettled),
+                               lambda u: xp.where(unsettled[..., None],
+                                                  adapter.eagerly(xp, merge_fit, (v0, y, wf), like=(0,), q=q)[0], u), v)
     starts = isotonic.block_starts(xp, v)
     _, d, t = (_signed_shift if signed else _shift)(xp, adapter, starts, y, wf, q)
     a = d + t if signed else xp.clip(d + t, 0.0, None)
-    mu = _odd_power(xp, a, q - 1.0) if signed else power(xp, a, q - 1.0)
+    mu = odd_power(xp, a, q - 1.0) if signed else power(xp, a, q - 1.0)
     dphi = xp.ones_like(a) if q == 2.0 else (q - 1.0) * power(xp, xp.abs(a), q - 2.0)
     share = safe_divide(xp, dphi, isotonic.block_sums(xp, adapter, starts, dphi))
     # back in z's order: a block's start is its first entry in that order (the reversed block's last)
@@ -329,31 +328,6 @@ def search_breakpoints(xp: Any, top: Any, bottom: Any, total: Any, k: Any) -> tu
         lo, hi = xp.where(reached, lo, mid), xp.where(reached, mid, hi)
     whole = hi >= 2 * n
     return bottom < hi, (top < hi) & (bottom >= hi) & ~whole, whole
-
-
-def power(xp: Any, a: Any, e: float) -> Any:
-    """``a ** e`` for ``a >= 0``: by products for the closed forms' exponents (a power costs several products), and
-    0 at 0 with a zero tangent, where a fractional power's derivative is infinite (forward mode would read inf * 0)."""
-    if e == 1.0:
-        return a
-    if e == 2.0:
-        return a * a
-    if e == 3.0:
-        return a * a * a
-    positive = a > 0
-    return xp.where(positive, xp.where(positive, a, xp.ones_like(a)) ** e, xp.zeros_like(a))
-
-
-def _odd_power(xp: Any, a: Any, e: float) -> Any:
-    """``sign(a) |a| ** e`` (a ``where``, not ``sign``: torch's array-API ``sign`` indexes by a mask, which
-    ``torch.func.vmap`` cannot batch); by products for the closed forms' exponents, which need no branch."""
-    if e == 1.0:
-        return a
-    if e == 2.0:
-        return a * xp.abs(a)
-    if e == 3.0:
-        return a * a * a
-    return xp.where(a < 0, -power(xp, -a, e), power(xp, a, e))
 
 
 def _free_root(xp: Any, adapter: Any, d: Any, free: Any, total_w: Any, m: Any, q: float) -> Any:

@@ -1,0 +1,83 @@
+"""The merge rounds' sums for the p-norm regularizer's isotonic fit (:mod:`.pnorm`, :func:`.isotonic.merge_rows`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._lib._adapters import get_adapter
+from . import isotonic
+from .powers import cubic_root, power
+
+__all__ = ["PowerSums", "merge_fit"]
+
+
+class PowerSums:
+    """The merge rounds' sums (:func:`.isotonic.merge_rows`) for this loss at an integer q (2, 3, 4): the derivative
+    ``f'(t) = w - phi(y - t)`` summed over a set is, with ``phi(u) = u |u|^(q-2)``, a polynomial in t whose
+    coefficients are the set's sums of ``w`` and of powers of ``y - c`` (``c`` the segment's boundary, so that the sums
+    run outward from it and stay small where the tests read them); at q = 3 (``phi(u) = u |u|``), the part of the
+    set whose data lie below t counts with the opposite sign (``signs``)."""
+
+    identity = 0.0
+    centred = True
+    whole_blocks = True  # the sums are of the data: an own block's derivative is 0 only when summed whole
+
+    def __init__(self, q: float) -> None:
+        self.degree = int(q) - 1
+        self.signs = self.degree % 2 == 0
+
+    def stats(self, xp: Any, v: Any, data: tuple[Any, Any], centre: Any) -> tuple[Any, ...]:
+        y, w = data
+        d = y - centre
+        powers = [d]
+        for _ in range(self.degree - 1):
+            powers.append(powers[-1] * d)
+        return (w, xp.ones_like(d), *powers)
+
+    # plain sums, scanned and combined as "l2"'s are
+    cum = staticmethod(isotonic.KINDS["l2"].cum)
+    comb = staticmethod(isotonic.KINDS["l2"].comb)
+
+    def _powers(self, sums: tuple[Any, ...], s: Any) -> Any:
+        """``sum_S (y - ref)^(q-1)`` from S's sums, ``s = ref - c`` (binomial expansion)."""
+        m, s1 = sums[1], sums[2]
+        if self.degree == 1:
+            return s1 - s * m
+        if self.degree == 2:
+            return sums[3] - 2.0 * s * s1 + s * s * m
+        return sums[4] - 3.0 * s * sums[3] + 3.0 * s * s * s1 - s * s * s * m
+
+    def below(self, xp: Any, sums: tuple[Any, ...], ref: Any, centre: Any, lower: Any) -> Any:
+        """``sum_S f'(ref) = W_S - sum_S phi(y - ref)`` (positive for a set of blocks below ``ref``); ``lower``: the
+        sums over S's entries with ``y < ref``, whose terms change sign at an even ``q - 1``."""
+        s = ref - centre
+        terms = self._powers(sums, s)
+        if lower is not None:
+            terms = terms - 2.0 * self._powers(lower, s)
+        return sums[0] - terms
+
+    def above(self, xp: Any, sums: tuple[Any, ...], ref: Any, centre: Any, lower: Any) -> Any:
+        return -self.below(xp, sums, ref, centre, lower)
+
+    def value(self, xp: Any, sums: tuple[Any, ...], fallback: Any, centre: Any) -> Any:
+        """A pool's value: the closed form of :func:`.pnorm._shift`, its moments centred on the pool's mean from the sums (at
+        q = 3 every entry of a pool lies above its value: the unsigned problem's blocks, :func:`project`)."""
+        total_w, m, s1 = sums[:3]
+        some = m > 0
+        m = xp.where(some, m, xp.ones_like(m))
+        mean = s1 / m
+        if self.degree == 1:
+            t = total_w / m
+        else:
+            m2 = xp.clip(sums[3] - mean * s1, 0.0, None)
+            if self.degree == 2:
+                t = power(xp, xp.clip((total_w - m2) / m, 0.0, None), 0.5)
+            else:
+                m3 = sums[4] - 3.0 * mean * sums[3] + 2.0 * mean * mean * s1
+                t = cubic_root(xp, 3.0 * m2 / m, (m3 - total_w) / m)
+        return xp.where(some, centre + mean - t, fallback)
+
+
+def merge_fit(xp: Any, v: Any, y: Any, w: Any, *, q: float) -> tuple[Any]:
+    """``(the merge rounds' fit,)`` from the one-entry values ``v``, called by name (:meth:`eagerly`)."""
+    return (isotonic.merge_rows(xp, get_adapter(xp), PowerSums(q), v, (y, w), (None, 0.0)),)

@@ -1,0 +1,51 @@
+"""Powers and the cubic's root for the p-norm regularizer's closed forms (:mod:`.pnorm`, :mod:`.magnitude`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._lib._numerics import safe_divide
+
+__all__ = ["power", "odd_power", "cubic_root"]
+
+
+def power(xp: Any, a: Any, e: float) -> Any:
+    """``a ** e`` for ``a >= 0``: by products for the closed forms' exponents (a power costs several products), and
+    0 at 0 with a zero tangent, where a fractional power's derivative is infinite (forward mode would read inf * 0)."""
+    if e == 1.0:
+        return a
+    if e == 2.0:
+        return a * a
+    if e == 3.0:
+        return a * a * a
+    positive = a > 0
+    return xp.where(positive, xp.where(positive, a, xp.ones_like(a)) ** e, xp.zeros_like(a))
+
+
+def odd_power(xp: Any, a: Any, e: float) -> Any:
+    """``sign(a) |a| ** e`` (a ``where``, not ``sign``: torch's array-API ``sign`` indexes by a mask, which
+    ``torch.func.vmap`` cannot batch); by products for the closed forms' exponents, which need no branch."""
+    if e == 1.0:
+        return a
+    if e == 2.0:
+        return a * xp.abs(a)
+    if e == 3.0:
+        return a * a * a
+    return xp.where(a < 0, -power(xp, -a, e), power(xp, a, e))
+
+
+def cubic_root(xp: Any, p: Any, q: Any) -> Any:
+    """The real root of ``t^3 + p t + q = 0`` for ``p >= 0`` (one real root).
+
+    Cardano's ``t = B - A`` with ``A^3 = |q|/2 + sqrt(D)``, ``AB = p/3``,
+    written ``-q / (A^2 + AB + B^2)`` (no difference of close numbers), on
+    the equation rescaled by ``s = max(sqrt(p), cbrt|q|)`` so that no power
+    overflows.
+    """
+    s = xp.maximum(power(xp, p, 0.5), power(xp, xp.abs(q), 1.0 / 3.0))
+    some = s > 0
+    s = xp.where(some, s, xp.ones_like(s))
+    ps, qs = p / (s * s), q / (s * s * s)
+    a = power(xp, xp.abs(qs) / 2.0 + power(xp, qs * qs / 4.0 + ps * ps * ps / 27.0, 0.5), 1.0 / 3.0)
+    b = safe_divide(xp, ps / 3.0, a)
+    return xp.where(some, -safe_divide(xp, qs, a * a + ps / 3.0 + b * b) * s, xp.zeros_like(s))
