@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from typing import Any, Callable
 
 from .._lib._compat import device as _device
 from .._lib._adapters import core, custom_backward, get_adapter, rebuilt, same_shape
@@ -54,7 +54,7 @@ from . import masked
 from .finite import finite_rows
 from .merges import merge_rounds
 
-__all__ = ["fit", "decreasing", "pool_runs", "merge_rows", "block_starts", "block_sums", "block_first", "regression_core"]
+__all__ = ["fit", "decreasing", "pool_runs", "pool_then_merge", "merge_rows", "block_starts", "block_sums", "block_first", "regression_core"]
 
 
 class _L2:
@@ -223,18 +223,21 @@ def pool_runs(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, max_rounds: int
 
 def merge_rows(xp: Any, adapter: Any, kind: Any, v: Any, data: tuple[Any, ...], pads: tuple[float, ...]) -> Any:
     """All ``ceil(log2 n)`` merge rounds of ``kind`` (:func:`.merges.merge_rounds`), from one-entry segments to the
-    whole row; ``data`` shaped like ``v``, each padded at the right with its entry of ``pads`` (None: the row's
-    largest value of ``v``)."""
+    whole row; ``data`` shaped like ``v``, each padded at the right with its entry of ``pads`` (None: the array's own
+    largest value in the row, which keeps a sorted row sorted)."""
     n = v.shape[-1]
     big = 1 << (n - 1).bit_length()
     if big > n:
         # padding at the right: the row's largest value with no weight, which never
         # pools (a pool's value is at most the row's maximum) and never moves a mean
         pad_shape = v.shape[:-1] + (big - n,)
-        top = xp.broadcast_to(xp.max(v, axis=-1, keepdims=True), pad_shape)
-        v = xp.concat([v, top], axis=-1)
-        data = tuple(xp.concat([a, top if pad is None else xp.full(pad_shape, pad, dtype=v.dtype, device=_device(v))], axis=-1)
-                     for a, pad in zip(data, pads))
+        def padded(a: Any, pad: Any) -> Any:
+            fill = xp.broadcast_to(xp.max(a, axis=-1, keepdims=True), pad_shape) if pad is None else \
+                xp.full(pad_shape, pad, dtype=a.dtype, device=_device(a))
+            return xp.concat([a, fill], axis=-1)
+
+        v = padded(v, None)
+        data = tuple(padded(a, pad) for a, pad in zip(data, pads))
     v = merge_rounds(xp, adapter, kind, v, data)
     return v[..., :n] if big > n else v
 
@@ -260,16 +263,23 @@ def fit(xp: Any, adapter: Any, y: Any, w: Any = None, kind: str = "l2") -> Any:
     v = rules.single(xp, y, w)
     if n == 1:
         return v
+    # the merge rounds, a fallback few rows take, run eagerly even in a compiled graph (one op): compiled, they
+    # were most of the kernels of every permutahedron and isotonic call, and of its compile time
+    return pool_then_merge(xp, adapter, rules, v, w, lambda u, unsettled: adapter.eagerly(
+        xp, _merged, (u, xp.ones_like(u) if w is None else w), like=(0,), kind=kind)[0])
+
+
+def pool_then_merge(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, merge: Callable[[Any, Any], Any]) -> Any:
+    """``v`` pooled by :func:`pool_runs` for up to ``4 ceil(log2 n)`` rounds, then ``merge(v, unsettled)`` (the
+    caller's merge rounds; ``unsettled`` True on the rows the pooling left) unless every row settled, which a host
+    that reads the flag skips."""
     # A pooling round costs O(n), a merge round O(n log n) in several times the operations, and a batch runs the
     # merge rounds for all its rows as soon as one needs them: at the default softness, rows need up to about
     # 1.5 (l2) and 2.2 (kl) times ceil(log2 n) pooling rounds
-    v, unsettled, stopped_early = pool_runs(xp, adapter, rules, v, w, 4 * (n - 1).bit_length())
+    v, unsettled, stopped_early = pool_runs(xp, adapter, rules, v, w, 4 * (v.shape[-1] - 1).bit_length())
     if stopped_early:  # the loop read that every row settled: no second read
         return v
-    # the merge rounds, a fallback few rows take, run eagerly even in a compiled graph (one op): compiled, they
-    # were most of the kernels of every permutahedron and isotonic call, and of its compile time
-    return adapter.unless(xp, ~xp.any(unsettled),
-                          lambda u: adapter.eagerly(xp, _merged, (u, xp.ones_like(u) if w is None else w), like=(0,), kind=kind)[0], v)
+    return adapter.unless(xp, ~xp.any(unsettled), lambda u: merge(u, unsettled), v)
 
 
 def decreasing(xp: Any, adapter: Any, y: Any, w: Any = None, kind: str = "l2") -> Any:

@@ -176,13 +176,13 @@ def _round(xp: Any, adapter: Any, kind: Any, v: Any, data: tuple[Any, ...], h: A
 
     true = xp.ones(v.shape, dtype=xp.bool, device=dev)
 
-    def prefix(first: Any, count: Any) -> Any:
-        """``sum_S f'(v)`` over the ``count`` entries from ``first`` on (a right half's prefix)."""
+    def prefix(first: Any, size: Any) -> Any:
+        """``sum_S f'(v)`` over the ``size`` entries from ``first`` on (a right half's prefix)."""
         lower = None
         if kind.signs:  # and over those of them whose data lie below v (data rows are sorted)
-            cut = xp.minimum(count, _count_below(xp, adapter, v, first, h, true, steps, seq=data[0]))
+            cut = xp.minimum(size, _count_below(xp, adapter, v, first, h, true, steps, seq=data[0]))
             lower = at(fwd, first + cut - 1, cut > 0)
-        return kind.below(xp, at(fwd, first + count - 1, count > 0), v, centre, lower)
+        return kind.below(xp, at(fwd, first + size - 1, size > 0), v, centre, lower)
 
     def suffix(first: Any, skip: Any) -> Any:
         """``-sum_S f'(v)`` over the half from ``first`` on, its first ``skip`` entries left out (a left half's suffix)."""

@@ -33,7 +33,7 @@ sign changes and, with ``t = mean_B(z) - v`` and ``d_i = z_i - mean_B(z)``
 :mod:`.isotonic` (whole decreasing runs at once). Rows whose blocks form
 by long chains would take up to n of them: at q = 2 and 4 (and 3 for the
 rank) they go on, after ``4 ceil(log2 n)`` rounds, to the merge rounds of
-:func:`.isotonic.merge_rows`, whose tests are the loss's derivative
+:func:`.isotonic.merge_rows` (:func:`.isotonic.pool_then_merge`), whose tests are the loss's derivative
 ``f'(t) = w - phi(y - t)`` summed over a set of entries: a polynomial in
 t whose coefficients are the set's sums of ``w`` and of powers of the data
 (:class:`.power_sums.PowerSums`); for any other q the loss has no such sums, and the
@@ -231,15 +231,15 @@ def project(xp: Any, adapter: Any, z: Any, w: Any, q: float, valid: Any = None, 
     v = v0
     if n > 1:
         # rows whose blocks form by long chains would take up to n pooling rounds; where the loss has power sums
-        # (q = 2, 4, and 3 where every block's entries lie above its value), those left after about 4 log2 n go to the merge rounds, which start over from the one-entry
-        # values (their sums are of the data: each half must hold its own solution)
-        merges = q in (2.0, 4.0) or (q == 3.0 and not signed)
-        rounds = 4 * (n - 1).bit_length() if merges else n
-        v, unsettled, stopped_early = isotonic.pool_runs(xp, adapter, (_SignedRules if signed else _Rules)(q), v0, yw, rounds)
-        if merges and not stopped_early:
-            v = adapter.unless(xp, ~xp.any(unsettled),
-                               lambda u: xp.where(unsettled[..., None],
-                                                  adapter.eagerly(xp, merge_fit, (v0, y, wf), like=(0,), q=q)[0], u), v)
+        # (q = 2, 4, and 3 where every block's entries lie above its value) the rows left after the pooling cap go
+        # to the merge rounds, which start over from the one-entry values (their sums are of the data: each half
+        # must hold its own solution), and the settled rows keep their pooled values
+        rules = (_SignedRules if signed else _Rules)(q)
+        if q in (2.0, 4.0) or (q == 3.0 and not signed):
+            v = isotonic.pool_then_merge(xp, adapter, rules, v0, yw, lambda u, unsettled: xp.where(
+                unsettled[..., None], adapter.eagerly(xp, merge_fit, (v0, y, wf), like=(0,), q=q)[0], u))
+        else:
+            v, _, _ = isotonic.pool_runs(xp, adapter, rules, v0, yw, n)
     starts = isotonic.block_starts(xp, v)
     _, d, t = (_signed_shift if signed else _shift)(xp, adapter, starts, y, wf, q)
     a = d + t if signed else xp.clip(d + t, 0.0, None)
