@@ -4,8 +4,10 @@ Parametrised over the backends with autodiff (torch, JAX) and each of their
 devices; the backends without autodiff are not collected here. Every test
 uses ``inputs.SHAPE`` and the gradient tests the converged options, so that
 JAX compiles an operator's gradient once for all of them. On JAX, the
-transformations: ``vmap`` of ``vmap`` eagerly, and ``jit(vmap(grad))``
-(``jit`` of the plain call is the inner case of both).
+transformations: ``jit(vmap(grad))`` with the values under ``vmap`` as the
+gradient's auxiliary output (one program for both), and, in the
+``exhaustive`` tier, ``vmap`` of ``vmap`` eagerly (``jit`` of the plain call
+is the inner case of both).
 """
 
 from __future__ import annotations
@@ -70,6 +72,8 @@ def test_straight_through_gradient_equals_relaxed(autodiff_backend, device, op):
     assert_allclose(g_hard, g_soft, rtol=1e-12, atol=1e-14)
 
 
+# the values under vmap are also those of jit(vmap(grad)) below, which compiles them in the same program
+@pytest.mark.exhaustive
 def test_vmap_matches_batch(jax_backend, op):
     """``vmap`` of ``vmap``, eagerly: the batch's values."""
     import jax
@@ -79,7 +83,7 @@ def test_vmap_matches_batch(jax_backend, op):
 
 
 def test_jit_vmap_grad_matches_eager_grad(jax_backend, op):
-    """``jit(vmap(grad))``, a training step's transformations at once, over the leading batch axis: the eager batch gradient."""
+    """``jit(vmap(grad))``, a training step's transformations at once, over the leading batch axis: the eager batch's values and gradient."""
     import jax
     import jax.numpy as jnp
 
@@ -88,10 +92,13 @@ def test_jit_vmap_grad_matches_eager_grad(jax_backend, op):
     kw = converged(op)  # the eager gradient is then the one test_gradient_matches_central_differences compiled
 
     def loss(v, wv):
-        return jnp.sum(op(v, **kw) * wv)
+        y = op(v, **kw)
+        return jnp.sum(y * wv), y
 
-    got = jax.jit(jax.vmap(jax.grad(loss)))(x, w)
-    assert_allclose(np.asarray(got), np.asarray(jax.grad(loss)(x, w)), rtol=1e-10, atol=1e-12)
+    got, values = jax.jit(jax.vmap(jax.grad(loss, has_aux=True)))(x, w)
+    expected, expected_values = jax.grad(loss, has_aux=True)(x, w)
+    assert_allclose(np.asarray(values), np.asarray(expected_values), rtol=1e-12, atol=1e-12)
+    assert_allclose(np.asarray(got), np.asarray(expected), rtol=1e-10, atol=1e-12)
 
 
 # the option variants (descending, block sizes, ...) take the same transforms' code paths: theirs are exhaustive
