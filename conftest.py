@@ -17,9 +17,8 @@ from typing import Any
 
 import pytest
 
-from rankops._lib._backends import (
-    BACKENDS, MAPPINGS_BETWEEN_GROUPS, MAPPINGS_WITHIN_A_GROUP, device_label, get_backend, release_compiled_programs,
-)
+from conformance.memory import MAPPINGS_BETWEEN_GROUPS, MAPPINGS_WITHIN_A_GROUP, release_compiled_programs
+from rankops._lib._backends import BACKENDS, device_label, get_backend
 
 # The test suite's XLA compilation (docs/testing.md). Compiling, not running, is most of a JAX
 # test's time: thousands of small programs, each run on a few numbers. JAX's
@@ -244,10 +243,10 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
 
     XLA's CPU executables hold mappings while cached, and a worker that
     compiles thousands of programs once reached Linux's vm.max_map_count and
-    segfaulted in XLA's next compile (rankops._lib._backends.memory_mappings).
+    segfaulted in XLA's next compile (conformance/memory.py).
     The budget is lower at the end of a test group (jax_scope) than within
-    one, whose next tests would recompile what a clear drops. Counting costs
-    ~10 ms at 25,000 mappings, so only tests on JAX count.
+    one, whose next tests would recompile what a clear drops. Counting reads a
+    line per mapping, so only tests on JAX count.
     """
     scope = jax_scope(item.nodeid)
     if scope is None:

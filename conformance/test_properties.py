@@ -39,7 +39,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings, strategies as st
 
 import rankops
-from rankops._lib._backends import MAPPINGS_WITHIN_A_GROUP, release_compiled_programs
+from .memory import MAPPINGS_WITHIN_A_GROUP, release_compiled_programs
 
 from . import oracle
 from .calls import Reference, array, as_rows, dtype_name, first, to_numpy, value_and_gradient

@@ -44,6 +44,7 @@ from __future__ import annotations
 import textwrap
 from typing import Any, Callable
 
+from ._lib._compat import Array
 from ._lib._docs import fill_doc
 from ._registry import OPERATORS
 
@@ -54,7 +55,7 @@ _ONE_OF = "One of " + ", ".join(f"``rankops.{f.__name__}``" for f in OPERATORS) 
 
 
 @fill_doc(operators=textwrap.fill(_ONE_OF, 72))
-def vjp(fun: Callable[..., Any], x: Any, /, *args: Any, **options: Any) -> tuple[Any, Callable[[Any], tuple[Any, ...]]]:
+def vjp(fun: Callable[..., Any], x: Array, /, *args: Any, **options: Any) -> tuple[Array, Callable[[Array], tuple[Array, ...]]]:
     """``(fun(x, *args, **options), vjp_fn)``, shaped like ``jax.vjp``.
 
     Parameters

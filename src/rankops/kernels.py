@@ -77,7 +77,7 @@ def _broadcast(a: tuple[int, ...], b: tuple[int, ...]) -> list[int]:
     return out
 
 
-def kendall_kernel(x: Any, y: Any = None, /, *, axis: int = -1, algorithm: str = "auto") -> Any:
+def kendall_kernel(x: Array, y: Array | None = None, /, *, axis: int = -1, algorithm: str = "auto") -> Array:
     r"""Kendall kernel (Kendall's tau-a) between every vector of ``x`` and every vector of ``y``.
 
     ``K(u, v) = (n_c - n_d) / (p (p - 1) / 2)``, with ``n_c`` / ``n_d`` the
@@ -125,7 +125,7 @@ def kendall_kernel(x: Any, y: Any = None, /, *, axis: int = -1, algorithm: str =
     return k if k.dtype == out else xp.astype(k, out)
 
 
-def mallows_kernel(x: Any, y: Any = None, /, *, lam: float = 1.0, axis: int = -1, algorithm: str = "auto") -> Any:
+def mallows_kernel(x: Array, y: Array | None = None, /, *, lam: float = 1.0, axis: int = -1, algorithm: str = "auto") -> Array:
     r"""Mallows kernel ``exp(-lam n_d)`` between every vector of ``x`` and every vector of ``y``.
 
     ``n_d`` is the number of discordant pairs of entries (a pair tied in
@@ -233,7 +233,7 @@ def _bind_soft_kendall_tau(x: Any, y: Any, axis: Any, tau: float, mask: Any = No
     return Call(soft_kendall_core, p, opts, masked.bound(p, {"y": y}, mask), readout=Along(REDUCED), along=("y",))
 
 
-def suquan_targets(h: Any, /, *, low: float = 0.0, high: float = 1.0) -> Any:
+def suquan_targets(h: Array, /, *, low: float = 0.0, high: float = 1.0) -> Array:
     r"""An increasing quantile function from free parameters: ``low + (high - low) cumsum(softmax(h))``.
 
     The parameterisation of Cuturi, Teboul & Vert (2019, Sec. 4, after Le

@@ -26,7 +26,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ._lib._adapters import get_adapter
-from ._lib._compat import namespace, real_float_dtypes, device as _device
+from ._lib._compat import Array, namespace, real_float_dtypes, device as _device
 from ._lib._options import positive_count
 from .sinkhorn import sinkhorn
 
@@ -79,17 +79,17 @@ def _entropic_map(xp: Any, points: Any, potential: Any, epsilon: Any, d: int) ->
 
 
 def multivariate_cdf_quantile_maps(
-    x: Any,
+    x: Array,
     /,
     *,
-    targets: Any = None,
+    targets: Array | None = None,
     num_targets: int | None = None,
-    weights: Any = None,
-    target_weights: Any = None,
+    weights: Array | None = None,
+    target_weights: Array | None = None,
     epsilon: Any = None,
     max_iter: int = 2000,
     tol: float = 1e-3,
-) -> tuple[Callable[[Any], Any], Callable[[Any], Any]]:
+) -> tuple[Callable[[Array], Array], Callable[[Array], Array]]:
     """Entropic multivariate CDF and quantile maps of the sample ``x`` (Chernozhukov et al. 2017), as two callables.
 
     Parameters

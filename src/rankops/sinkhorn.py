@@ -78,8 +78,8 @@ class TransportOptions(SolverOptions):
 
     epsilon: Any = option(DEFAULT_EPSILON, positive_scalar)
     softness: Any = option(None, positive_scalar)  # sets epsilon from n (rankops._cores.softness)
-    # Implicit differentiation by default: a quarter of the checkpointed unrolled
-    # backward's memory, independent of the iteration count, and about 3x faster
+    # Implicit differentiation by default: its backward's memory does not grow with the
+    # iteration count, and it is faster than the checkpointed unrolled one
     # (benchmarks/memory.py; docs/api.md "Gradients: implicit or unrolled").
     implicit: bool = option(True, boolean)
     squash: str | None = option("sigmoid", choice(*SQUASHES))
@@ -125,8 +125,8 @@ LARGE_TRANSPORT = 2**22
 """``n * m`` of one transport problem (about 2048 x 2048) from which the Sinkhorn rank, sort and CDF warn.
 
 Each iteration costs O(n m) time and memory per row, against O(n log n)
-for ``method="permutahedron"`` or ``"lapsum"``: at this size one row takes
-about 0.4 s on a 2-core CPU where those take 3 ms.
+for ``method="permutahedron"`` or ``"lapsum"``: from this size a row takes
+hundreds of times theirs (docs/benchmarks.md).
 """
 
 

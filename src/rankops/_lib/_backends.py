@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import importlib
 import re
-import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
 
-__all__ = ["Backend", "BACKENDS", "device_label", "get_backend", "memory_mappings", "release_compiled_programs"]
+__all__ = ["Backend", "BACKENDS", "device_label", "get_backend"]
 
 
 @dataclass(frozen=True)
@@ -239,37 +238,3 @@ def get_backend(name: str) -> Backend:
 def device_label(device: Any) -> str:
     """Short name of a device: ``array_api_strict.Device('device1')`` -> ``device1``."""
     return re.sub(r"^.*Device\('(.*)'\)$", r"\1", str(device))
-
-
-def memory_mappings() -> int | None:
-    """How many memory mappings this process holds (Linux: lines of /proc/self/maps), else None.
-
-    XLA's CPU executables keep three mappings per compiled kernel while their
-    cache entries live, and Linux stops a process at ``vm.max_map_count``
-    (65,530 by default): test runs that compile thousands of programs watch
-    this and call ``jax.clear_caches()`` in time. Reading it costs ~10 ms at
-    25,000 mappings.
-    """
-    try:
-        with open("/proc/self/maps", "rb") as maps:
-            return maps.read().count(b"\n")
-    except OSError:
-        return None
-
-
-# A test run drops JAX's compiled programs above these mapping counts: at a change of test group
-# (a group's tests share programs), and within one, well below vm.max_map_count (65,530).
-MAPPINGS_BETWEEN_GROUPS = 30_000
-MAPPINGS_WITHIN_A_GROUP = 50_000
-
-
-def release_compiled_programs(above: int) -> bool:
-    """``jax.clear_caches()`` when this process holds more than ``above`` memory mappings; whether it did.
-
-    Nothing when JAX is not loaded or the count is unknown; clearing costs only recompiles.
-    """
-    jax = sys.modules.get("jax")
-    if jax is None or (memory_mappings() or 0) <= above:
-        return False
-    jax.clear_caches()
-    return True

@@ -9,7 +9,7 @@ from typing import Any, Sequence
 from .._cores import diffsort as _networks
 from .._lib._adapters import get_adapter
 from .._lib._calls import Call, prepare
-from .._lib._compat import index_dtype, device as _device
+from .._lib._compat import Array, index_dtype, device as _device
 from .._lib._docs import fill_doc
 from .._lib._numerics import logsumexp, vecmat
 from ..permutations import NetworkOptions, diffsort, neuralsort, softsort
@@ -99,8 +99,8 @@ def _neg_log(xp: Any, q: Any) -> Any:
 
 @in_float32
 @fill_doc(returns=per_row_returns("``scores``'", ", values >= 0"), mask=MASK)
-def topk_cross_entropy(scores: Any, labels: Any, p_k: Sequence[float], /, *, mask: Any = None, axis: int = -1,
-                       method: str = "diffsort", top1_mode: str = "sm", m: int | None = None, **options: Any) -> Any:
+def topk_cross_entropy(scores: Array, labels: Array, p_k: Sequence[float], /, *, mask: Array | None = None, axis: int = -1,
+                       method: str = "diffsort", top1_mode: str = "sm", m: int | None = None, **options: Any) -> Array:
     r"""The top-k cross-entropy of Petersen et al. (ICML 2022, "Differentiable Top-k Classification Learning").
 
     With ``P`` the relaxed permutation matrix of the scores (row j: the

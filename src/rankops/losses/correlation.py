@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from .._lib._compat import Array
 from ..kernels import soft_kendall_tau
 from ..sorting import soft_rank
 from .._lib._docs import fill_doc
@@ -15,7 +16,7 @@ __all__ = ["spearman_loss", "soft_spearman", "kendall_loss"]
 
 @in_float32
 @fill_doc(returns=per_row_returns("``pred``'s"), rank_method=RANK_METHOD, mask=MASK)
-def spearman_loss(pred: Any, target: Any, /, *, mask: Any = None, axis: int = -1, method: str = DEFAULT_METHOD, **options: Any) -> Any:
+def spearman_loss(pred: Array, target: Array, /, *, mask: Array | None = None, axis: int = -1, method: str = DEFAULT_METHOD, **options: Any) -> Array:
     r"""``1 - corr(soft_rank(pred), rankdata(target))``: a differentiable Spearman loss per row.
 
     ``corr`` is Pearson's correlation along ``axis``; ``rankdata(target)``
@@ -53,7 +54,7 @@ def spearman_loss(pred: Any, target: Any, /, *, mask: Any = None, axis: int = -1
 
 @in_float32
 @fill_doc(returns=per_row_returns("``x``'s"), rank_method=RANK_METHOD, mask=MASK)
-def soft_spearman(x: Any, y: Any, /, *, mask: Any = None, axis: int = -1, method: str = DEFAULT_METHOD, **options: Any) -> Any:
+def soft_spearman(x: Array, y: Array, /, *, mask: Array | None = None, axis: int = -1, method: str = DEFAULT_METHOD, **options: Any) -> Array:
     r"""``corr(soft_rank(x), soft_rank(y))``: a soft Spearman correlation, differentiable in both arguments.
 
     For two learned scorings of the same items (agreement between two
@@ -81,14 +82,13 @@ def soft_spearman(x: Any, y: Any, /, *, mask: Any = None, axis: int = -1, method
     return _pearson(xp, soft_rank(xr, method=method, mask=m, **options), soft_rank(yr, method=method, mask=m, **options), m)
 
 
-
 # tanh(_SHARP * d) rounds to exactly 1 in float64 for every rank gap d >= 1/2
 _SHARP = 40.0
 
 
 @in_float32
 @fill_doc(returns=per_row_returns("``pred``'s"), mask=MASK)
-def kendall_loss(pred: Any, target: Any, /, *, mask: Any = None, axis: int = -1, tau: float = 0.1) -> Any:
+def kendall_loss(pred: Array, target: Array, /, *, mask: Array | None = None, axis: int = -1, tau: float = 0.1) -> Array:
     r"""``1 - T(pred, target)``: the smooth Kendall tau of :func:`rankops.soft_kendall_tau` as a loss.
 
     ``T = sum_{i<j} tanh((pred_i - pred_j)/tau) sign(target_i - target_j) / P``,

@@ -6,6 +6,7 @@ import math
 from typing import Any
 
 from .._lib._adapters import get_adapter
+from .._lib._compat import Array
 from .._lib._compat import device as _device
 from .._lib._docs import fill_doc
 from ..sorting import METHODS, soft_rank
@@ -65,7 +66,7 @@ def _cross_entropy(xp: Any, q: Any, s: Any, valid: Any, eps: float, padding: tup
 
 @in_float32
 @fill_doc(list_args=LIST_ARGS, eps=EPS, returns=list_returns("values >= 0 (for eps = 0)"))
-def listnet_loss(pred: Any, target: Any, /, *, eps: float = 1e-10, mask: Any = None, axis: int = -1) -> Any:
+def listnet_loss(pred: Array, target: Array, /, *, eps: float = 1e-10, mask: Array | None = None, axis: int = -1) -> Array:
     r"""ListNet (Cao, Qin, Liu, Tsai & Li 2007): the cross-entropy of the top-one probabilities of labels and scores.
 
     ``L = -sum_i softmax(t)_i log(softmax(s)_i + eps)`` over the list's
@@ -90,7 +91,7 @@ def listnet_loss(pred: Any, target: Any, /, *, eps: float = 1e-10, mask: Any = N
 
 @in_float32
 @fill_doc(list_args=LIST_ARGS, eps=EPS, returns=list_returns("values >= 0 (for eps = 0); 0 for a list without a relevant item"))
-def binary_listnet_loss(pred: Any, target: Any, /, *, eps: float = 1e-10, mask: Any = None, axis: int = -1) -> Any:
+def binary_listnet_loss(pred: Array, target: Array, /, *, eps: float = 1e-10, mask: Array | None = None, axis: int = -1) -> Array:
     r"""ListNet for binary (or nonnegative) labels: the cross-entropy of ``t / sum(t)`` and ``softmax(s)``.
 
     ``L = -sum_i (t_i / sum_j t_j) log(softmax(s)_i + eps)`` over the valid
@@ -145,7 +146,7 @@ def _plackett_luce(eps: float, shuffled: bool) -> Any:
 
 @in_float32
 @fill_doc(list_args=LIST_ARGS, returns=list_returns("values >= 0 (for eps = 0)"))
-def listmle_loss(pred: Any, target: Any, /, *, eps: float = 1e-10, key: Any = None, mask: Any = None, axis: int = -1) -> Any:
+def listmle_loss(pred: Array, target: Array, /, *, eps: float = 1e-10, key: Any = None, mask: Array | None = None, axis: int = -1) -> Array:
     r"""ListMLE (Xia, Liu, Wang, Zhang & Li 2008): the negative Plackett-Luce log-likelihood of the labels' order.
 
     With ``pi`` the order of the labels (largest first) and ``z = s - max(s)``::
@@ -182,8 +183,8 @@ def listmle_loss(pred: Any, target: Any, /, *, eps: float = 1e-10, key: Any = No
 
 @in_float32
 @fill_doc(list_args=LIST_ARGS, returns=list_returns("values in [-1, 0]; 0 for a list without a relevant item"))
-def approx_ndcg_loss(pred: Any, target: Any, /, *, alpha: float = 1.0, eps: float = 1e-10, method: str = "sigmoid",
-                     mask: Any = None, axis: int = -1, **options: Any) -> Any:
+def approx_ndcg_loss(pred: Array, target: Array, /, *, alpha: float = 1.0, eps: float = 1e-10, method: str = "sigmoid",
+                     mask: Array | None = None, axis: int = -1, **options: Any) -> Array:
     r"""ApproxNDCG (Qin, Liu & Li 2010): minus NDCG with each item's position replaced by a smooth approximate rank.
 
     ``L = -sum_i G_i / log2(1 + r_i)``, ``G_i = (2^{t_i} - 1) / maxDCG``
@@ -237,7 +238,7 @@ def approx_ndcg_loss(pred: Any, target: Any, /, *, alpha: float = 1.0, eps: floa
 
 @in_float32
 @fill_doc(list_args=LIST_ARGS, returns=list_returns("values in [0, 1]; 0 for a list without a relevant item"))
-def smooth_ap_loss(pred: Any, target: Any, /, *, temperature: float = 0.01, mask: Any = None, axis: int = -1) -> Any:
+def smooth_ap_loss(pred: Array, target: Array, /, *, temperature: float = 0.01, mask: Array | None = None, axis: int = -1) -> Array:
     r"""Smooth-AP (Brown, Xie, Kalogeiton & Zisserman 2020): one minus average precision with sigmoid ranks.
 
     With ``P`` the relevant entries (``target > 0``) and

@@ -7,6 +7,7 @@ from typing import Any
 
 from .._cores import masked
 from .._lib._adapters import get_adapter
+from .._lib._compat import Array
 from .._lib._compat import device as _device
 from .._lib._docs import fill_doc
 from .._solvers.scaling import scale_to_doubly_stochastic
@@ -64,10 +65,10 @@ def _discounted_gains(method: str, temperature: float, options: dict[str, Any], 
 
 @in_float32
 @fill_doc(list_args=LIST_ARGS, returns=list_returns("values in [-1, 0]; 0 for a list without a relevant item"))
-def neural_ndcg_loss(pred: Any, target: Any, /, *, temperature: float = 1.0, powered_relevancies: bool = True, k: int | None = None,
+def neural_ndcg_loss(pred: Array, target: Array, /, *, temperature: float = 1.0, powered_relevancies: bool = True, k: int | None = None,
                      stochastic: bool = False, n_samples: int = 32, beta: float = 0.1, log_scores: bool = True,
                      transposed: bool = False, max_iter: int = 50, tol: float = 1e-6, key: Any = None,
-                     method: str = "neuralsort", mask: Any = None, axis: int = -1, **options: Any) -> Any:
+                     method: str = "neuralsort", mask: Array | None = None, axis: int = -1, **options: Any) -> Array:
     r"""Minus NeuralNDCG@k (Pobrotyn & Bialobrzeski 2021): NDCG with the sort relaxed to a doubly stochastic matrix.
 
     ``P`` is NeuralSort's relaxed permutation matrix of the scores (row i:

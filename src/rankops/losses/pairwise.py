@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from .._lib._compat import Array
 from .._lib._docs import fill_doc
 from ._common import in_float32
 from ._lists import check_cutoff, flag, ideal_dcg, lists, log_sigmoid, number, pairs, per_list, positions
@@ -23,8 +24,8 @@ WEIGHING_SCHEMES = (None, "ndcgLoss1", "ndcgLoss2", "ndcgLoss2PP", "lambdaRank",
 
 @in_float32
 @fill_doc(list_args=LIST_ARGS, returns=list_returns("values >= 0; 0 for a list without a pair of different labels"))
-def ranknet_loss(pred: Any, target: Any, /, *, weight_by_diff: bool = False, weight_by_diff_powed: bool = False,
-                 mask: Any = None, axis: int = -1) -> Any:
+def ranknet_loss(pred: Array, target: Array, /, *, weight_by_diff: bool = False, weight_by_diff_powed: bool = False,
+                 mask: Array | None = None, axis: int = -1) -> Array:
     r"""RankNet (Burges et al. 2005): the logistic loss of every pair's score difference, averaged per list.
 
     Over the pairs (i, j) of valid entries with ``t_i > t_j``::
@@ -84,8 +85,8 @@ def _weights(xp: Any, scheme: str | None, gain: Any, discount: Any, pos: Any, t:
 
 @in_float32
 @fill_doc(list_args=LIST_ARGS, returns=list_returns("values >= 0"))
-def lambda_loss(pred: Any, target: Any, /, *, weighing_scheme: str | None = None, k: int | None = None, sigma: float = 1.0,
-                mu: float = 10.0, reduction_log: str = "binary", eps: float = 1e-10, mask: Any = None, axis: int = -1) -> Any:
+def lambda_loss(pred: Array, target: Array, /, *, weighing_scheme: str | None = None, k: int | None = None, sigma: float = 1.0,
+                mu: float = 10.0, reduction_log: str = "binary", eps: float = 1e-10, mask: Array | None = None, axis: int = -1) -> Array:
     r"""The LambdaLoss framework (Wang, Li, Golbandi, Bendersky & Najork 2018), with every weighing scheme of allRank.
 
     With the list sorted by ``pred`` (largest first, ties in order of

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from .._lib._compat import Array
 from .._lib._compat import device as _device
 from .._cores import masked
 from .._cores.squash import squash_parts, squash_vjp
@@ -26,8 +27,8 @@ MATRIX_METHODS = ("neuralsort", "softsort", "sinkhorn", "diffsort")
 
 @in_float32
 @fill_doc(returns=per_row_returns("``scores``'", ", values >= 0"), rank_method=RANK_METHOD, mask=MASK)
-def topk_loss(scores: Any, labels: Any, k: int, /, *, mask: Any = None, axis: int = -1, method: str = DEFAULT_METHOD,
-              **options: Any) -> Any:
+def topk_loss(scores: Array, labels: Array, k: int, /, *, mask: Array | None = None, axis: int = -1, method: str = DEFAULT_METHOD,
+              **options: Any) -> Array:
     r"""The top-k loss of Cuturi et al. (2019, paper 002): ``relu(n - k + 1 - soft_rank(scores)[label])``.
 
     With ascending 1-based soft ranks, the true class is among the k largest
@@ -78,8 +79,8 @@ def topk_loss(scores: Any, labels: Any, k: int, /, *, mask: Any = None, axis: in
 
 @in_float32
 @fill_doc(returns=per_row_returns("``scores``'", ", values in [0, 1] in the hard limit"), rank_method=RANK_METHOD, mask=MASK)
-def ndcg_loss(scores: Any, relevance: Any, /, k: int | None = None, *, mask: Any = None, axis: int = -1,
-              gain: str = "exp", method: str = DEFAULT_METHOD, **options: Any) -> Any:
+def ndcg_loss(scores: Array, relevance: Array, /, k: int | None = None, *, mask: Array | None = None, axis: int = -1,
+              gain: str = "exp", method: str = DEFAULT_METHOD, **options: Any) -> Array:
     r"""``1 - NDCG@k`` with soft ranks in the discounts: a differentiable ranking loss for lists, ragged ones included.
 
     With ``r = soft_rank(scores, descending=True)`` (1 = best) and gains
@@ -135,7 +136,6 @@ def ndcg_loss(scores: Any, relevance: Any, /, k: int | None = None, *, mask: Any
     return loss if m is None else xp.where(xp.any(m, axis=-1), loss, math.nan)
 
 
-
 def _log_matrix(xp: Any, s: Any, method: str, options: dict[str, Any], mask: Any = None) -> Any:
     """``log P``: row i of the relaxed permutation matrix of ``s`` (last axis) is a distribution over the items for rank i (1 = largest).
 
@@ -174,7 +174,7 @@ def _log_matrix(xp: Any, s: Any, method: str, options: dict[str, Any], mask: Any
 
 @in_float32
 @fill_doc(returns=per_row_returns("``scores``'", ", values >= 0"), mask=MASK)
-def permutation_loss(scores: Any, target: Any, /, *, mask: Any = None, axis: int = -1, method: str = "neuralsort", **options: Any) -> Any:
+def permutation_loss(scores: Array, target: Array, /, *, mask: Array | None = None, axis: int = -1, method: str = "neuralsort", **options: Any) -> Array:
     r"""Cross-entropy between the relaxed permutation matrix of ``scores`` and the permutation that sorts ``target``.
 
     ``L = -(1/n) sum_i log P_hat[i, pi(i)]``, ``pi(i)`` the index of the i-th

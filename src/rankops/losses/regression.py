@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from .._lib._compat import Array
 from ..sorting import soft_sort
 from ..transport import soft_quantile
 from .._lib._adapters import get_adapter
@@ -16,8 +17,8 @@ __all__ = ["quantile_loss", "pinball_loss"]
 
 @in_float32
 @fill_doc(returns=per_row_returns("``pred``'s"), mask=MASK)
-def quantile_loss(pred: Any, target: Any, q: float, /, *, mask: Any = None, axis: int = -1, method: str = "sinkhorn",
-                  **options: Any) -> Any:
+def quantile_loss(pred: Array, target: Array, q: float, /, *, mask: Array | None = None, axis: int = -1, method: str = "sinkhorn",
+                  **options: Any) -> Array:
     r"""The soft q-quantile of the absolute residuals ``|target - pred|`` along ``axis``: a robust regression objective.
 
     001 Sec. 4 (Cuturi, Teboul & Vert 2019) trains regressors by minimising
@@ -77,7 +78,7 @@ def quantile_loss(pred: Any, target: Any, q: float, /, *, mask: Any = None, axis
 
 @in_float32
 @fill_doc(returns=per_row_returns("``pred``'s"), mask=MASK)
-def pinball_loss(pred: Any, target: Any, q: float, /, *, mask: Any = None, axis: int = -1) -> Any:
+def pinball_loss(pred: Array, target: Array, q: float, /, *, mask: Array | None = None, axis: int = -1) -> Array:
     r"""The pinball (check) loss of quantile regression, ``mean(max(q r, (q - 1) r))``, ``r = target - pred``.
 
     Koenker & Bassett (1978): its minimiser over constants is the q-quantile

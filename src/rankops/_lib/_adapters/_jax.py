@@ -70,9 +70,9 @@ class Jax(Generic):
     # the row inf / inf) or as -1e26 (every exp 0, the row 0 / 0). There, z - max is clipped at
     # 0, and a row whose every term then underflows is the saturated one-hot (softmax) or the
     # maximum itself (logsumexp), as in exact arithmetic. Under the default compilation
-    # jax.nn's forms are right on those rows and 2-3x faster on CPU than the guarded ones (a
-    # (20, 1000, 1000) float32 softmax: 18 ms against 45-68 ms), so they are kept there; the
-    # choice is made while tracing, from JAX's configuration.
+    # jax.nn's forms are right on those rows and several times faster on CPU than the guarded
+    # ones at (20, 1000, 1000), so they are kept there; the choice is made while tracing, from
+    # JAX's configuration.
 
     @staticmethod
     def _guarded() -> bool:

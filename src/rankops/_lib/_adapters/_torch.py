@@ -248,7 +248,7 @@ class Torch(Generic):
         def step(c: Any, cols: Any) -> Any:
             # scan's body may not return (views of) its inputs
             out, ys = body(c, tuple(cols))
-            # a scan with no stacked output does not lower in a backward graph (inductor, torch 2.13): one of a zero
+            # a scan with no stacked output does not lower in inductor's backward graphs: one of a zero
             return _fresh(out), _fresh(ys) if ys else (cols[0][..., :0].clone(),)
 
         carry, ys = scan(step, _fresh(carry), tuple(split(x) for x in xs))
@@ -287,8 +287,8 @@ class Torch(Generic):
         """Registered as a ``torch.autograd.Function``; without ``residuals`` a ``create_graph=True`` pass raises
         instead of silently returning a wrong second derivative. Where no gradient is wanted (no input requires
         one, or grad mode is off) the forward runs alone: nothing to save, and ``torch.compile`` of an
-        inference call with several array inputs does not go through ``autograd.Function`` at all (its
-        trace of one failed to unpack the arguments, torch 2.13)."""
+        inference call with several array inputs does not go through ``autograd.Function`` at all (dynamo's
+        trace of one failed to unpack the arguments)."""
         tensors = [a for a in arrays if isinstance(a, torch.Tensor)]
         # torch.func's vmap maps the Function (its rule runs the forward per slice), never the forward itself
         if not any(mapped(a) for a in tensors) and (not torch.is_grad_enabled() or not any(a.requires_grad for a in tensors)):
