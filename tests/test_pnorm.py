@@ -291,3 +291,23 @@ def test_rows_past_the_pooling_cap_finish_in_the_merge_rounds(monkeypatch):
     np.testing.assert_allclose(rankops.soft_sort(x, method="permutahedron", regularization="lp", p=4.0 / 3.0, strength=0.5),
                                _sort_reference(x, 4.0 / 3.0, 0.5), rtol=1e-10, atol=1e-9 * np.abs(x).max())
     assert calls == [3.0, 4.0, 4.0], calls
+
+
+@pytest.mark.parametrize("tangent", [True, False])
+@pytest.mark.parametrize("dtype, scales", [(np.float64, [1e-80, 1e-8, 1.0, 1e8, 1e80]), (np.float32, [1e-10, 1.0, 1e10])])
+def test_cubic_root_is_the_real_root_at_every_scale(tangent, dtype, scales):
+    # t^3 + p t + q = 0 for p >= 0 has one real root; at t ~ scale, p ~ scale^2 and q ~ scale^3 (p = 0 on some):
+    # the rescaling keeps every power in range, with or without the guards that make tangents finite at 0
+    import array_api_compat.numpy as xp
+
+    from rankops._cores.powers import cubic_root
+
+    rng = np.random.default_rng(5)
+    for scale in scales:
+        t = rng.normal(size=400) * scale
+        p = rng.uniform(0.0, 2.0, 400) * rng.integers(0, 2, 400) * scale**2
+        got = cubic_root(xp, p.astype(dtype), (-(t**3) - p * t).astype(dtype), tangent=tangent)
+        assert got.dtype == dtype
+        # the root moves by |dq| / (3 t^2 + p) for a change dq of q: within a few roundings of q and p t
+        tol = 16 * np.finfo(dtype).eps * (np.abs(t**3) + p * np.abs(t)) / (3 * t**2 + p)
+        np.testing.assert_array_less(np.abs(got.astype(np.float64) - t), tol + 1e-300)

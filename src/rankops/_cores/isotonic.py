@@ -269,14 +269,14 @@ def fit(xp: Any, adapter: Any, y: Any, w: Any = None, kind: str = "l2") -> Any:
         xp, _merged, (u, xp.ones_like(u) if w is None else w), like=(0,), kind=kind)[0])
 
 
-def pool_then_merge(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, merge: Callable[[Any, Any], Any]) -> Any:
-    """``v`` pooled by :func:`pool_runs` for up to ``4 ceil(log2 n)`` rounds, then ``merge(v, unsettled)`` (the
-    caller's merge rounds; ``unsettled`` True on the rows the pooling left) unless every row settled, which a host
-    that reads the flag skips."""
+def pool_then_merge(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, merge: Callable[[Any, Any], Any], per_level: int = 4) -> Any:
+    """``v`` pooled by :func:`pool_runs` for up to ``per_level ceil(log2 n)`` rounds, then ``merge(v, unsettled)``
+    (the caller's merge rounds; ``unsettled`` True on the rows the pooling left) unless every row settled, which a
+    host that reads the flag skips."""
     # A pooling round costs O(n), a merge round O(n log n) in several times the operations, and a batch runs the
     # merge rounds for all its rows as soon as one needs them: at the default softness, rows need up to about
     # 1.5 (l2) and 2.2 (kl) times ceil(log2 n) pooling rounds
-    v, unsettled, stopped_early = pool_runs(xp, adapter, rules, v, w, 4 * (v.shape[-1] - 1).bit_length())
+    v, unsettled, stopped_early = pool_runs(xp, adapter, rules, v, w, per_level * (v.shape[-1] - 1).bit_length())
     if stopped_early:  # the loop read that every row settled: no second read
         return v
     return adapter.unless(xp, ~xp.any(unsettled), lambda u: merge(u, unsettled), v)

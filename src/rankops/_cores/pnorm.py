@@ -32,8 +32,8 @@ sign changes and, with ``t = mean_B(z) - v`` and ``d_i = z_i - mean_B(z)``
 :func:`project` (the soft rank and sort) runs the pooling rounds of
 :mod:`.isotonic` (whole decreasing runs at once). Rows whose blocks form
 by long chains would take up to n of them: at q = 2 and 4 (and 3 for the
-rank) they go on, after ``4 ceil(log2 n)`` rounds, to the merge rounds of
-:func:`.isotonic.merge_rows` (:func:`.isotonic.pool_then_merge`), whose tests are the loss's derivative
+rank) they go on, after ``4 ceil(log2 n)`` rounds (``ceil(log2 n)`` at
+q = 4), to the merge rounds of :func:`.isotonic.merge_rows` (:func:`.isotonic.pool_then_merge`), whose tests are the loss's derivative
 ``f'(t) = w - phi(y - t)`` summed over a set of entries: a polynomial in
 t whose coefficients are the set's sums of ``w`` and of powers of the data
 (:class:`.power_sums.PowerSums`); for any other q the loss has no such sums, and the
@@ -96,18 +96,19 @@ def _centred(xp: Any, adapter: Any, starts: Any, y: Any, w: Any) -> tuple[Any, A
     return m, total_w, mean, y - mean
 
 
-def _shift(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, q: float) -> tuple[Any, Any, Any]:
+def _shift(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, q: float, tangent: bool = True) -> tuple[Any, Any, Any]:
     """``(mean, d, t)`` per entry: ``mean_B(y)``, ``d = y - mean_B(y)`` and ``t = mean_B(y) - v_B`` for the block
-    root ``v_B`` (``mean`` and ``t`` the same number on every entry of a block)."""
+    root ``v_B`` (``mean`` and ``t`` the same number on every entry of a block). ``tangent``: as for
+    :func:`.powers.power`."""
     m, total_w, mean, d = _centred(xp, adapter, starts, y, w)
     if q == 2.0:
         return mean, d, total_w / m
     if q == 3.0:
         m2 = adapter.segment_sum(xp, starts, d * d)
-        return mean, d, power(xp, xp.clip((total_w - m2) / m, 0.0, None), 0.5)
+        return mean, d, power(xp, xp.clip((total_w - m2) / m, 0.0, None), 0.5, tangent=tangent)
     if q == 4.0:
         moments = adapter.segment_sum(xp, starts, xp.stack([d * d, d * d * d]))
-        return mean, d, cubic_root(xp, 3.0 * moments[0, ...] / m, (moments[1, ...] - total_w) / m)
+        return mean, d, cubic_root(xp, 3.0 * moments[0, ...] / m, (moments[1, ...] - total_w) / m, tangent=tangent)
 
     def newton(state: tuple[Any]) -> tuple[Any]:
         a = xp.clip(d + state[0], 0.0, None)
@@ -186,7 +187,8 @@ class _Rules:
 
     def pooled(self, xp: Any, adapter: Any, starts: Any, u: Any, yw: Any, unit: bool) -> Any:
         y, w = yw[0, ...], yw[1, ...]
-        mean, _, t = _shift(xp, adapter, starts, y, w, self.q)
+        # these values only place the blocks (the output is solved again on them): no tangent is read
+        mean, _, t = _shift(xp, adapter, starts, y, w, self.q, tangent=False)
         return mean - t  # one number per segment: its entries stay one block
 
 
@@ -236,8 +238,11 @@ def project(xp: Any, adapter: Any, z: Any, w: Any, q: float, valid: Any = None, 
         # must hold its own solution), and the settled rows keep their pooled values
         rules = (_SignedRules if signed else _Rules)(q)
         if q in (2.0, 4.0) or (q == 3.0 and not signed):
+            # at q = 4 rows form long chains already at n = 1000 (most still hold a drop after 4 log2 n rounds) and
+            # a pooling round costs a cubic root per entry: the merge rounds come after log2 n rounds there
             v = isotonic.pool_then_merge(xp, adapter, rules, v0, yw, lambda u, unsettled: xp.where(
-                unsettled[..., None], adapter.eagerly(xp, merge_fit, (v0, y, wf), like=(0,), q=q)[0], u))
+                unsettled[..., None], adapter.eagerly(xp, merge_fit, (v0, y, wf), like=(0,), q=q)[0], u),
+                per_level=1 if q == 4.0 else 4)
         else:
             v, _, _ = isotonic.pool_runs(xp, adapter, rules, v0, yw, n)
     starts = isotonic.block_starts(xp, v)

@@ -9,17 +9,25 @@ from .._lib._numerics import safe_divide
 __all__ = ["power", "odd_power", "cubic_root"]
 
 
-def power(xp: Any, a: Any, e: float) -> Any:
+def power(xp: Any, a: Any, e: float, *, tangent: bool = True) -> Any:
     """``a ** e`` for ``a >= 0``: by products for the closed forms' exponents (a power costs several products), and
-    0 at 0 with a zero tangent, where a fractional power's derivative is infinite (forward mode would read inf * 0)."""
+    0 at 0 with a zero tangent, where a fractional power's derivative is infinite (forward mode would read inf * 0).
+
+    ``tangent=False``: the value alone, for a result whose tangent nothing reads (the pooling rounds' block values,
+    which only place the blocks), without the guards' extra operations.
+    """
     if e == 1.0:
         return a
     if e == 2.0:
         return a * a
     if e == 3.0:
         return a * a * a
+    if not tangent:
+        return xp.sqrt(a) if e == 0.5 else a ** e
     positive = a > 0
-    return xp.where(positive, xp.where(positive, a, xp.ones_like(a)) ** e, xp.zeros_like(a))
+    safe = xp.where(positive, a, xp.ones_like(a))
+    # a square root is one cheap operation where a general power is a slow one
+    return xp.where(positive, xp.sqrt(safe) if e == 0.5 else safe ** e, xp.zeros_like(a))
 
 
 def odd_power(xp: Any, a: Any, e: float) -> Any:
@@ -34,18 +42,23 @@ def odd_power(xp: Any, a: Any, e: float) -> Any:
     return xp.where(a < 0, -power(xp, -a, e), power(xp, a, e))
 
 
-def cubic_root(xp: Any, p: Any, q: Any) -> Any:
+def cubic_root(xp: Any, p: Any, q: Any, *, tangent: bool = True) -> Any:
     """The real root of ``t^3 + p t + q = 0`` for ``p >= 0`` (one real root).
 
     Cardano's ``t = B - A`` with ``A^3 = |q|/2 + sqrt(D)``, ``AB = p/3``,
     written ``-q / (A^2 + AB + B^2)`` (no difference of close numbers), on
     the equation rescaled by ``s = max(sqrt(p), cbrt|q|)`` so that no power
-    overflows.
+    overflows. ``tangent``: as for :func:`power`.
     """
-    s = xp.maximum(power(xp, p, 0.5), power(xp, xp.abs(q), 1.0 / 3.0))
+    s = xp.maximum(power(xp, p, 0.5, tangent=tangent), power(xp, xp.abs(q), 1.0 / 3.0, tangent=tangent))
     some = s > 0
     s = xp.where(some, s, xp.ones_like(s))
     ps, qs = p / (s * s), q / (s * s * s)
-    a = power(xp, xp.abs(qs) / 2.0 + power(xp, qs * qs / 4.0 + ps * ps * ps / 27.0, 0.5), 1.0 / 3.0)
-    b = safe_divide(xp, ps / 3.0, a)
+    a = power(xp, xp.abs(qs) / 2.0 + power(xp, qs * qs / 4.0 + ps * ps * ps / 27.0, 0.5, tangent=tangent), 1.0 / 3.0, tangent=tangent)
+    if tangent:
+        b = safe_divide(xp, ps / 3.0, a)
+    else:  # a > 0 wherever s > 0 (|qs| or ps is positive there): one guard for both divisions
+        a = xp.where(some, a, xp.ones_like(a))
+        b = ps / 3.0 / a
+        return xp.where(some, -qs / (a * a + ps / 3.0 + b * b) * s, xp.zeros_like(s))
     return xp.where(some, -safe_divide(xp, qs, a * a + ps / 3.0 + b * b) * s, xp.zeros_like(s))
