@@ -10,7 +10,10 @@ Prints two tables:
    on standard normal rows, at B = 20, n = 1000 and B = 1, n = 10^5, on
    torch (eager, one thread) and JAX (``jax.jit``); the last column is the
    time over l2's measured in the same run;
-2. the share of exact zeros and ones of those top-k masks, and of exact zeros
+2. ``soft_rank`` alone at ``strength`` 1 (the default), 0.1 and 0.01, B = 20,
+   n = 1000, torch: how many pooling rounds its rows need, and so its time
+   against l2's, depends on the strength;
+3. the share of exact zeros and ones of those top-k masks, and of exact zeros
    and entries kept exactly (``x_i``) of the top-k in magnitude (their sparsity).
 
 With numba installed (``pip install rankops-xp[bench]``), two more tables
@@ -18,9 +21,9 @@ against the route of the paper's reference code (sequential PAV compiled by
 numba on the host, reached through ``jax.pure_callback``;
 :mod:`benchmarks._host_pav`), the p = 4/3 top-k mask on JAX:
 
-3. time of one forward under ``jax.jit`` (ms), float32, both routes, and
+4. time of one forward under ``jax.jit`` (ms), float32, both routes, and
    the callback's over rankops' measured in the same run;
-4. whether each route runs under ``jax.jit`` on a batch sharded over two
+5. whether each route runs under ``jax.jit`` on a batch sharded over two
    devices (a subprocess with two XLA CPU devices), and where its output lies.
 
 ``--plot PATH`` draws the paper's Figure 1: ``x(s) = (3, 1, -1 + s, s)``,
@@ -43,19 +46,19 @@ REGULARIZERS = {"l2": {"regularization": "l2"}, "p = 3/2": {"regularization": "l
                 "p = 4/3": {"regularization": "lp", "p": 4 / 3}, "p = 1.25": {"regularization": "lp", "p": 1.25}}
 
 
-def _step(host: str, op: str, opts: dict, x: np.ndarray) -> Callable[[], Any]:
+def _step(host: str, op: str, opts: dict, x: np.ndarray, strength: float = 0.1) -> Callable[[], Any]:
     """One forward+backward of ``sum(op(x) * w)`` on ``host``, ready to time."""
     import rankops
 
     k = max(1, x.shape[-1] // 10)
     w = np.random.default_rng(1).normal(size=x.shape).astype(np.float32)
-    kw = {"method": "permutahedron", "strength": 0.1, **opts}
+    kw = {"method": "permutahedron", "strength": strength, **opts}
 
     def value(a: Any) -> Any:
         if op == "soft_topk_mask":
             return rankops.soft_topk_mask(a, k, **kw)
         if op == "soft_topk_magnitude":
-            return rankops.soft_topk_magnitude(a, k, strength=0.1, **opts)
+            return rankops.soft_topk_magnitude(a, k, strength=strength, **opts)
         return getattr(rankops, op)(a, **kw)
 
     if host == "torch":
@@ -89,6 +92,19 @@ def speed(sizes: list[tuple[int, int]], repeats: int) -> None:
                 ms = {k: 1e3 * v for k, v in interleaved_medians(fns, repeats).items()}
                 cells = " | ".join(f"{ms[k]:.3g}" if k in ms else "not timed" for k in REGULARIZERS)
                 print(f"| {host} | {op} | {b} | {n:,} | {cells} | {max(ms.values()) / ms['l2']:.2f} |")
+
+
+def by_strength(size: tuple[int, int], repeats: int) -> None:
+    b, n = size
+    print(f"\nsoft_rank forward+backward by strength, torch, B = {b}, n = {n:,}, float32, median of interleaved repeats "
+          "(ms; last column: / l2 in the same run)\n")
+    print("| strength | " + " | ".join(REGULARIZERS) + " | slowest / l2 |")
+    print("|---|" + "---|" * len(REGULARIZERS) + "---|")
+    x = np.random.default_rng(0).normal(size=(b, n)).astype(np.float32)
+    for strength in (1.0, 0.1, 0.01):
+        fns = {name: _step("torch", "soft_rank", opts, x, strength) for name, opts in REGULARIZERS.items()}
+        ms = {k: 1e3 * v for k, v in interleaved_medians(fns, repeats).items()}
+        print(f"| {strength:g} | " + " | ".join(f"{ms[k]:.3g}" for k in REGULARIZERS) + f" | {max(ms.values()) / ms['l2']:.2f} |")
 
 
 def sparsity(sizes: list[tuple[int, int]]) -> None:
@@ -216,6 +232,7 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     sizes = [(2, 200), (1, 2000)] if args.quick else [(20, 1000), (1, 100_000)]
     speed(sizes, 2 if args.quick else args.repeats)
+    by_strength(sizes[0], 2 if args.quick else args.repeats)
     sparsity(sizes)
     host_callback(sizes, 2 if args.quick else args.repeats)
     if args.plot:

@@ -201,8 +201,8 @@ def test_compile_time_script_prints_its_table():
 
 
 def test_sparse_topk_script_prints_its_tables():
-    """``benchmarks.sparse_topk --quick``: speed against l2 per host and operator, and the exact zeros and ones (or
-    entries kept exactly) of the mask and the top-k in magnitude."""
+    """``benchmarks.sparse_topk --quick``: speed against l2 per host and operator, the rank's by strength, and the
+    exact zeros and ones (or entries kept exactly) of the mask and the top-k in magnitude."""
     pytest.importorskip("jax")
     pytest.importorskip("torch")
     proc = subprocess.run([sys.executable, "-m", "benchmarks.sparse_topk", "--quick"], cwd=ROOT, capture_output=True,
@@ -211,5 +211,8 @@ def test_sparse_topk_script_prints_its_tables():
     rows = re.findall(r"^\| (torch|jax) \| (soft_rank|soft_sort|soft_topk_mask|soft_topk_magnitude) \| \d+ \| [\d,]+ \|(?: [\d.e+]+ \|){5}$",
                       proc.stdout, flags=re.M)
     assert len(rows) == 16, proc.stdout  # quick sizes are both <= 10^4: four operators each
+    # the rank by strength: the default 1, 0.1 and 0.01, each with the four regularizers and the ratio
+    by_strength = re.findall(r"^\| (1|0\.1|0\.01) \|(?: [\d.e+]+ \|){5}$", proc.stdout, flags=re.M)
+    assert by_strength == ["1", "0.1", "0.01"], proc.stdout
     shares = r"^\| soft_topk_(mask|magnitude) \| \d+ \| [\d,]+ \|(?: [\d.]+% / [\d.]+% \|){4}$"
     assert len(re.findall(shares, proc.stdout, flags=re.M)) == 4, proc.stdout
