@@ -62,12 +62,11 @@ class Entries:
         out_support = self.support if out_support is None else out_support
         user = self.user_weights
 
-        def pullback(cts: tuple[Any, ...]) -> dict[str, Any]:
-            grads = masked.pulled(xp, back(masked.cotangents(xp, cts, out_support)), self.support, ("x", "weights"))
+        def to_user_weights(grads: dict[str, Any]) -> dict[str, Any]:
             if user is None:
                 grads.pop("weights", None)
             elif grads.get("weights") is not None:
                 grads["weights"] = unbroadcast(xp, grads["weights"], tuple(user.shape))
             return grads
 
-        return (masked.along(xp, outs[0], out_support), *outs[1:]), pullback
+        return masked.finished(xp, outs, back, self.support, out_support, ("x", "weights"), to_user_weights)

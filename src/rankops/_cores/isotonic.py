@@ -359,15 +359,14 @@ def regression_core(xp: Any, y: Any, opts: Any, *, increasing: bool, weights: An
                                residuals=rebuilt(spec.fwd))
     w = xp.ones_like(y) if weights is None else xp.broadcast_to(xp.astype(weights, y.dtype), y.shape)
     spec = _Regression(increasing, True)
-    (v,), back = custom_backward(xp, spec.fwd, spec.bwd, (masked.entered(xp, y, mask), masked.entered(xp, w, mask)),
+    outs, back = custom_backward(xp, spec.fwd, spec.bwd, (masked.entered(xp, y, mask), masked.entered(xp, w, mask)),
                                  names=("x", "weights"), residuals=rebuilt(spec.fwd))
 
-    def pullback(cts: tuple[Any, ...]) -> dict[str, Any]:
-        grads = masked.pulled(xp, back(masked.cotangents(xp, cts, mask)), mask, ("x", "weights"))
+    def to_given_weights(grads: dict[str, Any]) -> dict[str, Any]:
         if weights is None:
             grads.pop("weights")
         else:
             grads["weights"] = unbroadcast(xp, grads["weights"], tuple(weights.shape))
         return grads
 
-    return (masked.along(xp, v, mask),), pullback
+    return masked.finished(xp, outs, back, mask, mask, ("x", "weights"), to_given_weights)

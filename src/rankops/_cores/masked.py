@@ -68,16 +68,18 @@ def pulled(xp: Any, grads: Mapping[str, Any], mask: Any, names: tuple[str, ...])
     return {k: (xp.where(mask, g, xp.zeros_like(g)) if k in names and g is not None else g) for k, g in grads.items()}
 
 
-def finished(xp: Any, outs: tuple[Any, ...], back: Any, mask: Any, out_mask: Any) -> tuple[tuple[Any, ...], Any]:
+def finished(xp: Any, outs: tuple[Any, ...], back: Any, mask: Any, out_mask: Any, names: tuple[str, ...] = ("x",),
+             then: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> tuple[tuple[Any, ...], Any]:
     """A core's ``(outputs, pullback)`` from ``custom_backward`` over ``(entered x, ..., mask)``, as the masked operator.
 
-    The first output is the value, valid where ``out_mask`` is; the mask's own (None) gradient is dropped.
+    The first output is the value, valid where ``out_mask`` is; the gradients are those of ``names`` (the
+    masked entries' at 0), passed through ``then`` when given; the mask's own (None) gradient is dropped.
     """
 
     def pullback(cts: tuple[Any, ...]) -> dict[str, Any]:
-        grads = pulled(xp, back(cotangents(xp, cts, out_mask)), mask, ("x",))
+        grads = pulled(xp, back(cotangents(xp, cts, out_mask)), mask, names)
         grads.pop("mask", None)
-        return grads
+        return grads if then is None else then(grads)
 
     return (along(xp, outs[0], out_mask), *outs[1:]), pullback
 
