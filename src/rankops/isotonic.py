@@ -83,5 +83,5 @@ def isotonic_regression(
     w = None if weights is None else p.lay_out(weights, "weights")
     params = {"increasing": increasing, "weights": w}
     if mask is not None:
-        params["mask"] = masked.laid_out(p, mask)
+        params["mask"] = masked.in_core_layout(p, mask)
     return Call(regression_core, p, opts, params, along=("weights",) if w is not None and w.ndim > 1 else ())

@@ -230,7 +230,7 @@ def _bind_soft_kendall_tau(x: Any, y: Any, axis: Any, tau: float, mask: Any = No
     opts, _ = SoftKendallOptions.parse({"tau": tau}, "soft_kendall_tau")
     p = prepare(x, axis=axis, opts=opts, arrays={"y": y, **masked.arrays(mask)})
     y = p.layout.to_core(xp.astype(y, p.x.dtype) if y.dtype != p.x.dtype else y, ALONG)  # laid out as x (several axes: merged alike)
-    return Call(soft_kendall_core, p, opts, masked.bound(p, {"y": y}, mask), readout=Along(REDUCED), along=("y",))
+    return Call(soft_kendall_core, p, opts, masked.with_mask(p, {"y": y}, mask), readout=Along(REDUCED), along=("y",))
 
 
 def suquan_targets(h: Array, /, *, low: float = 0.0, high: float = 1.0) -> Array:

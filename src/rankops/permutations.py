@@ -217,7 +217,7 @@ def diffsort(x: Array, /, *, softness: Any = None, network: str = "odd_even", di
     opts, _ = NetworkOptions.parse({"softness": softness, "network": network, "distribution": distribution,
                                     "steepness": steepness, "art_lambda": art_lambda}, "diffsort")
     p = prepare(x, opts=opts, arrays=masked.arrays(mask))
-    return Call(_networks.matrix_core, p, opts, masked.bound(p, {"descending": boolean(descending, "descending")}, mask))
+    return Call(_networks.matrix_core, p, opts, masked.with_mask(p, {"descending": boolean(descending, "descending")}, mask))
 
 
 def check_relaxation_softness(method: str, opts: PermutationOptions) -> None:
@@ -240,7 +240,7 @@ def _bind_matrix(
     if not stochastic and (key is not None or n_samples is not None):
         raise ValueError("key and n_samples are only used with stochastic=True")
     p = prepare(s, name="s", opts=opts, arrays=masked.arrays(mask))
-    params = masked.bound(p, {"method": method, "descending": descending}, mask)
+    params = masked.with_mask(p, {"method": method, "descending": descending}, mask)
     if stochastic:
         x = p.x
         shape = ((n_samples,) if n_samples is not None else ()) + tuple(x.shape)

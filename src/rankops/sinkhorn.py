@@ -253,7 +253,7 @@ def input_weights(p: Prepared, arrays: dict[str, Any]) -> dict[str, Any]:
     weights, mask = arrays.get("weights"), arrays.get("mask")
     if weights is not None:
         arrays = {**arrays, "weights": p.lay_out(weights)}
-    return arrays if mask is None else {**arrays, "mask": masked.laid_out(p, mask)}
+    return arrays if mask is None else {**arrays, "mask": masked.in_core_layout(p, mask)}
 
 
 def bind_grid(core: Any, where: str, x: Any, axis: Any, options: dict[str, Any], descending: Any = None) -> Call:

@@ -86,7 +86,7 @@ def _bind_permutation(method: str, output: str, x: Any, axis: Any, descending: A
     # the full matrix, whose gradient includes it.
     dense = opts.block is None or is_array(opts.power) or (opts.block == "auto" and _fits(p))
     params = {"method": method, "output": output, "descending": descending}
-    return Call(dense_core if dense else stream_core, p, opts, masked.bound(p, params, mask))
+    return Call(dense_core if dense else stream_core, p, opts, masked.with_mask(p, params, mask))
 
 
 def _fits(p: Prepared) -> bool:
@@ -133,7 +133,7 @@ def _bind_permutahedron(output: str, x: Any, axis: Any, descending: Any, options
     opts = PermutahedronOptions.parse_for(options, f"soft_{output}(method='permutahedron')", sort=output == "sort")
     p = prepare(x, axis=axis, opts=opts, arrays=masked.arrays(mask))
     params = {"output": output, "descending": boolean(descending, "descending")}
-    return Call(permutahedron.projection_core, p, opts, masked.bound(p, params, mask))
+    return Call(permutahedron.projection_core, p, opts, masked.with_mask(p, params, mask))
 
 
 # -- "lapsum" (also soft_topk_mask's) ----------------------------------------------------------------
@@ -156,7 +156,7 @@ def _bind_lapsum(output: str, x: Any, axis: Any, descending: Any, options: dict[
     opts, _ = LapsumOptions.parse(options, f"soft_{output}(method='lapsum')", softness=DEFAULT_SOFTNESS)
     p = prepare(x, axis=axis, opts=opts, arrays=masked.arrays(mask))
     core = lapsum.rank_core if output == "rank" else lapsum.sort_core
-    return Call(core, p, opts, masked.bound(p, {"descending": boolean(descending, "descending")}, mask))
+    return Call(core, p, opts, masked.with_mask(p, {"descending": boolean(descending, "descending")}, mask))
 
 
 def bind_lapsum_topk(x: Any, k: Any, axis: Any, options: dict[str, Any]) -> Call[Any]:
@@ -190,14 +190,14 @@ def bind_topk(core: Any, opts: Any, x: Any, k: Any, axis: Any, mask: Any, where:
         if not p.xp.isdtype(k.dtype, ("real floating", "integral")):
             raise TypeError(f"k must be a real array, got dtype {k.dtype}")
         k = p.xp.broadcast_to(p.xp.astype(k, p.x.dtype), batch)
-        return Call(core, p, opts, masked.bound(p, {"k": k}, mask))
+        return Call(core, p, opts, masked.with_mask(p, {"k": k}, mask))
     if isinstance(k, bool) or not isinstance(k, numbers.Real):
         raise TypeError(f"k must be a real number or an array, got {type(k).__name__}")
     p = prepare(x, axis=axis, opts=opts, arrays=masked.arrays(mask))
     if not (math.isfinite(k) and 0 < k and (k <= p.n if closed else k < p.n)):
         interval = f"(0, n] = (0, {p.n}]" if closed else f"(0, n) = (0, {p.n})"
         raise ValueError(f"{where}: k must lie in the interval {interval}, got {k!r}")
-    return Call(core, p, opts, masked.bound(p, {"k": float(k)}, mask))
+    return Call(core, p, opts, masked.with_mask(p, {"k": float(k)}, mask))
 
 
 # -- "diffsort" (options: rankops.permutations.NetworkOptions) ------------------------------------
@@ -208,7 +208,7 @@ def _bind_diffsort(output: str, x: Any, axis: Any, descending: Any, options: dic
     opts, _ = NetworkOptions.parse(options, f"soft_{output}(method='diffsort')", softness=DEFAULT_SOFTNESS)
     p = prepare(x, axis=axis, opts=opts, arrays=masked.arrays(mask))
     core = diffsort.rank_core if output == "rank" else diffsort.sort_core
-    return Call(core, p, opts, masked.bound(p, {"descending": boolean(descending, "descending")}, mask))
+    return Call(core, p, opts, masked.with_mask(p, {"descending": boolean(descending, "descending")}, mask))
 
 
 # method -> bind(output, x, axis, descending, options) -> Call, output "sort" or "rank"; the first is the default

@@ -371,7 +371,7 @@ def _run(xp: Any, spec: Any, x: Any, mask: Any, output: str) -> Any:
 
     if output == "matrix":
         return masked.squared(xp, (value,), pullback, mask)
-    return masked.finished(xp, (value,), pullback, mask, valid if output == "sort" else mask)
+    return masked.as_masked_operator(xp, (value,), pullback, mask, valid if output == "sort" else mask)
 
 
 def _softness_key(opts: Any, params: dict[str, Any]) -> str:
@@ -380,7 +380,7 @@ def _softness_key(opts: Any, params: dict[str, Any]) -> str:
 
 
 @core(output_shapes=same_shape, batched={"mask": (0,)})
-@masked.entering
+@masked.zeros_masked_input
 @finite_rows
 @softened(_softness_key, lambda opts, params: True)
 @tempered("steepness", lambda params, opts: (1, -1))
@@ -390,7 +390,7 @@ def sort_core(xp: Any, x: Any, opts: Any, *, descending: bool, mask: Any = None)
 
 
 @core(output_shapes=same_shape, batched={"mask": (0,)})
-@masked.entering
+@masked.zeros_masked_input
 @finite_rows
 @softened(_softness_key, lambda opts, params: False)
 @tempered("steepness", lambda params, opts: (1, 0))
@@ -407,7 +407,7 @@ def _square(shape: tuple[int, ...], opts: Any, params: dict[str, Any]) -> dict[s
 
 
 @core(output_shapes=_square, batched={"mask": (0,)})
-@masked.entering
+@masked.zeros_masked_input
 @finite_rows
 @softened(_softness_key, lambda opts, params: False)
 @tempered("steepness", lambda params, opts: (1, 0))

@@ -33,9 +33,9 @@ class Entries:
         self.weights, self.support = w, w != 0
         self.count = xp.sum(xp.astype(self.support, x.dtype), axis=-1, keepdims=True)
 
-    def entered(self, xp: Any, x: Any) -> Any:
+    def zero_masked(self, xp: Any, x: Any) -> Any:
         """``x`` with the entries out of the problem at 0 (padding, NaN included, reaches nothing)."""
-        return x if self.support is None else masked.entered(xp, x, self.support)
+        return x if self.support is None else masked.zero_masked(xp, x, self.support)
 
     def grid(self, xp: Any, m: int, like: Any) -> tuple[Any, Any, Any] | None:
         """``(y, b, log_b)`` of each row's own grid of n_v targets (padded to m = n, weight 0), or None: the shared grid.
@@ -54,7 +54,7 @@ class Entries:
         log_b = xp.where(valid, -xp.log(xp.where(self.count > 0, self.count, xp.ones_like(self.count))), -math.inf)
         return y, b, log_b
 
-    def finished(self, xp: Any, outs: tuple[Any, ...], back: Any, out_support: Any = None) -> tuple[tuple[Any, ...], Any]:
+    def as_masked_operator(self, xp: Any, outs: tuple[Any, ...], back: Any, out_support: Any = None) -> tuple[tuple[Any, ...], Any]:
         """The core's ``(value, error), pullback`` with the value 0 off ``out_support`` (default: the entries' support),
         NaN on a row without an entry, and gradients to the caller's ``weights`` only (none to a mask)."""
         if self.support is None:
@@ -69,4 +69,4 @@ class Entries:
                 grads["weights"] = unbroadcast(xp, grads["weights"], tuple(user.shape))
             return grads
 
-        return masked.finished(xp, outs, back, self.support, out_support, ("x", "weights"), to_user_weights)
+        return masked.as_masked_operator(xp, outs, back, self.support, out_support, ("x", "weights"), to_user_weights)

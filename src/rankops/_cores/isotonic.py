@@ -359,7 +359,7 @@ def regression_core(xp: Any, y: Any, opts: Any, *, increasing: bool, weights: An
                                residuals=rebuilt(spec.fwd))
     w = xp.ones_like(y) if weights is None else xp.broadcast_to(xp.astype(weights, y.dtype), y.shape)
     spec = _Regression(increasing, True)
-    outs, back = custom_backward(xp, spec.fwd, spec.bwd, (masked.entered(xp, y, mask), masked.entered(xp, w, mask)),
+    outs, back = custom_backward(xp, spec.fwd, spec.bwd, (masked.zero_masked(xp, y, mask), masked.zero_masked(xp, w, mask)),
                                  names=("x", "weights"), residuals=rebuilt(spec.fwd))
 
     def to_given_weights(grads: dict[str, Any]) -> dict[str, Any]:
@@ -369,4 +369,4 @@ def regression_core(xp: Any, y: Any, opts: Any, *, increasing: bool, weights: An
             grads["weights"] = unbroadcast(xp, grads["weights"], tuple(weights.shape))
         return grads
 
-    return masked.finished(xp, outs, back, mask, mask, ("x", "weights"), to_given_weights)
+    return masked.as_masked_operator(xp, outs, back, mask, mask, ("x", "weights"), to_given_weights)

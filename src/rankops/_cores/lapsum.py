@@ -311,7 +311,7 @@ def _sorts(opts: Any, params: dict[str, Any]) -> int:
 
 
 @core(output_shapes=same_shape, batched={"mask": (0,)})
-@masked.entering
+@masked.zeros_masked_input
 @finite_rows
 @softened(_softness_key, lambda opts, params: False, _sorts)
 @tempered("alpha", lambda params, opts: (-1, 0))
@@ -321,7 +321,7 @@ def rank_core(xp: Any, x: Any, opts: Any, *, descending: bool, mask: Any = None,
 
 
 @core(output_shapes=same_shape, batched={"mask": (0,)})
-@masked.entering
+@masked.zeros_masked_input
 @finite_rows
 @softened(_softness_key, lambda opts, params: True, _sorts)
 @tempered("alpha", lambda params, opts: (-1, 1))
@@ -331,7 +331,7 @@ def sort_core(xp: Any, x: Any, opts: Any, *, descending: bool, mask: Any = None,
 
 
 @core(output_shapes=same_shape, batched={"k": (), "mask": (0,)})
-@masked.entering
+@masked.zeros_masked_input
 @finite_rows
 @softened(_softness_key, lambda opts, params: False, lambda opts, params: 1)
 @tempered("alpha", lambda params, opts: (-1, 0))

@@ -170,7 +170,7 @@ class _Magnitude:
         count = x.shape[-1] if mask is None else xp.sum(xp.astype(mask, x.dtype), axis=-1, keepdims=True)
         k, outside = masked.row_k(xp, x, k_array, self.k, count)
         negative = x < 0
-        # masked entries come in as 0 (:func:`.masked.entering`): magnitude 0, never kept unless every entry is
+        # masked entries come in as 0 (:func:`.masked.zeros_masked_input`): magnitude 0, never kept unless every entry is
         theta, gap, blend, kept, rest = threshold(xp, adapter, xp.abs(x), k, eps, q)
         unit = power(xp, gap / eps, q - 2.0) if q != 2.0 else xp.ones_like(gap)
         magnitude = gap + unit * gap / eps
@@ -198,7 +198,7 @@ class _Magnitude:
 
 
 @core(output_shapes=same_shape, batched={"k": (), "mask": (0,)})
-@masked.entering
+@masked.zeros_masked_input
 @finite_rows
 def magnitude_core(xp: Any, x: Any, opts: Any, *, k: Any, mask: Any = None) -> Any:
     """The soft top-k in magnitude of each row (the module docstring); ``mask``: of the valid entries alone (a row

@@ -7,7 +7,7 @@ anything, NaN included, and must not reach a valid entry), they hold 0 in an
 output shaped like the input, a row with no valid entry is NaN, and their
 gradients are exactly 0: the hosts' autodiff sees the selections, and a
 core's own pullback (``rankops.vjp``) drops the masked outputs' cotangents
-(:func:`cotangents`) and zeroes the masked inputs' gradients (:func:`pulled`).
+(:func:`output_cotangents`) and zeroes the masked inputs' gradients (:func:`zero_masked_grads`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from .._lib._adapters import custom_backward
 from .._lib._calls import ALONG, Prepared
 from .._lib._compat import index_dtype, is_array, device as _device
 
-__all__ = ["arrays", "bound", "laid_out", "entered", "along", "cotangents", "pulled", "finished", "backward", "entering", "squared", "prefix", "held_last", "valid_first", "ValidFirst", "trailing", "sorted_rows"]
+__all__ = ["arrays", "with_mask", "in_core_layout", "zero_masked", "masked_output", "output_cotangents", "zero_masked_grads", "as_masked_operator", "backward", "zeros_masked_input", "squared", "prefix", "held_last", "valid_first", "ValidFirst", "trailing", "sorted_rows"]
 
 
 def arrays(mask: Any) -> dict[str, Any]:
@@ -29,12 +29,12 @@ def arrays(mask: Any) -> dict[str, Any]:
     return {} if mask is None else {"mask": mask}
 
 
-def bound(p: Prepared, params: dict[str, Any], mask: Any) -> dict[str, Any]:
+def with_mask(p: Prepared, params: dict[str, Any], mask: Any) -> dict[str, Any]:
     """A core's parameters with the caller's mask (None: none) laid out for it."""
-    return params if mask is None else {**params, "mask": laid_out(p, mask)}
+    return params if mask is None else {**params, "mask": in_core_layout(p, mask)}
 
 
-def laid_out(p: Prepared, mask: Any) -> Any:
+def in_core_layout(p: Prepared, mask: Any) -> Any:
     """The caller's ``mask`` (bool, broadcastable to the input's shape) in the core's layout, shaped like the input there."""
     xp = p.xp
     if mask.dtype != xp.bool:
@@ -46,29 +46,29 @@ def laid_out(p: Prepared, mask: Any) -> Any:
     return p.layout.to_core(mask, ALONG)
 
 
-def entered(xp: Any, x: Any, mask: Any) -> Any:
+def zero_masked(xp: Any, x: Any, mask: Any) -> Any:
     """``x`` with its masked entries set to 0."""
     return xp.where(mask, x, xp.zeros_like(x))
 
 
-def along(xp: Any, value: Any, mask: Any) -> Any:
+def masked_output(xp: Any, value: Any, mask: Any) -> Any:
     """An output shaped like the input: 0 at masked entries, NaN on a row without a valid entry."""
     out = xp.where(mask, value, xp.zeros_like(value))
     return xp.where(xp.any(mask, axis=-1, keepdims=True), out, math.nan)
 
 
-def cotangents(xp: Any, cts: tuple[Any, ...], mask: Any) -> tuple[Any, ...]:
-    """The cotangent of an output made by :func:`along`, for the core's output before it: none at masked entries."""
+def output_cotangents(xp: Any, cts: tuple[Any, ...], mask: Any) -> tuple[Any, ...]:
+    """The cotangent of an output made by :func:`masked_output`, for the core's output before it: none at masked entries."""
     ct = cts[0]
     return cts if ct is None else (xp.where(mask, ct, xp.zeros_like(ct)), *cts[1:])
 
 
-def pulled(xp: Any, grads: Mapping[str, Any], mask: Any, names: tuple[str, ...]) -> dict[str, Any]:
+def zero_masked_grads(xp: Any, grads: Mapping[str, Any], mask: Any, names: tuple[str, ...]) -> dict[str, Any]:
     """The core's gradients with those of ``names`` (laid out like the input) set to 0 at masked entries."""
     return {k: (xp.where(mask, g, xp.zeros_like(g)) if k in names and g is not None else g) for k, g in grads.items()}
 
 
-def finished(xp: Any, outs: tuple[Any, ...], back: Any, mask: Any, out_mask: Any, names: tuple[str, ...] = ("x",),
+def as_masked_operator(xp: Any, outs: tuple[Any, ...], back: Any, mask: Any, out_mask: Any, names: tuple[str, ...] = ("x",),
              then: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> tuple[tuple[Any, ...], Any]:
     """A core's ``(outputs, pullback)`` from ``custom_backward`` over ``(entered x, ..., mask)``, as the masked operator.
 
@@ -77,14 +77,14 @@ def finished(xp: Any, outs: tuple[Any, ...], back: Any, mask: Any, out_mask: Any
     """
 
     def pullback(cts: tuple[Any, ...]) -> dict[str, Any]:
-        grads = pulled(xp, back(cotangents(xp, cts, out_mask)), mask, names)
+        grads = zero_masked_grads(xp, back(output_cotangents(xp, cts, out_mask)), mask, names)
         grads.pop("mask", None)
         return grads if then is None else then(grads)
 
-    return (along(xp, outs[0], out_mask), *outs[1:]), pullback
+    return (masked_output(xp, outs[0], out_mask), *outs[1:]), pullback
 
 
-def entering(rule: Callable[..., Any]) -> Callable[..., Any]:
+def zeros_masked_input(rule: Callable[..., Any]) -> Callable[..., Any]:
     """A core rule that gets ``x`` with its masked entries at 0 whenever a ``mask`` parameter comes.
 
     Outermost, so that nothing before the rule (a temperature's rescaling,
@@ -95,7 +95,7 @@ def entering(rule: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(rule)
     def run(xp: Any, x: Any, opts: Any, **params: Any) -> Any:
         mask = params.get("mask")
-        return rule(xp, x if mask is None else entered(xp, x, mask), opts, **params)
+        return rule(xp, x if mask is None else zero_masked(xp, x, mask), opts, **params)
 
     return run
 
@@ -107,14 +107,14 @@ def backward(
     """``custom_backward`` of a core whose forward takes the mask (None: none) as its last argument.
 
     The first array is the input, its masked entries already at 0 (the core
-    rule is :func:`entering`'s); the first output is valid where the input
+    rule is :func:`zeros_masked_input`'s); the first output is valid where the input
     is, or on the first n_v positions (``positional``: a sort); ``bwd``
     returns None for the mask.
     """
     if mask is None:
         return custom_backward(xp, fwd, bwd, arrays, names=names, residuals=residuals)
     outs, back = custom_backward(xp, fwd, bwd, (*arrays, mask), names=(*names, "mask"), residuals=residuals)
-    return finished(xp, outs, back, mask, prefix(xp, mask) if positional else mask)
+    return as_masked_operator(xp, outs, back, mask, prefix(xp, mask) if positional else mask)
 
 
 def squared(xp: Any, outs: tuple[Any, ...], back: Any, mask: Any) -> tuple[tuple[Any, ...], Any]:
@@ -127,7 +127,7 @@ def squared(xp: Any, outs: tuple[Any, ...], back: Any, mask: Any) -> tuple[tuple
     def pullback(cts: tuple[Any, ...]) -> dict[str, Any]:
         ct = cts[0]
         grads = back(cts if ct is None else (xp.where(kept, ct, xp.zeros_like(ct)), *cts[1:]))
-        return pulled(xp, grads, mask, ("x",))
+        return zero_masked_grads(xp, grads, mask, ("x",))
 
     return (value, *outs[1:]), pullback
 

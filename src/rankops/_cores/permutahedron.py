@@ -225,7 +225,7 @@ def _homogeneity(params: dict[str, Any], opts: Any) -> tuple[int, int] | None:
 
 
 @core(output_shapes=same_shape, batched={"mask": (0,)})
-@masked.entering
+@masked.zeros_masked_input
 @finite_rows
 @softened(lambda opts, params: f"permutahedron-{opts.regularization}", output_is_sort,
           lambda opts, params: -1 if (params["output"] == "rank") != params["descending"] else 1)
@@ -303,7 +303,7 @@ class _TopK:
 
 
 @core(output_shapes=same_shape, batched={"k": (), "mask": (0,)})
-@masked.entering
+@masked.zeros_masked_input
 @finite_rows
 @softened(lambda opts, params: f"permutahedron-{opts.regularization}", lambda opts, params: False, lambda opts, params: -1)
 @tempered("strength", lambda params, opts: (-1, 0))

@@ -91,7 +91,7 @@ def _square(shape: tuple[int, ...], opts: Any, params: dict[str, Any]) -> dict[s
 
 
 @core(output_shapes=_square, batched={"mask": (0,)})
-@masked.entering
+@masked.zeros_masked_input
 @finite_rows
 @softened(_softness_key, lambda opts, params: False)
 def matrix_core(xp: Any, s: Any, opts: Any, *, method: str, descending: bool, mask: Any = None) -> Any:
@@ -175,7 +175,7 @@ def _backward(xp: Any, rows: Any, output: str, block: int, ct: Any, p_kept: Any 
 
 
 @core(output_shapes=same_shape, batched={"mask": (0,)})
-@masked.entering
+@masked.zeros_masked_input
 @finite_rows
 @softened(_softness_key, output_is_sort)
 def dense_core(xp: Any, x: Any, opts: Any, *, method: str, output: str, descending: bool, mask: Any = None) -> Any:
@@ -195,7 +195,7 @@ def dense_core(xp: Any, x: Any, opts: Any, *, method: str, output: str, descendi
     value = straight_through(xp, exact(xp, x, output, descending, mask), soft) if opts.hard else soft
     if mask is None:
         return (value,), pullback
-    return masked.finished(xp, (value,), pullback, mask, masked.prefix(xp, mask) if output == "sort" else mask)
+    return masked.as_masked_operator(xp, (value,), pullback, mask, masked.prefix(xp, mask) if output == "sort" else mask)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -253,7 +253,7 @@ class _Streamed:
 
 
 @core(output_shapes=same_shape, batched={"mask": (0,)})
-@masked.entering
+@masked.zeros_masked_input
 @finite_rows
 @softened(_softness_key, output_is_sort)
 def stream_core(xp: Any, x: Any, opts: Any, *, method: str, output: str, descending: bool, mask: Any = None) -> Any:

@@ -95,7 +95,7 @@ def _levels_core(xp: Any, x: Any, opts: TransportSettings, levels: Any, entries:
     at 1e30 overflows.
     """
     y = xp.asarray([0.0, 0.5, 1.0], dtype=x.dtype, device=_device(x))
-    x, weights = entries.entered(xp, x), entries.weights
+    x, weights = entries.zero_masked(xp, x), entries.weights
     # the centred block sits at NumPy's linear position q (n - 1) (0-based), the CDF level (q (n - 1) + 1/2) / n;
     # weighted entries have no such position: there it sits at q. A mask's rows have n_v entries each.
     n = entries.count if entries.user_weights is None else float(x.shape[-1])
@@ -134,4 +134,4 @@ def _levels_core(xp: Any, x: Any, opts: TransportSettings, levels: Any, entries:
         return (value, err), pullback
     # a row without a valid entry is NaN at every level
     some = xp.broadcast_to(xp.any(entries.support, axis=-1, keepdims=True), tuple(value.shape))
-    return entries.finished(xp, (value, err), pullback, some)
+    return entries.as_masked_operator(xp, (value, err), pullback, some)

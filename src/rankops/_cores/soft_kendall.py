@@ -112,11 +112,11 @@ def soft_kendall_core(xp: Any, x: Any, opts: Any, *, y: Any, mask: Any = None) -
     spec = _SoftTau(opts.tau, mask is not None)
     if mask is None:
         return custom_backward(xp, spec.fwd, spec.bwd, (x, y), names=("x", "y"), residuals=rebuilt(spec.fwd))
-    entered = (masked.entered(xp, x, mask), masked.entered(xp, y, mask), mask)
+    entered = (masked.zero_masked(xp, x, mask), masked.zero_masked(xp, y, mask), mask)
     (value,), back = custom_backward(xp, spec.fwd, spec.bwd, entered, names=("x", "y", "mask"), residuals=rebuilt(spec.fwd))
 
     def pullback(cts: tuple[Any, ...]) -> dict[str, Any]:
-        grads = masked.pulled(xp, back(cts), mask, ("x", "y"))
+        grads = masked.zero_masked_grads(xp, back(cts), mask, ("x", "y"))
         grads.pop("mask")
         return grads
 

@@ -204,7 +204,7 @@ def softened(
     ``t`` carries no gradient to ``x`` (``stop_gradient``; docs/softness.md
     says why), a learnable softness gets its own. Hosts with autodiff
     differentiate the rest themselves, and the pullback (``rankops.vjp``
-    elsewhere) chains it by hand. Below :func:`.masked.entering`, so that
+    elsewhere) chains it by hand. Below :func:`.masked.zeros_masked_input`, so that
     masked entries are 0 here.
     """
 

@@ -53,7 +53,7 @@ def sort_with_core(
     entries = Entries(xp, c, None, mask)
     own = None
     if mask is not None:
-        c = entries.entered(xp, c)
+        c = entries.zero_masked(xp, c)
         x = xp.where(mask[..., None], x, xp.zeros_like(x))
     if topk is None:
         m = targets_count(c.shape[-1], opts, target_weights)

@@ -149,8 +149,8 @@ def cdf_core(
 ) -> Any:
     """``a^-1 (P b_bar)``; ``mask`` (or weights of 0): the CDF of the valid entries alone, on their own grid of n_v targets."""
     entries = Entries(xp, x, weights, mask)
-    (out, err), back = _cdf(xp, entries.entered(xp, x), opts, entries, descending, target_weights)
-    return entries.finished(xp, (out, err), back)
+    (out, err), back = _cdf(xp, entries.zero_masked(xp, x), opts, entries, descending, target_weights)
+    return entries.as_masked_operator(xp, (out, err), back)
 
 
 def _cdf(xp: Any, x: Any, opts: TransportSettings, entries: Entries, descending: bool, target_weights: Any) -> Any:
@@ -191,9 +191,9 @@ def rank_core(
 ) -> Any:
     """``n cdf`` (``n_v cdf`` with a mask: the ranks of the valid entries among themselves)."""
     entries = Entries(xp, x, weights, mask)
-    (cdf, err), cdf_back = _cdf(xp, entries.entered(xp, x), opts, entries, descending, target_weights)
+    (cdf, err), cdf_back = _cdf(xp, entries.zero_masked(xp, x), opts, entries, descending, target_weights)
     n = entries.count
-    return entries.finished(xp, (n * cdf, err), lambda cts: cdf_back((n * cts[0], None)))
+    return entries.as_masked_operator(xp, (n * cdf, err), lambda cts: cdf_back((n * cts[0], None)))
 
 
 def _sorted_shapes(shape: tuple[int, ...], opts: TransportSettings, params: dict[str, Any]) -> dict[str, Any]:
@@ -255,7 +255,7 @@ def sort_core(
     """
     entries = Entries(xp, x, weights, mask)
     sign = -1.0 if descending else 1.0
-    x = sign * entries.entered(xp, x)
+    x = sign * entries.zero_masked(xp, x)
     weights = entries.weights
     own = None
     if topk is None:
@@ -295,7 +295,7 @@ def sort_core(
         if topk is not None:
             some = some & (entries.count >= topk)
         out_support = xp.broadcast_to(some, tuple(value.shape))
-    return entries.finished(xp, (value, err), pullback, out_support)
+    return entries.as_masked_operator(xp, (value, err), pullback, out_support)
 
 
 @core(output_shapes=_along, outputs=REPORTED, batched=WEIGHTS)
@@ -306,7 +306,7 @@ def quantile_normalize_core(
 ) -> Any:
     """``a^-1 (P targets)``; ``mask`` (or weights of 0): the valid entries alone, onto the same m targets."""
     entries = Entries(xp, x, weights, mask)
-    x, weights = entries.entered(xp, x), entries.weights
+    x, weights = entries.zero_masked(xp, x), entries.weights
     m = targets.shape[0]
     t = xp.astype(targets, x.dtype)
     b, log_b = target_measure(xp, x, m, target_weights)
@@ -321,7 +321,7 @@ def quantile_normalize_core(
         d_t = unbroadcast(xp, matvec(xp, xp.matrix_transpose(p), ct_a), tuple(t.shape))
         return grads(dx, d_eps, targets=d_t, target_weights=None if target_weights is None else d_log_b / b, weights=d_a)
 
-    return entries.finished(xp, (out, err), pullback)
+    return entries.as_masked_operator(xp, (out, err), pullback)
 
 
 @core(output_shapes=_along, outputs=REPORTED, batched={"mask": (0,)})
@@ -332,7 +332,7 @@ def quantize_core(xp: Any, x: Any, opts: TransportSettings, *, num_levels: int, 
     ``mask``: the valid entries alone (weights 0 elsewhere; ``a^-1 = n_v`` for them), onto the same m levels.
     """
     entries = Entries(xp, x, None, mask)
-    x = entries.entered(xp, x)
+    x = entries.zero_masked(xp, x)
     m = num_levels
     b = xp.full((m,), 1.0 / m, dtype=x.dtype, device=_device(x))
     p, err, plan_back = plan_vjp(xp, x, grid(xp, m, x), xp.log(b), opts, exact="columns", weights=entries.weights)
@@ -348,7 +348,7 @@ def quantize_core(xp: Any, x: Any, opts: TransportSettings, *, num_levels: int, 
         dx, _, d_eps, _ = plan_back(dp)
         return grads(dx + matvec(xp, p, ct_levels), d_eps)
 
-    return entries.finished(xp, (out, err), pullback)
+    return entries.as_masked_operator(xp, (out, err), pullback)
 
 
 @core(output_shapes=_along, outputs=REPORTED, batched={"mask": (0,)})
@@ -356,7 +356,7 @@ def quantize_core(xp: Any, x: Any, opts: TransportSettings, *, num_levels: int, 
 def topk_core(xp: Any, x: Any, opts: TransportSettings, *, k: int, mask: Any = None) -> Any:
     """``n P[:, 1]`` for targets (0, 1) weighted ((n - k)/n, k/n); ``mask``: n_v for n (k <= n_v, else NaN)."""
     entries = Entries(xp, x, None, mask)
-    x = entries.entered(xp, x)
+    x = entries.zero_masked(xp, x)
     if entries.support is None:
         n = x.shape[-1]
         # log weights in Python: k = n gives an exact -inf (an empty target), no log(0) warning
@@ -378,7 +378,7 @@ def topk_core(xp: Any, x: Any, opts: TransportSettings, *, k: int, mask: Any = N
     value = inv_a * p[..., 1]
     if entries.support is None:
         return (value, err), pullback
-    return entries.finished(xp, (value, err), pullback, entries.support & (entries.count >= k))
+    return entries.as_masked_operator(xp, (value, err), pullback, entries.support & (entries.count >= k))
 
 
 def _solver_shapes(shape: tuple[int, ...], opts: Settings, params: dict[str, Any]) -> dict[str, Any]:

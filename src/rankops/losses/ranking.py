@@ -163,7 +163,7 @@ def _log_matrix(xp: Any, s: Any, method: str, options: dict[str, Any], mask: Any
         res, log_n = sinkhorn(cost, **solve), math.log(n)
     else:  # the valid entries alone: weight 0 elsewhere, each row's own grid of n_v targets (soft_rank's, _cores.transport)
         entries = Entries(xp, s, None, mask)
-        z = squash_parts(xp, -masked.entered(xp, s, mask), mask, opts.squash)[0]
+        z = squash_parts(xp, -masked.zero_masked(xp, s, mask), mask, opts.squash)[0]
         y, b, _ = entries.grid(xp, n, s)
         cost = h(y[..., None, :] - z[..., :, None])
         a = safe_divide(xp, xp.astype(mask, s.dtype), entries.count)
