@@ -84,4 +84,4 @@ def isotonic_regression(
     params = {"increasing": increasing, "weights": w}
     if mask is not None:
         params["mask"] = masked.in_core_layout(p, mask)
-    return Call(regression_core, p, opts, params, along=("weights",) if w is not None and w.ndim > 1 else ())
+    return Call(regression_core, p, opts, params, input_shaped=("weights",) if w is not None and w.ndim > 1 else ())

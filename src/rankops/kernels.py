@@ -17,7 +17,7 @@ from typing import Any
 from ._cores import kendall, masked
 from ._cores.soft_kendall import soft_kendall_core
 from ._lib._adapters import get_adapter
-from ._lib._calls import ALONG, REDUCED, Along, Call, Prepared, operator, prepare
+from ._lib._calls import LIKE_INPUT, REDUCED, ValueReadout, Call, Prepared, operator, prepare
 from ._lib._compat import Array, namespace
 from ._lib._options import Options, choice, option, positive_scalar, python_number
 
@@ -229,8 +229,8 @@ def _bind_soft_kendall_tau(x: Any, y: Any, axis: Any, tau: float, mask: Any = No
             raise ValueError(f"x {tuple(x.shape)} and y {tuple(y.shape)} must have broadcastable shapes") from err
     opts, _ = SoftKendallOptions.parse({"tau": tau}, "soft_kendall_tau")
     p = prepare(x, axis=axis, opts=opts, arrays={"y": y, **masked.arrays(mask)})
-    y = p.layout.to_core(xp.astype(y, p.x.dtype) if y.dtype != p.x.dtype else y, ALONG)  # laid out as x (several axes: merged alike)
-    return Call(soft_kendall_core, p, opts, masked.with_mask(p, {"y": y}, mask), readout=Along(REDUCED), along=("y",))
+    y = p.layout.to_core(xp.astype(y, p.x.dtype) if y.dtype != p.x.dtype else y, LIKE_INPUT)  # laid out as x (several axes: merged alike)
+    return Call(soft_kendall_core, p, opts, masked.with_mask(p, {"y": y}, mask), readout=ValueReadout(REDUCED), input_shaped=("y",))
 
 
 def suquan_targets(h: Array, /, *, low: float = 0.0, high: float = 1.0) -> Array:

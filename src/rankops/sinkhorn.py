@@ -25,7 +25,7 @@ from ._cores import masked
 from ._cores.softness import length_slope, sinkhorn_epsilon
 from ._cores.squash import SQUASHES
 from ._cores.transport import solver_core
-from ._lib._calls import LEVELS, REDUCED, VALUE, Along, Call, Prepared, check_cotangent_shapes, operator, prepare
+from ._lib._calls import LEVELS, REDUCED, VALUE, ValueReadout, Call, Prepared, check_cotangent_shapes, operator, prepare
 from ._lib._compat import Array, is_array
 from ._lib._docs import fill_doc
 from ._lib._options import Options, boolean, choice, option, optional_count, positive_count, positive_scalar, python_number
@@ -174,7 +174,7 @@ def warn_if_unconverged(adapter: Any, xp: Any, error: Any, opts: Any, where: str
     )
 
 
-class Reported(Along):
+class Reported(ValueReadout):
     """Readout of a Sinkhorn operator: the value, warned about and, if asked, with its :class:`SinkhornInfo`.
 
     With ``role=LEVELS`` the error has the value's trailing axis of quantile
@@ -221,7 +221,7 @@ def check_1d(value: Any, name: str, length: int | None = None) -> None:
 
 def reported(
     core: Any, p: Prepared, opts: TransportOptions, params: dict[str, Any], where: str, info: bool, role: str = VALUE,
-    along: tuple[str, ...] = (),
+    input_shaped: tuple[str, ...] = (),
 ) -> Call:
     """A Sinkhorn operator's call, read out by :class:`Reported`; input-shaped ``weights`` are laid out as ``x``.
 
@@ -231,8 +231,8 @@ def reported(
     """
     opts, chain = with_epsilon(opts, p.xp, p.n, p.x.dtype)
     if params.get("weights") is not None and params["weights"].ndim > 1:
-        along += ("weights",)
-    return Call(core, p, opts, params, Reported(opts, where, info, lazy=p.adapter.lazy, role=role), along=along, chain=chain)
+        input_shaped += ("weights",)
+    return Call(core, p, opts, params, Reported(opts, where, info, lazy=p.adapter.lazy, role=role), input_shaped=input_shaped, chain=chain)
 
 
 def with_epsilon(opts: TransportOptions, xp: Any, n: int, dtype: Any) -> tuple[TransportOptions, dict[str, Any]]:

@@ -21,7 +21,7 @@ from ._cores.quantile import quantile_core
 from ._cores.sort_with import sort_with_core
 from ._cores.transport import cdf_core, quantile_normalize_core, quantize_core, topk_core
 from ._docstrings import SECTIONS
-from ._lib._calls import ALONG, INPUT, LEVELS, REDUCED, VALUE, Call, Layout, operator, prepare
+from ._lib._calls import LIKE_INPUT, INPUT, LEVELS, REDUCED, VALUE, Call, Layout, operator, prepare
 from ._lib._compat import Array, is_array, normalize_axis, real_float_dtypes
 from ._lib._docs import fill_doc
 from ._lib._options import boolean, positive_count
@@ -374,7 +374,7 @@ class _VectorLayout(Layout):
     """sort_with's layout: the caller's (criterion ``(..., n, ...)`` along ``axis``, then ``features``) and the core's ``(..., n, F)``.
 
     The vectors (``INPUT``) and the value (``VALUE``, k long) have the
-    criterion's batch axes in front in both; ``ALONG`` is the criterion,
+    criterion's batch axes in front in both; ``LIKE_INPUT`` is the criterion,
     its axis last in the core's layout.
     """
 
@@ -384,7 +384,7 @@ class _VectorLayout(Layout):
 
     def to_core(self, a: Any, role: str = INPUT) -> Any:
         xp, moved = self.xp, self.axis != self.batch
-        if role == ALONG:
+        if role == LIKE_INPUT:
             return xp.moveaxis(a, self.axis, -1) if moved else a
         if role not in (INPUT, VALUE):
             return super().to_core(a, role)
@@ -395,7 +395,7 @@ class _VectorLayout(Layout):
 
     def to_caller(self, a: Any, role: str = INPUT, *, cast: bool = True) -> Any:
         xp, moved = self.xp, self.axis != self.batch
-        if role == ALONG:
+        if role == LIKE_INPUT:
             return xp.moveaxis(a, -1, self.axis) if moved else a
         if role not in (INPUT, VALUE):
             return super().to_caller(a, role, cast=cast)
@@ -435,7 +435,7 @@ def _bind_sort_with(x: Any, criterion: Any, axis: Any, topk: Any, descending: An
     base = p.layout
     layout = _VectorLayout(base.xp, None, base.shape, base.compute_dtype, base.out_dtype, axis, len(shape) - 1, tuple(x.shape[len(shape):]))
     p = dataclasses.replace(p, x=layout.to_core(p.x), layout=layout)
-    params = {"criterion": layout.to_core(criterion, ALONG), "descending": descending, **weights}
+    params = {"criterion": layout.to_core(criterion, LIKE_INPUT), "descending": descending, **weights}
     if mask is not None:
         if mask.dtype != p.xp.bool:
             raise TypeError(f"mask must be a bool array (True for the valid entries), got dtype {mask.dtype}")
@@ -443,8 +443,8 @@ def _bind_sort_with(x: Any, criterion: Any, axis: Any, topk: Any, descending: An
             mask = p.xp.broadcast_to(mask, shape)
         except (ValueError, RuntimeError) as exc:
             raise ValueError(f"mask of shape {tuple(mask.shape)} does not broadcast to criterion's shape {shape}") from exc
-        params["mask"] = layout.to_core(mask, ALONG)
+        params["mask"] = layout.to_core(mask, LIKE_INPUT)
     # k = n leaves the filler empty: that is the full sort (with a mask, each row's n_v decides)
     if topk is not None and (topk < n or mask is not None):
         params["topk"] = topk
-    return reported(sort_with_core, p, opts, params, where, info, along=("criterion",))
+    return reported(sort_with_core, p, opts, params, where, info, input_shaped=("criterion",))

@@ -18,7 +18,7 @@ import math
 from typing import Any, Callable, Mapping
 
 from .._lib._adapters import custom_backward
-from .._lib._calls import ALONG, Prepared
+from .._lib._calls import LIKE_INPUT, Prepared
 from .._lib._compat import index_dtype, is_array, device as _device
 
 __all__ = ["arrays", "with_mask", "in_core_layout", "zero_masked", "masked_output", "output_cotangents", "zero_masked_grads", "as_masked_operator", "backward", "zeros_masked_input", "squared", "prefix", "held_last", "valid_first", "ValidFirst", "trailing", "sorted_rows"]
@@ -43,7 +43,7 @@ def in_core_layout(p: Prepared, mask: Any) -> Any:
         mask = xp.broadcast_to(mask, p.shape)
     except (ValueError, RuntimeError) as exc:
         raise ValueError(f"mask of shape {tuple(mask.shape)} does not broadcast to {p.name}'s shape {p.shape}") from exc
-    return p.layout.to_core(mask, ALONG)
+    return p.layout.to_core(mask, LIKE_INPUT)
 
 
 def zero_masked(xp: Any, x: Any, mask: Any) -> Any:

@@ -132,7 +132,8 @@ def grads(x: Any, d_eps: Any, **named: Any) -> dict[str, Any]:
     return out
 
 
-def _along(shape: tuple[int, ...], opts: Any, params: dict[str, Any]) -> dict[str, Any]:
+def _value_and_error_shapes(shape: tuple[int, ...], opts: Any, params: dict[str, Any]) -> dict[str, Any]:
+    """Output shapes of a reported core: the value as the input, the convergence error with no axis of its own."""
     return {"value": tuple(shape), "error": ()}
 
 
@@ -141,7 +142,7 @@ REPORTED = ("value", "error")
 WEIGHTS = {"weights": (0,), "mask": (0,)}
 
 
-@core(output_shapes=_along, outputs=REPORTED, batched=WEIGHTS)
+@core(output_shapes=_value_and_error_shapes, outputs=REPORTED, batched=WEIGHTS)
 @finite_rows
 def cdf_core(
     xp: Any, x: Any, opts: TransportSettings, *, descending: bool = False, target_weights: Any = None, weights: Any = None,
@@ -183,7 +184,7 @@ def _cdf(xp: Any, x: Any, opts: TransportSettings, entries: Entries, descending:
     return (out, err), pullback
 
 
-@core(output_shapes=_along, outputs=REPORTED, batched=WEIGHTS)
+@core(output_shapes=_value_and_error_shapes, outputs=REPORTED, batched=WEIGHTS)
 @finite_rows
 def rank_core(
     xp: Any, x: Any, opts: TransportSettings, *, descending: bool = False, target_weights: Any = None, weights: Any = None,
@@ -298,7 +299,7 @@ def sort_core(
     return entries.as_masked_operator(xp, (value, err), pullback, out_support)
 
 
-@core(output_shapes=_along, outputs=REPORTED, batched=WEIGHTS)
+@core(output_shapes=_value_and_error_shapes, outputs=REPORTED, batched=WEIGHTS)
 @finite_rows
 def quantile_normalize_core(
     xp: Any, x: Any, opts: TransportSettings, *, targets: Any, target_weights: Any = None, weights: Any = None,
@@ -324,7 +325,7 @@ def quantile_normalize_core(
     return entries.as_masked_operator(xp, (out, err), pullback)
 
 
-@core(output_shapes=_along, outputs=REPORTED, batched={"mask": (0,)})
+@core(output_shapes=_value_and_error_shapes, outputs=REPORTED, batched={"mask": (0,)})
 @finite_rows
 def quantize_core(xp: Any, x: Any, opts: TransportSettings, *, num_levels: int, mask: Any = None) -> Any:
     """``n P diag(1/b) P^T x``: each entry moved to its plan's mix of the m soft-sorted values (OTT-JAX's ``quantize``).
@@ -351,7 +352,7 @@ def quantize_core(xp: Any, x: Any, opts: TransportSettings, *, num_levels: int, 
     return entries.as_masked_operator(xp, (out, err), pullback)
 
 
-@core(output_shapes=_along, outputs=REPORTED, batched={"mask": (0,)})
+@core(output_shapes=_value_and_error_shapes, outputs=REPORTED, batched={"mask": (0,)})
 @finite_rows
 def topk_core(xp: Any, x: Any, opts: TransportSettings, *, k: int, mask: Any = None) -> Any:
     """``n P[:, 1]`` for targets (0, 1) weighted ((n - k)/n, k/n); ``mask``: n_v for n (k <= n_v, else NaN)."""

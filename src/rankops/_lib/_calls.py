@@ -5,7 +5,7 @@ the prepared input, the frozen options and the parameters.
 :func:`prepare` validates the operator's input (namespace, device, dtype,
 axis) once and moves the operator axis last (a tuple of axes: moved last
 and merged into one). The call's :class:`Layout` is the one map between
-the caller's layout and the core's, both ways; a readout (:class:`Along`
+the caller's layout and the core's, both ways; a readout (:class:`ValueReadout`
 for array values) turns the core's outputs into the public value through
 it and maps the public value's cotangent back, and :meth:`Call.gradients`
 lays the input's gradient out as the caller's input.
@@ -43,7 +43,7 @@ from ._compat import is_array, namespace, normalize_axes, normalize_axis, real_f
 from ._numerics import unbroadcast
 from ._options import Options
 
-__all__ = ["INPUT", "ALONG", "VALUE", "LEVELS", "REDUCED", "Layout", "Prepared", "prepare", "Call", "Along", "Operator", "operator", "ArrayValue", "check_cotangent_shapes"]
+__all__ = ["INPUT", "LIKE_INPUT", "VALUE", "LEVELS", "REDUCED", "Layout", "Prepared", "prepare", "Call", "ValueReadout", "Operator", "operator", "ArrayValue", "check_cotangent_shapes"]
 
 P = ParamSpec("P")
 R = TypeVar("R")  # the public value a call reads out: an array, a (value, info) pair, a SinkhornResult
@@ -51,10 +51,10 @@ R = TypeVar("R")  # the public value a call reads out: an array, a (value, info)
 
 # Roles of the arrays that cross a call, for :class:`Layout`. The input and
 # the parameters laid out like it (input-shaped weights, soft_kendall_tau's y,
-# sort_with's criterion) and their gradients are ``INPUT`` / ``ALONG``; an
+# sort_with's criterion) and their gradients are ``INPUT`` / ``LIKE_INPUT``; an
 # output is ``VALUE`` (along the operator axis), ``LEVELS`` (a trailing axis
 # of quantile levels) or ``REDUCED`` (no operator axis left).
-INPUT, ALONG, VALUE, LEVELS, REDUCED = "input", "along", "value", "levels", "reduced"
+INPUT, LIKE_INPUT, VALUE, LEVELS, REDUCED = "input", "like_input", "value", "levels", "reduced"
 _OUTPUT_ROLES = (VALUE, LEVELS, REDUCED)
 
 
@@ -70,7 +70,7 @@ class Layout:
     Positions are counted from the end, so arrays with extra leading axes
     (samples) are handled alike. By role:
 
-    - ``INPUT``, ``ALONG``: shaped like the input, mapped whole;
+    - ``INPUT``, ``LIKE_INPUT``: shaped like the input, mapped whole;
     - ``VALUE``: an output as long as n is mapped whole; one of another
       length (``num_targets``, ``topk``) is one axis at the first operator
       axis' place, the other operator axes dropped;
@@ -94,7 +94,7 @@ class Layout:
             a = self.xp.astype(a, self.compute_dtype)
         if self.axes is None or role == REDUCED:
             return a
-        if role in (INPUT, ALONG) or (role == VALUE and a.ndim == len(self.shape)):
+        if role in (INPUT, LIKE_INPUT) or (role == VALUE and a.ndim == len(self.shape)):
             return self._merge(a)
         pos = self._one_axis()
         return a if pos == -1 else self.xp.moveaxis(a, pos, -1)
@@ -106,7 +106,7 @@ class Layout:
         dtype (a report beside the value, such as Sinkhorn's error).
         """
         if self.axes is not None and role != REDUCED:
-            if role in (INPUT, ALONG) or (role == VALUE and a.shape[-1] == math.prod(self._places()[2])):
+            if role in (INPUT, LIKE_INPUT) or (role == VALUE and a.shape[-1] == math.prod(self._places()[2])):
                 a = self._split(a)
             elif (pos := self._one_axis()) != -1:
                 a = self.xp.moveaxis(a, -1, pos)
@@ -182,7 +182,7 @@ class Prepared:
         if not xp.isdtype(weights.dtype, ("real floating", "integral")):
             raise TypeError(f"{name} must be a real array, got dtype {weights.dtype}")
         if tuple(weights.shape) == self.shape and weights.ndim > 1:
-            weights = self.layout.to_core(weights, ALONG)
+            weights = self.layout.to_core(weights, LIKE_INPUT)
         elif tuple(weights.shape) != (self.n,):
             raise ValueError(f"{name} must have the shape of {self.name} {self.shape} or ({self.n},), got {tuple(weights.shape)}")
         return xp.astype(weights, self.x.dtype)
@@ -235,7 +235,7 @@ def prepare(
     return Prepared(layout.to_core(x), layout, name)
 
 
-class Along:
+class ValueReadout:
     """Readout of one array value: the core's first output in the caller's layout as ``role`` (:class:`Layout`)."""
 
     outputs: tuple[str, ...] = ("value",)
@@ -251,7 +251,7 @@ class Along:
         return (p.layout.to_core(cts[0], self.role),) + (None,) * (len(self.outputs) - 1)
 
 
-_ALONG = Along()
+_VALUE_READOUT = ValueReadout()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -262,8 +262,8 @@ class Call(Generic[R]):
     prepared: Prepared
     opts: Options
     params: Mapping[str, Any]  # parameter arrays and Python-valued arguments, by name
-    readout: Any = None  # None: the value along the operator axis (Along(VALUE)); a default instance here is one torch.compile cannot trace
-    along: tuple[str, ...] = ()  # parameters laid out like the input (operator axis last): their gradients are moved back too
+    readout: Any = None  # None: the value along the operator axis (ValueReadout(VALUE)); a default instance here is one torch.compile cannot trace
+    input_shaped: tuple[str, ...] = ()  # parameters laid out like the input (operator axis last): their gradients are moved back too
     chain: Mapping[str, tuple[str, Any]] = dataclasses.field(default_factory=dict)  # argument -> (its option, d option/d argument)
 
     @property
@@ -280,7 +280,7 @@ class Call(Generic[R]):
 
     @property
     def _readout(self) -> Any:
-        return _ALONG if self.readout is None else self.readout
+        return _VALUE_READOUT if self.readout is None else self.readout
 
     @property
     def outputs(self) -> tuple[str, ...]:
@@ -296,7 +296,7 @@ class Call(Generic[R]):
         """The core's gradients by argument name, the input's in the caller's layout."""
         layout, out = self.prepared.layout, dict(grads)
         out[self.prepared.name] = layout.to_caller(out.pop("x"), INPUT)
-        out.update({name: layout.to_caller(out[name], ALONG) for name in self.along if out.get(name) is not None})
+        out.update({name: layout.to_caller(out[name], LIKE_INPUT) for name in self.input_shaped if out.get(name) is not None})
         out.update({name: out.pop(option) * slope for name, (option, slope) in self.chain.items() if out.get(option) is not None})
         return out
 
