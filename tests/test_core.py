@@ -122,3 +122,22 @@ def test_demo_cli_selects_backend(capsys):
 def test_public_names():
     for name in ("soft_rank", "soft_sort", "softsort", "neuralsort"):
         assert callable(getattr(rankops, name))
+
+
+def test_the_host_protocol_names_each_method_required_or_a_speed_up():
+    """Every method of the adapter protocol is in exactly one of its two parts, and the hosts with their own
+    autodiff (torch, JAX) override every autodiff and loop method of the required part."""
+    import inspect
+
+    from rankops._lib._adapters import _generic
+
+    methods = {n for n, v in vars(_generic.PortableAdapter).items() if inspect.isfunction(v) and not n.startswith("_")}
+    required, speed_ups = set(_generic.REQUIRED), set(_generic.SPEED_UPS)
+    assert not required & speed_ups
+    assert methods == required | speed_ups, (methods - required - speed_ups, required | speed_ups - methods)
+    for name in ("torch", "jax"):
+        pytest.importorskip(name)
+        adapter = type(rankops._lib._adapters.get_adapter(get_backend(name).namespace()))
+        assert adapter.autodiff
+        own = {n for cls in adapter.__mro__ if cls is not _generic.PortableAdapter and cls is not object for n in vars(cls)}
+        assert {"stop_gradient", "custom_vjp", "autodiff_vjp", "is_concrete", "iterate", "repeat", "unless", "scan_blocks"} <= own

@@ -243,7 +243,7 @@ def merge_rows(xp: Any, adapter: Any, kind: Any, v: Any, data: tuple[Any, ...], 
 
 
 def _merged(xp: Any, v: Any, w: Any, *, kind: str) -> tuple[Any]:
-    """``(merge rounds of v,)``, called by name (:meth:`~.._lib._adapters.Generic.eagerly`)."""
+    """``(merge rounds of v,)``, called by name (:meth:`~.._lib._adapters.PortableAdapter.eagerly`)."""
     rules = KINDS[kind]
     return (merge_rows(xp, get_adapter(xp), rules, v, (w,), (rules.identity,)),)
 

@@ -1,7 +1,7 @@
 """The backend seam: the one place that tells namespaces apart, and what the adapters run.
 
 ``get_adapter(xp)`` returns the adapter of a namespace (the protocol is
-:class:`._generic.Generic`): torch, JAX and Dask have their own, imported
+:class:`._generic.PortableAdapter`): torch, JAX and Dask have their own, imported
 only when such an array arrives, so that the core never imports a
 framework; every other namespace (NumPy, CuPy, array-api-strict) gets the
 portable one.
@@ -22,12 +22,12 @@ from array_api_compat import is_dask_namespace, is_jax_namespace
 
 from .._compat import is_torch_namespace
 
-from ._generic import GENERIC, Generic
+from ._generic import PORTABLE, PortableAdapter
 
-__all__ = ["get_adapter", "Generic", "Core", "core", "same_shape", "custom_backward", "rebuilt"]
+__all__ = ["get_adapter", "PortableAdapter", "Core", "core", "same_shape", "custom_backward", "rebuilt"]
 
 
-def get_adapter(xp: Any) -> Generic:
+def get_adapter(xp: Any) -> PortableAdapter:
     """The adapter for namespace ``xp`` (framework adapters are imported lazily)."""
     # import statements rather than importlib.import_module, which torch.compile refuses to trace
     if is_torch_namespace(xp):
@@ -42,7 +42,7 @@ def get_adapter(xp: Any) -> Generic:
         from . import _dask
 
         return _dask.ADAPTER
-    return GENERIC
+    return PORTABLE
 
 
 class Core:

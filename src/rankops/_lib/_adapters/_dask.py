@@ -20,7 +20,7 @@ import array_api_compat
 import dask.array as da
 
 from .._numerics import unbroadcast
-from ._generic import Generic, scatter
+from ._generic import PortableAdapter, scatter
 
 __all__ = ["Dask", "ADAPTER"]
 
@@ -156,7 +156,7 @@ class _Blocks:
         )
 
 
-class Dask(Generic):
+class Dask(PortableAdapter):
     name = "dask"
     lazy = True
 

@@ -31,7 +31,7 @@ import numpy as np
 from .. import _loops, _numerics
 from .._compat import device as _device
 
-__all__ = ["Generic", "GENERIC", "scatter"]
+__all__ = ["PortableAdapter", "PORTABLE", "REQUIRED", "SPEED_UPS", "scatter"]
 
 
 def scatter(cts: tuple[Any, ...], wanted: tuple[str, ...], names: tuple[str, ...]) -> tuple[Any, ...]:
@@ -40,8 +40,30 @@ def scatter(cts: tuple[Any, ...], wanted: tuple[str, ...], names: tuple[str, ...
     return tuple(by_name.get(name) for name in names)
 
 
-class Generic:
-    """The adapter protocol, with portable implementations; framework adapters subclass it."""
+# The protocol in two parts. REQUIRED: what a host whose arrays differ from an eager, autodiff-free library's
+# (its own reverse mode, tracing or compiling, lazy values, its own random generator) must override for correct
+# values and gradients; the portable versions below are right for NumPy, CuPy and array-api-strict. SPEED_UPS:
+# numerics whose portable versions are right on every host, overridden where the host has a faster kernel.
+REQUIRED = (
+    "stop_gradient", "custom_vjp", "autodiff_vjp", "linear_solve",  # autodiff
+    "is_concrete", "iterate", "repeat", "settle", "unless", "scan_blocks", "eagerly", "replays_loops", "compiled",  # loops
+    "run", "rule_vjp", "rows", "check_devices", "gumbel",  # execution, devices, randomness
+    "sign",  # torch.func.vmap cannot batch torch's array-API sign (it indexes by a boolean mask)
+)
+SPEED_UPS = (
+    "softmax", "logsumexp", "ndtr", "sigmoid", "log_sigmoid", "linear_scan", "scan_links", "cumlogsumexp",
+    "cumulative_sum", "searchsorted", "take", "select", "sort_order", "invert_permutation", "merge_descending",
+    "segment_sum", "segment_first", "segment_logsumexp",
+)
+
+
+class PortableAdapter:
+    """The adapter protocol, with portable implementations; framework adapters subclass it.
+
+    A new host is one adapter file (a subclass overriding what :data:`REQUIRED` names where the host differs
+    from an eager, autodiff-free array library, and any of :data:`SPEED_UPS`) plus its line in
+    :func:`.get_adapter` (docs/architecture.md, "Adding a host").
+    """
 
     name = "generic"
     autodiff = False  # the host has its own reverse mode (rankops.vjp uses it)
@@ -287,4 +309,4 @@ class Generic:
         return call.core.select(outs, call.outputs), lambda cts: pullback(scatter(cts, call.outputs, names))
 
 
-GENERIC = Generic()
+PORTABLE = PortableAdapter()

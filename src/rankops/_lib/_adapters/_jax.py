@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import jax.scipy.special
 
 from .._compat import index_dtype
-from ._generic import Generic
+from ._generic import PortableAdapter
 from ._jax_autodiff import iterate, transposed, varying, with_forward_rule
 
 __all__ = ["Jax", "ADAPTER"]
@@ -57,7 +57,7 @@ def _doubling_scan(a: Any, b: Any) -> Any:
     return jax.lax.fori_loop(0, steps, step, varying((a, b, jnp.asarray(1)), a))[1] if steps else b
 
 
-class Jax(Generic):
+class Jax(PortableAdapter):
     name = "jax"
     autodiff = True
     flushes_subnormals = True

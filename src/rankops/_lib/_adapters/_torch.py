@@ -12,13 +12,13 @@ from typing import Any
 import torch
 
 from .. import _loops
-from ._generic import Generic
+from ._generic import PortableAdapter
 from ._torch_autograd import custom_function, in_transform, mapped, plain
 
 __all__ = ["Torch", "ADAPTER"]
 
 
-class Torch(Generic):
+class Torch(PortableAdapter):
     name = "torch"
     autodiff = True
     # B = 20, float32, forward+backward of soft_rank(method="softsort"): the whole matrix takes
