@@ -33,7 +33,8 @@ sign changes and, with ``t = mean_B(z) - v`` and ``d_i = z_i - mean_B(z)``
 :mod:`.isotonic` (whole decreasing runs at once). Rows whose blocks form
 by long chains would take up to n of them: at q = 2 and 4 (and 3 for the
 rank) they go on, after ``4 ceil(log2 n)`` rounds (``ceil(log2 n)`` at
-q = 4), to the merge rounds of :func:`.isotonic.merge_rows` (:func:`.isotonic.pool_then_merge`), whose tests are the loss's derivative
+q = 4), to the merge rounds of :func:`.isotonic.merge_rows`
+(:func:`.isotonic.pool_then_merge`), whose tests are the loss's derivative
 ``f'(t) = w - phi(y - t)`` summed over a set of entries: a polynomial in
 t whose coefficients are the set's sums of ``w`` and of powers of the data
 (:class:`.power_sums.PowerSums`); for any other q the loss has no such sums, and the
