@@ -23,11 +23,9 @@ def power(xp: Any, a: Any, e: float, *, tangent: bool = True) -> Any:
     if e == 3.0:
         return a * a * a
     if not tangent:
-        return xp.sqrt(a) if e == 0.5 else a ** e
+        return a ** e
     positive = a > 0
-    safe = xp.where(positive, a, xp.ones_like(a))
-    # a square root is one cheap operation where a general power is a slow one
-    return xp.where(positive, xp.sqrt(safe) if e == 0.5 else safe ** e, xp.zeros_like(a))
+    return xp.where(positive, xp.where(positive, a, xp.ones_like(a)) ** e, xp.zeros_like(a))
 
 
 def odd_power(xp: Any, a: Any, e: float) -> Any:
