@@ -174,7 +174,8 @@ def _round(xp: Any, adapter: Any, kind: Any, v: Any, data: tuple[Any, ...], h: A
         got = xp.where(some, got, ident)
         return tuple(got[s, ...] for s in range(count))
 
-    true = xp.ones(v.shape, dtype=xp.bool, device=dev)
+    # the searches for the entries below each value (``kind.signs``: within a half, ``<``)
+    true = xp.ones(v.shape, dtype=xp.bool, device=dev) if kind.signs else None
 
     def prefix(first: Any, size: Any) -> Any:
         """``sum_S f'(v)`` over the ``size`` entries from ``first`` on (a right half's prefix)."""

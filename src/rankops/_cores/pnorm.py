@@ -62,7 +62,7 @@ from .._lib._compat import device as _device
 from .._lib._numerics import safe_divide
 from . import isotonic
 from .power_sums import merge_fit
-from .powers import cubic_root, odd_power, power
+from .powers import moment_root, odd_power, power
 
 __all__ = ["exponent", "project", "capped", "slope", "newton_steps", "falling_root", "search_breakpoints", "exponent_of"]
 
@@ -105,11 +105,10 @@ def _shift(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, q: float, tangent
     if q == 2.0:
         return mean, d, total_w / m
     if q == 3.0:
-        m2 = adapter.segment_sum(xp, starts, d * d)
-        return mean, d, power(xp, xp.clip((total_w - m2) / m, 0.0, None), 0.5, tangent=tangent)
+        return mean, d, moment_root(xp, q, total_w, m, adapter.segment_sum(xp, starts, d * d), tangent=tangent)
     if q == 4.0:
         moments = adapter.segment_sum(xp, starts, xp.stack([d * d, d * d * d]))
-        return mean, d, cubic_root(xp, 3.0 * moments[0, ...] / m, (moments[1, ...] - total_w) / m, tangent=tangent)
+        return mean, d, moment_root(xp, q, total_w, m, moments[0, ...], moments[1, ...], tangent=tangent)
 
     def newton(state: tuple[Any]) -> tuple[Any]:
         a = xp.clip(d + state[0], 0.0, None)
@@ -150,10 +149,7 @@ def _signed_shift(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, q: float) 
         # a block whose terms all share W's sign has the unsigned root (:func:`_shift`'s closed forms, mirrored for
         # W < 0): exact where no term changes sign there, so Newton's steps leave it in place
         m2, m3, up = sums[1, ...], sums[2, ...], total_w >= 0
-        if q == 3.0:
-            root = power(xp, xp.clip((xp.abs(total_w) - m2) / m, 0.0, None), 0.5)
-        else:
-            root = cubic_root(xp, 3.0 * m2 / m, (xp.where(up, m3, -m3) - xp.abs(total_w)) / m)
+        root = moment_root(xp, q, xp.abs(total_w), m, m2, xp.where(up, m3, -m3))
         t0 = xp.where(up, root, -root)
         crossed = adapter.segment_sum(xp, starts, xp.astype(xp.where(up, d + t0 < 0, d + t0 > 0), d.dtype))
         start = xp.where(crossed == 0, t0, start)
@@ -344,9 +340,9 @@ def _free_root(xp: Any, adapter: Any, d: Any, free: Any, total_w: Any, m: Any, q
         return total_w / m
     m2 = xp.sum(d * d, axis=-1, keepdims=True)
     if q == 3.0:
-        return power(xp, xp.clip((total_w - m2) / m, 0.0, None), 0.5)
+        return moment_root(xp, q, total_w, m, m2)
     if q == 4.0:
-        return cubic_root(xp, 3.0 * m2 / m, (xp.sum(d * d * d, axis=-1, keepdims=True) - total_w) / m)
+        return moment_root(xp, q, total_w, m, m2, xp.sum(d * d * d, axis=-1, keepdims=True))
     return falling_root(xp, adapter, free, d, total_w, 0.0, power(xp, xp.clip(total_w, 0.0, None) / m, 1.0 / (q - 1.0)), q)
 
 

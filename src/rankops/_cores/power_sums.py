@@ -6,7 +6,7 @@ from typing import Any
 
 from .._lib._adapters import get_adapter
 from . import isotonic
-from .powers import cubic_root, power
+from .powers import moment_root
 
 __all__ = ["PowerSums", "merge_fit"]
 
@@ -70,11 +70,8 @@ class PowerSums:
             t = total_w / m
         else:
             m2 = xp.clip(sums[3] - mean * s1, 0.0, None)
-            if self.degree == 2:
-                t = power(xp, xp.clip((total_w - m2) / m, 0.0, None), 0.5)
-            else:
-                m3 = sums[4] - 3.0 * mean * sums[3] + 2.0 * mean * mean * s1
-                t = cubic_root(xp, 3.0 * m2 / m, (m3 - total_w) / m)
+            m3 = sums[4] - 3.0 * mean * sums[3] + 2.0 * mean * mean * s1 if self.degree == 3 else None
+            t = moment_root(xp, self.degree + 1.0, total_w, m, m2, m3)
         return xp.where(some, centre + mean - t, fallback)
 
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from .._lib._numerics import safe_divide
 
-__all__ = ["power", "odd_power", "cubic_root"]
+__all__ = ["power", "odd_power", "cubic_root", "moment_root"]
 
 
 def power(xp: Any, a: Any, e: float, *, tangent: bool = True) -> Any:
@@ -60,3 +60,13 @@ def cubic_root(xp: Any, p: Any, q: Any, *, tangent: bool = True) -> Any:
         b = ps / 3.0 / a
         return xp.where(some, -qs / (a * a + ps / 3.0 + b * b) * s, xp.zeros_like(s))
     return xp.where(some, -safe_divide(xp, qs, a * a + ps / 3.0 + b * b) * s, xp.zeros_like(s))
+
+
+def moment_root(xp: Any, q: float, total_w: Any, m: Any, m2: Any, m3: Any = None, *, tangent: bool = True) -> Any:
+    """The root ``t`` of ``sum_B (d_i + t)^(q-1) = W`` at q = 3 or 4, for a block every term of which is
+    nonnegative there, from its size ``m`` and centred moments ``m2 = sum d^2``, ``m3 = sum d^3`` (``sum d = 0``):
+    ``t = sqrt((W - m2) / m)`` at q = 3, the real root of ``t^3 + 3 (m2 / m) t + (m3 - W) / m = 0`` at q = 4
+    (``m3`` only there). ``tangent``: as for :func:`power`."""
+    if q == 3.0:
+        return power(xp, xp.clip((total_w - m2) / m, 0.0, None), 0.5, tangent=tangent)
+    return cubic_root(xp, 3.0 * m2 / m, (m3 - total_w) / m, tangent=tangent)
