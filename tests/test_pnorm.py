@@ -270,6 +270,43 @@ def test_merge_rounds_alone_equal_the_papers_pav(name):
             np.testing.assert_allclose(np.sign(d) * np.abs(d) ** (q - 1.0), want, rtol=1e-10, atol=1e-9 * np.abs(want).max())
 
 
+@pytest.mark.parametrize("name", HOSTS)
+def test_merge_rounds_over_pooled_blocks_equal_the_papers_pav(name):
+    """At q = 2 and 4 the merge rounds start from the pooling rounds' blocks, one entry each (their weight, size, mean
+    and centred moments): after 1, 2 or 3 pooling rounds, the fit still equals the sequential PAV. JAX keeps the row's
+    length (the blocks first, then entries that weigh nothing); the eager hosts shorten it to the most blocks a row has."""
+    from array_api_compat import array_namespace
+
+    from rankops._cores import isotonic, pnorm, power_sums, powers
+    from rankops._lib._adapters import get_adapter
+
+    def fit(a: Any, b: Any, q: float, signed: bool, rounds: int) -> Any:
+        xp = array_namespace(a)
+        adapter = get_adapter(xp)
+        y, w = xp.flip(a, axis=-1), xp.flip(b, axis=-1)
+        rules = (pnorm._SignedRules if signed else pnorm._Rules)(q)
+        u, unsettled, _ = isotonic.pool_runs(xp, adapter, rules, y - powers.odd_power(xp, w, 1.0 / (q - 1.0)), xp.stack([y, w]), rounds)
+        return xp.flip(power_sums.merge_fit(xp, u, y, w, q=q)[0], axis=-1), xp.any(unsettled)
+
+    to, run = host(name)
+    x = _chained_rows(11, 23)
+    left = []  # whether the merge rounds had work left
+    for q in (2.0, 4.0):
+        for signed in (False, True):
+            if signed:
+                z = np.broadcast_to(np.arange(23, 0, -1.0) / 0.7, x.shape)
+                w = -np.sort(-x, axis=-1) - 5.0
+            else:
+                z, w = -np.sort(-x, axis=-1), np.broadcast_to(np.arange(23, 0, -1.0) * 3.0, x.shape)
+            want = np.stack([_pav_projection(a, b, q / (q - 1.0)) for a, b in zip(z, w)])
+            for rounds in (1, 2, 3):
+                v, unsettled = run(lambda a, b: fit(a, b, q, signed, rounds), to(np.ascontiguousarray(z)), to(np.ascontiguousarray(w)))
+                left.append(bool(np.asarray(unsettled)))
+                d = z - np.asarray(v)
+                np.testing.assert_allclose(np.sign(d) * np.abs(d) ** (q - 1.0), want, rtol=1e-10, atol=1e-9 * np.abs(want).max())
+    assert all(left[:7]), left  # q = 2 after 1-3 rounds, q = 4 (the rank's problem) after 1: blocks left to merge
+
+
 def test_rows_past_the_pooling_cap_finish_in_the_merge_rounds(monkeypatch):
     """Rows that need more than 4 log2 n pooling rounds go on to the merge rounds (counted here), and the soft rank
     and sort still equal the sequential PAV; at p = 1.25 (no power sums) the pooling rounds finish them.
@@ -311,3 +348,35 @@ def test_cubic_root_is_the_real_root_at_every_scale(tangent, dtype, scales):
         # the root moves by |dq| / (3 t^2 + p) for a change dq of q: within a few roundings of q and p t
         tol = 16 * np.finfo(dtype).eps * (np.abs(t**3) + p * np.abs(t)) / (3 * t**2 + p)
         np.testing.assert_array_less(np.abs(got.astype(np.float64) - t), tol + 1e-300)
+
+
+def test_a_snowballing_row_leaves_the_pooling_rounds_when_its_drops_stop_halving():
+    """``merge_cost``: the rank's row of the test above at p = 4/3 takes in one entry per pooling round (one drop for
+    up to n rounds); it leaves after a few rounds, with the drop left for the merge rounds. A row whose drops fall
+    geometrically (random scores at strength 0.1) runs until it settles, as without ``merge_cost``."""
+    import array_api_compat.numpy as xp
+
+    from rankops._cores import isotonic, pnorm
+    from rankops._lib._adapters import get_adapter
+
+    class Counted(pnorm._Rules):
+        rounds = 0
+
+        def pooled(self, *args: Any) -> Any:
+            Counted.rounds += 1
+            return super().pooled(*args)
+
+    def pool(z: np.ndarray, merge_cost: float) -> tuple[int, bool]:
+        y, w = z[::-1][None, :], np.arange(1.0, z.size + 1.0)[None, :]
+        Counted.rounds = 0
+        _, unsettled, _ = isotonic.pool_runs(xp, get_adapter(xp), Counted(4.0), y - w ** (1.0 / 3.0), np.stack([y, w]), 28, merge_cost)
+        return Counted.rounds, bool(unsettled[0])
+
+    e = 1.0 / 3.0
+    chain = -np.sort(-e * 64.0 ** (e - 1.0) * np.arange(1.0, 129.0))
+    assert pool(chain, 0.0) == (28, True)
+    rounds, unsettled = pool(chain, 1.0)
+    assert unsettled and rounds <= 4, rounds
+    scores = -np.sort(-np.random.default_rng(3).normal(size=128)) / 0.1
+    settled = pool(scores, 0.0)
+    assert pool(scores, 1.0) == settled and not settled[1] and settled[0] >= 2, settled

@@ -174,7 +174,7 @@ class _KL:
 KINDS = {"l2": _L2, "kl": _KL}
 
 
-def pool_runs(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, max_rounds: int) -> tuple[Any, Any, bool]:
+def pool_runs(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, max_rounds: int, merge_cost: float = 0.0) -> tuple[Any, Any, bool]:
     """Pool every maximal run of strictly decreasing blocks at once, for up to ``max_rounds`` rounds.
 
     Adjacent violators end in one block of the solution (the PAV argument),
@@ -185,30 +185,54 @@ def pool_runs(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, max_rounds: int
     in 1-2 rounds, at the default softness in about ``log2 n`` (l2) or up to
     twice that (kl); adversarial rows need O(n): those go on to the merge
     rounds. The result is blocks of pooled values with the same isotonic fit
-    as ``v``. Returns ``(v, unsettled, stopped_early)``:
-    ``unsettled`` is True on the rows that still hold a drop, and
-    ``stopped_early`` True when the loop was seen to stop before
-    ``max_rounds`` (eager hosts): every row settled, nothing left to read.
+    as ``v``.
+
+    ``merge_cost`` > 0 (a caller whose merge rounds run over the blocks, one
+    entry each) also stops a row once its drops stop halving each round and
+    its rounds have cost ``merge_cost K log2 K / n`` rounds' worth (``K``
+    its blocks): what the merge rounds over its blocks would cost, in pooling
+    rounds. A chain that snowballs (a block taking one neighbour per round)
+    leaves a few drops for up to n rounds; the drops of a row that is
+    settling fall geometrically.
+
+    Returns ``(v, unsettled, stopped_early)``: ``unsettled`` is True on the
+    rows that still hold a drop, and ``stopped_early`` True when the loop was
+    seen to stop before ``max_rounds`` with every row settled (eager hosts,
+    no ``merge_cost``): nothing left to read.
     """
 
     def drops(u: Any) -> Any:
         # between neighbours (n - 1 of them): True where a block is above its successor
         return u[..., :-1] > u[..., 1:]
 
+    def count(a: Any) -> Any:
+        return xp.sum(xp.astype(a, v.dtype), axis=-1, keepdims=True)
+
     unit = w is None
     if unit:  # unweighted: the totals are sums and counts
         w = xp.ones_like(v)
 
-    def step(weights: Any, state: tuple[Any, Any, Any]) -> tuple[Any, Any, Any]:
-        u, starts, down = state
+    def step(weights: Any, state: tuple[Any, ...]) -> tuple[Any, ...]:
+        u, starts, down = state[:3]
         # a block that follows a drop joins its predecessor's run
         starts = xp.concat([starts[..., :1], starts[..., 1:] & ~down], axis=-1)
         u = rules.pooled(xp, adapter, starts, u, weights, unit)  # the totals in one segmented sum (one scatter on torch)
-        return u, starts, drops(u)
+        down = drops(u)
+        if not merge_cost:
+            return u, starts, down
+        _, _, _, _, now, spent = state
+        return u, starts, down, now, count(down), spent + 1.0
 
-    def error(weights: Any, state: tuple[Any, Any, Any]) -> Any:
-        return xp.any(state[2], axis=-1)  # a boolean error: True while a row holds a drop
+    def error(weights: Any, state: tuple[Any, ...]) -> Any:
+        # a boolean error: True while a row goes on
+        if not merge_cost:
+            return xp.any(state[2], axis=-1)
+        _, starts, _, before, now, spent = state
+        blocks = count(starts)
+        stalled = (2.0 * now > before) & (spent * n >= merge_cost * blocks * xp.log2(blocks))
+        return ((now > 0) & ~stalled)[..., 0]
 
+    n = v.shape[-1]
     starts = xp.ones(v.shape, dtype=xp.bool, device=_device(v))
     down = drops(v)
     if rules is _L2 and not unit:
@@ -217,8 +241,14 @@ def pool_runs(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, max_rounds: int
         # value is no value: a drop from it is left to the next round, from its block's value.
         free = xp.broadcast_to(w, v.shape) == 0
         down = free[..., 1:] | (down & ~free[..., :-1])
-    (v, _, _), rounds, err = adapter.iterate(xp, step, w, (v, starts, down), error=error, freeze=freeze_rows, max_iter=max_rounds, tol=0.0, check_every=1)
-    return v, err, isinstance(rounds, int) and rounds < max_rounds
+    state: tuple[Any, ...] = (v, starts, down)
+    if merge_cost:
+        zero = xp.zeros(v.shape[:-1] + (1,), dtype=v.dtype, device=_device(v))
+        state += (zero, count(down), zero)
+    state, rounds, err = adapter.iterate(xp, step, w, state, error=error, freeze=freeze_rows, max_iter=max_rounds, tol=0.0, check_every=1)
+    if not merge_cost:  # the error is the flag, and a loop that stopped early stopped with every row settled
+        return state[0], err, isinstance(rounds, int) and rounds < max_rounds
+    return state[0], xp.any(state[2], axis=-1), False
 
 
 def merge_rows(xp: Any, adapter: Any, kind: Any, v: Any, data: tuple[Any, ...], pads: tuple[float, ...]) -> Any:
@@ -269,14 +299,15 @@ def fit(xp: Any, adapter: Any, y: Any, w: Any = None, kind: str = "l2") -> Any:
         xp, _merged, (u, xp.ones_like(u) if w is None else w), like=(0,), kind=kind)[0])
 
 
-def pool_then_merge(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, merge: Callable[[Any, Any], Any], per_level: int = 4) -> Any:
-    """``v`` pooled by :func:`pool_runs` for up to ``per_level ceil(log2 n)`` rounds, then ``merge(v, unsettled)``
-    (the caller's merge rounds; ``unsettled`` True on the rows the pooling left) unless every row settled, which a
-    host that reads the flag skips."""
+def pool_then_merge(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, merge: Callable[[Any, Any], Any], per_level: int = 4,
+                    merge_cost: float = 0.0) -> Any:
+    """``v`` pooled by :func:`pool_runs` for up to ``per_level ceil(log2 n)`` rounds (``merge_cost`` as there), then
+    ``merge(v, unsettled)`` (the caller's merge rounds; ``unsettled`` True on the rows the pooling left) unless every
+    row settled, which a host that reads the flag skips."""
     # A pooling round costs O(n), a merge round O(n log n) in several times the operations, and a batch runs the
     # merge rounds for all its rows as soon as one needs them: at the default softness, rows need up to about
     # 1.5 (l2) and 2.2 (kl) times ceil(log2 n) pooling rounds
-    v, unsettled, stopped_early = pool_runs(xp, adapter, rules, v, w, per_level * (v.shape[-1] - 1).bit_length())
+    v, unsettled, stopped_early = pool_runs(xp, adapter, rules, v, w, per_level * (v.shape[-1] - 1).bit_length(), merge_cost)
     if stopped_early:  # the loop read that every row settled: no second read
         return v
     return adapter.unless(xp, ~xp.any(unsettled), lambda u: merge(u, unsettled), v)

@@ -32,12 +32,15 @@ sign changes and, with ``t = mean_B(z) - v`` and ``d_i = z_i - mean_B(z)``
 :func:`project` (the soft rank and sort) runs the pooling rounds of
 :mod:`.isotonic` (whole decreasing runs at once). Rows whose blocks form
 by long chains would take up to n of them: at q = 2 and 4 (and 3 for the
-rank) they go on, after ``4 ceil(log2 n)`` rounds (``ceil(log2 n)`` at
-q = 4), to the merge rounds of :func:`.isotonic.merge_rows`
-(:func:`.isotonic.pool_then_merge`), whose tests are the loss's derivative
-``f'(t) = w - phi(y - t)`` summed over a set of entries: a polynomial in
-t whose coefficients are the set's sums of ``w`` and of powers of the data
-(:class:`.power_sums.PowerSums`); for any other q the loss has no such sums, and the
+rank) they go on, after at most ``4 ceil(log2 n)`` rounds, to the merge
+rounds of :func:`.isotonic.merge_rows` (:func:`.isotonic.pool_then_merge`),
+whose tests are the loss's derivative ``f'(t) = w - phi(y - t)`` summed
+over a set of entries: a polynomial in t whose coefficients are the set's
+sums of ``w`` and of powers of the data (:class:`.power_sums.PowerSums`).
+At q = 2 and 4 those rounds take each pooled block as one entry, so a row
+leaves the pooling rounds as soon as its chains snowball
+(:func:`.isotonic.pool_runs`' ``merge_cost``); at q = 3 they start from
+the one-entry values. For any other q the loss has no such sums, and the
 pooling rounds run until every row settles. The output is written from
 ``d + t`` per block, never as ``z - v``: a one-entry block gives ``w_i``
 itself.
@@ -231,15 +234,16 @@ def project(xp: Any, adapter: Any, z: Any, w: Any, q: float, valid: Any = None, 
     if n > 1:
         # rows whose blocks form by long chains would take up to n pooling rounds; where the loss has power sums
         # (q = 2, 4, and 3 where every block's entries lie above its value) the rows left after the pooling cap go
-        # to the merge rounds, which start over from the one-entry values (their sums are of the data: each half
-        # must hold its own solution), and the settled rows keep their pooled values
+        # to the merge rounds, and the settled rows keep their pooled values. At q = 2 and 4 the rounds start from
+        # the pooled blocks, one entry each; at q = 3 from the one-entry values (:func:`.power_sums.merge_fit`)
         rules = (_SignedRules if signed else _Rules)(q)
         if q in (2.0, 4.0) or (q == 3.0 and not signed):
-            # at q = 4 rows form long chains already at n = 1000 (most still hold a drop after 4 log2 n rounds) and
-            # a pooling round costs a cubic root per entry: the merge rounds come after log2 n rounds there
+            # over blocks, the merge rounds finish a snowballing chain for less than its pooling rounds would cost
+            # (:func:`.isotonic.pool_runs`'s ``merge_cost``): rows form such chains already at n = 1000 at q = 4
+            blocks = q != 3.0
             v = isotonic.pool_then_merge(xp, adapter, rules, v0, yw, lambda u, unsettled: xp.where(
-                unsettled[..., None], adapter.eagerly(xp, merge_fit, (v0, y, wf), like=(0,), q=q)[0], u),
-                per_level=1 if q == 4.0 else 4)
+                unsettled[..., None], adapter.eagerly(xp, merge_fit, (u if blocks else v0, y, wf), like=(0,), q=q)[0], u),
+                merge_cost=1.0 if blocks else 0.0)
         else:
             v, _, _ = isotonic.pool_runs(xp, adapter, rules, v0, yw, n)
     starts = isotonic.block_starts(xp, v)

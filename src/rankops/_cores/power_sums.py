@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .._lib._adapters import get_adapter
+from .._lib._compat import device as _device, index_dtype
 from . import isotonic
 from .powers import moment_root
 
@@ -16,7 +17,15 @@ class PowerSums:
     ``f'(t) = w - phi(y - t)`` summed over a set is, with ``phi(u) = u |u|^(q-2)``, a polynomial in t whose
     coefficients are the set's sums of ``w`` and of powers of ``y - c`` (``c`` the segment's boundary, so that the sums
     run outward from it and stay small where the tests read them); at q = 3 (``phi(u) = u |u|``), the part of the
-    set whose data lie below t counts with the opposite sign (``signs``)."""
+    set whose data lie below t counts with the opposite sign (``signs``).
+
+    An entry of the rows is one datum, ``data = (y, w)``, or a block of data
+    already known to pool, ``data = (mean, W, m, M2, M3)``: its mean, its sums
+    of weights and of entries, and its centred moments, whose power sums about
+    any ``c`` follow by the binomial expansion. Blocks serve an odd ``q - 1``
+    only: at q = 3 a test splits a set by its data, which a block's moments
+    cannot do.
+    """
 
     identity = 0.0
     centred = True
@@ -26,13 +35,19 @@ class PowerSums:
         self.degree = int(q) - 1
         self.signs = self.degree % 2 == 0
 
-    def stats(self, xp: Any, v: Any, data: tuple[Any, Any], centre: Any) -> tuple[Any, ...]:
-        y, w = data
-        d = y - centre
-        powers = [d]
-        for _ in range(self.degree - 1):
-            powers.append(powers[-1] * d)
-        return (w, xp.ones_like(d), *powers)
+    def stats(self, xp: Any, v: Any, data: tuple[Any, ...], centre: Any) -> tuple[Any, ...]:
+        if len(data) == 2:
+            y, w = data
+            d = y - centre
+            powers = [d]
+            for _ in range(self.degree - 1):
+                powers.append(powers[-1] * d)
+            return (w, xp.ones_like(d), *powers)
+        mean, w, m, m2, m3 = data
+        d = mean - centre
+        if self.degree == 1:
+            return w, m, m * d
+        return w, m, m * d, m2 + m * d * d, m3 + 3.0 * d * m2 + m * d * d * d
 
     # plain sums, scanned and combined as "l2"'s are
     cum = staticmethod(isotonic.KINDS["l2"].cum)
@@ -75,6 +90,51 @@ class PowerSums:
         return xp.where(some, centre + mean - t, fallback)
 
 
+def _one_per_block(xp: Any, adapter: Any, v: Any, y: Any, w: Any) -> tuple[Any, tuple[Any, ...], Any]:
+    """The blocks of ``v`` (runs of equal values) as entries of shorter rows: ``(values, data, index)``, ``data``
+    :class:`PowerSums`' block form, ``index`` each entry's block (``take(values, index)`` spreads a row of blocks back).
+
+    A host that reads values now keeps as many entries as the row with most blocks;
+    one that cannot keeps n, the row's blocks first, then entries that weigh nothing
+    and sit at the row's largest value (they never pool, :func:`.isotonic.merge_rows`).
+    """
+    n = v.shape[-1]
+    dev = _device(v)
+    idx = index_dtype(xp, dev)
+    starts = isotonic.block_starts(xp, v)
+    sums = adapter.segment_sum(xp, starts, xp.stack([xp.ones_like(y), y, w]))
+    m = sums[0, ...]
+    mean = sums[1, ...] / m
+    d = y - mean
+    moments = adapter.segment_sum(xp, starts, xp.stack([d * d, d * d * d]))
+    ordinal = xp.cumulative_sum(xp.astype(starts, idx), axis=-1)  # each entry's block, counted from 1
+    count = n
+    if adapter.is_concrete(ordinal) and 0 not in v.shape:
+        count = int(xp.max(ordinal[..., -1]))
+    # each block's first entry (n past the row's last block)
+    wanted = xp.broadcast_to(xp.arange(1, count + 1, dtype=idx, device=dev), v.shape[:-1] + (count,))
+    first = adapter.searchsorted(xp, ordinal, wanted, side="left")
+    real = first < n
+    at = xp.where(real, first, n - 1)
+
+    def gather(a: Any, pad: Any) -> Any:
+        return xp.where(real, adapter.take(xp, a, at), pad)
+
+    zero = xp.zeros((), dtype=v.dtype, device=dev)
+    values = gather(v, xp.max(v, axis=-1, keepdims=True))
+    data = (gather(mean, xp.max(y, axis=-1, keepdims=True)), gather(sums[2, ...], zero), gather(m, zero),
+            gather(moments[0, ...], zero), gather(moments[1, ...], zero))
+    return values, data, ordinal - 1
+
+
 def merge_fit(xp: Any, v: Any, y: Any, w: Any, *, q: float) -> tuple[Any]:
-    """``(the merge rounds' fit,)`` from the one-entry values ``v``, called by name (:meth:`eagerly`)."""
-    return (isotonic.merge_rows(xp, get_adapter(xp), PowerSums(q), v, (y, w), (None, 0.0)),)
+    """``(the merge rounds' fit,)`` from ``v``, called by name (:meth:`eagerly`): at q = 3 the one-entry values; else
+    any pooling of them (blocks that the fit keeps whole, one entry each in the rounds, which then run on as few
+    entries as the pooling left blocks)."""
+    adapter = get_adapter(xp)
+    kind = PowerSums(q)
+    if kind.signs:
+        return (isotonic.merge_rows(xp, adapter, kind, v, (y, w), (None, 0.0)),)
+    values, data, index = _one_per_block(xp, adapter, v, y, w)
+    fitted = isotonic.merge_rows(xp, adapter, kind, values, data, (None, 0.0, 0.0, 0.0, 0.0))
+    return (adapter.take(xp, fitted, index),)
