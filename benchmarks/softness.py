@@ -14,7 +14,8 @@ The rank blur of a soft rank is ``mean_i |soft_rank(x)_i - rankdata(x)_i|``
   ``softness=1`` and at each method's defaults over scales and lengths (the
   issue's grid), the calibration's ratio blur / s on four distributions,
   and what computing the row's scale costs against a ``soft_rank`` forward
-  and backward; ``--plot PATH`` draws blur against softness for every
+  and backward (the p-norm permutahedron at p = 3/2, 1.4 and 4/3 in rows
+  of their own); ``--plot PATH`` draws blur against softness for every
   method and distribution, and blur against n at the old and new defaults.
 
 Usage: python -m benchmarks.softness [--quick] [--plot PATH] [--calibrate [--cache DIR]]
@@ -52,6 +53,9 @@ KEYS = {
     "lapsum": (lambda z, T: rankops.soft_rank(z, method="lapsum", alpha=T), _LONG),
     "permutahedron-l2": (lambda z, T: rankops.soft_rank(z, method="permutahedron", strength=T), _LONG),
     "permutahedron-kl": (lambda z, T: rankops.soft_rank(z, method="permutahedron", regularization="kl", strength=T), _LONG[:-2]),
+    # the p-norm regularizer at q = p / (p - 1) = 3 and 4 (p = 3/2, 4/3); q = 2 is "l2"'s table
+    **{f"permutahedron-lp-{q}": (lambda z, T, q=q: rankops.soft_rank(z, method="permutahedron", regularization="lp", p=q / (q - 1.0),
+                                                                      strength=T), _LONG) for q in (3, 4)},
     "softsort-1": (lambda z, T: rankops.soft_rank(z, method="softsort", tau=T), _SHORT),
     "softsort-2": (lambda z, T: rankops.soft_rank(z, method="softsort", tau=T**2, power=2), _SHORT),
     "neuralsort": (lambda z, T: rankops.soft_rank(z, method="neuralsort", tau=T), _SHORT),
@@ -63,6 +67,11 @@ KEYS = {
 }
 DISTRIBUTIONS = ("normal", "uniform", "lognormal", "clustered")
 METHODS = ("sinkhorn", "softsort", "neuralsort", "permutahedron", "lapsum", "diffsort")
+# the tables' rows: each method at its defaults, then the p-norm permutahedron at the calibrated q = 3, 4 and at a p
+# between them (its table blended from theirs)
+VARIANTS = tuple((m, m, {}) for m in METHODS) + tuple(
+    (f"permutahedron, lp, p = {label}", "permutahedron", {"regularization": "lp", "p": p})
+    for label, p in (("3/2", 1.5), ("1.4", 1.4), ("4/3", 4.0 / 3.0)))
 
 
 def sample(dist: str, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
@@ -214,14 +223,14 @@ def scale_table(quick: bool) -> str:
     ns, scales = ((100,), (0.01, 100.0)) if quick else ((100, 1000), (0.01, 1.0, 100.0))
     head = [f"n={n}, s={s:g}" for n in ns for s in scales]
     lines = ["| method | options | " + " | ".join(head) + " |", "|---|---|" + "---|" * len(head)]
-    for method in METHODS:
+    for name, method, extra in VARIANTS:
         for label, opts in (("softness=1", {"softness": 1.0}), ("defaults", {}), ("old defaults", _old_defaults(method))):
             cells = []
             for n in ns:
                 n = 1024 if method == "diffsort" and n == 1000 else n
                 x = rng.standard_normal((8, n))
-                cells += [f"{blur(_rank(method, s * x, **opts), x):.3g}" for s in scales]
-            lines.append(f"| {method} | {label} | " + " | ".join(cells) + " |")
+                cells += [f"{blur(_rank(method, s * x, **extra, **opts), x):.3g}" for s in scales]
+            lines.append(f"| {name} | {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -230,8 +239,9 @@ def calibration_table(quick: bool) -> tuple[str, dict]:
     rng = np.random.default_rng(2)
     curves: dict = {}
     lines = ["| method | n | " + " | ".join(DISTRIBUTIONS) + " |", "|---|---|" + "---|" * len(DISTRIBUTIONS)]
-    for method in METHODS:
-        ns = [n for n in (10, 100, 1000, 10_000, 100_000) if n <= _largest(method)]
+    for name, method, extra in VARIANTS:
+        # the p-norm's rows up to 10^4: its pooling rounds, on NumPy, take seconds a call at 10^5
+        ns = [n for n in (10, 100, 1000, 10_000, 100_000) if n <= (10_000 if extra else _largest(method))]
         if method == "diffsort":
             ns = [16, 128, 1024]
         for n in ns[:2] if quick else ns:
@@ -242,10 +252,11 @@ def calibration_table(quick: bool) -> tuple[str, dict]:
             cells = []
             for dist in DISTRIBUTIONS:
                 x = sample(dist, (rows_for(n, 400 if quick else 4000), n), rng)
-                ratios = [blur(_rank(method, x, softness=s), x) / s for s in ss]
-                curves[(method, dist, n)] = (ss, ratios)
+                ratios = [blur(_rank(method, x, softness=s, **extra), x) / s for s in ss]
+                if not extra:
+                    curves[(method, dist, n)] = (ss, ratios)
                 cells.append(f"{min(ratios):.2f} - {max(ratios):.2f}")
-            lines.append(f"| {method} | {n} | " + " | ".join(cells) + " |")
+            lines.append(f"| {name} | {n} | " + " | ".join(cells) + " |")
     return "\n".join(lines), curves
 
 

@@ -28,6 +28,7 @@ from typing import Any
 
 from ._cores import diffsort, lapsum, masked, permutahedron
 from ._cores.permutation import dense_core, stream_core
+from ._cores.softness import calibrated
 from ._cores.transport import rank_core, sort_core
 from ._docstrings import SECTIONS, methods_section
 from ._lib._calls import Call, Prepared, operator, prepare
@@ -113,18 +114,22 @@ class PermutahedronOptions(Options):
 
     @classmethod
     def parse_for(cls, options: dict[str, Any], where: str, *, sort: bool = False) -> Any:
-        """The options, with ``p`` only beside ``regularization="lp"``, no softness for it (not calibrated yet), and a
-        number for the strength of its soft sort (``sort``)."""
+        """The options, with ``p`` only beside ``regularization="lp"``, softness for it where calibrated (p in [4/3, 2];
+        below, the default is ``strength=1``), and a number for the strength of its soft sort (``sort``)."""
         lp = options.get("regularization") == "lp"
         if "p" in options and not lp:
             raise ValueError(f"{where}: p is the exponent of regularization='lp', got regularization={options.get('regularization', 'l2')!r}")
         if lp and sort and is_array(options.get("strength")):
             raise ValueError(f"{where}: the p-norm soft sort takes a number for strength (a learnable 0-d array is "
                              "not supported by it yet)")
-        if lp and options.get("softness") is not None:
-            raise ValueError(f"{where}: softness is not calibrated for regularization='lp' yet: pass strength= "
-                             "(the scale of x at which entries blend)")
+        native = options.get("strength") is not None
         opts, _ = cls.parse(options, where, softness=None if lp else DEFAULT_SOFTNESS)
+        if lp and not calibrated(permutahedron.softness_key("lp", opts.p)):
+            if opts.softness is not None:
+                raise ValueError(f"{where}: softness is calibrated for regularization='lp' with p in [4/3, 2], got "
+                                 f"p={opts.p!r}: pass strength= (the scale of x at which entries blend)")
+        elif lp and not native and opts.softness is None:
+            opts = dataclasses.replace(opts, softness=DEFAULT_SOFTNESS)
         return opts
 
 

@@ -43,7 +43,7 @@ from .finite import finite_rows
 from .softness import output_is_sort, softened
 from .tempered import tempered
 
-__all__ = ["projection_core", "topk_core"]
+__all__ = ["projection_core", "topk_core", "softness_key"]
 
 
 def _rho(xp: Any, like: Any) -> Any:
@@ -224,10 +224,22 @@ def _homogeneity(params: dict[str, Any], opts: Any) -> tuple[int, int] | None:
     return (1, -1) if opts.regularization == "l2" else None
 
 
+def softness_key(regularization: str, p: float) -> str:
+    """The softness calibration of the regularizer; the p-norm's by its conjugate exponent q (q = 2 is ``"l2"``)."""
+    if regularization != "lp":
+        return f"permutahedron-{regularization}"
+    q = pnorm.exponent(p)
+    return "permutahedron-l2" if q == 2.0 else f"permutahedron-lp-{q!r}"
+
+
+def _softness_key(opts: Any, params: dict[str, Any]) -> str:
+    return softness_key(opts.regularization, opts.p)
+
+
 @core(output_shapes=same_shape, batched={"mask": (0,)})
 @masked.zeros_masked_input
 @finite_rows
-@softened(lambda opts, params: f"permutahedron-{opts.regularization}", output_is_sort,
+@softened(_softness_key, output_is_sort,
           lambda opts, params: -1 if (params["output"] == "rank") != params["descending"] else 1)
 @tempered("strength", _homogeneity)
 def projection_core(xp: Any, x: Any, opts: Any, *, output: str, descending: bool, mask: Any = None, order: Any = None) -> Any:
@@ -305,7 +317,7 @@ class _TopK:
 @core(output_shapes=same_shape, batched={"k": (), "mask": (0,)})
 @masked.zeros_masked_input
 @finite_rows
-@softened(lambda opts, params: f"permutahedron-{opts.regularization}", lambda opts, params: False, lambda opts, params: -1)
+@softened(_softness_key, lambda opts, params: False, lambda opts, params: -1)
 @tempered("strength", lambda params, opts: (-1, 0))
 def topk_core(xp: Any, x: Any, opts: Any, *, k: Any, mask: Any = None, order: Any = None) -> Any:
     """The sparse top-k mask: the projection of ``x / strength`` onto the top-k polytope (l2 or p-norm regularized);

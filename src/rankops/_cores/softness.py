@@ -45,9 +45,30 @@ from .masked import valid_first
 __all__ = ["softened", "length", "sinkhorn_epsilon", "row_scale", "calibrated", "output_is_sort"]
 
 
+_LP = "permutahedron-lp-"  # the p-norm permutahedron's keys: the conjugate exponent q = p / (p - 1) follows
+
+
 def calibrated(key: str) -> bool:
     """Whether softness has a calibration for ``key`` (a method and the options that change its blur)."""
-    return key in LENGTHS
+    return key in LENGTHS or (key.startswith(_LP) and float(key[len(_LP):]) <= max(_lp_tables()))
+
+
+def _lp_tables() -> dict[float, tuple[tuple[float, ...], ...]]:
+    """The p-norm permutahedron's tables by q (2: ``"l2"``'s)."""
+    return {2.0: LENGTHS["permutahedron-l2"], **{float(k[len(_LP):]): v for k, v in LENGTHS.items() if k.startswith(_LP)}}
+
+
+def _table(key: str) -> tuple[tuple[float, ...], ...]:
+    """``key``'s table; a p-norm key between two measured q, their tables blended linearly in ``1 / (q - 1)``
+    (``p - 1``: the blur changes smoothly with the regularizer's exponent)."""
+    if key in LENGTHS:
+        return LENGTHS[key]
+    q = float(key[len(_LP):])
+    tables = _lp_tables()
+    low = max(k for k in tables if k <= q)
+    high = min(k for k in tables if k >= q)
+    f = (1.0 / (low - 1.0) - 1.0 / (q - 1.0)) / (1.0 / (low - 1.0) - 1.0 / (high - 1.0)) if high > low else 0.0
+    return tuple(tuple(a + f * (b - a) for a, b in zip(r, t)) for r, t in zip(tables[low], tables[high]))
 
 
 def _interpolated(table: tuple[tuple[float, ...], ...], u: float, w: float) -> float:
@@ -91,7 +112,7 @@ def length(xp: Any, key: str, s: Any, n: Any) -> Any:
     Python numbers give a Python float (a constant to compilers); an array
     ``s`` (learnable) or ``n`` (a mask's per-row counts) give an array.
     """
-    table = LENGTHS[key]
+    table = _table(key)
     if not is_array(s) and not is_array(n):
         return math.exp(_interpolated(table, math.log(s), math.log(n)))
     out = xp.exp(_interpolated_array(xp, table, *_logs(xp, s, n)))
@@ -100,7 +121,7 @@ def length(xp: Any, key: str, s: Any, n: Any) -> Any:
 
 def length_slope(xp: Any, key: str, s: Any, n: Any) -> Any:
     """``d log T / d log s`` at ``(s, n)`` (``s`` an array): the pullback of a learnable softness on hosts without autodiff."""
-    return _interpolated_array(xp, LENGTHS[key], *_logs(xp, s, n), slope=True)
+    return _interpolated_array(xp, _table(key), *_logs(xp, s, n), slope=True)
 
 
 def _logs(xp: Any, s: Any, n: Any) -> tuple[Any, Any]:
