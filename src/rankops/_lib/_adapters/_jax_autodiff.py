@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import jax
@@ -222,35 +223,65 @@ def iterate(
     iterations' own ``jvp``. The two are one ``custom_jvp`` whose tangent
     map has that backward as its transpose (:func:`custom_transposed`).
     """
-    n_rounds = -(-max_iter // check_every)
     # Rematerialised step: replaying a round under jax.vjp then keeps the
     # potentials of each iteration, not its n x m kernels.
-    step_remat = jax.checkpoint(step)
+    rounds = _Rounds(xp, jax.checkpoint(step), error, freeze, max_iter, tol, check_every, whole_rounds)
 
-    def run_round(ops: Any, s: Any, r: Any, done: Any) -> Any:
-        if whole_rounds:  # the step runs the round itself: tell it how many iterations are left
-            return freeze(xp, done, s, step_remat(ops, s, jnp.minimum(check_every, max_iter - r * check_every)))
+    @jax.custom_jvp
+    def loop(ops: Any, s0: Any) -> Any:
+        return rounds.forward(ops, s0, record=False)[0]
+
+    loop.defjvp(rounds.tangents, symbolic_zeros=True)
+    return loop(operands, state)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Rounds:
+    """:func:`iterate`'s loop: its rounds forward, their backward, and the tangent map that joins the two."""
+
+    xp: Any
+    step: Any
+    error: Any
+    freeze: Any
+    max_iter: int
+    tol: float
+    check_every: int
+    whole_rounds: bool
+
+    @property
+    def count(self) -> int:
+        """The most rounds the loop runs."""
+        return -(-self.max_iter // self.check_every)
+
+    def run_round(self, ops: Any, s: Any, r: Any, done: Any) -> Any:
+        """Round ``r`` from the state ``s``, the problems flagged in ``done`` frozen."""
+        every = self.check_every
+        if self.whole_rounds:  # the step runs the round itself: tell it how many iterations are left
+            return self.freeze(self.xp, done, s, self.step(ops, s, jnp.minimum(every, self.max_iter - r * every)))
 
         def one(i: Any, t: Any) -> Any:
-            new = step_remat(ops, t)
+            new = self.step(ops, t)
             # the last round may overshoot max_iter: its extra iterations are no-ops
-            keep = r * check_every + i >= max_iter
+            keep = r * every + i >= self.max_iter
             return tuple(jnp.where(keep, o, w) for o, w in zip(t, new))
 
-        return freeze(xp, done, s, jax.lax.fori_loop(0, check_every, one, s))
+        return self.freeze(self.xp, done, s, jax.lax.fori_loop(0, every, one, s))
 
-    def forward(ops: Any, s0: Any, record: bool) -> Any:
-        spec = jax.eval_shape(error, ops, s0)  # shapes only: no kernel pass
+    def forward(self, ops: Any, s0: Any, record: bool) -> Any:
+        """``((state, n_iter, error), (rounds run, history))``; ``record``: the history holds each round's starting
+        state and error, which the backward replays."""
+        xp, tol, count = self.xp, self.tol, self.count
+        spec = jax.eval_shape(self.error, ops, s0)  # shapes only: no kernel pass
         err0 = jnp.full(spec.shape, jnp.inf, dtype=spec.dtype)  # nothing frozen at the start
         history = (
-            (jax.tree_util.tree_map(lambda a: jnp.zeros((n_rounds,) + a.shape, a.dtype), s0), jnp.zeros((n_rounds,) + err0.shape, err0.dtype))
+            (jax.tree_util.tree_map(lambda a: jnp.zeros((count,) + a.shape, a.dtype), s0), jnp.zeros((count,) + err0.shape, err0.dtype))
             if record
             else None
         )
 
         def cond(carry: Any) -> Any:
             k, _, err, _ = carry
-            return (k < n_rounds) & ~jnp.all(settled(xp, err, tol))
+            return (k < count) & ~jnp.all(settled(xp, err, tol))
 
         def body(carry: Any) -> Any:
             k, s, err, hist = carry
@@ -258,21 +289,19 @@ def iterate(
                 starts, errs = hist
                 starts = jax.tree_util.tree_map(lambda buf, a: buf.at[k].set(a), starts, s)
                 hist = (starts, errs.at[k].set(err))
-            new = run_round(ops, s, k, settled(xp, err, tol))
-            return k + 1, new, error(ops, new), hist
+            new = self.run_round(ops, s, k, settled(xp, err, tol))
+            return k + 1, new, self.error(ops, new), hist
 
         k, s, err, hist = jax.lax.while_loop(cond, body, varying((jnp.asarray(0, jnp.int32), s0, err0, history), ops))
-        n_iter = jnp.minimum(k * check_every, max_iter)
+        n_iter = jnp.minimum(k * self.check_every, self.max_iter)
         return (s, n_iter, err), (k, hist)
 
-    @jax.custom_jvp
-    def loop(ops: Any, s0: Any) -> Any:
-        return forward(ops, s0, record=False)[0]
-
-    def loop_bwd(res: Any, cts: Any) -> Any:
+    def backward(self, res: Any, cts: Any) -> Any:
+        """The pullback of ``(state, error)`` to ``(operands, initial state)``: the rounds that ran, replayed last
+        to first from their recorded starts."""
         ops, s_final, k, (starts, errs) = res
         ct_state, ct_err = cts
-        _, pull_err = jax.vjp(error, ops, s_final)
+        _, pull_err = jax.vjp(self.error, ops, s_final)
         d_ops, d_final = pull_err(ct_err)
         d_state = jax.tree_util.tree_map(_plus, d_final, ct_state)
 
@@ -280,16 +309,17 @@ def iterate(
             j, d_ops_acc, d_s = carry
             b = j - 1
             s_start = jax.tree_util.tree_map(lambda buf: buf[b], starts)
-            done = settled(xp, errs[b], tol)
-            _, pull = jax.vjp(lambda o, s: run_round(o, s, b, done), ops, s_start)
+            done = settled(self.xp, errs[b], self.tol)
+            _, pull = jax.vjp(lambda o, s: self.run_round(o, s, b, done), ops, s_start)
             d_o, d_s = pull(d_s)
             return b, jax.tree_util.tree_map(_plus, d_ops_acc, d_o), d_s
 
         _, d_ops, d_state = jax.lax.while_loop(lambda c: c[0] > 0, back, varying((k, d_ops, d_state), ops, starts))
         return d_ops, d_state
 
-    def loop_jvp(primals: Any, tangents: Any) -> Any:
-        out, (k, hist) = forward(*primals, record=True)
+    def tangents(self, primals: Any, tangents: Any) -> Any:
+        """The loop's ``custom_jvp`` rule: the iterations' ``jvp`` forward, :meth:`backward` as its transpose."""
+        out, (k, hist) = self.forward(*primals, record=True)
         leaves, tree = jax.tree_util.tree_flatten(primals)
         res_leaves, res_tree = jax.tree_util.tree_flatten((primals[0], out[0], k, hist))
         res = jax.tree_util.tree_unflatten(res_tree, first_order(*res_leaves))
@@ -300,7 +330,7 @@ def iterate(
         diff = tuple(d for d, f in zip(every, floating) if f)
 
         def plain(*xs: Any) -> Any:
-            s, _, err = forward(*jax.tree_util.tree_unflatten(tree, xs), record=False)[0]
+            s, _, err = self.forward(*jax.tree_util.tree_unflatten(tree, xs), record=False)[0]
             return jax.tree_util.tree_leaves((s, err))
 
         def forward_map(ts: list[Any]) -> Any:
@@ -311,12 +341,9 @@ def iterate(
         def backward_map(cts: Any) -> Any:
             given = iter(cts)
             full = [next(given) if f else jnp.zeros_like(d) for d, f in zip(every, floating)]
-            return jax.tree_util.tree_leaves(loop_bwd(res, jax.tree_util.tree_unflatten(diff_tree, full)))
+            return jax.tree_util.tree_leaves(self.backward(res, jax.tree_util.tree_unflatten(diff_tree, full)))
 
         live = [_live(a, t) for a, t in zip(leaves, jax.tree_util.tree_leaves(tangents, is_leaf=lambda t: isinstance(t, SymbolicZero)))]
         t_live = iter(custom_transposed(forward_map, backward_map, live, diff))
         t_s, t_err = jax.tree_util.tree_unflatten(diff_tree, [next(t_live) if f else _zero_out_tangent(d) for d, f in zip(every, floating)])
         return out, (t_s, _zero_out_tangent(out[1]), t_err)
-
-    loop.defjvp(loop_jvp, symbolic_zeros=True)
-    return loop(operands, state)
