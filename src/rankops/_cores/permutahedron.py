@@ -90,7 +90,7 @@ class _Projection:
             else:  # rho / strength projected onto the permutahedron of the sorted row: weights of either sign
                 mu, share, starts = pnorm.project(xp, adapter, rho / strength, s, self.q, valid, signed=True)
                 value = mu if self.descending else -mu
-            return (value,), (s, starts, order, inverse, value, share, *(rho,) * self.masked, *strength_array)
+            return (value,), self._saved(s, starts, order, inverse, value, share, rho, strength_array)
         # On a one-entry block the projection is the hard value, and it comes out exactly:
         # s - iso(s - rho) would cancel to 0 for entries of 1e30, rho/eps - iso(rho/eps - s)
         # lose s under rho/eps in float32. The rank is written on s - s_first (_pooled_ranks:
@@ -122,17 +122,22 @@ class _Projection:
             value = s - d if self.descending else d - s
         # the rank's backward needs each entry's share of its block, which the forward has at hand
         share = share if self.output == "rank" else None
-        return (value,), (s, starts, order, inverse, value, share, *(rho,) * self.masked, *strength_array)
+        return (value,), self._saved(s, starts, order, inverse, value, share, rho, strength_array)
+
+    def _saved(self, s: Any, starts: Any, order: Any, inverse: Any, value: Any, share: Any, rho: Any,
+               strength_array: tuple[Any, ...]) -> tuple[Any, ...]:
+        """The residuals, always these eight: ``rho`` only with a mask (it then holds the valid counts), the
+        strength only where it is an array (None else)."""
+        return s, starts, order, inverse, value, share, rho if self.masked else None, strength_array[0] if strength_array else None
 
     def bwd(self, xp: Any, res: tuple[Any, ...], cts: tuple[Any, ...]) -> tuple[Any, ...]:
-        grads = self._grads(xp, res[:6], res[6] if self.masked else None, res[6 + self.masked :], cts[0])
+        grads = self._grads(xp, res, cts[0])
         return (*grads, *(None,) * (self.ordered + self.masked))  # the order and the mask have no gradient
 
-    def _grads(self, xp: Any, res: tuple[Any, ...], rho: Any, strength_array: tuple[Any, ...], ct: Any) -> tuple[Any, ...]:
-        has_strength = bool(strength_array)
+    def _grads(self, xp: Any, res: tuple[Any, ...], ct: Any) -> tuple[Any, ...]:
+        s, starts, order, inverse, value, share, rho, eps = res
         if ct is None:  # torch: the output was not used
-            return (None,) * (1 + has_strength)
-        s, starts, order, inverse, value, share = res
+            return (None,) * (1 + (eps is not None))
         weight = None if rho is None else xp.astype(rho > 0, s.dtype)
         adapter = get_adapter(xp)
         ct = xp.astype(ct, s.dtype, copy=False)
@@ -149,12 +154,11 @@ class _Projection:
             return (adapter.take(xp, isotonic.block_sums(xp, adapter, starts, ct * share), inverse),)
         # sort: d value / d s is the block average, and s = sort(-+x) undoes the sign
         dx = adapter.take(xp, _block_average(xp, adapter, starts, s, ct, self.regularization, weight), inverse)
-        if not has_strength:
+        if eps is None:
             return (dx,)
         # The KL sort's value is sol - w, w = rho / eps, sol_B = LSE(w_B) - LSE(s_B): d value_i / d eps
         # = -(softmax(w_B) . rho_B - rho_i) / eps**2 (ascending; negated descending), whose transpose
         # spreads each block's cotangent total by softmax(w_B): the block average of the forward's backward
-        (eps,) = strength_array
         rho = _rho(xp, s) if rho is None else rho
         spread = _block_average(xp, adapter, starts, xp.broadcast_to(rho / eps, s.shape), ct, "kl", weight)
         d_eps = -xp.sum((spread - ct) * rho) / (eps * eps)
