@@ -14,6 +14,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ._adapters import get_adapter
+
 __all__ = ["Backend", "BACKENDS", "device_label", "get_backend"]
 
 
@@ -21,7 +23,6 @@ __all__ = ["Backend", "BACKENDS", "device_label", "get_backend"]
 class Backend:
     name: str
     module: str  # top-level import name, for the version
-    autodiff: bool
     _namespace: Callable[[], Any] = field(repr=False)
     _devices: Callable[[], list[Any]] = field(repr=False)
     _asarray: Callable[[np.ndarray, Any], Any] = field(repr=False)
@@ -47,6 +48,12 @@ class Backend:
 
     def namespace(self) -> Any:
         return self._namespace()
+
+    @property
+    def autodiff(self) -> bool:
+        """Whether the host differentiates rankops' operators with its own autodiff (torch, JAX): its adapter's flag,
+        the one place that says so."""
+        return get_adapter(self.namespace()).autodiff
 
     def devices(self) -> list[Any]:
         """Devices to test on: the default one first."""
@@ -213,18 +220,18 @@ def _cupy_to_numpy(x: Any) -> np.ndarray:
 
 
 BACKENDS: tuple[Backend, ...] = (
-    Backend("numpy", "numpy", False, _np_namespace, lambda: ["cpu"], lambda a, d: a.copy(), np.array, _importable("numpy")),
+    Backend("numpy", "numpy", _np_namespace, lambda: ["cpu"], lambda a, d: a.copy(), np.array, _importable("numpy")),
     Backend(
-        "array_api_strict", "array_api_strict", False,
+        "array_api_strict", "array_api_strict",
         lambda: importlib.import_module("array_api_strict"), _strict_devices, _strict_asarray, _strict_to_numpy,
         _importable("array_api_strict"),
     ),
-    Backend("torch", "torch", True, _torch_namespace, _torch_devices, _torch_asarray, _torch_to_numpy, _importable("torch")),
-    Backend("jax", "jax", True, _jax_namespace, _jax_devices, _jax_asarray, lambda x: np.array(x), _importable("jax"), compiles=True),
+    Backend("torch", "torch", _torch_namespace, _torch_devices, _torch_asarray, _torch_to_numpy, _importable("torch")),
+    Backend("jax", "jax", _jax_namespace, _jax_devices, _jax_asarray, lambda x: np.array(x), _importable("jax"), compiles=True),
     Backend(
-        "dask", "dask", False, _dask_namespace, lambda: ["cpu"], _dask_asarray, _dask_to_numpy, _importable("dask.array")
+        "dask", "dask", _dask_namespace, lambda: ["cpu"], _dask_asarray, _dask_to_numpy, _importable("dask.array")
     ),
-    Backend("cupy", "cupy", False, _cupy_namespace, _cupy_devices, _cupy_asarray, _cupy_to_numpy, _cupy_unavailable),
+    Backend("cupy", "cupy", _cupy_namespace, _cupy_devices, _cupy_asarray, _cupy_to_numpy, _cupy_unavailable),
 )
 
 
