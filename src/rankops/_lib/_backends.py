@@ -52,8 +52,8 @@ class Backend:
     @property
     def autodiff(self) -> bool:
         """Whether the host differentiates rankops' operators with its own autodiff (torch, JAX): its adapter's flag,
-        the one place that says so."""
-        return get_adapter(self.namespace()).autodiff
+        the one place that says so (False where the backend is unavailable here: nothing to differentiate with)."""
+        return self.unavailable_reason() is None and get_adapter(self.namespace()).autodiff
 
     def devices(self) -> list[Any]:
         """Devices to test on: the default one first."""

@@ -42,6 +42,47 @@ def freeze_rows(xp: Any, done: Any, old: tuple[Any, ...], new: tuple[Any, ...]) 
     return tuple(xp.where(done[..., None], o, w) for o, w in zip(old, new))
 
 
+def round_count(max_iter: int, check_every: int) -> int:
+    """The most rounds of ``check_every`` iterations that ``max_iter`` iterations take (the last may be partial)."""
+    return -(-max_iter // check_every)
+
+
+def run_round(
+    xp: Any, step: Callable[..., Any], operands: Any, state: Any, r: Any, done: Any, *, freeze: Callable[..., Any],
+    max_iter: int, check_every: int, whole_rounds: bool = False, fori: Callable[..., Any] | None = None,
+) -> Any:
+    """Round ``r`` (from 0) of :func:`iterate`: ``check_every`` steps from ``state``, then the problems flagged in
+    ``done`` (None: none) frozen at ``state``. Every host's loop runs its rounds through this one rule.
+
+    ``r`` is a number (eager loops: the last round runs only the iterations
+    left) or a 0-d array (a traced loop: every round runs ``check_every``
+    steps, those past ``max_iter`` no-ops). ``whole_rounds``: ``step(operands,
+    state, count)`` runs a round of ``count`` iterations itself. ``fori(count,
+    body, init)``: the host's loop over the steps (``jax.lax.fori_loop``);
+    None, a Python loop.
+    """
+    traced = not isinstance(r, int)
+    left = max_iter - r * check_every
+    if whole_rounds:
+        new = step(operands, state, xp.clip(left, None, check_every) if traced else min(left, check_every))
+    else:
+        def one(i: Any, t: Any) -> Any:
+            new = step(operands, t)
+            if not traced:
+                return new
+            past = i >= left  # the last round may overshoot max_iter: its extra iterations are no-ops
+            return tuple(xp.where(past, o, w) for o, w in zip(t, new))
+
+        count = check_every if traced else min(left, check_every)
+        if fori is not None:
+            new = fori(0, count, one, state)
+        else:
+            new = state
+            for i in range(count):
+                new = one(i, new)
+    return new if done is None else freeze(xp, done, state, new)
+
+
 def iterate(
     xp: Any,
     step: Callable[[Any, Any], Any],
@@ -69,28 +110,18 @@ def iterate(
     same numbers, a fixed schedule.
     """
 
-    def run_round(k: int) -> Callable[[Any], Any]:
-        def run(s: Any) -> Any:
-            if whole_rounds:
-                return step(operands, s, k)
-            for _ in range(k):
-                s = step(operands, s)
-            return s
-
-        return run
-
-    n_iter = 0
     err = done = None
-    while n_iter < max_iter:
-        k = min(check_every, max_iter - n_iter)
-        new = run_round(k)(state) if wrap is None else wrap(run_round(k), state)
-        state = new if done is None else freeze(xp, done, state, new)
-        n_iter += k
+    for r in range(round_count(max_iter, check_every)):
+        def run(s: Any, r: int = r, done: Any = done) -> Any:
+            return run_round(xp, step, operands, s, r, done, freeze=freeze, max_iter=max_iter, check_every=check_every,
+                             whole_rounds=whole_rounds)
+
+        state = run(state) if wrap is None else wrap(run, state)
         err = error(operands, state)
         done = settled(xp, err, tol)
         if early_exit and bool(xp.all(done)):
-            break
-    return state, n_iter, err
+            return state, min((r + 1) * check_every, max_iter), err
+    return state, max_iter, err
 
 
 def scan_blocks(xp: Any, body: Callable[[Any, Any], Any], carry: Any, xs: tuple[Any, ...], block: int) -> tuple[Any, tuple[Any, ...]]:

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.custom_derivatives import SymbolicZero
 
-from .._loops import settled
+from .._loops import round_count, run_round, settled
 
 __all__ = ["transposed", "with_forward_rule", "custom_transposed", "iterate", "varying"]
 
@@ -251,21 +251,12 @@ class _Rounds:
     @property
     def count(self) -> int:
         """The most rounds the loop runs."""
-        return -(-self.max_iter // self.check_every)
+        return round_count(self.max_iter, self.check_every)
 
     def run_round(self, ops: Any, s: Any, r: Any, done: Any) -> Any:
-        """Round ``r`` from the state ``s``, the problems flagged in ``done`` frozen."""
-        every = self.check_every
-        if self.whole_rounds:  # the step runs the round itself: tell it how many iterations are left
-            return self.freeze(self.xp, done, s, self.step(ops, s, jnp.minimum(every, self.max_iter - r * every)))
-
-        def one(i: Any, t: Any) -> Any:
-            new = self.step(ops, t)
-            # the last round may overshoot max_iter: its extra iterations are no-ops
-            keep = r * every + i >= self.max_iter
-            return tuple(jnp.where(keep, o, w) for o, w in zip(t, new))
-
-        return self.freeze(self.xp, done, s, jax.lax.fori_loop(0, every, one, s))
+        """Round ``r`` from the state ``s``, the problems flagged in ``done`` frozen (:func:`.._loops.run_round`)."""
+        return run_round(self.xp, self.step, ops, s, r, done, freeze=self.freeze, max_iter=self.max_iter,
+                         check_every=self.check_every, whole_rounds=self.whole_rounds, fori=jax.lax.fori_loop)
 
     def forward(self, ops: Any, s0: Any, record: bool) -> Any:
         """``((state, n_iter, error), (rounds run, history))``; ``record``: the history holds each round's starting

@@ -413,25 +413,16 @@ def _while_rounds(
     """
     from torch._higher_order_ops import while_loop
 
-    n_rounds = -(-max_iter // check_every)
+    n_rounds = _loops.round_count(max_iter, check_every)
     flat, spec = torch.utils._pytree.tree_flatten(state)
-
-    def run_round(k: Any, s: Any, done: Any) -> Any:
-        if whole_rounds:  # the round runs itself: tell it how many iterations are left
-            return freeze(xp, done, s, step(operands, s, torch.clamp(max_iter - k * check_every, max=check_every)))
-        t = s
-        for i in range(check_every):
-            new = step(operands, t)
-            # the last round may overshoot max_iter: its extra iterations are no-ops
-            t = tuple(torch.where(k * check_every + i < max_iter, w, o) for w, o in zip(new, t))
-        return freeze(xp, done, s, t)
 
     def cond(k: Any, err: Any, *leaves: Any) -> Any:
         return (k < n_rounds) & ~torch.all(_loops.settled(xp, err, tol))
 
     def body(k: Any, err: Any, *leaves: Any) -> Any:
         s = torch.utils._pytree.tree_unflatten(list(leaves), spec)
-        new = run_round(k, s, _loops.settled(xp, err, tol))
+        new = _loops.run_round(xp, step, operands, s, k, _loops.settled(xp, err, tol), freeze=freeze, max_iter=max_iter,
+                               check_every=check_every, whole_rounds=whole_rounds)
         # no carry may come back as an input or as a view of another (the error often is one)
         return (k + 1, *_distinct([error(operands, new), *torch.utils._pytree.tree_leaves(new)], leaves))
 
