@@ -66,3 +66,34 @@ def test_generated_regions_refill_from_a_commands_tables():
     assert len(problems) == 1 and "rows of ['case'] where the page has ['n']" in problems[0]
     _, problems = fill(page.replace("x | table 2", "x | table 3"), "python -m x", stdout, "*STAMP*")
     assert problems == ["`python -m x` printed 2 table(s); a region asks for table 3"]
+
+
+def test_architecture_names_the_files_one_sinkhorn_call_enters():
+    """docs/architecture.md lists the rankops files one ``soft_rank(x, method="sinkhorn")`` on NumPy enters: a runtime
+    trace (every Python frame of a warm call) finds the same set, and the count it states."""
+    import os
+    import sys
+
+    import numpy as np
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "architecture.md").read_text()
+    found = re.search(r"on NumPy enters (\d+) rankops files \([^)]*\):\s*(.*?\.py`)\.", text, re.S)
+    assert found, "docs/architecture.md no longer states the files of one Sinkhorn call"
+    listed = set(re.findall(r"`([\w/]+\.py)`", found.group(2)))
+    x = np.random.default_rng(0).normal(size=(3, 8))
+    rankops.soft_rank(x, method="sinkhorn")  # imports done: the trace sees the call alone
+    root = os.path.dirname(rankops.__file__)
+    entered = set()
+
+    def trace(frame, event, arg):
+        name = frame.f_code.co_filename
+        if name.startswith(root + os.sep):
+            entered.add(os.path.relpath(name, root).replace(os.sep, "/"))
+
+    sys.setprofile(trace)
+    try:
+        rankops.soft_rank(x, method="sinkhorn")
+    finally:
+        sys.setprofile(None)
+    assert listed == entered, (sorted(listed - entered), sorted(entered - listed))
+    assert int(found.group(1)) == len(entered)
