@@ -120,7 +120,7 @@ def _levels_core(xp: Any, x: Any, opts: TransportSettings, levels: Any, entries:
         ct_m = xp.where(valid, cts[0], xp.zeros_like(cts[0])) / mass  # (..., L)
         zero = xp.zeros_like(p[..., :1])
         dp = xp.concat([zero, (xl - out[..., None])[..., None] * ct_m[..., None, None], zero], axis=-1)
-        dx, d_log_b, d_eps, d_a = plan_back(dp)
+        dx, d_a, d_log_b, d_eps = plan_back(dp)
         dx = xp.sum(dx, axis=-2) + xp.sum(p[..., 1] * ct_m[..., None], axis=-2)
         d_b = xp.where(b > floor, d_log_b / xp.where(b > floor, b, xp.ones_like(b)), xp.zeros_like(b))
         d_q = unbroadcast(xp, centre_back(d_b) * slope, tuple(levels.shape))

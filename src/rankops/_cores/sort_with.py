@@ -79,7 +79,7 @@ def sort_with_core(
             zero = xp.zeros_like(ct[..., :1, :])
             ct = xp.concat([ct, zero] if descending else [zero, ct], axis=-2)
         ct_b = per_target(ct)
-        dc, d_log_b, d_eps, _ = plan_back(xp.matmul(x, xp.matrix_transpose(ct_b)))  # d out / d P_ij = x_i . ct_b_j
+        dc, _, d_log_b, d_eps = plan_back(xp.matmul(x, xp.matrix_transpose(ct_b)))  # d out / d P_ij = x_i . ct_b_j
         d_w = None
         if target_weights is not None:
             d_w = d_log_b / b[..., 0] - unbroadcast(xp, xp.sum(ct_b * full, axis=-1), tuple(target_weights.shape))

@@ -85,9 +85,12 @@ def plan_vjp(
     """Entropic plan (..., n, m) between the squashed rows of ``x`` (weights ``a``: :func:`input_measure`) and targets ``y``.
 
     Returns the plan, the solver's marginal error per problem (...,) and the
-    pullback ``(dplan, dlog_a=None) -> (dx, dlog_b, depsilon, dweights)``
-    (``depsilon`` None unless epsilon is an array, ``dweights`` None
-    without weights; ``dlog_a`` is what the readout adds on ``log a``).
+    pullback ``(dplan, dlog_a=None) -> (dx, dweights, dlog_b, depsilon)``,
+    in the solver's order (:func:`rankops._solvers.line.line_plan_vjp`:
+    ``(dx, dlog_a, dlog_b, depsilon)``), the weights' gradient where the
+    solver has ``log a``'s (``dweights`` None without weights, ``depsilon``
+    None unless epsilon is an array; ``dlog_a`` is what the readout adds on
+    ``log a``).
     ``per_target=True``: the plan with each column divided by its weight
     (:func:`rankops._solvers.line.line_plan_vjp`).
     """
@@ -106,7 +109,7 @@ def plan_vjp(
             total = xp.sum(w, axis=-1, keepdims=True)
             d_w = unbroadcast(xp, (safe_divide(xp, g, w) * total - xp.sum(g, axis=-1, keepdims=True)) / total,
                               tuple(weights.shape))
-        return dx, d_log_b, d_eps, d_w
+        return dx, d_w, d_log_b, d_eps
 
     return plan, err, pullback
 
@@ -174,7 +177,7 @@ def _cdf(xp: Any, x: Any, opts: TransportSettings, entries: Entries, descending:
         ct = cts[0]
         ct_a = inv_a * ct
         # out_i = (P b_bar)_i / a_i: log a enters the readout too, d out_i / d log a_i = -out_i
-        dx, d_log_b, d_eps, d_a = plan_back(ct_a[..., :, None] * b_bar[..., None, :], None if weights is None else -ct * out)
+        dx, d_a, d_log_b, d_eps = plan_back(ct_a[..., :, None] * b_bar[..., None, :], None if weights is None else -ct * out)
         d_w = None
         if target_weights is not None:
             d_bbar = unbroadcast(xp, matvec(xp, xp.matrix_transpose(p), ct_a), tuple(b.shape))
@@ -281,7 +284,7 @@ def sort_core(
             zero = xp.zeros_like(ct[..., :1])
             ct = xp.concat([ct, zero] if descending else [zero, ct], axis=-1)
         ct_b = sign * per_target(ct, b)
-        dx, d_log_b, d_eps, d_a = plan_back(x[..., :, None] * ct_b[..., None, :])
+        dx, d_a, d_log_b, d_eps = plan_back(x[..., :, None] * ct_b[..., None, :])
         dx = dx + matvec(xp, p, ct_b)
         d_w = None if target_weights is None else d_log_b / b - unbroadcast(xp, ct_b * ascending, tuple(b.shape))
         return grads(sign * dx, d_eps, target_weights=d_w, weights=d_a)
@@ -318,7 +321,7 @@ def quantile_normalize_core(
     def pullback(cts: tuple[Any, ...]) -> dict[str, Any]:
         ct = cts[0]
         ct_a = inv_a * ct
-        dx, d_log_b, d_eps, d_a = plan_back(ct_a[..., :, None] * t, None if weights is None else -ct * out)
+        dx, d_a, d_log_b, d_eps = plan_back(ct_a[..., :, None] * t, None if weights is None else -ct * out)
         d_t = unbroadcast(xp, matvec(xp, xp.matrix_transpose(p), ct_a), tuple(t.shape))
         return grads(dx, d_eps, targets=d_t, target_weights=None if target_weights is None else d_log_b / b, weights=d_a)
 
@@ -346,7 +349,7 @@ def quantize_core(xp: Any, x: Any, opts: TransportSettings, *, num_levels: int, 
         ct_levels = vecmat(xp, ct, p) / b  # d out / d levels, pulled back
         # out_i = n sum_j P_ij levels_j with levels_j = sum_k P_kj x_k / b_j: P enters twice
         dp = ct[..., :, None] * levels[..., None, :] + x[..., :, None] * ct_levels[..., None, :]
-        dx, _, d_eps, _ = plan_back(dp)
+        dx, _, _, d_eps = plan_back(dp)
         return grads(dx + matvec(xp, p, ct_levels), d_eps)
 
     return entries.as_masked_operator(xp, (out, err), pullback)
@@ -373,7 +376,7 @@ def topk_core(xp: Any, x: Any, opts: TransportSettings, *, k: int, mask: Any = N
 
     def pullback(cts: tuple[Any, ...]) -> dict[str, Any]:
         ct = cts[0]
-        dx, _, d_eps, _ = plan_back(xp.stack([xp.zeros_like(ct), inv_a * ct], axis=-1))
+        dx, _, _, d_eps = plan_back(xp.stack([xp.zeros_like(ct), inv_a * ct], axis=-1))
         return grads(dx, d_eps)
 
     value = inv_a * p[..., 1]
