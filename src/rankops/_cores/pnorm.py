@@ -64,7 +64,7 @@ from typing import Any
 from .._lib._compat import device as _device
 from .._lib._numerics import safe_divide
 from . import isotonic
-from .power_sums import merge_fit
+from .power_sums import centred, merge_fit
 from .powers import moment_root, odd_power, power
 
 __all__ = ["exponent", "project", "capped", "slope", "newton_steps", "falling_root", "search_breakpoints", "exponent_of"]
@@ -91,20 +91,11 @@ def exponent_of(opts: Any) -> float:
     return exponent(opts.p) if opts.regularization == "lp" else 2.0
 
 
-def _centred(xp: Any, adapter: Any, starts: Any, y: Any, w: Any) -> tuple[Any, Any, Any, Any]:
-    """``(|B|, W_B, mean_B(y), d = y - mean_B(y))`` per entry, from one segmented sum (``d`` exactly 0 on a one-entry
-    block)."""
-    sums = adapter.segment_sum(xp, starts, xp.stack([xp.ones_like(y), y, w]))
-    m, total_w = sums[0, ...], sums[2, ...]
-    mean = sums[1, ...] / m
-    return m, total_w, mean, y - mean
-
-
 def _shift(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, q: float, tangent: bool = True) -> tuple[Any, Any, Any]:
     """``(mean, d, t)`` per entry: ``mean_B(y)``, ``d = y - mean_B(y)`` and ``t = mean_B(y) - v_B`` for the block
     root ``v_B`` (``mean`` and ``t`` the same number on every entry of a block). ``tangent``: as for
     :func:`.powers.power`."""
-    m, total_w, mean, d = _centred(xp, adapter, starts, y, w)
+    m, total_w, mean, d = centred(xp, adapter, starts, y, w)
     if q == 2.0:
         return mean, d, total_w / m
     if q == 3.0:
@@ -138,7 +129,7 @@ def _signed_shift(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, q: float) 
     (the soft sort: its weights are the data). ``h(t) = sum_B phi(d_i + t) - W_B`` increases in t and lies in
     ``[-D - (W-/|B|)^(1/(q-1)), D + (W+/|B|)^(1/(q-1))]`` (``D = sum_B |d|``): Newton's step where it stays inside
     the bracket, else the bracket's midpoint; a one-entry block in closed form (``t = phi^-1(W)``)."""
-    m, total_w, mean, d = _centred(xp, adapter, starts, y, w)
+    m, total_w, mean, d = centred(xp, adapter, starts, y, w)
     e = 1.0 / (q - 1.0)
     alone = odd_power(xp, total_w, e)
     if q == 2.0:

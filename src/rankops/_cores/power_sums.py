@@ -9,7 +9,7 @@ from .._lib._compat import device as _device, index_dtype
 from . import isotonic
 from .powers import moment_root
 
-__all__ = ["PowerSums", "merge_fit"]
+__all__ = ["PowerSums", "merge_fit", "centred"]
 
 
 class PowerSums:
@@ -90,6 +90,15 @@ class PowerSums:
         return xp.where(some, centre + mean - t, fallback)
 
 
+def centred(xp: Any, adapter: Any, starts: Any, y: Any, w: Any) -> tuple[Any, Any, Any, Any]:
+    """``(|B|, W_B, mean_B(y), d = y - mean_B(y))`` per entry of each block B (``starts``: True where one begins),
+    from one segmented sum (``d`` exactly 0 on a one-entry block)."""
+    sums = adapter.segment_sum(xp, starts, xp.stack([xp.ones_like(y), y, w]))
+    m, total_w = sums[0, ...], sums[2, ...]
+    mean = sums[1, ...] / m
+    return m, total_w, mean, y - mean
+
+
 def _one_per_block(xp: Any, adapter: Any, v: Any, y: Any, w: Any) -> tuple[Any, tuple[Any, ...], Any]:
     """The blocks of ``v`` (runs of equal values) as entries of shorter rows: ``(values, data, index)``, ``data``
     :class:`PowerSums`' block form, ``index`` each entry's block (``take(values, index)`` spreads a row of blocks back).
@@ -102,10 +111,7 @@ def _one_per_block(xp: Any, adapter: Any, v: Any, y: Any, w: Any) -> tuple[Any, 
     dev = _device(v)
     idx = index_dtype(xp, dev)
     starts = isotonic.block_starts(xp, v)
-    sums = adapter.segment_sum(xp, starts, xp.stack([xp.ones_like(y), y, w]))
-    m = sums[0, ...]
-    mean = sums[1, ...] / m
-    d = y - mean
+    m, total_w, mean, d = centred(xp, adapter, starts, y, w)
     moments = adapter.segment_sum(xp, starts, xp.stack([d * d, d * d * d]))
     ordinal = xp.cumulative_sum(xp.astype(starts, idx), axis=-1)  # each entry's block, counted from 1
     count = n
@@ -122,7 +128,7 @@ def _one_per_block(xp: Any, adapter: Any, v: Any, y: Any, w: Any) -> tuple[Any, 
 
     zero = xp.zeros((), dtype=v.dtype, device=dev)
     values = gather(v, xp.max(v, axis=-1, keepdims=True))
-    data = (gather(mean, xp.max(y, axis=-1, keepdims=True)), gather(sums[2, ...], zero), gather(m, zero),
+    data = (gather(mean, xp.max(y, axis=-1, keepdims=True)), gather(total_w, zero), gather(m, zero),
             gather(moments[0, ...], zero), gather(moments[1, ...], zero))
     return values, data, ordinal - 1
 
