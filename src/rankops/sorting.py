@@ -122,14 +122,12 @@ class PermutahedronOptions(Options):
         if lp and sort and is_array(options.get("strength")):
             raise ValueError(f"{where}: the p-norm soft sort takes a number for strength (a learnable 0-d array is "
                              "not supported by it yet)")
-        native = options.get("strength") is not None
-        opts, _ = cls.parse(options, where, softness=None if lp else DEFAULT_SOFTNESS)
-        if lp and not calibrated(permutahedron.softness_key("lp", opts.p)):
-            if opts.softness is not None:
+        opts, _ = cls.parse(options, where, softness=DEFAULT_SOFTNESS)
+        if lp and opts.softness is not None and not calibrated(permutahedron.softness_key("lp", opts.p)):
+            if options.get("softness") is not None:
                 raise ValueError(f"{where}: softness is calibrated for regularization='lp' with p in [4/3, 2], got "
                                  f"p={opts.p!r}: pass strength= (the scale of x at which entries blend)")
-        elif lp and not native and opts.softness is None:
-            opts = dataclasses.replace(opts, softness=DEFAULT_SOFTNESS)
+            opts = dataclasses.replace(opts, softness=None)  # no table below 4/3: the default is strength=1
         return opts
 
 

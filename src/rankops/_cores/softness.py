@@ -48,27 +48,28 @@ __all__ = ["softened", "length", "sinkhorn_epsilon", "row_scale", "calibrated", 
 _LP = "permutahedron-lp-"  # the p-norm permutahedron's keys: the conjugate exponent q = p / (p - 1) follows
 
 
+# the p-norm permutahedron's tables by q (2: "l2"'s)
+_LP_TABLES = {2.0: LENGTHS["permutahedron-l2"], **{float(k[len(_LP):]): v for k, v in LENGTHS.items() if k.startswith(_LP)}}
+
+
 def calibrated(key: str) -> bool:
     """Whether softness has a calibration for ``key`` (a method and the options that change its blur)."""
-    return key in LENGTHS or (key.startswith(_LP) and float(key[len(_LP):]) <= max(_lp_tables()))
+    return key in LENGTHS or (key.startswith(_LP) and float(key[len(_LP):]) <= max(_LP_TABLES))
 
 
-def _lp_tables() -> dict[float, tuple[tuple[float, ...], ...]]:
-    """The p-norm permutahedron's tables by q (2: ``"l2"``'s)."""
-    return {2.0: LENGTHS["permutahedron-l2"], **{float(k[len(_LP):]): v for k, v in LENGTHS.items() if k.startswith(_LP)}}
-
-
-def _table(key: str) -> tuple[tuple[float, ...], ...]:
-    """``key``'s table; a p-norm key between two measured q, their tables blended linearly in ``1 / (q - 1)``
-    (``p - 1``: the blur changes smoothly with the regularizer's exponent)."""
+def _tables(key: str) -> tuple[tuple[tuple[tuple[float, ...], ...], float], ...]:
+    """``key``'s tables and their weights in ``log T``: its own, weight 1; a p-norm key between two measured q, those
+    two, weighted linearly in ``1 / (q - 1)`` (``p - 1``: the blur changes smoothly with the regularizer's exponent).
+    The interpolation is linear in the table, so blending the two readings is blending the tables."""
     if key in LENGTHS:
-        return LENGTHS[key]
+        return ((LENGTHS[key], 1.0),)
     q = float(key[len(_LP):])
-    tables = _lp_tables()
-    low = max(k for k in tables if k <= q)
-    high = min(k for k in tables if k >= q)
-    f = (1.0 / (low - 1.0) - 1.0 / (q - 1.0)) / (1.0 / (low - 1.0) - 1.0 / (high - 1.0)) if high > low else 0.0
-    return tuple(tuple(a + f * (b - a) for a, b in zip(r, t)) for r, t in zip(tables[low], tables[high]))
+    low = max(k for k in _LP_TABLES if k <= q)
+    high = min(k for k in _LP_TABLES if k >= q)
+    if high == low:
+        return ((_LP_TABLES[low], 1.0),)
+    f = (1.0 / (low - 1.0) - 1.0 / (q - 1.0)) / (1.0 / (low - 1.0) - 1.0 / (high - 1.0))
+    return (_LP_TABLES[low], 1.0 - f), (_LP_TABLES[high], f)
 
 
 def _interpolated(table: tuple[tuple[float, ...], ...], u: float, w: float) -> float:
@@ -112,16 +113,17 @@ def length(xp: Any, key: str, s: Any, n: Any) -> Any:
     Python numbers give a Python float (a constant to compilers); an array
     ``s`` (learnable) or ``n`` (a mask's per-row counts) give an array.
     """
-    table = _table(key)
     if not is_array(s) and not is_array(n):
-        return math.exp(_interpolated(table, math.log(s), math.log(n)))
-    out = xp.exp(_interpolated_array(xp, table, *_logs(xp, s, n)))
+        return math.exp(sum(f * _interpolated(table, math.log(s), math.log(n)) for table, f in _tables(key)))
+    logs = _logs(xp, s, n)
+    out = xp.exp(sum(f * _interpolated_array(xp, table, *logs) for table, f in _tables(key)))
     return out if is_array(out) else xp.asarray(out)  # NumPy's 0-d results are scalars
 
 
 def length_slope(xp: Any, key: str, s: Any, n: Any) -> Any:
     """``d log T / d log s`` at ``(s, n)`` (``s`` an array): the pullback of a learnable softness on hosts without autodiff."""
-    return _interpolated_array(xp, _table(key), *_logs(xp, s, n), slope=True)
+    logs = _logs(xp, s, n)
+    return sum(f * _interpolated_array(xp, table, *logs, slope=True) for table, f in _tables(key))
 
 
 def _logs(xp: Any, s: Any, n: Any) -> tuple[Any, Any]:
