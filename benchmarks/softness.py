@@ -5,17 +5,21 @@ The rank blur of a soft rank is ``mean_i |soft_rank(x)_i - rankdata(x)_i|``
 (docs/softness.md). This script
 
 - ``--calibrate``: measures, on rows of standard normal entries scaled by
-  their mean absolute deviation, the blur of each method at unit
+  their scale (``row_scale``), the blur of each method at unit
   temperature along a grid of lengths ``T`` (the method's temperature, or
   its inverse, in units of the row's scale), and writes the table
   ``log T(log s, log n)`` that rankops reads
-  (``src/rankops/_cores/_calibration.py``);
+  (``src/rankops/_cores/_calibration.py``). The permutahedron's soft sort
+  has tables of its own (``permutahedron-sort-*``, in
+  ``_calibration_sorts.py``, on the row's standard deviation): its strength is not a
+  length of x, so its blur is read from its sorted values, each as a place
+  among the row's hard sorted values, and it falls as ``T`` grows;
 - by default, prints the tables of docs/softness.md: the blur at
   ``softness=1`` and at each method's defaults over scales and lengths (the
   issue's grid), the calibration's ratio blur / s on four distributions,
-  and what computing the row's scale costs against a ``soft_rank`` forward
+  what computing the row's scale costs against a ``soft_rank`` forward
   and backward (the p-norm permutahedron at p = 3/2, 1.4 and 4/3 in rows
-  of their own); ``--plot PATH`` draws blur against softness for every
+  of their own), and the soft sorts' blur / s, read in places; ``--plot PATH`` draws blur against softness for every
   method and distribution, and blur against n at the old and new defaults.
 
 Usage: python -m benchmarks.softness [--quick] [--plot PATH] [--calibrate [--cache DIR]]
@@ -24,23 +28,32 @@ Usage: python -m benchmarks.softness [--quick] [--plot PATH] [--calibrate [--cac
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import math
 import re
 import sys
 import time
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import array_api_compat.numpy
 import numpy as np
 from scipy.stats import rankdata
 
 import rankops
-from rankops._cores.softness import row_scale
+from rankops._cores.softness import reads_deviation, row_scale
 
 ROOT = Path(__file__).resolve().parents[1]
+# the generated tables: the soft sorts' keys in a module of their own, the others here
 TABLE = ROOT / "src" / "rankops" / "_cores" / "_calibration.py"
+SORT_TABLE = TABLE.with_name("_calibration_sorts.py")
+
+
+def _table_of(key: str) -> Path:
+    return SORT_TABLE if "-sort-" in key else TABLE
 
 # the table's grid: log s from log 0.1 and log n from log 10, a quarter decade apart
 GRID = (math.log(0.1), math.log(10) / 4, 23, math.log(10.0), math.log(10) / 4, 17)
@@ -49,21 +62,54 @@ GRID = (math.log(0.1), math.log(10) / 4, 23, math.log(10.0), math.log(10) / 4, 1
 _LONG = (10, 20, 30, 60, 100, 200, 300, 600, 1000, 3000, 10000, 30000, 100000)
 _SHORT = (10, 20, 30, 60, 100, 200, 300, 600, 1000)
 _NETWORK = (8, 16, 32, 64, 128, 256, 512, 1024)
+def _sort_places(z: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Each soft sorted value as a place among its row's hard sorted values (1-based, interpolated), laid out as the
+    entries of that rank (distinct entries): :func:`blur` then reads a soft sort's blur in places, as a soft rank's."""
+    s = np.sort(z, axis=-1)
+    places = np.stack([np.interp(v, row, np.arange(1.0, z.shape[-1] + 1)) for v, row in zip(values, s)])
+    return np.take_along_axis(places, rankdata(z, axis=-1).astype(int) - 1, -1)
+
+
+def _permutahedron_sort(**regularizer: object) -> Callable[[np.ndarray, float], np.ndarray]:
+    """The permutahedron's soft sort at length ``T = 1 / V`` as softness runs it (``T sort(z / T)`` at unit strength),
+    in places: its blur grows with ``V``."""
+    return lambda z, V: _sort_places(z, rankops.soft_sort(V * z, method="permutahedron", strength=1.0, **regularizer) / V)
+
+
+@dataclass(frozen=True)
+class Key:
+    """A calibration: ``run(z, T)`` on standardized rows z (rank-like: :func:`blur` reads it), at the lengths
+    ``ns``, along the ``grid`` of T; ``inverse``: ``run`` takes ``V = 1 / T`` (its blur grows with V), and the table
+    holds ``log T = -log V``."""
+
+    run: Callable[[np.ndarray, float], np.ndarray]
+    ns: tuple[int, ...]
+    grid: tuple[float, float, int] = (-7.0, 2.0, 46)  # log10 of the first and last T, and the count
+    inverse: bool = False
+
+
+_SORT_GRID = (-3.0, 9.0, 49)
 KEYS = {
-    "lapsum": (lambda z, T: rankops.soft_rank(z, method="lapsum", alpha=T), _LONG),
-    "permutahedron-l2": (lambda z, T: rankops.soft_rank(z, method="permutahedron", strength=T), _LONG),
-    "permutahedron-kl": (lambda z, T: rankops.soft_rank(z, method="permutahedron", regularization="kl", strength=T), _LONG[:-2]),
+    "lapsum": Key(lambda z, T: rankops.soft_rank(z, method="lapsum", alpha=T), _LONG),
+    "permutahedron-l2": Key(lambda z, T: rankops.soft_rank(z, method="permutahedron", strength=T), _LONG),
+    "permutahedron-kl": Key(lambda z, T: rankops.soft_rank(z, method="permutahedron", regularization="kl", strength=T), _LONG[:-2]),
     # the p-norm regularizer at q = p / (p - 1) = 3 and 4 (p = 3/2, 4/3); q = 2 is "l2"'s table
-    **{f"permutahedron-lp-{q}": (lambda z, T, q=q: rankops.soft_rank(z, method="permutahedron", regularization="lp", p=q / (q - 1.0),
-                                                                      strength=T), _LONG) for q in (3, 4)},
-    "softsort-1": (lambda z, T: rankops.soft_rank(z, method="softsort", tau=T), _SHORT),
-    "softsort-2": (lambda z, T: rankops.soft_rank(z, method="softsort", tau=T**2, power=2), _SHORT),
-    "neuralsort": (lambda z, T: rankops.soft_rank(z, method="neuralsort", tau=T), _SHORT),
+    **{f"permutahedron-lp-{q}": Key(lambda z, T, q=q: rankops.soft_rank(z, method="permutahedron", regularization="lp",
+                                                                        p=q / (q - 1.0), strength=T), _LONG) for q in (3, 4)},
+    "permutahedron-sort-l2": Key(_permutahedron_sort(), _LONG, _SORT_GRID, inverse=True),
+    "permutahedron-sort-kl": Key(_permutahedron_sort(regularization="kl"), _LONG[:-2], _SORT_GRID, inverse=True),
+    # the p-norm sort's blur needs far larger V at large n (and its long rows are slow there)
+    **{f"permutahedron-sort-lp-{q}": Key(_permutahedron_sort(regularization="lp", p=q / (q - 1.0)), _LONG[:-2], (-3.0, 15.0, 37),
+                                         inverse=True) for q in (3, 4)},
+    "softsort-1": Key(lambda z, T: rankops.soft_rank(z, method="softsort", tau=T), _SHORT),
+    "softsort-2": Key(lambda z, T: rankops.soft_rank(z, method="softsort", tau=T**2, power=2), _SHORT),
+    "neuralsort": Key(lambda z, T: rankops.soft_rank(z, method="neuralsort", tau=T), _SHORT),
     **{
-        f"diffsort-{d}": (lambda z, T, d=d: rankops.soft_rank(z, method="diffsort", distribution=d, steepness=1.0 / T), _NETWORK)
+        f"diffsort-{d}": Key(lambda z, T, d=d: rankops.soft_rank(z, method="diffsort", distribution=d, steepness=1.0 / T), _NETWORK)
         for d in ("cauchy", "reciprocal", "optimal", "logistic", "logistic_phi", "gaussian")
     },
-    "sinkhorn": (lambda z, T: rankops.soft_rank(z, epsilon=T, tol=1e-4, max_iter=20_000), (10, 20, 30, 60, 100, 200, 300, 600, 1000)),
+    "sinkhorn": Key(lambda z, T: rankops.soft_rank(z, epsilon=T, tol=1e-4, max_iter=20_000), (10, 20, 30, 60, 100, 200, 300, 600, 1000),
+                    (-7.0, -0.5, 27)),
 }
 DISTRIBUTIONS = ("normal", "uniform", "lognormal", "clustered")
 METHODS = ("sinkhorn", "softsort", "neuralsort", "permutahedron", "lapsum", "diffsort")
@@ -98,16 +144,17 @@ def rows_for(n: int, budget: int = 20_000) -> int:
 
 
 def measure(key: str, lengths: np.ndarray, quick: bool) -> dict[int, list[tuple[float, float]]]:
-    """``{n: [(T, blur)]}`` of ``key`` on standardized normal rows."""
-    run, ns = KEYS[key]
+    """``{n: [(T, blur)]}`` of ``key`` on standardized normal rows (``(V, blur)`` for an inverse key)."""
+    run, ns = KEYS[key].run, KEYS[key].ns
     rng = np.random.default_rng(1)
     out = {}
     for n in ns[:3] if quick else ns:
         # the permutahedron's blur turns steeply with T at large n: more rows to pin its curve
         # (and Sinkhorn's long rows at small epsilon are slow: fewer rows there)
-        budget = 2000 if quick else 200_000 if key.startswith("permutahedron") else 4000 if key == "sinkhorn" and n > 300 else 20_000
+        budget = (2000 if quick else 20_000 if key.startswith("permutahedron-sort-lp") else 200_000 if key.startswith("permutahedron")
+                  else 4000 if key == "sinkhorn" and n > 300 else 20_000)
         x = sample("normal", (rows_for(n, budget), n), rng)
-        z = x / np.asarray(row_scale(array_api_compat.numpy, np.sort(x, axis=-1), n))  # the scale softness divides by
+        z = x / np.asarray(row_scale(array_api_compat.numpy, np.sort(x, axis=-1), n, reads_deviation(key)))  # softness's scale
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             out[n] = [(float(T), blur(run(x if key == "sinkhorn" else z, T), x)) for T in lengths]
@@ -115,9 +162,10 @@ def measure(key: str, lengths: np.ndarray, quick: bool) -> dict[int, list[tuple[
 
 
 def _increasing(curve: list[tuple[float, float]]) -> tuple[np.ndarray, np.ndarray]:
-    """The curve up to its first maximum of blur (SoftSort's and NeuralSort's blur turns back at large T)."""
+    """The curve up to its first maximum of blur (SoftSort's and NeuralSort's blur turns back at large T), from where
+    it leaves rounding (a soft sort's blur at tiny T is rounding of its values, not a place)."""
     c = np.asarray(curve)
-    T, b = c[:, 0], c[:, 1]
+    T, b = c[:, 0], np.where(c[:, 1] < 1e-9, 0.0, c[:, 1])
     end = len(b)
     for i in range(1, len(b)):
         if b[i] < b[i - 1]:
@@ -154,12 +202,12 @@ def table(curves: dict[int, list[tuple[float, float]]]) -> list[list[float]]:
 
 def calibrate(quick: bool, cache: Path | None, only: str | None = None) -> None:
     """Measure (or read from ``cache``) every key matching ``only`` (all by default), keep the table's other keys."""
-    lengths = np.logspace(-7, 2, 46)
     tables = {}
-    if only is not None and TABLE.exists():
-        namespace: dict = {}
-        exec(TABLE.read_text(), namespace)
-        tables = {k: [list(r) for r in v] for k, v in namespace["LENGTHS"].items()}
+    for path in (TABLE, SORT_TABLE) if only is not None else ():
+        if path.exists():
+            text = path.read_text()
+            lengths = ast.literal_eval(text[text.index("LENGTHS = ") + len("LENGTHS = "):])
+            tables.update({k: [list(r) for r in v] for k, v in lengths.items()})
     for key in KEYS:
         if only is not None and not re.search(only, key):
             continue
@@ -168,25 +216,35 @@ def calibrate(quick: bool, cache: Path | None, only: str | None = None) -> None:
             curves = {int(n): c for n, c in json.loads(path.read_text()).items()}
         else:
             t0 = time.perf_counter()
-            curves = measure(key, np.logspace(-7, -0.5, 27) if key == "sinkhorn" else lengths, quick)
+            curves = measure(key, np.logspace(*KEYS[key].grid), quick)
             print(f"{key}: measured in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
             if path is not None:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_text(json.dumps(curves))
         tables[key] = table(curves)
+        if KEYS[key].inverse:
+            tables[key] = [[-v for v in row] for row in tables[key]]
     if quick:
         print(f"calibrated {len(tables)} keys (quick: not written)")
         return
+    for path in (TABLE, SORT_TABLE):
+        _write(path, {key: rows for key, rows in tables.items() if _table_of(key) == path})
+        print(f"wrote {path.relative_to(ROOT)}")
+
+
+def _write(path: Path, tables: dict[str, list[list[float]]]) -> None:
+    sorts = path == SORT_TABLE
+    what = "sort blur (places)" if sorts else "rank blur"
     lines = [
-        '"""Softness calibration: ``log T`` on a grid of ``(log s, log n)`` per method (generated; do not edit).',
+        f'"""Softness calibration{" of the soft sorts" * sorts}: ``log T`` on a grid of ``(log s, log n)`` per key (generated; do not edit).',
         "",
         "Written by ``python -m benchmarks.softness --calibrate``: T is the unit-temperature length (in units of",
-        "the row's mean absolute deviation; Sinkhorn: its epsilon) whose rank blur on standard normal rows is s.",
-        "Rows are log s from log 0.1, columns log n from log 10, a quarter decade apart (``GRID``).",
+        f"the row's scale, ``rankops._cores.softness.row_scale``{'' if sorts else '; Sinkhorn: its epsilon'}) whose {what}"
+        " on standard normal rows is s.",
+        f"Rows are log s from log 0.1, columns log n from log 10, a quarter decade apart ({'``_calibration.GRID``' if sorts else '``GRID``'}).",
         '"""',
         "",
-        f"GRID = {GRID!r}  # (u0, du, count, w0, dw, count): log s, then log n",
-        "",
+        *([] if sorts else [f"GRID = {GRID!r}  # (u0, du, count, w0, dw, count): log s, then log n", ""]),
         "LENGTHS = {",
     ]
     for key, rows in tables.items():
@@ -194,8 +252,7 @@ def calibrate(quick: bool, cache: Path | None, only: str | None = None) -> None:
         lines += [f"        ({', '.join(f'{v:.4f}' for v in row)})," for row in rows]
         lines.append("    ),")
     lines.append("}")
-    TABLE.write_text("\n".join(lines) + "\n")
-    print(f"wrote {TABLE.relative_to(ROOT)}")
+    path.write_text("\n".join(lines) + "\n")
 
 
 # -- report ----------------------------------------------------------------------------------------
@@ -258,6 +315,28 @@ def calibration_table(quick: bool) -> tuple[str, dict]:
                 cells.append(f"{min(ratios):.2f} - {max(ratios):.2f}")
             lines.append(f"| {name} | {n} | " + " | ".join(cells) + " |")
     return "\n".join(lines), curves
+
+
+def sort_table(quick: bool) -> str:
+    """Ratio sort blur / s (each soft sorted value's place among the row's hard sorted values, :func:`_sort_places`) on
+    four distributions, as :func:`calibration_table` (n up to 10^4; the matrices and Sinkhorn to 1000)."""
+    rng = np.random.default_rng(6)
+    lines = ["| method | n | " + " | ".join(DISTRIBUTIONS) + " |", "|---|---|" + "---|" * len(DISTRIBUTIONS)]
+    for name, method, extra in VARIANTS:
+        ns = [16, 128, 1024] if method == "diffsort" else [n for n in (10, 100, 1000, 10_000) if n <= min(_largest(method), 10_000)]
+        for n in ns[:2] if quick else ns:
+            lo = 1.0 if method == "sinkhorn" else 0.3
+            ss = [s for s in (0.3, 1.0, 3.0, 10.0, 30.0, 100.0, 300.0) if lo <= s <= max(n / 20, lo)]
+            cells = []
+            for dist in DISTRIBUTIONS:
+                x = sample(dist, (rows_for(n, 400 if quick else 4000), n), rng)
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    ratios = [blur(_sort_places(x, np.asarray(rankops.soft_sort(x, method=method, softness=s, **extra))), x) / s
+                              for s in ss]
+                cells.append(f"{min(ratios):.2f} - {max(ratios):.2f}")
+            lines.append(f"| {name} | {n} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def cost_table(quick: bool) -> str:
@@ -349,6 +428,8 @@ def main(argv: list[str] | None = None) -> None:
     print(text)
     print("\nCost of the row scale (torch, float32, B = 20, n = 1000, one thread; median of interleaved runs):\n")
     print(cost_table(args.quick))
+    print("\nSorts: sort blur / softness (places among the hard sorted values) over s in [0.3 (Sinkhorn: 1), n / 20]:\n")
+    print(sort_table(args.quick))
     if args.plot:
         plot(args.plot, curves, args.quick)
 

@@ -16,8 +16,7 @@ import numpy as np
 import pytest
 
 import rankops
-from rankops.sorting import LapsumOptions
-from rankops.sorting import PermutahedronOptions
+from rankops.sorting import LapsumOptions, PermutahedronOptions
 from rankops.permutations import NetworkOptions, PermutationOptions
 from rankops.sinkhorn import TransportOptions
 from rankops._registry import OPERATORS
@@ -233,7 +232,7 @@ case("soft_topk_magnitude-array-strength", lambda: rankops.soft_topk_magnitude(X
 case("soft_topk_magnitude-softness", lambda: rankops.soft_topk_magnitude(X, 2, softness=1.0), TypeError,
      r"soft_topk_magnitude got unexpected option\(s\) 'softness'; it accepts 'p', 'regularization', 'strength'")
 case("soft_topk_mask-method", lambda: rankops.soft_topk_mask(X, 2, method="softsort"), ValueError,
-     r"method must be one of 'sinkhorn', 'lapsum', 'permutahedron' for soft_topk_mask, got 'softsort'")
+     r"method must be one of 'sinkhorn', 'permutahedron', 'lapsum' for soft_topk_mask, got 'softsort'")
 case("soft_topk_mask[lapsum]-return_info", lambda: rankops.soft_topk_mask(X, 1.5, method="lapsum", return_info=True), TypeError,
      r"unexpected option\(s\) 'return_info'")
 # -- sorting networks ------------------------------------------------------------------------------------

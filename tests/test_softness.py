@@ -13,7 +13,7 @@ from numpy.testing import assert_allclose
 from scipy.stats import rankdata
 
 import rankops
-from benchmarks.softness import sample
+from benchmarks.softness import _sort_places, sample
 from tests import reference as ref
 
 METHODS = ("sinkhorn", "softsort", "neuralsort", "permutahedron", "lapsum", "diffsort")
@@ -23,6 +23,12 @@ BAND = {"normal": 1.5, "uniform": 1.5, "lognormal": 2.5, "clustered": 2.5}
 
 def blur(method: str, x: np.ndarray, s: float, **options) -> float:
     return float(np.mean(np.abs(rankops.soft_rank(x, method=method, softness=s, **options) - rankdata(x, axis=-1))))
+
+
+def sort_blur(method: str, x: np.ndarray, s: float, **options) -> float:
+    """A soft sort's blur in places: each sorted value's place among the row's hard sorted values, from its own."""
+    places = _sort_places(x, rankops.soft_sort(x, method=method, softness=s, **options))
+    return float(np.mean(np.abs(places - rankdata(x, axis=-1))))
 
 
 def _check_band(method: str, n: int, dists, softnesses, rows: int, seed: int, bands: dict | None = None, **options) -> None:
@@ -65,6 +71,31 @@ def test_blur_is_about_softness_for_the_p_norm(p):
     _check_band("permutahedron", 100, tuple(BAND), (0.3, 5.0), rows=_rows(100), seed=4, bands=WIDE, regularization="lp", p=p)
     _check_band("permutahedron", 1000, ("normal",), _softnesses("permutahedron", 1000), rows=_rows(1000), seed=5,
                 regularization="lp", p=p)
+
+
+SORTS = (*((m, {}) for m in METHODS), ("permutahedron", {"regularization": "kl"}),
+         ("permutahedron", {"regularization": "lp"}), ("permutahedron", {"regularization": "lp", "p": 1.5}))
+
+
+@pytest.mark.parametrize("method, options", SORTS, ids=lambda v: v if isinstance(v, str) else "-".join(map(str, v.values())))
+def test_a_sort_softens_as_softness_grows(method, options):
+    """Every method's soft sort blurs more, in places, at a larger softness (the permutahedron's read the rank's
+    length as 1 / strength once: the other way round), and at s = 0.3 stays near the hard sort."""
+    n = 64 if method == "diffsort" else 100
+    x = sample("normal", (_rows(n, 2000), n), np.random.default_rng(11))
+    blurs = [sort_blur(method, x, s, **options) for s in (0.3, 1.0, 3.0)]
+    assert blurs[0] < blurs[1] < blurs[2], blurs
+    assert blurs[0] < 0.6, blurs
+
+
+@pytest.mark.parametrize("options", ({}, {"regularization": "kl"}, {"regularization": "lp"}), ids=("l2", "kl", "lp"))
+def test_permutahedron_sort_blur_is_about_softness(options):
+    """The permutahedron's sort reads tables of its own (docs/softness.md, "Sorts"): normal rows hold the bands."""
+    rng = np.random.default_rng(12)
+    for n in (10, 100, 1000):
+        x = sample("normal", (_rows(n), n), rng)
+        ratios = [sort_blur("permutahedron", x, s, **options) / s for s in (0.3, 1.0, max(1.0, n / 20))]
+        assert all(1 / 1.5 <= r <= 1.5 for r in ratios), (n, ratios)
 
 
 def test_the_p_norm_below_its_calibration_keeps_strength_as_its_default():
@@ -140,10 +171,11 @@ def _native(method: str, output: str, x: np.ndarray, s: float) -> dict:
     """The native temperature that softness sets on each row of ``x`` (one row here): ``t = scale * T(s, n)``."""
     import array_api_compat.numpy as xp
 
-    from rankops._cores.softness import length, row_scale
+    from rankops._cores.softness import length, reads_deviation, row_scale
 
-    key = {"permutahedron": "permutahedron-l2", "softsort": "softsort-1", "diffsort": "diffsort-cauchy"}.get(method, method)
-    t = float(row_scale(xp, np.sort(x, axis=-1), x.shape[-1])[0, 0]) * length(xp, key, s, x.shape[-1])
+    key = {"permutahedron": f"permutahedron-{'sort-' * (output == 'sort')}l2", "softsort": "softsort-1",
+           "diffsort": "diffsort-cauchy"}.get(method, method)
+    t = float(row_scale(xp, np.sort(x, axis=-1), x.shape[-1], reads_deviation(key))[0, 0]) * length(xp, key, s, x.shape[-1])
     return {"lapsum": {"alpha": t}, "softsort": {"tau": t}, "neuralsort": {"tau": t}, "diffsort": {"steepness": 1.0 / t},
             "permutahedron": {"strength": t if output == "rank" else 1.0 / t}}[method]
 

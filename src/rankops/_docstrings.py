@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import textwrap
-from typing import Iterable
+from typing import Iterable, Mapping
 
 from .sinkhorn import DEFAULT_EPSILON, SOLVER_BUDGET
 
@@ -188,10 +188,12 @@ SECTIONS["sinkhorn_other_parameters"] = "\n".join([
 ])
 
 
-def methods_section(methods: Iterable[str]) -> str:
-    """soft_sort / soft_rank: the choice among ``methods`` (the first is the default), then every method's options."""
+def methods_section(methods: Iterable[str], documented_in: Mapping[str, tuple[str, ...]]) -> str:
+    """soft_sort / soft_rank: the choice among ``methods`` (the first is the default), then the softness and every
+    method's option sections (``documented_in``: a method's section names), each once, in declaration order."""
     names = tuple(methods)
     choice = ", ".join(f'"{m}"' for m in names)
+    sections = dict.fromkeys(["softness", *(section for m in names for section in documented_in[m])])
     return "\n".join([
         textwrap.dedent(f"""
         method : {{{choice}}}, default "{names[0]}"
@@ -201,6 +203,5 @@ def methods_section(methods: Iterable[str]) -> str:
 
         Other Parameters
         ----------------"""),
-        *(textwrap.dedent(SECTIONS[name]).strip("\n")
-          for name in ("softness", "sinkhorn_options", "targets", "weights", "relaxations", "fast", "networks")),
+        *(textwrap.dedent(SECTIONS[name]).strip("\n") for name in sections),
     ])

@@ -15,7 +15,7 @@ from ._cores.magnitude import magnitude_core
 from ._lib._calls import Call, operator
 from ._lib._compat import Array
 from ._lib._options import Options, choice, norm_exponent, option, positive_scalar, python_number
-from .sorting import bind_topk
+from .sorting import bind_real_k
 
 __all__ = ["soft_topk_magnitude", "MagnitudeOptions"]
 
@@ -87,7 +87,7 @@ def soft_topk_magnitude(x: Array, /, k: float | Array, *, axis: int | tuple[int,
     >>> np.round(rankops.soft_topk_magnitude(np.array([3.0, -0.5, -2.0, 1.9, 0.1]), 2), 3)
     array([ 3.   ,  0.   , -1.571,  0.471,  0.   ])
     """
-    return bind_topk(magnitude_core, _parse(options), x, k, axis, mask, "soft_topk_magnitude", closed=True)
+    return bind_real_k(magnitude_core, _parse(options), x, k, axis, mask, "soft_topk_magnitude", closed=True)
 
 
 def _parse(options: dict[str, Any]) -> MagnitudeOptions:

@@ -34,7 +34,7 @@ from ._lib._warnings import caller_stacklevel
 __all__ = [
     "sinkhorn", "SinkhornResult", "SinkhornInfo", "ConvergenceWarning", "PerformanceWarning", "LARGE_TRANSPORT", "SolverOptions",
     "TransportOptions", "Reported",
-    "SOLVER_OPTIONS", "SOLVER_BUDGET", "return_info", "check_1d", "input_weights", "reported", "bind_grid",
+    "SOLVER_OPTIONS", "GRID_OPTIONS", "SOLVER_BUDGET", "return_info", "check_1d", "input_weights", "reported", "bind_grid",
 ]
 
 DEFAULT_MAX_ITER = 2000
@@ -203,6 +203,8 @@ class Reported(ValueReadout):
 # -- binding a Sinkhorn operator's call ------------------------------------------------------------
 
 SOLVER_OPTIONS = ("epsilon", "softness", "max_iter", "tol", "squash", "power", "implicit")
+# the options of the operators whose targets lie on a grid in [0, 1] (bind_grid)
+GRID_OPTIONS = SOLVER_OPTIONS + ("num_targets",)
 
 
 def return_info(options: dict[str, Any]) -> bool:
@@ -260,7 +262,7 @@ def bind_grid(core: Any, where: str, x: Any, axis: Any, options: dict[str, Any],
     """``soft_cdf``, and ``soft_rank`` / ``soft_sort`` with ``method="sinkhorn"``: targets on a grid in [0, 1]."""
     info = return_info(options)
     opts, arrays = TransportOptions.parse(
-        options, where, names=SOLVER_OPTIONS + ("num_targets",), arrays=("target_weights", "weights", "mask")
+        options, where, names=GRID_OPTIONS, arrays=("target_weights", "weights", "mask")
     )
     p = prepare(x, axis=axis, opts=opts, arrays=arrays)
     if "target_weights" in arrays:

@@ -12,10 +12,12 @@ itself (``"softsort"``, Prillo & Eisenschlos 2020; ``"neuralsort"``, Grover
 et al. 2019). Two methods need no matrix at all and cost O(n log n):
 ``"permutahedron"`` (a projection onto the permutahedron, Blondel et al.
 2020) and ``"lapsum"`` (sums of Laplace CDFs, after Struski et al. 2025).
-A method is one entry of :data:`METHODS`, declared here with its option
-set: a function that validates the options and binds the call to the
-method's core. The registry (``rankops._registry``), the docstrings' method
-list and the suites read the methods from there.
+A method is declared once, here: one :class:`Method` in :data:`METHODS`
+(its option set, the docstring sections that describe its options, and
+the functions that bind a call of each operator it serves to its core).
+``soft_sort``, ``soft_rank`` and ``soft_topk_mask`` dispatch on it, and
+the docstrings' method lists, ``rankops._registry`` (so ``rankops.vjp``)
+and the suites read the methods from it.
 """
 
 from __future__ import annotations
@@ -24,21 +26,24 @@ import dataclasses
 import functools
 import math
 import numbers
-from typing import Any
+from typing import Any, Callable
 
 from ._cores import diffsort, lapsum, masked, permutahedron
 from ._cores.permutation import dense_core, stream_core
 from ._cores.softness import calibrated
-from ._cores.transport import rank_core, sort_core
+from ._cores.transport import rank_core, sort_core, topk_core
 from ._docstrings import SECTIONS, methods_section
 from ._lib._calls import Call, Prepared, operator, prepare
 from ._lib._compat import Array, is_array
 from ._lib._docs import fill_doc
 from ._lib._options import Options, boolean, choice, norm_exponent, option, positive_count, positive_scalar
 from .permutations import OPTION_NAMES, NetworkOptions, PermutationOptions, check_relaxation_softness
-from .sinkhorn import SOLVER_OPTIONS, TransportOptions, bind_grid, input_weights, reported, return_info
+from .sinkhorn import GRID_OPTIONS, SOLVER_OPTIONS, TransportOptions, bind_grid, input_weights, reported, return_info
 
-__all__ = ["soft_rank", "soft_sort", "METHODS", "PermutahedronOptions", "LapsumOptions", "bind_lapsum_topk", "bind_permutahedron_topk", "bind_topk", "DEFAULT_SOFTNESS"]
+__all__ = [
+    "soft_rank", "soft_sort", "Method", "METHODS", "TOPK_METHODS", "bind_sort", "bind_topk_mask", "PermutahedronOptions",
+    "LapsumOptions", "bind_real_k", "DEFAULT_SOFTNESS",
+]
 
 # The softness of every method but Sinkhorn when no temperature is passed: ranks about one place
 # from the hard ones at any n and scale (Sinkhorn keeps its epsilon, already scale-free).
@@ -59,18 +64,30 @@ def _bind_sinkhorn(output: str, x: Any, axis: Any, descending: Any, options: dic
 
 
 def _bind_sinkhorn_topk(where: str, x: Any, axis: Any, descending: Any, topk: Any, options: dict[str, Any]) -> Call[Any]:
-    k = positive_count(topk, "topk")
     for name in ("num_targets", "target_weights", "weights"):
         if options.get(name) is not None:
             raise ValueError(f"{where}: topk fixes the targets (k values and one filler); do not pass {name} with it")
-    info = return_info(options)
-    opts, arrays = TransportOptions.parse(options, where, names=SOLVER_OPTIONS, arrays=("mask",))
-    p = prepare(x, axis=axis, opts=opts, arrays=arrays)
-    if k > p.n:
-        raise ValueError(f"topk must lie in [1, n] = [1, {p.n}], got {k}")
+    info, opts, p, arrays, k = _sinkhorn_k(where, x, topk, "topk", axis, options)
     params = {**input_weights(p, arrays), "descending": boolean(descending, "descending")}
     # k = n leaves the filler empty without a mask: that is the full sort (with one, each row's n_v decides)
     return reported(sort_core, p, opts, params if k == p.n and "mask" not in arrays else {**params, "topk": k}, where, info)
+
+
+def _bind_sinkhorn_topk_mask(x: Any, k: Any, axis: Any, options: dict[str, Any]) -> Call[Any]:
+    """``soft_topk_mask(method="sinkhorn")``: ``k`` an int in [1, n]."""
+    info, opts, p, arrays, k = _sinkhorn_k("soft_topk_mask", x, k, "k", axis, options)
+    return reported(topk_core, p, opts, {**input_weights(p, arrays), "k": k}, "soft_topk_mask", info)
+
+
+def _sinkhorn_k(where: str, x: Any, k: Any, name: str, axis: Any, options: dict[str, Any]) -> tuple[bool, Any, Prepared, dict[str, Any], int]:
+    """``(return_info, options, prepared x, its arrays, k)`` of a Sinkhorn top-k call: ``k`` (named ``name``) an int in [1, n]."""
+    info = return_info(options)
+    opts, arrays = TransportOptions.parse(options, where, names=SOLVER_OPTIONS, arrays=("mask",))
+    k = positive_count(k, name)
+    p = prepare(x, axis=axis, opts=opts, arrays=arrays)
+    if k > p.n:
+        raise ValueError(f"{name} must lie in [1, n] = [1, {p.n}], got {k}")
+    return info, opts, p, arrays, k
 
 
 # -- "softsort", "neuralsort" (options: rankops.permutations.PermutationOptions) -------------------
@@ -123,7 +140,7 @@ class PermutahedronOptions(Options):
             raise ValueError(f"{where}: the p-norm soft sort takes a number for strength (a learnable 0-d array is "
                              "not supported by it yet)")
         opts, _ = cls.parse(options, where, softness=DEFAULT_SOFTNESS)
-        if lp and opts.softness is not None and not calibrated(permutahedron.softness_key("lp", opts.p)):
+        if lp and opts.softness is not None and not calibrated(permutahedron.softness_key("lp", opts.p, "sort" if sort else "rank")):
             if options.get("softness") is not None:
                 raise ValueError(f"{where}: softness is calibrated for regularization='lp' with p in [4/3, 2], got "
                                  f"p={opts.p!r}: pass strength= (the scale of x at which entries blend)")
@@ -162,27 +179,27 @@ def _bind_lapsum(output: str, x: Any, axis: Any, descending: Any, options: dict[
     return Call(core, p, opts, masked.with_mask(p, {"descending": boolean(descending, "descending")}, mask))
 
 
-def bind_lapsum_topk(x: Any, k: Any, axis: Any, options: dict[str, Any]) -> Call[Any]:
+def _bind_lapsum_topk(x: Any, k: Any, axis: Any, options: dict[str, Any]) -> Call[Any]:
     """``soft_topk_mask(method="lapsum")``: ``k`` a real in (0, n), or an array of per-row k (the batch shape).
 
     With a ``mask``, the top k of each row's valid entries (k >= n_v selects them all).
     """
     mask = options.pop("mask", None)
     opts, _ = LapsumOptions.parse(options, "soft_topk_mask(method='lapsum')", softness=DEFAULT_SOFTNESS)
-    return bind_topk(lapsum.topk_core, opts, x, k, axis, mask, "soft_topk_mask(method='lapsum')", closed=False)
+    return bind_real_k(lapsum.topk_core, opts, x, k, axis, mask, "soft_topk_mask(method='lapsum')", closed=False)
 
 
-def bind_permutahedron_topk(x: Any, k: Any, axis: Any, options: dict[str, Any]) -> Call[Any]:
+def _bind_permutahedron_topk(x: Any, k: Any, axis: Any, options: dict[str, Any]) -> Call[Any]:
     """``soft_topk_mask(method="permutahedron")``: ``k`` a real in (0, n], or an array of per-row k (the batch shape).
 
     With a ``mask``, the top k of each row's valid entries (a row with k > n_v is NaN).
     """
     mask = options.pop("mask", None)
     opts = PermutahedronOptions.parse_for(options, "soft_topk_mask(method='permutahedron')")
-    return bind_topk(permutahedron.topk_core, opts, x, k, axis, mask, "soft_topk_mask(method='permutahedron')", closed=True)
+    return bind_real_k(permutahedron.topk_core, opts, x, k, axis, mask, "soft_topk_mask(method='permutahedron')", closed=True)
 
 
-def bind_topk(core: Any, opts: Any, x: Any, k: Any, axis: Any, mask: Any, where: str, *, closed: bool) -> Call[Any]:
+def bind_real_k(core: Any, opts: Any, x: Any, k: Any, axis: Any, mask: Any, where: str, *, closed: bool) -> Call[Any]:
     """A top-k operator's call (``where``: its name in errors): ``k`` a real in (0, n) (``closed``: (0, n]) or an
     array of per-row k of the batch shape."""
     if is_array(k):
@@ -214,26 +231,77 @@ def _bind_diffsort(output: str, x: Any, axis: Any, descending: Any, options: dic
     return Call(core, p, opts, masked.with_mask(p, {"descending": boolean(descending, "descending")}, mask))
 
 
-# method -> bind(output, x, axis, descending, options) -> Call, output "sort" or "rank"; the first is the default
-METHODS = {
-    "sinkhorn": _bind_sinkhorn,
-    "softsort": functools.partial(_bind_permutation, "softsort"),
-    "neuralsort": functools.partial(_bind_permutation, "neuralsort"),
-    "permutahedron": _bind_permutahedron,
-    "lapsum": _bind_lapsum,
-    "diffsort": _bind_diffsort,
+# -- the declarations ---------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Method:
+    """A relaxation, declared once: what the operators that take ``method=`` dispatch on.
+
+    ``options``: its option set (names, defaults, checks, its temperature),
+    of which it takes ``names`` (None: every field); ``documented_in``: the
+    docstring sections (``rankops._docstrings.SECTIONS``) that describe its
+    options, gathered into ``soft_sort`` / ``soft_rank``'s;
+    ``bind(output, x, axis, descending, options)``: a ``soft_sort`` or
+    ``soft_rank`` call (``output`` "sort" or "rank") bound to its core;
+    ``bind_topk(x, k, axis, options)``: a ``soft_topk_mask`` call, for a
+    method that has one. The method's softness calibration lives with its
+    core (``rankops._cores.softness.softened``), keyed by its options.
+    """
+
+    options: type[Options]
+    names: tuple[str, ...] | None
+    documented_in: tuple[str, ...]
+    bind: Callable[[str, Any, Any, Any, dict[str, Any]], Call[Any]]
+    bind_topk: Callable[[Any, Any, Any, dict[str, Any]], Call[Any]] | None = None
+
+    @property
+    def option_names(self) -> tuple[str, ...]:
+        """The fields of ``options`` it takes (its array options, ``mask`` and Sinkhorn's weights, aside)."""
+        return self.names if self.names is not None else tuple(f.name for f in dataclasses.fields(self.options))
+
+    @property
+    def operators(self) -> tuple[str, ...]:
+        """The public operators that take this method."""
+        return ("soft_sort", "soft_rank") + (("soft_topk_mask",) if self.bind_topk is not None else ())
+
+
+# every method of soft_sort and soft_rank; the first is their default
+METHODS: dict[str, Method] = {
+    "sinkhorn": Method(TransportOptions, GRID_OPTIONS, ("sinkhorn_options", "targets", "weights", "relaxations"), _bind_sinkhorn,
+                       bind_topk=_bind_sinkhorn_topk_mask),
+    "softsort": Method(PermutationOptions, OPTION_NAMES["softsort"], ("relaxations",), functools.partial(_bind_permutation, "softsort")),
+    "neuralsort": Method(PermutationOptions, OPTION_NAMES["neuralsort"], ("relaxations",),
+                         functools.partial(_bind_permutation, "neuralsort")),
+    "permutahedron": Method(PermutahedronOptions, None, ("fast",), _bind_permutahedron, bind_topk=_bind_permutahedron_topk),
+    "lapsum": Method(LapsumOptions, None, ("fast",), _bind_lapsum, bind_topk=_bind_lapsum_topk),
+    "diffsort": Method(NetworkOptions, None, ("networks",), _bind_diffsort),
 }
 
+# the methods of soft_topk_mask, in declaration order (the first is its default)
+TOPK_METHODS = tuple(name for name, m in METHODS.items() if m.bind_topk is not None)
 
-def _bind(output: str, x: Any, axis: Any, descending: Any, method: Any, options: dict[str, Any]) -> Call[Array]:
-    bind = METHODS.get(method) if isinstance(method, str) else None
-    if bind is None:
-        raise ValueError(f"method must be one of {', '.join(map(repr, METHODS))}, got {method!r}")
-    return bind(output, x, axis, descending, options)
+
+def _declared(method: Any, among: tuple[str, ...], where: str) -> Method:
+    if not (isinstance(method, str) and method in among):
+        raise ValueError(f"method must be one of {', '.join(map(repr, among))}{where}, got {method!r}")
+    return METHODS[method]
+
+
+def bind_sort(output: str, x: Any, axis: Any, descending: Any, method: Any, options: dict[str, Any]) -> Call[Array]:
+    """``soft_sort`` / ``soft_rank`` (``output`` "sort" or "rank") bound by ``method``'s declaration."""
+    return _declared(method, tuple(METHODS), "").bind(output, x, axis, descending, options)
+
+
+def bind_topk_mask(x: Any, k: Any, axis: Any, method: Any, options: dict[str, Any]) -> Call[Array]:
+    """``soft_topk_mask`` bound by ``method``'s declaration."""
+    bind = _declared(method, TOPK_METHODS, " for soft_topk_mask").bind_topk
+    assert bind is not None  # TOPK_METHODS holds the methods that have one
+    return bind(x, k, axis, options)
 
 
 @operator(methods=tuple(METHODS))
-@fill_doc(**SECTIONS, methods=methods_section(METHODS))
+@fill_doc(**SECTIONS, methods=methods_section(METHODS, {name: m.documented_in for name, m in METHODS.items()}))
 def soft_sort(x: Array, /, *, axis: int | tuple[int, ...] = -1, descending: bool = False, method: str = "sinkhorn", **options: Any) -> Call[Array]:
     """Differentiable sort of ``x`` along ``axis`` (ascending by default).
 
@@ -272,11 +340,11 @@ def soft_sort(x: Array, /, *, axis: int | tuple[int, ...] = -1, descending: bool
     >>> np.round(rankops.soft_sort(x, method="permutahedron", strength=1.0), 2)
     array([[-0.92,  0.08,  1.08,  2.08]])
     """
-    return _bind("sort", x, axis, descending, method, options)
+    return bind_sort("sort", x, axis, descending, method, options)
 
 
 @operator(methods=tuple(METHODS))
-@fill_doc(**SECTIONS, methods=methods_section(METHODS))
+@fill_doc(**SECTIONS, methods=methods_section(METHODS, {name: m.documented_in for name, m in METHODS.items()}))
 def soft_rank(x: Array, /, *, axis: int | tuple[int, ...] = -1, descending: bool = False, method: str = "sinkhorn", **options: Any) -> Call[Array]:
     """Differentiable 1-based ranks of ``x`` along ``axis``.
 
@@ -316,4 +384,4 @@ def soft_rank(x: Array, /, *, axis: int | tuple[int, ...] = -1, descending: bool
     >>> bool(info.converged.all())
     True
     """
-    return _bind("rank", x, axis, descending, method, options)
+    return bind_sort("rank", x, axis, descending, method, options)

@@ -19,14 +19,14 @@ from typing import Any
 from ._cores import masked
 from ._cores.quantile import quantile_core
 from ._cores.sort_with import sort_with_core
-from ._cores.transport import cdf_core, quantile_normalize_core, quantize_core, topk_core
+from ._cores.transport import cdf_core, quantile_normalize_core, quantize_core
 from ._docstrings import SECTIONS
 from ._lib._calls import LIKE_INPUT, INPUT, LEVELS, REDUCED, VALUE, Call, Layout, operator, prepare
 from ._lib._compat import Array, is_array, normalize_axis, real_float_dtypes
 from ._lib._docs import fill_doc
 from ._lib._options import boolean, positive_count
 from .sinkhorn import SOLVER_OPTIONS, TransportOptions, bind_grid, check_1d, input_weights, reported, return_info
-from .sorting import bind_lapsum_topk, bind_permutahedron_topk
+from .sorting import TOPK_METHODS, bind_topk_mask
 
 __all__ = ["soft_cdf", "soft_quantile", "soft_quantile_normalize", "soft_quantize", "soft_topk_mask", "sort_with"]
 
@@ -223,11 +223,16 @@ def soft_quantize(x: Array, num_levels: int, /, *, axis: int | tuple[int, ...] =
     return reported(quantize_core, p, opts, {**input_weights(p, arrays), "num_levels": m}, "soft_quantize", info)
 
 
-TOPK_METHODS = ("sinkhorn", "lapsum", "permutahedron")
+# soft_topk_mask's methods are those declared with a top-k binding (rankops.sorting.METHODS)
+_TOPK_METHOD = "method : {" + ", ".join(f'"{m}"' for m in TOPK_METHODS) + f'}}, default "{TOPK_METHODS[0]}"' + """
+    ``"lapsum"`` takes the one option ``alpha`` (float, default 1.0);
+    ``"permutahedron"`` takes ``strength``, ``regularization`` (``"l2"``
+    or ``"lp"``) and ``p``, as ``soft_rank``.
+"""
 
 
 @operator(methods=TOPK_METHODS)
-@fill_doc(**SECTIONS)
+@fill_doc(**SECTIONS, topk_method=_TOPK_METHOD)
 def soft_topk_mask(x: Array, /, k: float | Array, *, axis: int | tuple[int, ...] = -1, method: str = "sinkhorn", **options: Any) -> Call[Array]:
     """Soft indicator of the k largest entries along ``axis``: values in [0, 1] summing to k.
 
@@ -246,10 +251,7 @@ def soft_topk_mask(x: Array, /, k: float | Array, *, axis: int | tuple[int, ...]
         How many entries to select: an int in [1, n] (``"sinkhorn"``); a real
         in (0, n), or an array of per-row k of the batch shape, differentiable
         (``"lapsum"``; ``"permutahedron"``: a real in (0, n]).
-    method : {"sinkhorn", "lapsum", "permutahedron"}, default "sinkhorn"
-        ``"lapsum"`` takes the one option ``alpha`` (float, default 1.0);
-        ``"permutahedron"`` takes ``strength``, ``regularization`` (``"l2"``
-        or ``"lp"``) and ``p``, as ``soft_rank``.
+    %(topk_method)s
 
     %(sinkhorn_other_parameters)s
     mask : bool array, optional
@@ -274,20 +276,7 @@ def soft_topk_mask(x: Array, /, k: float | Array, *, axis: int | tuple[int, ...]
     >>> np.round(rankops.soft_topk_mask(np.array([0.3, -1.2, 2.5, 0.7]), 2, method="permutahedron", regularization="lp", strength=2.0), 3)
     array([0.316, 0.   , 1.   , 0.684])
     """
-    if isinstance(method, str) and method == "lapsum":
-        return bind_lapsum_topk(x, k, axis, options)
-    if isinstance(method, str) and method == "permutahedron":
-        return bind_permutahedron_topk(x, k, axis, options)
-    if not (isinstance(method, str) and method == "sinkhorn"):
-        raise ValueError(f"method must be one of {', '.join(map(repr, TOPK_METHODS))} for soft_topk_mask, got {method!r}")
-    info = return_info(options)
-    opts, arrays = TransportOptions.parse(options, "soft_topk_mask", names=SOLVER_OPTIONS, arrays=("mask",))
-    k = positive_count(k, "k")
-    p = prepare(x, axis=axis, opts=opts, arrays=arrays)
-    if k > p.n:
-        raise ValueError(f"k must lie in [1, n] = [1, {p.n}], got {k}")
-    return reported(topk_core, p, opts, {**input_weights(p, arrays), "k": k}, "soft_topk_mask", info)
-
+    return bind_topk_mask(x, k, axis, method, options)
 
 
 @operator(methods=("sinkhorn",))

@@ -1,7 +1,7 @@
-"""Softness calibration: ``log T`` on a grid of ``(log s, log n)`` per method (generated; do not edit).
+"""Softness calibration: ``log T`` on a grid of ``(log s, log n)`` per key (generated; do not edit).
 
 Written by ``python -m benchmarks.softness --calibrate``: T is the unit-temperature length (in units of
-the row's mean absolute deviation; Sinkhorn: its epsilon) whose rank blur on standard normal rows is s.
+the row's scale, ``rankops._cores.softness.row_scale``; Sinkhorn: its epsilon) whose rank blur on standard normal rows is s.
 Rows are log s from log 0.1, columns log n from log 10, a quarter decade apart (``GRID``).
 """
 

@@ -228,16 +228,23 @@ def _homogeneity(params: dict[str, Any], opts: Any) -> tuple[int, int] | None:
     return (1, -1) if opts.regularization == "l2" else None
 
 
-def softness_key(regularization: str, p: float) -> str:
-    """The softness calibration of the regularizer; the p-norm's by its conjugate exponent q (q = 2 is ``"l2"``)."""
+def softness_key(regularization: str, p: float, output: str = "rank") -> str:
+    """The softness calibration of the regularizer; the p-norm's by its conjugate exponent q (q = 2 is ``"l2"``).
+
+    The soft sort has tables of its own: its strength is not a length of x
+    (the l2 sort at strength e is ``t sort(x / t)`` at unit strength only
+    for ``t = 1 / e``), so the length that gives it a blur of s places falls
+    as s grows, where a rank's rises.
+    """
+    family = "permutahedron-" if output != "sort" else "permutahedron-sort-"
     if regularization != "lp":
-        return f"permutahedron-{regularization}"
+        return family + regularization
     q = pnorm.exponent(p)
-    return "permutahedron-l2" if q == 2.0 else f"permutahedron-lp-{q!r}"
+    return family + ("l2" if q == 2.0 else f"lp-{q!r}")
 
 
 def _softness_key(opts: Any, params: dict[str, Any]) -> str:
-    return softness_key(opts.regularization, opts.p)
+    return softness_key(opts.regularization, opts.p, params.get("output", "rank"))
 
 
 @core(output_shapes=same_shape, batched={"mask": (0,)})

@@ -18,8 +18,8 @@ derived: ``python -m benchmarks.softness --calibrate`` finds, on rows of
 standard normal entries, the unit-temperature length whose rank blur is
 ``s``, for a grid of ``(s, n)``, and :mod:`._calibration` holds that table,
 read by bilinear interpolation in ``(log s, log n)`` (the grid spans s from
-0.1 to 3e4 and n from 10 to 1e5; its edge cells extend it to smaller s and
-longer rows). Sinkhorn squashes its
+0.1 to 3e4 and n from 10 to 1e5; its edge cells extend it to smaller s,
+longer rows and rows down to two entries). Sinkhorn squashes its
 rows already (the sigmoid of the standardized row); softness sets its
 ``epsilon`` from the same kind of table.
 
@@ -39,22 +39,41 @@ from typing import Any, Callable
 
 from .._lib._adapters import get_adapter
 from .._lib._compat import index_dtype, is_array, device as _device
-from ._calibration import GRID, LENGTHS
+from . import _calibration, _calibration_sorts
 from .masked import valid_first
 
-__all__ = ["softened", "length", "sinkhorn_epsilon", "row_scale", "calibrated", "output_is_sort"]
+# every calibration by key: the ranks' (and Sinkhorn's) tables, then the soft sorts' (one grid)
+GRID = _calibration.GRID
+LENGTHS = {**_calibration.LENGTHS, **_calibration_sorts.LENGTHS}
+
+__all__ = ["softened", "length", "sinkhorn_epsilon", "row_scale", "reads_deviation", "calibrated", "output_is_sort"]
 
 
-_LP = "permutahedron-lp-"  # the p-norm permutahedron's keys: the conjugate exponent q = p / (p - 1) follows
+# the p-norm permutahedron's keys (its ranks', its sorts'): the conjugate exponent q = p / (p - 1) follows the prefix;
+# q = 2 reads "l2"'s table
+_LP_FAMILIES = {"permutahedron-lp-": "permutahedron-l2", "permutahedron-sort-lp-": "permutahedron-sort-l2"}
 
 
-# the p-norm permutahedron's tables by q (2: "l2"'s)
-_LP_TABLES = {2.0: LENGTHS["permutahedron-l2"], **{float(k[len(_LP):]): v for k, v in LENGTHS.items() if k.startswith(_LP)}}
+# each family's measured tables by q
+_LP_TABLES = {
+    prefix: {2.0: LENGTHS[l2], **{float(k[len(prefix):]): v for k, v in LENGTHS.items() if k.startswith(prefix)}}
+    for prefix, l2 in _LP_FAMILIES.items() if l2 in LENGTHS
+}
+
+
+def _lp_tables(key: str) -> dict[float, Any] | None:
+    """The measured tables by q of the p-norm family ``key`` belongs to (None: it belongs to none)."""
+    return next((tables for prefix, tables in _LP_TABLES.items() if key.startswith(prefix)), None)
+
+
+def _exponent(key: str) -> float:
+    return float(key.rsplit("-", 1)[1])
 
 
 def calibrated(key: str) -> bool:
     """Whether softness has a calibration for ``key`` (a method and the options that change its blur)."""
-    return key in LENGTHS or (key.startswith(_LP) and float(key[len(_LP):]) <= max(_LP_TABLES))
+    tables = _lp_tables(key)
+    return key in LENGTHS or (tables is not None and _exponent(key) <= max(tables))
 
 
 def _tables(key: str) -> tuple[tuple[tuple[tuple[float, ...], ...], float], ...]:
@@ -63,20 +82,25 @@ def _tables(key: str) -> tuple[tuple[tuple[tuple[float, ...], ...], float], ...]
     The interpolation is linear in the table, so blending the two readings is blending the tables."""
     if key in LENGTHS:
         return ((LENGTHS[key], 1.0),)
-    q = float(key[len(_LP):])
-    low = max(k for k in _LP_TABLES if k <= q)
-    high = min(k for k in _LP_TABLES if k >= q)
+    tables, q = _lp_tables(key), _exponent(key)
+    assert tables is not None  # calibrated(key)
+    low = max(k for k in tables if k <= q)
+    high = min(k for k in tables if k >= q)
     if high == low:
-        return ((_LP_TABLES[low], 1.0),)
+        return ((tables[low], 1.0),)
     f = (1.0 / (low - 1.0) - 1.0 / (q - 1.0)) / (1.0 / (low - 1.0) - 1.0 / (high - 1.0))
-    return (_LP_TABLES[low], 1.0 - f), (_LP_TABLES[high], f)
+    return (tables[low], 1.0 - f), (tables[high], f)
+
+
+# rows shorter than the grid's (10) read its first cell extended linearly, down to two entries (one has no blur)
+_SHORTEST = math.log(2.0)
 
 
 def _interpolated(table: tuple[tuple[float, ...], ...], u: float, w: float) -> float:
     """The table's bilinear interpolation at ``u = log s``, ``w = log n``, extended linearly by its edge cells to smaller
-    s and longer rows (held at the grid's largest s and shortest rows, where every method has pooled its row)."""
+    s, longer rows and rows of 2 to 9 entries (held at the grid's largest s, where every method has pooled its row)."""
     u0, du, nu, w0, dw, nw = GRID
-    a, b = min((u - u0) / du, nu - 1.0), max((w - w0) / dw, 0.0)
+    a, b = min((u - u0) / du, nu - 1.0), (max(w, _SHORTEST) - w0) / dw
     i, j = min(max(math.floor(a), 0), nu - 2), min(max(math.floor(b), 0), nw - 2)
     fa, fb = a - i, b - j
     lo = table[i][j] + fb * (table[i][j + 1] - table[i][j])
@@ -102,7 +126,7 @@ def _interpolated_array(xp: Any, table: tuple[tuple[float, ...], ...], u: Any, w
     """:func:`_interpolated` with ``u`` and ``w`` arrays (broadcast together); ``slope``: its derivative in ``u``."""
     u0, du, nu, w0, dw, nw = GRID
     values = xp.asarray(table, dtype=u.dtype, device=_device(u))
-    u, w = xp.clip(u, None, u0 + du * (nu - 1)), xp.clip(w, w0, None)
+    u, w = xp.clip(u, None, u0 + du * (nu - 1)), xp.clip(w, _SHORTEST, None)
     wu, ww = _weights(xp, u, u0, du, nu, slope), _weights(xp, w, w0, dw, nw)
     return xp.sum(xp.matmul(wu[..., None, :], values)[..., 0, :] * ww, axis=-1)
 
@@ -143,7 +167,7 @@ def window(n: int) -> int:
     return min(n - 1, max(3, round(n / 10)))
 
 
-def row_scale(xp: Any, srt: Any, count: Any) -> Any:
+def row_scale(xp: Any, srt: Any, count: Any, deviation: bool = False) -> Any:
     """Each row's scale (keepdims) from its sorted entries ``srt``: the width of the densest window, 1 on a constant row.
 
     The width of the narrowest window of ``k`` + 1 consecutive sorted entries
@@ -151,13 +175,23 @@ def row_scale(xp: Any, srt: Any, count: Any) -> Any:
     it is about the standard deviation on a normal row: the inverse of the
     row's peak density, which is what sets the blur of a method that pools
     neighbours (the permutahedron most of all: its densest stretch pools
-    first). A row whose narrowest window holds ties only (many repeated
-    values) takes a quarter of its range instead, and a constant row 1: its
-    ties are kept, never NaN. ``count``: n (a Python int), or each row's
-    valid count (an array of the dtype, keepdims, at least 1) when the
-    valid entries come first (:func:`.masked.valid_first`: the tail repeats
-    the last valid value).
+    first). ``deviation``: the row's standard deviation instead, for the
+    permutahedron's soft sort (:func:`reads_deviation`). A row whose window
+    holds ties only (many repeated values) takes a quarter of its range
+    instead, and a constant row 1: its ties are kept, never NaN. ``count``:
+    n (a Python int), or each row's valid count (an array of the dtype,
+    keepdims, at least 1) when the valid entries come first
+    (:func:`.masked.valid_first`: the tail repeats the last valid value).
     """
+    spread = srt[..., -1:] - srt[..., :1]  # the range; 0 on a constant row, read as 1
+    fallback = spread * 0.25 + xp.astype(spread <= 0.0, spread.dtype)
+    width = _deviation(xp, srt, count) if deviation else _narrowest(xp, srt, count)
+    return xp.where(width > 0.0, width, fallback)
+
+
+def _narrowest(xp: Any, srt: Any, count: Any) -> Any:
+    """The width of each row's narrowest window of :func:`window` + 1 sorted entries, in standard deviations of a
+    normal row (0 where it holds ties only, or a masked row has one valid entry)."""
     n = srt.shape[-1]
     if not is_array(count):
         k: Any = window(n)
@@ -171,11 +205,26 @@ def row_scale(xp: Any, srt: Any, count: Any) -> Any:
         widths = xp.where(ahead < xp.astype(count, idx), upper - srt, xp.full_like(srt, math.inf))
         factor = _normal_width_array(xp, k, count)
     narrowest = xp.min(widths, axis=-1, keepdims=True)
-    spread = srt[..., -1:] - srt[..., :1]  # the range; 0 on a constant row, read as 1
-    fallback = spread * 0.25 + xp.astype(spread <= 0.0, spread.dtype)
     if is_array(count):  # a masked row of one valid entry has no window (inf)
         narrowest = xp.where(narrowest < math.inf, narrowest, xp.zeros_like(narrowest))
-    return xp.where(narrowest > 0.0, narrowest * factor, fallback)
+    return narrowest * factor
+
+
+def _deviation(xp: Any, srt: Any, count: Any) -> Any:
+    """Each row's standard deviation (of its valid entries: the first ``count``)."""
+    if not is_array(count):
+        return xp.std(srt, axis=-1, keepdims=True)
+    valid = xp.arange(srt.shape[-1], dtype=srt.dtype, device=_device(srt)) < count
+    zero = xp.zeros_like(srt)
+    centred = xp.where(valid, srt - xp.sum(xp.where(valid, srt, zero), axis=-1, keepdims=True) / count, zero)
+    return xp.sqrt(xp.sum(centred * centred, axis=-1, keepdims=True) / count)
+
+
+def reads_deviation(key: str) -> bool:
+    """Whether calibration ``key`` reads a row's scale as its standard deviation (:func:`row_scale`): the
+    permutahedron's soft sort, whose blur is set by where a row's gaps are largest, not smallest as a rank's. No
+    window's width follows that across distributions; the deviation errs least (docs/softness.md, "Sorts")."""
+    return key.startswith("permutahedron-sort-")
 
 
 def _normal_width(k: int, n: int) -> float:
@@ -252,7 +301,7 @@ def softened(
                 count = xp.clip(xp.astype(row.count, x.dtype), 1.0, None)
             soft = xp.astype(s, x.dtype) if is_array(s) else s
             unit = length(xp, which, soft, count)
-            scale = row_scale(xp, srt, count)
+            scale = row_scale(xp, srt, count, reads_deviation(which))
             t = scale * unit
             inner_opts = dataclasses.replace(opts, softness=None, **{opts.temperature(): 1.0})
             z = x / t
