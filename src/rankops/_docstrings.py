@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import textwrap
-from typing import Iterable, Mapping
+from typing import Mapping
 
 from .sinkhorn import DEFAULT_EPSILON, SOLVER_BUDGET
 
@@ -188,10 +188,10 @@ SECTIONS["sinkhorn_other_parameters"] = "\n".join([
 ])
 
 
-def methods_section(methods: Iterable[str], documented_in: Mapping[str, tuple[str, ...]]) -> str:
-    """soft_sort / soft_rank: the choice among ``methods`` (the first is the default), then the softness and every
-    method's option sections (``documented_in``: a method's section names), each once, in declaration order."""
-    names = tuple(methods)
+def methods_section(documented_in: Mapping[str, tuple[str, ...]]) -> str:
+    """soft_sort / soft_rank: the choice among the methods (``documented_in``'s keys; the first is the default), then the
+    softness and every method's option sections (its value: their names), each once, in declaration order."""
+    names = tuple(documented_in)
     choice = ", ".join(f'"{m}"' for m in names)
     sections = dict.fromkeys(["softness", *(section for m in names for section in documented_in[m])])
     return "\n".join([

@@ -282,6 +282,10 @@ METHODS: dict[str, Method] = {
 TOPK_METHODS = tuple(name for name, m in METHODS.items() if m.bind_topk is not None)
 
 
+# soft_sort's and soft_rank's method parameter and every method's option sections, from the declarations
+_METHODS_SECTION = methods_section({name: m.documented_in for name, m in METHODS.items()})
+
+
 def _declared(method: Any, among: tuple[str, ...], where: str) -> Method:
     if not (isinstance(method, str) and method in among):
         raise ValueError(f"method must be one of {', '.join(map(repr, among))}{where}, got {method!r}")
@@ -301,7 +305,7 @@ def bind_topk_mask(x: Any, k: Any, axis: Any, method: Any, options: dict[str, An
 
 
 @operator(methods=tuple(METHODS))
-@fill_doc(**SECTIONS, methods=methods_section(METHODS, {name: m.documented_in for name, m in METHODS.items()}))
+@fill_doc(**SECTIONS, methods=_METHODS_SECTION)
 def soft_sort(x: Array, /, *, axis: int | tuple[int, ...] = -1, descending: bool = False, method: str = "sinkhorn", **options: Any) -> Call[Array]:
     """Differentiable sort of ``x`` along ``axis`` (ascending by default).
 
@@ -344,7 +348,7 @@ def soft_sort(x: Array, /, *, axis: int | tuple[int, ...] = -1, descending: bool
 
 
 @operator(methods=tuple(METHODS))
-@fill_doc(**SECTIONS, methods=methods_section(METHODS, {name: m.documented_in for name, m in METHODS.items()}))
+@fill_doc(**SECTIONS, methods=_METHODS_SECTION)
 def soft_rank(x: Array, /, *, axis: int | tuple[int, ...] = -1, descending: bool = False, method: str = "sinkhorn", **options: Any) -> Call[Array]:
     """Differentiable 1-based ranks of ``x`` along ``axis``.
 
