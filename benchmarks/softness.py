@@ -291,54 +291,61 @@ def scale_table(quick: bool) -> str:
     return "\n".join(lines)
 
 
-def calibration_table(quick: bool) -> tuple[str, dict]:
-    """Ratio blur / s on four distributions, over s in [0.3 (Sinkhorn 1), n / 20] and n up to each method's largest."""
-    rng = np.random.default_rng(2)
-    curves: dict = {}
+def _softnesses(method: str, n: int, grid: tuple[float, ...]) -> list[float]:
+    """The softnesses of ``grid`` in [0.3 (Sinkhorn: 1), n / 20]."""
+    lo = 1.0 if method == "sinkhorn" else 0.3
+    return [s for s in grid if lo <= s <= max(n / 20, lo)]
+
+
+def _ratio_table(quick: bool, seed: int, lengths: Callable[[str, dict], list[int]], softnesses: Callable[[str, int], list[float]],
+                 ratio: Callable[[str, np.ndarray, float, dict], float], curves: dict | None = None) -> str:
+    """``ratio(method, x, s, options) / s``, smallest - largest over ``softnesses(method, n)``, for each variant, length
+    (``lengths(method, options)``) and distribution; ``curves``: each default variant's ratios, by (method, dist, n)."""
+    rng = np.random.default_rng(seed)
     lines = ["| method | n | " + " | ".join(DISTRIBUTIONS) + " |", "|---|---|" + "---|" * len(DISTRIBUTIONS)]
     for name, method, extra in VARIANTS:
-        # the p-norm's rows up to 10^4: its pooling rounds, on NumPy, take seconds a call at 10^5
-        ns = [n for n in (10, 100, 1000, 10_000, 100_000) if n <= (10_000 if extra else _largest(method))]
-        if method == "diffsort":
-            ns = [16, 128, 1024]
+        ns = [16, 128, 1024] if method == "diffsort" else lengths(method, extra)
         for n in ns[:2] if quick else ns:
-            lo = 1.0 if method == "sinkhorn" else 0.3
-            ss = [s for s in (0.3, 1.0, 3.0, 10.0, 30.0, 100.0, 300.0, 1000.0, 5000.0) if lo <= s <= max(n / 20, lo)]
-            if n / 20 > ss[-1] * 1.5:
-                ss.append(n / 20)
+            ss = softnesses(method, n)
             cells = []
             for dist in DISTRIBUTIONS:
                 x = sample(dist, (rows_for(n, 400 if quick else 4000), n), rng)
-                ratios = [blur(_rank(method, x, softness=s, **extra), x) / s for s in ss]
-                if not extra:
+                ratios = [ratio(method, x, s, extra) / s for s in ss]
+                if curves is not None and not extra:
                     curves[(method, dist, n)] = (ss, ratios)
                 cells.append(f"{min(ratios):.2f} - {max(ratios):.2f}")
             lines.append(f"| {name} | {n} | " + " | ".join(cells) + " |")
-    return "\n".join(lines), curves
+    return "\n".join(lines)
+
+
+def calibration_table(quick: bool) -> tuple[str, dict]:
+    """Ratio blur / s on four distributions, over s in [0.3 (Sinkhorn 1), n / 20] and n up to each method's largest."""
+
+    def softnesses(method: str, n: int) -> list[float]:
+        ss = _softnesses(method, n, (0.3, 1.0, 3.0, 10.0, 30.0, 100.0, 300.0, 1000.0, 5000.0))
+        return ss + [n / 20] if n / 20 > ss[-1] * 1.5 else ss
+
+    curves: dict = {}
+    # the p-norm's rows up to 10^4: its pooling rounds, on NumPy, take seconds a call at 10^5
+    text = _ratio_table(quick, 2, lambda method, extra: [n for n in (10, 100, 1000, 10_000, 100_000)
+                                                        if n <= (10_000 if extra else _largest(method))],
+                        softnesses, lambda method, x, s, extra: blur(_rank(method, x, softness=s, **extra), x), curves)
+    return text, curves
+
+
+def _sort_blur(method: str, x: np.ndarray, s: float, extra: dict) -> float:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return blur(_sort_places(x, np.asarray(rankops.soft_sort(x, method=method, softness=s, **extra))), x)
 
 
 def sort_table(quick: bool) -> str:
     """Ratio sort blur / s (each soft sorted value's place among the row's hard sorted values, :func:`_sort_places`) on
     four distributions, as :func:`calibration_table` (n up to 1000; 10^4 for the O(n log n) methods but the p-norm, whose
     sort at large strengths takes seconds a call on NumPy there)."""
-    rng = np.random.default_rng(6)
-    lines = ["| method | n | " + " | ".join(DISTRIBUTIONS) + " |", "|---|---|" + "---|" * len(DISTRIBUTIONS)]
-    for name, method, extra in VARIANTS:
-        longest = 10_000 if method in ("permutahedron", "lapsum") and not extra else 1000
-        ns = [16, 128, 1024] if method == "diffsort" else [n for n in (10, 100, 1000, 10_000) if n <= longest]
-        for n in ns[:2] if quick else ns:
-            lo = 1.0 if method == "sinkhorn" else 0.3
-            ss = [s for s in (0.3, 1.0, 3.0, 10.0, 30.0, 100.0, 300.0) if lo <= s <= max(n / 20, lo)]
-            cells = []
-            for dist in DISTRIBUTIONS:
-                x = sample(dist, (rows_for(n, 400 if quick else 4000), n), rng)
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    ratios = [blur(_sort_places(x, np.asarray(rankops.soft_sort(x, method=method, softness=s, **extra))), x) / s
-                              for s in ss]
-                cells.append(f"{min(ratios):.2f} - {max(ratios):.2f}")
-            lines.append(f"| {name} | {n} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    return _ratio_table(quick, 6, lambda method, extra: [n for n in (10, 100, 1000, 10_000)
+                                                         if n <= (10_000 if method in ("permutahedron", "lapsum") and not extra else 1000)],
+                        lambda method, n: _softnesses(method, n, (0.3, 1.0, 3.0, 10.0, 30.0, 100.0, 300.0)), _sort_blur)
 
 
 def cost_table(quick: bool) -> str:
