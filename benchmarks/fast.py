@@ -21,7 +21,7 @@ installed, at the settings that equal strength 1, l2 (their values agree with
 rankops' to float32 rounding).
 
 Usage: python -m benchmarks.fast [--sizes 100 1000 10000 100000] [--batch 20] [--single 100000 1000000]
-                                 [--repeats 7] [--big 1000000] [--quick] [--host torch|jax]
+                                 [--repeats 7] [--big 1000000] [--quick] [--backend torch|jax]
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ def _contenders(x: np.ndarray) -> dict[str, tuple[Callable[[], Any], Callable[[]
 
 
 def _sorts(xt: Any, ctt: Any, xj: Any, ctj: Any) -> dict[str, tuple[Callable[[], Any], Callable[[], Any]]]:
-    """Each host's own sort, forward and forward+backward (a gather back): the floor under any sort-based soft rank."""
+    """Each backend's own sort, forward and forward+backward (a gather back): the floor under any sort-based soft rank."""
     import jax
     import jax.numpy as jnp
     import torch
@@ -168,13 +168,13 @@ def _pure_peers(x: np.ndarray, xt: Any, ctt: Any, xj: Any, ctj: Any) -> dict[str
 
 
 def time_table(shapes: list[tuple[int, int]], repeats: int, series: dict[str, dict[int, float]] | None = None,
-               host: str | None = None) -> list[str]:
+               backend: str | None = None) -> list[str]:
     """The time table's rows, one block per (B, n); ``series`` (when given) receives contender -> {n: fwd+bwd ms} of the largest B, for the plot.
 
-    ``host`` ("torch", "jax"): only that host's contenders (torchsort and the host's sort as references),
+    ``backend`` ("torch", "jax"): only that backend's contenders (torchsort and the backend's sort as references),
     so that no other framework's threads share the cores while they run.
     """
-    rows = ["| B | n | contender | forward ms | fwd+bwd ms | fwd+bwd / torchsort | fwd+bwd / its host's sort |",
+    rows = ["| B | n | contender | forward ms | fwd+bwd ms | fwd+bwd / torchsort | fwd+bwd / its backend's sort |",
             "|---|---|---|---|---|---|---|"]
     top = max(b for b, _ in shapes)
     for b, n in shapes:
@@ -182,14 +182,14 @@ def time_table(shapes: list[tuple[int, int]], repeats: int, series: dict[str, di
         cont = _contenders(x)
         if n > 10_000:  # NumPy's portable scans are O(n log n) Python-level steps: skip the big ones
             cont = {k: v for k, v in cont.items() if "numpy" not in k}
-        if host is not None:
-            cont = {k: v for k, v in cont.items() if k == "torchsort (C++)" or _host_of(k) == host}
+        if backend is not None:
+            cont = {k: v for k, v in cont.items() if k == "torchsort (C++)" or _backend_of(k) == backend}
         fwd = _median_ms({k: v[0] for k, v in cont.items()}, repeats)
         both = _median_ms({k: v[1] for k, v in cont.items()}, repeats)
         ref = both.get("torchsort (C++)")
         for k in cont:
             ratio = f"{both[k] / ref:.2f}" if ref else "-"
-            sort = {"jax": "reference: jnp.sort jax-jit", "torch": "reference: torch.sort"}.get(_host_of(k), "")
+            sort = {"jax": "reference: jnp.sort jax-jit", "torch": "reference: torch.sort"}.get(_backend_of(k), "")
             to_sort = f"{both[k] / both[sort]:.2f}" if sort in both and not k.startswith("reference") else "-"
             rows.append(f"| {b} | {n} | {k} | {fwd[k]:.2f} | {both[k]:.2f} | {ratio} | {to_sort} |")
             if series is not None and b == top and not k.startswith("reference"):
@@ -197,7 +197,7 @@ def time_table(shapes: list[tuple[int, int]], repeats: int, series: dict[str, di
     return rows
 
 
-def _host_of(contender: str) -> str:
+def _backend_of(contender: str) -> str:
     """"jax", "torch" or "numpy": the framework a contender of the time table runs on."""
     if "jax" in contender.lower():
         return "jax"
@@ -315,14 +315,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--big", type=int, default=1_000_000)
     ap.add_argument("--quick", action="store_true", help="tiny sizes, one repeat: checks that every contender runs")
     ap.add_argument("--plot", help="also save the time plot (PNG) here")
-    ap.add_argument("--host", choices=["torch", "jax"], help="the time table only, with that host's contenders alone")
+    ap.add_argument("--backend", choices=["torch", "jax"], help="the time table only, with that backend's contenders alone")
     args = ap.parse_args(argv)
     if args.quick:
         args.sizes, args.batch, args.repeats, args.big, args.single = [16, 64], 2, 1, 4096, [128]
     series: dict[str, dict[int, float]] = {}
     shapes = [(args.batch, n) for n in args.sizes] + [(1, n) for n in args.single]
-    print("\n".join(time_table(shapes, args.repeats, series, args.host)))
-    if args.host:
+    print("\n".join(time_table(shapes, args.repeats, series, args.backend)))
+    if args.backend:
         return 0
     print()
     print("\n".join(memory_table(args.big)))

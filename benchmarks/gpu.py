@@ -135,7 +135,7 @@ def _contenders(batch: int, n: int) -> dict[str, dict[str, Callable[[], Any]]]:
 
     x = np.random.default_rng(0).normal(size=(batch, n)).astype(np.float32)
     ct = np.random.default_rng(1).normal(size=(batch, n)).astype(np.float32)
-    hosts: dict[str, dict[str, Callable[[], Any]]] = {}
+    backends: dict[str, dict[str, Callable[[], Any]]] = {}
     gpu = False
     if importlib.util.find_spec("torch"):
         import torch
@@ -160,7 +160,7 @@ def _contenders(batch: int, n: int) -> dict[str, dict[str, Callable[[], Any]]]:
             import torchsort
 
             row["torchsort"] = torch_run(lambda v: torchsort.soft_rank(v, regularization_strength=1.0))
-        hosts[f"torch {dev}"] = row
+        backends[f"torch {dev}"] = row
     if importlib.util.find_spec("jax"):
         import jax
         import jax.numpy as jnp
@@ -180,7 +180,7 @@ def _contenders(batch: int, n: int) -> dict[str, dict[str, Callable[[], Any]]]:
             from ott.tools import soft_sort
 
             row["OTT-JAX soft_sort.ranks"] = jax_run(lambda v: soft_sort.ranks(v, axis=-1))
-        hosts[f"jax {jax.default_backend()}"] = row
+        backends[f"jax {jax.default_backend()}"] = row
     cupy_gpu = False
     if importlib.util.find_spec("cupy"):
         try:
@@ -193,15 +193,15 @@ def _contenders(batch: int, n: int) -> dict[str, dict[str, Callable[[], Any]]]:
         import cupy
 
         xc, ctc = cupy.asarray(x), cupy.asarray(ct)
-        hosts["cupy"] = {
+        backends["cupy"] = {
             f"rankops {m}": (lambda m=m: (rankops.vjp(rankops.soft_rank, xc, method=m)[1](ctc), cupy.cuda.Device().synchronize()))
             for m in METHODS
         }
     elif not gpu:
-        hosts["numpy (rankops.vjp)"] = {
+        backends["numpy (rankops.vjp)"] = {
             f"rankops {m}": (lambda m=m: rankops.vjp(rankops.soft_rank, x, method=m)[1](ct)) for m in METHODS
         }
-    return hosts
+    return backends
 
 
 def timings(batch: int, n: int, repeats: int) -> list[str]:
@@ -209,10 +209,10 @@ def timings(batch: int, n: int, repeats: int) -> list[str]:
     lines += ["| device | contender | ms | / rankops permutahedron |", "| --- | --- | --- | --- |"]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # convergence notes of the Sinkhorn rows at default tol are not the point here
-        for host, row in _contenders(batch, n).items():
+        for backend, row in _contenders(batch, n).items():
             ms = {k: 1e3 * v for k, v in interleaved_medians(row, repeats).items()}
             ref = ms["rankops permutahedron"]
-            lines += [f"| {host} | {name} | {t:.3g} | {t / ref:.2f} |" for name, t in ms.items()]
+            lines += [f"| {backend} | {name} | {t:.3g} | {t / ref:.2f} |" for name, t in ms.items()]
     return lines
 
 

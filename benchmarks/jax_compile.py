@@ -46,7 +46,7 @@ def compile_seconds(method: str, options: dict[str, Any], n: int) -> float:
     import rankops
 
     x = jnp.asarray(jax.random.normal(jax.random.PRNGKey(0), (4, n)), dtype=jnp.float32)
-    if method == "jnp.sort":  # the reference: the host's own sort, its gradient a scatter
+    if method == "jnp.sort":  # the reference: the backend's own sort, its gradient a scatter
         f = jax.jit(jax.value_and_grad(lambda v: jnp.sum(jnp.sort(v, axis=-1) * jnp.arange(n))))
     else:
         f = jax.jit(jax.value_and_grad(lambda v: jnp.sum(rankops.soft_rank(v, method=method, **options))))
@@ -102,12 +102,12 @@ def kl_table(shapes: list[tuple[int, int]], repeats: int) -> list[str]:
     import torch
 
     torch.set_num_threads(1)
-    lines = ["| host | B | n | l2 (ms) | kl (ms) | kl / l2 |", "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    lines = ["| backend | B | n | l2 (ms) | kl (ms) | kl / l2 |", "| --- | ---: | ---: | ---: | ---: | ---: |"]
     for batch, n in shapes:
         medians = interleaved_medians(_runners(batch, n), repeats)
-        for host in ("jax", "torch"):
-            l2, kl = medians[f"{host} l2"] * 1e3, medians[f"{host} kl"] * 1e3
-            lines.append(f"| {host} | {batch} | {n:,} | {l2:.3g} | {kl:.3g} | {kl / l2:.2f} |")
+        for backend in ("jax", "torch"):
+            l2, kl = medians[f"{backend} l2"] * 1e3, medians[f"{backend} kl"] * 1e3
+            lines.append(f"| {backend} | {batch} | {n:,} | {l2:.3g} | {kl:.3g} | {kl / l2:.2f} |")
     return lines
 
 

@@ -11,7 +11,7 @@ iterations; JAX: a custom VJP that replays blocks), so its memory hardly
 grows with max_iter; "plain" is the textbook baseline the implicit target
 is stated against: the same soft ranks (same squash, targets, epsilon and
 update order; ``--check`` compares them with rankops') from a log-domain
-Sinkhorn written here, differentiated by the host's autodiff through every
+Sinkhorn written here, differentiated by the backend's autodiff through every
 iteration with nothing checkpointed (torch: a Python loop; JAX:
 ``lax.scan``), so it keeps about two (B, n, n) arrays per iteration. Every
 case runs in a fresh Python process, so one case's allocations (and the
@@ -61,7 +61,7 @@ MODES = {"implicit": "implicit", "unrolled": "unrolled (rankops, checkpointed)",
 # "plain": rankops' soft_rank defaults written out (squash "sigmoid" of the row
 # standardized with its population std, targets j / (n - 1), cost (y_j - s_i)^2,
 # a = b = 1/n, scaled potentials, v-update then u-update, rank = n * soft_cdf
-# = n * n * P @ cumsum(b)), with every iteration left to the host's autodiff.
+# = n * n * P @ cumsum(b)), with every iteration left to the backend's autodiff.
 
 
 def _plain_rank_torch(x, k: int):

@@ -31,7 +31,7 @@ Measured, per network, n and contender:
    powers of two, where the two networks are the same);
 3. time: median of ``--repeats`` calls interleaved between the contenders
    that ran (:func:`benchmarks._timing.interleaved_medians`, one untimed
-   round first), in one more fresh process per host (torch: rankops-torch
+   round first), in one more fresh process per backend (torch: rankops-torch
    and the package; NumPy; JAX), so that no other framework's threads share
    the cores; a contender whose one call took more than 10 s is not
    repeated, its time is that call's ("1 call").
@@ -90,7 +90,7 @@ REFERENCE = "diffsort"
 OURS = tuple(c for c in CONTENDERS if c != REFERENCE)
 # One timing process per tuple, its contenders interleaved: torch's, NumPy's and XLA's thread pools kept apart, so
 # that threads one framework leaves spinning after a call cannot slow another's next call (torch's two share theirs).
-HOSTS = (("rankops-torch", "diffsort"), ("rankops-numpy",), ("rankops-jax",))
+PROCESS_GROUPS = (("rankops-torch", "diffsort"), ("rankops-numpy",), ("rankops-jax",))
 NAMES = {"diffsort": "diffsort package (reference)"}
 TOLERANCE = 1e-4  # float32 sorted values of O(1) inputs: the two agree to ~1e-6 (rounding over the layers)
 SLOW_S = 10.0  # a call this slow is timed once (its memory run), not repeated
@@ -334,12 +334,12 @@ def compare_values(network: str, n: int, entries: dict, files: dict) -> None:
 
 
 def _time(spec: dict, n: int, entries: dict, args, guard: float | None) -> None:
-    """Interleaved medians, one fresh process per host (one per contender if they do not fit together); slow ones once."""
+    """Interleaved medians, one fresh process per backend (one per contender if they do not fit together); slow ones once."""
     for e in entries.values():
         if _ok(e) and e["time_s"] > SLOW_S:
             e["median_s"], e["once"] = e["time_s"], True
-    for host in HOSTS:
-        todo = [c for c in host if _ok(entries[c]) and "median_s" not in entries[c]]
+    for group in PROCESS_GROUPS:
+        todo = [c for c in group if _ok(entries[c]) and "median_s" not in entries[c]]
         if not todo:
             continue
         job = _timing_job(spec, n, todo, args.repeats)

@@ -46,8 +46,8 @@ REGULARIZERS = {"l2": {"regularization": "l2"}, "p = 3/2": {"regularization": "l
                 "p = 4/3": {"regularization": "lp", "p": 4 / 3}, "p = 1.25": {"regularization": "lp", "p": 1.25}}
 
 
-def _step(host: str, op: str, opts: dict, x: np.ndarray, strength: float = 0.1) -> Callable[[], Any]:
-    """One forward+backward of ``sum(op(x) * w)`` on ``host``, ready to time."""
+def _step(backend: str, op: str, opts: dict, x: np.ndarray, strength: float = 0.1) -> Callable[[], Any]:
+    """One forward+backward of ``sum(op(x) * w)`` on ``backend``, ready to time."""
     import rankops
 
     k = max(1, x.shape[-1] // 10)
@@ -61,7 +61,7 @@ def _step(host: str, op: str, opts: dict, x: np.ndarray, strength: float = 0.1) 
             return rankops.soft_topk_magnitude(a, k, strength=strength, **opts)
         return getattr(rankops, op)(a, **kw)
 
-    if host == "torch":
+    if backend == "torch":
         import torch
 
         xt, wt = torch.tensor(x, requires_grad=True), torch.tensor(w)
@@ -79,19 +79,19 @@ def speed(sizes: list[tuple[int, int]], repeats: int) -> None:
 
     torch.set_num_threads(1)
     print("forward+backward, float32, strength=0.1, median of interleaved repeats (ms; last column: / l2 in the same run)\n")
-    print("| host | operator | B | n | " + " | ".join(REGULARIZERS) + " | slowest / l2 |")
+    print("| backend | operator | B | n | " + " | ".join(REGULARIZERS) + " | slowest / l2 |")
     print("|---|---|---|---|" + "---|" * len(REGULARIZERS) + "---|")
     for b, n in sizes:
         x = np.random.default_rng(0).normal(size=(b, n)).astype(np.float32)
-        for host in ("torch", "jax"):
+        for backend in ("torch", "jax"):
             for op in ("soft_rank", "soft_sort", "soft_topk_mask", "soft_topk_magnitude"):
                 # the rank and sort at p = 1.25 (no power sums, so no merge rounds) pool until their rows settle:
                 # at n = 10^5 that can take thousands of rounds, minutes per call
                 regs = {k: o for k, o in REGULARIZERS.items() if n <= 10_000 or k != "p = 1.25" or "topk" in op}
-                fns = {name: _step(host, op, opts, x) for name, opts in regs.items()}
+                fns = {name: _step(backend, op, opts, x) for name, opts in regs.items()}
                 ms = {k: 1e3 * v for k, v in interleaved_medians(fns, repeats).items()}
                 cells = " | ".join(f"{ms[k]:.3g}" if k in ms else "not timed" for k in REGULARIZERS)
-                print(f"| {host} | {op} | {b} | {n:,} | {cells} | {max(ms.values()) / ms['l2']:.2f} |")
+                print(f"| {backend} | {op} | {b} | {n:,} | {cells} | {max(ms.values()) / ms['l2']:.2f} |")
 
 
 def by_strength(size: tuple[int, int], repeats: int) -> None:

@@ -91,7 +91,7 @@ def value_and_gradient(
 
 
 def _host_value_and_gradient(backend: Any, fun: Any, x: Any, args: tuple, kwargs: dict, batch: tuple, ct_dtype: str | None) -> tuple:
-    """A loss's ``(value rows, gradient rows or None, dtype)`` by the host's autodiff (torch, JAX); value only elsewhere and for integer inputs."""
+    """A loss's ``(value rows, gradient rows or None, dtype)`` by the backend's autodiff (torch, JAX); value only elsewhere and for integer inputs."""
     xp = array_api_compat.array_namespace(x)
     differentiable = backend.autodiff and xp.isdtype(x.dtype, "real floating")
     if not differentiable:

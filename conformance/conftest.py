@@ -9,32 +9,32 @@ from .operators import CASES, Case
 
 @pytest.hookimpl(tryfirst=True)  # before the root conftest deselects the opt-in tiers
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """On a host that compiles per option set, an option variant's checks beyond ``every_variant`` ones go to the ``exhaustive`` tier.
+    """On a backend that compiles per option set, an option variant's checks beyond ``every_variant`` ones go to the ``exhaustive`` tier.
 
     JAX compiles each operator variant for each check's shape, dtype and
     transformation; the checks are the same array-API code whatever the
     option (descending, block, top-k...), and run on every variant on the
-    other hosts. On JAX every (operator, method) pair's primary variant runs
+    other backends. On JAX every (operator, method) pair's primary variant runs
     every check, and every variant its ``every_variant`` checks (values
     against NumPy); ``pytest -m exhaustive`` runs the rest (.ci/run's second step).
-    A check marked ``eager_hosts`` is exhaustive on such a host for every variant.
+    A check marked ``eager_backends`` is exhaustive on such a backend for every variant.
     So are a ready loss's hostile inputs there (``test_properties``): a loss
     is array arithmetic over the operators, whose own hostile inputs run on
     JAX in the default tier, and its value and gradient on JAX are checked by
-    its own tests; the default tier keeps its hostile inputs on every other host.
+    its own tests; the default tier keeps its hostile inputs on every other backend.
     """
     for item in items:
         params = getattr(getattr(item, "callspec", None), "params", {})
-        op, host = params.get("op"), next((params[f] for f in ("backend", "autodiff_backend", "eager_backend", "jax_backend") if f in params), None)
-        if not hasattr(host, "compiles"):  # no backend, or none selected for this fixture (pytest's empty-parameter set)
-            host = None
-        if host is not None and host.compiles and item.get_closest_marker("eager_hosts"):
+        op, backend = params.get("op"), next((params[f] for f in ("backend", "autodiff_backend", "eager_backend", "jax_backend") if f in params), None)
+        if not hasattr(backend, "compiles"):  # no backend, or none selected for this fixture (pytest's empty-parameter set)
+            backend = None
+        if backend is not None and backend.compiles and item.get_closest_marker("eager_backends"):
             item.add_marker(pytest.mark.exhaustive)
             continue
-        if host is not None and host.compiles and str(getattr(params.get("spec"), "name", "")).startswith("losses."):
+        if backend is not None and backend.compiles and str(getattr(params.get("spec"), "name", "")).startswith("losses."):
             item.add_marker(pytest.mark.exhaustive)
             continue
-        if not isinstance(op, Case) or host is None or op.primary or not host.compiles or item.get_closest_marker("every_variant"):
+        if not isinstance(op, Case) or backend is None or op.primary or not backend.compiles or item.get_closest_marker("every_variant"):
             continue
         item.add_marker(pytest.mark.exhaustive)
 

@@ -1,7 +1,7 @@
 """Property specs of the ready losses (``rankops.losses``), one per loss, for conformance/test_properties.py.
 
 The losses are not in ``rankops._registry`` (``rankops.vjp`` has no rule
-for them): their gradient is the host's own autodiff (torch, JAX), their
+for them): their gradient is the backend's own autodiff (torch, JAX), their
 value is checked on every backend. Each loss is one value per row, so the
 kinds below are checked against the documented range of that value. The
 second argument (targets, relevance, labels) is data built from x's shape

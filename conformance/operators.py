@@ -42,7 +42,7 @@ class Case:
     public: Callable[..., Any] | None = None
     method: str = "sinkhorn"
     # the first variant registered for its (public, method) pair: the one every check runs on, on every
-    # host; the others (descending, block, top-k, ...) run every check on the hosts that do not compile
+    # backend; the others (descending, block, top-k, ...) run every check on the backends that do not compile
     # per option set, and their values and gradients there too (conformance/conftest.py)
     primary: bool = False
 
@@ -493,7 +493,7 @@ class Choices:
 
     ``variants`` are option fragments that do not combine freely (a number of
     targets, or top-k, or neither). Hypothesis draws from the whole product
-    (:meth:`strategy`); a host that compiles per option set (JAX) draws from
+    (:meth:`strategy`); a backend that compiles per option set (JAX) draws from
     a fixed :meth:`menu` of a few, so that its compiled programs are reused.
     """
 
@@ -526,7 +526,7 @@ class Spec:
     sinkhorn: bool = False
     public: Callable[..., Any] | None = None  # the key of rankops._registry.OPERATORS it covers
     method: str = "sinkhorn"
-    rule: bool = True  # rankops.vjp has a rule for it (the losses: the host's autodiff only, conformance.losses)
+    rule: bool = True  # rankops.vjp has a rule for it (the losses: the backend's autodiff only, conformance.losses)
 
 
 def _opts(**choices: list) -> Choices:

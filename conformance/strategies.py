@@ -4,7 +4,7 @@ Rows are drawn by *kind* (ties, constant, near the float range, subnormal,
 non-finite, ...) and filled from a seeded NumPy generator, so an example is
 small to describe and quick to build; hypothesis still shrinks the shape,
 the dtype, each row's kind and the seed. Shapes come from short lists; on a
-host that compiles per shape (JAX) from one list of five whole shapes,
+backend that compiles per shape (JAX) from one list of five whole shapes,
 ``COMPILED_SHAPES``, so that its compiled programs are reused across
 examples and operators.
 """
@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 # 0 to 3 batch axes, an empty batch among them
 BATCHES = [(), (1,), (3,), (2, 2), (2, 1, 2), (0,), (2, 0)]
 SIZES = [1, 2, 3, 5, 8]
-# a compiling host's shapes: 0 to 3 batch axes, an empty batch, n = 1, 3, 5, 8
+# a compiling backend's shapes: 0 to 3 batch axes, an empty batch, n = 1, 3, 5, 8
 COMPILED_SHAPES = [(5,), (2, 2, 1), (2, 1, 2, 3), (2, 2, 8), (0, 3)]
 FLOAT_DTYPES = ["float16", "bfloat16", "float32", "float64"]
 INT_DTYPES = ["int32", "int64", "bool"]

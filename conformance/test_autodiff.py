@@ -1,4 +1,4 @@
-"""Gradients under the host framework's autodiff: finite differences, jit, vmap.
+"""Gradients under the backend framework's autodiff: finite differences, jit, vmap.
 
 Parametrised over the backends with autodiff (torch, JAX) and each of their
 devices; the backends without autodiff are not collected here. Every test
@@ -43,7 +43,7 @@ STRAIGHT_THROUGH = [o for o in CASES if not o.fd_gradient]
 
 @pytest.mark.parametrize("op", SMOOTH, ids=lambda o: o.name)
 def test_gradient_matches_central_differences(autodiff_backend, device, op):
-    """The host's gradient of <w, op(x)> along a random direction against central differences of the float64 NumPy operator."""
+    """The backend's gradient of <w, op(x)> along a random direction against central differences of the float64 NumPy operator."""
     backend = autodiff_backend
     rng = np.random.default_rng(0)
     x = _data(SHAPE, seed=6) * 0.5
@@ -53,7 +53,7 @@ def test_gradient_matches_central_differences(autodiff_backend, device, op):
     _, g = _loss_and_grad(backend, device, lambda v: op(v, **kw), x, w)
     h = 1e-5
 
-    def loss(z):  # the same operator on NumPy (values agree across hosts: test_contract)
+    def loss(z):  # the same operator on NumPy (values agree across backends: test_contract)
         return float(np.sum(np.asarray(op(z, **kw)) * w))
 
     fd = (loss(x + h * v) - loss(x - h * v)) / (2 * h)

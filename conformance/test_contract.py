@@ -2,7 +2,7 @@
 
 Run on one backend with ``pytest conformance --backend torch``; by default
 on every backend installed here (CuPy only with a GPU). The tests share one
-input shape (``inputs.SHAPE``), so that a host which compiles per shape
+input shape (``inputs.SHAPE``), so that a backend which compiles per shape
 (JAX) compiles an operator once for all of them.
 """
 

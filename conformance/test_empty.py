@@ -1,7 +1,7 @@
-"""Empty batches: a ``(0, n)`` or ``(2, 0, n)`` input (a data loader's last batch, a filtered batch) on every host.
+"""Empty batches: a ``(0, n)`` or ``(2, 0, n)`` input (a data loader's last batch, a filtered batch) on every backend.
 
 Every operator returns an empty output of the right shape, dtype, namespace
-and device, and its gradient (``rankops.vjp``: the host's autodiff on torch
+and device, and its gradient (``rankops.vjp``: the backend's autodiff on torch
 and JAX, rankops' own rules elsewhere) is an empty array shaped like the
 input. JAX, which compiles per shape, is checked under ``jit`` in reverse
 and forward mode (``grad``, ``jacfwd``) on one shape: an empty tangent must

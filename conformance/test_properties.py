@@ -51,10 +51,10 @@ ALL_SPECS = SPECS + LOSS_SPECS  # every registered operator and method, and the 
 
 # examples per (operator, backend): eager JAX compiles each new shape / option set, Dask builds graphs
 EXAMPLES = {"numpy": 30, "array_api_strict": 6, "torch": 20, "jax": 1, "dask": 4, "cupy": 30}
-# on a host that compiles (JAX), each example's shape, dtype and options are checked on this many
+# on a backend that compiles (JAX), each example's shape, dtype and options are checked on this many
 # draws of values: the later ones run the programs the first compiled (compiling is most of the time)
 VALUES_PER_PROGRAM = 4
-# option sets per (operator, n) on a host that compiles per option set (Backend.compiles: JAX), drawn
+# option sets per (operator, n) on a backend that compiles per option set (Backend.compiles: JAX), drawn
 # once from the spec's Choices: with strategies.COMPILED_SHAPES, few enough programs that the large
 # tier reuses each of them tens of times
 MENU = 8
@@ -352,7 +352,7 @@ def _check_gradient(
     backend: Any, device: Any, spec: Spec, p: dict, ex: Example, decided: list, clean: bool, reference: Reference, seen: np.ndarray
 ) -> None:
     _, g, dtype = value_and_gradient(backend, device, spec, p, ex.x, ex.dtype, quiet=not clean)
-    if g is None:  # a loss on a host without autodiff, or of an integer input: its value only
+    if g is None:  # a loss on a backend without autodiff, or of an integer input: its value only
         return
     for i, (kind, decision) in enumerate(zip(ex.kinds, decided)):
         if decision is None or decision == "cost-overflow":
@@ -367,7 +367,7 @@ def _check_rows_independent(backend: Any, device: Any, spec: Spec, p: dict, ex: 
     poisoned = np.array(ex.x, dtype=np.float64)
     poisoned.reshape(-1, ex.x.shape[-1])[0, 0] = np.nan
     x = array(backend, device, poisoned, ex.dtype)
-    # the first call's options (return_info included): a compiling host (JAX) reuses that call's compiled function
+    # the first call's options (return_info included): a compiling backend (JAX) reuses that call's compiled function
     value, _, _ = _evaluate(spec, p, x, arr, info=spec.sinkhorn, finite=False)
     again = as_rows(to_numpy(backend, value), ex.x.shape[:-1])
     np.testing.assert_array_equal(again[1:], out[1:])
@@ -415,7 +415,7 @@ def _run(backend: Any, device: Any, spec: Spec, budget: int, explore: bool, coll
 
 
 def _options(backend: Any, spec: Spec, explore: bool) -> Callable[[int], st.SearchStrategy]:
-    """n -> the strategy of option sets: all of the spec's Choices, or on a compiling host a seeded menu of ``MENU`` of them.
+    """n -> the strategy of option sets: all of the spec's Choices, or on a compiling backend a seeded menu of ``MENU`` of them.
 
     The menu is the same in every run (seed 0) unless the run explores, where
     each process draws its own (RANKOPS_PROPERTY_MENU_SEED fixes it); a

@@ -51,7 +51,7 @@ def test_vjp_matches_central_differences(backend, device, op):
 
 
 # on JAX, rankops.vjp is jax.vjp, whose cotangents keep the input's dtype by construction: exhaustive there
-@pytest.mark.eager_hosts
+@pytest.mark.eager_backends
 def test_vjp_float32_keeps_dtype(backend, device, op):
     x = _data(SHAPE, seed=12) * 0.5
     xb = backend.asarray(x, dtype="float32", device=device)

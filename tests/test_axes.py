@@ -103,8 +103,8 @@ def _both(backend, name, axis, seed=0):
     return got, _unflat(flat, x.shape, axis, levels="levels" in name)
 
 
-# The layout is one host-independent code path (prepare / Prepared): every tuple on NumPy and
-# array-api-strict, the general case (all three axes) on the other hosts (JAX compiles per shape).
+# The layout is one backend-independent code path (prepare / Prepared): every tuple on NumPy and
+# array-api-strict, the general case (all three axes) on the other backends (JAX compiles per shape).
 _EVERY_TUPLE = ("numpy", "array_api_strict")
 
 

@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_one_backend_collects_its_checks_and_no_other():
-    # one backend leaves the JAX-only fixture (and JAX alone the eager-host one) with no backend at all: pytest
+    # one backend leaves the JAX-only fixture (and JAX alone the eager-backend one) with no backend at all: pytest
     # then gives its tests an empty parameter set, which the tier marking must pass over, not read as a backend
     name = "numpy"
     done = subprocess.run([sys.executable, "-m", "pytest", "conformance", "--backend", name, "--collect-only", "-q",

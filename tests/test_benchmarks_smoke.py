@@ -83,13 +83,13 @@ def test_compare_reads_every_timed_row(smoke):
     assert proc.returncode == 0, proc.stderr
     rows = [line.split(" | ") for line in proc.stdout.splitlines() if re.match(r"\| [A-Z].* \| \d+ \|", line)]
     assert len(rows) >= 18 and {r[5] for r in rows} == {r[8].rstrip(" |") for r in rows} == {"1.00"}, proc.stdout
-    # fwd and fwd+bwd at n = 8 and 32: three hosts in the three reference sections, torch and JAX at the Sinkhorn defaults
+    # fwd and fwd+bwd at n = 8 and 32: three backends in the three reference sections, torch and JAX at the Sinkhorn defaults
     count = 2 * 2 * (3 * 3 + 2)
     assert f"geometric mean of new/base over {count} rankops times: 1.000" in proc.stdout, proc.stdout
 
 
 def test_smoke_fast_section_times_every_contender(smoke):
-    """The fast-methods section (``python -m benchmarks.fast --quick``): a time for each method on each host, and its plot."""
+    """The fast-methods section (``python -m benchmarks.fast --quick``): a time for each method on each backend, and its plot."""
     _, out = smoke
     text = _section((out / "benchmarks.md").read_text(), "Fast soft ranks")
     timed = re.findall(r"^\| \d+ \| (\d+) \| rankops (\w+) ([\w-]+) \| \d+\.\d+ \| \d+\.\d+ \|", text, flags=re.M)
@@ -100,7 +100,7 @@ def test_smoke_fast_section_times_every_contender(smoke):
 
 
 def test_smoke_kernels_section_times_every_contender(smoke):
-    """The kernels section (``python -m benchmarks.kernels --quick``): a time per algorithm and host, SciPy's loop, the smooth tau's memory."""
+    """The kernels section (``python -m benchmarks.kernels --quick``): a time per algorithm and backend, SciPy's loop, the smooth tau's memory."""
     _, out = smoke
     text = _section((out / "benchmarks.md").read_text(), "Kernels on permutations")
     rows = re.findall(r"^\| (\d+) \| 3 \|((?: \d+\.\d+ \|){6})$", text, flags=re.M)
@@ -109,7 +109,7 @@ def test_smoke_kernels_section_times_every_contender(smoke):
 
 
 def test_smoke_networks_section_checks_every_contender(smoke):
-    """The sorting-networks section (``python -m benchmarks.networks --quick``): a time per host, network and n, values equal to the diffsort package's."""
+    """The sorting-networks section (``python -m benchmarks.networks --quick``): a time per backend, network and n, values equal to the diffsort package's."""
     _, out = smoke
     text = _section((out / "benchmarks.md").read_text(), "Differentiable sorting networks")
     assert "`python -m benchmarks.networks --quick`" in text, text
@@ -178,7 +178,7 @@ def test_gpu_check_runs_here_in_its_cpu_mode(tmp_path):
 
 
 def test_jax_compile_script_prints_its_tables():
-    """``benchmarks.jax_compile --quick``: a compile time per method and length, and KL against L2 on both hosts."""
+    """``benchmarks.jax_compile --quick``: a compile time per method and length, and KL against L2 on both backends."""
     pytest.importorskip("jax")
     pytest.importorskip("torch")
     proc = subprocess.run([sys.executable, "-m", "benchmarks.jax_compile", "--quick"], cwd=ROOT, capture_output=True,
@@ -201,7 +201,7 @@ def test_compile_time_script_prints_its_table():
 
 
 def test_sparse_topk_script_prints_its_tables():
-    """``benchmarks.sparse_topk --quick``: speed against l2 per host and operator, the rank's by strength, and the
+    """``benchmarks.sparse_topk --quick``: speed against l2 per backend and operator, the rank's by strength, and the
     exact zeros and ones (or entries kept exactly) of the mask and the top-k in magnitude."""
     pytest.importorskip("jax")
     pytest.importorskip("torch")

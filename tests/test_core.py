@@ -124,8 +124,8 @@ def test_public_names():
         assert callable(getattr(rankops, name))
 
 
-def test_the_host_protocol_names_each_method_required_or_a_speed_up():
-    """Every method of the adapter protocol is in exactly one of its two parts, and the hosts with their own
+def test_the_backend_protocol_names_each_method_required_or_a_speed_up():
+    """Every method of the adapter protocol is in exactly one of its two parts, and the backends with their own
     autodiff (torch, JAX) override every autodiff and loop method of the required part."""
     import inspect
 
@@ -141,3 +141,17 @@ def test_the_host_protocol_names_each_method_required_or_a_speed_up():
         assert adapter.autodiff
         own = {n for cls in adapter.__mro__ if cls is not _generic.PortableAdapter and cls is not object for n in vars(cls)}
         assert {"stop_gradient", "custom_vjp", "autodiff_vjp", "is_concrete", "iterate", "repeat", "unless", "scan_blocks"} <= own
+
+
+def test_one_word_for_a_backend():
+    """The library an array comes from is a *backend* everywhere in the source; *host* means only the CPU side of
+    a device (a host sync, a host callback), so a reader meets one word per idea."""
+    import pathlib
+    import re
+
+    root = pathlib.Path(rankops.__file__).parent
+    cpu_side = re.compile(r"\bhosts? (sync|syncs|callback|callbacks|reads?)\b")
+    found = [f"{p.relative_to(root)}:{i}: {line.strip()}" for p in sorted(root.rglob("*.py"))
+             for i, line in enumerate(p.read_text().splitlines(), 1)
+             if re.search(r"\bhost(s|'s|s')?\b", cpu_side.sub("", line), re.IGNORECASE)]
+    assert not found, "\n".join(found)

@@ -17,7 +17,7 @@ from scipy.optimize import brentq, isotonic_regression
 from scipy.special import logsumexp
 
 import rankops
-from tests.hosts import HOSTS, host
+from tests.backends import CPU_BACKENDS, on_backend
 from tests.reference import central_vjp
 
 RNG = np.random.default_rng(20261123)
@@ -119,8 +119,8 @@ def test_lapsum_equals_laplace_sums(alpha):
     assert_allclose(got.sum(-1), k, rtol=1e-12)
 
 
-@pytest.mark.parametrize("host", ["numpy", "torch"])
-def test_lapsum_rank_keeps_float32_precision_on_rows_wide_in_alphas(host):
+@pytest.mark.parametrize("backend_name", ["numpy", "torch"])
+def test_lapsum_rank_keeps_float32_precision_on_rows_wide_in_alphas(backend_name):
     """Rows spanning 1e4 alphas, with clusters closer than alpha: float32 ranks and gradients within a few
     float32 roundings of the float64 sums. The scans multiply decays in [0, 1] (no exp of the raw scale):
     a log-domain cumulative sum would be off by about eps * range / alpha = 6e-4 here."""
@@ -134,7 +134,7 @@ def test_lapsum_rank_keeps_float32_precision_on_rows_wide_in_alphas(host):
     want = 0.5 + _laplace_cdf(u).sum(-1)
     dens = 0.5 * np.exp(-np.abs(u)) / alpha
     want_dx = (dens * (g32[..., :, None] - g32[..., None, :])).sum(-1)
-    if host == "numpy":
+    if backend_name == "numpy":
         value, pull = rankops.vjp(rankops.soft_rank, x32, method="lapsum", alpha=alpha)
         got, got_dx = np.asarray(value), np.asarray(pull(g32)[0])
     else:
@@ -189,9 +189,9 @@ def test_isotonic_kl_equals_sequential_pav():
     assert_allclose(got, np.stack([_pav(a, b, "kl") for a, b in zip(y, lw)]), rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.parametrize("name", HOSTS)
+@pytest.mark.parametrize("name", CPU_BACKENDS)
 def test_isotonic_kl_pooling_rounds_at_any_scale(name):
-    """The KL fit's pooling rounds against the sequential stack algorithm on every host: rows that settle there
+    """The KL fit's pooling rounds against the sequential stack algorithm on every backend: rows that settle there
     (mostly sorted, log-weights spread over 10^3, where a sum of exp without each segment's maximum overflows)
     and rows left to the merge rounds (zigzags), with masked entries (value -inf, log-weight 0) at the end."""
     from array_api_compat import array_namespace
@@ -206,7 +206,7 @@ def test_isotonic_kl_pooling_rounds_at_any_scale(name):
     lw = np.stack([RNG.normal(size=n) * 300, RNG.normal(size=n), RNG.normal(size=n) * 500])
     y[2, -5:], lw[2, -5:] = -np.inf, 0.0
     want = np.stack([_pav(a, b, "kl") for a, b in zip(y, lw)])
-    to, run = host(name)
+    to, run = on_backend(name)
     got = run(lambda a, b: isotonic.decreasing(array_namespace(a), get_adapter(array_namespace(a)), a, b, "kl"), to(y), to(lw))
     got = np.asarray(got)
     assert np.all(got[2, -5:] == -np.inf)
@@ -233,21 +233,21 @@ def _rounds_of_run_pooling(y: np.ndarray) -> int:
     return r
 
 
-@pytest.mark.parametrize("host", ["numpy", "torch", "jax-jit", "jax-vmap"])
-def test_isotonic_rows_left_unsettled_by_run_pooling_finish_exactly(host):
+@pytest.mark.parametrize("backend_name", ["numpy", "torch", "jax-jit", "jax-vmap"])
+def test_isotonic_rows_left_unsettled_by_run_pooling_finish_exactly(backend_name):
     """A row that needs more than log2(n) run-pooling rounds (the merge rounds finish it) next to rows that need none or one."""
     walk = np.random.default_rng(1530)
     hard = np.cumsum(walk.choice([-1.0, 1.0], size=32) * walk.exponential(size=32)) + walk.normal(size=32) * 0.1
     assert _rounds_of_run_pooling(hard) > 5  # the reference's count, so the test keeps its point
     y = np.stack([hard, np.arange(32.0), np.arange(32.0)[::-1]])
     ref = np.stack([isotonic_regression(r).x for r in y])
-    if host == "numpy":
+    if backend_name == "numpy":
         got = rankops.isotonic_regression(y)
-    elif host == "torch":
+    elif backend_name == "torch":
         torch = pytest.importorskip("torch")
         got = rankops.isotonic_regression(torch.asarray(y)).numpy()
     else:
         jax = pytest.importorskip("jax")
-        f = jax.jit(rankops.isotonic_regression) if host == "jax-jit" else jax.vmap(rankops.isotonic_regression)
+        f = jax.jit(rankops.isotonic_regression) if backend_name == "jax-jit" else jax.vmap(rankops.isotonic_regression)
         got = np.asarray(f(jax.numpy.asarray(y)))
     assert_allclose(got, ref, rtol=1e-12, atol=1e-12)

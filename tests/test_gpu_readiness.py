@@ -81,8 +81,8 @@ def test_gpu_benchmark_runs_here_on_the_cpu():
     out = proc.stdout
     for name in ("soft_rank[permutahedron]", "soft_quantile", "isotonic_regression", "losses.spearman_loss[permutahedron]"):
         assert f"| {name} | " in out
-    for host in ("torch cpu", "jax cpu", "numpy (rankops.vjp)"):
-        assert f"| {host} | rankops permutahedron | " in out and f"| {host} | rankops sinkhorn | " in out
+    for backend in ("torch cpu", "jax cpu", "numpy (rankops.vjp)"):
+        assert f"| {backend} | rankops permutahedron | " in out and f"| {backend} | rankops sinkhorn | " in out
 
 
 @pytest.mark.scripts

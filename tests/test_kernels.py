@@ -16,8 +16,8 @@ from numpy.testing import assert_allclose
 from scipy.stats import kendalltau
 
 import rankops
-from tests.hosts import HOSTS
-from tests.hosts import host as _host
+from tests.backends import CPU_BACKENDS
+from tests.backends import on_backend
 from rankops._cores import kendall
 
 
@@ -40,10 +40,10 @@ def _tied(shape, rng, levels):
     return rng.integers(0, levels, size=shape).astype(np.float64)
 
 
-@pytest.mark.parametrize("host", HOSTS)
+@pytest.mark.parametrize("backend_name", CPU_BACKENDS)
 @pytest.mark.parametrize("algorithm", ["signs", "merges"])
-def test_kernels_equal_pair_counts_with_ties(host, algorithm):
-    to, run = _host(host)
+def test_kernels_equal_pair_counts_with_ties(backend_name, algorithm):
+    to, run = on_backend(backend_name)
     rng = np.random.default_rng(0)
     x, y = _tied((5, 11), rng, 4), _tied((3, 11), rng, 3)
     p = 11
@@ -103,9 +103,9 @@ def test_gram_matrices_are_positive_semidefinite(lam):
     assert_allclose(m, np.exp(-lam * sq / 4), rtol=1e-12)
 
 
-@pytest.mark.parametrize("host", HOSTS)
-def test_batch_axes_axis_and_dtypes(host):
-    to, run = _host(host)
+@pytest.mark.parametrize("backend_name", CPU_BACKENDS)
+def test_batch_axes_axis_and_dtypes(backend_name):
+    to, run = on_backend(backend_name)
     rng = np.random.default_rng(3)
     x, y = rng.normal(size=(2, 4, 7)), rng.normal(size=(1, 3, 7))  # batch axes broadcast
     ref = np.stack([rankops.kendall_kernel(x[b], y[0]) for b in range(2)])
@@ -161,9 +161,9 @@ def _soft_tau(x: np.ndarray, y: np.ndarray, tau: float) -> np.ndarray:
     return np.sum(np.tanh(dx / tau) * np.tanh(dy / tau), axis=-1) / len(iu[0])
 
 
-@pytest.mark.parametrize("host", HOSTS)
-def test_soft_kendall_tau_value_and_limit(host):
-    to, run = _host(host)
+@pytest.mark.parametrize("backend_name", CPU_BACKENDS)
+def test_soft_kendall_tau_value_and_limit(backend_name):
+    to, run = on_backend(backend_name)
     rng = np.random.default_rng(4)
     x, y = rng.normal(size=(3, 40)), rng.normal(size=(3, 40))
     got = run(lambda a, b: rankops.soft_kendall_tau(a, b, tau=0.7), to(x), to(y))
@@ -238,9 +238,9 @@ def test_soft_kendall_tau_axis_broadcast_and_errors():
 # -- SUQUAN ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("host", HOSTS)
-def test_suquan_targets_is_the_cumulative_softmax(host):
-    to, _ = _host(host)
+@pytest.mark.parametrize("backend_name", CPU_BACKENDS)
+def test_suquan_targets_is_the_cumulative_softmax(backend_name):
+    to, _ = on_backend(backend_name)
     h = np.array([[0.3, -1.0, 2.0, 0.1], [0.0, 0.0, 0.0, 0.0]])
     ref = -1.0 + 3.0 * np.cumsum(np.exp(h) / np.exp(h).sum(axis=-1, keepdims=True), axis=-1)
     got = np.asarray(rankops.suquan_targets(to(h), low=-1.0, high=2.0))

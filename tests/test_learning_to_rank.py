@@ -15,8 +15,8 @@ from numpy.testing import assert_allclose
 
 import rankops.losses as losses
 from tests import reference
-from tests.hosts import HOSTS
-from tests.hosts import host as _host
+from tests.backends import CPU_BACKENDS
+from tests.backends import on_backend
 
 EPS = 1e-10
 PAD = -1.0
@@ -213,7 +213,7 @@ def test_allranks_neural_ndcg_test_cases(case, stochastic, transposed):
     assert -got == pytest.approx(_ndcg(y_pred, y_true, options.get("k")), rel=1e-6)
 
 
-# -- every loss against its reference, on every host, with ties, padding and lists without a relevant item ----------
+# -- every loss against its reference, on every backend, with ties, padding and lists without a relevant item ----------
 
 def _lists(seed, batch=6, n=7):
     rng = np.random.default_rng(seed)
@@ -260,9 +260,9 @@ def test_each_list_equals_the_reference_on_that_list_alone(name):
     assert_allclose(fun(s, t, mask=mask, **options), _reference(ref, s, t, mask), rtol=1e-10, atol=1e-12)
 
 
-@pytest.mark.parametrize("host", HOSTS[1:])
-def test_every_loss_on_every_host_equals_numpy(host):
-    to, run = _host(host)
+@pytest.mark.parametrize("backend_name", CPU_BACKENDS[1:])
+def test_every_loss_on_every_host_equals_numpy(backend_name):
+    to, run = on_backend(backend_name)
     s, t, mask = _lists(2, batch=5, n=6)
     for name, (fun, _, options) in LOSSES.items():
         got = np.asarray(run(lambda a, b, m: fun(a, b, mask=m, **options), to(s), to(t), to(mask)))

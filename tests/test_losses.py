@@ -10,8 +10,8 @@ from scipy.stats import rankdata, spearmanr
 import rankops
 import rankops.losses as losses
 from tests import reference
-from tests.hosts import HOSTS
-from tests.hosts import host as _host
+from tests.backends import CPU_BACKENDS
+from tests.backends import on_backend
 from tests.test_diffsort import _simulate
 
 METHODS = [("permutahedron", {"strength": 0.5}), ("lapsum", {"alpha": 0.5}), ("softsort", {"tau": 0.5})]
@@ -31,10 +31,10 @@ def _pearson_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.array([np.corrcoef(u, v)[0, 1] for u, v in zip(a, b)])
 
 
-@pytest.mark.parametrize("host", HOSTS)
+@pytest.mark.parametrize("backend_name", CPU_BACKENDS)
 @pytest.mark.parametrize("method,opts", METHODS, ids=[m for m, _ in METHODS])
-def test_spearman_loss_is_one_minus_pearson_of_soft_and_hard_ranks(host, method, opts):
-    to, run = _host(host)
+def test_spearman_loss_is_one_minus_pearson_of_soft_and_hard_ranks(backend_name, method, opts):
+    to, run = on_backend(backend_name)
     rng = np.random.default_rng(0)
     pred = rng.normal(size=(4, 12))
     target = rng.integers(0, 5, size=(4, 12)).astype(np.float64)  # ties: averaged ranks
@@ -68,9 +68,9 @@ def test_spearman_loss_gradient_equals_central_differences():
     assert_allclose(p.grad.numpy(), fd, rtol=1e-6, atol=1e-9)
 
 
-@pytest.mark.parametrize("host", HOSTS)
-def test_topk_loss_equals_the_margin_of_the_labels_soft_rank(host):
-    to, run = _host(host)
+@pytest.mark.parametrize("backend_name", CPU_BACKENDS)
+def test_topk_loss_equals_the_margin_of_the_labels_soft_rank(backend_name):
+    to, run = on_backend(backend_name)
     rng = np.random.default_rng(3)
     scores, labels = rng.normal(size=(5, 8)), rng.integers(0, 8, size=5)
     for k in (1, 3, 8):
@@ -111,21 +111,21 @@ def _tau_a(x: np.ndarray, y: np.ndarray) -> float:
     return s / (n * (n - 1) / 2)
 
 
-@pytest.mark.parametrize("host", HOSTS)
-def test_soft_spearman_is_pearson_of_both_soft_ranks(host):
-    to, run = _host(host)
+@pytest.mark.parametrize("backend_name", CPU_BACKENDS)
+def test_soft_spearman_is_pearson_of_both_soft_ranks(backend_name):
+    to, run = on_backend(backend_name)
     rng = np.random.default_rng(4)
     x, y = rng.normal(size=(3, 9)), rng.normal(size=(3, 9))
     got = np.asarray(run(lambda a, b: losses.soft_spearman(a, b, method="softsort", tau=0.3), to(x), to(y)))
     rx, ry = (np.asarray(rankops.soft_rank(v, method="softsort", tau=0.3)) for v in (x, y))
-    assert_allclose(got, _pearson_rows(rx, ry), rtol=1e-6 if host == "jax" else 1e-10, atol=1e-7)
+    assert_allclose(got, _pearson_rows(rx, ry), rtol=1e-6 if backend_name == "jax" else 1e-10, atol=1e-7)
     hard = losses.soft_spearman(x.T, y.T, axis=0, strength=1e-6)
     assert_allclose(hard, [spearmanr(u, v).statistic for u, v in zip(x, y)], atol=1e-9)
 
 
-@pytest.mark.parametrize("host", HOSTS)
-def test_kendall_loss_smooths_the_predictions_signs_only(host):
-    to, run = _host(host)
+@pytest.mark.parametrize("backend_name", CPU_BACKENDS)
+def test_kendall_loss_smooths_the_predictions_signs_only(backend_name):
+    to, run = on_backend(backend_name)
     rng = np.random.default_rng(5)
     pred = rng.normal(size=(3, 8))
     target = rng.integers(0, 4, size=(3, 8)).astype(np.float64)  # tied targets count 0
@@ -136,7 +136,7 @@ def test_kendall_loss_smooths_the_predictions_signs_only(host):
     dp = (pred[:, :, None] - pred[:, None, :])[:, iu[0], iu[1]]
     dt = (target[:, :, None] - target[:, None, :])[:, iu[0], iu[1]]
     expected = 1 - (np.tanh(dp / tau) * np.sign(dt)).sum(axis=-1) / (n * (n - 1) / 2)
-    assert_allclose(got, expected, rtol=1e-6 if host == "jax" else 1e-12, atol=1e-7 if host == "jax" else 1e-12)
+    assert_allclose(got, expected, rtol=1e-6 if backend_name == "jax" else 1e-12, atol=1e-7 if backend_name == "jax" else 1e-12)
     hard = losses.kendall_loss(pred.T, target.T, axis=0, tau=1e-6)
     assert_allclose(hard, [1 - _tau_a(u, v) for u, v in zip(pred, target)], atol=1e-12)
 
@@ -153,16 +153,16 @@ def _ndcg_reference(r: np.ndarray, gains: np.ndarray, k: int) -> np.ndarray:
     return 1 - np.where(idcg > 0, dcg / np.where(idcg > 0, idcg, 1), 0)
 
 
-@pytest.mark.parametrize("host", HOSTS)
-def test_ndcg_loss_equals_the_formula_on_soft_ranks(host):
-    to, run = _host(host)
+@pytest.mark.parametrize("backend_name", CPU_BACKENDS)
+def test_ndcg_loss_equals_the_formula_on_soft_ranks(backend_name):
+    to, run = on_backend(backend_name)
     rng = np.random.default_rng(6)
     scores, rel = rng.normal(size=(4, 10)), rng.integers(0, 4, size=(4, 10)).astype(np.float64)
     rel[3] = 0  # no relevant entry: NDCG 0, loss 1
     for k in (1, 4, 10):
         got = np.asarray(run(lambda s, r: losses.ndcg_loss(s, r, k, method="lapsum", alpha=0.5), to(scores), to(rel)))
         r = np.asarray(rankops.soft_rank(scores, descending=True, method="lapsum", alpha=0.5))
-        assert_allclose(got, _ndcg_reference(r, 2.0**rel - 1, k), rtol=1e-6 if host == "jax" else 1e-12, atol=1e-7)
+        assert_allclose(got, _ndcg_reference(r, 2.0**rel - 1, k), rtol=1e-6 if backend_name == "jax" else 1e-12, atol=1e-7)
         assert got[3] == 1.0
 
 
@@ -212,12 +212,12 @@ def _cross_entropy(p: np.ndarray, target: np.ndarray) -> np.ndarray:
     return -(true * np.log(p + np.finfo(np.float64).tiny)).sum(axis=(-2, -1)) / p.shape[-1]
 
 
-@pytest.mark.parametrize("host", HOSTS)
-def test_permutation_loss_is_the_cross_entropy_with_the_true_permutation(host):
-    to, run = _host(host)
+@pytest.mark.parametrize("backend_name", CPU_BACKENDS)
+def test_permutation_loss_is_the_cross_entropy_with_the_true_permutation(backend_name):
+    to, run = on_backend(backend_name)
     rng = np.random.default_rng(9)
     scores, target = rng.normal(size=(3, 7)), rng.normal(size=(3, 7))
-    tol = {"rtol": 1e-5, "atol": 1e-6} if host == "jax" else {"rtol": 1e-10, "atol": 1e-12}
+    tol = {"rtol": 1e-5, "atol": 1e-6} if backend_name == "jax" else {"rtol": 1e-10, "atol": 1e-12}
     for method, ref in (("neuralsort", reference.neuralsort), ("softsort", reference.softsort)):
         got = np.asarray(run(lambda s, t: losses.permutation_loss(s, t, method=method, tau=0.3), to(scores), to(target)))
         assert_allclose(got, _cross_entropy(ref(scores, 0.3), target), **tol)
@@ -260,16 +260,16 @@ def test_permutation_loss_gradient_equals_central_differences():
 # -- quantile regression: the soft quantile of the residuals, and the pinball baseline ------------
 
 
-@pytest.mark.parametrize("host", HOSTS)
+@pytest.mark.parametrize("backend_name", CPU_BACKENDS)
 @pytest.mark.parametrize("q", [0.0, 0.3, 0.5, 1.0])
-def test_quantile_loss_hard_limit_is_numpys_quantile_of_abs_residuals(host, q):
-    to, run = _host(host)
+def test_quantile_loss_hard_limit_is_numpys_quantile_of_abs_residuals(backend_name, q):
+    to, run = on_backend(backend_name)
     rng = np.random.default_rng(12)
     pred, target = rng.normal(size=(3, 11)), rng.normal(size=(3, 11))
     expected = np.quantile(np.abs(target - pred), q, axis=-1)
     for method, opts in (("permutahedron", {"strength": 1e-7}), ("softsort", {"tau": 1e-7})):
         got = np.asarray(run(lambda p, t: losses.quantile_loss(p, t, q, method=method, **opts), to(pred), to(target)))
-        assert_allclose(got, expected, atol=1e-6 if host == "jax" else 1e-9, err_msg=method)
+        assert_allclose(got, expected, atol=1e-6 if backend_name == "jax" else 1e-9, err_msg=method)
     # the paper's S-quantile (Sinkhorn, centred filler): close to the hard quantile at small epsilon
     sk = losses.quantile_loss(pred, target, q)
     assert_allclose(sk, np.asarray(rankops.soft_quantile(np.abs(target - pred), q)))
@@ -296,16 +296,16 @@ def test_quantile_loss_axis_gradient_and_errors():
             losses.quantile_loss(pred, target, bad)
 
 
-@pytest.mark.parametrize("host", HOSTS)
-def test_pinball_loss_equals_scikit_learn(host):
+@pytest.mark.parametrize("backend_name", CPU_BACKENDS)
+def test_pinball_loss_equals_scikit_learn(backend_name):
     metrics = pytest.importorskip("sklearn.metrics")
-    to, run = _host(host)
+    to, run = on_backend(backend_name)
     rng = np.random.default_rng(14)
     pred, target = rng.normal(size=(3, 20)), rng.normal(size=(3, 20))
     for q in (0.1, 0.5, 0.9):
         got = np.asarray(run(lambda p, t: losses.pinball_loss(p, t, q), to(pred), to(target)))
         ref = [metrics.mean_pinball_loss(t, p, alpha=q) for p, t in zip(pred, target)]
-        assert_allclose(got, ref, rtol=1e-6 if host == "jax" else 1e-12)
+        assert_allclose(got, ref, rtol=1e-6 if backend_name == "jax" else 1e-12)
 
 
 # -- Dask: every loss, lazily, equal to NumPy -------------------------------------------------------
@@ -343,15 +343,15 @@ def test_every_loss_runs_lazily_on_dask(name):
     assert_allclose(lazy.compute(), CASES[name](*args), rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.parametrize("host", ["torch", "jax"])
-def test_permutation_loss_sinkhorn_float32_implicit_gradient_at_small_epsilon(host):
+@pytest.mark.parametrize("backend_name", ["torch", "jax"])
+def test_permutation_loss_sinkhorn_float32_implicit_gradient_at_small_epsilon(backend_name):
     """Regression: log(plan + tiny) put 1/P cotangents on underflowed plan entries, and float32's implicit backward blew up."""
-    to, _ = _host(host)
+    to, _ = on_backend(backend_name)
     s = np.array([[0.1885, -0.6332, -0.3776, -1.0911, -1.2777]])
     v = np.array([[-0.5, -1.2, 0.3, -2.0, 1.0]])
 
     def grad(x, implicit):
-        if host == "torch":
+        if backend_name == "torch":
             import torch
 
             leaf = torch.tensor(x, requires_grad=True)
@@ -394,10 +394,10 @@ def _topk_ce_reference(s: np.ndarray, labels: np.ndarray, p_k: list, mode: str, 
     return np.array(out)
 
 
-@pytest.mark.parametrize("host", HOSTS)
+@pytest.mark.parametrize("backend_name", CPU_BACKENDS)
 @pytest.mark.parametrize("mode", ["sm", "smce", "sort"])
-def test_topk_cross_entropy_equals_the_papers_formula(host, mode):
-    to, run = _host(host)
+def test_topk_cross_entropy_equals_the_papers_formula(backend_name, mode):
+    to, run = on_backend(backend_name)
     rng = np.random.default_rng(40)
     scores, labels = rng.normal(size=(5, 7)) * 2, rng.integers(0, 7, size=5)
     p_k = [0.5, 0.0, 0.3, 0.2]

@@ -16,7 +16,7 @@ from scipy.optimize import minimize
 
 import rankops
 
-from .hosts import HOSTS, assert_autodiff_equals_vjp, host
+from .backends import CPU_BACKENDS, assert_autodiff_equals_vjp, on_backend
 from .reference import central_vjp
 
 PS = [2.0, 1.5, 4.0 / 3.0, 1.25]
@@ -73,9 +73,9 @@ def _rows(seed: int, shape: tuple[int, int]) -> np.ndarray:
     return x
 
 
-@pytest.mark.parametrize(("name", "p"), [(h, p) for h in HOSTS for p in PS if h != "jax" or p in (4.0 / 3.0, 1.25)])
+@pytest.mark.parametrize(("name", "p"), [(h, p) for h in CPU_BACKENDS for p in PS if h != "jax" or p in (4.0 / 3.0, 1.25)])
 def test_values_equal_the_papers_pav(name, p):
-    to, run = host(name)
+    to, run = on_backend(name)
     x = _rows(0, (4, 11))
     k = np.array([3.0, 2.5, 1.0, 10.6])
     got = run(lambda a, b: rankops.soft_topk_magnitude(a, b, strength=0.3, **_lp(p)), to(x), to(k))

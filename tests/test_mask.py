@@ -233,7 +233,7 @@ def test_masked_gradients_are_those_of_the_valid_entries_alone(case):
     finite = np.isfinite(expected).all(axis=1) & MASK.any(axis=1)
     assert_allclose(x.grad.numpy()[finite], expected[finite], rtol=tol, atol=tol)
     assert np.all(x.grad.numpy()[~MASK] == 0.0)
-    # the rule rankops.vjp applies on hosts without autodiff
+    # the rule rankops.vjp applies on backends without autodiff
     opts = dict(options)
     _, pull = rankops.vjp(fn, PADDED, *opts.pop("args", ()), mask=MASK, **opts)
     g = pull(np.where(np.isnan(value), 0.0, ct))[0]

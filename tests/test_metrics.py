@@ -10,8 +10,8 @@ import pytest
 from numpy.testing import assert_allclose
 
 import rankops.metrics as metrics
-from tests.hosts import HOSTS
-from tests.hosts import host as _host
+from tests.backends import CPU_BACKENDS
+from tests.backends import on_backend
 
 sklearn_metrics = pytest.importorskip("sklearn.metrics")
 
@@ -113,14 +113,14 @@ def test_allranks_own_metric_tests():
     assert one(metrics.mrr, [0.5, 0.2], [0.0, 0.0]) == 0.0
 
 
-@pytest.mark.parametrize("host", HOSTS[1:] + ["dask"])
-def test_every_metric_on_every_host_equals_numpy(host):
+@pytest.mark.parametrize("backend_name", CPU_BACKENDS[1:] + ["dask"])
+def test_every_metric_on_every_host_equals_numpy(backend_name):
     s, t, mask = _lists(3)
-    if host == "dask":
+    if backend_name == "dask":
         da = pytest.importorskip("dask.array")
         to, run = (lambda a: da.from_array(a, chunks=(2, 4))), (lambda f, *a: f(*a).compute())
     else:
-        to, run = _host(host)
+        to, run = on_backend(backend_name)
     for name, args in (("dcg", (3,)), ("ndcg", ()), ("mrr", (2,)), ("average_precision", ()), ("precision_at_k", (2,)),
                        ("recall_at_k", (4,))):
         fun = getattr(metrics, name)

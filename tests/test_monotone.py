@@ -99,7 +99,7 @@ def test_warm_start_changes_iterations_not_results():
 
 
 def test_shared_breakpoints_survive_rounding():
-    """Equal cumulative sums that differ by rounding (how a host adds them) give the same potentials.
+    """Equal cumulative sums that differ by rounding (how a backend adds them) give the same potentials.
 
     Weights perturbed by a few ulps (renormalised) must not flip any shared breakpoint's step; without the
     tolerance, eager NumPy and XLA under jit started Sinkhorn from different duals.

@@ -18,7 +18,7 @@ from scipy.optimize import minimize
 
 import rankops
 
-from .hosts import HOSTS, assert_autodiff_equals_vjp, host
+from .backends import CPU_BACKENDS, assert_autodiff_equals_vjp, on_backend
 from .reference import central_vjp
 
 PS = [2.0, 1.5, 4.0 / 3.0, 1.25]
@@ -94,10 +94,10 @@ def _rows(seed: int, shape: tuple[int, int]) -> np.ndarray:
     return x
 
 
-# every p on the eager hosts; on JAX (a compile per p) the paper's p = 4/3 (the cubic) and one by Newton's method
-@pytest.mark.parametrize(("name", "p"), [(h, p) for h in HOSTS for p in PS if h != "jax" or p in (4.0 / 3.0, 1.25)])
+# every p on the eager backends; on JAX (a compile per p) the paper's p = 4/3 (the cubic) and one by Newton's method
+@pytest.mark.parametrize(("name", "p"), [(h, p) for h in CPU_BACKENDS for p in PS if h != "jax" or p in (4.0 / 3.0, 1.25)])
 def test_values_equal_the_papers_pav(name, p):
-    to, run = host(name)
+    to, run = on_backend(name)
     x = _rows(0, (4, 11))
     k = np.array([3.0, 2.5, 1.0, 10.6])
     ranks = run(lambda a: rankops.soft_rank(a, method="permutahedron", strength=0.7, **_lp(p)), to(x))
@@ -241,7 +241,7 @@ def _chained_rows(seed: int, n: int) -> np.ndarray:
     return centres + rng.normal(size=(6, n)) * np.array([0.01, 0.3, 2.0, 10.0, 0.1, 1.0])[:, None]
 
 
-@pytest.mark.parametrize("name", HOSTS)
+@pytest.mark.parametrize("name", CPU_BACKENDS)
 def test_merge_rounds_alone_equal_the_papers_pav(name):
     """The merge rounds for this loss (sums of powers of the data, :class:`power_sums.PowerSums`), from one-entry
     values to the whole row with no pooling round: the rank's problem at q = 2, 3, 4 and the sort's (weights of either
@@ -255,7 +255,7 @@ def test_merge_rounds_alone_equal_the_papers_pav(name):
         y, w = xp.flip(a, axis=-1), xp.flip(b, axis=-1)
         return xp.flip(power_sums.merge_fit(xp, y - powers.odd_power(xp, w, 1.0 / (q - 1.0)), y, w, q=q)[0], axis=-1)
 
-    to, run = host(name)
+    to, run = on_backend(name)
     x = _chained_rows(8, 21)
     for q in (2.0, 3.0, 4.0):
         for signed in (False, True) if q != 3.0 else (False,):
@@ -270,11 +270,11 @@ def test_merge_rounds_alone_equal_the_papers_pav(name):
             np.testing.assert_allclose(np.sign(d) * np.abs(d) ** (q - 1.0), want, rtol=1e-10, atol=1e-9 * np.abs(want).max())
 
 
-@pytest.mark.parametrize("name", HOSTS)
+@pytest.mark.parametrize("name", CPU_BACKENDS)
 def test_merge_rounds_over_pooled_blocks_equal_the_papers_pav(name):
     """At q = 2 and 4 the merge rounds start from the pooling rounds' blocks, one entry each (their weight, size, mean
     and centred moments): after 1, 2 or 3 pooling rounds, the fit still equals the sequential PAV. JAX keeps the row's
-    length (the blocks first, then entries that weigh nothing); the eager hosts shorten it to the most blocks a row has."""
+    length (the blocks first, then entries that weigh nothing); the eager backends shorten it to the most blocks a row has."""
     from array_api_compat import array_namespace
 
     from rankops._cores import isotonic, pnorm, power_sums, powers
@@ -288,7 +288,7 @@ def test_merge_rounds_over_pooled_blocks_equal_the_papers_pav(name):
         u, unsettled, _ = isotonic.pool_runs(xp, adapter, rules, y - powers.odd_power(xp, w, 1.0 / (q - 1.0)), xp.stack([y, w]), rounds)
         return xp.flip(power_sums.merge_fit(xp, u, y, w, q=q)[0], axis=-1), xp.any(unsettled)
 
-    to, run = host(name)
+    to, run = on_backend(name)
     x = _chained_rows(11, 23)
     left = []  # whether the merge rounds had work left
     for q in (2.0, 4.0):

@@ -102,7 +102,7 @@ _HUGE = {
     # unrolled autodiff of a row holding 1e30 in float32: the readout's cotangent (x times the
     # output's) is 1e30 and the unrolled iterations multiply it past float32's range (the
     # implicit backward scales its system to unit size first); rankops' own rule on NumPy is
-    # finite for the quantile. The quantile's row passes on every host since the unrolled value is polished
+    # finite for the quantile. The quantile's row passes on every backend since the unrolled value is polished
     # (torch and JAX failed before); the quantize row is still open on all of them
     "soft_quantize": (rankops.soft_quantize, [1.0, 1.00000002e30, -1.0, -1.0, -1.0], (5,),
                       dict(power=0.5, squash="minmax", epsilon=1e-3, implicit=False),

@@ -1,6 +1,6 @@
 """The adapters' row primitives (scans, segmented sums, searches, gathers, permutation inverses) against sequential NumPy.
 
-Each host's own kernel (torch scatter-add and ``cummax``, ``lax.associative_scan``,
+Each backend's own kernel (torch scatter-add and ``cummax``, ``lax.associative_scan``,
 ...) and the portable array-API versions (NumPy, array-api-strict) must give
 the same numbers as a plain loop in float64.
 """
@@ -13,10 +13,10 @@ from numpy.testing import assert_allclose, assert_array_equal
 
 from rankops._lib._adapters import get_adapter
 
-HOSTS = ["numpy", "array_api_strict", "torch", "jax"]
+CPU_BACKENDS = ["numpy", "array_api_strict", "torch", "jax"]
 
 
-def _host(name):
+def on_backend(name):
     mod = pytest.importorskip(name if name != "jax" else "jax.numpy")
     from array_api_compat import array_namespace
 
@@ -41,11 +41,11 @@ def _linear_scan_reference(a: np.ndarray, b: np.ndarray, reverse: bool) -> np.nd
     return out
 
 
-@pytest.mark.parametrize("host", HOSTS)
+@pytest.mark.parametrize("backend_name", CPU_BACKENDS)
 @pytest.mark.parametrize("n", [1, 2, 7, 33, 2048 + 37])  # the last ones run in chunks (and, on JAX, in blocks of 32)
 @pytest.mark.parametrize("reverse", [False, True])
-def test_linear_scan_equals_the_recurrence(host, n, reverse):
-    xp, adapter, to, back = _host(host)
+def test_linear_scan_equals_the_recurrence(backend_name, n, reverse):
+    xp, adapter, to, back = on_backend(backend_name)
     rng = np.random.default_rng(n)
     a = rng.uniform(0.0, 1.0, size=(3, n - 1))
     a[:, rng.integers(0, max(n - 1, 1), size=min(n - 1, 5))] = 0.0  # segment starts
@@ -59,18 +59,18 @@ def test_linear_scan_equals_the_recurrence(host, n, reverse):
 def test_jax_linear_scan_gradient_is_the_transposed_scan(n, reverse):
     """JAX's blocked scan under ``jit(grad)``: linear in ``b``, its gradient is the scan the other way with the same links."""
     jax = pytest.importorskip("jax")
-    xp, adapter, to, back = _host("jax")
+    xp, adapter, to, back = on_backend("jax")
     rng = np.random.default_rng(n)
     a, b, w = rng.uniform(0.0, 1.0, size=(2, n - 1)), rng.normal(size=(2, n)), rng.normal(size=(2, n))
     grad = jax.jit(jax.grad(lambda v: (adapter.linear_scan(xp, to(a), v, reverse=reverse) * to(w)).sum()))(to(b))
     assert_allclose(back(grad), _linear_scan_reference(a, w, not reverse), rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.parametrize("host", HOSTS)
+@pytest.mark.parametrize("backend_name", CPU_BACKENDS)
 @pytest.mark.parametrize("n", [2, 3, 1000])
-def test_readied_links_scan_as_the_links(host, n):
+def test_readied_links_scan_as_the_links(backend_name, n):
     """``scan_links`` (torch: every doubling step's products, packed) scans as the plain links do, twice over."""
-    xp, adapter, to, back = _host(host)
+    xp, adapter, to, back = on_backend(backend_name)
     rng = np.random.default_rng(n)
     a = rng.uniform(0.0, 1.0, size=(2, 3, n - 1))
     links = adapter.scan_links(xp, to(a))
@@ -80,9 +80,9 @@ def test_readied_links_scan_as_the_links(host, n):
         assert_allclose(back(adapter.linear_scan(xp, links, to(b))), want, rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.parametrize("host", HOSTS)
-def test_segment_sums_and_firsts(host):
-    xp, adapter, to, back = _host(host)
+@pytest.mark.parametrize("backend_name", CPU_BACKENDS)
+def test_segment_sums_and_firsts(backend_name):
+    xp, adapter, to, back = on_backend(backend_name)
     rng = np.random.default_rng(3)
     g = rng.normal(size=(2, 3000)) * 10.0 ** rng.integers(-3, 4, size=(2, 3000))
     starts = rng.uniform(size=g.shape) < 0.05
@@ -101,9 +101,9 @@ def test_segment_sums_and_firsts(host):
     assert_allclose(stacked[1], -3.0 * sums, rtol=1e-12, atol=1e-9)
 
 
-@pytest.mark.parametrize("host", HOSTS)
-def test_searchsorted_take_and_inverse_permutation(host):
-    xp, adapter, to, back = _host(host)
+@pytest.mark.parametrize("backend_name", CPU_BACKENDS)
+def test_searchsorted_take_and_inverse_permutation(backend_name):
+    xp, adapter, to, back = on_backend(backend_name)
     rng = np.random.default_rng(4)
     seq = np.sort(rng.integers(0, 20, size=(3, 50)).astype(float), axis=-1)  # with ties
     values = rng.integers(-2, 23, size=(3, 40)).astype(float)
@@ -115,11 +115,11 @@ def test_searchsorted_take_and_inverse_permutation(host):
     assert_array_equal(back(adapter.take(xp, to(seq), to(order))), np.take_along_axis(seq, order, axis=-1))
 
 
-@pytest.mark.parametrize("host", HOSTS)
+@pytest.mark.parametrize("backend_name", CPU_BACKENDS)
 @pytest.mark.parametrize("descending", [False, True])
-def test_sort_order_is_a_stable_sort_with_its_values(host, descending):
+def test_sort_order_is_a_stable_sort_with_its_values(backend_name, descending):
     """``sort_order``: the values sorted and the stable order (ties keep their positions, -0.0 and 0.0 tie)."""
-    xp, adapter, to, back = _host(host)
+    xp, adapter, to, back = on_backend(backend_name)
     rng = np.random.default_rng(5)
     x = rng.integers(-3, 4, size=(3, 60)).astype(float)  # many ties
     x[0, :4] = [0.0, -0.0, 0.0, -0.0]

@@ -1,11 +1,11 @@
 """Second derivatives through the hand-written backward rules: torch ``gradgradcheck`` and ``jax.hessian``.
 
-A rule's residuals are rebuilt from its inputs under the host's autodiff
-(``rankops._lib._adapters.rebuilt``), so the host differentiates the
+A rule's residuals are rebuilt from its inputs under the backend's autodiff
+(``rankops._lib._adapters.rebuilt``), so the backend differentiates the
 backward itself. The l2 permutahedron is piecewise linear: its second
 derivative is 0 almost everywhere, which ``gradgradcheck`` confirms against
 finite differences like any other. The Hessians are checked against central
-differences of the host's own gradient. Softness is not used here: its
+differences of the backend's own gradient. Softness is not used here: its
 scale is held constant in every derivative (docs/softness.md), so the
 derivatives are checked at the native temperatures. The one refusal left,
 Sinkhorn, is tested in tests/test_implicit.py and tests/test_forward_mode.py.
@@ -22,7 +22,7 @@ import rankops
 X = np.random.default_rng(0).normal(size=(2, 6))
 MASK = np.array([[True] * 6, [True, False, True, True, False, True]])
 
-# name -> f(x, mask as an array of the host), at native temperatures
+# name -> f(x, mask as an array of the backend), at native temperatures
 CASES = {
     "rank[permutahedron, l2]": lambda x, m: rankops.soft_rank(x, method="permutahedron", strength=0.5),
     "sort[permutahedron, l2]": lambda x, m: rankops.soft_sort(x, method="permutahedron", strength=0.5),

@@ -1,4 +1,4 @@
-"""``softness=``: calibrated rank blur on every method, gradients through the row's scale, masks, ties, hosts.
+"""``softness=``: calibrated rank blur on every method, gradients through the row's scale, masks, ties, backends.
 
 References are independent: ``scipy.stats.rankdata`` for the blur, central
 differences of the float64 operator for gradients, the same operator on a

@@ -217,7 +217,7 @@ def test_jax_jit_grad_vmap():
 
 
 def test_vjp_on_every_backend(backend, device):
-    """rankops.vjp: the host's autodiff (torch, JAX) or rankops' rule (NumPy, array-api-strict, Dask), same numbers."""
+    """rankops.vjp: the backend's autodiff (torch, JAX) or rankops' rule (NumPy, array-api-strict, Dask), same numbers."""
     x, c = _data((2,), 5, (2, 2), seed=16)
     _, back = rankops.vjp(rankops.sort_with, x, c, topk=3, **GRAD)
     ct = np.random.default_rng(17).normal(size=(2, 3, 2, 2))

@@ -540,10 +540,10 @@ def test_learnable_epsilon_gradient_torch_and_jax():
     assert_allclose(float(g), float(eps.grad), rtol=1e-7)
 
 
-@pytest.mark.parametrize("host", ["numpy", "torch"])
-def test_levels_and_k_by_keyword(host):
+@pytest.mark.parametrize("backend_name", ["numpy", "torch"])
+def test_levels_and_k_by_keyword(backend_name):
     """q and k by keyword (as OTT and users pass them) give the positional call's values and gradients."""
-    mod = pytest.importorskip(host)
+    mod = pytest.importorskip(backend_name)
     rng = np.random.default_rng(11)
     x = mod.asarray(rng.normal(size=(3, 9)))
     for fn, name, value in ((rankops.soft_quantile, "q", 0.3), (rankops.soft_topk_mask, "k", 2)):

@@ -81,7 +81,7 @@ def test_rules_equal_torch_autograd(case, backend_name):
         asarray, to_numpy = xps.asarray, np.asarray
     value, grads = _vjp(fn, args, options, asarray, to_numpy)
     t_value, t_grads = _torch_autograd(fn, args, options)
-    # the implicit forward's Newton polish solves approximately (4 CG steps): hosts' rounding differs there at 1e-11
+    # the implicit forward's Newton polish solves approximately (4 CG steps): backends' rounding differs there at 1e-11
     assert_allclose(value, t_value, rtol=1e-10, atol=1e-12)
     assert len(grads) == len(t_grads) == 1 + sum(isinstance(a, np.ndarray) for a in (*args, *options.values()))
     for g, t in zip(grads, t_grads):

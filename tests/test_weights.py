@@ -199,13 +199,13 @@ def _bad_weights(kind: str, n: int) -> tuple[np.ndarray, np.ndarray]:
     return good, bad
 
 
-@pytest.mark.parametrize("host", ["numpy", "torch", "jax"])
+@pytest.mark.parametrize("backend_name", ["numpy", "torch", "jax"])
 @pytest.mark.parametrize("kind", list(BAD_ROWS))
-def test_weights_outside_the_domain_give_a_nan_row_quietly(host, kind):
+def test_weights_outside_the_domain_give_a_nan_row_quietly(backend_name, kind):
     """isotonic_regression's weights and Sinkhorn's weights: that row NaN, the others bit for bit as with valid weights there, no warning."""
-    from tests.hosts import host as _host
+    from tests.backends import on_backend
 
-    to, run = _host(host)
+    to, run = on_backend(backend_name)
     y = RNG.normal(size=(3, 7))
     good, bad = _bad_weights(kind, 7)
     calls = {

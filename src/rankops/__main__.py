@@ -50,7 +50,7 @@ def _fmt(row: np.ndarray) -> str:
 
 
 def _loss_gradient(backend: Backend, method: str, options: dict[str, Any], w: np.ndarray) -> Callable[[Any], Any]:
-    """``x -> d sum(w * soft_rank(x)) / dx`` (a host array): the backend's own autodiff, or rankops.vjp where it has none."""
+    """``x -> d sum(w * soft_rank(x)) / dx`` (a backend array): the backend's own autodiff, or rankops.vjp where it has none."""
     if backend.name == "torch":
         import torch
 

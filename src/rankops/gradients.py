@@ -15,7 +15,7 @@ floating dtype the operator computed in).
 
 How the gradient is obtained:
 
-- torch and JAX: the host's own autodiff (``torch.autograd.grad``,
+- torch and JAX: the backend's own autodiff (``torch.autograd.grad``,
   ``jax.vjp``), so the operator's options apply as usual (``implicit``).
 - NumPy, CuPy, Dask, array-api-strict: rankops' own backward rules, written
   once against the array API next to each operator's forward: closed forms

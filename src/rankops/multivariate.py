@@ -115,7 +115,7 @@ def multivariate_cdf_quantile_maps(
         ``cdf_map(z)`` for points z of shape (..., d) of x's namespace gives
         their ranks in [0, 1]^d; ``quantile_map(u)`` for u of shape (..., d)
         gives points of R^d. Both differentiate in their argument and in x
-        under the host's autodiff.
+        under the backend's autodiff.
 
     Examples
     --------

@@ -240,7 +240,7 @@ def reported(
 def with_epsilon(opts: TransportOptions, xp: Any, n: int, dtype: Any) -> tuple[TransportOptions, dict[str, Any]]:
     """``(opts, chain)``: ``opts`` with a ``softness`` turned into the ``epsilon`` of that rank blur on a row of n
     entries, and for a learnable softness, ``{"softness": ("epsilon", d epsilon / d softness)}`` (:class:`Call`'s chain:
-    the pullback on hosts without autodiff)."""
+    the pullback on backends without autodiff)."""
     if opts.softness is None:
         return opts, {}
     s = xp.astype(opts.softness, dtype) if is_array(opts.softness) else opts.softness

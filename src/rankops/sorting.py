@@ -108,7 +108,7 @@ def _bind_permutation(method: str, output: str, x: Any, axis: Any, descending: A
 
 
 def _fits(p: Prepared) -> bool:
-    """Whether ``block="auto"`` builds the whole (..., n, n) matrix: within the host's ``dense_matrix_bytes``."""
+    """Whether ``block="auto"`` builds the whole (..., n, n) matrix: within the backend's ``dense_matrix_bytes``."""
     itemsize = p.xp.finfo(p.x.dtype).bits // 8
     return math.prod(p.x.shape[:-1]) * p.n * p.n * itemsize <= p.adapter.dense_matrix_bytes
 

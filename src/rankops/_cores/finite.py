@@ -7,7 +7,7 @@ every scale of the row infinite (``inf - inf`` in the comparisons).
 the core as zeros (no invalid arithmetic, so no NumPy ``RuntimeWarning``),
 its floating outputs are NaN throughout (a Sinkhorn core's error too: the
 row reads as not converged and is not warned about), and its cotangent is
-dropped, so its gradient is exactly 0 (hosts' autodiff sees the
+dropped, so its gradient is exactly 0 (backends' autodiff sees the
 selections; a core's own pullback gets a zero cotangent, to which it is
 linear). Other rows are untouched. With a ``mask`` only the valid entries
 count: padding may hold anything.

@@ -197,7 +197,7 @@ def pool_runs(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, max_rounds: int
 
     Returns ``(v, unsettled, stopped_early)``: ``unsettled`` is True on the
     rows that still hold a drop, and ``stopped_early`` True when the loop was
-    seen to stop before ``max_rounds`` with every row settled (eager hosts,
+    seen to stop before ``max_rounds`` with every row settled (eager backends,
     no ``merge_cost``): nothing left to read.
     """
 
@@ -284,7 +284,7 @@ def fit(xp: Any, adapter: Any, y: Any, w: Any = None, kind: str = "l2") -> Any:
     ``w`` broadcasts against ``y`` (None: unit weights, ``"l2"`` only); for ``"kl"`` it holds log-weights.
     Rounds that pool whole decreasing runs come first (cheap, and enough for
     most rows); the merge rounds then finish any row they left unsettled,
-    and are skipped where the host can tell that none is.
+    and are skipped where the backend can tell that none is.
     """
     n = y.shape[-1]
     rules = KINDS[kind]
@@ -303,7 +303,7 @@ def pool_then_merge(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, merge: Ca
                     merge_cost: float = 0.0) -> Any:
     """``v`` pooled by :func:`pool_runs` for up to ``per_level ceil(log2 n)`` rounds (``merge_cost`` as there), then
     ``merge(v, unsettled)`` (the caller's merge rounds; ``unsettled`` True on the rows the pooling left) unless every
-    row settled, which a host that reads the flag skips."""
+    row settled, which a backend that reads the flag skips."""
     # A pooling round costs O(n), a merge round O(n log n) in several times the operations, and a batch runs the
     # merge rounds for all its rows as soon as one needs them: at the default softness, rows need up to about
     # 1.5 (l2) and 2.2 (kl) times ceil(log2 n) pooling rounds

@@ -82,7 +82,7 @@ class _Sorted:
 
     @classmethod
     def of(cls, xp: Any, x: Any, alpha: float, *, rescanned: bool = False, mask: Any = None, order: Any = None) -> "_Sorted":
-        """``rescanned``: the backward scans the same links again (the rank), so the host may ready them for that.
+        """``rescanned``: the backward scans the same links again (the rank), so the backend may ready them for that.
 
         ``mask``: the sums run over the valid entries only, which sort first;
         the masked tail carries weight 0 (and ``R`` there stays at the last

@@ -5,7 +5,7 @@ alone (how is its own: zero weights, a shorter grid, ...). What is common
 is written here once: masked entries enter the core as 0 (padding may hold
 anything, NaN included, and must not reach a valid entry), they hold 0 in an
 output shaped like the input, a row with no valid entry is NaN, and their
-gradients are exactly 0: the hosts' autodiff sees the selections, and a
+gradients are exactly 0: the backends' autodiff sees the selections, and a
 core's own pullback (``rankops.vjp``) drops the masked outputs' cotangents
 (:func:`output_cotangents`) and zeroes the masked inputs' gradients (:func:`zero_masked_grads`).
 """

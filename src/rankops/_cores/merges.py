@@ -1,4 +1,4 @@
-r"""Isotonic regression's merge rounds, in two forms: one per round on eager hosts, one loop where loops compile once.
+r"""Isotonic regression's merge rounds, in two forms: one per round on eager backends, one loop where loops compile once.
 
 The row (padded to ``2^L`` entries) is split into segments of 1, 2, 4, ...
 entries; at the round of half-length ``h`` each pair of neighbouring
@@ -9,8 +9,8 @@ one search per entry into the other half (:func:`_halves_round` states the
 tests). A round costs O(n log n); no n x n anything.
 
 - :func:`_halves_round`, ``h`` a number: the row reshaped to
-  ``(pairs, 2, h)``, each half a row of the host's own scan and
-  ``searchsorted``: few operations per round, which an eager host (NumPy,
+  ``(pairs, 2, h)``, each half a row of the backend's own scan and
+  ``searchsorted``: few operations per round, which an eager backend (NumPy,
   torch, CuPy, Dask) pays per operation. Compiled, its ``L`` rounds are
   ``L`` program sections of different shapes.
 - :func:`_round`, ``h`` an array: every array keeps the row's shape and
@@ -75,7 +75,7 @@ def _scan(xp: Any, adapter: Any, kind: Any, a: Any, pos: Any, k: Any, h: Any, st
 
 
 def _halves_round(xp: Any, adapter: Any, kind: Any, v: Any, data: tuple[Any, ...], h: int) -> Any:
-    """One round of a Python loop (``h`` a number): the row as (pairs, 2, h), each half a row of the host's own scan and
+    """One round of a Python loop (``h`` a number): the row as (pairs, 2, h), each half a row of the backend's own scan and
     search.
 
     ``L_j`` pools iff ``sum_(R_i < L_j) f'(L_j) > -sum_(L after j) f'(L_j)``
@@ -224,11 +224,11 @@ def merge_rounds(xp: Any, adapter: Any, kind: Any, v: Any, data: tuple[Any, ...]
     from its sums, and ``whole_blocks`` whether a test must skip the rest
     of an entry's own block.
 
-    A host that compiles a loop's body once (``adapter.compiles_loops``: JAX)
+    A backend that compiles a loop's body once (``adapter.compiles_loops``: JAX)
     runs the rounds as one loop with ``h`` an array (:func:`_round`); the
     others run a Python loop with ``h`` a number (:func:`_halves_round`),
-    where each half is a row of the host's own scan and search: fewer,
-    larger operations per round, which an eager host pays per operation.
+    where each half is a row of the backend's own scan and search: fewer,
+    larger operations per round, which an eager backend pays per operation.
     The two forms evaluate the same tests.
     """
     n = v.shape[-1]

@@ -17,7 +17,7 @@ applies the closed-form pullbacks of the softmax (``dz = P * (dP - sum_j dP P)``
 - rank, cotangent h:  ``dz_ij = i P_ij (h_j - (P h)_i)``;
 
 then the row kernel's pullback of the logits. That rule is registered with
-torch and JAX through ``custom_backward`` (the host keeps ``x``,
+torch and JAX through ``custom_backward`` (the backend keeps ``x``,
 ``tau`` and O(n) vectors between the passes) and is the rule ``rankops.vjp``
 applies on the other backends. ``block=None`` forms the whole matrix as one
 block and lets torch / JAX differentiate it themselves (JAX forward mode, a
@@ -179,7 +179,7 @@ def _backward(xp: Any, rows: Any, output: str, block: int, ct: Any, p_kept: Any 
 @finite_rows
 @softened(_softness_key, output_is_sort)
 def dense_core(xp: Any, x: Any, opts: Any, *, method: str, output: str, descending: bool, mask: Any = None) -> Any:
-    """The whole matrix as one block, differentiated by the host's autodiff (the rule keeps the matrix).
+    """The whole matrix as one block, differentiated by the backend's autodiff (the rule keeps the matrix).
 
     ``mask``: each row's valid entries alone (see :mod:`.rows`).
     """

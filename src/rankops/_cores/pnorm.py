@@ -158,7 +158,7 @@ def _signed_shift(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, q: float) 
         # the bracket closed: a root at its end (a one-entry block's, or a closed form's start) is kept
         return xp.where((step >= lo) & (step <= hi) & (terms[1, ...] > 0), step, (lo + hi) / 2.0), lo, hi
 
-    # one loop (a compiled host traces the step once), not the steps unrolled into the pooling round's body, in
+    # one loop (a compiled backend traces the step once), not the steps unrolled into the pooling round's body, in
     # rounds of a few steps until no root moves by more than a few units in its last place
     ulps = 8.0 * xp.finfo(d.dtype).eps * (spread + xp.abs(start))
 

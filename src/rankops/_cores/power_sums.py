@@ -103,7 +103,7 @@ def _one_per_block(xp: Any, adapter: Any, v: Any, y: Any, w: Any) -> tuple[Any, 
     """The blocks of ``v`` (runs of equal values) as entries of shorter rows: ``(values, data, index)``, ``data``
     :class:`PowerSums`' block form, ``index`` each entry's block (``take(values, index)`` spreads a row of blocks back).
 
-    A host that reads values now keeps as many entries as the row with most blocks;
+    A backend that reads values now keeps as many entries as the row with most blocks;
     one that cannot keeps n, the row's blocks first, then entries that weigh nothing
     and sit at the row's largest value (they never pool, :func:`.isotonic.merge_rows`).
     """

@@ -145,7 +145,7 @@ def length(xp: Any, key: str, s: Any, n: Any) -> Any:
 
 
 def length_slope(xp: Any, key: str, s: Any, n: Any) -> Any:
-    """``d log T / d log s`` at ``(s, n)`` (``s`` an array): the pullback of a learnable softness on hosts without autodiff."""
+    """``d log T / d log s`` at ``(s, n)`` (``s`` an array): the pullback of a learnable softness on backends without autodiff."""
     logs = _logs(xp, s, n)
     return sum(f * _interpolated_array(xp, table, *logs, slope=True) for table, f in _tables(key))
 
@@ -274,7 +274,7 @@ def softened(
     ``x``). The others (matrices and sorting networks) get no order.
 
     ``t`` carries no gradient to ``x`` (``stop_gradient``; docs/softness.md
-    says why), a learnable softness gets its own. Hosts with autodiff
+    says why), a learnable softness gets its own. Backends with autodiff
     differentiate the rest themselves, and the pullback (``rankops.vjp``
     elsewhere) chains it by hand. Below :func:`.masked.zeros_masked_input`, so that
     masked entries are 0 here.
@@ -290,7 +290,7 @@ def softened(
             which, units = key(opts, params), in_units(opts, params)
             sign = None if presort is None else presort(opts, params)
             mask = params.get("mask")
-            # the scale carries no gradient: sort a stopped copy (no graph for the host to keep)
+            # the scale carries no gradient: sort a stopped copy (no graph for the backend to keep)
             keyed = adapter.stop_gradient(xp, x if sign is None or sign > 0 else -x)
             if mask is None:
                 srt, order = adapter.sort_order(xp, keyed)

@@ -5,7 +5,7 @@ r"""The squash ``g``: each row mapped into [0, 1] before the transport cost (Cut
 (inputs used as they are). Standardizing first divides by the row's largest
 magnitude, so rows at 1e-30 or 1e30 give the same result as rows at 1 and
 nothing overflows in float32. Each squash comes with its pullback, written
-against the array API (``rankops.vjp`` uses it where the host has no
+against the array API (``rankops.vjp`` uses it where the backend has no
 autodiff). With a ``support`` (a mask, or weights of 0 elsewhere) the
 statistics run over the supported entries only.
 """

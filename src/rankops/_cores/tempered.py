@@ -11,7 +11,7 @@ LapSum's rank and top-k mask (``x / alpha``: p = -1, k = 0) and its sort
 projection being jointly homogeneous); a sorting network's rank and matrix
 (``f(steepness (b - a))``: p = 1, k = 0) and its sort (convex combinations
 of x: k = -1). The rule below runs the core at temperature 1 on the
-rescaled input when ``t`` is an array; hosts with autodiff differentiate the
+rescaled input when ``t`` is an array; backends with autodiff differentiate the
 two rescalings themselves, and the pullback (``rankops.vjp`` elsewhere)
 adds ``t``'s cotangent
 

@@ -51,7 +51,7 @@ class Backend:
 
     @property
     def autodiff(self) -> bool:
-        """Whether the host differentiates rankops' operators with its own autodiff (torch, JAX): its adapter's flag,
+        """Whether the backend differentiates rankops' operators with its own autodiff (torch, JAX): its adapter's flag,
         the one place that says so (False where the backend is unavailable here: nothing to differentiate with)."""
         return self.unavailable_reason() is None and get_adapter(self.namespace()).autodiff
 

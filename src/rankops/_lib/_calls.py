@@ -17,7 +17,7 @@ it an :class:`Operator`, an object with
 - ``__call__``: bind the arguments, run the call's core through the adapter
   of its namespace, read the outputs out (the public value);
 - ``vjp``: the same value and a function mapping its cotangent to one
-  gradient per array argument, by the host's reverse mode on torch and JAX,
+  gradient per array argument, by the backend's reverse mode on torch and JAX,
   by the core's own backward rule elsewhere (NumPy, CuPy, Dask,
   array-api-strict).
 

@@ -52,13 +52,13 @@ def run_round(
     max_iter: int, check_every: int, whole_rounds: bool = False, fori: Callable[..., Any] | None = None,
 ) -> Any:
     """Round ``r`` (from 0) of :func:`iterate`: ``check_every`` steps from ``state``, then the problems flagged in
-    ``done`` (None: none) frozen at ``state``. Every host's loop runs its rounds through this one rule.
+    ``done`` (None: none) frozen at ``state``. Every backend's loop runs its rounds through this one rule.
 
     ``r`` is a number (eager loops: the last round runs only the iterations
     left) or a 0-d array (a traced loop: every round runs ``check_every``
     steps, those past ``max_iter`` no-ops). ``whole_rounds``: ``step(operands,
     state, count)`` runs a round of ``count`` iterations itself. ``fori(count,
-    body, init)``: the host's loop over the steps (``jax.lax.fori_loop``);
+    body, init)``: the backend's loop over the steps (``jax.lax.fori_loop``);
     None, a Python loop.
     """
     traced = not isinstance(r, int)

@@ -116,11 +116,11 @@ _ERF_CUT, _ERF_SERIES, _ERF_FRACTION = 2.5, 40, 50
 
 
 def log_sigmoid(xp: Any, z: Any) -> Any:
-    """``log(1 / (1 + exp(-z)))`` without overflow, smooth at 0 on every host.
+    """``log(1 / (1 + exp(-z)))`` without overflow, smooth at 0 on every backend.
 
     ``-log1p(exp(-z))`` for z >= 0, ``z - log1p(exp(z))`` below, each branch
     fed only its own half (neither overflows, in value or gradient), with no
-    ``min`` or ``abs``, whose subgradients at 0 hosts choose differently.
+    ``min`` or ``abs``, whose subgradients at 0 backends choose differently.
     """
     zero = xp.zeros_like(z)
     up = z >= 0

@@ -73,11 +73,11 @@ def _schur_solve(
 ) -> tuple[Any, Any]:
     """Solve the system above for ``(alpha, beta)`` by eliminating ``alpha`` (the rows of ``p``).
 
-    ``steps``: that many CG iterations, with no convergence check (no host
+    ``steps``: that many CG iterations, with no convergence check (no backend
     sync, one loop body): an approximate solve; None: to the dtype's reach.
     ``guarded=False``: the same map in operations JAX can transpose (forward
     mode): the two guards below that read the right-hand side's size are
-    left to the solve, which the host sees as one linear solve.
+    left to the solve, which the backend sees as one linear solve.
     """
     # The system is linear: solve for a right-hand side of unit size and scale
     # back, so that CG's squared norms stay in range when the cotangent is

@@ -267,7 +267,7 @@ def grid_potentials(xp: Any, s: Any, log_a: Any, log_b: Any, cost: Callable[[Any
     a_cum = adapter.cumulative_sum(xp, adapter.take(xp, xp.broadcast_to(xp.exp(log_a), batch + (n,)), order))
     b_cum = xp.broadcast_to(adapter.cumulative_sum(xp, xp.exp(log_b)), batch + (m,))
     # Breakpoints closer than the sums' rounding are one shared breakpoint: whether two equal
-    # sums compare equal depends on how the host added them (XLA under jit differs from eager).
+    # sums compare equal depends on how the backend added them (XLA under jit differs from eager).
     tol = 4 * xp.finfo(s.dtype).eps * math.sqrt(n + m)
     if y is not None:
         y = xp.broadcast_to(y, batch + (m,))

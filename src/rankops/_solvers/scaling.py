@@ -11,7 +11,7 @@ Bialobrzeski 2021) applies it to NeuralSort's row-stochastic matrix, whose
 columns need not sum to 1. Unlike :mod:`rankops._solvers.sinkhorn` (an
 entropic transport in the log domain, differentiated implicitly), this is
 the plain multiplicative scaling of a given matrix, differentiated through
-its iterations by the host's autodiff.
+its iterations by the backend's autodiff.
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def _scaled(xp: Any, p: Any, row_w: Any, col_w: Any, *, max_iter: int, tol: floa
 
 
 def replayed_vjp(xp: Any, p: Any, row_w: Any, col_w: Any, ct: Any, *, max_iter: int, tol: float) -> tuple[Any]:
-    """The gradient of ``sum(ct * _scaled(p))`` in ``p``, by running the iterations again under the host's autodiff.
+    """The gradient of ``sum(ct * _scaled(p))`` in ``p``, by running the iterations again under the backend's autodiff.
 
     What a compiled torch graph calls, as one op (``rankops::eager``), in
     place of the iterations it cannot differentiate as a loop: eagerly, the
@@ -97,8 +97,8 @@ def scale_to_doubly_stochastic(xp: Any, p: Any, rows: Any, cols: Any, *, max_ite
     row_w, col_w = xp.astype(rows, p.dtype), xp.astype(cols, p.dtype)
     adapter = get_adapter(xp)
     if adapter.replays_loops((p,)):
-        # a compiling host that cannot differentiate a loop with an exit test: the forward one loop op (no gradient
-        # traced through it), the backward the iterations replayed eagerly under the host's autodiff
+        # a compiling backend that cannot differentiate a loop with an exit test: the forward one loop op (no gradient
+        # traced through it), the backward the iterations replayed eagerly under the backend's autodiff
         statics = {"max_iter": max_iter, "tol": tol}
 
         def forward(xp_: Any, *arrays: Any) -> Any:

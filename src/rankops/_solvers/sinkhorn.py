@@ -97,7 +97,7 @@ def solve_vjp(
     result's gradient does not depend on them; unrolled, it flows through
     them as through the iterations.
 
-    ``implicit=True`` hides the iterations from the host's autodiff: the plan
+    ``implicit=True`` hides the iterations from the backend's autodiff: the plan
     and potentials get the gradient of the fixed point
     (:mod:`.implicit`), computed from the final plan alone.
 
@@ -129,8 +129,8 @@ def solve_vjp(
     arrays = (c, log_a, log_b, u0, v0)
     adapter = get_adapter(xp)
     if not opts.implicit and adapter.replays_loops(arrays):
-        # unrolled, where the host cannot differentiate the loop it traces (torch.compile):
-        # the backward replays the iterations eagerly, under the host's autodiff
+        # unrolled, where the backend cannot differentiate the loop it traces (torch.compile):
+        # the backward replays the iterations eagerly, under the backend's autodiff
         statics = {"max_iter": max_iter, "tol": tol, "check_every": check_every, "exact": exact, "polish": polish,
                    "differentiated": True}
 
@@ -144,7 +144,7 @@ def solve_vjp(
             xp, lambda xp_, *a: (fwd(xp_, *a)[0], a), replay, arrays, names=None, n_diff=3, linear=False
         )
     else:
-        # unrolled (implicit=False): the host differentiates the iterations themselves
+        # unrolled (implicit=False): the backend differentiates the iterations themselves
         # the backward solves by CG with guards: its unguarded twin is the one JAX transposes
         (plan, u, v, err, n_iter), back = custom_backward(xp, fwd, bwd_all, arrays, names=None, n_diff=3, register=opts.implicit,
                                                           linear=functools.partial(bwd_all, guarded=False))
@@ -165,7 +165,7 @@ def solve_vjp(
 
 
 def unrolled_vjp(xp: Any, c: Any, log_a: Any, log_b: Any, u0: Any, v0: Any, *cts: Any, given: tuple[bool, ...], **statics: Any) -> tuple[Any, ...]:
-    """Gradients of ``(c, log_a, log_b, u0, v0)`` through the unrolled iterations, by running them again under the host's autodiff.
+    """Gradients of ``(c, log_a, log_b, u0, v0)`` through the unrolled iterations, by running them again under the backend's autodiff.
 
     ``cts``: the cotangents of ``(plan, u, v)`` flagged in ``given`` (the others
     are zero). Eager: the loop stops where the forward's did.
@@ -201,7 +201,7 @@ def fixed_point(
     Returns ``((plan, u, v, error, n_iter), residuals)``, the residuals being
     what the implicit backward needs: the plan and both log-marginals.
     ``polish``: Newton steps after the iterations (:func:`_polish`);
-    ``differentiated``: the host's autodiff records them (unrolled), so
+    ``differentiated``: the backend's autodiff records them (unrolled), so
     they are written for it.
     """
     adapter = get_adapter(xp)
@@ -257,13 +257,13 @@ def _polish(
     1e-9 in float64. The Jacobian of the marginals in ``(u, v)`` is the
     implicit backward's system (:mod:`.implicit`), solved approximately by
     :data:`POLISH_CG_STEPS` iterations of the same CG, with no convergence
-    check (no host sync; in float64 the FD agreement of
+    check (no backend sync; in float64 the FD agreement of
     ``benchmarks/smoothness.py`` is the same from 4 steps to a converged
     solve). Only converged problems are polished (one that
     ``max_iter`` stopped keeps its value and is reported), a step is kept
     where it lowers the error, and skipped where the error is within
     ``tol**2`` or :data:`POLISHED` already: a caller's ``tol`` of 1e-9
-    (float64) costs nothing more. ``differentiated``: the host's autodiff
+    (float64) costs nothing more. ``differentiated``: the backend's autodiff
     records the steps (unrolled), whose pullback is then that of the
     Newton map: the CG declared one linear solve, a step judged on
     constants before its plan is formed.

@@ -133,10 +133,10 @@ def positions(xp: Any, s: Any, valid: Any) -> Any:
 
 
 def log_sigmoid(xp: Any, z: Any) -> Any:
-    """``log(sigmoid(z))``, stable and smooth at 0: the host's own kernel where it has one."""
+    """``log(sigmoid(z))``, stable and smooth at 0: the backend's own kernel where it has one."""
     return get_adapter(xp).log_sigmoid(xp, z)
 
 
 def sigmoid(xp: Any, z: Any) -> Any:
-    """The logistic function, stable: the host's own kernel where it has one."""
+    """The logistic function, stable: the backend's own kernel where it has one."""
     return get_adapter(xp).sigmoid(xp, z)

@@ -182,7 +182,7 @@ def topk_cross_entropy(scores: Array, labels: Array, p_k: Sequence[float], /, *,
     if top1_mode == "sort":
         loss = _neg_log(xp, shares)
     else:
-        # whole rows (a lazy host maps them over its blocks: a reduction of an empty Dask batch has no identity)
+        # whole rows (a lazy backend maps them over its blocks: a reduction of an empty Dask batch has no identity)
         if valid is None:
             log_softmax = get_adapter(xp).rows(xp, _log_softmax, s, dtype=s.dtype)
         else:

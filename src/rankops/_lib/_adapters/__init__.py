@@ -11,7 +11,7 @@ the array API for trailing core axes, ``rule(xp, x, opts, **params) ->
 (outputs, pullback)``, with the trailing shapes of its outputs (what lazy
 backends need before running). A core with a hand-written backward gives it
 through :func:`custom_backward`, the one place that registers a backward
-with the host's autodiff.
+with the backend's autodiff.
 """
 
 from __future__ import annotations
@@ -93,8 +93,8 @@ def same_shape(shape: tuple[int, ...], opts: Any, params: Mapping[str, Any]) -> 
 
 
 def rebuilt(fwd: Callable[..., Any]) -> Callable[..., Any]:
-    """``residuals`` of :func:`custom_backward` for a forward whose every operation the host can differentiate:
-    its residuals computed again from the inputs, under the host's autodiff, make the backward differentiable
+    """``residuals`` of :func:`custom_backward` for a forward whose every operation the backend can differentiate:
+    its residuals computed again from the inputs, under the backend's autodiff, make the backward differentiable
     (second derivatives: torch's ``create_graph=True``, ``jax.hessian``)."""
     return lambda xp, *arrays: fwd(xp, *arrays)[1]
 
@@ -115,17 +115,17 @@ def custom_backward(
 
     ``fwd(xp, *arrays) -> (outputs, residuals)`` and ``bwd(xp, residuals,
     cotangents) -> one gradient per array``; only the first ``n_diff``
-    outputs carry gradients. Hosts with autodiff register the pair (the
+    outputs carry gradients. Backends with autodiff register the pair (the
     adapter's ``custom_vjp``; ``residuals(xp, *arrays)``, when given,
     rebuilds the residuals for higher derivatives); with ``register=False``
-    the host differentiates the forward itself (an unrolled solver).
+    the backend differentiates the forward itself (an unrolled solver).
     ``linear``: True where ``bwd`` is written with linear operations of the
-    cotangents that the host can transpose (no loop with an exit test, no
+    cotangents that the backend can transpose (no loop with an exit test, no
     scaling by the cotangent's own size), so that its transpose is the
     forward mode (JAX: ``jacfwd``, ``jvp``); where it is not (the Sinkhorn
     solves), a version of ``bwd`` that is, for the forward mode alone,
     ``bwd`` keeping the reverse mode; False: reverse mode only.
-    ``pullback(cotangents)`` applies ``bwd`` (``rankops.vjp`` on hosts
+    ``pullback(cotangents)`` applies ``bwd`` (``rankops.vjp`` on backends
     without autodiff, where the forward's residuals are kept): a dict by
     ``names``, or the gradients' tuple when ``names`` is None.
     """
@@ -137,7 +137,7 @@ def custom_backward(
 
     def pullback(cts: tuple[Any, ...]) -> Any:
         res = kept
-        if res is None:  # registered with the host: nothing was kept, the residuals are rebuilt
+        if res is None:  # registered with the backend: nothing was kept, the residuals are rebuilt
             res = residuals(xp, *arrays) if residuals is not None else fwd(xp, *arrays)[1]
         grads = bwd(xp, res, cts)
         return tuple(grads) if names is None else dict(zip(names, grads))

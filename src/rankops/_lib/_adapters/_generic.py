@@ -5,12 +5,12 @@ lacks or leaves to each framework:
 
 - numerics: fused ``softmax`` / ``logsumexp``, ``stop_gradient``, row-wise scans,
   segmented sums, ``searchsorted``, gathers and permutation inverses
-  (:mod:`.._loops`; scatters where the host has them), Gumbel noise
+  (:mod:`.._loops`; scatters where the backend has them), Gumbel noise
   from the framework's own generator, whether values can be read now;
 - loops: ``iterate`` (the Sinkhorn / CG fixed-point driver, also isotonic
   run pooling), ``scan_blocks`` (SoftSort / NeuralSort row blocks) and
-  ``unless`` (work skipped when the host can tell it is not needed);
-- autodiff: ``custom_vjp`` registers a hand-written backward with the host's
+  ``unless`` (work skipped when the backend can tell it is not needed);
+- autodiff: ``custom_vjp`` registers a hand-written backward with the backend's
   reverse mode, ``autodiff_vjp`` is ``rankops.vjp`` through it;
 - execution: ``run`` and ``rule_vjp`` apply an operator's core to a
   prepared call (directly here; through a cached ``jax.jit`` on JAX; block by
@@ -40,10 +40,10 @@ def scatter(cts: tuple[Any, ...], wanted: tuple[str, ...], names: tuple[str, ...
     return tuple(by_name.get(name) for name in names)
 
 
-# The protocol in two parts. REQUIRED: what a host whose arrays differ from an eager, autodiff-free library's
+# The protocol in two parts. REQUIRED: what a backend whose arrays differ from an eager, autodiff-free library's
 # (its own reverse mode, tracing or compiling, lazy values, its own random generator) must override for correct
 # values and gradients; the portable versions below are right for NumPy, CuPy and array-api-strict. SPEED_UPS:
-# numerics whose portable versions are right on every host, overridden where the host has a faster kernel.
+# numerics whose portable versions are right on every backend, overridden where the backend has a faster kernel.
 REQUIRED = (
     "stop_gradient", "custom_vjp", "autodiff_vjp", "linear_solve",  # autodiff
     "is_concrete", "iterate", "repeat", "settle", "unless", "scan_blocks", "eagerly", "replays_loops", "compiled",  # loops
@@ -60,25 +60,25 @@ SPEED_UPS = (
 class PortableAdapter:
     """The adapter protocol, with portable implementations; framework adapters subclass it.
 
-    A new host is one adapter file (a subclass overriding what :data:`REQUIRED` names where the host differs
+    A new backend is one adapter file (a subclass overriding what :data:`REQUIRED` names where the backend differs
     from an eager, autodiff-free array library, and any of :data:`SPEED_UPS`) plus its line in
-    :func:`.get_adapter` (docs/architecture.md, "Adding a host").
+    :func:`.get_adapter` (docs/architecture.md, "Adding a backend").
     """
 
     name = "generic"
-    autodiff = False  # the host has its own reverse mode (rankops.vjp uses it)
+    autodiff = False  # the backend has its own reverse mode (rankops.vjp uses it)
     # Values exist only once computed, and cores run block by block in the chunks'
     # namespace (Dask): nothing may read values, and hyper-parameters must be numbers.
     lazy = False
     # SoftSort / NeuralSort with block="auto": the largest (..., n, n) matrix (bytes, over the
-    # whole batch) built whole and differentiated by the host rather than streamed in row blocks.
-    # Streaming bounds memory; the whole matrix is faster only where the host's own backward of
+    # whole batch) built whole and differentiated by the backend rather than streamed in row blocks.
+    # Streaming bounds memory; the whole matrix is faster only where the backend's own backward of
     # it beats recomputing the rows (torch; not XLA, which fuses the streamed blocks).
     dense_matrix_bytes = 0
     # XLA on CPU flushes subnormal operands of arithmetic to zero but not of abs / max / compares,
     # so a scale read off a subnormal row is positive and yet divides as 0 (0 / 0 = NaN).
     flushes_subnormals = False
-    # the host compiles a loop's body once (lax loops), so a loop costs its body, not its steps: loops whose
+    # the backend compiles a loop's body once (lax loops), so a loop costs its body, not its steps: loops whose
     # every step differs in shape are then better run as one loop over position arithmetic (_cores/merges.py)
     compiles_loops = False
 
@@ -99,22 +99,22 @@ class PortableAdapter:
         return _numerics.ndtr(xp, u)
 
     def sigmoid(self, xp: Any, z: Any) -> Any:
-        """The logistic function; a host's own kernel where it has one."""
+        """The logistic function; a backend's own kernel where it has one."""
         return _numerics.sigmoid(xp, z)
 
     def log_sigmoid(self, xp: Any, z: Any) -> Any:
-        """``log(sigmoid(z))``; a host's own kernel where it has one."""
+        """``log(sigmoid(z))``; a backend's own kernel where it has one."""
         return _numerics.log_sigmoid(xp, z)
 
     def stop_gradient(self, xp: Any, x: Any) -> Any:
         return x
 
     def linear_scan(self, xp: Any, a: Any, b: Any, *, reverse: bool = False, overwrite_b: bool = False) -> Any:
-        """:func:`.._loops.linear_scan`; ``overwrite_b``: the caller gives ``b`` up (a host may scan in it)."""
+        """:func:`.._loops.linear_scan`; ``overwrite_b``: the caller gives ``b`` up (a backend may scan in it)."""
         return _loops.linear_scan(xp, a, b, reverse=reverse)
 
     def scan_links(self, xp: Any, a: Any) -> Any:
-        """``a``, the links of :meth:`linear_scan`, readied for several scans over the same links: a host may
+        """``a``, the links of :meth:`linear_scan`, readied for several scans over the same links: a backend may
         precompute what each scan would rebuild. Only :meth:`linear_scan` reads the result."""
         return a
 
@@ -144,7 +144,7 @@ class PortableAdapter:
         return self.take(xp, x, order), order
 
     def invert_permutation(self, xp: Any, order: Any) -> Any:
-        """The inverse of each row's permutation ``order`` (a sort here; a scatter where the host has one)."""
+        """The inverse of each row's permutation ``order`` (a sort here; a scatter where the backend has one)."""
         return xp.argsort(order, axis=-1)
 
     def merge_descending(self, xp: Any, a: Any, b: Any) -> tuple[Any, Any, Any]:
@@ -171,7 +171,7 @@ class PortableAdapter:
         """``fn(xp, *arrays)``, an array of ``arrays[0]``'s shape and ``dtype`` computed from whole rows (last axis).
 
         For the row helpers outside a :class:`~.._calls.Call` that need a sort or
-        a gather (the losses' hard ranks of targets): a lazy host maps ``fn``
+        a gather (the losses' hard ranks of targets): a lazy backend maps ``fn``
         over blocks of whole rows in its chunks' own namespace.
         """
         return fn(xp, *arrays)
@@ -199,7 +199,7 @@ class PortableAdapter:
 
     def scan_blocks(self, xp: Any, body: Any, carry: Any, xs: tuple[Any, ...], block: int, *, looped: bool = False) -> Any:
         """:func:`rankops._lib._loops.scan_blocks`; ``looped``: a forward computation (no gradient traced through it)
-        that a compiling host may run as one loop op, its body traced once."""
+        that a compiling backend may run as one loop op, its body traced once."""
         return _loops.scan_blocks(xp, body, carry, xs, block)
 
     def repeat(self, xp: Any, body: Callable[[Any], Any], state: Any, count: Any, most: int, like: tuple[Any, ...] = ()) -> Any:
@@ -228,7 +228,7 @@ class PortableAdapter:
         return state
 
     def compiled(self, fn: Callable[..., Any]) -> Callable[..., Any]:
-        """``fn(xp, *arrays)`` compiled once per shape where the host compiles (JAX), else ``fn`` itself.
+        """``fn(xp, *arrays)`` compiled once per shape where the backend compiles (JAX), else ``fn`` itself.
 
         For kernels called outside a :class:`~.._calls.Call` (the permutation
         kernels): eager JAX would otherwise compile every operation on its own.
@@ -238,7 +238,7 @@ class PortableAdapter:
     def eagerly(self, xp: Any, fn: Callable[..., Any], arrays: tuple[Any, ...], *, like: tuple[int, ...], **params: Any) -> tuple[Any, ...]:
         """``fn(xp, *arrays, **params)``: a tuple of arrays, the i-th shaped and typed like ``arrays[like[i]]``.
 
-        A compiling host runs ``fn`` outside the compiled graph, eagerly, so its
+        A compiling backend runs ``fn`` outside the compiled graph, eagerly, so its
         data-dependent loops keep their early exit (the torch adapter, under
         ``torch.compile``): ``fn`` must be a module-level function and
         ``params`` literals (numbers, strings, booleans, tuples of them).
@@ -248,7 +248,7 @@ class PortableAdapter:
     def replays_loops(self, arrays: tuple[Any, ...]) -> bool:
         """Whether autodiff of a data-dependent loop over ``arrays`` must replay it eagerly (see :meth:`eagerly`).
 
-        True only where the host traces the loop and differentiates it: then its
+        True only where the backend traces the loop and differentiates it: then its
         backward cannot be traced (the torch adapter under ``torch.compile``).
         """
         return False
@@ -257,7 +257,7 @@ class PortableAdapter:
         """``fn(operand)``, or ``operand`` when the 0-d boolean ``skip`` is True.
 
         ``fn`` must return ``operand`` unchanged wherever it could have been
-        skipped: the flag only saves work, so a host that cannot read it yet
+        skipped: the flag only saves work, so a backend that cannot read it yet
         (lazy arrays, traced code) may run ``fn`` anyway.
         """
         if self.is_concrete(skip) and bool(skip):

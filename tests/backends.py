@@ -1,4 +1,4 @@
-"""Array hosts for tests that compare one computation across backends."""
+"""Array backends for tests that compare one computation across backends."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import pytest
 from rankops._lib._backends import BACKENDS
 
 # the backends whose arrays are eager and in memory on a CPU: Dask (lazy) has tests of its own, CuPy needs a GPU
-HOSTS = [b.name for b in BACKENDS if b.name not in ("dask", "cupy")]
+CPU_BACKENDS = [b.name for b in BACKENDS if b.name not in ("dask", "cupy")]
 
 
-def host(name: str) -> tuple[Callable[[Any], Any], Callable[..., Any]]:
-    """``(to, run)``: arrays of the host, and ``run(f, *arrays)`` (under ``jax.jit`` on JAX: eager JAX compiles op by op)."""
+def on_backend(name: str) -> tuple[Callable[[Any], Any], Callable[..., Any]]:
+    """``(to, run)``: arrays of the backend, and ``run(f, *arrays)`` (under ``jax.jit`` on JAX: eager JAX compiles op by op)."""
     mod = pytest.importorskip(name if name != "jax" else "jax.numpy")
     if name == "numpy":
         return (lambda a: a), (lambda f, *a: f(*a))
@@ -26,7 +26,7 @@ def host(name: str) -> tuple[Callable[[Any], Any], Callable[..., Any]]:
 
 def assert_autodiff_equals_vjp(name: str, fn: Callable[..., Any], x: Any, k: Any, ct: Any, **opts: Any) -> None:
     """``fn(x, k, **opts)``'s gradients in x and k by torch.autograd or jax.grad (and x's by jax.jacfwd) equal
-    ``rankops.vjp`` on NumPy: the host's autodiff through the operator's own backward rule."""
+    ``rankops.vjp`` on NumPy: the backend's autodiff through the operator's own backward rule."""
     import numpy as np
 
     import rankops
