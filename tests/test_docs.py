@@ -6,6 +6,7 @@ import inspect
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import rankops
@@ -97,3 +98,80 @@ def test_architecture_names_the_files_one_sinkhorn_call_enters():
         sys.setprofile(None)
     assert listed == entered, (sorted(listed - entered), sorted(entered - listed))
     assert int(found.group(1)) == len(entered)
+
+
+SINKHORN_CALLS = [
+    ("soft_rank", (), {}), ("soft_sort", (), {}), ("soft_cdf", (), {}), ("soft_quantile", (np.array([0.3, 0.5]),), {}),
+    ("soft_quantile", (0.3,), {}), ("soft_rank", (), {"implicit": False}), ("soft_sort", (), {"implicit": False}),
+]
+
+
+def _traced(fn, watch):
+    """Run ``fn()`` with ``watch(frame)`` called on every rankops frame it enters."""
+    import os
+    import sys
+
+    root = os.path.dirname(rankops.__file__) + os.sep
+
+    def trace(frame, event, arg):
+        if event == "call" and frame.f_code.co_filename.startswith(root):
+            watch(frame)
+
+    sys.setprofile(trace)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+
+
+@pytest.mark.parametrize("fun, args, opts", SINKHORN_CALLS)
+def test_a_sinkhorn_backward_nests_at_most_three_pullbacks(fun, args, opts):
+    """docs/architecture.md, "The Sinkhorn backward": below the NaN-row guard every core shares, ``rankops.vjp`` of a
+    Sinkhorn operator on NumPy passes through at most three nested pullbacks (the squash's, a leaf, apart): the
+    readout's, the line solver's and the registered backward's, the line solver's returning ``(dx, dlog_a, dlog_b,
+    depsilon)``; unrolled (``implicit=False``), four: the solver's, which scales by epsilon, comes between; so does
+    the dropping of the levels' axis for a quantile at a Python level."""
+    import numpy as np
+
+    x = np.random.default_rng(0).normal(size=(3, 8))
+    out, back = rankops.vjp(getattr(rankops, fun), x, *args, **opts)
+    deepest: list[str] = []
+
+    def watch(frame):
+        nonlocal deepest
+        stack, f = [], frame
+        while f is not None:
+            code = f.f_code
+            if ("<locals>" in code.co_qualname and "/rankops/" in code.co_filename
+                    and not code.co_filename.endswith(("finite.py", "squash.py"))
+                    and (code.co_name == "pullback" or code.co_name.endswith("_back"))):
+                stack.append(code.co_qualname)
+            f = f.f_back
+        if len(stack) > len(deepest):
+            deepest = stack
+
+    _traced(lambda: back(np.ones_like(out)), watch)
+    most = 4 if opts.get("implicit") is False or (fun == "soft_quantile" and isinstance(args[0], float)) else 3
+    assert 2 <= len(deepest) <= most, deepest[::-1]
+
+
+@pytest.mark.parametrize("fun, args, opts", SINKHORN_CALLS)
+def test_a_sinkhorn_call_fetches_each_adapter_once_where_it_is_used(fun, args, opts):
+    """The call's adapter is fetched by ``prepare`` and kept on the call; below it each function that needs one fetches
+    it once and hands it to its private helpers (``eagerly`` passes only arrays and Python values, so the CG solve
+    fetches its own): no frame fetches twice, and a forward call fetches at most a dozen times."""
+    import numpy as np
+
+    x = np.random.default_rng(0).normal(size=(3, 8))
+    op = getattr(rankops, fun)
+    op(x, *args, **opts)
+    callers: list = []  # the frames themselves, kept alive so that no two share an identity
+
+    def watch(frame):
+        if frame.f_code.co_name == "get_adapter":
+            callers.append(frame.f_back)
+
+    _traced(lambda: op(x, *args, **opts), watch)
+    twice = [f.f_code.co_qualname for f in callers if sum(g is f for g in callers) > 1]
+    assert not twice, twice
+    assert len(callers) <= 12, sorted(f.f_code.co_qualname for f in callers)

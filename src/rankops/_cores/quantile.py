@@ -21,7 +21,7 @@ from .._lib._compat import is_array, device as _device
 from .._lib._numerics import unbroadcast
 from .entries import Entries
 from .finite import finite_rows
-from .transport import REPORTED, WEIGHTS, TransportSettings, grads, plan_vjp
+from .transport import REPORTED, WEIGHTS, TransportSettings, grads, plan_vjp, weights_cotangent
 
 __all__ = ["quantile_core", "MIN_FILLER"]
 
@@ -120,11 +120,11 @@ def _levels_core(xp: Any, x: Any, opts: TransportSettings, levels: Any, entries:
         ct_m = xp.where(valid, cts[0], xp.zeros_like(cts[0])) / mass  # (..., L)
         zero = xp.zeros_like(p[..., :1])
         dp = xp.concat([zero, (xl - out[..., None])[..., None] * ct_m[..., None, None], zero], axis=-1)
-        dx, d_a, d_log_b, d_eps = plan_back(dp)
+        dx, d_log_a, d_log_b, d_eps = plan_back(dp)
         dx = xp.sum(dx, axis=-2) + xp.sum(p[..., 1] * ct_m[..., None], axis=-2)
         d_b = xp.where(b > floor, d_log_b / xp.where(b > floor, b, xp.ones_like(b)), xp.zeros_like(b))
         d_q = unbroadcast(xp, centre_back(d_b) * slope, tuple(levels.shape))
-        d_w = None if d_a is None else d_a[..., 0, :]
+        d_w = None if wl is None else weights_cotangent(xp, wl, x.dtype, d_log_a)[..., 0, :]
         return grads(dx, d_eps, q=xp.where(valid, d_q, xp.zeros_like(d_q)), weights=d_w)
 
     # an invalid level is a data problem, like a NaN input: NaN value and error, no convergence warning

@@ -42,7 +42,7 @@ from .finite import finite_rows
 from .squash import squash_parts
 
 __all__ = [
-    "TransportSettings", "grid", "topk_targets", "target_measure", "topk_weights", "plan_vjp", "grads",
+    "TransportSettings", "grid", "topk_targets", "target_measure", "topk_weights", "plan_vjp", "weights_cotangent", "grads",
     "REPORTED", "WEIGHTS", "cdf_core", "rank_core", "sort_core", "quantile_normalize_core", "topk_core", "quantize_core", "solver_core",
 ]
 
@@ -85,33 +85,31 @@ def plan_vjp(
     """Entropic plan (..., n, m) between the squashed rows of ``x`` (weights ``a``: :func:`input_measure`) and targets ``y``.
 
     Returns the plan, the solver's marginal error per problem (...,) and the
-    pullback ``(dplan, dlog_a=None) -> (dx, dweights, dlog_b, depsilon)``,
-    in the solver's order (:func:`rankops._solvers.line.line_plan_vjp`:
-    ``(dx, dlog_a, dlog_b, depsilon)``), the weights' gradient where the
-    solver has ``log a``'s (``dweights`` None without weights, ``depsilon``
-    None unless epsilon is an array; ``dlog_a`` is what the readout adds on
-    ``log a``).
+    solver's pullback ``dplan -> (dx, dlog_a, dlog_b, depsilon)``
+    (:func:`rankops._solvers.line.line_plan_vjp`; ``depsilon`` None unless
+    epsilon is an array); :func:`weights_cotangent` turns ``dlog_a``, with
+    what the readout adds on ``log a``, into the weights' gradient.
     ``per_target=True``: the plan with each column divided by its weight
     (:func:`rankops._solvers.line.line_plan_vjp`).
     """
     _, log_a = input_measure(xp, x, weights)
     squash = functools.partial(squash_parts, method=opts.squash)
-    plan, err, line_back = line_plan_vjp(xp, x, y, log_a, log_b, opts, power=opts.power, exact=exact, squash=squash,
-                                         per_target=per_target, supported=weights is not None)
+    return line_plan_vjp(xp, x, y, log_a, log_b, opts, power=opts.power, exact=exact, squash=squash,
+                         per_target=per_target, supported=weights is not None)
 
-    def pullback(dp: Any, d_log_a: Any = None) -> tuple[Any, Any, Any, Any]:
-        dx, d_log_a_plan, d_log_b, d_eps = line_back(dp)
-        d_w = None
-        if weights is not None:
-            g = d_log_a_plan if d_log_a is None else d_log_a_plan + d_log_a
-            # log a = log w - log sum(w): d w = (g / a - sum g) / sum(w); an empty entry (w = 0) moves nothing
-            w, _ = checked_weights(xp, xp.astype(weights, x.dtype))
-            total = xp.sum(w, axis=-1, keepdims=True)
-            d_w = unbroadcast(xp, (safe_divide(xp, g, w) * total - xp.sum(g, axis=-1, keepdims=True)) / total,
-                              tuple(weights.shape))
-        return dx, d_w, d_log_b, d_eps
 
-    return plan, err, pullback
+def weights_cotangent(xp: Any, weights: Any, dtype: Any, d_log_a: Any) -> Any:
+    """The gradient of the entries' ``weights`` from ``log a``'s (None without weights).
+
+    ``log a = log w - log sum(w)``: ``dw = (dlog_a / w - sum dlog_a) / sum(w)``;
+    an empty entry (``w = 0``) moves nothing.
+    """
+    if weights is None:
+        return None
+    w, _ = checked_weights(xp, xp.astype(weights, dtype))
+    total = xp.sum(w, axis=-1, keepdims=True)
+    return unbroadcast(xp, (safe_divide(xp, d_log_a, w) * total - xp.sum(d_log_a, axis=-1, keepdims=True)) / total,
+                       tuple(weights.shape))
 
 
 def targets_count(n: int, opts: TransportSettings, target_weights: Any) -> int:
@@ -157,7 +155,9 @@ def cdf_core(
     return entries.as_masked_operator(xp, (out, err), back)
 
 
-def _cdf(xp: Any, x: Any, opts: TransportSettings, entries: Entries, descending: bool, target_weights: Any) -> Any:
+def _cdf(xp: Any, x: Any, opts: TransportSettings, entries: Entries, descending: bool, target_weights: Any,
+         scale: Any = None) -> Any:
+    """The CDF, or ``scale`` times it (the rank: ``n_v``), with its pullback."""
     sign = -1.0 if descending else 1.0
     weights = entries.weights
     n = x.shape[-1]
@@ -168,23 +168,25 @@ def _cdf(xp: Any, x: Any, opts: TransportSettings, entries: Entries, descending:
         b, log_b = target_measure(xp, x, m, target_weights)
     else:
         y, b, log_b = own
-    b_bar = get_adapter(xp).cumulative_sum(xp, b)
+    adapter = get_adapter(xp)
+    b_bar = adapter.cumulative_sum(xp, b)
     inv_a, _ = input_measure(xp, x, weights)
     p, err, plan_back = plan_vjp(xp, sign * x, y, log_b, opts, weights=weights)
     out = inv_a * matvec(xp, p, b_bar)
 
     def pullback(cts: tuple[Any, ...]) -> dict[str, Any]:
-        ct = cts[0]
+        ct = cts[0] if scale is None else scale * cts[0]
         ct_a = inv_a * ct
         # out_i = (P b_bar)_i / a_i: log a enters the readout too, d out_i / d log a_i = -out_i
-        dx, d_a, d_log_b, d_eps = plan_back(ct_a[..., :, None] * b_bar[..., None, :], None if weights is None else -ct * out)
+        dx, d_log_a, d_log_b, d_eps = plan_back(ct_a[..., :, None] * b_bar[..., None, :])
+        d_a = weights_cotangent(xp, weights, x.dtype, d_log_a - ct * out)
         d_w = None
         if target_weights is not None:
             d_bbar = unbroadcast(xp, matvec(xp, xp.matrix_transpose(p), ct_a), tuple(b.shape))
-            d_w = get_adapter(xp).cumulative_sum(xp, d_bbar, reverse=True) + d_log_b / b
+            d_w = adapter.cumulative_sum(xp, d_bbar, reverse=True) + d_log_b / b
         return grads(sign * dx, d_eps, target_weights=d_w, weights=d_a)
 
-    return (out, err), pullback
+    return (out if scale is None else scale * out, err), pullback
 
 
 @core(output_shapes=_value_and_error_shapes, outputs=REPORTED, batched=WEIGHTS)
@@ -195,9 +197,8 @@ def rank_core(
 ) -> Any:
     """``n cdf`` (``n_v cdf`` with a mask: the ranks of the valid entries among themselves)."""
     entries = Entries(xp, x, weights, mask)
-    (cdf, err), cdf_back = _cdf(xp, entries.zero_masked(xp, x), opts, entries, descending, target_weights)
-    n = entries.count
-    return entries.as_masked_operator(xp, (n * cdf, err), lambda cts: cdf_back((n * cts[0], None)))
+    ranks, back = _cdf(xp, entries.zero_masked(xp, x), opts, entries, descending, target_weights, scale=entries.count)
+    return entries.as_masked_operator(xp, ranks, back)
 
 
 def _sorted_shapes(shape: tuple[int, ...], opts: TransportSettings, params: dict[str, Any]) -> dict[str, Any]:
@@ -284,8 +285,9 @@ def sort_core(
             zero = xp.zeros_like(ct[..., :1])
             ct = xp.concat([ct, zero] if descending else [zero, ct], axis=-1)
         ct_b = sign * per_target(ct, b)
-        dx, d_a, d_log_b, d_eps = plan_back(x[..., :, None] * ct_b[..., None, :])
+        dx, d_log_a, d_log_b, d_eps = plan_back(x[..., :, None] * ct_b[..., None, :])
         dx = dx + matvec(xp, p, ct_b)
+        d_a = weights_cotangent(xp, weights, x.dtype, d_log_a)
         d_w = None if target_weights is None else d_log_b / b - unbroadcast(xp, ct_b * ascending, tuple(b.shape))
         return grads(sign * dx, d_eps, target_weights=d_w, weights=d_a)
 
@@ -321,7 +323,8 @@ def quantile_normalize_core(
     def pullback(cts: tuple[Any, ...]) -> dict[str, Any]:
         ct = cts[0]
         ct_a = inv_a * ct
-        dx, d_a, d_log_b, d_eps = plan_back(ct_a[..., :, None] * t, None if weights is None else -ct * out)
+        dx, d_log_a, d_log_b, d_eps = plan_back(ct_a[..., :, None] * t)
+        d_a = weights_cotangent(xp, weights, x.dtype, d_log_a - ct * out)
         d_t = unbroadcast(xp, matvec(xp, xp.matrix_transpose(p), ct_a), tuple(t.shape))
         return grads(dx, d_eps, targets=d_t, target_weights=None if target_weights is None else d_log_b / b, weights=d_a)
 

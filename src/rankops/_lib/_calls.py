@@ -146,14 +146,11 @@ class Prepared:
     x: Any
     layout: Layout
     name: str  # the input's name in the signature (x, s, cost)
+    adapter: Any  # the namespace's adapter, fetched once per call
 
     @property
     def xp(self) -> Any:
         return self.layout.xp
-
-    @property
-    def adapter(self) -> Any:
-        return get_adapter(self.xp)
 
     @property
     def n(self) -> int:
@@ -232,7 +229,7 @@ def prepare(
         # astype copies; inputs are never written to, so no defensive copy otherwise.
         x = xp.astype(x, compute_dtype)
     layout = Layout(xp, axes, tuple(x.shape), compute_dtype, out_dtype)
-    return Prepared(layout.to_core(x), layout, name)
+    return Prepared(layout.to_core(x), layout, name, adapter)
 
 
 class ValueReadout:

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._lib._adapters import get_adapter
+from .._lib._adapters import PortableAdapter, get_adapter
 from .._lib._loops import freeze_rows
 from .._lib._numerics import matvec, safe_divide, unbroadcast
 
@@ -79,11 +79,12 @@ def _schur_solve(
     mode): the two guards below that read the right-hand side's size are
     left to the solve, which the backend sees as one linear solve.
     """
+    adapter = get_adapter(xp)  # here, not passed: eagerly() hands this function only arrays and Python values
     # The system is linear: solve for a right-hand side of unit size and scale
     # back, so that CG's squared norms stay in range when the cotangent is
     # large (a soft sort of values near 1e30 in float32).
     if guarded:
-        unit = _unit(xp, xp.maximum(xp.max(xp.abs(r), axis=-1, keepdims=True), xp.max(xp.abs(s), axis=-1, keepdims=True)))
+        unit = _unit(xp, adapter, xp.maximum(xp.max(xp.abs(r), axis=-1, keepdims=True), xp.max(xp.abs(s), axis=-1, keepdims=True)))
         r, s = r / unit, s / unit
     row = xp.sum(p, axis=-1)
     col = xp.sum(p, axis=-2)
@@ -92,7 +93,7 @@ def _schur_solve(
     # effect on the plan depends on neither, so autodiff (an unrolled polish differentiates this solve's matrix)
     # sees them as constants; their square roots' derivatives are unbounded at an empty column (NaN gradients
     # of saturated plans on JAX).
-    held = get_adapter(xp).stop_gradient(xp, col)
+    held = adapter.stop_gradient(xp, col)
     inv_sqrt_col = xp.sqrt(_safe_inverse(xp, held))
     q = xp.sqrt(held)
     q = q * _safe_inverse(xp, xp.sqrt(xp.sum(q * q, axis=-1, keepdims=True)))
@@ -106,22 +107,22 @@ def _schur_solve(
         # blocks amplified it into gradients of 1e4 where the exact one is 1e-11.
         terms = _norm(xp, s * inv_sqrt_col) + _norm(xp, carried * inv_sqrt_col)
         rhs = xp.where(_norm(xp, rhs) <= _cg_tolerance(xp, p.dtype) * terms, xp.zeros_like(rhs), rhs)
-        y = _cg(xp, ops, rhs, terms, max_iter=max_iter, steps=steps)
+        y = _cg(xp, adapter, ops, rhs, terms, max_iter=max_iter, steps=steps)
     else:
         def solve(b: Any) -> Any:
-            size = _unit(xp, xp.max(xp.abs(b), axis=-1, keepdims=True))
+            size = _unit(xp, adapter, xp.max(xp.abs(b), axis=-1, keepdims=True))
             unit_b = b / size
-            return _cg(xp, ops, unit_b, _norm(xp, unit_b), max_iter=max_iter, steps=steps) * size
+            return _cg(xp, adapter, ops, unit_b, _norm(xp, unit_b), max_iter=max_iter, steps=steps) * size
 
-        y = get_adapter(xp).linear_solve(xp, lambda v: _schur(xp, ops, v), solve, rhs)
+        y = adapter.linear_solve(xp, lambda v: _schur(xp, ops, v), solve, rhs)
     beta = y * inv_sqrt_col
     alpha = (r - matvec(xp, p, beta)) * inv_row
     return (alpha * unit, beta * unit) if guarded else (alpha, beta)
 
 
-def _unit(xp: Any, size: Any) -> Any:
+def _unit(xp: Any, adapter: PortableAdapter, size: Any) -> Any:
     """``size`` where it is positive and finite, else 1, held constant: the scale a linear solve divides by and restores."""
-    return get_adapter(xp).stop_gradient(xp, xp.where((size > 0) & xp.isfinite(size), size, xp.ones_like(size)))
+    return adapter.stop_gradient(xp, xp.where((size > 0) & xp.isfinite(size), size, xp.ones_like(size)))
 
 
 def _schur(xp: Any, ops: tuple[Any, ...], y: Any) -> Any:
@@ -131,7 +132,7 @@ def _schur(xp: Any, ops: tuple[Any, ...], y: Any) -> Any:
     return y - kk + q * xp.sum(q * y, axis=-1, keepdims=True)
 
 
-def _cg(xp: Any, ops: tuple[Any, ...], rhs: Any, terms: Any, *, max_iter: int, steps: int | None) -> Any:
+def _cg(xp: Any, adapter: PortableAdapter, ops: tuple[Any, ...], rhs: Any, terms: Any, *, max_iter: int, steps: int | None) -> Any:
     """Conjugate gradient on the deflated Schur complement of ``ops = (p, 1 / row, 1 / sqrt(col), q)``, from 0.
 
     It stops at a residual within the dtype's tolerance of ``terms``, or after ``steps`` iterations when given.
@@ -153,7 +154,6 @@ def _cg(xp: Any, ops: tuple[Any, ...], rhs: Any, terms: Any, *, max_iter: int, s
 
     operands = (*ops, terms)
     state = (xp.zeros_like(rhs), rhs, rhs, xp.sum(rhs * rhs, axis=-1, keepdims=True))
-    adapter = get_adapter(xp)
     if steps is not None:
         return adapter.repeat(xp, lambda st: step(operands, st), state, steps, steps)[0]
     (y, _, _, _), _, _ = adapter.iterate(

@@ -30,7 +30,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .._lib._adapters import custom_backward, get_adapter
+from .._lib._adapters import PortableAdapter, custom_backward, get_adapter
 from .._lib._compat import is_array, device as _device
 from .._lib._numerics import abs_power, abs_power_slope, matvec, unbroadcast
 from .implicit import dual_cotangents
@@ -86,15 +86,20 @@ def line_plan_vjp(
     if not opts.implicit or is_array(opts.epsilon):
         s, unit_back, scale = squash(xp, x, _support(log_a, supported))
         init = grid_potentials(xp, s, log_a, log_b, h, y) if warm else None
-        plan, err, cost_back = _autodiff_cost(xp, s, y, log_a, log_b, opts, h, h_slope, exact, init)
+        # unrolled, or a learnable epsilon: the cost formed and handed to the solver, whose pullback takes the plan's.
+        # The differences are recomputed in the pullback, and the cost is passed without a name:
+        # neither stays alive through the solve (each is a whole (..., n, m) array).
+        res, solve_back = solve_vjp(xp, h(_gaps(y, s)), log_a, log_b, opts, exact=exact, init=init, polish=True)
+        err = res.error
         inv_b = _inverse_weights(xp, log_b) if per_target else None
-        out = plan * inv_b if per_target else plan
+        out = res.plan * inv_b if per_target else res.plan
 
         def unrolled_back(dp: Any) -> tuple[Any, Any, Any, Any]:
             if per_target:  # Q = P / b: dP = dQ / b, and dlog b gains -sum_i dQ o Q
                 extra = -xp.sum(dp * out, axis=-2)
                 dp = dp * inv_b
-            ds, d_log_a, d_log_b, d_eps = cost_back(dp)
+            d_cost, d_log_a, d_log_b, d_eps = solve_back(dp)
+            ds = unbroadcast(xp, -xp.sum(d_cost * h_slope(_gaps(y, s)), axis=-1), tuple(s.shape))
             if per_target:
                 d_log_b = d_log_b + unbroadcast(xp, extra, tuple(log_b.shape))
             return unit_back(ds) / scale, d_log_a, d_log_b, d_eps
@@ -113,21 +118,6 @@ def line_plan_vjp(
         return dx, d_log_a, d_log_b, None
 
     return plan, err, pullback
-
-
-def _autodiff_cost(xp: Any, s: Any, y: Any, log_a: Any, log_b: Any, opts: Settings, h: Any, h_slope: Any,
-                   exact: str, init: Any) -> tuple[Any, Any, Any]:
-    """Unrolled, or a learnable epsilon: the cost formed and handed to :func:`.sinkhorn.solve_vjp`."""
-    # The differences are recomputed in the pullback, and the cost is passed without a name:
-    # neither stays alive through the solve (each is a whole (..., n, m) array).
-    res, solve_back = solve_vjp(xp, h(_gaps(y, s)), log_a, log_b, opts, exact=exact, init=init, polish=True)
-
-    def pullback(dp: Any) -> tuple[Any, Any, Any, Any]:
-        d_cost, d_log_a, d_log_b, d_eps = solve_back(dp)
-        ds = -xp.sum(d_cost * h_slope(_gaps(y, s)), axis=-1)
-        return unbroadcast(xp, ds, tuple(s.shape)), d_log_a, d_log_b, d_eps
-
-    return res.plan, res.error, pullback
 
 
 def _forward(xp: Any, x: Any, y: Any, log_a: Any, log_b: Any, *, h: Any, eps: float, opts: Settings, exact: str,
@@ -271,13 +261,15 @@ def grid_potentials(xp: Any, s: Any, log_a: Any, log_b: Any, cost: Callable[[Any
     tol = 4 * xp.finfo(s.dtype).eps * math.sqrt(n + m)
     if y is not None:
         y = xp.broadcast_to(y, batch + (m,))
-    right = _staircase(xp, ss, a_cum[..., :-1] + tol, b_cum, cost, side="right", y=y)
-    down = _staircase(xp, ss, a_cum[..., :-1] - tol, b_cum, cost, side="left", y=y)
+    right = _staircase(xp, adapter, ss, a_cum[..., :-1] + tol, b_cum, cost, side="right", y=y)
+    down = _staircase(xp, adapter, ss, a_cum[..., :-1] - tol, b_cum, cost, side="left", y=y)
     f_sorted, g = ((p + q) / 2 for p, q in zip(right, down))
     return adapter.take(xp, f_sorted, adapter.invert_permutation(xp, order)), g
 
 
-def _staircase(xp: Any, ss: Any, a_break: Any, b_cum: Any, cost: Callable[[Any], Any], *, side: str, y: Any = None) -> tuple[Any, Any]:
+def _staircase(
+    xp: Any, adapter: PortableAdapter, ss: Any, a_break: Any, b_cum: Any, cost: Callable[[Any], Any], *, side: str, y: Any = None,
+) -> tuple[Any, Any]:
     """Potentials telescoped along one staircase: ``f`` (in sorted order) and ``g``.
 
     ``col[i]``, the column in which the path steps from sorted row ``i`` to
@@ -286,7 +278,6 @@ def _staircase(xp: Any, ss: Any, a_break: Any, b_cum: Any, cost: Callable[[Any],
     first). The column steps are read off the same path, ``row[j - 1] =
     #{i: col[i] < j}``, so the two telescopes walk one staircase exactly.
     """
-    adapter = get_adapter(xp)
     dev, m = _device(ss), b_cum.shape[-1]
     scale = 1.0 / max(m - 1, 1)
     col = xp.clip(adapter.searchsorted(xp, b_cum, a_break, side=side), 0, m - 1)  # (..., n - 1)

@@ -43,7 +43,7 @@ from typing import Any, Callable, NamedTuple, Protocol
 
 import numpy as np
 
-from .._lib._adapters import custom_backward, get_adapter
+from .._lib._adapters import PortableAdapter, custom_backward, get_adapter
 from .._lib._compat import is_array, device as _device
 from .._lib._loops import freeze_rows
 from .._lib._numerics import checked_weights, finite_max, matvec, vecmat
@@ -206,7 +206,7 @@ def fixed_point(
     """
     adapter = get_adapter(xp)
     operands = (c, log_a, log_b)
-    one_round = functools.partial(_round, xp, check_every=check_every)
+    one_round = functools.partial(_round, xp, check_every=check_every, adapter=adapter)
 
     def error(ops: tuple[Any, Any, Any], state: tuple[Any, Any, Any]) -> Any:
         return state[2][..., 0]
@@ -219,7 +219,7 @@ def fixed_point(
     plan = _plan(xp, c, u, v)
     if polish:
         plan, u, v = _polish(xp, c, (plan, u, v, last[..., 0]), log_a, log_b, tol=tol, max_iter=max_iter,
-                             differentiated=differentiated)
+                             adapter=adapter, differentiated=differentiated)
     if exact == "columns":
         # the column update v <- log b - logsumexp_i(u_i - c_ij), applied to the plan it rescales;
         # the column sum is floored as in _round: unrolled autodiff of b / sum forms 1 / sum**2,
@@ -244,7 +244,8 @@ POLISH_CG_STEPS = 4
 
 
 def _polish(
-    xp: Any, c: Any, state: tuple[Any, ...], log_a: Any, log_b: Any, *, tol: float, max_iter: int, differentiated: bool = False
+    xp: Any, c: Any, state: tuple[Any, ...], log_a: Any, log_b: Any, *, tol: float, max_iter: int, adapter: PortableAdapter,
+    differentiated: bool = False,
 ) -> tuple[Any, Any, Any]:
     """``(plan, u, v)`` after up to :data:`POLISH_STEPS` Newton steps on the marginal equations ``(P 1 - a, P^T 1 - b) = 0``.
 
@@ -268,7 +269,6 @@ def _polish(
     Newton map: the CG declared one linear solve, a step judged on
     constants before its plan is formed.
     """
-    adapter = get_adapter(xp)
     target = max(tol * tol, POLISHED[xp.finfo(c.dtype).bits >= 64])
     a, b = xp.exp(log_a), xp.exp(log_b)
 
@@ -304,7 +304,9 @@ def _polish(
     return adapter.repeat(xp, polished, state, POLISH_STEPS, POLISH_STEPS)[:3]  # type: ignore[no-any-return]
 
 
-def _round(xp: Any, ops: tuple[Any, Any, Any], state: tuple[Any, Any, Any], count: Any, *, check_every: int) -> tuple[Any, ...]:
+def _round(
+    xp: Any, ops: tuple[Any, Any, Any], state: tuple[Any, Any, Any], count: Any, *, check_every: int, adapter: PortableAdapter
+) -> tuple[Any, ...]:
     """``count`` Sinkhorn iterations (at most ``check_every``): one in the log domain, the rest by scaling.
 
     The log-domain iteration (one ``logsumexp`` per side) brings the
@@ -317,9 +319,8 @@ def _round(xp: Any, ops: tuple[Any, Any, Any], state: tuple[Any, Any, Any], coun
     K, no exponential. They are absorbed into the potentials at the end of
     the round, which also returns the error of the round's plan, ``L1`` over
     both marginals, from those products. ``count`` is a Python int, or a 0-d
-    array under ``jax.jit``.
+    array under ``jax.jit``; ``adapter``: ``xp``'s (:func:`fixed_point` fetched it).
     """
-    adapter = get_adapter(xp)
     c, log_a, log_b = ops
     u, v, _ = state
     v = log_b - adapter.logsumexp(xp, u[..., :, None] - c, -2)
