@@ -111,16 +111,16 @@ def line_plan_vjp(
     bwd = functools.partial(_backward, h_slope=h_slope, eps=opts.epsilon, power=power, exact=exact, max_iter=opts.max_iter,
                             squash=squash, per_target=per_target, supported=supported)
     # the backward scales the cotangent by its own size and solves by CG: its unguarded twin is the one JAX transposes
-    (plan, err), back = custom_backward(xp, fwd, bwd, (x, y, log_a, log_b), names=None, linear=functools.partial(bwd, guarded=False))
+    (plan, err), back = custom_backward(xp, fwd, bwd, (x, log_a, log_b, y), names=None, linear=functools.partial(bwd, guarded=False))
 
     def pullback(dp: Any) -> tuple[Any, Any, Any, Any]:
-        dx, _, d_log_a, d_log_b = back((dp,))
+        dx, d_log_a, d_log_b, _ = back((dp,))  # the targets' (zero) last
         return dx, d_log_a, d_log_b, None
 
     return plan, err, pullback
 
 
-def _forward(xp: Any, x: Any, y: Any, log_a: Any, log_b: Any, *, h: Any, eps: float, opts: Settings, exact: str,
+def _forward(xp: Any, x: Any, log_a: Any, log_b: Any, y: Any, *, h: Any, eps: float, opts: Settings, exact: str,
              squash: Squash, warm: bool, per_target: bool, supported: bool) -> tuple[tuple[Any, Any], tuple[Any, ...]]:
     """``((plan, error), residuals)``; the scaled cost lives only inside this call."""
     s = squash(xp, x, _support(log_a, supported))[0]
@@ -136,7 +136,7 @@ def _forward(xp: Any, x: Any, y: Any, log_a: Any, log_b: Any, *, h: Any, eps: fl
 
 def _backward(xp: Any, res: tuple[Any, ...], cts: tuple[Any, ...], *, h_slope: Any, eps: float, power: float,
               exact: str, max_iter: int, squash: Squash, per_target: bool, supported: bool, guarded: bool = True) -> tuple[Any, ...]:
-    """Cotangents of ``(x, y, log_a, log_b)`` from the plan's (``Q``'s, ``per_target``); the targets are constants here.
+    """Cotangents of ``(x, log_a, log_b, y)`` from the plan's (``Q``'s, ``per_target``); the targets are constants here.
 
     The backward is linear in the plan's cotangent, so it runs on that
     cotangent divided by its largest magnitude per row, ``k``, and ``dx``
@@ -182,7 +182,7 @@ def _backward(xp: Any, res: tuple[Any, ...], cts: tuple[Any, ...], *, h_slope: A
     dx = unit_back(unbroadcast(xp, ds, tuple(s.shape))) * xp.where(k < 1, k, one) / scale * xp.where(k < 1, one, k)
     d_log_b = beta * b - c_sum if per_target else beta * b  # Q = P exp(-log b): dlog b gains -sum_i ct o Q
     return (
-        dx, xp.zeros_like(y), unbroadcast(xp, alpha * a * k, tuple(log_a.shape)), unbroadcast(xp, d_log_b * k, tuple(log_b.shape)),
+        dx, unbroadcast(xp, alpha * a * k, tuple(log_a.shape)), unbroadcast(xp, d_log_b * k, tuple(log_b.shape)), xp.zeros_like(y),
     )
 
 
