@@ -171,12 +171,18 @@ class LapsumOptions(Options):
     softness: Any = option(None, positive_scalar)  # sets alpha per row (rankops._cores.softness)
 
 
-def _bind_lapsum(output: str, x: Any, axis: Any, descending: Any, options: dict[str, Any]) -> Call[Any]:
+def _bind_rank_or_sort(option_set: type[Options], cores: Any, method: str, output: str, x: Any, axis: Any, descending: Any,
+                       options: dict[str, Any]) -> Call[Any]:
+    """The binding of a method whose options are all in ``option_set`` and whose module ``cores`` holds a
+    ``rank_core`` and a ``sort_core`` taking ``descending`` and a ``mask`` (LapSum, the sorting networks)."""
     mask = options.pop("mask", None)
-    opts, _ = LapsumOptions.parse(options, f"soft_{output}(method='lapsum')", softness=DEFAULT_SOFTNESS)
+    opts, _ = option_set.parse(options, f"soft_{output}(method='{method}')", softness=DEFAULT_SOFTNESS)
     p = prepare(x, axis=axis, opts=opts, arrays=masked.arrays(mask))
-    core = lapsum.rank_core if output == "rank" else lapsum.sort_core
+    core = cores.rank_core if output == "rank" else cores.sort_core
     return Call(core, p, opts, masked.with_mask(p, {"descending": boolean(descending, "descending")}, mask))
+
+
+_bind_lapsum = functools.partial(_bind_rank_or_sort, LapsumOptions, lapsum, "lapsum")
 
 
 def _bind_lapsum_topk(x: Any, k: Any, axis: Any, options: dict[str, Any]) -> Call[Any]:
@@ -223,12 +229,7 @@ def bind_real_k(core: Any, opts: Any, x: Any, k: Any, axis: Any, mask: Any, wher
 # -- "diffsort" (options: rankops.permutations.NetworkOptions) ------------------------------------
 
 
-def _bind_diffsort(output: str, x: Any, axis: Any, descending: Any, options: dict[str, Any]) -> Call[Any]:
-    mask = options.pop("mask", None)
-    opts, _ = NetworkOptions.parse(options, f"soft_{output}(method='diffsort')", softness=DEFAULT_SOFTNESS)
-    p = prepare(x, axis=axis, opts=opts, arrays=masked.arrays(mask))
-    core = diffsort.rank_core if output == "rank" else diffsort.sort_core
-    return Call(core, p, opts, masked.with_mask(p, {"descending": boolean(descending, "descending")}, mask))
+_bind_diffsort = functools.partial(_bind_rank_or_sort, NetworkOptions, diffsort, "diffsort")
 
 
 # -- the declarations ---------------------------------------------------------------------------------

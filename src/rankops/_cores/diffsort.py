@@ -41,7 +41,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from .._lib._adapters import core, custom_backward, get_adapter, rebuilt, same_shape
+from .._lib._adapters import core, custom_backward, get_adapter, rebuilt, same_shape, square_matrix
 from .._lib._compat import index_dtype, device as _device
 from . import comparators, masked
 from .finite import finite_rows
@@ -402,11 +402,7 @@ def rank_core(xp: Any, x: Any, opts: Any, *, descending: bool, levels: tuple[flo
     return _run(xp, _spec(_Rank, opts, descending, levels=levels), x, mask, "rank")
 
 
-def _square(shape: tuple[int, ...], opts: Any, params: dict[str, Any]) -> dict[str, Any]:
-    return {"value": (shape[-1], shape[-1])}
-
-
-@core(output_shapes=_square, batched={"mask": (0,)})
+@core(output_shapes=square_matrix, batched={"mask": (0,)})
 @masked.zeros_masked_input
 @finite_rows
 @softened(_softness_key, lambda opts, params: False)

@@ -192,7 +192,7 @@ class _Directed:
         if self.masked:
             res = res[:-1]
         dx = None if ct is None else self.pull(xp, get_adapter(xp), res, ct)  # None: torch, the output unused
-        return (dx,) + (None,) * (self.ordered + self.masked)  # the order and the mask have no gradient
+        return (dx,) + masked.trailing_grads(self.ordered, self.masked)
 
     def pull(self, xp: Any, adapter: Any, res: tuple[Any, ...], ct: Any) -> Any:
         """``dx`` from the forward's residuals and the output's cotangent."""
@@ -282,15 +282,14 @@ class _TopK:
 
     def bwd(self, xp: Any, res: tuple[Any, ...], cts: tuple[Any, ...]) -> tuple[Any, ...]:
         (ct,) = cts
-        has_k = self.k is None
-        none = (None,) * (self.ordered + self.masked)  # the order and the mask have no gradient
-        if ct is None:
-            return (None,) * (1 + has_k) + none
+        none = masked.trailing_grads(self.ordered, self.masked)
+        if ct is None:  # torch: the output unused
+            return (None,) * (1 + (self.k is None)) + none
         (f,) = res  # 0 on masked entries: the threshold sees the valid ones only
         g = xp.astype(ct, f.dtype, copy=False)
         mean = safe_divide(xp, xp.sum(g * f, axis=-1, keepdims=True), xp.sum(f, axis=-1, keepdims=True))
         dx = f * (g - mean)
-        return ((dx, mean[..., 0]) if has_k else (dx,)) + none
+        return ((dx, mean[..., 0]) if self.k is None else (dx,)) + none  # the k array's gradient too
 
 
 def _run(xp: Any, spec: Any, x: Any, extra: tuple[Any, ...], order: Any, mask: Any, *, positional: bool = False) -> Any:

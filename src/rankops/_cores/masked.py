@@ -165,6 +165,11 @@ def trailing(rest: tuple[Any, ...], ordered: bool, masked: bool) -> tuple[tuple[
     return rest[:cut], rest[cut] if ordered else None, rest[-1] if masked else None
 
 
+def trailing_grads(ordered: bool, masked: bool) -> tuple[None, ...]:
+    """The gradients of the arguments :func:`trailing` splits off: the order and the mask have none."""
+    return (None,) * (ordered + masked)
+
+
 @dataclasses.dataclass(frozen=True)
 class ValidFirst:
     """A row sorted with its valid entries first (in order) and the masked ones after them."""

@@ -132,7 +132,7 @@ class _Projection:
 
     def bwd(self, xp: Any, res: tuple[Any, ...], cts: tuple[Any, ...]) -> tuple[Any, ...]:
         grads = self._grads(xp, res, cts[0])
-        return (*grads, *(None,) * (self.ordered + self.masked))  # the order and the mask have no gradient
+        return (*grads, *masked.trailing_grads(self.ordered, self.masked))
 
     def _grads(self, xp: Any, res: tuple[Any, ...], ct: Any) -> tuple[Any, ...]:
         s, starts, order, inverse, value, share, rho, eps = res
@@ -308,17 +308,16 @@ class _TopK:
 
     def bwd(self, xp: Any, res: tuple[Any, ...], cts: tuple[Any, ...]) -> tuple[Any, ...]:
         (ct,) = cts
-        has_k = self.k is None
-        none = (None,) * (self.ordered + self.masked)  # the order and the mask have no gradient
-        if ct is None:
-            return (None,) * (1 + has_k) + none
+        none = masked.trailing_grads(self.ordered, self.masked)
+        if ct is None:  # torch: the output unused
+            return (None,) * (1 + (self.k is None)) + none
         starts, order, inverse, value, share, at = res
         adapter = get_adapter(xp)
         ct = xp.astype(ct, value.dtype, copy=False)
         g = adapter.take(xp, ct * pnorm.slope(xp, value, self.q), order)
         g = g - share * isotonic.block_sums(xp, adapter, starts, g)
         dx = adapter.take(xp, g, inverse) / self.strength
-        if not has_k:
+        if self.k is not None:  # a Python k: no gradient of its own
             return (dx,) + none
         # d mu_i / d W_B = share_i on the block B that holds position floor(k)
         spread = isotonic.block_sums(xp, adapter, starts, adapter.take(xp, ct, order) * share)

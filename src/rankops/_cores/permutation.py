@@ -32,7 +32,7 @@ import dataclasses
 import math
 from typing import Any
 
-from .._lib._adapters import core, get_adapter, same_shape
+from .._lib._adapters import core, get_adapter, same_shape, square_matrix
 from .._lib._compat import is_array, device as _device
 from .._lib._numerics import matvec
 from . import masked
@@ -86,11 +86,7 @@ def _softness_key(opts: Any, params: dict[str, Any]) -> str:
     return relaxation_key(params["method"], opts.power)
 
 
-def _square(shape: tuple[int, ...], opts: Any, params: dict[str, Any]) -> dict[str, Any]:
-    return {"value": (shape[-1], shape[-1])}
-
-
-@core(output_shapes=_square, batched={"mask": (0,)})
+@core(output_shapes=square_matrix, batched={"mask": (0,)})
 @masked.zeros_masked_input
 @finite_rows
 @softened(_softness_key, lambda opts, params: False)

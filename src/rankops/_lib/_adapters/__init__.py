@@ -24,7 +24,7 @@ from .._compat import is_torch_namespace
 
 from ._generic import PORTABLE, PortableAdapter
 
-__all__ = ["get_adapter", "PortableAdapter", "Core", "core", "same_shape", "custom_backward", "rebuilt"]
+__all__ = ["get_adapter", "PortableAdapter", "Core", "core", "same_shape", "square_matrix", "custom_backward", "rebuilt"]
 
 
 def get_adapter(xp: Any) -> PortableAdapter:
@@ -90,6 +90,11 @@ def core(*, output_shapes: Callable[..., dict[str, Any]], **kwargs: Any) -> Call
 def same_shape(shape: tuple[int, ...], opts: Any, params: Mapping[str, Any]) -> dict[str, Any]:
     """``output_shapes`` of a core whose one output is shaped like its input."""
     return {"value": tuple(shape)}
+
+
+def square_matrix(shape: tuple[int, ...], opts: Any, params: Mapping[str, Any]) -> dict[str, Any]:
+    """``output_shapes`` of a core whose one output is an ``(n, n)`` matrix per row of ``n`` entries."""
+    return {"value": (shape[-1], shape[-1])}
 
 
 def rebuilt(fwd: Callable[..., Any]) -> Callable[..., Any]:

@@ -122,6 +122,14 @@ def custom_function() -> type[Custom]:
     return Custom if torch.compiler.is_compiling() else CustomForwardMode
 
 
+def _keeps_nothing(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+    """``setup_context`` of a Function whose backward needs nothing: it raises."""
+
+
+def _refuses_a_second_derivative(ctx: Any, *cts: Any) -> Any:
+    raise RuntimeError(_NO_SECOND_DERIVATIVE)
+
+
 class _FirstOrder(torch.autograd.Function):
     """The identity on the first ``n`` tensors (a first-order gradient), linked to the rest (the inputs it was
     computed from) by a derivative that raises: a second derivative that would miss the backward's own
@@ -133,13 +141,8 @@ class _FirstOrder(torch.autograd.Function):
     def forward(n: int, *tensors: Any) -> Any:
         return tuple(t.clone() for t in tensors[:n])
 
-    @staticmethod
-    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
-        pass
-
-    @staticmethod
-    def backward(ctx: Any, *cts: Any) -> Any:
-        raise RuntimeError(_NO_SECOND_DERIVATIVE)
+    setup_context = staticmethod(_keeps_nothing)
+    backward = staticmethod(_refuses_a_second_derivative)
 
 
 class _Pullback(torch.autograd.Function):
@@ -151,13 +154,8 @@ class _Pullback(torch.autograd.Function):
         xp, bwd = spec
         return tuple(bwd(xp, _residuals(values, tensors[:n_res]), tensors[n_res:]))
 
-    @staticmethod
-    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
-        pass
-
-    @staticmethod
-    def backward(ctx: Any, *cts: Any) -> Any:
-        raise RuntimeError(_NO_SECOND_DERIVATIVE)
+    setup_context = staticmethod(_keeps_nothing)
+    backward = staticmethod(_refuses_a_second_derivative)
 
     @staticmethod
     def vmap(info: Any, in_dims: tuple[Any, ...], spec: Any, values: Any, n_res: int, *tensors: Any) -> Any:
