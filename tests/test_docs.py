@@ -69,43 +69,6 @@ def test_generated_regions_refill_from_a_commands_tables():
     assert problems == ["`python -m x` printed 2 table(s); a region asks for table 3"]
 
 
-def test_architecture_names_the_files_one_sinkhorn_call_enters():
-    """docs/architecture.md lists the rankops files one ``soft_rank(x, method="sinkhorn")`` on NumPy enters: a runtime
-    trace (every Python frame of a warm call) finds the same set, and the count it states."""
-    import os
-    import sys
-
-    import numpy as np
-
-    text = (Path(__file__).resolve().parents[1] / "docs" / "architecture.md").read_text()
-    found = re.search(r"on NumPy enters (\d+) rankops files \([^)]*\):\s*(.*?\.py`)\.", text, re.S)
-    assert found, "docs/architecture.md no longer states the files of one Sinkhorn call"
-    listed = set(re.findall(r"`([\w/]+\.py)`", found.group(2)))
-    x = np.random.default_rng(0).normal(size=(3, 8))
-    rankops.soft_rank(x, method="sinkhorn")  # imports done: the trace sees the call alone
-    root = os.path.dirname(rankops.__file__)
-    entered = set()
-
-    def trace(frame, event, arg):
-        name = frame.f_code.co_filename
-        if name.startswith(root + os.sep):
-            entered.add(os.path.relpath(name, root).replace(os.sep, "/"))
-
-    sys.setprofile(trace)
-    try:
-        rankops.soft_rank(x, method="sinkhorn")
-    finally:
-        sys.setprofile(None)
-    assert listed == entered, (sorted(listed - entered), sorted(entered - listed))
-    assert int(found.group(1)) == len(entered)
-
-
-SINKHORN_CALLS = [
-    ("soft_rank", (), {}), ("soft_sort", (), {}), ("soft_cdf", (), {}), ("soft_quantile", (np.array([0.3, 0.5]),), {}),
-    ("soft_quantile", (0.3,), {}), ("soft_rank", (), {"implicit": False}), ("soft_sort", (), {"implicit": False}),
-]
-
-
 def _traced(fn, watch):
     """Run ``fn()`` with ``watch(frame)`` called on every rankops frame it enters."""
     import os
@@ -124,6 +87,31 @@ def _traced(fn, watch):
         sys.setprofile(None)
 
 
+def test_architecture_names_the_files_one_sinkhorn_call_enters():
+    """docs/architecture.md lists the rankops files one ``soft_rank(x, method="sinkhorn")`` on NumPy enters: a runtime
+    trace (every Python frame of a warm call) finds the same set, and the count it states."""
+    import os
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "architecture.md").read_text()
+    found = re.search(r"on NumPy enters (\d+) rankops files \([^)]*\):\s*(.*?\.py`)\.", text, re.S)
+    assert found, "docs/architecture.md no longer states the files of one Sinkhorn call"
+    listed = set(re.findall(r"`([\w/]+\.py)`", found.group(2)))
+    x = np.random.default_rng(0).normal(size=(3, 8))
+    rankops.soft_rank(x, method="sinkhorn")  # imports done: the trace sees the call alone
+    root = os.path.dirname(rankops.__file__)
+    entered = set()
+    _traced(lambda: rankops.soft_rank(x, method="sinkhorn"),
+            lambda frame: entered.add(os.path.relpath(frame.f_code.co_filename, root).replace(os.sep, "/")))
+    assert listed == entered, (sorted(listed - entered), sorted(entered - listed))
+    assert int(found.group(1)) == len(entered)
+
+
+SINKHORN_CALLS = [
+    ("soft_rank", (), {}), ("soft_sort", (), {}), ("soft_cdf", (), {}), ("soft_quantile", (np.array([0.3, 0.5]),), {}),
+    ("soft_quantile", (0.3,), {}), ("soft_rank", (), {"implicit": False}), ("soft_sort", (), {"implicit": False}),
+]
+
+
 @pytest.mark.parametrize("fun, args, opts", SINKHORN_CALLS)
 def test_a_sinkhorn_backward_nests_at_most_three_pullbacks(fun, args, opts):
     """docs/architecture.md, "The Sinkhorn backward": below the NaN-row guard every core shares, ``rankops.vjp`` of a
@@ -131,8 +119,6 @@ def test_a_sinkhorn_backward_nests_at_most_three_pullbacks(fun, args, opts):
     readout's, the line solver's and the registered backward's, the line solver's returning ``(dx, dlog_a, dlog_b,
     depsilon)``; unrolled (``implicit=False``), four: the solver's, which scales by epsilon, comes between; so does
     the dropping of the levels' axis for a quantile at a Python level."""
-    import numpy as np
-
     x = np.random.default_rng(0).normal(size=(3, 8))
     out, back = rankops.vjp(getattr(rankops, fun), x, *args, **opts)
     deepest: list[str] = []
@@ -160,8 +146,6 @@ def test_a_sinkhorn_call_fetches_each_adapter_once_where_it_is_used(fun, args, o
     """The call's adapter is fetched by ``prepare`` and kept on the call; below it each function that needs one fetches
     it once and hands it to its private helpers (``eagerly`` passes only arrays and Python values, so the CG solve
     fetches its own): no frame fetches twice, and a forward call fetches at most a dozen times."""
-    import numpy as np
-
     x = np.random.default_rng(0).normal(size=(3, 8))
     op = getattr(rankops, fun)
     op(x, *args, **opts)

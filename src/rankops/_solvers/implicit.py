@@ -73,8 +73,8 @@ def _schur_solve(
 ) -> tuple[Any, Any]:
     """Solve the system above for ``(alpha, beta)`` by eliminating ``alpha`` (the rows of ``p``).
 
-    ``steps``: that many CG iterations, with no convergence check (no backend
-    sync, one loop body): an approximate solve; None: to the dtype's reach.
+    ``steps``: that many CG iterations, with no convergence check (no
+    host sync, one loop body): an approximate solve; None: to the dtype's reach.
     ``guarded=False``: the same map in operations JAX can transpose (forward
     mode): the two guards below that read the right-hand side's size are
     left to the solve, which the backend sees as one linear solve.

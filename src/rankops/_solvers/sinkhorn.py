@@ -258,7 +258,7 @@ def _polish(
     1e-9 in float64. The Jacobian of the marginals in ``(u, v)`` is the
     implicit backward's system (:mod:`.implicit`), solved approximately by
     :data:`POLISH_CG_STEPS` iterations of the same CG, with no convergence
-    check (no backend sync; in float64 the FD agreement of
+    check (no host sync; in float64 the FD agreement of
     ``benchmarks/smoothness.py`` is the same from 4 steps to a converged
     solve). Only converged problems are polished (one that
     ``max_iter`` stopped keeps its value and is reported), a step is kept
