@@ -77,8 +77,6 @@ def value_and_gradient(
         warnings.filterwarnings("ignore", "overflow encountered", RuntimeWarning)
         if quiet:
             warnings.simplefilter("ignore", RuntimeWarning)
-        if not spec.rule:
-            return _host_value_and_gradient(backend, fun, x, args, kwargs, values.shape[:-1], ct_dtype)
         value, vjp_fn = rankops.vjp(fun, first(fun, x), *args, **kwargs)
         if fun is rankops.sinkhorn:
             value = value.plan
@@ -88,31 +86,6 @@ def value_and_gradient(
         batch = values.shape[:-1]  # read back under these filters: Dask computes here
         g = np.concatenate([as_rows(to_numpy(backend, d), batch) for d in grads[: 2 if fun is rankops.sort_with else 1]], axis=-1)
         return as_rows(to_numpy(backend, value), batch), g, dtype_name(grads[0].dtype)
-
-
-def _host_value_and_gradient(backend: Any, fun: Any, x: Any, args: tuple, kwargs: dict, batch: tuple, ct_dtype: str | None) -> tuple:
-    """A loss's ``(value rows, gradient rows or None, dtype)`` by the backend's autodiff (torch, JAX); value only elsewhere and for integer inputs."""
-    xp = array_api_compat.array_namespace(x)
-    differentiable = backend.autodiff and xp.isdtype(x.dtype, "real floating")
-    if not differentiable:
-        value = fun(x, *args, **kwargs)
-        return as_rows(to_numpy(backend, value), batch), None, dtype_name(value.dtype)
-    if backend.name == "torch":
-        import torch
-
-        leaf = x.detach().requires_grad_(True)
-        value = fun(leaf, *args, **kwargs)
-        ct = rounded(np.random.default_rng(0).normal(size=tuple(value.shape)), ct_dtype or dtype_name(value.dtype))
-        (g,) = torch.autograd.grad(value, leaf, array(backend, array_api_compat.device(x), ct, dtype_name(value.dtype)), allow_unused=True)
-        g = torch.zeros_like(leaf) if g is None else g
-        value = value.detach()
-    else:
-        import jax
-
-        value, pull = jax.vjp(lambda leaf: fun(leaf, *args, **kwargs), x)
-        ct = rounded(np.random.default_rng(0).normal(size=tuple(value.shape)), ct_dtype or dtype_name(value.dtype))
-        (g,) = pull(array(backend, array_api_compat.device(x), ct, dtype_name(value.dtype)))
-    return as_rows(to_numpy(backend, value), batch), as_rows(to_numpy(backend, g), batch), dtype_name(g.dtype)
 
 
 class Reference:

@@ -1,8 +1,9 @@
 """Property specs of the ready losses (``rankops.losses``), one per loss, for conformance/test_properties.py.
 
-The losses are not in ``rankops._registry`` (``rankops.vjp`` has no rule
-for them): their gradient is the backend's own autodiff (torch, JAX), their
-value is checked on every backend. Each loss is one value per row, so the
+The losses are not in ``rankops._registry``, but ``rankops.vjp`` takes them:
+their gradient is the backend's own autodiff (torch, JAX) or a tape of their
+array operations (every other backend), checked on every backend as the
+operators' are. Each loss is one value per row, so the
 kinds below are checked against the documented range of that value. The
 second argument (targets, relevance, labels) is data built from x's shape
 only: the tied pattern 0, 1, 2, 0, ... of ``operators._partner``.
@@ -51,7 +52,7 @@ def _spec(fun: Callable[..., Any], kind: str, params: Callable[[int], Choices], 
         p = dict(p)
         return fun, args(x, p), p
 
-    return Spec(f"losses.{fun.__name__}", kind, params, call, rule=False)
+    return Spec(f"losses.{fun.__name__}", kind, params, call)
 
 
 def _level(x: Any, p: dict) -> tuple:

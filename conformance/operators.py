@@ -526,7 +526,6 @@ class Spec:
     sinkhorn: bool = False
     public: Callable[..., Any] | None = None  # the key of rankops._registry.OPERATORS it covers
     method: str = "sinkhorn"
-    rule: bool = True  # rankops.vjp has a rule for it (the losses: the backend's autodiff only, conformance.losses)
 
 
 def _opts(**choices: list) -> Choices:

@@ -127,7 +127,7 @@ def test_smoke_networks_section_checks_every_contender(smoke):
 
 
 @pytest.mark.parametrize("script, rows", [("benchmarks.topk_sort", 3), ("benchmarks.quantile_levels", 4), ("benchmarks.smoothness", 4),
-                                          ("benchmarks.masks", 6)])
+                                          ("benchmarks.masks", 6), ("benchmarks.loss_vjp", 13)])
 def test_single_question_scripts_print_their_table(generated_docs, script, rows):
     """The scripts behind docs/benchmarks-scripts.md in their quick modes: a table with one timed row per case."""
     stdout = generated_docs.stdout(f"python -m {script}")

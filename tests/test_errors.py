@@ -433,8 +433,10 @@ for name, op in PERMUTATION.items():
 
 # -- rankops.vjp ------------------------------------------------------------------------------------------
 case("vjp-not-an-operator", lambda: rankops.vjp(np.sort, X), TypeError, r"fun must be a rankops operator \(rankops.soft_rank, ")
-case("vjp-a-loss", lambda: rankops.vjp(rankops.losses.spearman_loss, X, X), TypeError,
-     r"rankops.vjp differentiates the operators, not rankops.losses.\w+.spearman_loss: differentiate a loss with torch or JAX")
+case("vjp-a-loss-return_info", lambda: rankops.vjp(rankops.losses.spearman_loss, X, X, return_info=True), TypeError,
+     r"spearman_loss takes no return_info")
+case("vjp-a-loss-positionals", lambda: rankops.vjp(rankops.losses.listnet_loss, X, X, None, -1, 1e-10, 1), TypeError,
+     r"listnet_loss takes at most \d positional arguments, got 6")
 case("vjp-positionals", lambda: rankops.vjp(rankops.soft_rank, X, 1, 2), TypeError, r"soft_rank takes at most 1 positional arguments, got 3")
 case("vjp-x-list", lambda: rankops.vjp(rankops.soft_rank, [1.0, 2.0]), TypeError, r"x must be an array")
 case("vjp-operator-checks", lambda: rankops.vjp(rankops.soft_rank, X, tau=0.1), TypeError, r"unexpected option\(s\) 'tau'")

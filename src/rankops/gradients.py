@@ -1,4 +1,4 @@
-r"""``rankops.vjp``: gradients of any rankops operator, on any backend.
+r"""``rankops.vjp``: gradients of any rankops operator or loss, on any backend.
 
 Shaped like ``jax.vjp``::
 
@@ -26,7 +26,15 @@ How the gradient is obtained:
   maps the rule over the same blocks as the forward, recomputing each
   block's forward inside its backward task.
 
-Either way the rule is the operator's own: every public operator carries an
+A loss of :mod:`rankops.losses` composes operators with array arithmetic:
+torch and JAX differentiate it; on the other backends it runs on a tape
+(:mod:`rankops._lib._adapters._tape`) that records each array operation's
+pullback and each operator inside it whole, by the operator's own rule.
+Its scores (the first argument) are differentiated as an operator's ``x``,
+any other floating array argument too; integer ones (labels, graded
+relevance) get zeros.
+
+For an operator the rule is its own: every public operator carries an
 explicit object (``fun.operator``) whose ``vjp`` binds the call exactly as
 calling ``fun`` does and differentiates that call's core; nothing is
 recorded or switched by ambient state.
@@ -41,17 +49,26 @@ gradient (straight-through), as under autodiff.
 
 from __future__ import annotations
 
+import inspect
 import textwrap
 from typing import Any, Callable
 
-from ._lib._compat import Array
+from ._lib._adapters import get_adapter
+from ._lib._adapters._tape import vjp as tape_vjp
+from ._lib._arguments import differentiable_arguments, float_leaf
+from ._lib._calls import ArrayValue
+from ._lib._compat import Array, namespace, device as _device
 from ._lib._docs import fill_doc
 from ._registry import OPERATORS
+from . import losses
+
+LOSSES = tuple(getattr(losses, name) for name in losses.__all__)
 
 __all__ = ["vjp"]
 
 
-_ONE_OF = "One of " + ", ".join(f"``rankops.{f.__name__}``" for f in OPERATORS) + " (each operator of ``rankops._registry``)."
+_ONE_OF = ("One of " + ", ".join(f"``rankops.{f.__name__}``" for f in OPERATORS)
+           + " (each operator of ``rankops._registry``), or a loss of ``rankops.losses`` (any name of its ``__all__``).")
 
 
 @fill_doc(operators=textwrap.fill(_ONE_OF, 72))
@@ -60,13 +77,12 @@ def vjp(fun: Callable[..., Any], x: Array, /, *args: Any, **options: Any) -> tup
 
     Parameters
     ----------
-    fun : rankops operator
+    fun : rankops operator or loss
         %(operators)s
     x : array
-        The operator's first argument (``cost`` for ``sinkhorn``).
+        The operator's or loss's first argument (``cost`` for ``sinkhorn``).
     *args, **options
-        The operator's other arguments, as in a direct call (not
-        ``return_info``).
+        Its other arguments, as in a direct call (not ``return_info``).
 
     Returns
     -------
@@ -87,14 +103,48 @@ def vjp(fun: Callable[..., Any], x: Array, /, *args: Any, **options: Any) -> tup
     >>> dx.shape, bool(abs(dx.sum()) < 1e-12)
     ((1, 4), True)
     """
-    if not any(fun is op for op in OPERATORS):
-        if getattr(fun, "__module__", "").startswith("rankops.losses."):
-            # the losses compose operators with array arithmetic, which has no backward rule of rankops' own
-            raise TypeError(
-                f"rankops.vjp differentiates the operators, not {fun.__module__}.{fun.__name__}: differentiate a loss "
-                "with torch or JAX autodiff (its value is the same array code on every backend), or on NumPy apply "
-                "rankops.vjp to the operator inside it (soft_rank, ...) and chain the loss's own derivative"
-            )
-        names = ", ".join(f"rankops.{f.__name__}" for f in OPERATORS)
-        raise TypeError(f"fun must be a rankops operator ({names}), got {fun!r}")
-    return fun.operator.vjp(x, *args, **options)  # type: ignore[attr-defined]
+    if any(fun is op for op in OPERATORS):
+        return fun.operator.vjp(x, *args, **options)  # type: ignore[attr-defined]
+    if any(fun is loss for loss in LOSSES):
+        if "return_info" in options:
+            raise TypeError(f"{fun.__name__} takes no return_info")
+        return _loss_vjp(fun, x, args, options)
+    names = ", ".join(f"rankops.{f.__name__}" for f in OPERATORS)
+    raise TypeError(f"fun must be a rankops operator ({names}) or a loss of rankops.losses, got {fun!r}")
+
+
+def _loss_vjp(fun: Callable[..., Any], x: Any, args: tuple[Any, ...], options: dict[str, Any]) -> Any:
+    """``rankops.vjp`` of a function of arrays built from the operators (the losses): ``(value, vjp_fn)``.
+
+    Its floating array arguments are differentiated by the backend's reverse mode (torch, JAX) or, elsewhere, by a
+    tape of the function's array operations on which each operator is recorded by its own rule
+    (:mod:`._adapters._tape`); the first argument is promoted as an operator's is, any other integer or bool one
+    (labels, graded relevance) gets zeros, a mask nothing.
+    """
+    positional = tuple(p.name for p in inspect.signature(fun).parameters.values()
+                       if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD))
+    diff = differentiable_arguments(fun.__name__, positional, (x, *args), options)
+    xp = namespace(x, names=(positional[0],))
+    adapter = get_adapter(xp)
+    # the first argument (the scores) is differentiated as the operators' is, an integer or bool one promoted; the
+    # others where they are floating: integer labels are indices
+    live = [name for name, value in diff if name == positional[0] or xp.isdtype(value.dtype, "real floating")]
+
+    def f(*leaves: Any) -> Any:
+        swap = dict(zip(live, leaves))
+        named = dict(zip(positional, (x, *args)))
+        first = [swap.get(p, named[p]) for p in positional[: 1 + len(args)]]
+        return fun(*first, **{k: swap.get(k, v) for k, v in options.items()})
+
+    leaves = [float_leaf(value, name) for name, value in diff if name in live]
+    if adapter.autodiff:
+        value, outs, pull = adapter.autodiff_vjp(f, leaves, ArrayValue.differentiable)
+    else:
+        value, outs, pull = tape_vjp(xp, adapter, f, leaves, ArrayValue.differentiable)
+
+    def vjp_fn(ct: Any) -> tuple[Any, ...]:
+        grads = dict(zip(live, pull(ArrayValue.cotangents(ct, outs))))
+        zero = value.dtype if xp.isdtype(value.dtype, "real floating") else None
+        return tuple(grads[name] if name in grads else xp.zeros(arg.shape, dtype=zero, device=_device(arg)) for name, arg in diff)
+
+    return value, vjp_fn

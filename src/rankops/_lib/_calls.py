@@ -39,8 +39,10 @@ import math
 from typing import Any, Callable, Generic, Mapping, ParamSpec, TypeVar, overload
 
 from ._adapters import Core, get_adapter
+from ._adapters._tape import traced_call
+from ._adapters._traced import Traced
+from ._arguments import as_argument, differentiable_arguments, float_leaf
 from ._compat import is_array, namespace, normalize_axes, normalize_axis, real_float_dtypes, device as _device
-from ._numerics import unbroadcast
 from ._options import Options
 
 __all__ = ["INPUT", "LIKE_INPUT", "VALUE", "LEVELS", "REDUCED", "Layout", "Prepared", "prepare", "Call", "ValueReadout", "Operator", "operator", "ArrayValue", "check_cotangent_shapes"]
@@ -336,6 +338,10 @@ class Operator:
         self.positional = tuple(p.name for p in params if p.kind in kinds)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        # inside rankops.vjp of a loss: recorded whole, by this operator's own rule
+        if any(type(a) is Traced for a in (*args, *kwargs.values())):
+            return traced_call(self.vjp, self._value.differentiable, args, kwargs,
+                               functools.partial(differentiable_arguments, self.__name__, self.positional))
         call = self._bind(*args, **kwargs)
         return call.finish(call.adapter.run(call))
 
@@ -349,14 +355,8 @@ class Operator:
                 "rankops.vjp does not take return_info: the value it returns is the one being differentiated; "
                 "call the operator with return_info=True to read the convergence info"
             )
-        positional = self.positional
-        if len(args) > len(positional) - 1:
-            raise TypeError(f"{self.__name__} takes at most {len(positional)} positional arguments, got {1 + len(args)}")
-        # (name, value) of every array argument, in call order
-        named = [(positional[0], x)] + list(zip(positional[1:], args)) + list(options.items())
-        # a mask selects entries: it has no gradient to give (a bool x still gets its promoted one)
-        diff = [(name, value) for name, value in named if is_array(value) and name != "mask"]
-        xp = namespace(x, names=(positional[0],))
+        diff = differentiable_arguments(self.__name__, self.positional, (x, *args), options)
+        xp = namespace(x, names=(self.positional[0],))
         adapter = get_adapter(xp)
         if adapter.autodiff:
             return self._autodiff_vjp(adapter, x, args, options, diff)
@@ -375,7 +375,7 @@ class Operator:
         def f(*arrays: Any) -> Any:
             return self._with_leaves(x, args, options, dict(zip(names, arrays)))
 
-        value, outs, pull = adapter.autodiff_vjp(f, [_float_leaf(v, name) for name, v in diff], self._value.differentiable)
+        value, outs, pull = adapter.autodiff_vjp(f, [float_leaf(v, name) for name, v in diff], self._value.differentiable)
         return value, lambda ct: pull(self._value.cotangents(ct, outs))
 
     def _rule_vjp(self, xp: Any, x: Any, args: Any, options: Any, diff: list[tuple[str, Any]]) -> Any:
@@ -386,7 +386,7 @@ class Operator:
 
         def vjp_fn(ct: Any) -> tuple[Any, ...]:
             grads = call.gradients(pullback(call.pull(self._value.cotangents(ct, differentiable))))
-            return tuple(_as_argument(xp, grads.get(name), arg, name) for name, arg in diff)
+            return tuple(as_argument(xp, grads.get(name), arg, name) for name, arg in diff)
 
         return value, vjp_fn
 
@@ -422,24 +422,3 @@ def operator(bind: Callable[P, Call[R]] | None = None, /, *, value: Any = ArrayV
         public.__signature__ = inspect.signature(bind).replace(return_annotation=public.__annotations__["return"])  # type: ignore[attr-defined]
     public.operator = op  # type: ignore[attr-defined]
     return public
-
-
-def _float_dtype(xp: Any, value: Any, name: str) -> Any:
-    """The floating dtype of ``value``, or the one the operators promote it to (integers, bool)."""
-    return value.dtype if xp.isdtype(value.dtype, "real floating") else real_float_dtypes(xp, value, name)[0]
-
-
-def _float_leaf(value: Any, name: str) -> Any:
-    """The value as the floating array the operator computes with (integers are promoted)."""
-    xp = namespace(value)
-    dtype = _float_dtype(xp, value, name)
-    return value if value.dtype == dtype else xp.astype(value, dtype)
-
-
-def _as_argument(xp: Any, g: Any, arg: Any, name: str) -> Any:
-    """A gradient in the shape and floating dtype of its argument (zeros if nothing flowed)."""
-    dtype = _float_dtype(xp, arg, name)
-    if g is None:
-        return xp.zeros(arg.shape, dtype=dtype, device=_device(arg))
-    g = unbroadcast(xp, g, tuple(arg.shape))  # sample axes of a stochastic operator
-    return xp.astype(g, dtype) if g.dtype != dtype else g

@@ -62,6 +62,9 @@ def namespace(*arrays: Any, names: tuple[str, ...] | None = None) -> Any:
                 f"{name} must be an array (NumPy, CuPy, PyTorch, JAX, Dask or "
                 f"array-api-strict), got {type(a).__name__}"
             )
+    for a in arrays:
+        if getattr(type(a), "records_gradients", False):  # a traced array (rankops.vjp of a loss): the tape's namespace
+            return a.__array_namespace__()
     if all(_is_torch_tensor(a) for a in arrays):
         from array_api_compat import torch as torch_namespace
 

@@ -58,7 +58,9 @@ def _top_shares(xp: Any, s: Any, w: tuple[float, ...], method: str, options: dic
             idx = index_dtype(xp, dev)
             back = xp.sum(xp.astype(mask, idx), axis=-1, keepdims=True) - 1 - xp.arange(n, dtype=idx, device=dev)
             weights = xp.asarray(w, dtype=s.dtype, device=dev)
-            levels = xp.where(back >= 0, get_adapter(xp).take(xp, xp.broadcast_to(weights, s.shape), xp.clip(back, 0, n - 1)), 0.0)
+            # one flat gather from the weights (a row-wise one has no Dask kernel outside whole-row blocks)
+            placed = xp.reshape(xp.take(weights, xp.reshape(xp.clip(back, 0, n - 1), (-1,)), axis=0), tuple(s.shape))
+            levels = xp.where(back >= 0, placed, 0.0)
             return vecmat(xp, levels, p)
         p = xp.exp(_log_matrix(xp, s, method, options, mask)) if method == "sinkhorn" else \
             (softsort if method == "softsort" else neuralsort)(s, descending=True, mask=mask, **options)

@@ -23,12 +23,15 @@ from array_api_compat import is_dask_namespace, is_jax_namespace
 from .._compat import is_torch_namespace
 
 from ._generic import PORTABLE, PortableAdapter
+from . import _tape
 
 __all__ = ["get_adapter", "PortableAdapter", "Core", "core", "same_shape", "square_matrix", "custom_backward", "rebuilt"]
 
 
 def get_adapter(xp: Any) -> PortableAdapter:
     """The adapter for namespace ``xp`` (framework adapters are imported lazily)."""
+    if isinstance(xp, _tape.Namespace):  # rankops.vjp of a loss, on a backend without autodiff
+        return xp.adapter
     # import statements rather than importlib.import_module, which torch.compile refuses to trace
     if is_torch_namespace(xp):
         from . import _torch
