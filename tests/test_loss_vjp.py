@@ -259,3 +259,16 @@ def test_tape_refuses_what_it_cannot_differentiate():
     value, _, pull = _tape.vjp(xnp, PORTABLE, lambda t: t * t.__array_namespace__().sign(t), [A], lambda v: (v,))
     assert_allclose(pull((np.ones_like(A),))[0], np.sign(A))
     assert math.isclose(float(np.sum(value)), float(np.sum(np.abs(A))))
+
+
+@pytest.mark.parametrize("fun", [losses.spearman_loss, losses.soft_spearman])
+def test_a_constant_row_correlates_to_nan_quietly_with_a_zero_gradient(fun):
+    """Pearson's correlation of a constant row is NaN as in SciPy, without a NumPy warning (pytest turns rankops'
+    RuntimeWarnings into errors) and with gradient 0 on that row; the other rows are untouched."""
+    x = np.concatenate([X[:2], np.full((1, 6), 0.7)])
+    value, vjp_fn = rankops.vjp(fun, x, T)
+    assert np.isnan(value[2]) and np.all(np.isfinite(value[:2]))
+    assert_allclose(value[:2], fun(X[:2], T[:2]), rtol=1e-14)
+    gx = vjp_fn(np.ones(3))[0]
+    assert not np.any(gx[2]) and np.any(gx[:2])
+    assert_allclose(gx[:2], rankops.vjp(fun, X[:2], T[:2])[1](np.ones(2))[0], rtol=1e-12, atol=1e-15)

@@ -129,20 +129,21 @@ def rankdata(xp: Any, t: Any) -> Any:
 
 
 def _pearson(xp: Any, a: Any, b: Any, valid: Any = None) -> Any:
-    """Pearson's correlation of matching rows (last axis); NaN for a constant row, as in SciPy.
+    """Pearson's correlation of matching rows (last axis); NaN, quietly (no NumPy warning, gradient 0), for a constant
+    row, as in SciPy.
 
-    ``valid``: over each row's valid entries only (a mask; NaN, quietly, for a row of fewer than two).
+    ``valid``: over each row's valid entries only (a mask; NaN for a row of fewer than two).
     """
     if valid is None:
         ac = a - xp.mean(a, axis=-1, keepdims=True)
         bc = b - xp.mean(b, axis=-1, keepdims=True)
-        return xp.sum(ac * bc, axis=-1) / xp.sqrt(xp.sum(ac * ac, axis=-1) * xp.sum(bc * bc, axis=-1))
-    w = xp.astype(valid, a.dtype)
-    count = xp.sum(w, axis=-1, keepdims=True)
-    count = xp.where(count > 0, count, xp.ones_like(count))
-    a, b = xp.where(valid, a, xp.zeros_like(a)), xp.where(valid, b, xp.zeros_like(b))
-    ac = w * (a - xp.sum(a, axis=-1, keepdims=True) / count)
-    bc = w * (b - xp.sum(b, axis=-1, keepdims=True) / count)
+    else:
+        w = xp.astype(valid, a.dtype)
+        count = xp.sum(w, axis=-1, keepdims=True)
+        count = xp.where(count > 0, count, xp.ones_like(count))
+        a, b = xp.where(valid, a, xp.zeros_like(a)), xp.where(valid, b, xp.zeros_like(b))
+        ac = w * (a - xp.sum(a, axis=-1, keepdims=True) / count)
+        bc = w * (b - xp.sum(b, axis=-1, keepdims=True) / count)
     den = xp.sum(ac * ac, axis=-1) * xp.sum(bc * bc, axis=-1)
     spread = den > 0
     return xp.where(spread, xp.sum(ac * bc, axis=-1) / xp.sqrt(xp.where(spread, den, xp.ones_like(den))), math.nan)

@@ -64,7 +64,11 @@ class Namespace(Rules):
         live = [i for i, a in enumerate(inputs) if type(a) is Traced and a.live]
         if not live:
             return tuple(self.constant(outs))
-        group = Group(tuple(inputs[i] for i in live), lambda cts: tuple(pull(cts)[i] for i in live), outs)
+        def pull_live(cts: tuple[Any, ...]) -> tuple[Any, ...]:
+            grads = pull(cts)  # once for every input
+            return tuple(grads[i] for i in live)
+
+        group = Group(tuple(inputs[i] for i in live), pull_live, outs)
         k = len(outs)
 
         def slot(i: int) -> Callable[[Any], tuple[Any, ...]]:

@@ -14,6 +14,7 @@ import math
 import operator
 from typing import Any, Callable
 
+from .._compat import device as _device
 from ._traced import raw
 
 
@@ -180,7 +181,7 @@ class Rules:
 
         def pull(g: Any) -> Any:
             if include_initial:
-                g = xp.take(g, xp.arange(1, g.shape[axis], device=u.device), axis=axis)
+                g = xp.take(g, xp.arange(1, g.shape[axis], device=_device(u)), axis=axis)
             return xp.flip(xp.cumulative_sum(xp.flip(g, axis=axis), axis=axis), axis=axis)
 
         return self.record(out, (x, pull))
@@ -229,7 +230,7 @@ class Rules:
             bounds.append(bounds[-1] + a.shape[axis])
 
         def part(i: int) -> Callable[[Any], Any]:
-            return lambda g: xp.take(g, xp.arange(bounds[i], bounds[i + 1], device=out.device), axis=axis)
+            return lambda g: xp.take(g, xp.arange(bounds[i], bounds[i + 1], device=_device(out)), axis=axis)
 
         return self.record(out, *[(a, part(i)) for i, a in enumerate(arrays)])
 
@@ -273,7 +274,7 @@ class Rules:
         slots, order = base.sort_order(xp, index)
         totals = base.segment_sum(xp, xp.concat([xp.ones_like(slots[..., :1], dtype=xp.bool),
                                                  slots[..., 1:] != slots[..., :-1]], axis=-1), base.take(xp, g, order))
-        want = xp.broadcast_to(xp.arange(n, dtype=slots.dtype, device=slots.device), tuple(slots.shape[:-1]) + (n,))
+        want = xp.broadcast_to(xp.arange(n, dtype=slots.dtype, device=_device(slots)), tuple(slots.shape[:-1]) + (n,))
         first = base.searchsorted(xp, slots, want, side="left")
         hit = first < slots.shape[-1]
         first = xp.where(hit, first, xp.zeros_like(first))
