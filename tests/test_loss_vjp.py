@@ -10,6 +10,7 @@ of its own function.
 
 from __future__ import annotations
 
+import inspect
 import math
 
 import array_api_compat.numpy as xnp
@@ -21,6 +22,7 @@ import rankops
 from rankops import losses
 from rankops._lib._adapters import PORTABLE
 from rankops._lib._adapters import _tape
+from conformance.losses import LOSS_SPECS
 
 X = np.random.default_rng(5).normal(size=(3, 6))
 T = np.random.default_rng(6).normal(size=(3, 6))
@@ -272,3 +274,26 @@ def test_a_constant_row_correlates_to_nan_quietly_with_a_zero_gradient(fun):
     gx = vjp_fn(np.ones(3))[0]
     assert not np.any(gx[2]) and np.any(gx[:2])
     assert_allclose(gx[:2], rankops.vjp(fun, X[:2], T[:2])[1](np.ones(2))[0], rtol=1e-12, atol=1e-15)
+
+
+HOSTILE = np.array([[1.0] * 6, [np.inf, 1, 2, 3, 4, 0], [-np.inf, 1, 2, 3, 4, 0], [np.nan, 1, 2, 3, 4, 0],
+                    [1e300, -1e300, 3, 4, 5, 0], [1e-300, 2e-300, 0, 5e-301, 1e-310, 0], [1.0, 1, 2, 2, 0, 3]])
+
+
+@pytest.mark.parametrize("spec", LOSS_SPECS, ids=lambda s: s.name)
+def test_hostile_rows_raise_no_numpy_warning_and_leave_the_others_alone(spec):
+    """Constant, infinite, NaN, huge and subnormal rows through every loss and its ``rankops.vjp`` on NumPy (eps = 0
+    too, where a loss takes it): no RuntimeWarning (an error under this suite's filters), a NaN row has a NaN value,
+    and the finite rows' values and gradients are those they have alone."""
+    fun, args, opts = spec.call(HOSTILE, {"k": 2, "q": 0.3}, None)
+    opts = {k: v for k, v in opts.items() if k not in ("k", "q")}
+    variants = [opts, {**opts, "eps": 0.0}] if "eps" in inspect.signature(fun).parameters else [opts]
+    for options in variants:
+        value, vjp_fn = rankops.vjp(fun, HOSTILE, *args, **options)
+        grad = vjp_fn(np.ones(value.shape))[0]
+        assert np.isnan(value[3])
+        for i in (0, 5, 6):  # finite rows: as alone
+            alone = [a[i : i + 1] if isinstance(a, np.ndarray) else a for a in args]
+            v_i, f_i = rankops.vjp(fun, HOSTILE[i : i + 1], *alone, **options)
+            assert_allclose(value[i : i + 1], v_i, rtol=1e-12, atol=1e-300, equal_nan=True)
+            assert_allclose(grad[i : i + 1], f_i(np.ones(1))[0], rtol=1e-9, atol=1e-300, equal_nan=True)

@@ -81,6 +81,13 @@ def ideal_dcg(xp: Any, g: Any, valid: Any, k: int | None) -> Any:
     return xp.sum(best * discounts(xp, g.shape[-1], k, g), axis=-1)
 
 
+def max_dcg(xp: Any, g: Any, valid: Any, k: int | None, eps: float) -> Any:
+    """allRank's normaliser ``max(DCG@k of the ideal order, eps)``; NaN where it is 0 (``eps = 0`` and a list without a
+    relevant item), so that the gains divided by it are NaN without a NumPy warning (0 / 0)."""
+    m = xp.maximum(ideal_dcg(xp, g, valid, k), xp.full_like(g[..., 0], eps))
+    return xp.where(m > 0, m, xp.full_like(m, math.nan))
+
+
 def number(name: str, value: Any, *, positive: bool = False) -> float:
     """An option that is a finite real number >= 0 (> 0 when ``positive``), as a float."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value < 0:

@@ -157,8 +157,12 @@ def topk_cross_entropy(scores: Array, labels: Array, p_k: Sequence[float], /, *,
     xp, axis, (s,) = rows("losses.topk_cross_entropy", axis, {"scores": scores}, also={"labels": labels, **with_mask(mask)})
     n = s.shape[-1]
     valid = row_mask(xp, mask, scores, axis)
+    # a row with an infinite or NaN valid score is NaN: it enters as zeros (no inf - inf, no NumPy warning, gradient 0)
+    finite = xp.abs(s) < math.inf
+    broken = xp.any(~finite if valid is None else valid & ~finite, axis=-1)
     if valid is not None:  # padding (NaN, say) reaches no arithmetic: 0 * NaN would be NaN in any gradient
         s = xp.where(valid, s, xp.zeros_like(s))
+    s = xp.where(broken[..., None], xp.zeros_like(s), s)
     if method not in TOPK_METHODS:
         raise ValueError(f"topk_cross_entropy needs a relaxed permutation matrix: method must be one of {TOPK_METHODS}, got {method!r}")
     if top1_mode not in TOP1_MODES:
@@ -194,6 +198,6 @@ def topk_cross_entropy(scores: Array, labels: Array, p_k: Sequence[float], /, *,
             loss = _neg_log(xp, p[0] * xp.exp(log_softmax) + shares)
         else:
             loss = p[0] * -log_softmax + math.fsum(p[1:]) * _neg_log(xp, shares)
-    if short is None:
-        return loss
-    return xp.where(xp.sum(xp.astype(short, s.dtype), axis=-1) >= needed, loss, math.nan)
+    if short is not None:
+        loss = xp.where(xp.sum(xp.astype(short, s.dtype), axis=-1) >= needed, loss, math.nan)
+    return xp.where(broken, math.nan, loss)

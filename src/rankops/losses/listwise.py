@@ -11,7 +11,7 @@ from .._lib._compat import device as _device
 from .._lib._docs import fill_doc
 from ..sorting import METHODS, soft_rank
 from ._common import in_float32
-from ._lists import gains, ideal_dcg, lists, number, per_list, sigmoid
+from ._lists import gains, lists, max_dcg, number, per_list, sigmoid
 from ._ranking_docs import EPS, LIST_ARGS, list_returns
 
 __all__ = ["listnet_loss", "binary_listnet_loss", "listmle_loss", "approx_ndcg_loss", "smooth_ap_loss"]
@@ -224,7 +224,7 @@ def approx_ndcg_loss(pred: Array, target: Array, /, *, alpha: float = 1.0, eps: 
     alpha, eps = number("alpha", alpha, positive=True), number("eps", eps)
     xp, s, t, valid = lists("losses.approx_ndcg_loss", pred, target, mask, axis)
     g = gains(xp, xp.maximum(t, xp.zeros_like(t)), True)
-    max_dcg = xp.maximum(ideal_dcg(xp, g, valid, None), xp.full_like(t[..., 0], eps))
+    normaliser = max_dcg(xp, g, valid, None, eps)
     if method == "sigmoid":
         p = xp.clip(sigmoid(xp, alpha * (s[..., None, :] - s[..., :, None])), min=eps)  # [i, j]: sigmoid(alpha (s_j - s_i))
         # the sum over the valid j, less j = i (whose term is max(sigmoid(0), eps))
@@ -232,7 +232,7 @@ def approx_ndcg_loss(pred: Array, target: Array, /, *, alpha: float = 1.0, eps: 
     else:
         r = soft_rank(s, descending=True, method=method, mask=None if mask is None else valid, **options)
         r = xp.where(valid, r, xp.ones_like(r))
-    ndcg = xp.sum(xp.where(valid, g / xp.log2(1 + r), xp.zeros_like(r)), axis=-1) / max_dcg
+    ndcg = xp.sum(xp.where(valid, g / xp.log2(1 + r), xp.zeros_like(r)), axis=-1) / normaliser
     return per_list(xp, -ndcg, valid)
 
 

@@ -12,7 +12,7 @@ from typing import Any
 from .._lib._compat import Array
 from .._lib._docs import fill_doc
 from ._common import in_float32
-from ._lists import check_cutoff, flag, ideal_dcg, lists, log_sigmoid, number, pairs, per_list, positions
+from ._lists import check_cutoff, flag, lists, log_sigmoid, max_dcg, number, pairs, per_list, positions
 from ._ranking_docs import LIST_ARGS, list_returns
 
 __all__ = ["ranknet_loss", "lambda_loss", "WEIGHING_SCHEMES"]
@@ -136,8 +136,7 @@ def lambda_loss(pred: Array, target: Array, /, *, weighing_scheme: str | None = 
     pos = positions(xp, s, valid)
     discount = xp.log2(2.0 + pos)
     t0 = xp.maximum(t, xp.zeros_like(t))
-    max_dcg = xp.maximum(ideal_dcg(xp, 2.0**t0 - 1.0, valid, k), xp.full_like(t[..., 0], eps))
-    gain = (2.0**t0 - 1.0) / max_dcg[..., None]
+    gain = (2.0**t0 - 1.0) / max_dcg(xp, 2.0**t0 - 1.0, valid, k, eps)[..., None]
     chosen = pairs(xp, valid)
     if weighing_scheme != "ndcgLoss1":
         chosen = chosen & (t[..., :, None] > t[..., None, :])

@@ -33,11 +33,11 @@ from ._traced import Group, Node, Traced, any_traced, floating as _floating, raw
 class Namespace(Rules):
     """The recording namespace over the backend namespace ``xp`` (its rules: :class:`._tape_rules.Rules`)."""
 
+    __name__ = "rankops.tape"  # not the backend's: no namespace test may take the tape for it
+
     def __init__(self, xp: Any, base: PortableAdapter) -> None:
         self.xp = xp
         self.adapter = TapeAdapter(self, base)
-
-    __name__ = "rankops.tape"  # not the backend's: no namespace test may take the tape for it
 
     def record(self, value: Any, *pulls: tuple[Any, Callable[[Any], Any]]) -> Any:
         """``value``, traced from the traced ones among the ``(input, pullback)`` pairs.
@@ -64,6 +64,7 @@ class Namespace(Rules):
         live = [i for i, a in enumerate(inputs) if type(a) is Traced and a.live]
         if not live:
             return tuple(self.constant(outs))
+
         def pull_live(cts: tuple[Any, ...]) -> tuple[Any, ...]:
             grads = pull(cts)  # once for every input
             return tuple(grads[i] for i in live)
@@ -157,8 +158,8 @@ def backward(ns: Namespace, outs: list[Any], cts: list[Any], leaves: list[Traced
 def vjp(xp: Any, base: PortableAdapter, f: Callable[..., Any], leaves: list[Any], outputs: Callable[[Any], Any]) -> Any:
     """``(value, outs, pull)`` of ``f(*leaves)`` as an adapter's ``autodiff_vjp`` gives them, recorded on a tape.
 
-    Every leaf is traced (an integer or bool one only so that the namespaces match: it gets no gradient);
-    ``pull(cotangents)`` returns one gradient per leaf, zeros where nothing flowed.
+    ``leaves`` are floating arrays of ``xp``; ``pull(cotangents)`` returns one gradient per leaf, zeros where nothing
+    flowed. The function's other arrays may stay the backend's: the first traced argument names the namespace.
     """
     return _recorded(Namespace(xp, base), f, leaves, outputs)
 
