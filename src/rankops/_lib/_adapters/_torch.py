@@ -141,11 +141,11 @@ class Torch(PortableAdapter):
         ids = torch.cumsum(starts, dim=-1).expand_as(g)  # slots from 1, as segment_sum's
         slots = g.shape[:-1] + (g.shape[-1] + 1,)
         # each slot's maximum; 0 where it has none (empty, or -inf only: its terms are then exp(-inf) = 0)
-        top = g.new_full(slots, -torch.inf).scatter_reduce(-1, ids, g, "amax").nan_to_num(neginf=0.0)
-        total = g.new_zeros(slots).scatter_add(-1, ids, torch.exp(g - top.gather(-1, ids)))
+        top = g.new_full(slots, -torch.inf).scatter_reduce(-1, ids, g, "amax").nan_to_num(neginf=0.0).gather(-1, ids)
+        total = g.new_zeros(slots).scatter_add(-1, ids, torch.exp(g - top))
         # the log of the entries' totals (at least 1, or 0 for -inf only), not of the slots: most slots are empty
         # (0), whose log is torch's slow path
-        return torch.log(total.gather(-1, ids)) + top.gather(-1, ids)
+        return torch.log(total.gather(-1, ids)) + top
 
     def segment_first(self, xp: Any, starts: Any, g: Any) -> Any:
         pos = torch.arange(g.shape[-1], device=g.device)
