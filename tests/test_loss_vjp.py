@@ -49,6 +49,7 @@ CASES = {
     "permutation": (losses.permutation_loss, (T,), {}),
     "permutation-sinkhorn": (losses.permutation_loss, (T,), {"method": "sinkhorn"}),
     "permutation-diffsort": (losses.permutation_loss, (T,), {"method": "diffsort"}),
+    "permutation-softsort-tau": (losses.permutation_loss, (T,), {"method": "softsort", "tau": 0.7}),
     "topk_cross_entropy": (losses.topk_cross_entropy, (LABELS, [0.5, 0.5]), {}),
     "topk_cross_entropy-softsort": (losses.topk_cross_entropy, (LABELS, [0.3, 0.7]), {"method": "softsort"}),
     "listnet": (losses.listnet_loss, (GRADED,), {}),
@@ -64,7 +65,6 @@ CASES = {
 # every temperature given: central differences apply (spearman's default permutahedron takes no softness scale)
 EXPLICIT = ["spearman", "kendall", "pinball", "listnet", "binary_listnet", "listmle", "ranknet", "lambda-ndcgLoss2PP",
             "approx_ndcg", "smooth_ap", "permutation-softsort-tau"]
-CASES["permutation-softsort-tau"] = (losses.permutation_loss, (T,), {"method": "softsort", "tau": 0.7})
 
 
 def _with_mask(name: str, masked: bool) -> tuple:
