@@ -49,13 +49,12 @@ gradient (straight-through), as under autodiff.
 
 from __future__ import annotations
 
-import inspect
 import textwrap
 from typing import Any, Callable
 
 from ._lib._adapters import get_adapter
 from ._lib._adapters._tape import vjp as tape_vjp
-from ._lib._arguments import differentiable_arguments, float_leaf
+from ._lib._arguments import call_with, differentiable_arguments, float_leaf, positional_names
 from ._lib._calls import ArrayValue
 from ._lib._compat import Array, namespace, device as _device
 from ._lib._docs import fill_doc
@@ -121,8 +120,7 @@ def _loss_vjp(fun: Callable[..., Any], x: Any, args: tuple[Any, ...], options: d
     (:mod:`._adapters._tape`); the first argument is promoted as an operator's is, any other integer or bool one
     (labels, graded relevance) gets zeros, a mask nothing.
     """
-    positional = tuple(p.name for p in inspect.signature(fun).parameters.values()
-                       if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD))
+    positional = positional_names(fun)
     diff = differentiable_arguments(fun.__name__, positional, (x, *args), options)
     xp = namespace(x, names=(positional[0],))
     adapter = get_adapter(xp)
@@ -131,10 +129,7 @@ def _loss_vjp(fun: Callable[..., Any], x: Any, args: tuple[Any, ...], options: d
     live = [name for name, value in diff if name == positional[0] or xp.isdtype(value.dtype, "real floating")]
 
     def f(*leaves: Any) -> Any:
-        swap = dict(zip(live, leaves))
-        named = dict(zip(positional, (x, *args)))
-        first = [swap.get(p, named[p]) for p in positional[: 1 + len(args)]]
-        return fun(*first, **{k: swap.get(k, v) for k, v in options.items()})
+        return call_with(fun, positional, (x, *args), options, dict(zip(live, leaves)))
 
     leaves = [float_leaf(value, name) for name, value in diff if name in live]
     if adapter.autodiff:
@@ -142,9 +137,10 @@ def _loss_vjp(fun: Callable[..., Any], x: Any, args: tuple[Any, ...], options: d
     else:
         value, outs, pull = tape_vjp(xp, adapter, f, leaves, ArrayValue.differentiable)
 
+    zero = value.dtype if xp.isdtype(value.dtype, "real floating") else None  # the dtype of an integer argument's zeros
+
     def vjp_fn(ct: Any) -> tuple[Any, ...]:
         grads = dict(zip(live, pull(ArrayValue.cotangents(ct, outs))))
-        zero = value.dtype if xp.isdtype(value.dtype, "real floating") else None
         return tuple(grads[name] if name in grads else xp.zeros(arg.shape, dtype=zero, device=_device(arg)) for name, arg in diff)
 
     return value, vjp_fn

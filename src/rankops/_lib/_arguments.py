@@ -2,10 +2,24 @@
 
 from __future__ import annotations
 
-from typing import Any
+import inspect
+from typing import Any, Callable
 
 from ._compat import is_array, namespace, real_float_dtypes, device as _device
 from ._numerics import unbroadcast
+
+
+def positional_names(fun: Callable[..., Any]) -> tuple[str, ...]:
+    """The names of ``fun``'s parameters that may come by position, in order (an array's ``q`` or ``k`` may also come
+    by keyword)."""
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return tuple(p.name for p in inspect.signature(fun).parameters.values() if p.kind in kinds)
+
+
+def call_with(fun: Callable[..., Any], positional: tuple[str, ...], args: tuple[Any, ...], options: dict[str, Any],
+              leaves: dict[str, Any]) -> Any:
+    """``fun(*args, **options)`` with the arguments named in ``leaves`` replaced by them (``positional``: ``args``' names)."""
+    return fun(*(leaves.get(name, a) for name, a in zip(positional, args)), **{k: leaves.get(k, v) for k, v in options.items()})
 
 
 def differentiable_arguments(name: str, positional: tuple[str, ...], args: tuple[Any, ...], options: dict[str, Any]) -> list[tuple[str, Any]]:

@@ -41,7 +41,7 @@ from typing import Any, Callable, Generic, Mapping, ParamSpec, TypeVar, overload
 from ._adapters import Core, get_adapter
 from ._adapters._tape import traced_call
 from ._adapters._traced import Traced
-from ._arguments import as_argument, differentiable_arguments, float_leaf
+from ._arguments import as_argument, call_with, differentiable_arguments, float_leaf, positional_names
 from ._compat import is_array, namespace, normalize_axes, normalize_axis, real_float_dtypes, device as _device
 from ._options import Options
 
@@ -332,10 +332,7 @@ class Operator:
         self._bind = bind
         self._value = value
         self.methods = tuple(methods)
-        params = inspect.signature(bind).parameters.values()
-        # the array arguments that may come by position (``q`` and ``k`` may also come by keyword)
-        kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-        self.positional = tuple(p.name for p in params if p.kind in kinds)
+        self.positional = positional_names(bind)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         # inside rankops.vjp of a loss: recorded whole, by this operator's own rule
@@ -362,18 +359,11 @@ class Operator:
             return self._autodiff_vjp(adapter, x, args, options, diff)
         return self._rule_vjp(xp, x, args, options, diff)
 
-    def _with_leaves(self, x: Any, args: tuple[Any, ...], options: dict[str, Any], leaves: dict[str, Any]) -> Any:
-        """The operator with its array arguments replaced by ``leaves`` (by name)."""
-        names = self.positional
-        x = leaves.get(names[0], x)
-        args = tuple(leaves.get(name, a) for name, a in zip(names[1:], args))
-        return self(x, *args, **{k: leaves.get(k, v) for k, v in options.items()})
-
     def _autodiff_vjp(self, adapter: Any, x: Any, args: Any, options: Any, diff: list[tuple[str, Any]]) -> Any:
         names = [name for name, _ in diff]
 
         def f(*arrays: Any) -> Any:
-            return self._with_leaves(x, args, options, dict(zip(names, arrays)))
+            return call_with(self, self.positional, (x, *args), options, dict(zip(names, arrays)))
 
         value, outs, pull = adapter.autodiff_vjp(f, [float_leaf(v, name) for name, v in diff], self._value.differentiable)
         return value, lambda ct: pull(self._value.cotangents(ct, outs))

@@ -27,7 +27,7 @@ from typing import Any, Callable
 from .._numerics import unbroadcast
 from ._generic import PortableAdapter
 from ._tape_rules import Rules
-from ._traced import Group, Node, Traced, any_traced, floating as _floating, raw
+from ._traced import Group, Node, Traced, any_live, floating as _floating, raw
 
 
 class Namespace(Rules):
@@ -89,7 +89,7 @@ class Namespace(Rules):
         @functools.wraps(fn)
         def call(*args: Any, **kwargs: Any) -> Any:
             out = fn(*raw(args), **{k: raw(v) for k, v in kwargs.items()})
-            if _floating(out) and name not in _NO_GRADIENT and any_traced(args, kwargs, live=True):
+            if _floating(out) and name not in _NO_GRADIENT and any_live(args, kwargs):
                 raise NotImplementedError(f"rankops.vjp records no derivative of xp.{name}: its gradient would be lost")
             return self.constant(out)
 
@@ -209,7 +209,7 @@ def _untraced_to_base(method: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(method)
     def run(self: TapeAdapter, xp: Any, *args: Any, **kwargs: Any) -> Any:
-        if not any_traced(args, kwargs, live=True):
+        if not any_live(args, kwargs):
             return self.ns.constant(getattr(self.base, name)(self.ns.xp, *raw(args), **{k: raw(v) for k, v in kwargs.items()}))
         return method(self, xp, *args, **kwargs)
 

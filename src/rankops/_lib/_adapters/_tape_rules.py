@@ -14,12 +14,9 @@ import math
 import operator
 from typing import Any, Callable
 
-from .._compat import device as _device
-from ._traced import raw
-
-
-def _is_array(a: Any) -> bool:
-    return hasattr(a, "shape") and hasattr(a, "dtype")
+from .._compat import device as _device, is_array
+from .._numerics import unbroadcast
+from ._traced import Traced, raw
 
 
 def _axes(axis: Any, ndim: int) -> tuple[int, ...]:
@@ -95,7 +92,7 @@ class Rules:
         out = ra**rb
 
         def exponent(g: Any) -> Any:  # d(a^b)/db = a^b log a, taken as 0 where a <= 0 (as a^b's limit from a > 0)
-            if not _is_array(ra):
+            if not is_array(ra):
                 return g * out * math.log(ra) if ra > 0 else g * 0.0
             safe = xp.where(ra > 0, ra, xp.ones_like(ra))
             return xp.where(ra > 0, g * out * xp.log(safe), xp.zeros_like(g * out))
@@ -248,7 +245,7 @@ class Rules:
         key = raw(key)
         out = u[key]
         keys = key if isinstance(key, tuple) else (key,)
-        if any(_is_array(k) for k in keys):
+        if any(is_array(k) for k in keys):
             return self.record(out, (x, _no_rule("indexing with an array (use xp.take)")))
         plain = tuple(k for k in keys if k is not None)  # the new axes of None are dropped from the cotangent
 
@@ -279,7 +276,8 @@ class Rules:
         hit = first < slots.shape[-1]
         first = xp.where(hit, first, xp.zeros_like(first))
         found = hit & (base.take(xp, slots, first) == want)
-        return xp.where(found, base.take(xp, totals, first), xp.zeros_like(base.take(xp, totals, first)))
+        summed = base.take(xp, totals, first)
+        return xp.where(found, summed, xp.zeros_like(summed))
 
     def _gather_last(self, x: Any, index: Any, axis: int, whole: Callable[[Any, Any], Any]) -> Any:
         xp, u, i = self.xp, raw(x), raw(index)
@@ -314,7 +312,7 @@ class Rules:
         return self.record(self.xp.astype(u, dtype, **kwargs), (x, lambda g: self.xp.astype(g, u.dtype)))
 
     def asarray(self, obj: Any, /, *, dtype: Any = None, device: Any = None, copy: Any = None) -> Any:
-        if not getattr(type(obj), "records_gradients", False):
+        if type(obj) is not Traced:
             return self.xp.asarray(obj, dtype=dtype, device=device, copy=copy)
         return obj if dtype is None or dtype == obj.dtype else self.astype(obj, dtype)
 
@@ -332,21 +330,13 @@ class Rules:
 
         def to_a(g: Any) -> Any:
             ga = xp.matmul(full(g), xp.matrix_transpose(bm))
-            return xp.reshape(_sum_to(xp, ga, tuple(am.shape)), tuple(ra.shape))
+            return xp.reshape(unbroadcast(xp, ga, tuple(am.shape)), tuple(ra.shape))
 
         def to_b(g: Any) -> Any:
             gb = xp.matmul(xp.matrix_transpose(am), full(g))
-            return xp.reshape(_sum_to(xp, gb, tuple(bm.shape)), tuple(rb.shape))
+            return xp.reshape(unbroadcast(xp, gb, tuple(bm.shape)), tuple(rb.shape))
 
         return self.record(out, (a, to_a), (b, to_b))
-
-
-def _sum_to(xp: Any, g: Any, shape: tuple[int, ...]) -> Any:
-    lead = g.ndim - len(shape)
-    if lead > 0:
-        g = xp.sum(g, axis=tuple(range(lead)))
-    axes = tuple(i for i, k in enumerate(shape) if k == 1 and g.shape[i] != 1)
-    return xp.sum(g, axis=axes, keepdims=True) if axes else g
 
 
 def _no_rule(what: str) -> Callable[[Any], Any]:

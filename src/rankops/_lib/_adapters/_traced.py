@@ -23,18 +23,17 @@ def raw(a: Any) -> Any:
     return a
 
 
-def any_traced(args: Any, kwargs: Any = None, *, live: bool = False) -> bool:
-    """Whether a traced array (``live``: one that depends on a leaf) is among ``args`` / ``kwargs``' values (tuples
-    and lists looked into)."""
+def any_live(args: Any, kwargs: Any = None) -> bool:
+    """Whether a live traced array (one computed from a leaf) is among ``args`` / ``kwargs``' values (tuples and lists
+    looked into)."""
     values = list(args) + list((kwargs or {}).values())
-    return any((type(a) is Traced and (a.live or not live)) or (type(a) in (tuple, list) and any_traced(a, live=live))
-               for a in values)
+    return any((type(a) is Traced and a.live) or (type(a) in (tuple, list) and any_live(a)) for a in values)
 
 
 class Node:
     """What one recorded call leaves: the traced arrays it read (``parents``) and ``pull(g)``, one cotangent each."""
 
-    __slots__ = ("parents", "pull", "__weakref__")
+    __slots__ = ("parents", "pull")
 
     def __init__(self, parents: tuple[Any, ...], pull: Callable[[Any], tuple[Any, ...]] | None) -> None:
         self.parents, self.pull = parents, pull
@@ -142,7 +141,7 @@ class Traced(Node):
     def __rmatmul__(self, o: Any) -> Any:
         return self.ns.matmul(o, self)
 
-    # comparisons and integer arithmetic: values without gradient
+    # comparisons: values without gradient
     def __lt__(self, o: Any) -> Any:
         return self.value < raw(o)
 
@@ -162,27 +161,6 @@ class Traced(Node):
         return self.value != raw(o)
 
     __hash__ = None  # type: ignore[assignment]
-
-    def __invert__(self) -> Any:
-        return ~self.value
-
-    def __and__(self, o: Any) -> Any:
-        return self.value & raw(o)
-
-    def __rand__(self, o: Any) -> Any:
-        return raw(o) & self.value
-
-    def __or__(self, o: Any) -> Any:
-        return self.value | raw(o)
-
-    def __ror__(self, o: Any) -> Any:
-        return raw(o) | self.value
-
-    def __floordiv__(self, o: Any) -> Any:
-        return self.value // raw(o)
-
-    def __mod__(self, o: Any) -> Any:
-        return self.value % raw(o)
 
 
 def floating(value: Any) -> bool:
