@@ -8,9 +8,11 @@ ratio of the longest row to the shortest; ``jnp.sort``'s own (a weighted sum
 of the sorted row) is the reference row. Second table: forward+backward
 time (median of interleaved repeats, ms, float32) of the permutahedron with
 ``regularization="kl"`` and ``"l2"``, jitted JAX and eager torch
-(``torch.set_num_threads(1)``), at B = 20, n = 1000 and B = 1, n = 10^5.
+(``torch.set_num_threads(1)``), at B = 20, n = 1000 and B = 1, n = 10^5;
+eager torch's KL also with its last drops left to the pooling rounds
+(``rankops._cores.windows`` off, as under ``jax.jit``), in the same run.
 
-Usage: python -m benchmarks.jax_compile [--lengths 10 1000 100000 1000000] [--repeats 7] [--quick]
+Usage: python -m benchmarks.jax_compile [--lengths 10 1000 100000 1000000] [--repeats 7] [--quick] [--kl-only]
 """
 
 from __future__ import annotations
@@ -95,19 +97,34 @@ def _runners(batch: int, n: int) -> dict[str, Callable[[], Any]]:
             return leaf.grad
 
         runs[f"torch {reg}"] = eager
+    runs["torch kl, rounds only"] = lambda: _rounds_only(runs["torch kl"])
     return runs
+
+
+def _rounds_only(run: Callable[[], Any]) -> Any:
+    """``run()`` with the KL fit's windows off: every pooling round runs on the whole row."""
+    import math
+    from unittest import mock
+
+    from rankops._cores import windows
+
+    with mock.patch.object(windows, "SHORTEST", math.inf):
+        return run()
 
 
 def kl_table(shapes: list[tuple[int, int]], repeats: int) -> list[str]:
     import torch
 
     torch.set_num_threads(1)
-    lines = ["| backend | B | n | l2 (ms) | kl (ms) | kl / l2 |", "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    lines = ["| backend | B | n | l2 (ms) | kl (ms) | kl / l2 | kl, rounds only (ms) | its / l2 |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for batch, n in shapes:
         medians = interleaved_medians(_runners(batch, n), repeats)
         for backend in ("jax", "torch"):
             l2, kl = medians[f"{backend} l2"] * 1e3, medians[f"{backend} kl"] * 1e3
-            lines.append(f"| {backend} | {batch} | {n:,} | {l2:.3g} | {kl:.3g} | {kl / l2:.2f} |")
+            rounds = medians.get(f"{backend} kl, rounds only")
+            alone = f"{rounds * 1e3:.3g} | {rounds * 1e3 / l2:.2f}" if rounds else "- | -"
+            lines.append(f"| {backend} | {batch} | {n:,} | {l2:.3g} | {kl:.3g} | {kl / l2:.2f} | {alone} |")
     return lines
 
 
@@ -116,12 +133,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--lengths", type=int, nargs="+", default=[10, 1000, 100_000, 1_000_000])
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--quick", action="store_true", help="n = 10 and 100, 2 repeats, a small KL case (smoke test)")
+    parser.add_argument("--kl-only", action="store_true", help="the second table alone")
     args = parser.parse_args(argv)
     lengths, repeats, shapes = args.lengths, args.repeats, [(20, 1000), (1, 100_000)]
     if args.quick:
         lengths, repeats, shapes = [10, 100], 2, [(2, 100)]
-    print("JAX compile seconds of jit(value_and_grad(sum of soft_rank)), (4, n) float32, default compilation\n")
-    print("\n".join(compile_table(lengths)))
+    if not args.kl_only:
+        print("JAX compile seconds of jit(value_and_grad(sum of soft_rank)), (4, n) float32, default compilation\n")
+        print("\n".join(compile_table(lengths)))
     print("\npermutahedron forward+backward, kl against l2: median of interleaved repeats (ms), float32\n")
     print("\n".join(kl_table(shapes, repeats)))
 

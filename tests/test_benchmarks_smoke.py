@@ -178,7 +178,8 @@ def test_gpu_check_runs_here_in_its_cpu_mode(tmp_path):
 
 
 def test_jax_compile_script_prints_its_tables():
-    """``benchmarks.jax_compile --quick``: a compile time per method and length, and KL against L2 on both backends."""
+    """``benchmarks.jax_compile --quick``: a compile time per method and length, and KL against L2 on both backends
+    (torch's also without the windows)."""
     pytest.importorskip("jax")
     pytest.importorskip("torch")
     proc = subprocess.run([sys.executable, "-m", "benchmarks.jax_compile", "--quick"], cwd=ROOT, capture_output=True,
@@ -186,8 +187,10 @@ def test_jax_compile_script_prints_its_tables():
     assert proc.returncode == 0, proc.stderr[-3000:]
     compiled = re.findall(r"^\| ([\w., ]+) \| [\d.]+ \| [\d.]+ \| [\d.]+x \|$", proc.stdout, flags=re.M)
     assert len(compiled) == 8 and compiled[0] == "jnp.sort", proc.stdout
-    kl = re.findall(r"^\| (jax|torch) \| 2 \| 100 \| [\d.e+]+ \| [\d.e+]+ \| [\d.]+ \|$", proc.stdout, flags=re.M)
-    assert sorted(kl) == ["jax", "torch"], proc.stdout
+    number = r"[\d.e+]+"
+    kl = re.findall(rf"^\| (jax|torch) \| 2 \| 100 \| {number} \| {number} \| {number} \| (- \| -|{number} \| {number}) \|$",
+                    proc.stdout, flags=re.M)
+    assert sorted(kl) == [("jax", "- | -"), ("torch", kl[-1][1])] and kl[-1][1] != "- | -", proc.stdout  # windows off: torch
 
 
 def test_compile_time_script_prints_its_table():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from ._cores import masked
-from ._cores.isotonic import regression_core
+from ._cores.regression import regression_core
 from ._lib._calls import Call, operator, prepare
 from ._lib._compat import Array
 from ._lib._options import Options, boolean

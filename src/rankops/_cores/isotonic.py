@@ -20,6 +20,13 @@ work and a fixed number of array operations, with no data-dependent loop
 loop). Sums run outward from the segment boundary, so a small pool is
 never the difference of two large prefix sums.
 
+The KL fit's rows end on chains that take one neighbour per pooling round
+for tens of rounds. On a CPU backend that reads values now, a row stops
+pooling once its last few drops stop halving, and :mod:`.windows` fits them
+in windows of blocks around each drop (the same rounds, on the windows'
+blocks only). Least-squares rows settle within a few rounds of that point:
+they pool to the end.
+
 Two losses share the rounds, each block taking the value that minimises it:
 
 - ``"l2"``: ``sum_i w_i (v_i - y_i)^2``, block value ``sum w y / sum w``
@@ -42,23 +49,22 @@ n x n anything.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from typing import Any, Callable
 
 from .._lib._compat import device as _device
-from .._lib._adapters import core, custom_backward, get_adapter, rebuilt, same_shape
+from .._lib._adapters import get_adapter
 from .._lib._loops import freeze_rows
-from .._lib._numerics import checked_weights, logaddexp, safe_divide, unbroadcast
-from . import masked
-from .finite import finite_rows
+from .._lib._numerics import logaddexp
+from . import windows
 from .merges import merge_rounds
 
-__all__ = ["fit", "decreasing", "pool_runs", "pool_then_merge", "merge_rows", "block_starts", "block_sums", "block_first", "regression_core"]
+__all__ = ["fit", "decreasing", "pool_runs", "pool_then_merge", "merge_rows", "block_starts", "block_sums", "block_first"]
 
 
 class _L2:
     identity = 0.0
+    snowballs = False  # rows settle within a few rounds of their drops' halving: windows (:mod:`.windows`) would cost more
     centred = False  # the merge rounds' sums are of solved values: no boundary to centre them on
     whole_blocks = False  # an equal neighbour adds exactly 0 to a test
     signs = False  # the tests' terms keep their sign across a set
@@ -98,6 +104,16 @@ class _L2:
         return _L2.value(xp, (tot[0, ...], tot[1, ...]), tot[2, ...] / tot[3, ...])
 
     @staticmethod
+    def block_weight(xp: Any, adapter: Any, starts: Any, w: Any) -> Any:
+        """Each entry's block's total weight ``sum_B w``."""
+        return adapter.segment_sum(xp, starts, w)
+
+    @staticmethod
+    def pad(xp: Any, first: Any) -> tuple[Any, float]:
+        """An entry before ``first`` that never moves a fit: its value, of no weight."""
+        return first, 0.0
+
+    @staticmethod
     def above(xp: Any, sums: tuple[Any, Any], ref: Any, centre: None, lower: None) -> Any:
         """``sum_S w (v - ref)`` from S's totals, for a set S of values above ``ref`` (0 for an empty S)."""
         return sums[0] - ref * sums[1]
@@ -117,6 +133,7 @@ def _log1mexp(xp: Any, d: Any) -> Any:
 
 class _KL:
     identity = -math.inf
+    snowballs = True  # rows end on chains that take one neighbour per round for tens of rounds: finished in windows
     centred = False
     whole_blocks = False
     signs = False
@@ -153,6 +170,16 @@ class _KL:
         lse = adapter.segment_logsumexp(xp, starts, xp.stack([u + w, xp.broadcast_to(w, u.shape)]))
         return _KL.value(xp, (lse[0, ...], lse[1, ...]), u)
 
+    @staticmethod
+    def block_weight(xp: Any, adapter: Any, starts: Any, w: Any) -> Any:
+        """Each entry's block's total log-weight ``LSE_B(w)``."""
+        return adapter.segment_logsumexp(xp, starts, w)
+
+    @staticmethod
+    def pad(xp: Any, first: Any) -> tuple[float, float]:
+        """An entry out of the objective (value -inf, log-weight 0): first in an increasing fit, it never pools."""
+        return -math.inf, 0.0
+
     # the same sums as _L2's, as logs: sum_S exp(w) (exp(v) - exp(ref)) and its mirror. An empty S
     # gives -inf, and so does a sum of entries at -inf (out of the objective: a masked entry's); their
     # terms are zeroed first, which would otherwise make -inf - -inf
@@ -174,7 +201,8 @@ class _KL:
 KINDS = {"l2": _L2, "kl": _KL}
 
 
-def pool_runs(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, max_rounds: int, merge_cost: float = 0.0) -> tuple[Any, Any, bool]:
+def pool_runs(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, max_rounds: int, merge_cost: float = 0.0,
+              leave: int = 0) -> tuple[Any, Any, bool]:
     """Pool every maximal run of strictly decreasing blocks at once, for up to ``max_rounds`` rounds.
 
     Adjacent violators end in one block of the solution (the PAV argument),
@@ -195,6 +223,10 @@ def pool_runs(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, max_rounds: int
     leaves a few drops for up to n rounds; the drops of a row that is
     settling fall geometrically.
 
+    ``leave`` > 0 (a caller that finishes the last drops itself,
+    :mod:`.windows`): a row also stops once it holds at most ``leave`` drops
+    and they stopped halving (a snowballing chain; a settling row goes on).
+
     Returns ``(v, unsettled, stopped_early)``: ``unsettled`` is True on the
     rows that still hold a drop, and ``stopped_early`` True when the loop was
     seen to stop before ``max_rounds`` with every row settled (eager backends,
@@ -212,24 +244,30 @@ def pool_runs(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, max_rounds: int
     if unit:  # unweighted: the totals are sums and counts
         w = xp.ones_like(v)
 
+    counted = bool(merge_cost or leave)  # the state carries the drops of the last two rounds and the rounds spent
+
     def step(weights: Any, state: tuple[Any, ...]) -> tuple[Any, ...]:
         u, starts, down = state[:3]
         # a block that follows a drop joins its predecessor's run
         starts = xp.concat([starts[..., :1], starts[..., 1:] & ~down], axis=-1)
         u = rules.pooled(xp, adapter, starts, u, weights, unit)  # the totals in one segmented sum (one scatter on torch)
         down = drops(u)
-        if not merge_cost:
+        if not counted:
             return u, starts, down
         _, _, _, _, now, spent = state
         return u, starts, down, now, count(down), spent + 1.0
 
     def error(weights: Any, state: tuple[Any, ...]) -> Any:
         # a boolean error: True while a row goes on
-        if not merge_cost:
+        if not counted:
             return xp.any(state[2], axis=-1)
         _, starts, _, before, now, spent = state
-        blocks = count(starts)
-        stalled = (2.0 * now > before) & (spent * n >= merge_cost * blocks * xp.log2(blocks))
+        stalled = 2.0 * now > before  # the drops stopped halving
+        if merge_cost:
+            blocks = count(starts)
+            stalled = stalled & (spent * n >= merge_cost * blocks * xp.log2(blocks))
+        else:
+            stalled = stalled & (now <= leave)
         return ((now > 0) & ~stalled)[..., 0]
 
     n = v.shape[-1]
@@ -242,11 +280,11 @@ def pool_runs(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, max_rounds: int
         free = xp.broadcast_to(w, v.shape) == 0
         down = free[..., 1:] | (down & ~free[..., :-1])
     state: tuple[Any, ...] = (v, starts, down)
-    if merge_cost:
+    if counted:
         zero = xp.zeros(v.shape[:-1] + (1,), dtype=v.dtype, device=_device(v))
         state += (zero, count(down), zero)
     state, rounds, err = adapter.iterate(xp, step, w, state, error=error, freeze=freeze_rows, max_iter=max_rounds, tol=0.0, check_every=1)
-    if not merge_cost:  # the error is the flag, and a loop that stopped early stopped with every row settled
+    if not counted:  # the error is the flag, and a loop that stopped early stopped with every row settled
         return state[0], err, isinstance(rounds, int) and rounds < max_rounds
     return state[0], xp.any(state[2], axis=-1), False
 
@@ -293,21 +331,42 @@ def fit(xp: Any, adapter: Any, y: Any, w: Any = None, kind: str = "l2") -> Any:
     v = rules.single(xp, y, w)
     if n == 1:
         return v
+    return _pooled_fit(xp, adapter, kind, v, w)
+
+
+def _pooled_fit(xp: Any, adapter: Any, kind: str, v: Any, w: Any, rounds: int | None = None, windows_first: bool = True) -> Any:
+    """The fit from the one-entry values ``v`` (or pooled blocks of them): pooling rounds, then either windows around
+    the last drops (:mod:`.windows`: the KL loss, on a CPU backend that reads values now) or the merge rounds."""
+    # the windows pool for as many rounds as their whole rows would: a chain the rounds finish there, they finish here
+    rounds = rounds or 4 * (v.shape[-1] - 1).bit_length()
     # the merge rounds, a fallback few rows take, run eagerly even in a compiled graph (one op): compiled, they
     # were most of the kernels of every permutahedron and isotonic call, and of its compile time
-    return pool_then_merge(xp, adapter, rules, v, w, lambda u, unsettled: adapter.eagerly(
-        xp, _merged, (u, xp.ones_like(u) if w is None else w), like=(0,), kind=kind)[0])
+    return pool_then_merge(xp, adapter, KINDS[kind], v, w, lambda u, unsettled: adapter.eagerly(
+        xp, _merged, (u, xp.ones_like(u) if w is None else w), like=(0,), kind=kind)[0], rounds=rounds,
+        finish=(lambda values, weights: _pooled_fit(xp, adapter, kind, values, weights, rounds, False))
+        if windows_first and KINDS[kind].snowballs else None)
 
 
 def pool_then_merge(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, merge: Callable[[Any, Any], Any], per_level: int = 4,
-                    merge_cost: float = 0.0) -> Any:
-    """``v`` pooled by :func:`pool_runs` for up to ``per_level ceil(log2 n)`` rounds (``merge_cost`` as there), then
-    ``merge(v, unsettled)`` (the caller's merge rounds; ``unsettled`` True on the rows the pooling left) unless every
-    row settled, which a backend that reads the flag skips."""
+                    merge_cost: float = 0.0, finish: Callable[[Any, Any], Any] | None = None, rounds: int | None = None) -> Any:
+    """``v`` pooled by :func:`pool_runs` for up to ``rounds`` (default ``per_level ceil(log2 n)``) rounds
+    (``merge_cost`` as there), then ``merge(v, unsettled)`` (the caller's merge rounds; ``unsettled`` True on the rows
+    the pooling left) unless every row settled, which a backend that reads the flag skips.
+
+    ``finish(values, weights)`` (a fit of 2-D rows of block values and total weights): on a backend that reads
+    values now, on a CPU (:func:`.windows.pays`), the rounds stop where a row holds few drops, and
+    :func:`.windows.finish` fits the rest with it.
+    """
     # A pooling round costs O(n), a merge round O(n log n) in several times the operations, and a batch runs the
     # merge rounds for all its rows as soon as one needs them: at the default softness, rows need up to about
     # 1.5 (l2) and 2.2 (kl) times ceil(log2 n) pooling rounds
-    v, unsettled, stopped_early = pool_runs(xp, adapter, rules, v, w, per_level * (v.shape[-1] - 1).bit_length(), merge_cost)
+    rounds = rounds or per_level * (v.shape[-1] - 1).bit_length()
+    if finish is not None and adapter.is_concrete(v) and 0 not in v.shape and windows.pays(v) and v.shape[-1] >= windows.SHORTEST:
+        v, unsettled, _ = pool_runs(xp, adapter, rules, v, w, rounds, leave=windows.drops_left(v.shape[-1]))
+        if not bool(xp.any(unsettled)):
+            return v
+        return windows.finish(xp, adapter, rules, v, w, finish)
+    v, unsettled, stopped_early = pool_runs(xp, adapter, rules, v, w, rounds, merge_cost)
     if stopped_early:  # the loop read that every row settled: no second read
         return v
     return adapter.unless(xp, ~xp.any(unsettled), lambda u: merge(u, unsettled), v)
@@ -336,68 +395,3 @@ def block_sums(xp: Any, adapter: Any, starts: Any, g: Any) -> Any:
 def block_first(xp: Any, adapter: Any, starts: Any, g: Any) -> Any:
     """Each entry's block's first value of ``g``."""
     return adapter.segment_first(xp, starts, g)
-
-
-# -- rankops.isotonic_regression ----------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class _Regression:
-    increasing: bool
-    weighted: bool
-
-    def fwd(self, xp: Any, y: Any, *w: Any) -> tuple[tuple[Any], tuple[Any, ...]]:
-        bad = xp.any(xp.isnan(y), axis=-1, keepdims=True)  # NaN rows stay NaN
-        if w:
-            y, weights = xp.broadcast_arrays(y, w[0])
-            weights, valid = checked_weights(xp, weights)  # a row outside the domain: fitted with ones, then NaN
-            bad = bad | ~valid
-        else:
-            weights = xp.ones_like(y)
-        solve = fit if self.increasing else decreasing
-        v = xp.where(bad, math.nan, solve(xp, get_adapter(xp), y, weights))
-        return (v,), (y, weights, v, *w)
-
-    def bwd(self, xp: Any, res: tuple[Any, ...], cts: tuple[Any, ...]) -> tuple[Any, ...]:
-        (ct,) = cts
-        if ct is None:
-            return (None,) * (1 + self.weighted)
-        y, w, v = res[:3]
-        adapter = get_adapter(xp)
-        starts = block_starts(xp, v)
-        # v_B = sum_B w y / W_B: dv_B/dy_i = w_i / W_B, dv_B/dw_i = (y_i - v_B) / W_B (0 on a block of zero weights)
-        per_weight = safe_divide(xp, block_sums(xp, adapter, starts, xp.astype(ct, y.dtype)), block_sums(xp, adapter, starts, w))
-        dy = w * per_weight
-        if not self.weighted:
-            return (dy,)
-        return dy, unbroadcast(xp, (y - v) * per_weight, tuple(res[3].shape))
-
-
-@core(output_shapes=same_shape, batched={"weights": (0,), "mask": (0,)})
-@finite_rows
-def regression_core(xp: Any, y: Any, opts: Any, *, increasing: bool, weights: Any, mask: Any = None) -> Any:
-    """The least-squares isotonic fit and its block-wise pullback (to ``weights`` too).
-
-    ``mask``: the fit of the valid entries alone, as weights of 0 on the
-    others. That is exact: the objective does not see a zero-weight entry,
-    and any fit of the valid entries extends to one of the whole row (fill
-    the gaps by their neighbours), so the whole row's optimum restricted to
-    the valid entries is their own optimum, which is unique.
-    """
-    if mask is None:
-        spec = _Regression(increasing, weights is not None)
-        return custom_backward(xp, spec.fwd, spec.bwd, (y,) if weights is None else (y, weights), names=("x", "weights"),
-                               residuals=rebuilt(spec.fwd))
-    w = xp.ones_like(y) if weights is None else xp.broadcast_to(xp.astype(weights, y.dtype), y.shape)
-    spec = _Regression(increasing, True)
-    outs, back = custom_backward(xp, spec.fwd, spec.bwd, (masked.zero_masked(xp, y, mask), masked.zero_masked(xp, w, mask)),
-                                 names=("x", "weights"), residuals=rebuilt(spec.fwd))
-
-    def to_given_weights(grads: dict[str, Any]) -> dict[str, Any]:
-        if weights is None:
-            grads.pop("weights")
-        else:
-            grads["weights"] = unbroadcast(xp, grads["weights"], tuple(weights.shape))
-        return grads
-
-    return masked.as_masked_operator(xp, outs, back, mask, mask, ("x", "weights"), to_given_weights)

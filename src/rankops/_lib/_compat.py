@@ -76,6 +76,12 @@ def namespace(*arrays: Any, names: tuple[str, ...] | None = None) -> Any:
         raise TypeError(f"arrays from different namespaces cannot be mixed ({kinds})") from exc
 
 
+def on_cpu(x: Any) -> bool:
+    """Whether ``x`` lives in a CPU's memory (NumPy, torch's ``cpu``, array-api-strict's default device), where an
+    operation costs in proportion to its size; on a GPU a small operation costs its launch."""
+    return "cpu" in str(device(x)).lower()
+
+
 def default_float(xp: Any, device: Any) -> Any:
     """The namespace's default real floating dtype (float32 for torch/JAX)."""
     try:

@@ -1,0 +1,181 @@
+"""The isotonic fits' last drops solved in windows (``rankops._cores.windows``) against a sequential PAV in float64.
+
+The windows path runs on CPU backends that read values now, for the KL loss
+(the permutahedron's ``regularization="kl"``). Here it is forced on short
+rows (the pooling rounds stop at once, windows of one block grow
+until they hold), for both losses, and compared with pool-adjacent-violators
+written out in the test.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from numpy.testing import assert_allclose
+
+import rankops
+from rankops._cores import isotonic, windows
+from rankops._lib._adapters import get_adapter
+
+from .backends import CPU_BACKENDS
+
+
+def _pav(y: np.ndarray, w: np.ndarray, kind: str) -> np.ndarray:
+    """Sequential PAV: blocks pool while one is above its successor; a block's value is ``sum w y / sum w`` (l2) or
+    ``LSE(y_B) - LSE(w_B)`` (kl, ``w`` log-weights)."""
+    blocks: list[list[float]] = []  # [first, count, a, b]: l2 sums (w y, w); kl log-sums (y, w)
+
+    def value(b: list[float]) -> float:
+        return b[2] / b[3] if kind == "l2" else b[2] - b[3]
+
+    for i, (yi, wi) in enumerate(zip(y, w)):
+        blocks.append([i, 1, wi * yi, wi] if kind == "l2" else [i, 1, yi, wi])
+        while len(blocks) > 1 and value(blocks[-2]) > value(blocks[-1]):
+            b = blocks.pop()
+            a = blocks[-1]
+            a[1] += b[1]
+            if kind == "l2":
+                a[2] += b[2]
+                a[3] += b[3]
+            else:
+                a[2], a[3] = np.logaddexp(a[2], b[2]), np.logaddexp(a[3], b[3])
+    return np.concatenate([np.full(int(b[1]), value(b)) for b in blocks])
+
+
+def _rows(kind: str, shape: tuple[int, int], seed: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    # a random walk with noise: long decreasing runs, chains that snowball
+    y = np.cumsum(rng.normal(size=shape), axis=-1) * rng.choice([-1.0, 1.0], size=(shape[0], 1)) + rng.normal(size=shape)
+    w = rng.uniform(0.3, 3.0, size=shape) if kind == "l2" else rng.normal(size=shape)
+    return y, w
+
+
+@pytest.fixture
+def forced(monkeypatch):
+    """Windows on every row of two entries or more, from the first round, one block wide, doubling; both losses."""
+    monkeypatch.setattr(windows, "SHORTEST", 2)
+    monkeypatch.setattr(windows, "FEWEST", 10**6)
+    monkeypatch.setattr(windows, "RADIUS", 1)
+    monkeypatch.setattr(windows, "GROWTH", 2)
+    monkeypatch.setattr(isotonic._L2, "snowballs", True)
+    calls = []
+    finish = windows.finish
+
+    def counted(*args):
+        calls.append(1)
+        return finish(*args)
+
+    monkeypatch.setattr(windows, "finish", counted)
+    return calls
+
+
+# JAX runs every operator traced (jit): its fits pool to the end, and eager JAX would only compile op by op here
+@pytest.mark.parametrize("backend_name", [b for b in CPU_BACKENDS if b != "jax"])
+@pytest.mark.parametrize("kind", ["l2", "kl"])
+@pytest.mark.parametrize("shape", [(1, 60), (5, 9), (40, 3)])
+def test_windows_fit_equals_sequential_pav(forced, backend_name, kind, shape):
+    """Rows of 3 entries put windows side by side in consecutive rows: a window that crossed a row's end fails here."""
+    from rankops._lib._backends import get_backend
+
+    backend = get_backend(backend_name)
+    y, w = _rows(kind, shape, seed=shape[1])
+    xp = backend.namespace()
+    got = isotonic.fit(xp, get_adapter(xp), backend.asarray(y), backend.asarray(w), kind)
+    expected = np.stack([_pav(r, s, kind) for r, s in zip(y, w)])
+    assert forced, "the windows were not taken"
+    assert_allclose(backend.to_numpy(got), expected, rtol=1e-12, atol=1e-12)
+
+
+def test_windows_stay_in_their_row(forced):
+    """Rows that end on a chain, each lower than the last: their windows touch across the rows' ends and must not join."""
+    y = np.array([[5.0, 0.0, 1.0, 2.0]]) - 10.0 * np.arange(6.0)[:, None]
+    got = isotonic.fit(np, get_adapter(np), y, np.ones_like(y), "l2")
+    assert forced, "the windows were not taken"
+    assert_allclose(got, np.stack([_pav(r, np.ones(4), "l2") for r in y]), rtol=1e-13)
+
+
+def test_windows_grow_until_they_hold(forced, monkeypatch):
+    """A chain of 19 entries: windows one block wide fail the neighbours' test and grow (radius 1, 2, 4, ...)."""
+    sizes = []
+    solve_calls = windows.finish
+
+    def spied(xp, adapter, rules, v, w, solve):
+        return solve_calls(xp, adapter, rules, v, w, lambda a, b: sizes.append(a.shape[-1]) or solve(a, b))
+
+    monkeypatch.setattr(windows, "finish", spied)
+    y = np.concatenate([[200.0], np.arange(60.0)])  # the first entry pools with the next 18, one a round
+    got = isotonic.fit(np, get_adapter(np), y[None, :], np.ones((1, y.size)), "l2")
+    assert_allclose(got[0], _pav(y, np.ones(y.size), "l2"), rtol=1e-13)
+    assert sizes[0] < sizes[-1] and len(sizes) > 2, sizes
+
+
+@pytest.mark.parametrize("backend_name", ["numpy", "torch"])
+@pytest.mark.parametrize("output", ["rank", "sort", "masked rank"])
+def test_kl_permutahedron_with_and_without_windows(backend_name, output, monkeypatch):
+    """Values and gradients on the default path (windows on a CPU) against the pooling rounds alone, float64, 8 normal rows of 1000 (a third
+    of each masked out)."""
+    from rankops._lib._backends import get_backend
+
+    backend = get_backend(backend_name)
+    if backend.unavailable_reason():
+        pytest.skip(backend.unavailable_reason())
+    rng = np.random.default_rng(0)
+    x = backend.asarray(rng.normal(size=(8, 1000)))
+    kwargs = dict(method="permutahedron", regularization="kl")
+    if output == "masked rank":
+        kwargs["mask"] = backend.asarray(rng.uniform(size=(8, 1000)) > 1 / 3)
+    op = rankops.soft_sort if output == "sort" else rankops.soft_rank
+    calls = []
+    finish = windows.finish
+    monkeypatch.setattr(windows, "finish", lambda *a: calls.append(1) or finish(*a))
+    ct = backend.asarray(rng.normal(size=(8, 1000)))
+
+    def value_and_gradient():
+        value, pullback = rankops.vjp(op, x, **kwargs)
+        return backend.to_numpy(value), backend.to_numpy(pullback(ct)[0])
+
+    with_windows = value_and_gradient()
+    assert calls, "the windows were not taken"
+    monkeypatch.setattr(windows, "SHORTEST", math.inf)
+    rounds_only = value_and_gradient()
+    assert len(calls) == 1
+    assert_allclose(with_windows[0], rounds_only[0], rtol=1e-10, atol=1e-9)
+    if output != "sort":
+        # the same blocks: the same Jacobian. (The sort's rows here end in merge rounds on both paths, whose
+        # roundings split a near-tie, two blocks 1e-13 apart in value, on one path and not the other: the
+        # derivative's two sides at that tie.)
+        assert_allclose(with_windows[1], rounds_only[1], rtol=1e-9, atol=1e-9)
+
+
+def test_windows_only_on_a_cpu():
+    """array-api-strict's second device stands in for a GPU: there the rounds run to the end."""
+    strict = pytest.importorskip("array_api_strict")
+    assert windows.pays(np.zeros(3))
+    assert windows.pays(strict.asarray([1.0]))
+    assert not windows.pays(strict.asarray([1.0], device=strict.Device("device1")))
+
+
+def test_permutahedron_sort_keeps_a_block_its_fit_split_one_ulp_apart(monkeypatch):
+    """A two-entry block whose fitted values come out 1 ulp apart (the merge rounds' or the windows' roundings at a
+    tie) is two one-entry blocks to ``block_starts``; the sort keeps its soft values (it once gave both their hard
+    values, 0.004 away, on 8 x 1000 normal rows with the windows on)."""
+    x = np.random.default_rng(2).normal(size=(1, 40))
+    exact = np.asarray(rankops.soft_sort(x, method="permutahedron", strength=3.0))
+    decreasing = isotonic.decreasing
+    split = []
+
+    def nudged(*args, **kwargs):
+        sol = np.array(decreasing(*args, **kwargs))
+        starts = np.concatenate([[True], sol[0, 1:] != sol[0, :-1], [True]])
+        pairs = [j for j in range(sol.shape[1] - 1) if starts[j] and not starts[j + 1] and starts[j + 2]]
+        j = pairs[0]
+        sol[0, j] = np.nextafter(sol[0, j], np.inf)  # still decreasing, now two blocks
+        split.append(j)
+        return sol
+
+    monkeypatch.setattr(isotonic, "decreasing", nudged)
+    got = np.asarray(rankops.soft_sort(x, method="permutahedron", strength=3.0))
+    assert split
+    assert_allclose(got, exact, rtol=0, atol=1e-12)
