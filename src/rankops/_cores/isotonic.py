@@ -200,6 +200,8 @@ class _KL:
 
 KINDS = {"l2": _L2, "kl": _KL}
 
+PER_LEVEL = 4  # pooling rounds per ceil(log2 n) before the merge rounds (:func:`pool_then_merge`)
+
 
 def pool_runs(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, max_rounds: int, merge_cost: float = 0.0,
               leave: int = 0) -> tuple[Any, Any, bool]:
@@ -338,7 +340,7 @@ def _pooled_fit(xp: Any, adapter: Any, kind: str, v: Any, w: Any, rounds: int | 
     """The fit from the one-entry values ``v`` (or pooled blocks of them): pooling rounds, then either windows around
     the last drops (:mod:`.windows`: the KL loss, on a CPU backend that reads values now) or the merge rounds."""
     # the windows pool for as many rounds as their whole rows would: a chain the rounds finish there, they finish here
-    rounds = rounds or 4 * (v.shape[-1] - 1).bit_length()
+    rounds = rounds or PER_LEVEL * (v.shape[-1] - 1).bit_length()
     # the merge rounds, a fallback few rows take, run eagerly even in a compiled graph (one op): compiled, they
     # were most of the kernels of every permutahedron and isotonic call, and of its compile time
     return pool_then_merge(xp, adapter, KINDS[kind], v, w, lambda u, unsettled: adapter.eagerly(
@@ -347,7 +349,7 @@ def _pooled_fit(xp: Any, adapter: Any, kind: str, v: Any, w: Any, rounds: int | 
         if windows_first and KINDS[kind].snowballs else None)
 
 
-def pool_then_merge(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, merge: Callable[[Any, Any], Any], per_level: int = 4,
+def pool_then_merge(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, merge: Callable[[Any, Any], Any], per_level: int = PER_LEVEL,
                     merge_cost: float = 0.0, finish: Callable[[Any, Any], Any] | None = None, rounds: int | None = None) -> Any:
     """``v`` pooled by :func:`pool_runs` for up to ``rounds`` (default ``per_level ceil(log2 n)``) rounds
     (``merge_cost`` as there), then ``merge(v, unsettled)`` (the caller's merge rounds; ``unsettled`` True on the rows

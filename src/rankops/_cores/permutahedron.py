@@ -119,10 +119,12 @@ class _Projection:
             last = xp.ones(starts.shape[:-1] + (1,), dtype=xp.bool, device=_device(starts))
             alone = starts & xp.concat([starts[..., 1:], last], axis=-1)
             d = sol - y
-            # where sol - y is rounding (or out of the objective: a masked entry): a block that the fit's roundings
-            # split 1 ulp apart keeps its soft value
-            near = xp.abs(d) <= 16.0 * xp.finfo(d.dtype).eps * xp.max(xp.abs(y), axis=-1, keepdims=True)
-            d = xp.where(alone & near, 0.0, d)
+            # only where sol - y is rounding, so that a block the fit's roundings split 1 ulp apart keeps its soft
+            # value; and on a masked entry (out of the KL objective: its fit is -inf), as before
+            hard = xp.abs(d) <= 16.0 * xp.finfo(d.dtype).eps * xp.max(xp.abs(y), axis=-1, keepdims=True)
+            if weight is not None:
+                hard = hard | (weight == 0)
+            d = xp.where(alone & hard, 0.0, d)
             value = s - d if self.descending else d - s
         # the rank's backward needs each entry's share of its block, which the forward has at hand
         share = share if self.output == "rank" else None
