@@ -82,7 +82,7 @@ print(json.dumps({"second": str(second), "report": report, "shard_map": shard_ma
 """
 
 # one per core family: the transport solver, isotonic regression, LapSum's scans, the row-softmax permutations
-QUICK = ["soft_rank[sinkhorn]", "soft_quantile[0.5]", "soft_rank[permutahedron]", "soft_rank[lapsum]", "softsort"]
+QUICK = ["soft_rank[sinkhorn]", "soft_rank[permutahedron]", "soft_rank[lapsum]", "softsort"]
 # under shard_map, one per kind of loop or rule: the transport solver's forward rule and rounds, the pooling
 # loop, the blocked scans; every method, Sinkhorn unrolled too, under -m exhaustive
 SHARDED_QUICK = ["sinkhorn", "permutahedron", "lapsum"]

@@ -268,9 +268,12 @@ def test_losses_compute_float16_in_float32_and_promote_bool(backend):
 
     row = np.array([[0.00012577, -0.00013208, 0.0004], [1.0, 0.0, 1.0]])
     target = np.array([[0.0, 1.0, 2.0], [2.0, 1.0, 0.0]])
-    for loss, args in [(losses.spearman_loss, (target,)), (losses.soft_spearman, (target,)), (losses.kendall_loss, (target,)),
-                       (losses.quantile_loss, (target, 0.5)), (losses.pinball_loss, (target, 0.5)),
-                       (losses.permutation_loss, (target,)), (losses.ndcg_loss, (target,))]:
+    cases = [(losses.spearman_loss, (target,)), (losses.soft_spearman, (target,)), (losses.kendall_loss, (target,)),
+             (losses.quantile_loss, (target, 0.5)), (losses.pinball_loss, (target, 0.5)),
+             (losses.permutation_loss, (target,)), (losses.ndcg_loss, (target,))]
+    if backend.compiles:  # the promotion is shared array code: on JAX (programs per dtype and shape) one loss per family that crashed
+        cases = [cases[0], cases[2], cases[3]]
+    for loss, args in cases:
         wide = [backend.asarray(a.astype(np.float32)) if isinstance(a, np.ndarray) else a for a in args]
         expected = backend.to_numpy(loss(backend.asarray(row.astype(np.float16).astype(np.float32)), *wide))
         if backend.name != "array_api_strict":  # the standard has no float16
