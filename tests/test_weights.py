@@ -199,6 +199,14 @@ def _bad_weights(kind: str, n: int) -> tuple[np.ndarray, np.ndarray]:
     return good, bad
 
 
+# module-level functions: every kind of bad row runs the same three programs under jax.jit (its cache is per function)
+_WEIGHTED_CALLS = {
+    "isotonic_regression": lambda a, b: rankops.isotonic_regression(a, weights=b),
+    "soft_rank": lambda a, b: rankops.soft_rank(a, weights=b, epsilon=0.1),
+    "soft_quantile": lambda a, b: rankops.soft_quantile(a, 0.3, weights=b, epsilon=0.1),
+}
+
+
 @pytest.mark.parametrize("backend_name", ["numpy", "torch", "jax"])
 @pytest.mark.parametrize("kind", list(BAD_ROWS))
 def test_weights_outside_the_domain_give_a_nan_row_quietly(backend_name, kind):
@@ -208,12 +216,7 @@ def test_weights_outside_the_domain_give_a_nan_row_quietly(backend_name, kind):
     to, run = on_backend(backend_name)
     y = RNG.normal(size=(3, 7))
     good, bad = _bad_weights(kind, 7)
-    calls = {
-        "isotonic_regression": lambda a, b: rankops.isotonic_regression(a, weights=b),
-        "soft_rank": lambda a, b: rankops.soft_rank(a, weights=b, epsilon=0.1),
-        "soft_quantile": lambda a, b: rankops.soft_quantile(a, 0.3, weights=b, epsilon=0.1),
-    }
-    for name, f in calls.items():
+    for name, f in _WEIGHTED_CALLS.items():
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             out = np.asarray(run(f, to(y), to(bad)))
