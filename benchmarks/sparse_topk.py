@@ -10,9 +10,10 @@ Prints two tables:
    on standard normal rows, at B = 20, n = 1000 and B = 1, n = 10^5, on
    torch (eager, one thread) and JAX (``jax.jit``); the last column is the
    time over l2's measured in the same run;
-2. ``soft_rank`` alone at ``strength`` 1 (the default), 0.1 and 0.01, B = 20,
-   n = 1000, torch: how many pooling rounds its rows need, and so its time
-   against l2's, depends on the strength;
+2. ``soft_rank`` alone at the default (``softness=1``; p = 1.25, which has no
+   softness, at its default ``strength=1``) and at ``strength`` 1, 0.1 and
+   0.01, B = 20, n = 1000, torch: how many pooling rounds its rows need, and
+   so its time against l2's, depends on the strength;
 3. the share of exact zeros and ones of those top-k masks, and of exact zeros
    and entries kept exactly (``x_i``) of the top-k in magnitude (their sparsity).
 
@@ -46,13 +47,13 @@ REGULARIZERS = {"l2": {"regularization": "l2"}, "p = 3/2": {"regularization": "l
                 "p = 4/3": {"regularization": "lp", "p": 4 / 3}, "p = 1.25": {"regularization": "lp", "p": 1.25}}
 
 
-def _step(backend: str, op: str, opts: dict, x: np.ndarray, strength: float = 0.1) -> Callable[[], Any]:
-    """One forward+backward of ``sum(op(x) * w)`` on ``backend``, ready to time."""
+def _step(backend: str, op: str, opts: dict, x: np.ndarray, strength: float | None = 0.1) -> Callable[[], Any]:
+    """One forward+backward of ``sum(op(x) * w)`` on ``backend``, ready to time (``strength`` None: the default)."""
     import rankops
 
     k = max(1, x.shape[-1] // 10)
     w = np.random.default_rng(1).normal(size=x.shape).astype(np.float32)
-    kw = {"method": "permutahedron", "strength": strength, **opts}
+    kw = {"method": "permutahedron", **opts, **({} if strength is None else {"strength": strength})}
 
     def value(a: Any) -> Any:
         if op == "soft_topk_mask":
@@ -101,10 +102,11 @@ def by_strength(size: tuple[int, int], repeats: int) -> None:
     print("| strength | " + " | ".join(REGULARIZERS) + " | slowest / l2 |")
     print("|---|" + "---|" * len(REGULARIZERS) + "---|")
     x = np.random.default_rng(0).normal(size=(b, n)).astype(np.float32)
-    for strength in (1.0, 0.1, 0.01):
+    for strength in (None, 1.0, 0.1, 0.01):
         fns = {name: _step("torch", "soft_rank", opts, x, strength) for name, opts in REGULARIZERS.items()}
         ms = {k: 1e3 * v for k, v in interleaved_medians(fns, repeats).items()}
-        print(f"| {strength:g} | " + " | ".join(f"{ms[k]:.3g}" for k in REGULARIZERS) + f" | {max(ms.values()) / ms['l2']:.2f} |")
+        label = "default (softness 1)" if strength is None else f"{strength:g}"
+        print(f"| {label} | " + " | ".join(f"{ms[k]:.3g}" for k in REGULARIZERS) + f" | {max(ms.values()) / ms['l2']:.2f} |")
 
 
 def sparsity(sizes: list[tuple[int, int]]) -> None:

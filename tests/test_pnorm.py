@@ -310,26 +310,31 @@ def test_merge_rounds_over_pooled_blocks_equal_the_papers_pav(name, counts):
 
 
 def test_rows_past_the_pooling_cap_finish_in_the_merge_rounds(monkeypatch):
-    """Rows that need more than 4 log2 n pooling rounds go on to the merge rounds (counted here), and the soft rank
-    and sort still equal the sequential PAV; at p = 1.25 (no power sums) the pooling rounds finish them.
+    """Rows that need more than 4 log2 n pooling rounds go on to the merge rounds (counted here; on a CPU, rows of 128
+    entries or more to the windows' merge rounds), and the soft rank and sort still equal the sequential PAV; at
+    p = 1.25 (no power sums) the pooling rounds finish them.
 
     The rank's row is evenly spaced at the slope of ``w^(1/(q-1))`` halfway along it: the one-entry values fall, then
     rise slowly, and the pooled first half takes in one entry per round; the sort's rises geometrically."""
-    from rankops._cores import pnorm
+    from rankops._cores import pnorm, windows
 
     calls = []
     merged = pnorm.merge_fit
     monkeypatch.setattr(pnorm, "merge_fit", lambda *a, **k: calls.append(k["q"]) or merged(*a, **k))
-    i = np.arange(1.0, 129.0)
-    for p in (1.5, 4.0 / 3.0, 1.25):
-        e = p - 1.0  # 1 / (q - 1)
-        x = np.stack([e * 64.0 ** (e - 1.0) * i, e * 96.0 ** (e - 1.0) * i])
-        np.testing.assert_allclose(rankops.soft_rank(x, method="permutahedron", regularization="lp", p=p, strength=1.0),
-                                   _rank_reference(x, p, 1.0), rtol=1e-10, atol=1e-9)
-    x = 1.3 ** np.arange(64.0) * np.random.default_rng(9).uniform(0.9, 1.1, size=(2, 64))
-    np.testing.assert_allclose(rankops.soft_sort(x, method="permutahedron", regularization="lp", p=4.0 / 3.0, strength=0.5),
-                               _sort_reference(x, 4.0 / 3.0, 0.5), rtol=1e-10, atol=1e-9 * np.abs(x).max())
-    assert calls == [3.0, 4.0, 4.0], calls
+    # with the windows (on a CPU, from 128 entries: the rank's rows here) and without (a GPU's path: merge rounds)
+    for windows_on in (True, False):
+        monkeypatch.setattr(windows, "pays", lambda v: windows_on)
+        i = np.arange(1.0, 129.0)
+        for p in (1.5, 4.0 / 3.0, 1.25):
+            e = p - 1.0  # 1 / (q - 1)
+            x = np.stack([e * 64.0 ** (e - 1.0) * i, e * 96.0 ** (e - 1.0) * i])
+            np.testing.assert_allclose(rankops.soft_rank(x, method="permutahedron", regularization="lp", p=p, strength=1.0),
+                                       _rank_reference(x, p, 1.0), rtol=1e-10, atol=1e-9)
+        x = 1.3 ** np.arange(64.0) * np.random.default_rng(9).uniform(0.9, 1.1, size=(2, 64))
+        np.testing.assert_allclose(rankops.soft_sort(x, method="permutahedron", regularization="lp", p=4.0 / 3.0, strength=0.5),
+                                   _sort_reference(x, 4.0 / 3.0, 0.5), rtol=1e-10, atol=1e-9 * np.abs(x).max())
+    # windows on: p = 3/2's rank (no block form) and the sort (64 entries, under windows.SHORTEST) merge; then all three
+    assert calls == [3.0, 4.0, 3.0, 4.0, 4.0], calls
 
 
 @pytest.mark.parametrize("tangent", [True, False])

@@ -148,6 +148,65 @@ def test_kl_permutahedron_with_and_without_windows(backend_name, output, monkeyp
         assert_allclose(with_windows[1], rounds_only[1], rtol=1e-9, atol=1e-9)
 
 
+# the p-norm fits' windows: blocks carried as their moments, fitted by the merge rounds (p = 2 through "lp" is the
+# same path at q = 2); p = 3/2 (q = 3: no block form) pools to the end and never takes them
+@pytest.mark.parametrize("backend_name", [b for b in CPU_BACKENDS if b != "jax"])
+@pytest.mark.parametrize("p", [4.0 / 3.0, 2.0])
+@pytest.mark.parametrize("output", ["rank", "sort", "descending sort"])
+def test_pnorm_windows_equal_the_papers_pav(forced, backend_name, p, output):
+    """Windows from the first stalled round, one block wide and doubling, against the sequential PAV of Sander et al.
+    (tests/test_pnorm.py's reference, float64) on rows of 2 to 23 entries spread over 10^-1..10^1 with a tie, and on
+    rows that form long chains; strengths 3 and 30 leave drops to the windows."""
+    from rankops._lib._backends import get_backend
+
+    from .test_pnorm import _chained_rows, _rank_reference, _rows as _pnorm_rows, _sort_reference
+
+    backend = get_backend(backend_name)
+    for strength in (0.7, 3.0, 30.0):
+        opts = {"method": "permutahedron", "regularization": "lp", "p": p, "strength": strength}
+        for x in (_pnorm_rows(0, (4, 11)), _chained_rows(8, 23), np.random.default_rng(1).normal(size=(3, 2))):
+            xb = backend.asarray(x)
+            if output == "rank":
+                got, want = rankops.soft_rank(xb, **opts), _rank_reference(x, p, strength)
+            else:
+                descending = output == "descending sort"
+                got = rankops.soft_sort(xb, descending=descending, **opts)
+                want = _sort_reference(x, p, strength, descending=descending)
+            assert_allclose(backend.to_numpy(got), want, rtol=1e-10, atol=1e-10, err_msg=f"strength {strength}")
+    assert forced, "the windows were not taken"
+
+
+@pytest.mark.parametrize("output", ["rank", "sort", "masked rank"])
+def test_pnorm_permutahedron_with_and_without_windows(output, monkeypatch):
+    """p = 4/3 at the default softness (rows of 1000 end on about one drop each) and at strength 0.1, torch float64:
+    values and gradients with the windows against the merge rounds over every block."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(3)
+    x = torch.asarray(rng.normal(size=(8, 1000)))
+    ct = torch.asarray(rng.normal(size=(8, 1000)))
+    calls = []
+    finish = windows.finish
+    monkeypatch.setattr(windows, "finish", lambda *a: calls.append(1) or finish(*a))
+    for extra in ({}, {"strength": 0.1}):
+        kwargs = dict(method="permutahedron", regularization="lp", p=4.0 / 3.0, **extra)
+        if output == "masked rank":
+            kwargs["mask"] = torch.asarray(rng.uniform(size=(8, 1000)) > 1 / 3)
+
+        def value_and_gradient():
+            xr = x.clone().requires_grad_(True)
+            value = (rankops.soft_sort if output == "sort" else rankops.soft_rank)(xr, **kwargs)
+            (grad,) = torch.autograd.grad((value * ct).sum(), xr)
+            return value.detach().numpy(), grad.numpy()
+
+        with_windows = value_and_gradient()
+        with monkeypatch.context() as off:
+            off.setattr(windows, "pays", lambda v: False)
+            rounds_only = value_and_gradient()
+        assert_allclose(with_windows[0], rounds_only[0], rtol=1e-10, atol=1e-10)
+        assert_allclose(with_windows[1], rounds_only[1], rtol=1e-9, atol=1e-9)
+    assert calls, "the windows were not taken"
+
+
 def test_windows_only_on_a_cpu():
     """array-api-strict's second device stands in for a GPU: there the rounds run to the end."""
     strict = pytest.importorskip("array_api_strict")

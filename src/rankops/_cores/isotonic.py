@@ -104,14 +104,15 @@ class _L2:
         return _L2.value(xp, (tot[0, ...], tot[1, ...]), tot[2, ...] / tot[3, ...])
 
     @staticmethod
-    def block_weight(xp: Any, adapter: Any, starts: Any, w: Any) -> Any:
-        """Each entry's block's total weight ``sum_B w``."""
-        return adapter.segment_sum(xp, starts, w)
+    def block_data(xp: Any, adapter: Any, starts: Any, w: Any, v: Any) -> tuple[Any]:
+        """``(each entry's block's total weight sum_B w,)``, as 2-D rows (:mod:`.windows`; ``starts`` in that layout)."""
+        return (adapter.segment_sum(xp, starts, windows.rows_of(xp, w, v)),)
 
     @staticmethod
-    def pad(xp: Any, first: Any) -> tuple[Any, float]:
-        """An entry before ``first`` that never moves a fit: its value, of no weight."""
-        return first, 0.0
+    def pad(xp: Any, first: Any, data: tuple[Any, ...]) -> tuple[Any, tuple[float]]:
+        """An entry before a block of value ``first`` (statistics ``data``) that never moves a fit: that value, of no
+        weight."""
+        return first, (0.0,)
 
     @staticmethod
     def above(xp: Any, sums: tuple[Any, Any], ref: Any, centre: None, lower: None) -> Any:
@@ -171,14 +172,14 @@ class _KL:
         return _KL.value(xp, (lse[0, ...], lse[1, ...]), u)
 
     @staticmethod
-    def block_weight(xp: Any, adapter: Any, starts: Any, w: Any) -> Any:
-        """Each entry's block's total log-weight ``LSE_B(w)``."""
-        return adapter.segment_logsumexp(xp, starts, w)
+    def block_data(xp: Any, adapter: Any, starts: Any, w: Any, v: Any) -> tuple[Any]:
+        """``(each entry's block's total log-weight LSE_B(w),)``, as 2-D rows (:mod:`.windows`)."""
+        return (adapter.segment_logsumexp(xp, starts, windows.rows_of(xp, w, v)),)
 
     @staticmethod
-    def pad(xp: Any, first: Any) -> tuple[float, float]:
+    def pad(xp: Any, first: Any, data: tuple[Any, ...]) -> tuple[float, tuple[float]]:
         """An entry out of the objective (value -inf, log-weight 0): first in an increasing fit, it never pools."""
-        return -math.inf, 0.0
+        return -math.inf, (0.0,)
 
     # the same sums as _L2's, as logs: sum_S exp(w) (exp(v) - exp(ref)) and its mirror. An empty S
     # gives -inf, and so does a sum of entries at -inf (out of the objective: a masked entry's); their
@@ -345,7 +346,7 @@ def _pooled_fit(xp: Any, adapter: Any, kind: str, v: Any, w: Any, rounds: int | 
     # were most of the kernels of every permutahedron and isotonic call, and of its compile time
     return pool_then_merge(xp, adapter, KINDS[kind], v, w, lambda u, unsettled: adapter.eagerly(
         xp, _merged, (u, xp.ones_like(u) if w is None else w), like=(0,), kind=kind)[0], rounds=rounds,
-        finish=(lambda values, weights: _pooled_fit(xp, adapter, kind, values, weights, rounds, False))
+        finish=(lambda values, data: _pooled_fit(xp, adapter, kind, values, data[0], rounds, False))
         if windows_first and KINDS[kind].snowballs else None)
 
 
@@ -355,9 +356,9 @@ def pool_then_merge(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, merge: Ca
     (``merge_cost`` as there), then ``merge(v, unsettled)`` (the caller's merge rounds; ``unsettled`` True on the rows
     the pooling left) unless every row settled, which a backend that reads the flag skips.
 
-    ``finish(values, weights)`` (a fit of 2-D rows of block values and total weights): on a backend that reads
-    values now, on a CPU (:func:`.windows.pays`), the rounds stop where a row holds few drops, and
-    :func:`.windows.finish` fits the rest with it.
+    ``finish(values, data)`` (a fit of 2-D rows of block values and their statistics, ``rules.block_data``): on a
+    backend that reads values now, on a CPU (:func:`.windows.pays`), the rounds stop where a row holds few drops,
+    and :func:`.windows.finish` fits the rest with it.
     """
     # A pooling round costs O(n), a merge round O(n log n) in several times the operations, and a batch runs the
     # merge rounds for all its rows as soon as one needs them: at the default softness, rows need up to about

@@ -7,15 +7,18 @@ soft rank of 10^5 normal entries: 76 drops after four rounds, 8 after eight,
 then one to four for seventeen more). On a backend that reads values now,
 the rounds stop once a row holds few drops, and the fit is finished here:
 
-1. each block becomes one entry, with its value and its total weight (the
+1. each block becomes one entry, with its value and its statistics (the
    fit's losses are *block-compressible*: a pooled block acts as one entry
    of its total weight, for least squares ``W_B = sum_B w`` and for the KL
-   loss ``log W_B = LSE_B(log w)``);
+   loss ``log W_B = LSE_B(log w)``, and for the p-norm losses of
+   :mod:`.pnorm` as its size, weight, mean and centred moments, the merge
+   rounds' block form of :class:`.power_sums.PowerSums`);
 2. every drop gets a window of ``radius`` blocks on either side, clipped to
    its row, and overlapping or touching windows join;
 3. the windows, side by side as the rows of a small problem, are fitted by
    the caller's ``solve`` (the same pooling rounds, as many as a whole row
-   may take, then the merge rounds);
+   may take, then the merge rounds; for the p-norm losses, the merge rounds
+   over the blocks);
 4. a window whose fit ends above its right neighbour or starts below its
    left one is too small: every window grows (by ``GROWTH``) and step 3
    runs again (at most until each window is its whole row).
@@ -36,7 +39,7 @@ from typing import Any, Callable
 
 from .._lib._compat import device as _device, index_dtype, on_cpu
 
-__all__ = ["finish", "drops_left", "pays", "FEWEST", "GROWTH", "RADIUS", "SHARE", "SHORTEST"]
+__all__ = ["finish", "drops_left", "pays", "rows_of", "FEWEST", "GROWTH", "RADIUS", "SHARE", "SHORTEST"]
 
 RADIUS = 16  # blocks on either side of a drop in the first windows
 GROWTH = 16  # a window too small grows by this factor (each try is a fit of its own: few tries)
@@ -51,6 +54,12 @@ def pays(v: Any) -> bool:
     return on_cpu(v)
 
 
+def rows_of(xp: Any, w: Any, v: Any) -> Any:
+    """``w`` broadcast to ``v`` as 2-D rows (None: ones like ``v``), the layout the rules' ``block_data`` reads."""
+    n = v.shape[-1]
+    return xp.reshape(xp.ones_like(v) if w is None else xp.broadcast_to(w, v.shape), (-1, n))
+
+
 def drops_left(n: int) -> int:
     """The drops a row of ``n`` entries may keep when its pooling rounds stop."""
     return max(FEWEST, n // SHARE)
@@ -58,7 +67,8 @@ def drops_left(n: int) -> int:
 
 def finish(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, solve: Callable[[Any, Any], Any]) -> Any:
     """The fit of ``v`` (values of pooled blocks, last axis; ``w`` weights as ``rules`` reads them, or None: unit)
-    finished in windows around its drops; ``solve(values, weights)`` fits the rows of a 2-D problem."""
+    finished in windows around its drops; ``solve(values, data)`` fits the rows of a 2-D problem, ``data`` the tuple
+    of the blocks' statistics (``rules.block_data``) laid out as ``values``."""
     blocks = _Blocks.of(xp, adapter, rules, v, w)
     drops = xp.nonzero((blocks.value[:-1] > blocks.value[1:]) & (blocks.row_first[:-1] == blocks.row_first[1:]))[0]
     if drops.shape[0] == 0:
@@ -74,11 +84,12 @@ def finish(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, solve: Callable[[A
 
 @dataclasses.dataclass(frozen=True)
 class _Blocks:
-    """The blocks of a batch of rows, one entry each along one axis: value, total weight, and its row's first and
-    last block; ``starts`` (the entries' flattened block starts) spreads them back; ``idx`` the index dtype."""
+    """The blocks of a batch of rows, one entry each along one axis: value, statistics (``rules.block_data``: a
+    tuple), and its row's first and last block; ``starts`` (the entries' flattened block starts) spreads them back;
+    ``idx`` the index dtype."""
 
     value: Any
-    weight: Any
+    data: tuple[Any, ...]
     row_first: Any
     row_last: Any
     starts: Any
@@ -91,12 +102,11 @@ class _Blocks:
         rows = xp.reshape(v, (-1, n))
         first = xp.ones((rows.shape[0], 1), dtype=xp.bool, device=_device(v))
         starts = xp.concat([first, rows[:, 1:] != rows[:, :-1]], axis=-1)
-        weights = rules.block_weight(xp, adapter, starts, xp.ones_like(rows) if w is None else
-                                     xp.reshape(xp.broadcast_to(w, v.shape), (-1, n)))
+        data = rules.block_data(xp, adapter, starts, w, v)
         starts = xp.reshape(starts, (-1,))
         heads = xp.nonzero(starts)[0]
         row = heads // n
-        return cls(value=xp.take(xp.reshape(v, (-1,)), heads), weight=xp.take(xp.reshape(weights, (-1,)), heads),
+        return cls(value=xp.take(xp.reshape(v, (-1,)), heads), data=tuple(xp.take(xp.reshape(a, (-1,)), heads) for a in data),
                    row_first=xp.astype(adapter.searchsorted(xp, row, row, side="left"), idx),
                    row_last=xp.astype(adapter.searchsorted(xp, row, row, side="right"), idx) - 1, starts=starts, idx=idx)
 
@@ -116,15 +126,17 @@ def _windows(xp: Any, blocks: _Blocks, drops: Any, radius: int) -> tuple[Any, An
 
 def _fit_windows(xp: Any, adapter: Any, rules: Any, blocks: _Blocks, begin: Any, end: Any,
                  solve: Callable[[Any, Any], Any]) -> tuple[Any, bool]:
-    """``(fit, holds)``: the windows fitted as the rows of one problem, right-aligned (the padding on the left never
-    pools, :meth:`rules.pad`), and whether every window's fit lies between its neighbours outside it."""
+    """``(fit, holds)``: the windows fitted as the rows of one problem, right-aligned (the padding on the left, from
+    the window's first block, never moves a fit: ``rules.pad``), and whether every window's fit lies between its
+    neighbours outside it."""
     length = int(xp.max(end - begin)) + 1
     index = end[:, None] - xp.arange(length - 1, -1, -1, dtype=blocks.idx, device=_device(end))[None, :]
     real = index >= begin[:, None]
     index = xp.where(real, index, begin[:, None])
-    pad_value, pad_weight = rules.pad(xp, xp.take(blocks.value, begin)[:, None])
+    first = tuple(xp.take(a, begin)[:, None] for a in (blocks.value, *blocks.data))
+    pad_value, pad_data = rules.pad(xp, first[0], first[1:])
     fitted = solve(xp.where(real, _gather(xp, blocks.value, index), pad_value),
-                   xp.where(real, _gather(xp, blocks.weight, index), pad_weight))
+                   tuple(xp.where(real, _gather(xp, a, index), pad) for a, pad in zip(blocks.data, pad_data)))
     # the neighbours outside each window (none at a row's ends)
     k = blocks.value.shape[0]
     before = xp.where(begin > xp.take(blocks.row_first, begin), xp.take(blocks.value, xp.clip(begin - 1, 0, None)), -math.inf)
