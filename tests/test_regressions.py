@@ -272,7 +272,7 @@ def test_losses_compute_float16_in_float32_and_promote_bool(backend):
              (losses.quantile_loss, (target, 0.5)), (losses.pinball_loss, (target, 0.5)),
              (losses.permutation_loss, (target,)), (losses.ndcg_loss, (target,))]
     if backend.compiles:  # the promotion is shared array code: on JAX (programs per dtype and shape) one loss per family that crashed
-        cases = [cases[0], cases[2], cases[3]]
+        cases = [c for c in cases if c[0] in (losses.spearman_loss, losses.kendall_loss, losses.quantile_loss)]
     for loss, args in cases:
         wide = [backend.asarray(a.astype(np.float32)) if isinstance(a, np.ndarray) else a for a in args]
         expected = backend.to_numpy(loss(backend.asarray(row.astype(np.float16).astype(np.float32)), *wide))

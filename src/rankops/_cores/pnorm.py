@@ -64,7 +64,7 @@ from typing import Any
 from .._lib._compat import device as _device
 from .._lib._numerics import safe_divide
 from . import isotonic, windows
-from .power_sums import PowerSums, centred, merge_fit
+from .power_sums import block_form, centred, merge_blocks, merge_fit
 from .powers import moment_root, odd_power, power
 
 __all__ = ["exponent", "project", "capped", "slope", "newton_steps", "falling_root", "search_breakpoints", "exponent_of"]
@@ -182,15 +182,11 @@ class _Rules:
         mean, _, t = _shift(xp, adapter, starts, y, w, self.q, tangent=False)
         return mean - t  # one number per segment: its entries stay one block
 
-
     @staticmethod
     def block_data(xp: Any, adapter: Any, starts: Any, yw: Any, v: Any) -> tuple[Any, ...]:
-        """Each entry's block as :class:`.power_sums.PowerSums` takes one (``(mean, W, m, M2, M3)``), as 2-D rows
-        (:mod:`.windows`, whose merge rounds then fit the blocks: this loss is block-compressible by its moments)."""
-        y, w = (windows.rows_of(xp, yw[i, ...], v) for i in (0, 1))
-        m, total_w, mean, d = centred(xp, adapter, starts, y, w)
-        moments = adapter.segment_sum(xp, starts, xp.stack([d * d, d * d * d]))
-        return mean, total_w, m, moments[0, ...], moments[1, ...]
+        """Each entry's block in :func:`.power_sums.block_form`, as 2-D rows (:mod:`.windows`, whose merge rounds
+        then fit the blocks: this loss is block-compressible by its moments)."""
+        return block_form(xp, adapter, starts, *(windows.rows_of(xp, yw[i, ...], v) for i in (0, 1)))
 
     @staticmethod
     def pad(xp: Any, first: Any, data: tuple[Any, ...]) -> tuple[Any, tuple[Any, ...]]:
@@ -252,11 +248,10 @@ def project(xp: Any, adapter: Any, z: Any, w: Any, q: float, valid: Any = None, 
             # where values can be read now, on a CPU, the few drops the pooling rounds leave are fitted in windows of
             # blocks (:mod:`.windows`) by the same merge rounds: at the default softness a row of 1000 leaves about
             # one drop, which merge rounds over all its blocks (hundreds) would finish for several times the cost
-            kind = PowerSums(q)
             v = isotonic.pool_then_merge(xp, adapter, rules, v0, yw, lambda u, unsettled: xp.where(
                 unsettled[..., None], adapter.eagerly(xp, merge_fit, (u if blocks else v0, y, wf), like=(0,), q=q)[0], u),
-                merge_cost=1.0 if blocks else 0.0, finish=(lambda values, data: isotonic.merge_rows(
-                    xp, adapter, kind, values, data, (None, 0.0, 0.0, 0.0, 0.0))) if blocks else None)
+                merge_cost=1.0 if blocks else 0.0,
+                finish=(lambda values, data: merge_blocks(xp, adapter, values, data, q)) if blocks else None)
         else:
             v, _, _ = isotonic.pool_runs(xp, adapter, rules, v0, yw, n)
     starts = isotonic.block_starts(xp, v)

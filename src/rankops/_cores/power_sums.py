@@ -9,7 +9,7 @@ from .._lib._compat import device as _device, index_dtype
 from . import isotonic
 from .powers import moment_root
 
-__all__ = ["PowerSums", "merge_fit", "centred"]
+__all__ = ["PowerSums", "merge_fit", "merge_blocks", "block_form", "centred"]
 
 
 class PowerSums:
@@ -99,6 +99,19 @@ def centred(xp: Any, adapter: Any, starts: Any, y: Any, w: Any) -> tuple[Any, An
     return m, total_w, mean, y - mean
 
 
+def block_form(xp: Any, adapter: Any, starts: Any, y: Any, w: Any) -> tuple[Any, Any, Any, Any, Any]:
+    """Each entry's block (``starts``: True where one begins) in :class:`PowerSums`' block form ``(mean, W, m, M2,
+    M3)``: the block's mean, total weight, size and centred moments."""
+    m, total_w, mean, d = centred(xp, adapter, starts, y, w)
+    moments = adapter.segment_sum(xp, starts, xp.stack([d * d, d * d * d]))
+    return mean, total_w, m, moments[0, ...], moments[1, ...]
+
+
+def merge_blocks(xp: Any, adapter: Any, values: Any, data: tuple[Any, ...], q: float) -> Any:
+    """The merge rounds' fit of rows of blocks, one entry each (``values``, ``data`` in :func:`block_form`)."""
+    return isotonic.merge_rows(xp, adapter, PowerSums(q), values, data, (None, 0.0, 0.0, 0.0, 0.0))
+
+
 def _one_per_block(xp: Any, adapter: Any, v: Any, y: Any, w: Any) -> tuple[Any, tuple[Any, ...], Any]:
     """The blocks of ``v`` (runs of equal values) as entries of shorter rows: ``(values, data, index)``, ``data``
     :class:`PowerSums`' block form, ``index`` each entry's block (``take(values, index)`` spreads a row of blocks back).
@@ -111,8 +124,7 @@ def _one_per_block(xp: Any, adapter: Any, v: Any, y: Any, w: Any) -> tuple[Any, 
     dev = _device(v)
     idx = index_dtype(xp, dev)
     starts = isotonic.block_starts(xp, v)
-    m, total_w, mean, d = centred(xp, adapter, starts, y, w)
-    moments = adapter.segment_sum(xp, starts, xp.stack([d * d, d * d * d]))
+    mean, total_w, m, m2, m3 = block_form(xp, adapter, starts, y, w)
     ordinal = xp.cumulative_sum(xp.astype(starts, idx), axis=-1)  # each entry's block, counted from 1
     count = n
     if adapter.is_concrete(ordinal) and 0 not in v.shape:
@@ -128,8 +140,8 @@ def _one_per_block(xp: Any, adapter: Any, v: Any, y: Any, w: Any) -> tuple[Any, 
 
     zero = xp.zeros((), dtype=v.dtype, device=dev)
     values = gather(v, xp.max(v, axis=-1, keepdims=True))
-    data = (gather(mean, xp.max(y, axis=-1, keepdims=True)), gather(total_w, zero), gather(m, zero),
-            gather(moments[0, ...], zero), gather(moments[1, ...], zero))
+    data = (gather(mean, xp.max(y, axis=-1, keepdims=True)), gather(total_w, zero), gather(m, zero), gather(m2, zero),
+            gather(m3, zero))
     return values, data, ordinal - 1
 
 
@@ -142,5 +154,4 @@ def merge_fit(xp: Any, v: Any, y: Any, w: Any, *, q: float) -> tuple[Any]:
     if kind.signs:
         return (isotonic.merge_rows(xp, adapter, kind, v, (y, w), (None, 0.0)),)
     values, data, index = _one_per_block(xp, adapter, v, y, w)
-    fitted = isotonic.merge_rows(xp, adapter, kind, values, data, (None, 0.0, 0.0, 0.0, 0.0))
-    return (adapter.take(xp, fitted, index),)
+    return (adapter.take(xp, merge_blocks(xp, adapter, values, data, q), index),)
