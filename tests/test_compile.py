@@ -118,6 +118,28 @@ def test_compiled_sinkhorn_stops_where_eager_stops():
     torch.testing.assert_close(plan, want_plan, rtol=1e-12, atol=1e-14)
 
 
+@pytest.mark.parametrize("most, steps", [(6, 4), (3, 3)])
+def test_repeat_while_takes_the_steps_its_test_allows(most, steps):
+    """The adapters' guarded loop (the Sinkhorn polish): steps while the test holds, at most ``most``; compiled it is
+    one ``while_loop`` whose test is the caller's (captured with ``aot_eager``: no code generation), eagerly and on
+    NumPy a loop of guarded steps. From 0, each step adds 1 to three entries: their sum passes 10 after 4 steps."""
+    import array_api_compat.numpy as np_xp
+    import array_api_compat.torch as xp
+    import numpy as np
+
+    from rankops._lib._adapters import get_adapter
+
+    def run(xp_, x):
+        count = xp_.zeros((), dtype=x.dtype)
+        return get_adapter(xp_).repeat_while(xp_, lambda s: xp_.sum(s[0]) < 10, lambda s: (s[0] + 1, s[1] + 1), (x, count), most)
+
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda x: run(xp, x), backend="aot_eager", fullgraph=True)(torch.zeros(3, dtype=torch.float64))
+    for x, count in (compiled, run(xp, torch.zeros(3, dtype=torch.float64)), run(np_xp, np.zeros(3))):
+        assert float(count) == steps
+        assert np.asarray(x).tolist() == [float(steps)] * 3
+
+
 def test_eager_op_runs_a_named_function():
     """``rankops::eager``, the node a compiled graph holds for a loop it cannot trace: the named function's outputs, new arrays."""
     from rankops._lib._adapters._torch import _eager

@@ -107,7 +107,7 @@ def line_plan_vjp(
         return out, err, unrolled_back
     # Python values only in the closures (jax.custom_vjp must not close over traced arrays)
     fwd = functools.partial(_forward, h=h, eps=opts.epsilon, opts=opts, exact=exact, squash=squash, warm=warm,
-                            per_target=per_target, supported=supported)
+                            per_target=per_target, supported=supported, power=power)
     bwd = functools.partial(_backward, h_slope=h_slope, eps=opts.epsilon, power=power, exact=exact, max_iter=opts.max_iter,
                             squash=squash, per_target=per_target, supported=supported)
     # the backward scales the cotangent by its own size and solves by CG: its unguarded twin is the one JAX transposes
@@ -121,17 +121,45 @@ def line_plan_vjp(
 
 
 def _forward(xp: Any, x: Any, log_a: Any, log_b: Any, y: Any, *, h: Any, eps: float, opts: Settings, exact: str,
-             squash: Squash, warm: bool, per_target: bool, supported: bool) -> tuple[tuple[Any, Any], tuple[Any, ...]]:
+             squash: Squash, warm: bool, per_target: bool, supported: bool, power: float) -> tuple[tuple[Any, Any], tuple[Any, ...]]:
     """``((plan, error), residuals)``; the scaled cost lives only inside this call."""
     s = squash(xp, x, _support(log_a, supported))[0]
-    init = grid_potentials(xp, s, log_a, log_b, h, y) if warm else None
-    u0, v0 = scaled_start(xp, init, eps, tuple(s.shape[:-1]), log_a, log_b, s)
+    if warm:
+        u0, v0 = _warm_start(xp, s, log_a, log_b, y, power=power, eps=eps)
+    else:
+        u0, v0 = scaled_start(xp, None, eps, tuple(s.shape[:-1]), log_a, log_b, s)
     (plan, _, _, err, _), _ = fixed_point(
         xp, h(_gaps(y, s)) / eps, log_a, log_b, u0, v0, max_iter=opts.max_iter, tol=opts.tol,
         check_every=DEFAULT_CHECK_EVERY, exact=exact, polish=True,
     )
     out = plan * _inverse_weights(xp, log_b) if per_target else plan
     return (out, err), (plan, x, y, log_a, log_b)
+
+
+def _warm_start(xp: Any, s: Any, log_a: Any, log_b: Any, y: Any, *, power: float, eps: float) -> tuple[Any, Any]:
+    """The scaled starting potentials ``(f / eps, g / eps)`` at :func:`grid_potentials`, over the broadcast batch.
+
+    Under ``torch.compile`` they are computed eagerly, one node of the graph
+    (:meth:`eagerly`): O(n log n) work of a sort, binary searches and
+    cumulative sums, whose compiled kernels (a dozen, several of them gathers
+    that generate long C++) cost seconds of compile time and save nothing
+    next to the (n, m) iterations. Autodiff never reads them: this serves
+    the implicit path only, whose gradient does not depend on the start.
+    """
+    batch = np.broadcast_shapes(tuple(s.shape[:-1]), tuple(log_a.shape[:-1]), tuple(log_b.shape[:-1]))  # shapes only
+    n, m = s.shape[-1], log_b.shape[-1]
+    # shaped as the outputs: the eager node's outputs take their shapes from its inputs
+    arrays = (xp.broadcast_to(s, batch + (n,)), log_a, xp.broadcast_to(log_b, batch + (m,)))
+    if y is not None:
+        arrays += (y,)
+    return get_adapter(xp).eagerly(xp, scaled_grid_start, arrays, like=(0, 2), power=power, eps=eps)  # type: ignore[return-value]
+
+
+def scaled_grid_start(xp: Any, s: Any, log_a: Any, log_b: Any, y: Any = None, *, power: float, eps: float) -> tuple[Any, Any]:
+    """:func:`grid_potentials` of ``|d| ** power`` divided by ``eps``, each broadcast to its input's shape (``s``'s and
+    ``log_b``'s): :func:`_warm_start`'s eager node."""
+    f, g = grid_potentials(xp, s, log_a, log_b, cost_fns(xp, power)[0], y)
+    return xp.broadcast_to(f / eps, tuple(s.shape)), xp.broadcast_to(g / eps, tuple(log_b.shape))
 
 
 def _backward(xp: Any, res: tuple[Any, ...], cts: tuple[Any, ...], *, h_slope: Any, eps: float, power: float,

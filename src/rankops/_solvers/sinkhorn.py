@@ -297,11 +297,8 @@ def _polish(
         pick = lambda new, old: xp.where(better[..., None], new, old)  # noqa: E731
         return xp.where(better[..., None, None], plan2, plan), pick(u2, u), pick(v2, v), xp.where(better, err2, err)
 
-    def polished(st: tuple[Any, ...]) -> tuple[Any, ...]:
-        return adapter.unless(xp, ~xp.any(due(st[3])), step, st)  # type: ignore[no-any-return]
-
     # one loop body: JAX traces (and compiles) the step once
-    return adapter.repeat(xp, polished, state, POLISH_STEPS, POLISH_STEPS)[:3]  # type: ignore[no-any-return]
+    return adapter.repeat_while(xp, lambda st: xp.any(due(st[3])), step, state, POLISH_STEPS)[:3]  # type: ignore[no-any-return]
 
 
 def _round(

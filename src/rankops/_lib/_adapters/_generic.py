@@ -214,6 +214,16 @@ class PortableAdapter:
             state = body(state)
         return state
 
+    def repeat_while(self, xp: Any, going: Callable[[Any], Any], body: Callable[[Any], Any], state: Any, most: int) -> Any:
+        """``body`` applied to ``state`` while ``going(state)`` (a 0-d bool) holds, at most ``most`` times.
+
+        As for :meth:`unless`, ``body`` must leave the state as it was wherever
+        it could have been skipped: a backend that cannot read the flag runs
+        the steps with each one guarded (JAX: a ``lax.cond`` in a fixed loop,
+        whose reverse mode needs the trip count).
+        """
+        return self.repeat(xp, lambda s: self.unless(xp, ~going(s), body, s), state, most, most)
+
     def settle(self, xp: Any, body: Callable[[Any], Any], state: Any, moved: Callable[[Any, Any], Any], most: int, every: int,
                like: tuple[Any, ...] = ()) -> Any:
         """``body`` applied to ``state`` until ``moved(old, new)`` (a 0-d bool: whether ``every`` more steps changed

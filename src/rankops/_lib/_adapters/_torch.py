@@ -217,16 +217,15 @@ class Torch(PortableAdapter):
             for i in range(most):
                 state = tuple(torch.where(count > i, new, old) for new, old in zip(body(state), state))
             return state
-        from torch._higher_order_ops import while_loop
+        return _counted_loop(lambda i, s: i < count, body, state)
 
-        def cond(i: Any, *s: Any) -> Any:
-            return i < count
-
-        def step(i: Any, *s: Any) -> Any:
-            return (i + 1, *_distinct(list(body(s)), s))
-
-        start = torch.zeros((), dtype=torch.int64, device=state[0].device)
-        return tuple(while_loop(cond, step, (start, *_fresh(state)))[1:])
+    def repeat_while(self, xp: Any, going: Any, body: Any, state: Any, most: int) -> Any:
+        """Under ``torch.compile`` with no gradient through it: one ``while_loop`` whose test is ``going`` (no
+        ``torch.cond`` in its body, whose two branches would each be a subgraph of their own kernels)."""
+        state = tuple(state)
+        if not torch.compiler.is_compiling() or self.replays_loops(state) or most <= 1:
+            return super().repeat_while(xp, going, body, state, most)
+        return _counted_loop(lambda i, s: (i < most) & going(s), body, state)
 
     def scan_blocks(self, xp: Any, body: Any, carry: Any, xs: tuple[Any, ...], block: int, *, looped: bool = False) -> Any:
         """``looped`` under ``torch.compile``: torch's ``scan`` higher-order op over the whole blocks, then the remainder.
@@ -391,6 +390,18 @@ def _fresh(tree: Any) -> Any:
 
 def _tensors(tree: Any) -> list[Any]:
     return [t for t in torch.utils._pytree.tree_leaves(tree) if isinstance(t, torch.Tensor)]
+
+
+def _counted_loop(test: Any, body: Any, state: tuple[Any, ...]) -> tuple[Any, ...]:
+    """torch's ``while_loop`` of ``body`` over ``state`` while ``test(i, state)`` holds, ``i`` the steps taken (a 0-d
+    tensor): the body traced once."""
+    from torch._higher_order_ops import while_loop
+
+    def step(i: Any, *s: Any) -> Any:
+        return (i + 1, *_distinct(list(body(s)), s))
+
+    start = torch.zeros((), dtype=torch.int64, device=state[0].device)
+    return tuple(while_loop(lambda i, *s: test(i, s), step, (start, *_fresh(state)))[1:])
 
 
 def _distinct(arrays: list[Any], taken: Any) -> list[Any]:
