@@ -140,6 +140,22 @@ def test_repeat_while_takes_the_steps_its_test_allows(most, steps):
         assert np.asarray(x).tolist() == [float(steps)] * 3
 
 
+def test_an_eager_node_reads_values_in_compiled_code():
+    """``reads_in_eager_node``: a function that ``eagerly`` runs reads real tensors, in eager code and in a compiled
+    graph (the ``rankops::eager`` node), so the p-norm merge rounds take the blocks as entries there."""
+    import array_api_compat.torch as xp
+
+    from rankops._lib._adapters import get_adapter
+
+    def reads(x):
+        return torch.ones(()) if get_adapter(xp).reads_in_eager_node(x) else torch.zeros(())
+
+    torch._dynamo.reset()
+    x = torch.zeros(3)
+    assert float(reads(x)) == 1.0
+    assert float(torch.compile(reads, backend="aot_eager", fullgraph=True)(x)) == 1.0
+
+
 def test_eager_op_runs_a_named_function():
     """``rankops::eager``, the node a compiled graph holds for a loop it cannot trace: the named function's outputs, new arrays."""
     from rankops._lib._adapters._torch import _eager

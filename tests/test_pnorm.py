@@ -357,10 +357,27 @@ def test_cubic_root_is_the_real_root_at_every_scale(tangent, dtype, scales):
         np.testing.assert_array_less(np.abs(got.astype(np.float64) - t), tol + 1e-300)
 
 
+def test_under_jit_the_merge_rounds_count_every_entry():
+    """``reads_in_eager_node`` under ``jax.jit``: False (the merge rounds then run over all n entries, and the pooling
+    rounds weigh them so: ``merge_all`` below); eager JAX and NumPy read values."""
+    jax = pytest.importorskip("jax")
+    import array_api_compat.numpy as np_xp
+    import jax.numpy as jnp
+
+    from rankops._lib._adapters import get_adapter
+
+    adapter = get_adapter(jnp)
+    seen = []
+    jax.jit(lambda x: seen.append(adapter.reads_in_eager_node(x)) or x)(jnp.zeros(3))
+    assert seen == [False]
+    assert adapter.reads_in_eager_node(jnp.zeros(3)) and get_adapter(np_xp).reads_in_eager_node(np.zeros(3))
+
+
 def test_a_snowballing_row_leaves_the_pooling_rounds_when_its_drops_stop_halving():
     """``merge_cost``: the rank's row of the test above at p = 4/3 takes in one entry per pooling round (one drop for
     up to n rounds); it leaves after a few rounds, with the drop left for the merge rounds. A row whose drops fall
-    geometrically (random scores at strength 0.1) runs until it settles, as without ``merge_cost``."""
+    geometrically (random scores at strength 0.1) runs until it settles, as without ``merge_cost``. Where the merge
+    rounds run over every entry (``merge_all``: under ``jax.jit``), the chain pools for their cost, ``log2 n`` rounds."""
     import array_api_compat.numpy as xp
 
     from rankops._cores import isotonic, pnorm
@@ -373,10 +390,11 @@ def test_a_snowballing_row_leaves_the_pooling_rounds_when_its_drops_stop_halving
             Counted.rounds += 1
             return super().pooled(*args)
 
-    def pool(z: np.ndarray, merge_cost: float) -> tuple[int, bool]:
+    def pool(z: np.ndarray, merge_cost: float, merge_all: bool = False) -> tuple[int, bool]:
         y, w = z[::-1][None, :], np.arange(1.0, z.size + 1.0)[None, :]
         Counted.rounds = 0
-        _, unsettled, _ = isotonic.pool_runs(xp, get_adapter(xp), Counted(4.0), y - w ** (1.0 / 3.0), np.stack([y, w]), 28, merge_cost)
+        _, unsettled, _ = isotonic.pool_runs(xp, get_adapter(xp), Counted(4.0), y - w ** (1.0 / 3.0), np.stack([y, w]), 28, merge_cost,
+                                             merge_all=merge_all)
         return Counted.rounds, bool(unsettled[0])
 
     e = 1.0 / 3.0
@@ -384,6 +402,7 @@ def test_a_snowballing_row_leaves_the_pooling_rounds_when_its_drops_stop_halving
     assert pool(chain, 0.0) == (28, True)
     rounds, unsettled = pool(chain, 1.0)
     assert unsettled and rounds <= 4, rounds
+    assert pool(chain, 1.0, merge_all=True) == (7, True)
     scores = -np.sort(-np.random.default_rng(3).normal(size=128)) / 0.1
     settled = pool(scores, 0.0)
     assert pool(scores, 1.0) == settled and not settled[1] and settled[0] >= 2, settled

@@ -205,7 +205,7 @@ PER_LEVEL = 4  # pooling rounds per ceil(log2 n) before the merge rounds (:func:
 
 
 def pool_runs(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, max_rounds: int, merge_cost: float = 0.0,
-              leave: int = 0) -> tuple[Any, Any, bool]:
+              leave: int = 0, merge_all: bool = False) -> tuple[Any, Any, bool]:
     """Pool every maximal run of strictly decreasing blocks at once, for up to ``max_rounds`` rounds.
 
     Adjacent violators end in one block of the solution (the PAV argument),
@@ -224,7 +224,10 @@ def pool_runs(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, max_rounds: int
     its blocks): what the merge rounds over its blocks would cost, in pooling
     rounds. A chain that snowballs (a block taking one neighbour per round)
     leaves a few drops for up to n rounds; the drops of a row that is
-    settling fall geometrically.
+    settling fall geometrically. ``merge_all``: the merge rounds run over
+    all n entries (a backend that cannot read how many blocks there are,
+    under ``jax.jit``, keeps the row's length): they cost ``merge_cost
+    log2 n`` rounds' worth, whatever the blocks.
 
     ``leave`` > 0 (a caller that finishes the last drops itself,
     :mod:`.windows`): a row also stops once it holds at most ``leave`` drops
@@ -267,7 +270,7 @@ def pool_runs(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, max_rounds: int
         _, starts, _, before, now, spent = state
         stalled = 2.0 * now > before  # the drops stopped halving
         if merge_cost:
-            blocks = count(starts)
+            blocks = xp.full_like(spent, n) if merge_all else count(starts)
             stalled = stalled & (spent * n >= merge_cost * blocks * xp.log2(blocks))
         else:
             stalled = stalled & (now <= leave)
@@ -369,7 +372,10 @@ def pool_then_merge(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, merge: Ca
         if not bool(xp.any(unsettled)):
             return v
         return windows.finish(xp, adapter, rules, v, w, finish)
-    v, unsettled, stopped_early = pool_runs(xp, adapter, rules, v, w, rounds, merge_cost)
+    # the merge rounds take each block as one entry where they read how many there are (an eager node of a
+    # compiled torch graph does): elsewhere they run over every entry of the row
+    merge_all = bool(merge_cost) and not adapter.reads_in_eager_node(v)
+    v, unsettled, stopped_early = pool_runs(xp, adapter, rules, v, w, rounds, merge_cost, merge_all=merge_all)
     if stopped_early:  # the loop read that every row settled: no second read
         return v
     return adapter.unless(xp, ~xp.any(unsettled), lambda u: merge(u, unsettled), v)

@@ -39,7 +39,9 @@ over a set of entries: a polynomial in t whose coefficients are the set's
 sums of ``w`` and of powers of the data (:class:`.power_sums.PowerSums`).
 At q = 2 and 4 those rounds take each pooled block as one entry, so a row
 leaves the pooling rounds as soon as its chains snowball
-(:func:`.isotonic.pool_runs`' ``merge_cost``); at q = 3 they start from
+(:func:`.isotonic.pool_runs`' ``merge_cost``; under ``jax.jit``, where
+the rounds cannot count the blocks and run over every entry, once it has
+pooled for ``log2 n`` rounds: ``merge_all``); at q = 3 they start from
 the one-entry values. For any other q the loss has no such sums, and the
 pooling rounds run until every row settles. The output is written from
 ``d + t`` per block, never as ``z - v``: a one-entry block gives ``w_i``

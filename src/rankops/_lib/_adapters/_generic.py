@@ -255,6 +255,11 @@ class PortableAdapter:
         """
         return tuple(fn(xp, *arrays, **params))
 
+    def reads_in_eager_node(self, x: Any) -> bool:
+        """Whether a function that :meth:`eagerly` runs on ``x`` reads its values (and so may size its arrays by
+        them): where ``x``'s values can be read now."""
+        return self.is_concrete(x)
+
     def replays_loops(self, arrays: tuple[Any, ...]) -> bool:
         """Whether autodiff of a data-dependent loop over ``arrays`` must replay it eagerly (see :meth:`eagerly`).
 

@@ -277,6 +277,10 @@ class Torch(PortableAdapter):
             return super().eagerly(xp, fn, arrays, like=like, **params)
         return tuple(torch.ops.rankops.eager(f"{fn.__module__}:{fn.__name__}", repr(params), list(arrays), list(like)))
 
+    def reads_in_eager_node(self, x: Any) -> bool:
+        """Also under ``torch.compile``, whose ``rankops::eager`` node runs the function on real tensors."""
+        return torch.compiler.is_compiling() or self.is_concrete(x)
+
     def replays_loops(self, arrays: Any) -> bool:
         return torch.compiler.is_compiling() and torch.is_grad_enabled() and any(t.requires_grad for t in _tensors(arrays))
 
