@@ -46,7 +46,8 @@ def scatter(cts: tuple[Any, ...], wanted: tuple[str, ...], names: tuple[str, ...
 # numerics whose portable versions are right on every backend, overridden where the backend has a faster kernel.
 REQUIRED = (
     "stop_gradient", "custom_vjp", "autodiff_vjp", "linear_solve",  # autodiff
-    "is_concrete", "iterate", "repeat", "settle", "unless", "scan_blocks", "eagerly", "replays_loops", "compiled",  # loops
+    "is_concrete", "iterate", "repeat", "repeat_while", "settle", "unless", "scan_blocks", "eagerly", "reads_in_eager_node",
+    "replays_loops", "compiled",  # loops
     "run", "rule_vjp", "rows", "check_devices", "gumbel",  # execution, devices, randomness
     "sign",  # torch.func.vmap cannot batch torch's array-API sign (it indexes by a boolean mask)
 )
