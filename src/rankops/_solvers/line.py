@@ -142,9 +142,9 @@ def _warm_start(xp: Any, s: Any, log_a: Any, log_b: Any, y: Any, *, power: float
     Under ``torch.compile`` they are computed eagerly, one node of the graph
     (:meth:`eagerly`): O(n log n) work of a sort, binary searches and
     cumulative sums, whose compiled kernels (a dozen, several of them gathers
-    that generate long C++) cost seconds of compile time and save nothing
-    next to the (n, m) iterations. Autodiff never reads them: this serves
-    the implicit path only, whose gradient does not depend on the start.
+    that generate long C++) would add to every compile and save nothing next
+    to the (n, m) iterations. Autodiff never reads them: this serves the
+    implicit path only, whose gradient does not depend on the start.
     """
     batch = np.broadcast_shapes(tuple(s.shape[:-1]), tuple(log_a.shape[:-1]), tuple(log_b.shape[:-1]))  # shapes only
     n, m = s.shape[-1], log_b.shape[-1]
