@@ -158,8 +158,8 @@ def _warm_start(xp: Any, s: Any, log_a: Any, log_b: Any, y: Any, *, power: float
 def scaled_grid_start(xp: Any, s: Any, log_a: Any, log_b: Any, y: Any = None, *, power: float, eps: float) -> tuple[Any, Any]:
     """:func:`grid_potentials` of ``|d| ** power`` divided by ``eps``, each broadcast to its input's shape (``s``'s and
     ``log_b``'s): :func:`_warm_start`'s eager node."""
-    f, g = grid_potentials(xp, s, log_a, log_b, cost_fns(xp, power)[0], y)
-    return xp.broadcast_to(f / eps, tuple(s.shape)), xp.broadcast_to(g / eps, tuple(log_b.shape))
+    init = grid_potentials(xp, s, log_a, log_b, cost_fns(xp, power)[0], y)
+    return scaled_start(xp, init, eps, tuple(s.shape[:-1]), log_a, log_b, s)  # type: ignore[return-value]
 
 
 def _backward(xp: Any, res: tuple[Any, ...], cts: tuple[Any, ...], *, h_slope: Any, eps: float, power: float,
