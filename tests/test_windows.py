@@ -101,8 +101,8 @@ def test_windows_grow_until_they_hold(forced, monkeypatch):
     sizes = []
     solve_calls = windows.finish
 
-    def spied(xp, adapter, rules, v, w, solve):
-        return solve_calls(xp, adapter, rules, v, w, lambda a, b: sizes.append(a.shape[-1]) or solve(a, b))
+    def spied(xp, adapter, rules, v, w, solve, *rest):
+        return solve_calls(xp, adapter, rules, v, w, lambda a, b: sizes.append(a.shape[-1]) or solve(a, b), *rest)
 
     monkeypatch.setattr(windows, "finish", spied)
     y = np.concatenate([[200.0], np.arange(60.0)])  # the first entry pools with the next 18, one a round
@@ -154,11 +154,15 @@ def test_kl_permutahedron_with_and_without_windows(backend_name, output, monkeyp
 @pytest.mark.parametrize("backend_name", [b for b in CPU_BACKENDS if b != "jax"])
 @pytest.mark.parametrize("p", [4.0 / 3.0, 2.0])
 @pytest.mark.parametrize("output", ["rank", "sort", "descending sort"])
-def test_pnorm_windows_equal_the_papers_pav(forced, backend_name, p, output):
+@pytest.mark.parametrize("passes", [windows.PASSES, 0], ids=["runs pooled first", "windows only"])
+def test_pnorm_windows_equal_the_papers_pav(forced, backend_name, p, output, passes, monkeypatch):
     """Windows from the first stalled round, one block wide and doubling: on NumPy against the sequential PAV of
     Sander et al. (tests/test_pnorm.py's reference, float64), on the other backends against NumPy; rows of 2 to 23
-    entries, spread over 10^-1..10^1 with a tie or forming long chains."""
+    entries, spread over 10^-1..10^1 with a tie or forming long chains. With the runs of drops pooled first
+    (``windows._pool_runs_of_drops``), and with the windows alone."""
     from rankops._lib._backends import get_backend
+
+    monkeypatch.setattr(windows, "PASSES", passes)
 
     from .test_pnorm import _chained_rows, _rank_reference, _rows as _pnorm_rows, _sort_reference
 
@@ -210,6 +214,37 @@ def test_pnorm_permutahedron_with_and_without_windows(output, monkeypatch):
         assert_allclose(with_windows[0], rounds_only[0], rtol=1e-10, atol=1e-10)
         assert_allclose(with_windows[1], rounds_only[1], rtol=1e-9, atol=1e-9)
     assert calls, "the windows were not taken"
+
+
+@pytest.mark.parametrize("passes", [windows.PASSES, 0], ids=["runs pooled first", "windows only"])
+def test_pnorm_batch_of_rows_equals_the_papers_pav(passes, monkeypatch):
+    """p = 4/3 at the default softness, 16 normal rows of 200 (NumPy, float64): each row's projection, as
+    ``pnorm.project`` computes it in the batch, against the sequential PAV on that row (rows 9-11). A window shorter than the
+    batch's longest is padded on its left; padding at its first block's value stood above that block once the block
+    pooled with a lower neighbour, and the merge rounds pooled a block too many (row 10: 0.82 off)."""
+    from rankops._cores import pnorm
+
+    from .test_pnorm import _pav_projection
+
+    monkeypatch.setattr(windows, "PASSES", passes)
+    seen = []
+    project = pnorm.project
+
+    def recorded(xp, adapter, z, w, q, valid=None, signed=False):
+        out = project(xp, adapter, z, w, q, valid, signed)
+        seen.append((*np.broadcast_arrays(np.asarray(z), np.asarray(w)), np.asarray(out[0])))
+        return out
+
+    monkeypatch.setattr(pnorm, "project", recorded)
+    calls = []
+    finish = windows.finish
+    monkeypatch.setattr(windows, "finish", lambda *a: calls.append(1) or finish(*a))
+    x = np.random.default_rng(0).normal(size=(16, 200))
+    rankops.soft_rank(x, method="permutahedron", regularization="lp", p=4.0 / 3.0)
+    assert calls, "the windows were not taken"
+    (z, w, mu), = seen
+    want = np.stack([_pav_projection(z[i], w[i], 4.0 / 3.0) for i in (9, 10, 11)])
+    assert_allclose(mu[9:12], want, rtol=1e-10, atol=1e-10 * np.abs(want).max())
 
 
 def test_windows_only_on_a_cpu():

@@ -109,10 +109,10 @@ class _L2:
         return (adapter.segment_sum(xp, starts, windows.rows_of(xp, w, v)),)
 
     @staticmethod
-    def pad(xp: Any, first: Any, data: tuple[Any, ...]) -> tuple[Any, tuple[float]]:
-        """An entry before a block of value ``first`` (statistics ``data``) that never moves a fit: that value, of no
-        weight."""
-        return first, (0.0,)
+    def pad(xp: Any, low: Any, data: tuple[Any, ...]) -> tuple[Any, tuple[float]]:
+        """An entry before a row whose values are at least ``low`` (its first block's statistics ``data``) that never
+        moves a fit: that value, of no weight."""
+        return low, (0.0,)
 
     @staticmethod
     def above(xp: Any, sums: tuple[Any, Any], ref: Any, centre: None, lower: None) -> Any:
@@ -177,7 +177,7 @@ class _KL:
         return (adapter.segment_logsumexp(xp, starts, windows.rows_of(xp, w, v)),)
 
     @staticmethod
-    def pad(xp: Any, first: Any, data: tuple[Any, ...]) -> tuple[float, tuple[float]]:
+    def pad(xp: Any, low: Any, data: tuple[Any, ...]) -> tuple[float, tuple[float]]:
         """An entry out of the objective (value -inf, log-weight 0): first in an increasing fit, it never pools."""
         return -math.inf, (0.0,)
 
@@ -354,14 +354,15 @@ def _pooled_fit(xp: Any, adapter: Any, kind: str, v: Any, w: Any, rounds: int | 
 
 
 def pool_then_merge(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, merge: Callable[[Any, Any], Any], per_level: int = PER_LEVEL,
-                    merge_cost: float = 0.0, finish: Callable[[Any, Any], Any] | None = None, rounds: int | None = None) -> Any:
+                    merge_cost: float = 0.0, finish: Callable[[Any, Any], Any] | None = None, rounds: int | None = None,
+                    sums: Any = None) -> Any:
     """``v`` pooled by :func:`pool_runs` for up to ``rounds`` (default ``per_level ceil(log2 n)``) rounds
     (``merge_cost`` as there), then ``merge(v, unsettled)`` (the caller's merge rounds; ``unsettled`` True on the rows
     the pooling left) unless every row settled, which a backend that reads the flag skips.
 
     ``finish(values, data)`` (a fit of 2-D rows of block values and their statistics, ``rules.block_data``): on a
     backend that reads values now, on a CPU (:func:`.windows.pays`), the rounds stop where a row holds few drops,
-    and :func:`.windows.finish` fits the rest with it.
+    and :func:`.windows.finish` fits the rest with it (``sums`` as there).
     """
     # A pooling round costs O(n), a merge round O(n log n) in several times the operations, and a batch runs the
     # merge rounds for all its rows as soon as one needs them: at the default softness, rows need up to about
@@ -371,7 +372,7 @@ def pool_then_merge(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, merge: Ca
         v, unsettled, _ = pool_runs(xp, adapter, rules, v, w, rounds, leave=windows.drops_left(v.shape[-1]))
         if not bool(xp.any(unsettled)):
             return v
-        return windows.finish(xp, adapter, rules, v, w, finish)
+        return windows.finish(xp, adapter, rules, v, w, finish, sums)
     # the merge rounds take each block as one entry where they read how many there are (an eager node of a
     # compiled torch graph does): elsewhere they run over every entry of the row
     merge_all = bool(merge_cost) and not adapter.reads_in_eager_node(v)

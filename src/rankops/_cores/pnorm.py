@@ -66,7 +66,7 @@ from typing import Any
 from .._lib._compat import device as _device
 from .._lib._numerics import safe_divide
 from . import isotonic, windows
-from .power_sums import block_form, centred, merge_blocks, merge_fit
+from .power_sums import PowerSums, block_form, centred, merge_blocks, merge_fit
 from .powers import moment_root, odd_power, power
 
 __all__ = ["exponent", "project", "capped", "slope", "newton_steps", "falling_root", "search_breakpoints", "exponent_of"]
@@ -191,11 +191,11 @@ class _Rules:
         return block_form(xp, adapter, starts, *(windows.rows_of(xp, yw[i, ...], v) for i in (0, 1)))
 
     @staticmethod
-    def pad(xp: Any, first: Any, data: tuple[Any, ...]) -> tuple[Any, tuple[Any, ...]]:
-        """An entry before a block of value ``first`` (statistics ``data``) that never moves a fit: that value, which
-        is no drop, and nothing to add to a pool that takes it (no size, no weight: all its sums are 0), at the
-        block's mean, from which the merge rounds' sums run as from the block's own."""
-        return first, (data[0], 0.0, 0.0, 0.0, 0.0)
+    def pad(xp: Any, low: Any, data: tuple[Any, ...]) -> tuple[Any, tuple[Any, ...]]:
+        """An entry before a row whose values are at least ``low`` (its first block's statistics ``data``) that never
+        moves a fit: that value, which is no drop, and nothing to add to a pool that takes it (no size, no weight: all
+        its sums are 0), at the first block's mean, from which the merge rounds' sums run as from the block's own."""
+        return low, (data[0], 0.0, 0.0, 0.0, 0.0)
 
 
 class _SignedRules(_Rules):
@@ -253,7 +253,8 @@ def project(xp: Any, adapter: Any, z: Any, w: Any, q: float, valid: Any = None, 
             v = isotonic.pool_then_merge(xp, adapter, rules, v0, yw, lambda u, unsettled: xp.where(
                 unsettled[..., None], adapter.eagerly(xp, merge_fit, (u if blocks else v0, y, wf), like=(0,), q=q)[0], u),
                 merge_cost=1.0 if blocks else 0.0,
-                finish=(lambda values, data: merge_blocks(xp, adapter, values, data, q)) if blocks else None)
+                finish=(lambda values, data: merge_blocks(xp, adapter, values, data, q)) if blocks else None,
+                sums=PowerSums(q) if blocks else None)
         else:
             v, _, _ = isotonic.pool_runs(xp, adapter, rules, v0, yw, n)
     starts = isotonic.block_starts(xp, v)

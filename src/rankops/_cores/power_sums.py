@@ -54,13 +54,13 @@ class PowerSums:
     comb = staticmethod(isotonic.KINDS["l2"].comb)
 
     def _powers(self, sums: tuple[Any, ...], s: Any) -> Any:
-        """``sum_S (y - ref)^(q-1)`` from S's sums, ``s = ref - c`` (binomial expansion)."""
+        """``sum_S (y - ref)^(q-1)`` from S's sums, ``s = ref - c`` (binomial expansion, in Horner's form)."""
         m, s1 = sums[1], sums[2]
         if self.degree == 1:
             return s1 - s * m
         if self.degree == 2:
-            return sums[3] - 2.0 * s * s1 + s * s * m
-        return sums[4] - 3.0 * s * sums[3] + 3.0 * s * s * s1 - s * s * s * m
+            return sums[3] - s * (2.0 * s1 - s * m)
+        return sums[4] - s * (3.0 * sums[3] - s * (3.0 * s1 - s * m))
 
     def below(self, xp: Any, sums: tuple[Any, ...], ref: Any, centre: Any, lower: Any) -> Any:
         """``sum_S f'(ref) = W_S - sum_S phi(y - ref)`` (positive for a set of blocks below ``ref``); ``lower``: the
@@ -86,7 +86,8 @@ class PowerSums:
         else:
             m2 = xp.clip(sums[3] - mean * s1, 0.0, None)
             m3 = sums[4] - 3.0 * mean * sums[3] + 2.0 * mean * mean * s1 if self.degree == 3 else None
-            t = moment_root(xp, self.degree + 1.0, total_w, m, m2, m3)
+            # a pool's value only places the blocks (the output is solved again on them): no tangent is read
+            t = moment_root(xp, self.degree + 1.0, total_w, m, m2, m3, tangent=False)
         return xp.where(some, centre + mean - t, fallback)
 
 

@@ -22,10 +22,12 @@ def power(xp: Any, a: Any, e: float, *, tangent: bool = True) -> Any:
         return a * a
     if e == 3.0:
         return a * a * a
+    # a square root where the exponent is one half: a general power costs more
+    rule = xp.sqrt if e == 0.5 else (lambda u: u ** e)
     if not tangent:
-        return a ** e
+        return rule(a)
     positive = a > 0
-    return xp.where(positive, xp.where(positive, a, xp.ones_like(a)) ** e, xp.zeros_like(a))
+    return xp.where(positive, rule(xp.where(positive, a, xp.ones_like(a))), xp.zeros_like(a))
 
 
 def odd_power(xp: Any, a: Any, e: float) -> Any:
@@ -46,7 +48,9 @@ def cubic_root(xp: Any, p: Any, q: Any, *, tangent: bool = True) -> Any:
     Cardano's ``t = B - A`` with ``A^3 = |q|/2 + sqrt(D)``, ``AB = p/3``,
     written ``-q / (A^2 + AB + B^2)`` (no difference of close numbers), on
     the equation rescaled by ``s = max(sqrt(p), cbrt|q|)`` so that no power
-    overflows. ``tangent``: as for :func:`power`.
+    overflows, and so that the cube root below is of a number near 1 (the
+    power ``1/3``, itself rounded, errs in proportion to ``|log a|``).
+    ``tangent``: as for :func:`power`.
     """
     s = xp.maximum(power(xp, p, 0.5, tangent=tangent), power(xp, xp.abs(q), 1.0 / 3.0, tangent=tangent))
     some = s > 0

@@ -65,14 +65,26 @@ def drops_left(n: int) -> int:
     return max(FEWEST, n // SHARE)
 
 
-def finish(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, solve: Callable[[Any, Any], Any]) -> Any:
+def finish(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, solve: Callable[[Any, Any], Any], sums: Any = None) -> Any:
     """The fit of ``v`` (values of pooled blocks, last axis; ``w`` weights as ``rules`` reads them, or None: unit)
     finished in windows around its drops; ``solve(values, data)`` fits the rows of a 2-D problem, ``data`` the tuple
-    of the blocks' statistics (``rules.block_data``) laid out as ``values``."""
+    of the blocks' statistics (``rules.block_data``) laid out as ``values``. ``sums``: the loss's sums over a set of
+    blocks (:class:`.power_sums.PowerSums`), with which each run of drops is first pooled in one step
+    (:func:`_pool_runs_of_drops`) before any window is fitted."""
     blocks = _Blocks.of(xp, adapter, rules, v, w)
-    drops = xp.nonzero((blocks.value[:-1] > blocks.value[1:]) & (blocks.row_first[:-1] == blocks.row_first[1:]))[0]
+    down = (blocks.value[:-1] > blocks.value[1:]) & (blocks.row_first[:-1] == blocks.row_first[1:])
+    drops = xp.nonzero(down)[0]
     if drops.shape[0] == 0:
         return v
+    if sums is not None:
+        fitted, done = _pool_runs_of_drops(xp, adapter, sums, blocks)
+        v = xp.reshape(xp.take(fitted, xp.cumulative_sum(xp.astype(blocks.starts, blocks.idx)) - 1), v.shape)
+        if done:
+            return v
+        # the passes' pools are steps of pool-adjacent-violators: the windows go on from them
+        blocks = _Blocks.of(xp, adapter, rules, v, w)
+        down = (blocks.value[:-1] > blocks.value[1:]) & (blocks.row_first[:-1] == blocks.row_first[1:])
+        drops = xp.nonzero(down)[0]
     radius = RADIUS
     while True:
         begin, end = _windows(xp, blocks, drops, radius)
@@ -126,16 +138,22 @@ def _windows(xp: Any, blocks: _Blocks, drops: Any, radius: int) -> tuple[Any, An
 
 def _fit_windows(xp: Any, adapter: Any, rules: Any, blocks: _Blocks, begin: Any, end: Any,
                  solve: Callable[[Any, Any], Any]) -> tuple[Any, bool]:
-    """``(fit, holds)``: the windows fitted as the rows of one problem, right-aligned (the padding on the left, from
-    the window's first block, never moves a fit: ``rules.pad``), and whether every window's fit lies between its
-    neighbours outside it."""
+    """``(fit, holds)``: the windows fitted as the rows of one problem, right-aligned (the padding on the left, at
+    or below the window's smallest value and from its first block's statistics, never moves a fit: ``rules.pad``), and
+    whether every window's fit lies between its neighbours outside it.
+
+    The padding lies at or below every value the window's fit can take (a pool's value lies between its blocks'):
+    at the first block's value it would stand above that block once the block pooled with a lower one, and a half
+    of the merge rounds that does not increase breaks their tests.
+    """
     length = int(xp.max(end - begin)) + 1
     index = end[:, None] - xp.arange(length - 1, -1, -1, dtype=blocks.idx, device=_device(end))[None, :]
     real = index >= begin[:, None]
     index = xp.where(real, index, begin[:, None])
-    first = tuple(xp.take(a, begin)[:, None] for a in (blocks.value, *blocks.data))
-    pad_value, pad_data = rules.pad(xp, first[0], first[1:])
-    fitted = solve(xp.where(real, _gather(xp, blocks.value, index), pad_value),
+    values = _gather(xp, blocks.value, index)
+    low = xp.min(values, axis=-1, keepdims=True)
+    pad_value, pad_data = rules.pad(xp, low, tuple(xp.take(a, begin)[:, None] for a in blocks.data))
+    fitted = solve(xp.where(real, values, pad_value),
                    tuple(xp.where(real, _gather(xp, a, index), pad) for a, pad in zip(blocks.data, pad_data)))
     # the neighbours outside each window (none at a row's ends)
     k = blocks.value.shape[0]
@@ -160,3 +178,182 @@ def _spread(xp: Any, adapter: Any, blocks: _Blocks, begin: Any, end: Any, fitted
 def _gather(xp: Any, a: Any, index: Any) -> Any:
     """``a[index]`` for a 1-D ``a`` and an index array of any shape."""
     return xp.reshape(xp.take(a, xp.reshape(index, (-1,))), index.shape)
+
+
+def _pool_runs_of_drops(xp: Any, adapter: Any, sums: Any, blocks: _Blocks, down: Any, radius: int) -> Any:
+    """Every block's value once each run of drops has pooled, or None where that is not the fit.
+
+    A run of drops (blocks ``s`` to ``e``, each above the next) between an
+    increasing part on its left and one on its right ends in one block that
+    holds it, a suffix of the left part and a prefix of the right (pooling
+    adjacent violators), and no other block moves. That block's value is the
+    min-max formula's (Robertson, Wright & Dykstra 1988, Thm. 1.4.4) at
+    ``s``: ``max over j <= s of min over k >= s of value(j..k)``, over the
+    ``radius`` blocks left of ``s`` and up to ``radius`` right of ``e``
+    (within the row and short of the next run): one array of pool values
+    per run, from sums running outward from ``s`` (``sums.stats`` about the
+    block's mean, the merge rounds' form). The left blocks above it and the
+    right ones below it join it.
+
+    None (the caller's windows then fit the row) where two pools would meet,
+    or a pool reaches the end of its range and leaves a drop beyond it.
+    """
+    value = blocks.value
+    dev = _device(value)
+    no = xp.zeros((1,), dtype=xp.bool, device=dev)
+    first = xp.nonzero(down & ~xp.concat([no, down[:-1]]))[0]  # s: each run's first block
+    last = xp.nonzero(down & ~xp.concat([down[1:], no]))[0] + 1  # e: its last
+    row = xp.take(blocks.row_first, first)
+    idx = blocks.idx
+    big = value.shape[0]
+    # each run's range: within its row, and short of the neighbouring runs of that row
+    prev_same = xp.concat([no, row[1:] == row[:-1]])
+    next_same = xp.concat([row[1:] == row[:-1], no])
+    lo = xp.where(prev_same, xp.concat([row[:1], last[:-1] + 1]), row)
+    hi = xp.take(blocks.row_last, first)
+    hi = xp.where(next_same, xp.concat([first[1:] - 1, hi[-1:]]), hi)
+    width = int(xp.max(last - first)) + radius + 1
+    left = first[:, None] - xp.arange(1, radius + 1, dtype=idx, device=dev)[None, :]  # blocks s - 1, s - 2, ...
+    right = first[:, None] + xp.arange(width, dtype=idx, device=dev)[None, :]  # blocks s, s + 1, ...
+    left_in, right_in = left >= lo[:, None], right <= hi[:, None]
+    left, right = xp.clip(left, 0, None), xp.clip(right, None, big - 1)
+    centre = xp.take(blocks.data[0], first)[:, None]
+
+    def outward(index: Any, inside: Any) -> tuple[Any, ...]:
+        """The sums over the blocks from ``s`` to each of ``index`` (cumulative along the range; 0 outside it)."""
+        data = tuple(_gather(xp, a, index) for a in blocks.data)
+        terms = sums.stats(xp, _gather(xp, value, index), data, centre)
+        return tuple(xp.cumulative_sum(xp.where(inside, t, 0.0), axis=-1) for t in terms)
+
+    zero = xp.zeros_like(centre)
+    lefts = tuple(xp.concat([zero, t], axis=-1) for t in outward(left, left_in))  # j = s, s - 1, ...: nothing, then
+    rights = outward(right, right_in)
+    pools = tuple(a[:, :, None] + b[:, None, :] for a, b in zip(lefts, rights))
+    pooled = sums.value(xp, pools, centre[..., None], centre[..., None])
+    lowest = xp.min(xp.where(right_in[:, None, :], pooled, math.inf), axis=-1)
+    j_in = xp.concat([xp.ones_like(left_in[:, :1]), left_in], axis=-1)
+    level = xp.max(xp.where(j_in, lowest, -math.inf), axis=-1)  # the run's pool value
+    # the pool's ends: the left part's blocks above it, the right part's (past e) below it
+    above = left_in & (_gather(xp, value, left) > level[:, None])
+    below = right_in & (right > last[:, None]) & (_gather(xp, value, right) < level[:, None])
+    begin = first - xp.astype(xp.sum(xp.astype(above, idx), axis=-1), idx)
+    end = last + xp.astype(xp.sum(xp.astype(below, idx), axis=-1), idx)
+    if bool(xp.any(begin[1:] <= end[:-1])):
+        return None
+    block = xp.arange(big, dtype=idx, device=dev)
+    run = xp.clip(xp.astype(adapter.searchsorted(xp, begin, block, side="right"), idx) - 1, 0, None)
+    inside = (block >= xp.take(begin, run)) & (block <= xp.take(end, run))
+    fitted = xp.where(inside, xp.take(level, run), value)
+    if bool(xp.any((fitted[:-1] > fitted[1:]) & (blocks.row_first[:-1] == blocks.row_first[1:]))):
+        return None
+    return fitted
+
+
+PASSES = 4  # passes of :func:`_pool_runs_of_drops` before the windows take over
+
+
+def _pool_runs_of_drops(xp: Any, adapter: Any, sums: Any, blocks: _Blocks) -> tuple[Any, bool]:
+    """``(values, done)``: every block's value after the runs of drops pooled, one step per run and pass, for up to
+    :data:`PASSES` passes; ``done`` False where a row still holds a drop (the windows then go on from these values).
+
+    A run of drops (blocks ``s`` to ``e``, each above the next) between an
+    increasing part on its left and one on its right ends in one block that
+    holds it, a suffix of the left part and a prefix of the right (pooling
+    adjacent violators), and no other block moves: :func:`_pool_each_run`
+    finds it. A pass pools the runs whose pools do not meet, and after it
+    the blocks that took one value are one block (their statistics
+    combined, :meth:`.power_sums.PowerSums.stats` about their joint mean),
+    so that a range never cuts a block: a pool of whole blocks that violate
+    is a step of pool-adjacent-violators, whatever the order (Best &
+    Chakravarti 1990). A row with no drop left is fitted.
+    """
+    value, data, first, last = blocks.value, blocks.data, blocks.row_first, blocks.row_last
+    idx = blocks.idx
+    owner = None  # each of the given blocks' block in the current arrays (None: the same)
+    for _ in range(PASSES):
+        down = (value[:-1] > value[1:]) & (first[:-1] == first[1:])
+        if not bool(xp.any(down)):
+            return (value if owner is None else xp.take(value, owner)), True
+        fitted = _pool_each_run(xp, adapter, sums, value, data, first, last, down, idx)
+        one = xp.ones((1,), dtype=xp.bool, device=_device(value))
+        starts = xp.concat([one, (fitted[1:] != fitted[:-1]) | (first[1:] != first[:-1])])
+        group = xp.cumulative_sum(xp.astype(starts, idx)) - 1
+        heads = xp.nonzero(starts)[0]
+        data = _combined(xp, adapter, sums, starts, heads, data)
+        value = xp.take(fitted, heads)
+        first, last = (xp.take(group, xp.take(a, heads)) for a in (first, last))
+        owner = group if owner is None else xp.take(group, owner)
+    down = (value[:-1] > value[1:]) & (first[:-1] == first[1:])
+    return (value if owner is None else xp.take(value, owner)), not bool(xp.any(down))
+
+
+def _combined(xp: Any, adapter: Any, sums: Any, starts: Any, heads: Any, data: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The block form ``(mean, W, m, M2, M3)`` of each group of blocks (``starts``: True where one begins; ``heads``
+    their places): the moments about the group's mean, summed."""
+    mean, m = data[0], data[2]
+    total = adapter.segment_sum(xp, starts, xp.stack([m * mean, m]))
+    centre = total[0, ...] / total[1, ...]
+    terms = sums.stats(xp, None, data, centre)
+    moments = terms[3:] if len(terms) > 3 else (data[3], data[4])  # q = 2 reads no moments
+    combined = adapter.segment_sum(xp, starts, xp.stack([terms[0], terms[1], *moments]))
+    return tuple(xp.take(a, heads) for a in (centre, combined[0, ...], combined[1, ...], combined[2, ...], combined[3, ...]))
+
+
+def _pool_each_run(xp: Any, adapter: Any, sums: Any, value: Any, data: tuple[Any, ...], first: Any, last: Any,
+                   down: Any, idx: Any) -> Any:
+    """Every block's value after one pass: each run of drops whose pool meets no other run's pooled.
+
+    The pool's value is the min-max formula's (Robertson, Wright & Dykstra
+    1988, Thm. 1.4.4) at the run's first block ``s``: ``max over j <= s of
+    min over k >= s of value(j..k)``, over the :data:`RADIUS` blocks left of
+    ``s`` and the run with :data:`RADIUS` blocks past it (within the row and
+    short of the neighbouring runs): one array of pool values per run, from
+    sums running outward from ``s`` (about its mean, as the merge rounds'
+    tests). The left blocks above it and the right ones below it join it (the
+    parts are increasing). Where two runs' pools would meet, the even ones
+    pool (in the order of the runs).
+    """
+    dev = _device(value)
+    no = xp.zeros((1,), dtype=xp.bool, device=dev)
+    start = xp.nonzero(down & ~xp.concat([no, down[:-1]]))[0]  # s: each run's first block
+    end = xp.nonzero(down & ~xp.concat([down[1:], no]))[0] + 1  # e: its last
+    row = xp.take(first, start)
+    big = value.shape[0]
+    # each run's range: within its row, and short of the neighbouring runs of that row
+    after_same = xp.concat([no, row[1:] == row[:-1]])
+    before_same = xp.concat([row[1:] == row[:-1], no])
+    lo = xp.where(after_same, xp.concat([row[:1], end[:-1] + 1]), row)
+    hi = xp.take(last, start)
+    hi = xp.where(before_same, xp.concat([start[1:] - 1, hi[-1:]]), hi)
+    width = int(xp.max(end - start)) + RADIUS + 1
+    left = start[:, None] - xp.arange(1, RADIUS + 1, dtype=idx, device=dev)[None, :]  # blocks s - 1, s - 2, ...
+    right = start[:, None] + xp.arange(width, dtype=idx, device=dev)[None, :]  # blocks s, s + 1, ...
+    left_in, right_in = left >= lo[:, None], right <= hi[:, None]
+    left, right = xp.clip(left, 0, None), xp.clip(right, None, big - 1)
+    centre = xp.take(data[0], start)[:, None]
+
+    def outward(index: Any, inside: Any) -> tuple[Any, ...]:
+        """The sums over the blocks from ``s`` to each of ``index`` (cumulative along the range; 0 outside it)."""
+        terms = sums.stats(xp, None, tuple(_gather(xp, a, index) for a in data), centre)
+        return tuple(xp.cumulative_sum(xp.where(inside, t, 0.0), axis=-1) for t in terms)
+
+    zero = xp.zeros_like(centre)
+    lefts = tuple(xp.concat([zero, t], axis=-1) for t in outward(left, left_in))  # j = s (nothing), s - 1, ...
+    pools = tuple(a[:, :, None] + b[:, None, :] for a, b in zip(lefts, outward(right, right_in)))
+    pooled = sums.value(xp, pools, centre[..., None], centre[..., None])
+    lowest = xp.min(xp.where(right_in[:, None, :], pooled, math.inf), axis=-1)
+    j_in = xp.concat([xp.ones_like(left_in[:, :1]), left_in], axis=-1)
+    level = xp.max(xp.where(j_in, lowest, -math.inf), axis=-1)
+    # the pool's ends: the left part's blocks above it, the right part's (past e) below it
+    above = left_in & (_gather(xp, value, left) > level[:, None])
+    below = right_in & (right > end[:, None]) & (_gather(xp, value, right) < level[:, None])
+    begin = start - xp.sum(xp.astype(above, idx), axis=-1)
+    stop = end + xp.sum(xp.astype(below, idx), axis=-1)
+    meets = begin[1:] <= stop[:-1]
+    parity = xp.astype(xp.arange(start.shape[0], dtype=idx, device=dev) % 2, xp.bool)
+    taken = xp.nonzero(~parity | ~(xp.concat([no, meets]) | xp.concat([meets, no])))[0]
+    begin, stop, level = (xp.take(a, taken) for a in (begin, stop, level))
+    block = xp.arange(big, dtype=idx, device=dev)
+    run = xp.clip(xp.astype(adapter.searchsorted(xp, begin, block, side="right"), idx) - 1, 0, None)
+    inside = (block >= xp.take(begin, run)) & (block <= xp.take(stop, run))
+    return xp.where(inside, xp.take(level, run), value)

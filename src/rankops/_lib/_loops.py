@@ -39,7 +39,8 @@ def settled(xp: Any, err: Any, tol: float) -> Any:
 
 def freeze_rows(xp: Any, done: Any, old: tuple[Any, ...], new: tuple[Any, ...]) -> tuple[Any, ...]:
     """Keep ``old`` for the problems flagged in ``done`` (shape: the batch)."""
-    return tuple(xp.where(done[..., None], o, w) for o, w in zip(old, new))
+    done = done[..., None]
+    return tuple(xp.where(done, o, w) for o, w in zip(old, new))
 
 
 def round_count(max_iter: int, check_every: int) -> int:
