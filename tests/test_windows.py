@@ -151,10 +151,14 @@ def test_kl_permutahedron_with_and_without_windows(backend_name, output, monkeyp
 
 # the p-norm fits' windows: blocks carried as their moments, fitted by the merge rounds (p = 2 through "lp" is the
 # same path at q = 2); p = 3/2 (q = 3: no block form) pools to the end and never takes them
-@pytest.mark.parametrize("backend_name", [b for b in CPU_BACKENDS if b != "jax"])
+# the windows alone (no pass pools the runs of drops first) on NumPy, against the reference
+_PASSES = [pytest.param(b, windows.PASSES, id=f"{b}-runs pooled first") for b in CPU_BACKENDS if b != "jax"] + [
+    pytest.param("numpy", 0, id="numpy-windows only")]
+
+
+@pytest.mark.parametrize("backend_name, passes", _PASSES)
 @pytest.mark.parametrize("p", [4.0 / 3.0, 2.0])
 @pytest.mark.parametrize("output", ["rank", "sort", "descending sort"])
-@pytest.mark.parametrize("passes", [windows.PASSES, 0], ids=["runs pooled first", "windows only"])
 def test_pnorm_windows_equal_the_papers_pav(forced, backend_name, p, output, passes, monkeypatch):
     """Windows from the first stalled round, one block wide and doubling: on NumPy against the sequential PAV of
     Sander et al. (tests/test_pnorm.py's reference, float64), on the other backends against NumPy; rows of 2 to 23
