@@ -72,7 +72,7 @@ def finish(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, solve: Callable[[A
     blocks (:class:`.power_sums.PowerSums`), with which each run of drops is first pooled in one step
     (:func:`_pool_runs_of_drops`) before any window is fitted."""
     blocks = _Blocks.of(xp, adapter, rules, v, w)
-    down = (blocks.value[:-1] > blocks.value[1:]) & (blocks.row_first[:-1] == blocks.row_first[1:])
+    down = _drops(blocks.value, blocks.row_first)
     drops = xp.nonzero(down)[0]
     if drops.shape[0] == 0:
         return v
@@ -83,7 +83,7 @@ def finish(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, solve: Callable[[A
             return v
         # the passes' pools are steps of pool-adjacent-violators: the windows go on from them
         blocks = _Blocks.of(xp, adapter, rules, v, w)
-        down = (blocks.value[:-1] > blocks.value[1:]) & (blocks.row_first[:-1] == blocks.row_first[1:])
+        down = _drops(blocks.value, blocks.row_first)
         drops = xp.nonzero(down)[0]
     radius = RADIUS
     while True:
@@ -92,6 +92,12 @@ def finish(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, solve: Callable[[A
         if holds or radius >= blocks.value.shape[0]:  # at that radius every window is a whole row
             return xp.reshape(_spread(xp, adapter, blocks, begin, end, fitted), v.shape)
         radius *= GROWTH
+
+
+def _drops(value: Any, first: Any) -> Any:
+    """True between two blocks of one row (``first``: each block's row's first block) where the first is above the
+    second."""
+    return (value[:-1] > value[1:]) & (first[:-1] == first[1:])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -180,75 +186,6 @@ def _gather(xp: Any, a: Any, index: Any) -> Any:
     return xp.reshape(xp.take(a, xp.reshape(index, (-1,))), index.shape)
 
 
-def _pool_runs_of_drops(xp: Any, adapter: Any, sums: Any, blocks: _Blocks, down: Any, radius: int) -> Any:
-    """Every block's value once each run of drops has pooled, or None where that is not the fit.
-
-    A run of drops (blocks ``s`` to ``e``, each above the next) between an
-    increasing part on its left and one on its right ends in one block that
-    holds it, a suffix of the left part and a prefix of the right (pooling
-    adjacent violators), and no other block moves. That block's value is the
-    min-max formula's (Robertson, Wright & Dykstra 1988, Thm. 1.4.4) at
-    ``s``: ``max over j <= s of min over k >= s of value(j..k)``, over the
-    ``radius`` blocks left of ``s`` and up to ``radius`` right of ``e``
-    (within the row and short of the next run): one array of pool values
-    per run, from sums running outward from ``s`` (``sums.stats`` about the
-    block's mean, the merge rounds' form). The left blocks above it and the
-    right ones below it join it.
-
-    None (the caller's windows then fit the row) where two pools would meet,
-    or a pool reaches the end of its range and leaves a drop beyond it.
-    """
-    value = blocks.value
-    dev = _device(value)
-    no = xp.zeros((1,), dtype=xp.bool, device=dev)
-    first = xp.nonzero(down & ~xp.concat([no, down[:-1]]))[0]  # s: each run's first block
-    last = xp.nonzero(down & ~xp.concat([down[1:], no]))[0] + 1  # e: its last
-    row = xp.take(blocks.row_first, first)
-    idx = blocks.idx
-    big = value.shape[0]
-    # each run's range: within its row, and short of the neighbouring runs of that row
-    prev_same = xp.concat([no, row[1:] == row[:-1]])
-    next_same = xp.concat([row[1:] == row[:-1], no])
-    lo = xp.where(prev_same, xp.concat([row[:1], last[:-1] + 1]), row)
-    hi = xp.take(blocks.row_last, first)
-    hi = xp.where(next_same, xp.concat([first[1:] - 1, hi[-1:]]), hi)
-    width = int(xp.max(last - first)) + radius + 1
-    left = first[:, None] - xp.arange(1, radius + 1, dtype=idx, device=dev)[None, :]  # blocks s - 1, s - 2, ...
-    right = first[:, None] + xp.arange(width, dtype=idx, device=dev)[None, :]  # blocks s, s + 1, ...
-    left_in, right_in = left >= lo[:, None], right <= hi[:, None]
-    left, right = xp.clip(left, 0, None), xp.clip(right, None, big - 1)
-    centre = xp.take(blocks.data[0], first)[:, None]
-
-    def outward(index: Any, inside: Any) -> tuple[Any, ...]:
-        """The sums over the blocks from ``s`` to each of ``index`` (cumulative along the range; 0 outside it)."""
-        data = tuple(_gather(xp, a, index) for a in blocks.data)
-        terms = sums.stats(xp, _gather(xp, value, index), data, centre)
-        return tuple(xp.cumulative_sum(xp.where(inside, t, 0.0), axis=-1) for t in terms)
-
-    zero = xp.zeros_like(centre)
-    lefts = tuple(xp.concat([zero, t], axis=-1) for t in outward(left, left_in))  # j = s, s - 1, ...: nothing, then
-    rights = outward(right, right_in)
-    pools = tuple(a[:, :, None] + b[:, None, :] for a, b in zip(lefts, rights))
-    pooled = sums.value(xp, pools, centre[..., None], centre[..., None])
-    lowest = xp.min(xp.where(right_in[:, None, :], pooled, math.inf), axis=-1)
-    j_in = xp.concat([xp.ones_like(left_in[:, :1]), left_in], axis=-1)
-    level = xp.max(xp.where(j_in, lowest, -math.inf), axis=-1)  # the run's pool value
-    # the pool's ends: the left part's blocks above it, the right part's (past e) below it
-    above = left_in & (_gather(xp, value, left) > level[:, None])
-    below = right_in & (right > last[:, None]) & (_gather(xp, value, right) < level[:, None])
-    begin = first - xp.astype(xp.sum(xp.astype(above, idx), axis=-1), idx)
-    end = last + xp.astype(xp.sum(xp.astype(below, idx), axis=-1), idx)
-    if bool(xp.any(begin[1:] <= end[:-1])):
-        return None
-    block = xp.arange(big, dtype=idx, device=dev)
-    run = xp.clip(xp.astype(adapter.searchsorted(xp, begin, block, side="right"), idx) - 1, 0, None)
-    inside = (block >= xp.take(begin, run)) & (block <= xp.take(end, run))
-    fitted = xp.where(inside, xp.take(level, run), value)
-    if bool(xp.any((fitted[:-1] > fitted[1:]) & (blocks.row_first[:-1] == blocks.row_first[1:]))):
-        return None
-    return fitted
-
-
 PASSES = 4  # passes of :func:`_pool_runs_of_drops` before the windows take over
 
 
@@ -271,7 +208,7 @@ def _pool_runs_of_drops(xp: Any, adapter: Any, sums: Any, blocks: _Blocks) -> tu
     idx = blocks.idx
     owner = None  # each of the given blocks' block in the current arrays (None: the same)
     for _ in range(PASSES):
-        down = (value[:-1] > value[1:]) & (first[:-1] == first[1:])
+        down = _drops(value, first)
         if not bool(xp.any(down)):
             return (value if owner is None else xp.take(value, owner)), True
         fitted = _pool_each_run(xp, adapter, sums, value, data, first, last, down, idx)
@@ -283,7 +220,7 @@ def _pool_runs_of_drops(xp: Any, adapter: Any, sums: Any, blocks: _Blocks) -> tu
         value = xp.take(fitted, heads)
         first, last = (xp.take(group, xp.take(a, heads)) for a in (first, last))
         owner = group if owner is None else xp.take(group, owner)
-    down = (value[:-1] > value[1:]) & (first[:-1] == first[1:])
+    down = _drops(value, first)
     return (value if owner is None else xp.take(value, owner)), not bool(xp.any(down))
 
 
