@@ -77,14 +77,11 @@ def finish(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, solve: Callable[[A
     if drops.shape[0] == 0:
         return v
     if sums is not None:
-        fitted, done = _pool_runs_of_drops(xp, adapter, sums, blocks)
-        v = xp.reshape(xp.take(fitted, xp.cumulative_sum(xp.astype(blocks.starts, blocks.idx)) - 1), v.shape)
-        if done:
-            return v
-        # the passes' pools are steps of pool-adjacent-violators: the windows go on from them
-        blocks = _Blocks.of(xp, adapter, rules, v, w)
-        down = _drops(blocks.value, blocks.row_first)
+        # the passes' pools are steps of pool-adjacent-violators: the windows go on from their blocks
+        blocks, down = _pool_runs_of_drops(xp, adapter, sums, blocks, down)
         drops = xp.nonzero(down)[0]
+        if drops.shape[0] == 0:
+            return xp.reshape(xp.take(blocks.value, xp.cumulative_sum(xp.astype(blocks.starts, blocks.idx)) - 1), v.shape)
     radius = RADIUS
     while True:
         begin, end = _windows(xp, blocks, drops, radius)
@@ -189,9 +186,9 @@ def _gather(xp: Any, a: Any, index: Any) -> Any:
 PASSES = 4  # passes of :func:`_pool_runs_of_drops` before the windows take over
 
 
-def _pool_runs_of_drops(xp: Any, adapter: Any, sums: Any, blocks: _Blocks) -> tuple[Any, bool]:
-    """``(values, done)``: every block's value after the runs of drops pooled, one step per run and pass, for up to
-    :data:`PASSES` passes; ``done`` False where a row still holds a drop (the windows then go on from these values).
+def _pool_runs_of_drops(xp: Any, adapter: Any, sums: Any, blocks: _Blocks, down: Any) -> tuple[_Blocks, Any]:
+    """``(blocks, drops)``: the blocks after the runs of drops (``down``, :func:`_drops`) pooled, one step per run and
+    pass, until none is left or for :data:`PASSES` passes, and the drops left between them.
 
     A run of drops (blocks ``s`` to ``e``, each above the next) between an
     increasing part on its left and one on its right ends in one block that
@@ -204,13 +201,9 @@ def _pool_runs_of_drops(xp: Any, adapter: Any, sums: Any, blocks: _Blocks) -> tu
     is a step of pool-adjacent-violators, whatever the order (Best &
     Chakravarti 1990). A row with no drop left is fitted.
     """
-    value, data, first, last = blocks.value, blocks.data, blocks.row_first, blocks.row_last
-    idx = blocks.idx
+    value, data, first, last, idx = blocks.value, blocks.data, blocks.row_first, blocks.row_last, blocks.idx
     owner = None  # each of the given blocks' block in the current arrays (None: the same)
     for _ in range(PASSES):
-        down = _drops(value, first)
-        if not bool(xp.any(down)):
-            return (value if owner is None else xp.take(value, owner)), True
         fitted = _pool_each_run(xp, adapter, sums, value, data, first, last, down, idx)
         one = xp.ones((1,), dtype=xp.bool, device=_device(value))
         starts = xp.concat([one, (fitted[1:] != fitted[:-1]) | (first[1:] != first[:-1])])
@@ -220,8 +213,15 @@ def _pool_runs_of_drops(xp: Any, adapter: Any, sums: Any, blocks: _Blocks) -> tu
         value = xp.take(fitted, heads)
         first, last = (xp.take(group, xp.take(a, heads)) for a in (first, last))
         owner = group if owner is None else xp.take(group, owner)
-    down = _drops(value, first)
-    return (value if owner is None else xp.take(value, owner)), not bool(xp.any(down))
+        down = _drops(value, first)
+        if not bool(xp.any(down)):
+            break
+    if owner is None:  # no pass
+        return blocks, down
+    # the entries' block starts: where an entry's block (through the passes' groups) changes
+    block = xp.take(owner, xp.cumulative_sum(xp.astype(blocks.starts, idx)) - 1)
+    starts = xp.concat([xp.ones((1,), dtype=xp.bool, device=_device(block)), block[1:] != block[:-1]])
+    return _Blocks(value=value, data=data, row_first=first, row_last=last, starts=starts, idx=idx), down
 
 
 def _combined(xp: Any, adapter: Any, sums: Any, starts: Any, heads: Any, data: tuple[Any, ...]) -> tuple[Any, ...]:
