@@ -120,6 +120,24 @@ def pytest_configure(config: pytest.Config) -> None:
     missing = {n: r for n, r in missing.items() if r is not None}
     if missing:
         raise pytest.UsageError(f"RANKOPS_REQUIRE_BACKENDS names unusable backends: {missing}")
+    _compute_dask_in_the_calling_thread()
+
+
+def _compute_dask_in_the_calling_thread() -> None:
+    """Dask's tests compute on its synchronous scheduler.
+
+    The tests' graphs are a few chunks of (3, 2, 7)-sized arrays: the threaded
+    scheduler's pool only hands each task to a thread and back, and its threads
+    contend with the other pytest-xdist worker on a 2-core machine. The values
+    are the same on every scheduler (the tasks are the same NumPy calls);
+    ``tests/test_distributed.py`` computes on a real cluster of processes, whose
+    client sets itself as the scheduler while it is open.
+    """
+    try:
+        import dask
+    except ImportError:
+        return
+    dask.config.set(scheduler="synchronous")
 
 
 # markers whose tests run only when ``-m`` names them (docs/testing.md)

@@ -9,6 +9,8 @@ written out in the test.
 
 from __future__ import annotations
 
+import functools
+import itertools
 from typing import Any
 
 import numpy as np
@@ -149,26 +151,37 @@ def test_kl_permutahedron_with_and_without_windows(backend_name, output, monkeyp
         assert_allclose(with_windows[1], rounds_only[1], rtol=1e-9, atol=1e-9)
 
 
+def _pnorm_rows(kind: str) -> np.ndarray:
+    """The windows' test rows: spread over 10^-1..10^1 with a tie, forming long chains, or pairs."""
+    from .test_pnorm import _chained_rows, _rows
+
+    if kind == "spread":
+        return _rows(0, (4, 11))
+    return _chained_rows(8, 23) if kind == "chained" else np.random.default_rng(1).normal(size=(3, 2))
+
+
+@functools.lru_cache(maxsize=None)
+def _pnorm_reference(rows: str, output: str, p: float, strength: float) -> np.ndarray:
+    """The sequential PAV's result (Python loops) on one of the row sets, computed once for both paths."""
+    from .test_pnorm import _rank_reference, _sort_reference
+
+    x = _pnorm_rows(rows)
+    if output == "rank":
+        return _rank_reference(x, p, strength)
+    return _sort_reference(x, p, strength, descending=output == "descending sort")
+
+
 # the p-norm fits' windows: blocks carried as their moments, fitted by the merge rounds (p = 2 through "lp" is the
 # same path at q = 2); p = 3/2 (q = 3: no block form) pools to the end and never takes them
-# the windows alone (no pass pools the runs of drops first) on NumPy, against the reference
-_PASSES = [pytest.param(b, windows.PASSES, id=f"{b}-runs pooled first") for b in CPU_BACKENDS if b != "jax"] + [
-    pytest.param("numpy", 0, id="numpy-windows only")]
-
-
-@pytest.mark.parametrize("backend_name, passes", _PASSES)
+@pytest.mark.parametrize("backend_name", [b for b in CPU_BACKENDS if b != "jax"])
 @pytest.mark.parametrize("p", [4.0 / 3.0, 2.0])
 @pytest.mark.parametrize("output", ["rank", "sort", "descending sort"])
-def test_pnorm_windows_equal_the_papers_pav(forced, backend_name, p, output, passes, monkeypatch):
+def test_pnorm_windows_equal_the_papers_pav(forced, backend_name, p, output, monkeypatch):
     """Windows from the first stalled round, one block wide and doubling: on NumPy against the sequential PAV of
     Sander et al. (tests/test_pnorm.py's reference, float64), on the other backends against NumPy; rows of 2 to 23
-    entries, spread over 10^-1..10^1 with a tie or forming long chains. With the runs of drops pooled first
-    (``windows._pool_runs_of_drops``), and with the windows alone."""
+    entries, spread over 10^-1..10^1 with a tie or forming long chains. On NumPy both with the runs of drops pooled
+    first (``windows._pool_runs_of_drops``, the default) and with the windows alone."""
     from rankops._lib._backends import get_backend
-
-    monkeypatch.setattr(windows, "PASSES", passes)
-
-    from .test_pnorm import _chained_rows, _rank_reference, _rows as _pnorm_rows, _sort_reference
 
     backend = get_backend(backend_name)
     descending = output == "descending sort"
@@ -179,12 +192,13 @@ def test_pnorm_windows_equal_the_papers_pav(forced, backend_name, p, output, pas
         return rankops.soft_rank(x, **opts) if output == "rank" else rankops.soft_sort(x, descending=descending, **opts)
 
     if backend_name == "numpy":
-        for strength in (0.7, 3.0):
-            for x in (_pnorm_rows(0, (4, 11)), _chained_rows(8, 23), np.random.default_rng(1).normal(size=(3, 2))):
-                want = _rank_reference(x, p, strength) if output == "rank" else _sort_reference(x, p, strength, descending=descending)
-                assert_allclose(run(x, strength), want, rtol=1e-10, atol=1e-10, err_msg=f"strength {strength}")
+        for passes, strength, rows in itertools.product((windows.PASSES, 0), (0.7, 3.0), ("spread", "chained", "pairs")):
+            monkeypatch.setattr(windows, "PASSES", passes)
+            want = _pnorm_reference(rows, output, p, strength)
+            assert_allclose(run(_pnorm_rows(rows), strength), want, rtol=1e-10, atol=1e-10,
+                            err_msg=f"{passes} passes, strength {strength}, {rows} rows")
     else:  # the reference is Python loops: once, on NumPy
-        for x in (_pnorm_rows(0, (4, 11)), _chained_rows(8, 23)[:3], np.random.default_rng(1).normal(size=(3, 2))):
+        for x in (_pnorm_rows("spread"), _pnorm_rows("chained")[:3], _pnorm_rows("pairs")):
             assert_allclose(backend.to_numpy(run(backend.asarray(x), 3.0)), np.asarray(run(x, 3.0)), rtol=1e-12, atol=1e-12)
     assert forced, "the windows were not taken"
 
