@@ -152,6 +152,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     variants through every check on JAX (conformance/conftest.py);
     ``compiled``: torch.compile of the operators (tests/test_compile.py).
     """
+    for item in items:
+        _mark_variants_beyond_the_kept_ones(item)
     markexpr = config.getoption("markexpr") or ""
     opted_out = [m for m in _OPT_IN if m not in markexpr]
     kept, dropped = [], []
@@ -160,6 +162,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = kept
+
+
+def _mark_variants_beyond_the_kept_ones(item: pytest.Item) -> None:
+    """``@pytest.mark.variants_on_jax(name=(kept values), ...)``: on a backend that compiles per option set (JAX), a
+    case whose parameter ``name`` takes another value is ``exhaustive``.
+
+    For a test parametrised over option values that are Python numbers or flags (a quantile level, a block
+    size): JAX compiles a program for each, while the code is the same array-API code whatever the value, and
+    runs for every value on the other backends; the kept values still trace each path under ``jit``.
+    """
+    marker = item.get_closest_marker("variants_on_jax")
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    if marker is None or not any(getattr(params.get(f), "compiles", False) for f in _BACKEND_FIXTURES):
+        return
+    if any(name in params and params[name] not in kept for name, kept in marker.kwargs.items()):
+        item.add_marker(pytest.mark.exhaustive)
 
 
 # the parameter ids that name a backend's device, a dtype or a shard, not what a test is about

@@ -81,6 +81,7 @@ def _ref_rows(x, fn):
     return np.stack([fn(row) for row in _rows(x)]).reshape(*x.shape[:-1], -1)
 
 
+@pytest.mark.variants_on_jax(epsilon=(0.05,))
 @pytest.mark.parametrize("epsilon", [0.2, 0.05])
 def test_rank_cdf_sort_match_reference(backend, device, epsilon):
     x = _x((2, 3, 7))
@@ -226,6 +227,7 @@ def _filler_weights(q, t, centered, n):
     return np.array([lo, 1 - lo - hi, hi])
 
 
+@pytest.mark.variants_on_jax(q=(0.3,))  # a program per level: the ends' paths are the same array code
 @pytest.mark.parametrize("centered", [True, False])
 @pytest.mark.parametrize("q", [0.0, 0.02, 0.3, 0.5, 0.97, 1.0])
 def test_quantile_matches_filler_construction(backend, q, centered):
