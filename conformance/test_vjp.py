@@ -25,7 +25,8 @@ def _same_place(a, like):
     assert tuple(a.shape) == tuple(like.shape)
 
 
-@pytest.mark.every_variant
+# every variant on the eager backends, whose gradients are rankops' own rules; on JAX, where rankops.vjp is
+# jax.vjp and each variant a program to compile, the primary ones (the others under -m exhaustive)
 def test_vjp_matches_central_differences(backend, device, op):
     x = _data(SHAPE, seed=11) * 0.5
     rng = np.random.default_rng(3)
