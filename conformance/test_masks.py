@@ -76,6 +76,12 @@ def _too_short(fun: Any, args: tuple, kwargs: dict, n_valid: int) -> bool:
     return k >= n_valid if kwargs.get("method") == "lapsum" else k > n_valid
 
 
+def _call(spec: Spec, x: Any, p: dict, arr: Any) -> tuple[Any, tuple, dict]:
+    """``spec.call``, with Sinkhorn solved to the tolerance both problems reach (``SOLVED``)."""
+    fun, args, kwargs = spec.call(x, p, arr)
+    return fun, args, ({**kwargs, **SOLVED} if spec.sinkhorn else kwargs)
+
+
 def check_masked(backend: Any, device: Any, spec: Spec, ex: Example, p: dict, kind: str, pad: float, seed: int) -> None:
     rng = np.random.default_rng(seed)
     mask = _mask(kind, ex.x.shape, rng)
@@ -83,9 +89,7 @@ def check_masked(backend: Any, device: Any, spec: Spec, ex: Example, p: dict, ki
     dtype = ex.dtype
     arr = lambda v: backend.asarray(v, device=device)  # noqa: E731
     x = array(backend, device, padded, dtype)
-    fun, args, kwargs = spec.call(x, p, arr)
-    if spec.sinkhorn:
-        kwargs = {**kwargs, **SOLVED}
+    fun, args, kwargs = _call(spec, x, p, arr)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", rankops.ConvergenceWarning)
         value, pull = rankops.vjp(fun, x, *args, mask=arr(mask), **kwargs)
@@ -98,9 +102,7 @@ def check_masked(backend: Any, device: Any, spec: Spec, ex: Example, p: dict, ki
         # each valid count is a row length, a program of its own there: the rows alone run on NumPy, which
         # test_contract holds to the same values
         backend, device = get_backend("numpy"), None
-        fun, args, kwargs = spec.call(np.asarray(padded, dtype=dtype), p, np.asarray)
-        if spec.sinkhorn:
-            kwargs = {**kwargs, **SOLVED}
+        fun, args, kwargs = _call(spec, np.asarray(padded, dtype=dtype), p, np.asarray)
     rows_x, rows_m = padded.reshape(-1, padded.shape[-1]), mask.reshape(-1, mask.shape[-1])
     out = got.reshape((rows_x.shape[0],) + got.shape[len(ex.x.shape) - 1 :])
     layout = _layout(fun, kwargs)

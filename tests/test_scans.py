@@ -13,6 +13,8 @@ from numpy.testing import assert_allclose, assert_array_equal
 
 from rankops._lib._adapters import get_adapter
 
+from .backends import on_backend as _runner
+
 CPU_BACKENDS = ["numpy", "array_api_strict", "torch", "jax"]
 
 
@@ -27,14 +29,9 @@ def on_backend(name):
     return xp, get_adapter(xp), lambda a: xp.asarray(a), lambda a: np.asarray(a)
 
 
-def compiled(name, f):
-    """``f`` as the operators run it: under ``jax.jit`` on JAX (one program, where eager JAX compiles each of its
-    operations for each shape), as it is elsewhere."""
-    if name != "jax":
-        return f
-    import jax
-
-    return jax.jit(f)
+def run_as_operators(name, f, *arrays):
+    """``f(*arrays)`` under ``jax.jit`` on JAX, as it is elsewhere (:func:`tests.backends.on_backend`'s ``run``)."""
+    return _runner(name)[1](f, *arrays)
 
 
 def _linear_scan_reference(a: np.ndarray, b: np.ndarray, reverse: bool) -> np.ndarray:
@@ -60,7 +57,8 @@ def test_linear_scan_equals_the_recurrence(backend_name, n, reverse):
     a = rng.uniform(0.0, 1.0, size=(3, n - 1))
     a[:, rng.integers(0, max(n - 1, 1), size=min(n - 1, 5))] = 0.0  # segment starts
     b = rng.normal(size=(3, n))
-    got = back(compiled(backend_name, lambda a, b: adapter.linear_scan(xp, a, b, reverse=reverse))(to(a), to(b)))
+    # as the operators run it: under jax.jit on JAX (one program, not one per operation and shape)
+    got = back(run_as_operators(backend_name, lambda a, b: adapter.linear_scan(xp, a, b, reverse=reverse), to(a), to(b)))
     assert_allclose(got, _linear_scan_reference(a, b, reverse), rtol=1e-12, atol=1e-12)
 
 
@@ -89,7 +87,7 @@ def test_readied_links_scan_as_the_links(backend_name, n):
         links = adapter.scan_links(xp, a)
         return tuple(adapter.linear_scan(xp, links, b) for b in bs)
 
-    for b, got in zip(bs, compiled(backend_name, twice)(to(a), *map(to, bs))):
+    for b, got in zip(bs, run_as_operators(backend_name, twice, to(a), *map(to, bs))):
         want = np.stack([_linear_scan_reference(a[i], b[i], False) for i in range(2)])
         assert_allclose(back(got), want, rtol=1e-12, atol=1e-12)
 

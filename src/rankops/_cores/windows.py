@@ -81,7 +81,7 @@ def finish(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, solve: Callable[[A
         blocks, down = _pool_runs_of_drops(xp, adapter, sums, blocks, down)
         drops = xp.nonzero(down)[0]
         if drops.shape[0] == 0:
-            return xp.reshape(xp.take(blocks.value, xp.cumulative_sum(xp.astype(blocks.starts, blocks.idx)) - 1), v.shape)
+            return xp.reshape(xp.take(blocks.value, blocks.of_entries(xp)), v.shape)
     radius = RADIUS
     while True:
         begin, end = _windows(xp, blocks, drops, radius)
@@ -109,6 +109,10 @@ class _Blocks:
     row_last: Any
     starts: Any
     idx: Any
+
+    def of_entries(self, xp: Any) -> Any:
+        """Each flattened entry's block (an index into ``value``), from ``starts``."""
+        return xp.cumulative_sum(xp.astype(self.starts, self.idx)) - 1
 
     @classmethod
     def of(cls, xp: Any, adapter: Any, rules: Any, v: Any, w: Any) -> _Blocks:
@@ -175,7 +179,7 @@ def _spread(xp: Any, adapter: Any, blocks: _Blocks, begin: Any, end: Any, fitted
     inside = (xp.take(begin, window) <= block) & (block <= last)
     entry = xp.where(inside, window * length + (length - 1) - (last - block), xp.zeros_like(block))
     value = xp.where(inside, xp.take(xp.reshape(fitted, (-1,)), entry), blocks.value)
-    return xp.take(value, xp.cumulative_sum(xp.astype(blocks.starts, blocks.idx)) - 1)
+    return xp.take(value, blocks.of_entries(xp))
 
 
 def _gather(xp: Any, a: Any, index: Any) -> Any:
@@ -219,7 +223,7 @@ def _pool_runs_of_drops(xp: Any, adapter: Any, sums: Any, blocks: _Blocks, down:
     if owner is None:  # no pass
         return blocks, down
     # the entries' block starts: where an entry's block (through the passes' groups) changes
-    block = xp.take(owner, xp.cumulative_sum(xp.astype(blocks.starts, idx)) - 1)
+    block = xp.take(owner, blocks.of_entries(xp))
     starts = xp.concat([xp.ones((1,), dtype=xp.bool, device=_device(block)), block[1:] != block[:-1]])
     return _Blocks(value=value, data=data, row_first=first, row_last=last, starts=starts, idx=idx), down
 
