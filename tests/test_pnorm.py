@@ -10,6 +10,8 @@ differences; the limits the paper states.
 
 from __future__ import annotations
 
+import functools
+import math
 from typing import Any
 
 import numpy as np
@@ -335,6 +337,49 @@ def test_rows_past_the_pooling_cap_finish_in_the_merge_rounds(monkeypatch):
                                    _sort_reference(x, 4.0 / 3.0, 0.5), rtol=1e-10, atol=1e-9 * np.abs(x).max())
     # windows on: p = 3/2's rank (no block form) and the sort (64 entries, under windows.SHORTEST) merge; then all three
     assert calls == [3.0, 4.0, 3.0, 4.0, 4.0], calls
+
+
+@functools.lru_cache(maxsize=None)
+def _mostly_settled_rows(p: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(x, sorts, ranks)``: normal rows, and the paper's PAV of their sort at strength 20 (mostly one-entry blocks,
+    a few pooling for rounds) and of their rank at strength 0.2 (late rounds changing few blocks)."""
+    x = np.random.default_rng(7).normal(size=(2, 150))
+    return x, _sort_reference(x, p, 20.0), _rank_reference(x, p, 0.2)
+
+
+@pytest.mark.parametrize("name", CPU_BACKENDS)
+def test_solves_over_the_blocks_that_changed_equal_the_papers_pav(name, monkeypatch):
+    """Where values can be read now, on a CPU, a pooling round solves only the segments that took in a block once they
+    are at most a quarter of the entries (:func:`rankops._cores.isotonic.pool_runs`), and the final solve only the
+    blocks of several entries, a one-entry block taking its closed form (``pnorm._solved``): the cubic (p = 4/3) and
+    Newton's method (p = 1.25), for the sort (weights of either sign) and the rank. Values equal the sequential PAV, the
+    sort's gradient central differences; the spy sees solves over fewer entries than the batch's, except under
+    ``jax.jit`` (every entry, every round)."""
+    from rankops._cores import pnorm
+
+    solved = []
+    for fn in ("_shift", "_signed_shift"):
+        real = getattr(pnorm, fn)
+        monkeypatch.setattr(pnorm, fn, lambda xp, adapter, starts, y, *rest, real=real, **kw: solved.append(math.prod(y.shape))
+                            or real(xp, adapter, starts, y, *rest, **kw))
+    to, run = on_backend(name)
+    for p in (4.0 / 3.0, 1.25):
+        x, sorts, ranks = _mostly_settled_rows(p)
+        opts = {"method": "permutahedron", "regularization": "lp", "p": p}
+        solved.clear()
+        got = run(lambda a: rankops.soft_sort(a, strength=20.0, **opts), to(x))
+        np.testing.assert_allclose(np.asarray(got), sorts, rtol=1e-10, atol=1e-10)
+        assert (min(solved) < x.size) == (name != "jax"), solved
+        solved.clear()
+        got = run(lambda a: rankops.soft_rank(a, strength=0.2, **opts), to(x))
+        np.testing.assert_allclose(np.asarray(got), ranks, rtol=1e-10, atol=1e-10)
+        assert (min(solved) < x.size) == (name != "jax"), solved
+        if name == "numpy":
+            small = x[:, :40]
+            ct = np.random.default_rng(8).normal(size=small.shape)
+            _, vjp = rankops.vjp(rankops.soft_sort, small, strength=5.0, **opts)
+            np.testing.assert_allclose(vjp(ct)[0], central_vjp(lambda a: rankops.soft_sort(a, strength=5.0, **opts), small, ct),
+                                       atol=1e-6)
 
 
 @pytest.mark.parametrize("tangent", [True, False])

@@ -58,6 +58,7 @@ from .._lib._loops import freeze_rows
 from .._lib._numerics import logaddexp
 from . import windows
 from .merges import merge_rounds
+from .subsets import Subset
 
 __all__ = ["fit", "decreasing", "pool_runs", "pool_then_merge", "merge_rows", "block_starts", "block_sums", "block_first"]
 
@@ -252,11 +253,19 @@ def pool_runs(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, max_rounds: int
 
     counted = bool(merge_cost or leave)  # the state carries the drops of the last two rounds and the rounds spent
 
+    # where values can be read now, on a CPU, a round solves only the segments that took in a block, for rules whose
+    # solve costs enough per entry (``compact_share``: the largest share of the entries at which that pays)
+    share = getattr(rules, "compact_share", 0.0)
+    changed = _Changed(rules, share) if share > 0 and adapter.is_concrete(v) and windows.pays(v) and 0 not in v.shape else None
+
     def step(weights: Any, state: tuple[Any, ...]) -> tuple[Any, ...]:
         u, starts, down = state[:3]
         # a block that follows a drop joins its predecessor's run
         starts = xp.concat([starts[..., :1], starts[..., 1:] & ~down], axis=-1)
-        u = rules.pooled(xp, adapter, starts, u, weights, unit)  # the totals in one segmented sum (one scatter on torch)
+        if changed is not None:
+            u = changed.pooled(xp, adapter, starts, xp.concat([xp.zeros_like(down[..., :1]), down], axis=-1), u, weights, unit)
+        else:
+            u = rules.pooled(xp, adapter, starts, u, weights, unit)  # the totals in one segmented sum (one scatter on torch)
         down = drops(u)
         if not counted:
             return u, starts, down
@@ -293,6 +302,37 @@ def pool_runs(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, max_rounds: int
     if not counted:  # the error is the flag, and a loop that stopped early stopped with every row settled
         return state[0], err, isinstance(rounds, int) and rounds < max_rounds
     return state[0], xp.any(state[2], axis=-1), False
+
+
+class _Changed:
+    """``rules.pooled`` on the segments that took in a block in a round, every other entry's value kept
+    (:class:`.subsets.Subset`).
+
+    A row that settles through a few chains that snowball changes a few
+    segments a round, whose solve (roots and segmented sums per entry, for the
+    p-norm losses) then costs in proportion to them, not to n. Where they hold
+    more than ``share`` of the entries, all are solved (the gathers would cost
+    more than they save), and as big blocks that keep growing stay big, the
+    next 1, 2, 4, ... rounds then solve all without counting. Reads how many
+    entries changed: on a backend that reads values now.
+    """
+
+    def __init__(self, rules: Any, share: float) -> None:
+        self.rules, self.share = rules, share
+        self.wait, self.backoff = 0, 1
+
+    def pooled(self, xp: Any, adapter: Any, starts: Any, joined: Any, u: Any, weights: Any, unit: bool) -> Any:
+        """``joined``: True on an entry whose block joined its predecessor's this round."""
+        if self.wait > 0:
+            self.wait -= 1
+            return self.rules.pooled(xp, adapter, starts, u, weights, unit)
+        if not bool(xp.any(joined)):
+            return u
+        changed = Subset(xp, adapter.segment_sum(xp, starts, xp.astype(joined, u.dtype)) > 0)
+        if changed.share() > self.share:
+            self.wait, self.backoff = self.backoff, 2 * self.backoff
+            return self.rules.pooled(xp, adapter, starts, u, weights, unit)
+        return changed.put(self.rules.pooled(xp, adapter, changed.take(starts), changed.take(u), changed.take(weights), unit), u)
 
 
 def merge_rows(xp: Any, adapter: Any, kind: Any, v: Any, data: tuple[Any, ...], pads: tuple[float, ...]) -> Any:

@@ -68,6 +68,7 @@ from .._lib._numerics import safe_divide
 from . import isotonic, windows
 from .power_sums import PowerSums, block_form, centred, merge_blocks, merge_fit
 from .powers import moment_root, odd_power, power
+from .subsets import Subset
 
 __all__ = ["exponent", "project", "capped", "slope", "newton_steps", "falling_root", "search_breakpoints", "exponent_of"]
 
@@ -177,6 +178,10 @@ class _Rules:
 
     def __init__(self, q: float) -> None:
         self.q = q
+        # the cubic's root (q = 4) and Newton's steps (q without a closed form) cost enough per entry that a pooling
+        # round solves only the segments that changed once they are at most a quarter of the entries
+        # (:func:`.isotonic.pool_runs`); a mean (q = 2) or a square root (q = 3) costs less than the gathers
+        self.compact_share = 0.0 if q in (2.0, 3.0) else 0.25
 
     def pooled(self, xp: Any, adapter: Any, starts: Any, u: Any, yw: Any, unit: bool) -> Any:
         y, w = yw[0, ...], yw[1, ...]
@@ -199,7 +204,11 @@ class _Rules:
 
 
 class _SignedRules(_Rules):
-    """:class:`_Rules` for weights of either sign (:func:`_signed_shift`)."""
+    """:class:`_Rules` for weights of either sign (:func:`_signed_shift`: Newton's steps wherever q > 2)."""
+
+    def __init__(self, q: float) -> None:
+        super().__init__(q)
+        self.compact_share = 0.0 if q == 2.0 else 0.25
 
     def pooled(self, xp: Any, adapter: Any, starts: Any, u: Any, yw: Any, unit: bool) -> Any:
         mean, _, t = _signed_shift(xp, adapter, starts, yw[0, ...], yw[1, ...], self.q)
@@ -237,12 +246,12 @@ def project(xp: Any, adapter: Any, z: Any, w: Any, q: float, valid: Any = None, 
     e = 1.0 / (q - 1.0)
     v0 = y - (odd_power(xp, wf, e) if signed else power(xp, wf, e))  # one-entry blocks
     v = v0
+    rules = (_SignedRules if signed else _Rules)(q)
     if n > 1:
         # rows whose blocks form by long chains would take up to n pooling rounds; where the loss has power sums
         # (q = 2, 4, and 3 where every block's entries lie above its value) the rows left after the pooling cap go
         # to the merge rounds, and the settled rows keep their pooled values. At q = 2 and 4 the rounds start from
         # the pooled blocks, one entry each; at q = 3 from the one-entry values (:func:`.power_sums.merge_fit`)
-        rules = (_SignedRules if signed else _Rules)(q)
         if q in (2.0, 4.0) or (q == 3.0 and not signed):
             # over blocks, the merge rounds finish a snowballing chain for less than its pooling rounds would cost
             # (:func:`.isotonic.pool_runs`'s ``merge_cost``): rows form such chains already at n = 1000 at q = 4
@@ -258,7 +267,7 @@ def project(xp: Any, adapter: Any, z: Any, w: Any, q: float, valid: Any = None, 
         else:
             v, _, _ = isotonic.pool_runs(xp, adapter, rules, v0, yw, n)
     starts = isotonic.block_starts(xp, v)
-    _, d, t = (_signed_shift if signed else _shift)(xp, adapter, starts, y, wf, q)
+    _, d, t = _solved(xp, adapter, rules, starts, y, wf, signed)
     a = d + t if signed else xp.clip(d + t, 0.0, None)
     mu = odd_power(xp, a, q - 1.0) if signed else power(xp, a, q - 1.0)
     dphi = xp.ones_like(a) if q == 2.0 else (q - 1.0) * power(xp, xp.abs(a), q - 2.0)
@@ -266,6 +275,28 @@ def project(xp: Any, adapter: Any, z: Any, w: Any, q: float, valid: Any = None, 
     # back in z's order: a block's start is its first entry in that order (the reversed block's last)
     ends = isotonic.block_starts(xp, xp.flip(v, axis=-1))
     return xp.flip(mu, axis=-1), xp.flip(share, axis=-1), ends
+
+
+def _solved(xp: Any, adapter: Any, rules: _Rules, starts: Any, y: Any, w: Any, signed: bool) -> tuple[Any, Any, Any]:
+    """:func:`_shift` (``signed``: :func:`_signed_shift`) over the blocks that ``starts`` begins. Where values can be
+    read now, on a CPU, and at most ``rules.compact_share`` of the entries lie in blocks of several, the root is solved
+    over those entries alone (:class:`.subsets.Subset`), and a one-entry block takes its closed form (``mean = y``,
+    ``d = 0``, ``t = phi^-1(w)``): a soft sort's rows are mostly one-entry blocks, whose roots would otherwise take
+    Newton's steps."""
+    q = rules.q
+    shift = _signed_shift if signed else _shift
+    if not (rules.compact_share > 0 and adapter.is_concrete(y) and windows.pays(y) and 0 not in y.shape):
+        return shift(xp, adapter, starts, y, w, q)
+    ends = xp.concat([starts[..., 1:], xp.ones_like(starts[..., :1])], axis=-1)
+    several = Subset(xp, ~(starts & ends))
+    if several.share() > rules.compact_share:
+        return shift(xp, adapter, starts, y, w, q)
+    e = 1.0 / (q - 1.0)
+    alone = odd_power(xp, w, e) if signed else power(xp, w, e)
+    if several.size == 0:
+        return y, xp.zeros_like(y), alone
+    mean, d, t = shift(xp, adapter, several.take(starts), several.take(y), several.take(w), q)
+    return several.put(mean, y), several.put(d, xp.zeros_like(y)), several.put(t, alone)
 
 
 def slope(xp: Any, mu: Any, q: float) -> Any:

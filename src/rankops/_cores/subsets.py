@@ -1,0 +1,46 @@
+"""A subset of a batch's entries, gathered into one row, solved there and spread back.
+
+Where values can be read now, a solve whose cost is per entry can skip the
+entries whose result is already known (a pooling round's unchanged segments,
+a fit's one-entry blocks): the chosen entries, in their order along the
+flattened batch, form one row, on which segments stay contiguous and keep
+their starts; the row's results go back to their places, every other entry
+taking its own.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["Subset"]
+
+
+class Subset:
+    """The entries of a batch where ``chosen`` (a boolean array of the batch's shape) holds."""
+
+    def __init__(self, xp: Any, chosen: Any) -> None:
+        self.xp = xp
+        self.shape = chosen.shape
+        self.chosen = xp.reshape(chosen, (-1,))
+        self.at = xp.nonzero(self.chosen)[0]  # reads the values: the subset's size
+        self.size = self.at.shape[0]
+
+    def share(self) -> float:
+        """The subset's share of the batch's entries."""
+        total = self.chosen.shape[0]
+        return self.size / total if total else 0.0
+
+    def take(self, a: Any) -> Any:
+        """``a``'s chosen entries as one row; ``a`` broadcasts to the batch's shape, or stacks such arrays along
+        leading axes (kept)."""
+        xp = self.xp
+        lead = a.shape[:max(0, a.ndim - len(self.shape))]
+        whole = xp.reshape(xp.broadcast_to(a, lead + self.shape), lead + (self.chosen.shape[0],))
+        return xp.take(whole, self.at, axis=-1)
+
+    def put(self, part: Any, rest: Any) -> Any:
+        """The batch with ``part`` (a result per chosen entry, in :meth:`take`'s order) at the chosen entries and
+        ``rest`` (the batch's shape) elsewhere."""
+        xp = self.xp
+        place = xp.clip(xp.cumulative_sum(xp.astype(self.chosen, self.at.dtype)) - 1, 0, None)
+        return xp.reshape(xp.where(self.chosen, xp.take(part, place), xp.reshape(rest, (-1,))), self.shape)
