@@ -137,39 +137,47 @@ def _signed_shift(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, q: float) 
     alone = odd_power(xp, total_w, e)
     if q == 2.0:
         return mean, d, total_w / m
-    sums = adapter.segment_sum(xp, starts, xp.stack([xp.abs(d), d * d, d * d * d]))
-    spread = sums[0, ...]
-    lo = -spread - power(xp, xp.clip(-total_w / m, 0.0, None), e)
-    hi = spread + power(xp, xp.clip(total_w / m, 0.0, None), e)
-    start = xp.where(m == 1, alone, (lo + hi) / 2.0)
-    if q in (3.0, 4.0):
-        # a block whose terms all share W's sign has the unsigned root (:func:`_shift`'s closed forms, mirrored for
-        # W < 0): exact where no term changes sign there, so Newton's steps leave it in place
-        m2, m3, up = sums[1, ...], sums[2, ...], total_w >= 0
-        root = moment_root(xp, q, xp.abs(total_w), m, m2, xp.where(up, m3, -m3))
-        t0 = xp.where(up, root, -root)
-        crossed = adapter.segment_sum(xp, starts, xp.astype(xp.where(up, d + t0 < 0, d + t0 > 0), d.dtype))
-        start = xp.where(crossed == 0, t0, start)
 
-    def newton(state: tuple[Any, Any, Any]) -> tuple[Any, Any, Any]:
-        t, lo, hi = state
-        u = d + t
-        terms = adapter.segment_sum(xp, starts, xp.stack([odd_power(xp, u, q - 1.0), (q - 1.0) * power(xp, xp.abs(u), q - 2.0)]))
-        h = terms[0, ...] - total_w
-        lo, hi = xp.where(h < 0, t, lo), xp.where(h < 0, hi, t)
-        step = t - safe_divide(xp, h, terms[1, ...])
-        # the bracket closed: a root at its end (a one-entry block's, or a closed form's start) is kept
-        return xp.where((step >= lo) & (step <= hi) & (terms[1, ...] > 0), step, (lo + hi) / 2.0), lo, hi
+    def roots(_: Any) -> tuple[Any]:
+        sums = adapter.segment_sum(xp, starts, xp.stack([xp.abs(d), d * d, d * d * d]))
+        spread = sums[0, ...]
+        lo = -spread - power(xp, xp.clip(-total_w / m, 0.0, None), e)
+        hi = spread + power(xp, xp.clip(total_w / m, 0.0, None), e)
+        start = xp.where(m == 1, alone, (lo + hi) / 2.0)
+        if q in (3.0, 4.0):
+            # a block whose terms all share W's sign has the unsigned root (:func:`_shift`'s closed forms, mirrored for
+            # W < 0): exact where no term changes sign there, so Newton's steps leave it in place
+            m2, m3, up = sums[1, ...], sums[2, ...], total_w >= 0
+            root = moment_root(xp, q, xp.abs(total_w), m, m2, xp.where(up, m3, -m3))
+            t0 = xp.where(up, root, -root)
+            crossed = adapter.segment_sum(xp, starts, xp.astype(xp.where(up, d + t0 < 0, d + t0 > 0), d.dtype))
+            start = xp.where(crossed == 0, t0, start)
 
-    # one loop (a compiled backend traces the step once), not the steps unrolled into the pooling round's body, in
-    # rounds of a few steps until no root moves by more than a few units in its last place
-    ulps = 8.0 * xp.finfo(d.dtype).eps * (spread + xp.abs(start))
+        def newton(state: tuple[Any, Any, Any]) -> tuple[Any, Any, Any]:
+            t, lo, hi = state
+            u = d + t
+            terms = adapter.segment_sum(xp, starts, xp.stack([odd_power(xp, u, q - 1.0),
+                                                             (q - 1.0) * power(xp, xp.abs(u), q - 2.0)]))
+            h = terms[0, ...] - total_w
+            lo, hi = xp.where(h < 0, t, lo), xp.where(h < 0, hi, t)
+            step = t - safe_divide(xp, h, terms[1, ...])
+            # the bracket closed: a root at its end (a one-entry block's, or a closed form's start) is kept
+            return xp.where((step >= lo) & (step <= hi) & (terms[1, ...] > 0), step, (lo + hi) / 2.0), lo, hi
 
-    def moved(old: tuple[Any, Any, Any], new: tuple[Any, Any, Any]) -> Any:
-        return xp.any(xp.abs(new[0] - old[0]) > ulps)
+        # one loop (a compiled backend traces the step once), not the steps unrolled into the pooling round's body, in
+        # rounds of a few steps until no root moves by more than a few units in its last place
+        ulps = 8.0 * xp.finfo(d.dtype).eps * (spread + xp.abs(start))
 
-    t, _, _ = adapter.settle(xp, newton, (start, lo, hi), moved, _SIGNED_STEPS, _SIGNED_ROUND, like=(d, total_w))
-    return mean, d, xp.where(m == 1, alone, t)
+        def moved(old: tuple[Any, Any, Any], new: tuple[Any, Any, Any]) -> Any:
+            return xp.any(xp.abs(new[0] - old[0]) > ulps)
+
+        t, _, _ = adapter.settle(xp, newton, (start, lo, hi), moved, _SIGNED_STEPS, _SIGNED_ROUND, like=(d, total_w))
+        return (xp.where(m == 1, alone, t),)
+
+    # a batch of one-entry blocks (a soft sort's rows at strength 1 and below, as a rule) has every root in closed
+    # form: where the flag is read now, or under jax.jit (a branch), the rest is skipped (the pooling rounds call
+    # this in their loop's body)
+    return mean, d, adapter.unless(xp, xp.all(m == 1), roots, (alone,), in_loop=True)[0]
 
 
 class _Rules:

@@ -269,12 +269,14 @@ class PortableAdapter:
         """
         return False
 
-    def unless(self, xp: Any, skip: Any, fn: Callable[[Any], Any], operand: Any) -> Any:
+    def unless(self, xp: Any, skip: Any, fn: Callable[[Any], Any], operand: Any, in_loop: bool = False) -> Any:
         """``fn(operand)``, or ``operand`` when the 0-d boolean ``skip`` is True.
 
         ``fn`` must return ``operand`` unchanged wherever it could have been
         skipped: the flag only saves work, so a backend that cannot read it yet
-        (lazy arrays, traced code) may run ``fn`` anyway.
+        (lazy arrays, traced code) may run ``fn`` anyway. ``in_loop``: the
+        call may run inside a traced loop's body, where a compiled torch graph
+        cannot branch (it runs ``fn``).
         """
         if self.is_concrete(skip) and bool(skip):
             return operand

@@ -257,8 +257,12 @@ class Torch(PortableAdapter):
             parts.append(tail)
         return carry, tuple(p[0] if len(p) == 1 else torch.cat(p, dim=-1) for p in zip(*parts))
 
-    def unless(self, xp: Any, skip: Any, fn: Any, operand: Any) -> Any:
-        """``torch.cond`` under ``torch.compile`` (no gradient through it), so compiled code skips the work too."""
+    def unless(self, xp: Any, skip: Any, fn: Any, operand: Any, in_loop: bool = False) -> Any:
+        """``torch.cond`` under ``torch.compile`` (no gradient through it), so compiled code skips the work too; in a
+        loop's body (``in_loop``), ``fn`` (torch 2.13's functionalization rejects a ``cond`` in a ``while_loop``'s body
+        as aliasing its input)."""
+        if torch.compiler.is_compiling() and in_loop:
+            return fn(operand)
         if torch.compiler.is_compiling() and not self.replays_loops(operand):
             # Each branch returns a new array (a branch may not return its input) with the strides
             # of a new dense one: cond merges the branches' strides, and a slice of a longer row
