@@ -258,15 +258,11 @@ class Torch(PortableAdapter):
         return carry, tuple(p[0] if len(p) == 1 else torch.cat(p, dim=-1) for p in zip(*parts))
 
     def unless(self, xp: Any, skip: Any, fn: Any, operand: Any, in_loop: bool = False) -> Any:
-        """``torch.cond`` under ``torch.compile`` (no gradient through it), so compiled code skips the work too; in a
-        loop's body (``in_loop``), ``fn`` (torch 2.13's functionalization rejects a ``cond`` in a ``while_loop``'s body
-        as aliasing its input)."""
-        if torch.compiler.is_compiling() and in_loop:
-            return fn(operand)
-        if torch.compiler.is_compiling() and not self.replays_loops(operand):
-            # Each branch returns a new array (a branch may not return its input) with the strides
-            # of a new dense one: cond merges the branches' strides, and a slice of a longer row
-            # counts as contiguous with a stride of its own.
+        """``torch.cond`` under ``torch.compile`` (no gradient through it), so compiled code skips the work too; not in
+        a loop's body (``in_loop``: torch 2.13 rejects a ``cond`` in a ``while_loop``'s body as aliasing its input)."""
+        if torch.compiler.is_compiling() and not in_loop and not self.replays_loops(operand):
+            # Each branch returns a new array (a branch may not return its input) with the strides of a new dense one:
+            # cond merges the branches' strides, and a slice of a longer row counts as contiguous with a stride of its own.
             def dense(t: Any) -> Any:
                 return t.clone(memory_format=torch.contiguous_format)
 
