@@ -456,3 +456,22 @@ def test_a_snowballing_row_leaves_the_pooling_rounds_when_its_drops_stop_halving
     scores = -np.sort(-np.random.default_rng(3).normal(size=128)) / 0.1
     settled = pool(scores, 0.0)
     assert pool(scores, 1.0) == settled and not settled[1] and settled[0] >= 2, settled
+
+
+def test_torch_func_of_the_sort_with_its_ranks_untraced():
+    """Under ``torch.func`` the sort's ranks are a plain tensor while its data are traced: the CPU's solves that read
+    values (``pnorm._solved``) must stand aside for the data, not only the ranks. ``vmap``, ``grad``, ``jacrev``,
+    ``jacfwd`` and ``vmap`` of ``jacrev`` against eager."""
+    torch = pytest.importorskip("torch")
+    from torch.func import grad, jacfwd, jacrev, vmap
+
+    x = torch.asarray(np.random.default_rng(3).normal(size=(3, 12)))
+    f = lambda v: rankops.soft_sort(v, method="permutahedron", regularization="lp", p=4.0 / 3.0, strength=0.5)  # noqa: E731
+    np.testing.assert_allclose(vmap(f)(x).numpy(), f(x).numpy(), rtol=1e-12, atol=1e-12)
+    xr = x.clone().requires_grad_(True)
+    (f(xr) ** 2).sum().backward()
+    np.testing.assert_allclose(grad(lambda v: (f(v) ** 2).sum())(x).numpy(), xr.grad.numpy(), rtol=1e-10, atol=1e-12)
+    eager = torch.autograd.functional.jacobian(f, x[0]).numpy()
+    np.testing.assert_allclose(jacrev(f)(x[0]).numpy(), eager, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(jacfwd(f)(x[0]).numpy(), eager, rtol=1e-7, atol=1e-9)
+    np.testing.assert_allclose(vmap(jacrev(f))(x).numpy(), np.stack([jacrev(f)(r).numpy() for r in x]), rtol=1e-10, atol=1e-12)
