@@ -16,12 +16,8 @@ def power(xp: Any, a: Any, e: float, *, tangent: bool = True) -> Any:
     ``tangent=False``: the value alone, for a result whose tangent nothing reads (the pooling rounds' block values,
     which only place the blocks), without the guards' extra operations.
     """
-    if e == 1.0:
-        return a
-    if e == 2.0:
-        return a * a
-    if e == 3.0:
-        return a * a * a
+    if e in _PRODUCTS:
+        return _product(a, int(e))
     # a square root where the exponent is one half: a general power costs more
     rule = xp.sqrt if e == 0.5 else (lambda u: u ** e)
     if not tangent:
@@ -33,13 +29,26 @@ def power(xp: Any, a: Any, e: float, *, tangent: bool = True) -> Any:
 def odd_power(xp: Any, a: Any, e: float) -> Any:
     """``sign(a) |a| ** e`` (a ``where``, not ``sign``: torch's array-API ``sign`` indexes by a mask, which
     ``torch.func.vmap`` cannot batch); by products for the closed forms' exponents, which need no branch."""
-    if e == 1.0:
-        return a
-    if e == 2.0:
-        return a * xp.abs(a)
-    if e == 3.0:
-        return a * a * a
+    if e in _PRODUCTS:
+        return _product(a, int(e)) if e % 2 else _product(a, int(e) - 1) * xp.abs(a)
     return xp.where(a < 0, -power(xp, -a, e), power(xp, a, e))
+
+
+# whole exponents up to 8 (p = 1 + 1/e: 2, 3/2, 4/3, 1.25, ...) by products, which are exact to a few roundings and
+# cost less than a general power (a logarithm and an exponential per entry)
+_PRODUCTS = (1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0)
+
+
+def _product(a: Any, k: int) -> Any:
+    """``a ** k`` for a whole ``k >= 1``, by repeated squaring."""
+    result, square = None, a
+    while k:
+        if k & 1:
+            result = square if result is None else result * square
+        k >>= 1
+        if k:
+            square = square * square
+    return result
 
 
 def cubic_root(xp: Any, p: Any, q: Any, *, tangent: bool = True) -> Any:
