@@ -256,7 +256,7 @@ def pool_runs(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, max_rounds: int
     # where values can be read now, on a CPU, a round solves only the segments that took in a block, for rules whose
     # solve costs enough per entry (``compact_share``: the largest share of the entries at which that pays)
     share = getattr(rules, "compact_share", 0.0)
-    changed = _Changed(rules, share) if share > 0 and adapter.is_concrete(v) and windows.pays(v) and 0 not in v.shape else None
+    changed = _Changed(rules, share) if share > 0 and windows.readable_on_cpu(adapter, v, w) else None
 
     def step(weights: Any, state: tuple[Any, ...]) -> tuple[Any, ...]:
         u, starts, down = state[:3]
@@ -408,7 +408,7 @@ def pool_then_merge(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, merge: Ca
     # merge rounds for all its rows as soon as one needs them: at the default softness, rows need up to about
     # 1.5 (l2) and 2.2 (kl) times ceil(log2 n) pooling rounds
     rounds = rounds or per_level * (v.shape[-1] - 1).bit_length()
-    if finish is not None and adapter.is_concrete(v) and 0 not in v.shape and windows.pays(v) and v.shape[-1] >= windows.SHORTEST:
+    if finish is not None and windows.readable_on_cpu(adapter, v) and v.shape[-1] >= windows.SHORTEST:
         v, unsettled, _ = pool_runs(xp, adapter, rules, v, w, rounds, leave=windows.drops_left(v.shape[-1]))
         if not bool(xp.any(unsettled)):
             return v

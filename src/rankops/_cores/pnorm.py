@@ -294,8 +294,7 @@ def _solved(xp: Any, adapter: Any, rules: _Rules, starts: Any, y: Any, w: Any, s
     q = rules.q
     shift = _signed_shift if signed else _shift
     # both arrays: a soft sort's y (the ranks) is a constant even where its weights (the data) are traced
-    if not (rules.compact_share > 0 and adapter.is_concrete(y) and adapter.is_concrete(w) and windows.pays(y)
-            and 0 not in y.shape):
+    if not (rules.compact_share > 0 and windows.readable_on_cpu(adapter, y, w)):
         return shift(xp, adapter, starts, y, w, q)
     ends = xp.concat([starts[..., 1:], xp.ones_like(starts[..., :1])], axis=-1)
     several = Subset(xp, ~(starts & ends))

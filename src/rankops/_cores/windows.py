@@ -39,7 +39,7 @@ from typing import Any, Callable
 
 from .._lib._compat import device as _device, index_dtype, on_cpu
 
-__all__ = ["finish", "drops_left", "pays", "rows_of", "FEWEST", "GROWTH", "RADIUS", "SHARE", "SHORTEST"]
+__all__ = ["finish", "drops_left", "pays", "readable_on_cpu", "rows_of", "FEWEST", "GROWTH", "RADIUS", "SHARE", "SHORTEST"]
 
 RADIUS = 16  # blocks on either side of a drop in the first windows
 GROWTH = 16  # a window too small grows by this factor (each try is a fit of its own: few tries)
@@ -52,6 +52,13 @@ def pays(v: Any) -> bool:
     """Whether the windows pay for ``v``: on a CPU, where a pooling round costs in proportion to n. On a GPU a round
     is a few kernel launches whatever n, and the windows' own launches and reads would add to them."""
     return on_cpu(v)
+
+
+def readable_on_cpu(adapter: Any, *arrays: Any) -> bool:
+    """Whether a fit may read ``arrays``' values now to save work: every one of them concrete (a traced one among
+    constants, as a sort's data beside its ranks under ``torch.func``, would be read as a batch), on a CPU where that
+    pays (:func:`pays`), and holding entries."""
+    return all(adapter.is_concrete(a) for a in arrays) and pays(arrays[0]) and 0 not in arrays[0].shape
 
 
 def rows_of(xp: Any, w: Any, v: Any) -> Any:
