@@ -61,6 +61,7 @@ def forced(monkeypatch):
     monkeypatch.setattr(windows, "FEWEST", 10**6)
     monkeypatch.setattr(windows, "RADIUS", 1)
     monkeypatch.setattr(windows, "GROWTH", 2)
+    monkeypatch.setattr(windows, "CHAIN", 1)
     monkeypatch.setattr(isotonic._L2, "snowballs", True)
     calls = []
     finish = windows.finish
@@ -172,15 +173,17 @@ def _pnorm_reference(rows: str, output: str, p: float, strength: float) -> np.nd
 
 
 # the p-norm fits' windows: blocks carried as their moments, fitted by the merge rounds (p = 2 through "lp" is the
-# same path at q = 2); p = 3/2 (q = 3: no block form) pools to the end and never takes them
+# same path at q = 2); at p = 3/2 (q = 3) the rank's blocks are pooled by runs extended one block at a time and by
+# pooling rounds, while the sort (weights of either sign: no block form) pools to the end and never takes them
 @pytest.mark.parametrize("backend_name", [b for b in CPU_BACKENDS if b != "jax"])
-@pytest.mark.parametrize("p", [4.0 / 3.0, 2.0])
-@pytest.mark.parametrize("output", ["rank", "sort", "descending sort"])
+@pytest.mark.parametrize(("p", "output"), [(p, o) for p in (4.0 / 3.0, 2.0) for o in ("rank", "sort", "descending sort")]
+                         + [(1.5, "rank")])
 def test_pnorm_windows_equal_the_papers_pav(forced, backend_name, p, output, monkeypatch):
     """Windows from the first stalled round, one block wide and doubling: on NumPy against the sequential PAV of
     Sander et al. (tests/test_pnorm.py's reference, float64), on the other backends against NumPy; rows of 2 to 23
     entries, spread over 10^-1..10^1 with a tie or forming long chains. On NumPy both with the runs of drops pooled
-    first (``windows._pool_runs_of_drops``, the default) and with the windows alone."""
+    first (``windows._pool_runs_of_drops``, the default; extensions cut short at one block per run, ``CHAIN``) and
+    with the windows alone."""
     from rankops._lib._backends import get_backend
 
     backend = get_backend(backend_name)
@@ -198,15 +201,19 @@ def test_pnorm_windows_equal_the_papers_pav(forced, backend_name, p, output, mon
             assert_allclose(run(_pnorm_rows(rows), strength), want, rtol=1e-10, atol=1e-10,
                             err_msg=f"{passes} passes, strength {strength}, {rows} rows")
     else:  # the reference is Python loops: once, on NumPy
+        strength = 0.7 if p == 1.5 else 3.0  # the p = 3/2 rank's rows stall (and take the windows) at the lower one
         for x in (_pnorm_rows("spread"), _pnorm_rows("chained")[:3], _pnorm_rows("pairs")):
-            assert_allclose(backend.to_numpy(run(backend.asarray(x), 3.0)), np.asarray(run(x, 3.0)), rtol=1e-12, atol=1e-12)
+            assert_allclose(backend.to_numpy(run(backend.asarray(x), strength)), np.asarray(run(x, strength)), rtol=1e-12,
+                            atol=1e-12)
     assert forced, "the windows were not taken"
 
 
-@pytest.mark.parametrize("output", ["rank", "sort", "masked rank"])
-def test_pnorm_permutahedron_with_and_without_windows(output, monkeypatch):
-    """p = 4/3 at the default softness (rows of 1000 end on about one drop each) and at strength 0.1, torch float64:
-    values and gradients with the windows against the merge rounds over every block."""
+@pytest.mark.parametrize(("p", "output"), [(4.0 / 3.0, "rank"), (4.0 / 3.0, "sort"), (4.0 / 3.0, "masked rank"),
+                                           (1.5, "rank"), (1.5, "masked rank")])
+def test_pnorm_permutahedron_with_and_without_windows(p, output, monkeypatch):
+    """p = 4/3 and 3/2 at the default softness (rows of 1000 end on about one drop each at p = 4/3) and at strength
+    0.1 (at p = 3/2, runs of drops that chains extend over hundreds of blocks), torch float64: values and gradients
+    with the windows against the merge rounds over every block (p = 4/3) or every entry (p = 3/2)."""
     torch = pytest.importorskip("torch")
     rng = np.random.default_rng(3)
     x = torch.asarray(rng.normal(size=(8, 1000)))
@@ -215,7 +222,7 @@ def test_pnorm_permutahedron_with_and_without_windows(output, monkeypatch):
     finish = windows.finish
     monkeypatch.setattr(windows, "finish", lambda *a: calls.append(1) or finish(*a))
     for extra in ({}, {"strength": 0.1}):
-        kwargs = dict(method="permutahedron", regularization="lp", p=4.0 / 3.0, **extra)
+        kwargs = dict(method="permutahedron", regularization="lp", p=p, **extra)
         if output == "masked rank":
             kwargs["mask"] = torch.asarray(rng.uniform(size=(8, 1000)) > 1 / 3)
 
@@ -295,3 +302,68 @@ def test_permutahedron_sort_keeps_a_block_its_fit_split_one_ulp_apart(monkeypatc
     got = np.asarray(rankops.soft_sort(x, method="permutahedron", strength=3.0))
     assert split
     assert_allclose(got, exact, rtol=0, atol=1e-12)
+
+
+def _greedy_pass(y: np.ndarray, w: np.ndarray, value: np.ndarray, rightward: bool) -> tuple[np.ndarray, int]:
+    """One pass of :func:`rankops._cores.windows._extend_each_run` over one row of one-entry blocks, sequentially: each
+    run of drops pooled, then extended one block at a time while it violates its next block (true q = 3 roots,
+    :func:`tests.test_pnorm._root`); a run whose first block (last, leftward) another run's pool holds is left out.
+    Returns the values and how many runs were left out."""
+    from .test_pnorm import _root
+
+    n = value.size
+    down = value[:-1] > value[1:]
+    runs, i = [], 0
+    while i < n - 1:
+        if down[i]:
+            j = i
+            while j < n - 1 and down[j]:
+                j += 1
+            runs.append((i, j))
+            i = j
+        else:
+            i += 1
+    ranges = []
+    for s, e in runs:
+        a, b = s, e
+        while True:
+            level = _root(y[a:b + 1], w[a:b + 1], 3.0)
+            if rightward and b + 1 < n and level > value[b + 1]:
+                b += 1
+            elif not rightward and a > 0 and level < value[a - 1]:
+                a -= 1
+            else:
+                break
+        ranges.append((a, b, level, s if rightward else e))
+    out = value.copy()
+    left_out = 0
+    for a, b, level, base in ranges:
+        if sum(a2 <= base <= b2 for a2, b2, _, _ in ranges) == 1:
+            out[a:b + 1] = level
+        else:
+            left_out += 1
+    return out, left_out
+
+
+@pytest.mark.parametrize("rightward", [True, False], ids=["rightward", "leftward"])
+def test_extension_pass_equals_the_sequential_steps(rightward):
+    """One pass of runs of drops extended block by block (the p = 3/2 rank's, ``_extend_each_run``) on 40 rows of 8
+    one-entry blocks (y ascending, random weights), against the same steps taken one at a time with the true q = 3
+    roots (bisection); among them, runs whose first block (leftward: last) another run's pool takes, which then sit the
+    pass out."""
+    import array_api_compat.numpy as xp
+
+    from rankops._cores.power_sums import PowerSums
+
+    rows, n = 40, 8
+    y = np.tile(np.arange(10.0, 10.0 + n), rows)
+    w = np.random.default_rng(5).uniform(0.0, 30.0, size=rows * n)
+    value = y - np.sqrt(w)  # one-entry blocks' values
+    first = np.repeat(np.arange(rows) * n, n)
+    down = (value[:-1] > value[1:]) & (first[:-1] == first[1:])
+    data = (y, w, np.ones_like(y), np.zeros_like(y), np.zeros_like(y))
+    got = windows._extend_each_run(xp, get_adapter(xp), PowerSums(3.0), value, data, first, first + n - 1, down,
+                                   np.int64, rightward=rightward)
+    want, left_out = zip(*(_greedy_pass(y[:n], w[i:i + n], value[i:i + n], rightward) for i in range(0, rows * n, n)))
+    assert sum(left_out) >= 1, "no run's first block was taken by another's pool"
+    assert_allclose(got, np.concatenate(want), rtol=1e-12, atol=1e-12)

@@ -42,7 +42,13 @@ leaves the pooling rounds as soon as its chains snowball
 (:func:`.isotonic.pool_runs`' ``merge_cost``; under ``jax.jit``, where
 the rounds cannot count the blocks and run over every entry, once it has
 pooled for ``log2 n`` rounds: ``merge_all``); at q = 3 they start from
-the one-entry values. For any other q the loss has no such sums, and the
+the one-entry values. Where values can be read now, on a CPU, a row
+stops pooling once its last few drops stop halving, and :mod:`.windows`
+finishes it over its blocks, in their moment form: at q = 2 and 4 by the
+merge rounds; at q = 3 (whose merge tests split a block by its data) by
+runs of drops extended one block at a time, then pooling rounds (a chain
+that takes one block per round, hundreds of rounds at n = 10^5, is one
+extension there). For any other q the loss has no such sums, and the
 pooling rounds run until every row settles. The output is written from
 ``d + t`` per block, never as ``z - v``: a one-entry block gives ``w_i``
 itself.
@@ -66,7 +72,7 @@ from typing import Any
 from .._lib._compat import device as _device
 from .._lib._numerics import safe_divide
 from . import isotonic, windows
-from .power_sums import PowerSums, block_form, centred, merge_blocks, merge_fit
+from .power_sums import PowerSums, block_form, centred, merge_blocks, merge_fit, pool_blocks
 from .powers import moment_root, odd_power, power
 from .subsets import Subset
 
@@ -265,13 +271,14 @@ def project(xp: Any, adapter: Any, z: Any, w: Any, q: float, valid: Any = None, 
             # (:func:`.isotonic.pool_runs`'s ``merge_cost``): rows form such chains already at n = 1000 at q = 4
             blocks = q != 3.0
             # where values can be read now, on a CPU, the few drops the pooling rounds leave are fitted in windows of
-            # blocks (:mod:`.windows`) by the same merge rounds: at the default softness a row of 1000 leaves about
-            # one drop, which merge rounds over all its blocks (hundreds) would finish for several times the cost
+            # blocks (:mod:`.windows`) by the same merge rounds (q = 3: pooling rounds over the blocks' moments): at
+            # the default softness a row of 1000 leaves about one drop, which merge rounds over all its blocks
+            # (hundreds) would finish for several times the cost
             v = isotonic.pool_then_merge(xp, adapter, rules, v0, yw, lambda u, unsettled: xp.where(
                 unsettled[..., None], adapter.eagerly(xp, merge_fit, (u if blocks else v0, y, wf), like=(0,), q=q)[0], u),
                 merge_cost=1.0 if blocks else 0.0,
-                finish=(lambda values, data: merge_blocks(xp, adapter, values, data, q)) if blocks else None,
-                sums=PowerSums(q) if blocks else None)
+                finish=lambda values, data: (merge_blocks if blocks else pool_blocks)(xp, adapter, values, data, q),
+                sums=PowerSums(q))
         else:
             v, _, _ = isotonic.pool_runs(xp, adapter, rules, v0, yw, n)
     starts = isotonic.block_starts(xp, v)

@@ -9,7 +9,7 @@ from .._lib._compat import device as _device, index_dtype
 from . import isotonic
 from .powers import moment_root
 
-__all__ = ["PowerSums", "merge_fit", "merge_blocks", "block_form", "centred"]
+__all__ = ["PowerSums", "merge_fit", "merge_blocks", "pool_blocks", "block_form", "centred"]
 
 
 class PowerSums:
@@ -90,6 +90,18 @@ class PowerSums:
             t = moment_root(xp, self.degree + 1.0, total_w, m, m2, m3, tangent=False)
         return xp.where(some, centre + mean - t, fallback)
 
+    def pooled(self, xp: Any, adapter: Any, starts: Any, u: Any, data: Any, unit: bool) -> Any:
+        """The pooling rounds' rule (:func:`.isotonic.pool_runs`) over rows of blocks, one entry each (``data`` stacks
+        :func:`block_form`'s five): each segment's value from its blocks' moments combined about the segment's mean
+        (exact where every entry of the segment lies above its value, as in every pool of pool-adjacent-violators
+        here); a segment of padding alone (no entries) keeps its value ``u``."""
+        mean, m = data[0, ...], data[2, ...]
+        total = adapter.segment_sum(xp, starts, xp.stack([m * mean, m]))
+        centre = total[0, ...] / xp.where(total[1, ...] > 0, total[1, ...], 1.0)
+        terms = self.stats(xp, None, tuple(data[i, ...] for i in range(5)), centre)[:self.degree + 2]
+        sums = adapter.segment_sum(xp, starts, xp.stack(terms))
+        return self.value(xp, tuple(sums[i, ...] for i in range(len(terms))), u, centre)
+
 
 def centred(xp: Any, adapter: Any, starts: Any, y: Any, w: Any) -> tuple[Any, Any, Any, Any]:
     """``(|B|, W_B, mean_B(y), d = y - mean_B(y))`` per entry of each block B (``starts``: True where one begins),
@@ -111,6 +123,13 @@ def block_form(xp: Any, adapter: Any, starts: Any, y: Any, w: Any) -> tuple[Any,
 def merge_blocks(xp: Any, adapter: Any, values: Any, data: tuple[Any, ...], q: float) -> Any:
     """The merge rounds' fit of rows of blocks, one entry each (``values``, ``data`` in :func:`block_form`)."""
     return isotonic.merge_rows(xp, adapter, PowerSums(q), values, data, (None, 0.0, 0.0, 0.0, 0.0))
+
+
+def pool_blocks(xp: Any, adapter: Any, values: Any, data: tuple[Any, ...], q: float) -> Any:
+    """The pooling rounds' fit of rows of blocks, one entry each (``values``, ``data`` in :func:`block_form`), to the
+    end: each round with a drop pools at least two blocks into one, so a row of L settles within L - 1 rounds. For the
+    unsigned problem at any integer q, q = 3 included (whose merge rounds' tests split a block by its data)."""
+    return isotonic.pool_runs(xp, adapter, PowerSums(q), values, xp.stack(data), max(values.shape[-1] - 1, 1))[0]
 
 
 def _one_per_block(xp: Any, adapter: Any, v: Any, y: Any, w: Any) -> tuple[Any, tuple[Any, ...], Any]:

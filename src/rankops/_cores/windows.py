@@ -18,7 +18,7 @@ the rounds stop once a row holds few drops, and the fit is finished here:
 3. the windows, side by side as the rows of a small problem, are fitted by
    the caller's ``solve`` (the same pooling rounds, as many as a whole row
    may take, then the merge rounds; for the p-norm losses, the merge rounds
-   over the blocks);
+   over the blocks, or at q = 3 pooling rounds over them);
 4. a window whose fit ends above its right neighbour or starts below its
    left one is too small: every window grows (by ``GROWTH``) and step 3
    runs again (at most until each window is its whole row).
@@ -199,7 +199,9 @@ PASSES = 4  # passes of :func:`_pool_runs_of_drops` before the windows take over
 
 def _pool_runs_of_drops(xp: Any, adapter: Any, sums: Any, blocks: _Blocks, down: Any) -> tuple[_Blocks, Any]:
     """``(blocks, drops)``: the blocks after the runs of drops (``down``, :func:`_drops`) pooled, one step per run and
-    pass, until none is left or for :data:`PASSES` passes, and the drops left between them.
+    pass, until none is left or for :data:`PASSES` passes, and the drops left between them. At q = 3 (``sums.signs``:
+    a range's moments give its value only where every entry lies above it) each pass extends every run to one side,
+    right and left in turn (:func:`_extend_each_run`), instead.
 
     A run of drops (blocks ``s`` to ``e``, each above the next) between an
     increasing part on its left and one on its right ends in one block that
@@ -214,8 +216,11 @@ def _pool_runs_of_drops(xp: Any, adapter: Any, sums: Any, blocks: _Blocks, down:
     """
     value, data, first, last, idx = blocks.value, blocks.data, blocks.row_first, blocks.row_last, blocks.idx
     owner = None  # each of the given blocks' block in the current arrays (None: the same)
-    for _ in range(PASSES):
-        fitted = _pool_each_run(xp, adapter, sums, value, data, first, last, down, idx)
+    for i in range(PASSES):
+        if sums.signs:  # a range's moments give its value only along pool-adjacent-violators' own steps
+            fitted = _extend_each_run(xp, adapter, sums, value, data, first, last, down, idx, rightward=i % 2 == 0)
+        else:
+            fitted = _pool_each_run(xp, adapter, sums, value, data, first, last, down, idx)
         one = xp.ones((1,), dtype=xp.bool, device=_device(value))
         starts = xp.concat([one, (fitted[1:] != fitted[:-1]) | (first[1:] != first[:-1])])
         group = xp.cumulative_sum(xp.astype(starts, idx)) - 1
@@ -263,16 +268,8 @@ def _pool_each_run(xp: Any, adapter: Any, sums: Any, value: Any, data: tuple[Any
     """
     dev = _device(value)
     no = xp.zeros((1,), dtype=xp.bool, device=dev)
-    start = xp.nonzero(down & ~xp.concat([no, down[:-1]]))[0]  # s: each run's first block
-    end = xp.nonzero(down & ~xp.concat([down[1:], no]))[0] + 1  # e: its last
-    row = xp.take(first, start)
+    start, end, lo, hi = _runs(xp, down, first, last)
     big = value.shape[0]
-    # each run's range: within its row, and short of the neighbouring runs of that row
-    after_same = xp.concat([no, row[1:] == row[:-1]])
-    before_same = xp.concat([row[1:] == row[:-1], no])
-    lo = xp.where(after_same, xp.concat([row[:1], end[:-1] + 1]), row)
-    hi = xp.take(last, start)
-    hi = xp.where(before_same, xp.concat([start[1:] - 1, hi[-1:]]), hi)
     width = int(xp.max(end - start)) + RADIUS + 1
     left = start[:, None] - xp.arange(1, RADIUS + 1, dtype=idx, device=dev)[None, :]  # blocks s - 1, s - 2, ...
     right = start[:, None] + xp.arange(width, dtype=idx, device=dev)[None, :]  # blocks s, s + 1, ...
@@ -300,8 +297,75 @@ def _pool_each_run(xp: Any, adapter: Any, sums: Any, value: Any, data: tuple[Any
     meets = begin[1:] <= stop[:-1]
     parity = xp.astype(xp.arange(start.shape[0], dtype=idx, device=dev) % 2, xp.bool)
     taken = xp.nonzero(~parity | ~(xp.concat([no, meets]) | xp.concat([meets, no])))[0]
-    begin, stop, level = (xp.take(a, taken) for a in (begin, stop, level))
-    block = xp.arange(big, dtype=idx, device=dev)
+    return _levelled(xp, adapter, value, *(xp.take(a, taken) for a in (begin, stop, level)))
+
+
+def _runs(xp: Any, down: Any, first: Any, last: Any) -> tuple[Any, Any, Any, Any]:
+    """``(start, end, lo, hi)`` of each run of drops (``down``, :func:`_drops`): its first and last blocks, and the range
+    its pool may take, within its row and short of the neighbouring runs of that row."""
+    no = xp.zeros((1,), dtype=xp.bool, device=_device(down))
+    start = xp.nonzero(down & ~xp.concat([no, down[:-1]]))[0]  # s: each run's first block
+    end = xp.nonzero(down & ~xp.concat([down[1:], no]))[0] + 1  # e: its last
+    row = xp.take(first, start)
+    after_same = xp.concat([no, row[1:] == row[:-1]])
+    before_same = xp.concat([row[1:] == row[:-1], no])
+    lo = xp.where(after_same, xp.concat([row[:1], end[:-1] + 1]), row)
+    hi = xp.take(last, start)
+    return start, end, lo, xp.where(before_same, xp.concat([start[1:] - 1, hi[-1:]]), hi)
+
+
+def _levelled(xp: Any, adapter: Any, value: Any, begin: Any, stop: Any, level: Any) -> Any:
+    """``value`` with the blocks from each ``begin`` to its ``stop`` (disjoint ranges, in order) at that ``level``."""
+    idx = begin.dtype
+    block = xp.arange(value.shape[0], dtype=idx, device=_device(value))
     run = xp.clip(xp.astype(adapter.searchsorted(xp, begin, block, side="right"), idx) - 1, 0, None)
     inside = (block >= xp.take(begin, run)) & (block <= xp.take(stop, run))
     return xp.where(inside, xp.take(level, run), value)
+
+
+CHAIN = 16  # an extension reaches at most this many times the blocks per run past its run (the next pass goes on)
+
+
+def _extend_each_run(xp: Any, adapter: Any, sums: Any, value: Any, data: Any, first: Any, last: Any, down: Any, idx: Any,
+                     rightward: bool) -> Any:
+    """Every block's value after one pass: each run of drops pooled, then extended block by block to one side while
+    the pool stands above its next block on the right (``rightward``), or below its next block on the left.
+
+    Each such step pools two adjacent violators, so the pass is a sequence of
+    steps of pool-adjacent-violators (for a loss whose pools keep every entry
+    above their value, the unsigned p-norm fit, the moments of each pool on
+    the way give its value); a run whose first block (last, leftward) another
+    run's pool takes sits this pass out, so the pools taken are disjoint. A
+    chain that takes one neighbour per pooling round takes one pass here.
+    """
+    dev = _device(value)
+    start, end, _, _ = _runs(xp, down, first, last)
+    # through the row, other runs' blocks too (a violating block is a step, whatever pooled it): the runs whose own
+    # start (end, leftward) another one's pool takes stay out of this pass
+    base, limit = (start, xp.take(last, start)) if rightward else (end, xp.take(first, start))
+    reach = xp.abs(limit - base)
+    cap = int(xp.max(end - start)) + max(RADIUS, CHAIN * value.shape[0] // start.shape[0])
+    width = min(int(xp.max(reach)) + 1, cap)
+    step = xp.arange(width, dtype=idx, device=dev)[None, :]
+    index = base[:, None] + step if rightward else base[:, None] - step
+    inside = step <= reach[:, None]
+    index = xp.clip(index, 0, value.shape[0] - 1)
+    centre = xp.take(data[0], base)[:, None]
+    terms = sums.stats(xp, None, tuple(_gather(xp, a, index) for a in data), centre)
+    pooled = sums.value(xp, tuple(xp.cumulative_sum(xp.where(inside, t, 0.0), axis=-1) for t in terms), centre, centre)
+    # the next block past each prefix, and whether the pool takes it: the run's own blocks always
+    nxt = xp.clip(index + 1 if rightward else index - 1, 0, value.shape[0] - 1)
+    has_next = step + 1 <= reach[:, None]
+    beyond = _gather(xp, value, nxt)
+    violates = (pooled > beyond) if rightward else (pooled < beyond)
+    going = (step < (end - start)[:, None]) | (has_next & violates)
+    # the prefix's length: the steps before the first that stops (one past the last step at the width's cap)
+    taken = xp.cumulative_sum(xp.astype(~going, idx), axis=-1) == 0
+    size = xp.clip(xp.sum(xp.astype(taken, idx), axis=-1), None, width - 1)
+    level = xp.reshape(adapter.take(xp, pooled, size[:, None]), (-1,))
+    begin, stop = (start, start + size) if rightward else (end - size, end)
+    # how many pools hold each run's own first block (last, leftward): only an earlier run's (a later one's) besides
+    ends = xp.sort(stop)
+    held = adapter.searchsorted(xp, begin, base, side="right") - adapter.searchsorted(xp, ends, base, side="left")
+    own = xp.nonzero(held == 1)[0]
+    return _levelled(xp, adapter, value, *(xp.take(a, own) for a in (begin, stop, level)))
