@@ -182,8 +182,8 @@ def test_pnorm_windows_equal_the_papers_pav(forced, backend_name, p, output, mon
     """Windows from the first stalled round, one block wide and doubling: on NumPy against the sequential PAV of
     Sander et al. (tests/test_pnorm.py's reference, float64), on the other backends against NumPy; rows of 2 to 23
     entries, spread over 10^-1..10^1 with a tie or forming long chains. On NumPy both with the runs of drops pooled
-    first (``windows._pool_runs_of_drops``, the default; extensions cut short at one block per run, ``CHAIN``) and
-    with the windows alone."""
+    first (``windows._pool_runs_of_drops``, the default: the min-max passes, then runs extended block by block, cut
+    short at one block per run, ``CHAIN``) and with the windows alone."""
     from rankops._lib._backends import get_backend
 
     backend = get_backend(backend_name)
@@ -195,8 +195,10 @@ def test_pnorm_windows_equal_the_papers_pav(forced, backend_name, p, output, mon
         return rankops.soft_rank(x, **opts) if output == "rank" else rankops.soft_sort(x, descending=descending, **opts)
 
     if backend_name == "numpy":
+        extensions = windows.EXTENSIONS
         for passes, strength, rows in itertools.product((windows.PASSES, 0), (0.7, 3.0), ("spread", "chained", "pairs")):
             monkeypatch.setattr(windows, "PASSES", passes)
+            monkeypatch.setattr(windows, "EXTENSIONS", extensions if passes else 0)
             want = _pnorm_reference(rows, output, p, strength)
             assert_allclose(run(_pnorm_rows(rows), strength), want, rtol=1e-10, atol=1e-10,
                             err_msg=f"{passes} passes, strength {strength}, {rows} rows")
@@ -252,6 +254,7 @@ def test_pnorm_batch_of_rows_equals_the_papers_pav(passes, monkeypatch):
     from .test_pnorm import _pav_projection
 
     monkeypatch.setattr(windows, "PASSES", passes)
+    monkeypatch.setattr(windows, "EXTENSIONS", windows.EXTENSIONS if passes else 0)
     seen = []
     project = pnorm.project
 

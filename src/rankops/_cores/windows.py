@@ -195,6 +195,7 @@ def _gather(xp: Any, a: Any, index: Any) -> Any:
 
 
 PASSES = 4  # passes of :func:`_pool_runs_of_drops` before the windows take over
+EXTENSIONS = 2  # passes that extend runs (:func:`_extend_each_run`) after those, where the passes take ranges
 
 
 def _pool_runs_of_drops(xp: Any, adapter: Any, sums: Any, blocks: _Blocks, down: Any) -> tuple[_Blocks, Any]:
@@ -216,8 +217,10 @@ def _pool_runs_of_drops(xp: Any, adapter: Any, sums: Any, blocks: _Blocks, down:
     """
     value, data, first, last, idx = blocks.value, blocks.data, blocks.row_first, blocks.row_last, blocks.idx
     owner = None  # each of the given blocks' block in the current arrays (None: the same)
-    for i in range(PASSES):
-        if sums.signs:  # a range's moments give its value only along pool-adjacent-violators' own steps
+    # at q = 3 a range's moments give its value only along pool-adjacent-violators' own steps: extensions alone
+    schedule = [False] * (0 if sums.signs else PASSES) + [True] * (PASSES if sums.signs else EXTENSIONS)
+    for i, extend in enumerate(schedule):
+        if extend:
             fitted = _extend_each_run(xp, adapter, sums, value, data, first, last, down, idx, rightward=i % 2 == 0)
         else:
             fitted = _pool_each_run(xp, adapter, sums, value, data, first, last, down, idx)
