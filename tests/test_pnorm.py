@@ -359,8 +359,9 @@ def test_solves_over_the_blocks_that_changed_equal_the_papers_pav(name, monkeypa
     """Where values can be read now, on a CPU, a pooling round solves only the segments that took in a block once they
     are at most a quarter of the entries (:func:`rankops._cores.isotonic.pool_runs`), and the final solve only the
     blocks of several entries, a one-entry block taking its closed form (``pnorm._solved``): the cubic (p = 4/3) and
-    Newton's method (p = 1.25), for the sort (weights of either sign) and the rank. Values equal the sequential PAV, the
-    sort's gradient central differences; the spy sees solves over fewer entries than the batch's."""
+    Newton's method (p = 1.25), for the sort (weights of either sign) and the rank; the rank's cubic roots on the
+    blocks' first entries alone (``pnorm._per_block``). Values equal the sequential PAV, the sort's gradient central
+    differences; the spies see solves over fewer entries than the batch's, and roots over fewer than their blocks'."""
     from rankops._cores import pnorm
 
     solved = []
@@ -368,6 +369,10 @@ def test_solves_over_the_blocks_that_changed_equal_the_papers_pav(name, monkeypa
         real = getattr(pnorm, fn)
         monkeypatch.setattr(pnorm, fn, lambda xp, adapter, starts, y, *rest, real=real, **kw: solved.append(math.prod(y.shape))
                             or real(xp, adapter, starts, y, *rest, **kw))
+    roots = []  # (entries the cubic was solved on, entries of the blocks they stand for)
+    per_block = pnorm._per_block
+    monkeypatch.setattr(pnorm, "_per_block", lambda xp, adapter, starts, root, *totals: per_block(
+        xp, adapter, starts, lambda *a: roots.append((math.prod(a[0].shape), math.prod(starts.shape))) or root(*a), *totals))
     to, run = on_backend(name)
     for p in (4.0 / 3.0, 1.25):
         x, sorts, ranks = _mostly_settled_rows(p)
@@ -377,9 +382,12 @@ def test_solves_over_the_blocks_that_changed_equal_the_papers_pav(name, monkeypa
         np.testing.assert_allclose(np.asarray(got), sorts, rtol=1e-10, atol=1e-10)
         assert min(solved, default=0) < x.size, solved
         solved.clear()
+        roots.clear()
         got = run(lambda a: rankops.soft_rank(a, strength=0.2, **opts), to(x))
         np.testing.assert_allclose(np.asarray(got), ranks, rtol=1e-10, atol=1e-10)
         assert min(solved, default=0) < x.size, solved
+        # the cubic's root on each block's first entry alone, where blocks are at most half the entries
+        assert p != 4.0 / 3.0 or any(k <= n * pnorm.BLOCK_SHARE for k, n in roots), roots
         if name == "numpy":
             small = x[:, :40]
             ct = np.random.default_rng(8).normal(size=small.shape)

@@ -111,7 +111,8 @@ def _shift(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, q: float, tangent
         return mean, d, moment_root(xp, q, total_w, m, adapter.segment_sum(xp, starts, d * d), tangent=tangent)
     if q == 4.0:
         moments = adapter.segment_sum(xp, starts, xp.stack([d * d, d * d * d]))
-        return mean, d, moment_root(xp, q, total_w, m, moments[0, ...], moments[1, ...], tangent=tangent)
+        return mean, d, _per_block(xp, adapter, starts, lambda *a: moment_root(xp, q, *a, tangent=tangent),
+                                   total_w, m, moments[0, ...], moments[1, ...])
 
     def newton(state: tuple[Any]) -> tuple[Any]:
         a = xp.clip(d + state[0], 0.0, None)
@@ -125,6 +126,23 @@ def _shift(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, q: float, tangent
         return xp.any(old[0] - new[0] > ulps)
 
     return mean, d, adapter.settle(xp, newton, (t,), moved, newton_steps(q), 2, like=(d, total_w))[0]
+
+
+# the largest share of the entries at which blocks are solved on their first entries (:func:`_per_block`)
+BLOCK_SHARE = 0.5
+
+
+def _per_block(xp: Any, adapter: Any, starts: Any, root: Any, *totals: Any) -> Any:
+    """``root(*totals)`` of arrays that hold one number per block (``starts``: True where one begins): where values
+    can be read now, on a CPU, and blocks are at most :data:`BLOCK_SHARE` of the entries, on each block's first entry
+    alone, then spread over the block (:class:`.subsets.Subset`): the cubic's root costs a few dozen operations per
+    entry; elsewhere on every entry."""
+    if not windows.readable_on_cpu(adapter, starts, *totals):
+        return root(*totals)
+    firsts = Subset(xp, starts)
+    if firsts.share() > BLOCK_SHARE:
+        return root(*totals)
+    return firsts.spread(root(*(firsts.take(a) for a in totals)))
 
 
 # safeguarded Newton steps for a block equation whose terms change sign (the soft sort's): each step halves the

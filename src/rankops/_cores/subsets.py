@@ -42,5 +42,12 @@ class Subset:
         """The batch with ``part`` (a result per chosen entry, in :meth:`take`'s order) at the chosen entries and
         ``rest`` (the batch's shape) elsewhere."""
         xp = self.xp
+        return xp.where(xp.reshape(self.chosen, self.shape), self.spread(part), rest)
+
+    def spread(self, part: Any) -> Any:
+        """The batch where each entry takes the result of the last chosen entry at or before it along the flattened
+        batch (``part``, one per chosen entry in :meth:`take`'s order): with segments' first entries chosen, each
+        entry its segment's."""
+        xp = self.xp
         place = xp.clip(xp.cumulative_sum(xp.astype(self.chosen, self.at.dtype)) - 1, 0, None)
-        return xp.reshape(xp.where(self.chosen, xp.take(part, place), xp.reshape(rest, (-1,))), self.shape)
+        return xp.reshape(xp.take(part, place), self.shape)
