@@ -360,7 +360,7 @@ def test_solves_over_the_blocks_that_changed_equal_the_papers_pav(name, monkeypa
     are at most a quarter of the entries (:func:`rankops._cores.isotonic.pool_runs`), and the final solve only the
     blocks of several entries, a one-entry block taking its closed form (``pnorm._solved``): the cubic (p = 4/3) and
     Newton's method (p = 1.25), for the sort (weights of either sign) and the rank; the rank's cubic roots on the
-    blocks' first entries alone (``pnorm._per_block``). Values equal the sequential PAV, the sort's gradient central
+    first entries of its blocks of several entries alone (``pnorm._per_block``). Values equal the sequential PAV, the sort's gradient central
     differences; the spies see solves over fewer entries than the batch's, and roots over fewer than their blocks'."""
     from rankops._cores import pnorm
 
@@ -370,9 +370,11 @@ def test_solves_over_the_blocks_that_changed_equal_the_papers_pav(name, monkeypa
         monkeypatch.setattr(pnorm, fn, lambda xp, adapter, starts, y, *rest, real=real, **kw: solved.append(math.prod(y.shape))
                             or real(xp, adapter, starts, y, *rest, **kw))
     roots = []  # (entries the cubic was solved on, entries of the blocks they stand for)
+    monkeypatch.setattr(pnorm, "BLOCK_ENTRIES", 0)  # these rows are short
     per_block = pnorm._per_block
-    monkeypatch.setattr(pnorm, "_per_block", lambda xp, adapter, starts, root, *totals: per_block(
-        xp, adapter, starts, lambda *a: roots.append((math.prod(a[0].shape), math.prod(starts.shape))) or root(*a), *totals))
+    monkeypatch.setattr(pnorm, "_per_block", lambda xp, adapter, starts, root, *totals, **kw: per_block(
+        xp, adapter, starts, lambda *a: roots.append((math.prod(a[0].shape), math.prod(starts.shape))) or root(*a), *totals,
+        **kw))
     to, run = on_backend(name)
     for p in (4.0 / 3.0, 1.25):
         x, sorts, ranks = _mostly_settled_rows(p)

@@ -112,7 +112,7 @@ def _shift(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, q: float, tangent
     if q == 4.0:
         moments = adapter.segment_sum(xp, starts, xp.stack([d * d, d * d * d]))
         return mean, d, _per_block(xp, adapter, starts, lambda *a: moment_root(xp, q, *a, tangent=tangent),
-                                   total_w, m, moments[0, ...], moments[1, ...])
+                                   total_w, m, moments[0, ...], moments[1, ...], tangent=tangent)
 
     def newton(state: tuple[Any]) -> tuple[Any]:
         a = xp.clip(d + state[0], 0.0, None)
@@ -128,21 +128,25 @@ def _shift(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, q: float, tangent
     return mean, d, adapter.settle(xp, newton, (t,), moved, newton_steps(q), 2, like=(d, total_w))[0]
 
 
-# the largest share of the entries at which blocks are solved on their first entries (:func:`_per_block`)
-BLOCK_SHARE = 0.5
+BLOCK_SHARE, BLOCK_ENTRIES = 0.5, 1 << 15  # :func:`_per_block`'s gate (below it, the gathers cost more than the cubic)
 
 
-def _per_block(xp: Any, adapter: Any, starts: Any, root: Any, *totals: Any) -> Any:
-    """``root(*totals)`` of arrays that hold one number per block (``starts``: True where one begins): where values
-    can be read now, on a CPU, and blocks are at most :data:`BLOCK_SHARE` of the entries, on each block's first entry
-    alone, then spread over the block (:class:`.subsets.Subset`): the cubic's root costs a few dozen operations per
-    entry; elsewhere on every entry."""
-    if not windows.readable_on_cpu(adapter, starts, *totals):
+def _per_block(xp: Any, adapter: Any, starts: Any, root: Any, total_w: Any, m: Any, *moments: Any, tangent: bool) -> Any:
+    """The cubic's ``root(total_w, m, *moments)`` of arrays that hold one number per block (``starts``: True where one
+    begins): where values can be read now, on a CPU, in a batch of at least ``BLOCK_ENTRIES`` entries whose blocks of
+    several have first entries at most ``BLOCK_SHARE`` of them, on those alone (:class:`.subsets.Subset`), spread over
+    their blocks, and a one-entry block in closed form ``W^(1/3)``; elsewhere on every entry."""
+    totals = (total_w, m, *moments)
+    if math.prod(starts.shape) < BLOCK_ENTRIES or not windows.readable_on_cpu(adapter, starts, *totals):
         return root(*totals)
-    firsts = Subset(xp, starts)
+    several = m > 1
+    firsts = Subset(xp, starts & several)
     if firsts.share() > BLOCK_SHARE:
         return root(*totals)
-    return firsts.spread(root(*(firsts.take(a) for a in totals)))
+    alone = power(xp, xp.clip(total_w, 0.0, None), 1.0 / 3.0, tangent=tangent)
+    if firsts.size == 0:
+        return alone
+    return xp.where(several, firsts.spread(root(*(firsts.take(a) for a in totals))), alone)
 
 
 # safeguarded Newton steps for a block equation whose terms change sign (the soft sort's): each step halves the
