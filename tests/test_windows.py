@@ -348,25 +348,44 @@ def _greedy_pass(y: np.ndarray, w: np.ndarray, value: np.ndarray, rightward: boo
     return out, left_out
 
 
-@pytest.mark.parametrize("rightward", [True, False], ids=["rightward", "leftward"])
-def test_extension_pass_equals_the_sequential_steps(rightward):
-    """One pass of runs of drops extended block by block (the p = 3/2 rank's, ``_extend_each_run``) on 40 rows of 8
-    one-entry blocks (y ascending, random weights), against the same steps taken one at a time with the true q = 3
-    roots (bisection); among them, runs whose first block (leftward: last) another run's pool takes, which then sit the
-    pass out."""
+def _one_pass(value: np.ndarray, n: int, rightward: bool) -> tuple[np.ndarray, np.ndarray, int]:
+    """``(got, want, runs left out)``: one extension pass over rows of ``n`` one-entry blocks at ``value`` (y = 10, 11,
+    ...; weights ``(y - value)^2``), by ``_extend_each_run`` in one call and by :func:`_greedy_pass` row by row."""
     import array_api_compat.numpy as xp
 
     from rankops._cores.power_sums import PowerSums
 
-    rows, n = 40, 8
+    rows = value.size // n
     y = np.tile(np.arange(10.0, 10.0 + n), rows)
-    w = np.random.default_rng(5).uniform(0.0, 30.0, size=rows * n)
-    value = y - np.sqrt(w)  # one-entry blocks' values
+    w = (y - value) ** 2
     first = np.repeat(np.arange(rows) * n, n)
     down = (value[:-1] > value[1:]) & (first[:-1] == first[1:])
     data = (y, w, np.ones_like(y), np.zeros_like(y), np.zeros_like(y))
     got = windows._extend_each_run(xp, get_adapter(xp), PowerSums(3.0), value, data, first, first + n - 1, down,
                                    np.int64, rightward=rightward)
     want, left_out = zip(*(_greedy_pass(y[:n], w[i:i + n], value[i:i + n], rightward) for i in range(0, rows * n, n)))
-    assert sum(left_out) >= 1, "no run's first block was taken by another's pool"
-    assert_allclose(got, np.concatenate(want), rtol=1e-12, atol=1e-12)
+    return got, np.concatenate(want), sum(left_out)
+
+
+@pytest.mark.parametrize("rightward", [True, False], ids=["rightward", "leftward"])
+def test_extension_pass_equals_the_sequential_steps(rightward):
+    """One pass of runs of drops extended block by block (the p = 3/2 rank's, ``_extend_each_run``) on 80 rows of 10
+    one-entry blocks (y ascending, random values, half the rows ending on a deep drop), against the same steps taken
+    one at a time with the true q = 3 roots (bisection); among them, runs whose first block (leftward: last) another
+    run's pool takes, which then sit the pass out. Then three rows alone whose last run's leftward pool passes over a
+    shorter run's pool to take an earlier run's last block: the pools begin out of their runs' order, and counting
+    the pools that hold a block by a search over their unsorted begins took that earlier run too."""
+    rows, n = 80, 10
+    y = np.tile(np.arange(10.0, 10.0 + n), rows)
+    rng = np.random.default_rng(5)
+    value = y - rng.uniform(0.0, 6.0, size=rows * n)
+    value[n - 1::2 * n] = y[n - 1::2 * n] - rng.uniform(8.0, 20.0, size=rows // 2)  # the deep drops
+    got, want, left_out = _one_pass(value, n, rightward)
+    assert left_out >= 1, "no run's first block was taken by another's pool"
+    assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+    for seed in (66, 161, 186):
+        rng = np.random.default_rng(seed)
+        value = np.arange(10.0, 10.0 + n) - rng.uniform(0.0, 6.0, size=n)
+        value[-1] = 10.0 + n - 1 - rng.uniform(8.0, 20.0)
+        got, want, _ = _one_pass(value, n, rightward)
+        assert_allclose(got, want, rtol=1e-12, atol=1e-12, err_msg=f"row {seed}")

@@ -195,7 +195,7 @@ def _gather(xp: Any, a: Any, index: Any) -> Any:
 
 
 PASSES = 4  # passes of :func:`_pool_runs_of_drops` before the windows take over
-EXTENSIONS = 2  # passes that extend runs (:func:`_extend_each_run`) after those, where the passes take ranges
+EXTENSIONS = 2  # passes that extend runs (:func:`_extend_each_run`) after the min-max ones (q = 2, 4; at q = 3 all do)
 
 
 def _pool_runs_of_drops(xp: Any, adapter: Any, sums: Any, blocks: _Blocks, down: Any) -> tuple[_Blocks, Any]:
@@ -367,8 +367,9 @@ def _extend_each_run(xp: Any, adapter: Any, sums: Any, value: Any, data: Any, fi
     size = xp.clip(xp.sum(xp.astype(taken, idx), axis=-1), None, width - 1)
     level = xp.reshape(adapter.take(xp, pooled, size[:, None]), (-1,))
     begin, stop = (start, start + size) if rightward else (end - size, end)
-    # how many pools hold each run's own first block (last, leftward): only an earlier run's (a later one's) besides
-    ends = xp.sort(stop)
-    held = adapter.searchsorted(xp, begin, base, side="right") - adapter.searchsorted(xp, ends, base, side="left")
+    # how many pools hold each run's own first block (last, leftward): only an earlier run's (a later one's) besides;
+    # the pools that begin at or before it less those that stop before it (leftward, a later pool may begin first)
+    held = (adapter.searchsorted(xp, xp.sort(begin), base, side="right")
+            - adapter.searchsorted(xp, xp.sort(stop), base, side="left"))
     own = xp.nonzero(held == 1)[0]
     return _levelled(xp, adapter, value, *(xp.take(a, own) for a in (begin, stop, level)))
