@@ -64,13 +64,13 @@ def forced(monkeypatch):
     monkeypatch.setattr(windows, "CHAIN", 1)
     monkeypatch.setattr(isotonic._L2, "snowballs", True)
     calls = []
-    finish = windows.finish
+    finished = windows._finished  # every windows' fit ends there (finish, pool_and_finish)
 
     def counted(*args):
         calls.append(1)
-        return finish(*args)
+        return finished(*args)
 
-    monkeypatch.setattr(windows, "finish", counted)
+    monkeypatch.setattr(windows, "_finished", counted)
     return calls
 
 
@@ -196,12 +196,16 @@ def test_pnorm_windows_equal_the_papers_pav(forced, backend_name, p, output, mon
 
     if backend_name == "numpy":
         extensions = windows.EXTENSIONS
-        for passes, strength, rows in itertools.product((windows.PASSES, 0), (0.7, 3.0), ("spread", "chained", "pairs")):
+        # the rank at p = 4/3 pools over its entries (batches this small), or over blocks (windows.pool_and_finish)
+        pooled = (windows.POOLED_BLOCKS, 0) if output == "rank" and p != 2.0 else (windows.POOLED_BLOCKS,)
+        for passes, strength, rows, blocks in itertools.product((windows.PASSES, 0), (0.7, 3.0), ("spread", "chained", "pairs"),
+                                                                pooled):
             monkeypatch.setattr(windows, "PASSES", passes)
             monkeypatch.setattr(windows, "EXTENSIONS", extensions if passes else 0)
+            monkeypatch.setattr(windows, "POOLED_BLOCKS", blocks)
             want = _pnorm_reference(rows, output, p, strength)
             assert_allclose(run(_pnorm_rows(rows), strength), want, rtol=1e-10, atol=1e-10,
-                            err_msg=f"{passes} passes, strength {strength}, {rows} rows")
+                            err_msg=f"{passes} passes, strength {strength}, {rows} rows, pooled blocks from {blocks}")
     else:  # the reference is Python loops: once, on NumPy
         strength = 0.7 if p == 1.5 else 3.0  # the p = 3/2 rank's rows stall (and take the windows) at the lower one
         for x in (_pnorm_rows("spread"), _pnorm_rows("chained")[:3], _pnorm_rows("pairs")):
@@ -221,8 +225,8 @@ def test_pnorm_permutahedron_with_and_without_windows(p, output, monkeypatch):
     x = torch.asarray(rng.normal(size=(8, 1000)))
     ct = torch.asarray(rng.normal(size=(8, 1000)))
     calls = []
-    finish = windows.finish
-    monkeypatch.setattr(windows, "finish", lambda *a: calls.append(1) or finish(*a))
+    finished = windows._finished
+    monkeypatch.setattr(windows, "_finished", lambda *a: calls.append(1) or finished(*a))
     for extra in ({}, {"strength": 0.1}):
         kwargs = dict(method="permutahedron", regularization="lp", p=p, **extra)
         if output == "masked rank":
@@ -234,12 +238,16 @@ def test_pnorm_permutahedron_with_and_without_windows(p, output, monkeypatch):
             (grad,) = torch.autograd.grad((value * ct).sum(), xr)
             return value.detach().numpy(), grad.numpy()
 
-        with_windows = value_and_gradient()
         with monkeypatch.context() as off:
             off.setattr(windows, "pays", lambda v: False)
             rounds_only = value_and_gradient()
-        assert_allclose(with_windows[0], rounds_only[0], rtol=1e-10, atol=1e-10)
-        assert_allclose(with_windows[1], rounds_only[1], rtol=1e-9, atol=1e-9)
+        # p = 4/3's rank pools over its entries in batches this small, and over blocks from POOLED_BLOCKS entries
+        for blocks in (windows.POOLED_BLOCKS, 0) if output != "sort" and p != 1.5 else (windows.POOLED_BLOCKS,):
+            with monkeypatch.context() as pooled:
+                pooled.setattr(windows, "POOLED_BLOCKS", blocks)
+                with_windows = value_and_gradient()
+            assert_allclose(with_windows[0], rounds_only[0], rtol=1e-10, atol=1e-10)
+            assert_allclose(with_windows[1], rounds_only[1], rtol=1e-9, atol=1e-9)
     assert calls, "the windows were not taken"
 
 
@@ -265,8 +273,8 @@ def test_pnorm_batch_of_rows_equals_the_papers_pav(passes, monkeypatch):
 
     monkeypatch.setattr(pnorm, "project", recorded)
     calls = []
-    finish = windows.finish
-    monkeypatch.setattr(windows, "finish", lambda *a: calls.append(1) or finish(*a))
+    finished = windows._finished
+    monkeypatch.setattr(windows, "_finished", lambda *a: calls.append(1) or finished(*a))
     x = np.random.default_rng(0).normal(size=(16, 200))
     rankops.soft_rank(x, method="permutahedron", regularization="lp", p=4.0 / 3.0)
     assert calls, "the windows were not taken"
@@ -389,3 +397,34 @@ def test_extension_pass_equals_the_sequential_steps(rightward):
         value[-1] = 10.0 + n - 1 - rng.uniform(8.0, 20.0)
         got, want, _ = _one_pass(value, n, rightward)
         assert_allclose(got, want, rtol=1e-12, atol=1e-12, err_msg=f"row {seed}")
+
+
+@pytest.mark.parametrize("q", [2.0, 3.0, 4.0])
+def test_pooling_rounds_over_blocks_equal_the_rounds_over_entries(q):
+    """``blocks.pool_rounds`` (the p-norm rank's pooling rounds over blocks whose arrays shrink each round) against
+    ``isotonic.pool_runs`` over the entries (each segment solved from its entries, ``pnorm._Rules``), after each of the
+    first rounds and to the end: 12 rows of 300 (sorted normal scores at strengths 0.05 to 2, rank weights; each row's
+    values above the next row's, which must never pool across), float64, the same blocks and values to 1e-12."""
+    import array_api_compat.numpy as xp
+
+    from rankops._cores import pnorm
+    from rankops._cores.blocks import Blocks, pool_rounds
+    from rankops._cores.power_sums import PowerSums
+
+    rng = np.random.default_rng(11)
+    rows, n = 12, 300
+    z = -np.sort(-rng.normal(size=(rows, n)), axis=-1) / np.geomspace(0.05, 2.0, rows)[:, None]
+    z = z + 1e4 * np.arange(rows, 0, -1)[:, None]  # row i above row i + 1 everywhere: a drop at every row's end
+    y, w = z[:, ::-1], np.broadcast_to(np.arange(1.0, n + 1.0), (rows, n))
+    yw = np.stack([y, w])
+    v0 = y - w ** (1.0 / (q - 1.0))
+    adapter, rules = get_adapter(xp), pnorm._Rules(q)
+    sums = PowerSums(q)
+    blocks = Blocks.singles(xp, sums, v0, yw)
+    for rounds in (1, 2, 3, 5, 8, 4 * n):
+        want, _, _ = isotonic.pool_runs(xp, adapter, rules, v0, yw, rounds)
+        got = pool_rounds(xp, adapter, sums, blocks, 0, rounds)
+        got = np.reshape(np.take(got.value, got.of_entries(xp)), v0.shape)
+        np.testing.assert_array_equal(isotonic.block_starts(xp, got), isotonic.block_starts(xp, want), err_msg=f"{rounds}")
+        assert_allclose(got, want, rtol=1e-12, atol=0, err_msg=f"{rounds} rounds")
+    assert not np.any(got[:, :-1] > got[:, 1:]), "not settled"

@@ -409,6 +409,8 @@ def pool_then_merge(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, merge: Ca
     # 1.5 (l2) and 2.2 (kl) times ceil(log2 n) pooling rounds
     rounds = rounds or per_level * (v.shape[-1] - 1).bit_length()
     if finish is not None and windows.readable_on_cpu(adapter, v) and v.shape[-1] >= windows.SHORTEST:
+        if sums is not None and windows.pools_blocks(rules, v):  # v holds one-entry values
+            return windows.pool_and_finish(xp, adapter, rules, v, w, finish, sums, rounds)
         v, unsettled, _ = pool_runs(xp, adapter, rules, v, w, rounds, leave=windows.drops_left(v.shape[-1]))
         if not bool(xp.any(unsettled)):
             return v

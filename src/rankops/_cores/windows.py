@@ -33,19 +33,30 @@ O(n) array operations once, and rounds over the windows' blocks only.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from typing import Any, Callable
 
-from .._lib._compat import device as _device, index_dtype, on_cpu
+from .._lib._compat import device as _device, on_cpu
+from .blocks import Blocks, find_drops, pool_rounds
 
-__all__ = ["finish", "drops_left", "pays", "readable_on_cpu", "rows_of", "FEWEST", "GROWTH", "RADIUS", "SHARE", "SHORTEST"]
+__all__ = ["finish", "pool_and_finish", "pools_blocks", "drops_left", "pays", "readable_on_cpu", "rows_of", "FEWEST", "GROWTH", "RADIUS", "SHARE", "SHORTEST"]
 
 RADIUS = 16  # blocks on either side of a drop in the first windows
 GROWTH = 16  # a window too small grows by this factor (each try is a fit of its own: few tries)
 SHARE = 1024  # the pooling rounds stop where a row's drops stopped halving at most max(FEWEST, n / SHARE) of them
 FEWEST = 4
 SHORTEST = 128  # shorter rows pool to the end: their rounds cost less than the windows' few dozen operations
+
+
+POOLED_BLOCKS = 1 << 15  # entries from which every loss with sums pools over blocks (:func:`pools_blocks`)
+
+
+def pools_blocks(rules: Any, v: Any) -> bool:
+    """Whether the pooling rounds of one-entry values ``v`` run over blocks (:func:`pool_and_finish`): for rules whose
+    entry rounds solve every segment (``rules.compact_share`` 0), and for the others in a batch of at least
+    :data:`POOLED_BLOCKS` entries. Below it, a round over blocks costs more than one over the entries that solves only
+    the segments that changed (:class:`.isotonic._Changed`): the blocks' arrays are rebuilt each round."""
+    return not getattr(rules, "compact_share", 0.0) or math.prod(v.shape) >= POOLED_BLOCKS
 
 
 def pays(v: Any) -> bool:
@@ -78,66 +89,44 @@ def finish(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, solve: Callable[[A
     of the blocks' statistics (``rules.block_data``) laid out as ``values``. ``sums``: the loss's sums over a set of
     blocks (:class:`.power_sums.PowerSums`), with which each run of drops is first pooled in one step
     (:func:`_pool_runs_of_drops`) before any window is fitted."""
-    blocks = _Blocks.of(xp, adapter, rules, v, w)
-    down = _drops(blocks.value, blocks.row_first)
+    blocks = Blocks.of(xp, adapter, rules, v, w)
+    return _finished(xp, adapter, rules, blocks, v.shape, solve, sums)
+
+
+def pool_and_finish(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, solve: Callable[[Any, Any], Any], sums: Any,
+                    rounds: int) -> Any:
+    """:func:`finish` from one-entry values ``v`` (``sums.singles`` their statistics) for a loss with ``sums``: the
+    pooling rounds of :func:`.isotonic.pool_runs` run here over the blocks, one entry each (:func:`.blocks.pool_rounds`), so
+    that a round costs in proportion to the blocks left, not to n; they stop as the pooling rounds' ``leave`` does."""
+    blocks = Blocks.singles(xp, sums, v, w)
+    blocks = pool_rounds(xp, adapter, sums, blocks, drops_left(v.shape[-1]) * (blocks.value.shape[0] // v.shape[-1]),
+                          rounds)
+    return _finished(xp, adapter, rules, blocks, v.shape, solve, sums)
+
+
+def _finished(xp: Any, adapter: Any, rules: Any, blocks: Blocks, shape: tuple[int, ...],
+              solve: Callable[[Any, Any], Any], sums: Any) -> Any:
+    """:func:`finish` from the blocks: the passes (``sums``), then the windows; the entries' values, shaped ``shape``."""
+    down = find_drops(blocks.value, blocks.row_first)
     drops = xp.nonzero(down)[0]
     if drops.shape[0] == 0:
-        return v
+        return xp.reshape(xp.take(blocks.value, blocks.of_entries(xp)), shape)
     if sums is not None:
         # the passes' pools are steps of pool-adjacent-violators: the windows go on from their blocks
         blocks, down = _pool_runs_of_drops(xp, adapter, sums, blocks, down)
         drops = xp.nonzero(down)[0]
         if drops.shape[0] == 0:
-            return xp.reshape(xp.take(blocks.value, blocks.of_entries(xp)), v.shape)
+            return xp.reshape(xp.take(blocks.value, blocks.of_entries(xp)), shape)
     radius = RADIUS
     while True:
         begin, end = _windows(xp, blocks, drops, radius)
         fitted, holds = _fit_windows(xp, adapter, rules, blocks, begin, end, solve)
         if holds or radius >= blocks.value.shape[0]:  # at that radius every window is a whole row
-            return xp.reshape(_spread(xp, adapter, blocks, begin, end, fitted), v.shape)
+            return xp.reshape(_spread(xp, adapter, blocks, begin, end, fitted), shape)
         radius *= GROWTH
 
 
-def _drops(value: Any, first: Any) -> Any:
-    """True between two blocks of one row (``first``: each block's row's first block) where the first is above the
-    second."""
-    return (value[:-1] > value[1:]) & (first[:-1] == first[1:])
-
-
-@dataclasses.dataclass(frozen=True)
-class _Blocks:
-    """The blocks of a batch of rows, one entry each along one axis: value, statistics (``rules.block_data``: a
-    tuple), and its row's first and last block; ``starts`` (the entries' flattened block starts) spreads them back;
-    ``idx`` the index dtype."""
-
-    value: Any
-    data: tuple[Any, ...]
-    row_first: Any
-    row_last: Any
-    starts: Any
-    idx: Any
-
-    def of_entries(self, xp: Any) -> Any:
-        """Each flattened entry's block (an index into ``value``), from ``starts``."""
-        return xp.cumulative_sum(xp.astype(self.starts, self.idx)) - 1
-
-    @classmethod
-    def of(cls, xp: Any, adapter: Any, rules: Any, v: Any, w: Any) -> _Blocks:
-        n = v.shape[-1]
-        idx = index_dtype(xp, _device(v))
-        rows = xp.reshape(v, (-1, n))
-        first = xp.ones((rows.shape[0], 1), dtype=xp.bool, device=_device(v))
-        starts = xp.concat([first, rows[:, 1:] != rows[:, :-1]], axis=-1)
-        data = rules.block_data(xp, adapter, starts, w, v)
-        starts = xp.reshape(starts, (-1,))
-        heads = xp.nonzero(starts)[0]
-        row = heads // n
-        return cls(value=xp.take(xp.reshape(v, (-1,)), heads), data=tuple(xp.take(xp.reshape(a, (-1,)), heads) for a in data),
-                   row_first=xp.astype(adapter.searchsorted(xp, row, row, side="left"), idx),
-                   row_last=xp.astype(adapter.searchsorted(xp, row, row, side="right"), idx) - 1, starts=starts, idx=idx)
-
-
-def _windows(xp: Any, blocks: _Blocks, drops: Any, radius: int) -> tuple[Any, Any]:
+def _windows(xp: Any, blocks: Blocks, drops: Any, radius: int) -> tuple[Any, Any]:
     """``(begin, end)``, the windows' first and last blocks: ``radius`` blocks either side of each drop (a drop
     between blocks j and j + 1), within its row; windows that overlap or touch in a row are one."""
     lowest, highest = xp.take(blocks.row_first, drops), xp.take(blocks.row_last, drops + 1)
@@ -150,7 +139,7 @@ def _windows(xp: Any, blocks: _Blocks, drops: Any, radius: int) -> tuple[Any, An
     return xp.take(lo, at), xp.take(hi, last)
 
 
-def _fit_windows(xp: Any, adapter: Any, rules: Any, blocks: _Blocks, begin: Any, end: Any,
+def _fit_windows(xp: Any, adapter: Any, rules: Any, blocks: Blocks, begin: Any, end: Any,
                  solve: Callable[[Any, Any], Any]) -> tuple[Any, bool]:
     """``(fit, holds)``: the windows fitted as the rows of one problem, right-aligned (the padding on the left, at
     or below the window's smallest value and from its first block's statistics, never moves a fit: ``rules.pad``), and
@@ -177,7 +166,7 @@ def _fit_windows(xp: Any, adapter: Any, rules: Any, blocks: _Blocks, begin: Any,
     return fitted, bool(xp.all((first >= before) & (fitted[:, -1] <= after)))
 
 
-def _spread(xp: Any, adapter: Any, blocks: _Blocks, begin: Any, end: Any, fitted: Any) -> Any:
+def _spread(xp: Any, adapter: Any, blocks: Blocks, begin: Any, end: Any, fitted: Any) -> Any:
     """Every entry's value: its block's, from the window that holds the block, else as it was."""
     length = fitted.shape[-1]
     block = xp.arange(blocks.value.shape[0], dtype=blocks.idx, device=_device(begin))
@@ -194,15 +183,15 @@ def _gather(xp: Any, a: Any, index: Any) -> Any:
     return xp.reshape(xp.take(a, xp.reshape(index, (-1,))), index.shape)
 
 
-PASSES = 4  # passes of :func:`_pool_runs_of_drops` before the windows take over
-EXTENSIONS = 2  # passes that extend runs (:func:`_extend_each_run`) after the min-max ones (q = 2, 4; at q = 3 all do)
+PASSES = 2  # min-max passes of :func:`_pool_runs_of_drops` (q = 2, 4): they cut many runs of drops to a few
+EXTENSIONS = 4  # passes that extend runs (:func:`_extend_each_run`) after them (at q = 3 all PASSES + EXTENSIONS do)
 
 
-def _pool_runs_of_drops(xp: Any, adapter: Any, sums: Any, blocks: _Blocks, down: Any) -> tuple[_Blocks, Any]:
-    """``(blocks, drops)``: the blocks after the runs of drops (``down``, :func:`_drops`) pooled, one step per run and
-    pass, until none is left or for :data:`PASSES` passes, and the drops left between them. At q = 3 (``sums.signs``:
-    a range's moments give its value only where every entry lies above it) each pass extends every run to one side,
-    right and left in turn (:func:`_extend_each_run`), instead.
+def _pool_runs_of_drops(xp: Any, adapter: Any, sums: Any, blocks: Blocks, down: Any) -> tuple[Blocks, Any]:
+    """``(blocks, drops)``: the blocks after the runs of drops (``down``, :func:`.blocks.find_drops`) pooled, one step per run and
+    pass, until none is left or for :data:`PASSES` passes, then :data:`EXTENSIONS` passes that extend every run to
+    one side, right and left in turn (:func:`_extend_each_run`), and the drops left between them. At q = 3
+    (``sums.signs``: a range's moments give its value only where every entry lies above it) every pass extends.
 
     A run of drops (blocks ``s`` to ``e``, each above the next) between an
     increasing part on its left and one on its right ends in one block that
@@ -215,44 +204,22 @@ def _pool_runs_of_drops(xp: Any, adapter: Any, sums: Any, blocks: _Blocks, down:
     is a step of pool-adjacent-violators, whatever the order (Best &
     Chakravarti 1990). A row with no drop left is fitted.
     """
-    value, data, first, last, idx = blocks.value, blocks.data, blocks.row_first, blocks.row_last, blocks.idx
-    owner = None  # each of the given blocks' block in the current arrays (None: the same)
+    current, owner = blocks, None  # owner: each of the given blocks' block in ``current`` (None: the same)
     # at q = 3 a range's moments give its value only along pool-adjacent-violators' own steps: extensions alone
-    schedule = [False] * (0 if sums.signs else PASSES) + [True] * (PASSES if sums.signs else EXTENSIONS)
+    schedule = [False] * (0 if sums.signs else PASSES) + [True] * (PASSES + EXTENSIONS if sums.signs else EXTENSIONS)
     for i, extend in enumerate(schedule):
+        value, data, first, last = current.value, current.data, current.row_first, current.row_last
         if extend:
-            fitted = _extend_each_run(xp, adapter, sums, value, data, first, last, down, idx, rightward=i % 2 == 0)
+            fitted = _extend_each_run(xp, adapter, sums, value, data, first, last, down, current.idx, rightward=i % 2 == 0)
         else:
-            fitted = _pool_each_run(xp, adapter, sums, value, data, first, last, down, idx)
+            fitted = _pool_each_run(xp, adapter, sums, value, data, first, last, down, current.idx)
         one = xp.ones((1,), dtype=xp.bool, device=_device(value))
         starts = xp.concat([one, (fitted[1:] != fitted[:-1]) | (first[1:] != first[:-1])])
-        group = xp.cumulative_sum(xp.astype(starts, idx)) - 1
-        heads = xp.nonzero(starts)[0]
-        data = _combined(xp, adapter, sums, starts, heads, data)
-        value = xp.take(fitted, heads)
-        first, last = (xp.take(group, xp.take(a, heads)) for a in (first, last))
-        owner = group if owner is None else xp.take(group, owner)
-        down = _drops(value, first)
+        current, owner = current.regrouped(xp, adapter, sums, starts, lambda heads, _: xp.take(fitted, heads), owner)
+        down = find_drops(current.value, current.row_first)
         if not bool(xp.any(down)):
             break
-    if owner is None:  # no pass
-        return blocks, down
-    # the entries' block starts: where an entry's block (through the passes' groups) changes
-    block = xp.take(owner, blocks.of_entries(xp))
-    starts = xp.concat([xp.ones((1,), dtype=xp.bool, device=_device(block)), block[1:] != block[:-1]])
-    return _Blocks(value=value, data=data, row_first=first, row_last=last, starts=starts, idx=idx), down
-
-
-def _combined(xp: Any, adapter: Any, sums: Any, starts: Any, heads: Any, data: tuple[Any, ...]) -> tuple[Any, ...]:
-    """The block form ``(mean, W, m, M2, M3)`` of each group of blocks (``starts``: True where one begins; ``heads``
-    their places): the moments about the group's mean, summed."""
-    mean, m = data[0], data[2]
-    total = adapter.segment_sum(xp, starts, xp.stack([m * mean, m]))
-    centre = total[0, ...] / total[1, ...]
-    terms = sums.stats(xp, None, data, centre)
-    moments = terms[3:] if len(terms) > 3 else (data[3], data[4])  # q = 2 reads no moments
-    combined = adapter.segment_sum(xp, starts, xp.stack([terms[0], terms[1], *moments]))
-    return tuple(xp.take(a, heads) for a in (centre, combined[0, ...], combined[1, ...], combined[2, ...], combined[3, ...]))
+    return current.with_owner(xp, blocks.of_entries(xp), owner), down
 
 
 def _pool_each_run(xp: Any, adapter: Any, sums: Any, value: Any, data: tuple[Any, ...], first: Any, last: Any,
@@ -304,7 +271,7 @@ def _pool_each_run(xp: Any, adapter: Any, sums: Any, value: Any, data: tuple[Any
 
 
 def _runs(xp: Any, down: Any, first: Any, last: Any) -> tuple[Any, Any, Any, Any]:
-    """``(start, end, lo, hi)`` of each run of drops (``down``, :func:`_drops`): its first and last blocks, and the range
+    """``(start, end, lo, hi)`` of each run of drops (``down``, :func:`.blocks.find_drops`): its first and last blocks, and the range
     its pool may take, within its row and short of the neighbouring runs of that row."""
     no = xp.zeros((1,), dtype=xp.bool, device=_device(down))
     start = xp.nonzero(down & ~xp.concat([no, down[:-1]]))[0]  # s: each run's first block

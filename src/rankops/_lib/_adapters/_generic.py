@@ -54,7 +54,7 @@ REQUIRED = (
 SPEED_UPS = (
     "softmax", "logsumexp", "ndtr", "sigmoid", "log_sigmoid", "linear_scan", "scan_links", "cumlogsumexp",
     "cumulative_sum", "searchsorted", "take", "select", "sort_order", "invert_permutation", "merge_descending",
-    "segment_sum", "segment_first", "segment_logsumexp",
+    "segment_sum", "segment_totals", "segment_first", "segment_logsumexp",
 )
 
 
@@ -159,6 +159,11 @@ class PortableAdapter:
     def segment_sum(self, xp: Any, starts: Any, g: Any) -> Any:
         """Each entry's segment total of ``g`` along the last axis; ``starts`` (True where a segment begins) broadcasts against ``g``."""
         return _loops.segment_sum(xp, starts, g)
+
+    def segment_totals(self, xp: Any, starts: Any, group: Any, heads: Any, g: Any) -> Any:
+        """Each segment's total of ``g`` along the last axis, one per segment, in order: ``starts`` (1-D) True where
+        one begins, ``group`` each entry's segment (counted from 0), ``heads`` the segments' first entries."""
+        return xp.take(self.segment_sum(xp, starts, g), heads, axis=-1)
 
     def segment_first(self, xp: Any, starts: Any, g: Any) -> Any:
         return _loops.segment_first(xp, starts, g)

@@ -137,6 +137,9 @@ class Torch(PortableAdapter):
         slots = g.new_zeros(g.shape[:-1] + (g.shape[-1] + 1,))
         return slots.scatter_add(-1, ids, g).gather(-1, ids)
 
+    def segment_totals(self, xp: Any, starts: Any, group: Any, heads: Any, g: Any) -> Any:  # a slot per segment
+        return g.new_zeros(g.shape[:-1] + (heads.shape[0],)).scatter_add(-1, group.expand_as(g), g)
+
     def segment_logsumexp(self, xp: Any, starts: Any, g: Any) -> Any:
         ids = torch.cumsum(starts, dim=-1).expand_as(g)  # slots from 1, as segment_sum's
         slots = g.shape[:-1] + (g.shape[-1] + 1,)
@@ -157,11 +160,8 @@ class Torch(PortableAdapter):
         return not torch.compiler.is_compiling() and not torch._C._functorch.is_functorch_wrapped_tensor(x)
 
     def gumbel(self, xp: Any, key: Any, shape: tuple[int, ...], dtype: Any, device: Any) -> Any:
-        """Gumbel(0, 1) as ``-log(E)``, E ~ Exp(1), from the caller's generator.
-
-        ``key``: None (torch's global generator, so ``torch.manual_seed`` applies),
-        an int seed, or a ``torch.Generator`` on the array's device.
-        """
+        """Gumbel(0, 1) as ``-log(E)``, E ~ Exp(1), from the caller's ``key``: None (torch's global generator, so
+        ``torch.manual_seed`` applies), an int seed, or a ``torch.Generator`` on the array's device."""
         if isinstance(key, numbers.Integral) and not isinstance(key, bool):
             key = torch.Generator(device=device).manual_seed(int(key))
         elif key is not None and not isinstance(key, torch.Generator):

@@ -1,0 +1,153 @@
+"""A batch's blocks (runs of equal values of an isotonic fit), one entry each, and pooling rounds over them.
+
+The rows of a batch lie end to end along one axis: each block holds its
+value, its statistics (a tuple: for the p-norm losses the block form of
+:class:`.power_sums.PowerSums`, its mean, weight, size and centred moments,
+whose combination about a joint mean is exact) and its row's first and last
+block; a group of consecutive blocks becomes one block by combining them
+(:func:`combined`). :func:`pool_rounds` runs the pooling rounds of
+:func:`.isotonic.pool_runs` on this form: each round pools every maximal run
+of blocks each above the next (Best & Chakravarti 1990: adjacent violators
+end in one block) and the arrays shrink to the blocks left, so a round
+costs in proportion to them, not to the row's length. Used where values can
+be read now, on a CPU (:mod:`.windows`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from .._lib._compat import device as _device, index_dtype
+
+__all__ = ["Blocks", "find_drops", "combined", "pool_rounds"]
+
+
+def find_drops(value: Any, first: Any) -> Any:
+    """True between two blocks of one row (``first``: each block's row's first block) where the first is above the
+    second."""
+    return (value[:-1] > value[1:]) & (first[:-1] == first[1:])
+
+
+@dataclasses.dataclass(frozen=True)
+class Blocks:
+    """The blocks of a batch of rows, one entry each along one axis: value, statistics (``rules.block_data``: a
+    tuple), and its row's first and last block; ``starts`` (the entries' flattened block starts) spreads them back;
+    ``idx`` the index dtype."""
+
+    value: Any
+    data: tuple[Any, ...]
+    row_first: Any
+    row_last: Any
+    starts: Any
+    idx: Any
+
+    def of_entries(self, xp: Any) -> Any:
+        """Each flattened entry's block (an index into ``value``), from ``starts``."""
+        return xp.cumulative_sum(xp.astype(self.starts, self.idx)) - 1
+
+    @classmethod
+    def of(cls, xp: Any, adapter: Any, rules: Any, v: Any, w: Any) -> Blocks:
+        n = v.shape[-1]
+        idx = index_dtype(xp, _device(v))
+        rows = xp.reshape(v, (-1, n))
+        first = xp.ones((rows.shape[0], 1), dtype=xp.bool, device=_device(v))
+        starts = xp.concat([first, rows[:, 1:] != rows[:, :-1]], axis=-1)
+        data = rules.block_data(xp, adapter, starts, w, v)
+        starts = xp.reshape(starts, (-1,))
+        heads = xp.nonzero(starts)[0]
+        row = heads // n
+        return cls(value=xp.take(xp.reshape(v, (-1,)), heads), data=tuple(xp.take(xp.reshape(a, (-1,)), heads) for a in data),
+                   row_first=xp.astype(adapter.searchsorted(xp, row, row, side="left"), idx),
+                   row_last=xp.astype(adapter.searchsorted(xp, row, row, side="right"), idx) - 1, starts=starts, idx=idx)
+
+    @classmethod
+    def singles(cls, xp: Any, sums: Any, v: Any, w: Any) -> Blocks:
+        """Every entry of ``v`` a block of its own, of statistics ``sums.singles(xp, w)`` (``w`` the data, each shaped
+        like ``v``, stacked)."""
+        n = v.shape[-1]
+        idx = index_dtype(xp, _device(v))
+        value = xp.reshape(v, (-1,))
+        pos = xp.arange(value.shape[0], dtype=idx, device=_device(v))
+        first = pos - pos % n
+        return cls(value=value, data=tuple(xp.reshape(a, (-1,)) for a in sums.singles(xp, w)), row_first=first,
+                   row_last=first + (n - 1), starts=xp.ones(value.shape, dtype=xp.bool, device=_device(v)), idx=idx)
+
+    def regrouped(self, xp: Any, adapter: Any, sums: Any, starts: Any, value: Any, owner: Any) -> tuple[Blocks, Any]:
+        """``(blocks, owner)``: the groups of consecutive blocks that ``starts`` begins (within rows) as blocks, each
+        of its statistics combined (:func:`combined`) and of value ``value(heads, data)``; ``owner``: each block of a
+        former grouping (these blocks: None) in its group now."""
+        group = xp.cumulative_sum(xp.astype(starts, self.idx)) - 1
+        heads = xp.nonzero(starts)[0]
+        data = combined(xp, adapter, sums, starts, group, heads, self.data)
+        first, last = (xp.take(group, xp.take(a, heads)) for a in (self.row_first, self.row_last))
+        owner = group if owner is None else xp.take(group, owner)
+        return dataclasses.replace(self, value=value(heads, data), data=data, row_first=first, row_last=last), owner
+
+    def with_owner(self, xp: Any, of_entries: Any, owner: Any) -> Blocks:
+        """These blocks, their entries' starts from ``owner`` (each former block's block) and the former blocks'
+        ``of_entries``."""
+        if owner is None:
+            return self
+        block = xp.take(owner, of_entries)
+        starts = xp.concat([xp.ones((1,), dtype=xp.bool, device=_device(block)), block[1:] != block[:-1]])
+        return dataclasses.replace(self, starts=starts)
+
+
+def pool_rounds(xp: Any, adapter: Any, sums: Any, blocks: Blocks, leave: int, rounds: int) -> Blocks:
+    """The pooling rounds of :func:`.isotonic.pool_runs` over ``blocks`` (:func:`_pool_round`), the arrays shrinking
+    to the blocks left. They stop once no drop is left, or at most ``leave`` in all and fewer than half as many as a
+    round before (a chain that snowballs), or after ``rounds`` rounds."""
+    table = xp.stack([blocks.value, *blocks.data])  # each block's value and statistics, one column per block
+    row, owner, before = blocks.row_first, None, 0  # row: any number shared by a row's blocks alone
+    for _ in range(rounds):
+        down = find_drops(table[0, ...], row)
+        now = int(xp.sum(xp.astype(down, blocks.idx)))
+        if now == 0 or (now <= leave and 2 * now > before):
+            break
+        before = now
+        table, row, owner = _pool_round(xp, adapter, sums, table, row, down, owner)
+    if owner is None:
+        return blocks
+    first = xp.astype(adapter.searchsorted(xp, row, row, side="left"), blocks.idx)
+    last = xp.astype(adapter.searchsorted(xp, row, row, side="right"), blocks.idx) - 1
+    pooled = Blocks(value=table[0, ...], data=tuple(table[i, ...] for i in range(1, 6)), row_first=first, row_last=last,
+                     starts=blocks.starts, idx=blocks.idx)
+    return pooled.with_owner(xp, blocks.of_entries(xp), owner)
+
+
+def _pool_round(xp: Any, adapter: Any, sums: Any, table: Any, row: Any, down: Any, owner: Any) -> tuple[Any, Any, Any]:
+    """``(table, row, owner)`` after one pooling round over blocks (``table``: their values and statistics, one column
+    each; ``row``: each one's row): every maximal run of blocks, each above the next (``down``, :func:`find_drops`), one
+    block of their statistics combined, of the value they give (:meth:`.power_sums.PowerSums.block_value`);
+    ``owner`` as :meth:`Blocks.regrouped`'s. Only the blocks that pool are combined and solved (as one row): the
+    others keep theirs."""
+    dev, idx = _device(table), row.dtype
+    no, one = xp.zeros((1,), dtype=xp.bool, device=dev), xp.ones((1,), dtype=xp.bool, device=dev)
+    starts = xp.concat([one, ~down])
+    group = xp.cumulative_sum(xp.astype(starts, idx)) - 1
+    heads = xp.nonzero(starts)[0]
+    pools = xp.concat([down, no]) | xp.concat([no, down])  # the blocks on either side of a drop
+    at = xp.nonzero(pools)[0]
+    part = xp.take(starts, at)
+    taken = xp.take(table, at, axis=-1)
+    data = combined(xp, adapter, sums, part, xp.cumulative_sum(xp.astype(part, idx)) - 1, xp.nonzero(part)[0],
+                     tuple(taken[i, ...] for i in range(1, 6)))
+    pooled = xp.stack([sums.block_value(xp, data), *data])
+    # each new block: its pool's (the pools in order), or the block it was
+    changed = xp.take(pools, heads)
+    place = xp.clip(xp.cumulative_sum(xp.astype(changed, idx)) - 1, 0, None)
+    table = xp.where(changed, xp.take(pooled, place, axis=-1), xp.take(table, heads, axis=-1))
+    return table, xp.take(row, heads), group if owner is None else xp.take(group, owner)
+
+
+def combined(xp: Any, adapter: Any, sums: Any, starts: Any, group: Any, heads: Any, data: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The block form ``(mean, W, m, M2, M3)`` of each group of blocks (``starts``: True where one begins, ``group``
+    each block's, ``heads`` their first blocks), one per group: the moments about the group's mean, summed."""
+    mean, m = data[0], data[2]
+    total = adapter.segment_totals(xp, starts, group, heads, xp.stack([m * mean, m]))
+    centre = total[0, ...] / total[1, ...]
+    terms = sums.stats(xp, None, data, xp.take(centre, group))
+    moments = terms[3:] if len(terms) > 3 else (data[3], data[4])  # q = 2 reads no moments
+    combined = adapter.segment_totals(xp, starts, group, heads, xp.stack([terms[0], terms[1], *moments]))
+    return (centre, *(combined[i, ...] for i in range(4)))
