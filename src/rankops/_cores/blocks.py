@@ -20,7 +20,7 @@ from typing import Any
 
 from .._lib._compat import device as _device, index_dtype
 
-__all__ = ["Blocks", "find_drops", "combined", "pool_rounds"]
+__all__ = ["Blocks", "find_drops", "combined", "regroup", "pool_rounds"]
 
 
 def find_drops(value: Any, first: Any) -> Any:
@@ -74,15 +74,14 @@ class Blocks:
                    row_last=first + (n - 1), starts=xp.ones(value.shape, dtype=xp.bool, device=_device(v)), idx=idx)
 
     def regrouped(self, xp: Any, adapter: Any, sums: Any, starts: Any, value: Any, owner: Any) -> tuple[Blocks, Any]:
-        """``(blocks, owner)``: the groups of consecutive blocks that ``starts`` begins (within rows) as blocks, each
-        of its statistics combined (:func:`combined`) and of value ``value(heads, data)``; ``owner``: each block of a
-        former grouping (these blocks: None) in its group now."""
-        group = xp.cumulative_sum(xp.astype(starts, self.idx)) - 1
-        heads = xp.nonzero(starts)[0]
-        data = combined(xp, adapter, sums, starts, group, heads, self.data)
+        """``(blocks, owner)``: the groups of consecutive blocks that ``starts`` begins (within rows) as blocks
+        (:func:`regroup`, ``value`` the groups' values, per block); ``owner``: each block of a former grouping (these
+        blocks: None) in its group now."""
+        table, heads, group = regroup(xp, adapter, sums, xp.stack([self.value, *self.data]), starts, value)
         first, last = (xp.take(group, xp.take(a, heads)) for a in (self.row_first, self.row_last))
         owner = group if owner is None else xp.take(group, owner)
-        return dataclasses.replace(self, value=value(heads, data), data=data, row_first=first, row_last=last), owner
+        return dataclasses.replace(self, value=table[0, ...], data=tuple(table[i, ...] for i in range(1, 6)), row_first=first,
+                                   row_last=last), owner
 
     def with_owner(self, xp: Any, of_entries: Any, owner: Any) -> Blocks:
         """These blocks, their entries' starts from ``owner`` (each former block's block) and the former blocks'
@@ -119,26 +118,33 @@ def pool_rounds(xp: Any, adapter: Any, sums: Any, blocks: Blocks, leave: int, ro
 def _pool_round(xp: Any, adapter: Any, sums: Any, table: Any, row: Any, down: Any, owner: Any) -> tuple[Any, Any, Any]:
     """``(table, row, owner)`` after one pooling round over blocks (``table``: their values and statistics, one column
     each; ``row``: each one's row): every maximal run of blocks, each above the next (``down``, :func:`find_drops`), one
-    block of their statistics combined, of the value they give (:meth:`.power_sums.PowerSums.block_value`);
-    ``owner`` as :meth:`Blocks.regrouped`'s. Only the blocks that pool are combined and solved (as one row): the
-    others keep theirs."""
-    dev, idx = _device(table), row.dtype
-    no, one = xp.zeros((1,), dtype=xp.bool, device=dev), xp.ones((1,), dtype=xp.bool, device=dev)
-    starts = xp.concat([one, ~down])
+    block (:func:`regroup`, of the value its statistics give); ``owner`` as :meth:`Blocks.regrouped`'s."""
+    one = xp.ones((1,), dtype=xp.bool, device=_device(table))
+    table, heads, group = regroup(xp, adapter, sums, table, xp.concat([one, ~down]))
+    return table, xp.take(row, heads), group if owner is None else xp.take(group, owner)
+
+
+def regroup(xp: Any, adapter: Any, sums: Any, table: Any, starts: Any, value: Any = None) -> tuple[Any, Any, Any]:
+    """``(table, heads, group)``: the groups of consecutive blocks that ``starts`` begins (``table``: each block's value
+    and statistics, one column each) as the columns of a new table, each group's first block (``heads``) and each
+    block's group. A group of several blocks takes their statistics combined (:func:`combined`) and the value
+    ``value`` holds at its first block (None: the value they give, :meth:`.power_sums.PowerSums.block_value`); only
+    those are combined (as one row), and a block alone keeps its column."""
+    dev, idx = _device(table), index_dtype(xp, _device(table))
     group = xp.cumulative_sum(xp.astype(starts, idx)) - 1
     heads = xp.nonzero(starts)[0]
-    pools = xp.concat([down, no]) | xp.concat([no, down])  # the blocks on either side of a drop
-    at = xp.nonzero(pools)[0]
+    several = ~(starts & xp.concat([starts[1:], xp.ones((1,), dtype=xp.bool, device=dev)]))
+    at = xp.nonzero(several)[0]
     part = xp.take(starts, at)
+    firsts = xp.nonzero(part)[0]
     taken = xp.take(table, at, axis=-1)
-    data = combined(xp, adapter, sums, part, xp.cumulative_sum(xp.astype(part, idx)) - 1, xp.nonzero(part)[0],
-                     tuple(taken[i, ...] for i in range(1, 6)))
-    pooled = xp.stack([sums.block_value(xp, data), *data])
-    # each new block: its pool's (the pools in order), or the block it was
-    changed = xp.take(pools, heads)
+    data = combined(xp, adapter, sums, part, xp.cumulative_sum(xp.astype(part, idx)) - 1, firsts,
+                    tuple(taken[i, ...] for i in range(1, 6)))
+    pooled = xp.stack([sums.block_value(xp, data) if value is None else xp.take(value, xp.take(at, firsts)), *data])
+    # each new block: its group's (the groups of several in order), or the block it was
+    changed = xp.take(several, heads)
     place = xp.clip(xp.cumulative_sum(xp.astype(changed, idx)) - 1, 0, None)
-    table = xp.where(changed, xp.take(pooled, place, axis=-1), xp.take(table, heads, axis=-1))
-    return table, xp.take(row, heads), group if owner is None else xp.take(group, owner)
+    return xp.where(changed, xp.take(pooled, place, axis=-1), xp.take(table, heads, axis=-1)), heads, group
 
 
 def combined(xp: Any, adapter: Any, sums: Any, starts: Any, group: Any, heads: Any, data: tuple[Any, ...]) -> tuple[Any, ...]:

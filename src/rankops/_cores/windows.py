@@ -215,7 +215,7 @@ def _pool_runs_of_drops(xp: Any, adapter: Any, sums: Any, blocks: Blocks, down: 
             fitted = _pool_each_run(xp, adapter, sums, value, data, first, last, down, current.idx)
         one = xp.ones((1,), dtype=xp.bool, device=_device(value))
         starts = xp.concat([one, (fitted[1:] != fitted[:-1]) | (first[1:] != first[:-1])])
-        current, owner = current.regrouped(xp, adapter, sums, starts, lambda heads, _: xp.take(fitted, heads), owner)
+        current, owner = current.regrouped(xp, adapter, sums, starts, fitted, owner)
         down = find_drops(current.value, current.row_first)
         if not bool(xp.any(down)):
             break
