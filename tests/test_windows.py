@@ -420,7 +420,7 @@ def test_pooling_rounds_over_blocks_equal_the_rounds_over_entries(q):
     v0 = y - w ** (1.0 / (q - 1.0))
     adapter, rules = get_adapter(xp), pnorm._Rules(q)
     sums = PowerSums(q)
-    blocks = Blocks.singles(xp, sums, v0, yw)
+    blocks = Blocks.of(xp, adapter, rules, v0, yw)  # every entry a block of its own
     for rounds in (1, 2, 3, 5, 8, 4 * n):
         want, _, _ = isotonic.pool_runs(xp, adapter, rules, v0, yw, rounds)
         got = pool_rounds(xp, adapter, sums, blocks, 0, rounds)

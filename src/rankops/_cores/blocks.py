@@ -61,18 +61,6 @@ class Blocks:
                    row_first=xp.astype(adapter.searchsorted(xp, row, row, side="left"), idx),
                    row_last=xp.astype(adapter.searchsorted(xp, row, row, side="right"), idx) - 1, starts=starts, idx=idx)
 
-    @classmethod
-    def singles(cls, xp: Any, sums: Any, v: Any, w: Any) -> Blocks:
-        """Every entry of ``v`` a block of its own, of statistics ``sums.singles(xp, w)`` (``w`` the data, each shaped
-        like ``v``, stacked)."""
-        n = v.shape[-1]
-        idx = index_dtype(xp, _device(v))
-        value = xp.reshape(v, (-1,))
-        pos = xp.arange(value.shape[0], dtype=idx, device=_device(v))
-        first = pos - pos % n
-        return cls(value=value, data=tuple(xp.reshape(a, (-1,)) for a in sums.singles(xp, w)), row_first=first,
-                   row_last=first + (n - 1), starts=xp.ones(value.shape, dtype=xp.bool, device=_device(v)), idx=idx)
-
     def regrouped(self, xp: Any, adapter: Any, sums: Any, starts: Any, value: Any, owner: Any) -> tuple[Blocks, Any]:
         """``(blocks, owner)``: the groups of consecutive blocks that ``starts`` begins (within rows) as blocks
         (:func:`regroup`, ``value`` the groups' values, per block); ``owner``: each block of a former grouping (these

@@ -409,8 +409,15 @@ def pool_then_merge(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, merge: Ca
     # 1.5 (l2) and 2.2 (kl) times ceil(log2 n) pooling rounds
     rounds = rounds or per_level * (v.shape[-1] - 1).bit_length()
     if finish is not None and windows.readable_on_cpu(adapter, v) and v.shape[-1] >= windows.SHORTEST:
-        if sums is not None and windows.pools_blocks(rules, v):  # v holds one-entry values
-            return windows.pool_and_finish(xp, adapter, rules, v, w, finish, sums, rounds)
+        if sums is not None and windows.pools_blocks(rules, v):
+            # a first round over the entries (one-entry segments: its cheapest), then the rest over the blocks where
+            # few enough are left
+            v, unsettled, _ = pool_runs(xp, adapter, rules, v, w, 1)
+            if not bool(xp.any(unsettled)):
+                return v
+            if windows.few_blocks(xp, rules, v):
+                return windows.pool_and_finish(xp, adapter, rules, v, w, finish, sums, rounds - 1)
+            rounds -= 1
         v, unsettled, _ = pool_runs(xp, adapter, rules, v, w, rounds, leave=windows.drops_left(v.shape[-1]))
         if not bool(xp.any(unsettled)):
             return v

@@ -219,11 +219,11 @@ class _Rules:
         # round solves only the segments that changed once they are at most a quarter of the entries
         # (:func:`.isotonic.pool_runs`); a mean (q = 2) or a square root (q = 3) costs less than the gathers
         self.compact_share = 0.0 if q in (2.0, 3.0) else 0.25
+        self.block_share = 0.55 if q in (2.0, 3.0) else 1.0  # where rounds over blocks pay (windows.few_blocks)
 
     def pooled(self, xp: Any, adapter: Any, starts: Any, u: Any, yw: Any, unit: bool) -> Any:
-        y, w = yw[0, ...], yw[1, ...]
         # these values only place the blocks (the output is solved again on them): no tangent is read
-        mean, _, t = _shift(xp, adapter, starts, y, w, self.q, tangent=False)
+        mean, _, t = _shift(xp, adapter, starts, yw[0, ...], yw[1, ...], self.q, tangent=False)
         return mean - t  # one number per segment: its entries stay one block
 
     @staticmethod

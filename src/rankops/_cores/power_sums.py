@@ -90,13 +90,6 @@ class PowerSums:
             t = moment_root(xp, self.degree + 1.0, total_w, m, m2, m3, tangent=False)
         return xp.where(some, centre + mean - t, fallback)
 
-    @staticmethod
-    def singles(xp: Any, yw: Any) -> tuple[Any, ...]:
-        """Every entry of the data ``yw`` (stacked: the entries, then their weights) a block of its own, in
-        :func:`block_form`: ``(y, w, 1, 0, 0)``."""
-        zero = xp.zeros_like(yw[0, ...])
-        return yw[0, ...], yw[1, ...], xp.ones_like(zero), zero, zero
-
     def block_value(self, xp: Any, data: tuple[Any, ...]) -> Any:
         """The value of each block of :func:`block_form`'s ``data`` (its entries above it, as every pool of
         pool-adjacent-violators here): its mean less the root ``t`` of :func:`.pnorm._shift`."""
