@@ -20,12 +20,10 @@ work and a fixed number of array operations, with no data-dependent loop
 loop). Sums run outward from the segment boundary, so a small pool is
 never the difference of two large prefix sums.
 
-The KL fit's rows end on chains that take one neighbour per pooling round
-for tens of rounds. On a CPU backend that reads values now, a row stops
-pooling once its last few drops stop halving, and :mod:`.windows` fits them
-in windows of blocks around each drop (the same rounds, on the windows'
-blocks only). Least-squares rows settle within a few rounds of that point:
-they pool to the end.
+The KL fit's rows end on chains that take one neighbour per round for tens
+of rounds: on a CPU backend that reads values now, a row stops pooling once
+its last drops stop halving, and :mod:`.windows` fits them in windows of
+blocks around each drop. Least-squares rows settle soon after: they pool on.
 
 Two losses share the rounds, each block taking the value that minimises it:
 
@@ -37,8 +35,7 @@ Two losses share the rounds, each block taking the value that minimises it:
   taken in the log domain.
 
 The merge rounds serve a third family, the p-norm loss of :mod:`.pnorm`,
-whose tests sum the data rather than the solved values
-(:mod:`.power_sums`, through :func:`merge_rows`).
+whose tests sum the data (:mod:`.power_sums`, through :func:`merge_rows`).
 
 The Jacobian is block-wise (Blondel et al. 2020, Lemma 1): for ``"l2"``,
 ``dv_B / dy_i = w_i / W_B``; for ``"kl"``, ``softmax(y_B)_i``. Blocks are
@@ -402,20 +399,17 @@ def pool_then_merge(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, merge: Ca
 
     ``finish(values, data)`` (a fit of 2-D rows of block values and their statistics, ``rules.block_data``): on a
     backend that reads values now, on a CPU (:func:`.windows.pays`), the rounds stop where a row holds few drops,
-    and :func:`.windows.finish` fits the rest with it (``sums`` as there).
+    and :func:`.windows.finish` fits the rest with it (``sums`` as there; with them the rounds may run over the
+    blocks, :func:`.windows.pool_and_finish`).
     """
     # A pooling round costs O(n), a merge round O(n log n) in several times the operations, and a batch runs the
-    # merge rounds for all its rows as soon as one needs them: at the default softness, rows need up to about
-    # 1.5 (l2) and 2.2 (kl) times ceil(log2 n) pooling rounds
+    # merge rounds for all its rows as soon as one needs them: at the default softness rows need up to about 1.5
+    # (l2) and 2.2 (kl) times ceil(log2 n) pooling rounds
     rounds = rounds or per_level * (v.shape[-1] - 1).bit_length()
     if finish is not None and windows.readable_on_cpu(adapter, v) and v.shape[-1] >= windows.SHORTEST:
-        if sums is not None and windows.pools_blocks(rules, v):
-            # a first round over the entries (one-entry segments: its cheapest), then the rest over the blocks where
-            # few enough are left
+        if sums is not None and windows.pools_blocks(rules, v):  # a round over the entries, the rest over few blocks
             v, unsettled, _ = pool_runs(xp, adapter, rules, v, w, 1)
-            if not bool(xp.any(unsettled)):
-                return v
-            if windows.few_blocks(xp, rules, v):
+            if bool(xp.any(unsettled)) and windows.few_blocks(xp, rules, v):
                 return windows.pool_and_finish(xp, adapter, rules, v, w, finish, sums, rounds - 1)
             rounds -= 1
         v, unsettled, _ = pool_runs(xp, adapter, rules, v, w, rounds, leave=windows.drops_left(v.shape[-1]))
