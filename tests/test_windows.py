@@ -196,16 +196,17 @@ def test_pnorm_windows_equal_the_papers_pav(forced, backend_name, p, output, mon
 
     if backend_name == "numpy":
         extensions = windows.EXTENSIONS
-        # the rank at p = 4/3 pools over its entries (batches this small), or over blocks (windows.pool_and_finish)
-        pooled = (windows.POOLED_BLOCKS, 0) if output == "rank" and p != 2.0 else (windows.POOLED_BLOCKS,)
-        for passes, strength, rows, blocks in itertools.product((windows.PASSES, 0), (0.7, 3.0), ("spread", "chained", "pairs"),
-                                                                pooled):
+        # the rank pools over its entries, or over blocks after the first round (windows.pool_and_finish)
+        few = windows.few_blocks
+        routes = {"as measured": few, "blocks": lambda *a: True, "entries": lambda *a: False}
+        for passes, strength, rows, route in itertools.product((windows.PASSES, 0), (0.7, 3.0), ("spread", "chained", "pairs"),
+                                                               routes if output == "rank" else ["as measured"]):
             monkeypatch.setattr(windows, "PASSES", passes)
             monkeypatch.setattr(windows, "EXTENSIONS", extensions if passes else 0)
-            monkeypatch.setattr(windows, "POOLED_BLOCKS", blocks)
+            monkeypatch.setattr(windows, "few_blocks", routes[route])
             want = _pnorm_reference(rows, output, p, strength)
             assert_allclose(run(_pnorm_rows(rows), strength), want, rtol=1e-10, atol=1e-10,
-                            err_msg=f"{passes} passes, strength {strength}, {rows} rows, pooled blocks from {blocks}")
+                            err_msg=f"{passes} passes, strength {strength}, {rows} rows, route {route}")
     else:  # the reference is Python loops: once, on NumPy
         strength = 0.7 if p == 1.5 else 3.0  # the p = 3/2 rank's rows stall (and take the windows) at the lower one
         for x in (_pnorm_rows("spread"), _pnorm_rows("chained")[:3], _pnorm_rows("pairs")):
@@ -241,10 +242,10 @@ def test_pnorm_permutahedron_with_and_without_windows(p, output, monkeypatch):
         with monkeypatch.context() as off:
             off.setattr(windows, "pays", lambda v: False)
             rounds_only = value_and_gradient()
-        # p = 4/3's rank pools over its entries in batches this small, and over blocks from POOLED_BLOCKS entries
-        for blocks in (windows.POOLED_BLOCKS, 0) if output != "sort" and p != 1.5 else (windows.POOLED_BLOCKS,):
+        # the rank pools over its entries, or over blocks after the first round (both routes, whatever the share)
+        for few in (lambda *a: True, lambda *a: False) if output != "sort" else (windows.few_blocks,):
             with monkeypatch.context() as pooled:
-                pooled.setattr(windows, "POOLED_BLOCKS", blocks)
+                pooled.setattr(windows, "few_blocks", few)
                 with_windows = value_and_gradient()
             assert_allclose(with_windows[0], rounds_only[0], rtol=1e-10, atol=1e-10)
             assert_allclose(with_windows[1], rounds_only[1], rtol=1e-9, atol=1e-9)
@@ -404,7 +405,8 @@ def test_pooling_rounds_over_blocks_equal_the_rounds_over_entries(q):
     """``blocks.pool_rounds`` (the p-norm rank's pooling rounds over blocks whose arrays shrink each round) against
     ``isotonic.pool_runs`` over the entries (each segment solved from its entries, ``pnorm._Rules``), after each of the
     first rounds and to the end: 12 rows of 300 (sorted normal scores at strengths 0.05 to 2, rank weights; each row's
-    values above the next row's, which must never pool across), float64, the same blocks and values to 1e-12."""
+    values above the next row's, which must never pool across), float64, the same blocks and values to 1e-12; and the
+    rounds over the entries resumed after the first from its blocks' starts."""
     import array_api_compat.numpy as xp
 
     from rankops._cores import pnorm
@@ -428,3 +430,11 @@ def test_pooling_rounds_over_blocks_equal_the_rounds_over_entries(q):
         np.testing.assert_array_equal(isotonic.block_starts(xp, got), isotonic.block_starts(xp, want), err_msg=f"{rounds}")
         assert_allclose(got, want, rtol=1e-12, atol=0, err_msg=f"{rounds} rounds")
     assert not np.any(got[:, :-1] > got[:, 1:]), "not settled"
+    # the rounds over the entries, resumed from pooled values with their blocks' starts (pool_then_merge's route
+    # where few_blocks says no), end where one call does; without the starts each entry would be solved alone again
+    once, _, _ = isotonic.pool_runs(xp, adapter, rules, v0, yw, 1)
+    for rounds in (2, 4 * n):
+        want, _, _ = isotonic.pool_runs(xp, adapter, rules, v0, yw, 1 + rounds)
+        resumed, _, _ = isotonic.pool_runs(xp, adapter, rules, once, yw, rounds, starts=isotonic.block_starts(xp, once))
+        np.testing.assert_array_equal(isotonic.block_starts(xp, resumed), isotonic.block_starts(xp, want))
+        assert_allclose(resumed, want, rtol=1e-12, atol=0, err_msg=f"resumed for {rounds} rounds")

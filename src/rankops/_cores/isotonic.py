@@ -203,7 +203,7 @@ PER_LEVEL = 4  # pooling rounds per ceil(log2 n) before the merge rounds (:func:
 
 
 def pool_runs(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, max_rounds: int, merge_cost: float = 0.0,
-              leave: int = 0, merge_all: bool = False) -> tuple[Any, Any, bool]:
+              leave: int = 0, merge_all: bool = False, starts: Any = None) -> tuple[Any, Any, bool]:
     """Pool every maximal run of strictly decreasing blocks at once, for up to ``max_rounds`` rounds.
 
     Adjacent violators end in one block of the solution (the PAV argument),
@@ -230,6 +230,7 @@ def pool_runs(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, max_rounds: int
     ``leave`` > 0 (a caller that finishes the last drops itself,
     :mod:`.windows`): a row also stops once it holds at most ``leave`` drops
     and they stopped halving (a snowballing chain; a settling row goes on).
+    ``starts``: True where a segment of ``v`` begins (default: every entry).
 
     Returns ``(v, unsettled, stopped_early)``: ``unsettled`` is True on the
     rows that still hold a drop, and ``stopped_early`` True when the loop was
@@ -283,7 +284,7 @@ def pool_runs(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, max_rounds: int
         return ((now > 0) & ~stalled)[..., 0]
 
     n = v.shape[-1]
-    starts = xp.ones(v.shape, dtype=xp.bool, device=_device(v))
+    starts = xp.ones(v.shape, dtype=xp.bool, device=_device(v)) if starts is None else starts
     down = drops(v)
     if rules is _L2 and not unit:
         # an entry of zero weight (free: any value fits it) joins its predecessor's block in the first round, as a
@@ -363,18 +364,13 @@ def fit(xp: Any, adapter: Any, y: Any, w: Any = None, kind: str = "l2") -> Any:
     """The increasing isotonic fit of ``y`` with weights ``w`` along the last axis (see the module docstring).
 
     ``w`` broadcasts against ``y`` (None: unit weights, ``"l2"`` only); for ``"kl"`` it holds log-weights.
-    Rounds that pool whole decreasing runs come first (cheap, and enough for
-    most rows); the merge rounds then finish any row they left unsettled,
-    and are skipped where the backend can tell that none is.
+    Rounds that pool whole decreasing runs come first (cheap, and enough for most rows); the merge rounds then
+    finish any row they left unsettled, and are skipped where the backend can tell that none is.
     """
-    n = y.shape[-1]
-    rules = KINDS[kind]
     if w is not None:
         y, w = xp.broadcast_arrays(y, w)
-    v = rules.single(xp, y, w)
-    if n == 1:
-        return v
-    return _pooled_fit(xp, adapter, kind, v, w)
+    v = KINDS[kind].single(xp, y, w)
+    return v if y.shape[-1] == 1 else _pooled_fit(xp, adapter, kind, v, w)
 
 
 def _pooled_fit(xp: Any, adapter: Any, kind: str, v: Any, w: Any, rounds: int | None = None, windows_first: bool = True) -> Any:
@@ -407,12 +403,13 @@ def pool_then_merge(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, merge: Ca
     # (l2) and 2.2 (kl) times ceil(log2 n) pooling rounds
     rounds = rounds or per_level * (v.shape[-1] - 1).bit_length()
     if finish is not None and windows.readable_on_cpu(adapter, v) and v.shape[-1] >= windows.SHORTEST:
-        if sums is not None and windows.pools_blocks(rules, v):  # a round over the entries, the rest over few blocks
+        begun = None
+        if sums is not None:  # a round over the entries, then the rest over the blocks where few are left
             v, unsettled, _ = pool_runs(xp, adapter, rules, v, w, 1)
             if bool(xp.any(unsettled)) and windows.few_blocks(xp, rules, v):
                 return windows.pool_and_finish(xp, adapter, rules, v, w, finish, sums, rounds - 1)
-            rounds -= 1
-        v, unsettled, _ = pool_runs(xp, adapter, rules, v, w, rounds, leave=windows.drops_left(v.shape[-1]))
+            rounds, begun = rounds - 1, block_starts(xp, v)
+        v, unsettled, _ = pool_runs(xp, adapter, rules, v, w, rounds, leave=windows.drops_left(v.shape[-1]), starts=begun)
         if not bool(xp.any(unsettled)):
             return v
         return windows.finish(xp, adapter, rules, v, w, finish, sums)

@@ -44,8 +44,8 @@ the rounds cannot count the blocks and run over every entry, once it has
 pooled for ``log2 n`` rounds: ``merge_all``); at q = 3 they start from
 the one-entry values. Where values can be read now, on a CPU, the rounds
 run over the blocks in their moment form, shrinking to the blocks left
-(:func:`.blocks.pool_rounds`; at q = 4 from ``windows.POOLED_BLOCKS``
-entries), a row stops once its last drops stop halving, and :mod:`.windows`
+(:func:`.blocks.pool_rounds`, where few are left after the first round),
+a row stops once its last drops stop halving, and :mod:`.windows`
 finishes it: at q = 2 and 4 by the merge rounds; at q = 3 (whose merge
 tests split a block by its data) by runs of drops extended a block at a
 time, then rounds (a chain that takes one block per round, hundreds of
@@ -219,7 +219,7 @@ class _Rules:
         # round solves only the segments that changed once they are at most a quarter of the entries
         # (:func:`.isotonic.pool_runs`); a mean (q = 2) or a square root (q = 3) costs less than the gathers
         self.compact_share = 0.0 if q in (2.0, 3.0) else 0.25
-        self.block_share = 0.55 if q in (2.0, 3.0) else 1.0  # where rounds over blocks pay (windows.few_blocks)
+        self.block_share = 0.55 if q in (2.0, 3.0) else 0.7  # where rounds over blocks pay (windows.few_blocks)
 
     def pooled(self, xp: Any, adapter: Any, starts: Any, u: Any, yw: Any, unit: bool) -> Any:
         # these values only place the blocks (the output is solved again on them): no tangent is read
