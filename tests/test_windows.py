@@ -438,3 +438,24 @@ def test_pooling_rounds_over_blocks_equal_the_rounds_over_entries(q):
         resumed, _, _ = isotonic.pool_runs(xp, adapter, rules, once, yw, rounds, starts=isotonic.block_starts(xp, once))
         np.testing.assert_array_equal(isotonic.block_starts(xp, resumed), isotonic.block_starts(xp, want))
         assert_allclose(resumed, want, rtol=1e-12, atol=0, err_msg=f"resumed for {rounds} rounds")
+
+
+def test_regroup_with_every_group_one_block_keeps_the_table():
+    """``blocks.regroup`` where ``starts`` begins a group at every block (nothing to combine: the arrays of the groups
+    of several are empty) returns the blocks' columns as they were, on NumPy and torch."""
+    from rankops._cores.blocks import regroup
+    from rankops._cores.power_sums import PowerSums
+    from rankops._lib._backends import get_backend
+
+    table = np.random.default_rng(4).normal(size=(6, 5))
+    table[3], table[4:] = 1.0, 0.0  # one entry each: size 1, no moments
+    for name in ("numpy", "torch"):
+        backend = get_backend(name)
+        if backend.unavailable_reason():
+            continue
+        xp = backend.namespace()
+        got, heads, group = regroup(xp, get_adapter(xp), PowerSums(3.0), backend.asarray(table),
+                                    backend.asarray(np.ones(5, dtype=bool)))
+        np.testing.assert_array_equal(backend.to_numpy(got), table)
+        np.testing.assert_array_equal(backend.to_numpy(heads), np.arange(5))
+        np.testing.assert_array_equal(backend.to_numpy(group), np.arange(5))
