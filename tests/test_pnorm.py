@@ -372,7 +372,7 @@ def test_solves_over_the_blocks_that_changed_equal_the_papers_pav(name, monkeypa
                             or real(xp, adapter, starts, y, *rest, **kw))
     roots = []  # (entries the cubic was solved on, entries of the blocks they stand for)
     monkeypatch.setattr(pnorm, "BLOCK_ENTRIES", 0)  # these rows are short
-    # rows this long would pool over their blocks (windows.pool_and_finish), and the rank's rounds solve no entries
+    # rows this long may pool over their blocks after the first round (windows.pool_and_finish), solving no entries
     monkeypatch.setattr(windows, "SHORTEST", 10**6)
     per_block = pnorm._per_block
     monkeypatch.setattr(pnorm, "_per_block", lambda xp, adapter, starts, root, *totals, **kw: per_block(

@@ -56,10 +56,9 @@ class Blocks:
         data = rules.block_data(xp, adapter, starts, w, v)
         starts = xp.reshape(starts, (-1,))
         heads = xp.nonzero(starts)[0]
-        row = heads // n
+        first, last = _row_ends(xp, adapter, heads // n, idx)
         return cls(value=xp.take(xp.reshape(v, (-1,)), heads), data=tuple(xp.take(xp.reshape(a, (-1,)), heads) for a in data),
-                   row_first=xp.astype(adapter.searchsorted(xp, row, row, side="left"), idx),
-                   row_last=xp.astype(adapter.searchsorted(xp, row, row, side="right"), idx) - 1, starts=starts, idx=idx)
+                   row_first=first, row_last=last, starts=starts, idx=idx)
 
     def regrouped(self, xp: Any, adapter: Any, sums: Any, starts: Any, value: Any, owner: Any) -> tuple[Blocks, Any]:
         """``(blocks, owner)``: the groups of consecutive blocks that ``starts`` begins (within rows) as blocks
@@ -81,6 +80,12 @@ class Blocks:
         return dataclasses.replace(self, starts=starts)
 
 
+def _row_ends(xp: Any, adapter: Any, row: Any, idx: Any) -> tuple[Any, Any]:
+    """Each block's row's first and last block, from ``row`` (nondecreasing, equal within a row and only there)."""
+    return (xp.astype(adapter.searchsorted(xp, row, row, side="left"), idx),
+            xp.astype(adapter.searchsorted(xp, row, row, side="right"), idx) - 1)
+
+
 def pool_rounds(xp: Any, adapter: Any, sums: Any, blocks: Blocks, leave: int, rounds: int) -> Blocks:
     """The pooling rounds of :func:`.isotonic.pool_runs` over ``blocks`` (:func:`_pool_round`), the arrays shrinking
     to the blocks left. They stop once no drop is left, or at most ``leave`` in all and fewer than half as many as a
@@ -96,8 +101,7 @@ def pool_rounds(xp: Any, adapter: Any, sums: Any, blocks: Blocks, leave: int, ro
         table, row, owner = _pool_round(xp, adapter, sums, table, row, down, owner)
     if owner is None:
         return blocks
-    first = xp.astype(adapter.searchsorted(xp, row, row, side="left"), blocks.idx)
-    last = xp.astype(adapter.searchsorted(xp, row, row, side="right"), blocks.idx) - 1
+    first, last = _row_ends(xp, adapter, row, blocks.idx)
     pooled = Blocks(value=table[0, ...], data=tuple(table[i, ...] for i in range(1, 6)), row_first=first, row_last=last,
                      starts=blocks.starts, idx=blocks.idx)
     return pooled.with_owner(xp, blocks.of_entries(xp), owner)

@@ -406,9 +406,9 @@ def pool_then_merge(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, merge: Ca
         begun = None
         if sums is not None:  # a round over the entries, then the rest over the blocks where few are left
             v, unsettled, _ = pool_runs(xp, adapter, rules, v, w, 1)
-            if bool(xp.any(unsettled)) and windows.few_blocks(xp, rules, v):
-                return windows.pool_and_finish(xp, adapter, rules, v, w, finish, sums, rounds - 1)
             rounds, begun = rounds - 1, block_starts(xp, v)
+            if bool(xp.any(unsettled)) and windows.few_blocks(xp, rules, begun):
+                return windows.pool_and_finish(xp, adapter, rules, v, w, finish, sums, rounds)
         v, unsettled, _ = pool_runs(xp, adapter, rules, v, w, rounds, leave=windows.drops_left(v.shape[-1]), starts=begun)
         if not bool(xp.any(unsettled)):
             return v

@@ -42,14 +42,14 @@ leaves the pooling rounds as soon as its chains snowball
 (:func:`.isotonic.pool_runs`' ``merge_cost``; under ``jax.jit``, where
 the rounds cannot count the blocks and run over every entry, once it has
 pooled for ``log2 n`` rounds: ``merge_all``); at q = 3 they start from
-the one-entry values. Where values can be read now, on a CPU, the rounds
-run over the blocks in their moment form, shrinking to the blocks left
-(:func:`.blocks.pool_rounds`, where few are left after the first round),
-a row stops once its last drops stop halving, and :mod:`.windows`
-finishes it: at q = 2 and 4 by the merge rounds; at q = 3 (whose merge
-tests split a block by its data) by runs of drops extended a block at a
-time, then rounds (a chain that takes one block per round, hundreds of
-rounds at n = 10^5, is one extension there). For any other q the loss has no such sums, and the
+the one-entry values. Where values can be read now, on a CPU, the rounds run
+over the blocks in their moment form, shrinking to the blocks left
+(:func:`.blocks.pool_rounds`, where few are left after the first round), a
+row stops once its last drops stop halving, and :mod:`.windows` finishes it:
+at q = 2 and 4 by the merge rounds; at q = 3 (whose merge tests split a
+block by its data) by runs of drops extended a block at a time, then rounds
+(a chain that takes one block per round, hundreds of rounds at n = 10^5, is
+one extension there). For any other q the loss has no such sums, and the
 pooling rounds run until every row settles. The output is written from
 ``d + t`` per block, never as ``z - v``: a one-entry block gives ``w_i``
 itself.

@@ -48,15 +48,14 @@ FEWEST = 4
 SHORTEST = 128  # shorter rows pool to the end: their rounds cost less than the windows' few dozen operations
 
 
-def few_blocks(xp: Any, rules: Any, v: Any) -> bool:
-    """Whether the pooling rounds of ``v`` (pooled values) go on over its blocks (:func:`pool_and_finish`): where they
-    are at most ``rules.block_share`` of its entries. A round over blocks costs about twice as much per block as one
-    over the entries per entry where each entry's root is cheap; measured for the p-norm rank after its first round
-    (torch, B = 20, n = 1000 and B = 1, n = 10^5): at p = 3/2 the blocks paid at 0.50-0.54 of the entries and not at
-    0.60, at p = 4/3 (a cubic root per entry, over the segments that changed, :class:`.isotonic._Changed`) they paid
-    at 0.22-0.58 and not at 0.83."""
-    starts = xp.concat([xp.ones(v.shape[:-1] + (1,), dtype=xp.bool, device=_device(v)), v[..., 1:] != v[..., :-1]], axis=-1)
-    return int(xp.sum(xp.astype(starts, xp.int32))) <= rules.block_share * math.prod(v.shape)
+def few_blocks(xp: Any, rules: Any, starts: Any) -> bool:
+    """Whether the pooling rounds of pooled values whose blocks ``starts`` begins go on over those blocks
+    (:func:`pool_and_finish`): where they are at most ``rules.block_share`` of the entries. A round over blocks costs
+    about twice as much per block as one over the entries per entry where each entry's root is cheap; measured for
+    the p-norm rank after its first round (torch, B = 20, n = 1000 and B = 1, n = 10^5): at p = 3/2 the blocks paid at
+    0.50-0.54 of the entries and not at 0.60, at p = 4/3 (a cubic root per entry, over the segments that changed,
+    :class:`.isotonic._Changed`) they paid at 0.22-0.58 and not at 0.83."""
+    return int(xp.sum(xp.astype(starts, xp.int32))) <= rules.block_share * math.prod(starts.shape)
 
 
 def pays(v: Any) -> bool:
