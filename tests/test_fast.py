@@ -251,3 +251,22 @@ def test_isotonic_rows_left_unsettled_by_run_pooling_finish_exactly(backend_name
         f = jax.jit(rankops.isotonic_regression) if backend_name == "jax-jit" else jax.vmap(rankops.isotonic_regression)
         got = np.asarray(f(jax.numpy.asarray(y)))
     assert_allclose(got, ref, rtol=1e-12, atol=1e-12)
+
+
+def test_isotonic_merge_rounds_stay_whole_loops_under_jax_linearize():
+    """``jax.grad`` runs the merge rounds as the forward does. Partial evaluation re-traces a fixed-count loop's body to
+    hoist what its steps share, which split each scan nested in the rounds into one storing its gathers' indices for
+    every step and one reading them back: the rounds are ``while`` loops, which it leaves whole, so the linearized
+    program holds the forward's loops and no more."""
+    jax = pytest.importorskip("jax")
+    y = jax.numpy.asarray(np.cumsum(np.random.default_rng(7).normal(size=(3, 32)), axis=-1)[..., ::-1].copy())
+
+    def loops(fn) -> int:
+        text = str(jax.make_jaxpr(fn)(y))
+        return text.count("scan[") + text.count("while[")
+
+    forward = loops(rankops.isotonic_regression)
+    assert forward >= 4  # the rounds and their scans and searches, so the count keeps its point
+    assert loops(lambda u: jax.linearize(rankops.isotonic_regression, u)[0]) == forward
+    assert_allclose(np.asarray(jax.jit(rankops.isotonic_regression)(y)), np.stack([isotonic_regression(r).x for r in np.asarray(y)]),
+                    rtol=1e-12, atol=1e-12)

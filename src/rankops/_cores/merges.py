@@ -15,10 +15,14 @@ tests). A round costs O(n log n); no n x n anything.
   ``L`` program sections of different shapes.
 - :func:`_round`, ``h`` an array: every array keeps the row's shape and
   what depends on ``h`` comes from positions, so the ``L`` rounds are one
-  loop (``lax.fori_loop`` on JAX) and the program does not grow with the
-  row. Sums within each half run by doubling over offsets ``d = 1, 2, 4,
-  ...`` that stay inside the half, the counts by a binary search, each of
-  them a loop of ``L`` gathers (O(n log^2 n) in all).
+  loop (on JAX) and the program does not grow with the row. Sums within
+  each half run by doubling over offsets ``d = 1, 2, 4, ...`` that stay
+  inside the half, the counts by a binary search, each a loop of one
+  gather per step, as many steps as a half of ``h`` entries needs
+  (``log2 h`` or one more: O(n log^2 n) in all). The loops run in a
+  custom rule's forward, which no autodiff traces: on JAX they are
+  ``while`` loops (the adapter's ``repeat(differentiated=False)``), which
+  stop at that count and which ``jax.grad`` leaves whole.
 """
 
 from __future__ import annotations
@@ -30,10 +34,10 @@ from .._lib._compat import index_dtype, device as _device
 __all__ = ["merge_rounds"]
 
 
-def _within_halves(xp: Any, adapter: Any, comb: Callable[[Any, Any], Any], a: Any, pos: Any, k: Any, h: Any, steps: int,
-                   reverse: bool) -> Any:
-    """Inclusive scan of ``comb`` within each half of length ``h`` (``k``: each entry's offset in its half), backward
-    when ``reverse`` (each entry then holds the total from it to its half's end)."""
+def _within_halves(xp: Any, adapter: Any, comb: Callable[[Any, Any], Any], a: Any, pos: Any, k: Any, h: Any, r: Any,
+                   steps: int, reverse: bool) -> Any:
+    """Inclusive scan of ``comb`` within each half of length ``h = 2^r`` (``k``: each entry's offset in its half),
+    backward when ``reverse`` (each entry then holds the total from it to its half's end): ``r`` doubling steps."""
     n = a.shape[-1]
 
     def step(state: tuple[Any, Any]) -> tuple[Any, Any]:
@@ -46,12 +50,13 @@ def _within_halves(xp: Any, adapter: Any, comb: Callable[[Any, Any], Any], a: An
         return xp.where(has, comb(other, u), u), d * 2
 
     one = xp.asarray(1, dtype=pos.dtype, device=_device(pos))
-    return adapter.repeat(xp, step, (a, one), steps, steps, like=(k, h))[0]
+    return adapter.repeat(xp, step, (a, one), r, steps, like=(k, h), differentiated=False)[0]
 
 
-def _count_below(xp: Any, adapter: Any, v: Any, start: Any, h: Any, strict: Any, steps: int, seq: Any = None) -> Any:
-    """Per entry, how many of the ``h`` sorted values of ``seq`` (default ``v``) from ``start`` on are below its
-    ``v`` (``strict``: ``<``, else ``<=``): a branchless binary search, one gather per step."""
+def _count_below(xp: Any, adapter: Any, v: Any, start: Any, h: Any, r: Any, strict: Any, steps: int, seq: Any = None) -> Any:
+    """Per entry, how many of the ``h = 2^r`` sorted values of ``seq`` (default ``v``) from ``start`` on are below
+    its ``v`` (``strict``: ``<``, else ``<=``): a branchless binary search from the bit ``h`` down, ``r + 1`` steps
+    of one gather each."""
     n = v.shape[-1]
     seq = v if seq is None else seq
 
@@ -64,14 +69,13 @@ def _count_below(xp: Any, adapter: Any, v: Any, start: Any, h: Any, strict: Any,
 
     dev = _device(v)
     c = xp.zeros(v.shape, dtype=start.dtype, device=dev)
-    top = xp.asarray(1 << (steps - 1), dtype=start.dtype, device=dev)
-    return adapter.repeat(xp, step, (c, top), steps, steps, like=(v, start))[0]
+    return adapter.repeat(xp, step, (c, h), r + 1, steps, like=(v, start), differentiated=False)[0]
 
 
-def _scan(xp: Any, adapter: Any, kind: Any, a: Any, pos: Any, k: Any, h: Any, steps: int, reverse: bool) -> Any:
+def _scan(xp: Any, adapter: Any, kind: Any, a: Any, pos: Any, k: Any, h: Any, r: Any, steps: int, reverse: bool) -> Any:
     """``kind``'s inclusive scan within each half (backward when ``reverse``); ``kind`` None: a count (sum of ints)."""
     comb = (lambda u, t: u + t) if kind is None else (lambda u, t: kind.comb(xp, u, t))
-    return _within_halves(xp, adapter, comb, a, pos, k, h, steps, reverse)
+    return _within_halves(xp, adapter, comb, a, pos, k, h, r, steps, reverse)
 
 
 def _halves_round(xp: Any, adapter: Any, kind: Any, v: Any, data: tuple[Any, ...], h: int) -> Any:
@@ -151,8 +155,9 @@ def _halves_round(xp: Any, adapter: Any, kind: Any, v: Any, data: tuple[Any, ...
     return xp.reshape(xp.where(inside, pooled[..., None], vv), batch + (big,))
 
 
-def _round(xp: Any, adapter: Any, kind: Any, v: Any, data: tuple[Any, ...], h: Any, steps: int) -> Any:
-    """One round of the loop (``h`` an array): :func:`_halves_round`'s tests on positions, every array row-shaped."""
+def _round(xp: Any, adapter: Any, kind: Any, v: Any, data: tuple[Any, ...], h: Any, r: Any, steps: int) -> Any:
+    """One round of the loop (``h = 2^r`` an array): :func:`_halves_round`'s tests on positions, every array
+    row-shaped; its scans and searches take the ``r`` or ``r + 1`` steps a half of ``h`` entries needs."""
     n = v.shape[-1]
     dev = _device(v)
     idx = index_dtype(xp, dev)
@@ -166,8 +171,8 @@ def _round(xp: Any, adapter: Any, kind: Any, v: Any, data: tuple[Any, ...], h: A
     tot = xp.stack(kind.stats(xp, v, data, centre))
     count = tot.shape[0]
     ident = kind.identity
-    fwd = _scan(xp, adapter, kind, tot, pos, k, h, steps, False)  # from each half's start to the entry
-    bwd = _scan(xp, adapter, kind, tot, pos, k, h, steps, True)  # from the entry to its half's end
+    fwd = _scan(xp, adapter, kind, tot, pos, k, h, r, steps, False)  # from each half's start to the entry
+    bwd = _scan(xp, adapter, kind, tot, pos, k, h, r, steps, True)  # from the entry to its half's end
 
     def at(sums: Any, i: Any, some: Any) -> tuple[Any, ...]:
         got = adapter.take(xp, sums, xp.broadcast_to(xp.clip(i, 0, n - 1), sums.shape))
@@ -181,7 +186,7 @@ def _round(xp: Any, adapter: Any, kind: Any, v: Any, data: tuple[Any, ...], h: A
         """``sum_S f'(v)`` over the ``size`` entries from ``first`` on (a right half's prefix)."""
         lower = None
         if kind.signs:  # and over those of them whose data lie below v (data rows are sorted)
-            cut = xp.minimum(size, _count_below(xp, adapter, v, first, h, true, steps, seq=data[0]))
+            cut = xp.minimum(size, _count_below(xp, adapter, v, first, h, r, true, steps, seq=data[0]))
             lower = at(fwd, first + cut - 1, cut > 0)
         return kind.below(xp, at(fwd, first + size - 1, size > 0), v, centre, lower)
 
@@ -189,20 +194,20 @@ def _round(xp: Any, adapter: Any, kind: Any, v: Any, data: tuple[Any, ...], h: A
         """``-sum_S f'(v)`` over the half from ``first`` on, its first ``skip`` entries left out (a left half's suffix)."""
         whole, lower = at(bwd, first + skip, skip < h), None
         if kind.signs:
-            cut = xp.maximum(skip, _count_below(xp, adapter, v, first, h, true, steps, seq=data[0]))
+            cut = xp.maximum(skip, _count_below(xp, adapter, v, first, h, r, true, steps, seq=data[0]))
             lower = tuple(a - b for a, b in zip(whole, at(bwd, first + cut, cut < h)))
         return kind.above(xp, whole, v, centre, lower)
 
     # the other half's values below each entry: a left one's prefix of R (< L), a right one's suffix of L (> R)
-    c = _count_below(xp, adapter, v, other, h, left, steps)
+    c = _count_below(xp, adapter, v, other, h, r, left, steps)
     cross = xp.where(left, prefix(other, c), suffix(other, c))
     # the own half's entries beyond each entry, away from the boundary: after it in L, before it in R (after or
     # before its whole block, for a kind that needs it)
-    own = _count_below(xp, adapter, v, half_start, h, ~left, steps) if kind.whole_blocks else None  # L: <=, R: <
+    own = _count_below(xp, adapter, v, half_start, h, r, ~left, steps) if kind.whole_blocks else None  # L: <=, R: <
     after, before = (own, own) if kind.whole_blocks else (k + 1, k)
     beyond = xp.where(left, suffix(half_start, after), prefix(half_start, before))
     pools = (cross > beyond) & (cross > ident)
-    counts = _scan(xp, adapter, None, xp.astype(pools, idx), pos, k, h, steps, False)
+    counts = _scan(xp, adapter, None, xp.astype(pools, idx), pos, k, h, r, steps, False)
     start = h - adapter.take(xp, counts, seg + h - 1)  # the pool: left[start:] + right[:stop]
     stop = adapter.take(xp, counts, seg + 2 * h - 1)
     sums = tuple(kind.comb(xp, a, b) for a, b in zip(at(bwd, seg + start, start < h), at(fwd, seg + h + stop - 1, stop > 0)))
@@ -241,9 +246,10 @@ def merge_rounds(xp: Any, adapter: Any, kind: Any, v: Any, data: tuple[Any, ...]
             h *= 2
         return v
 
-    def body(state: tuple[Any, Any]) -> tuple[Any, Any]:
-        u, h = state
-        return _round(xp, adapter, kind, u, data, h, steps), h * 2
+    def body(state: tuple[Any, Any, Any]) -> tuple[Any, Any, Any]:
+        u, h, r = state
+        return _round(xp, adapter, kind, u, data, h, r, steps), h * 2, r + 1
 
-    v, _ = adapter.repeat(xp, body, (v, xp.asarray(1, dtype=index_dtype(xp, dev), device=dev)), steps, steps, like=data)
+    one, zero = (xp.asarray(i, dtype=index_dtype(xp, dev), device=dev) for i in (1, 0))
+    v, _, _ = adapter.repeat(xp, body, (v, one, zero), steps, steps, like=data, differentiated=False)
     return v

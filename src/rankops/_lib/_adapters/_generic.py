@@ -208,13 +208,16 @@ class PortableAdapter:
         that a compiling backend may run as one loop op, its body traced once."""
         return _loops.scan_blocks(xp, body, carry, xs, block)
 
-    def repeat(self, xp: Any, body: Callable[[Any], Any], state: Any, count: Any, most: int, like: tuple[Any, ...] = ()) -> Any:
+    def repeat(self, xp: Any, body: Callable[[Any], Any], state: Any, count: Any, most: int, like: tuple[Any, ...] = (),
+               differentiated: bool = True) -> Any:
         """``body`` applied ``count`` times to ``state`` (a tuple of arrays); ``count <= most``.
 
         ``count`` is a Python int here; under ``jax.jit`` it may be traced
         (see the JAX adapter), which is why ``most`` bounds it. ``like``: the
         arrays the body reads besides the state (JAX's ``shard_map`` makes
-        the state vary as they do).
+        the state vary as they do). ``differentiated=False``: no autodiff traces
+        through the loop (it runs in a custom rule's forward), which lets a
+        compiling backend pick a loop form that autodiff cannot follow.
         """
         for _ in range(count):
             state = body(state)

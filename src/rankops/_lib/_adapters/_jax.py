@@ -234,13 +234,28 @@ class Jax(PortableAdapter):
         return iterate(xp, step, operands, state, error=error, freeze=freeze, max_iter=max_iter, tol=tol, check_every=check_every,
                        whole_rounds=whole_rounds)
 
-    def repeat(self, xp: Any, body: Any, state: Any, count: Any, most: int, like: tuple[Any, ...] = ()) -> Any:
-        """One ``lax.fori_loop`` of ``most`` steps, those from ``count`` on masked: ``count`` may be traced."""
+    def repeat(self, xp: Any, body: Any, state: Any, count: Any, most: int, like: tuple[Any, ...] = (),
+               differentiated: bool = True) -> Any:
+        """One ``lax.fori_loop`` of ``most`` steps, those from ``count`` on masked: ``count`` may be traced.
+
+        ``differentiated=False`` (a loop in a custom rule's forward, which no autodiff traces): a ``lax.while_loop``
+        of ``count`` steps, which stops there. Partial evaluation (``jax.linearize``, ``jax.grad``) re-traces a
+        fixed-count loop's (a ``scan``'s) body to hoist what does not change between steps, and so splits every loop
+        nested in that body into one that stores its gathers' indices for all its steps and one that reads them
+        back; it leaves a ``while_loop`` whole.
+        """
 
         def one(i: Any, s: Any) -> Any:
             return tuple(jnp.where(i < count, new, old) for new, old in zip(body(s), s))
 
-        return jax.lax.fori_loop(0, most, one, varying(tuple(state), count, *like)) if most > 0 else tuple(state)
+        if most <= 0:
+            return tuple(state)
+        start = varying(tuple(state), count, *like)
+        if differentiated:
+            return jax.lax.fori_loop(0, most, one, start)
+        i0 = varying(jnp.zeros((), jnp.int32), *start)
+        return jax.lax.while_loop(lambda c: (c[0] < most) & (c[0] < count), lambda c: (c[0] + 1, tuple(body(c[1]))),
+                                  (i0, start))[1]
 
     def settle(self, xp: Any, body: Any, state: Any, moved: Any, most: int, every: int, like: tuple[Any, ...] = ()) -> Any:
         """One ``lax.while_loop`` of rounds of ``every`` steps, until a round moves nothing: under ``jit`` too (under

@@ -201,12 +201,12 @@ class Torch(PortableAdapter):
         early_exit = not any(mapped(t) for t in _tensors((operands, state)))
         return _loops.iterate(xp, step, operands, state, wrap=checkpointed, early_exit=early_exit, **kwargs)
 
-    def repeat(self, xp: Any, body: Any, state: Any, count: Any, most: int, like: tuple[Any, ...] = ()) -> Any:
+    def repeat(self, xp: Any, body: Any, state: Any, count: Any, most: int, like: tuple[Any, ...] = (),
+               differentiated: bool = True) -> Any:
         """Under ``torch.compile`` with no gradient through it: torch's ``while_loop``, its body traced once.
 
-        ``count`` may be a 0-d tensor there (:func:`_while_rounds`); with a
-        gradient (autograd cannot follow a ``while_loop``) such a count runs
-        ``most`` steps, those from ``count`` on masked.
+        ``count`` may be a 0-d tensor there (:func:`_while_rounds`); with a gradient (autograd cannot follow a
+        ``while_loop``) such a count runs ``most`` steps, those from ``count`` on masked.
         """
         state = tuple(state)
         if not torch.compiler.is_compiling():
