@@ -1,9 +1,10 @@
 """The host route of Sander et al.'s reference code, written here as a comparison point: sequential PAV compiled by
 numba on the host, reached from JAX through ``jax.pure_callback`` (benchmark-only: needs ``numba``).
 
-The p = 4/3 top-k mask: ``v``, the decreasing fit of ``sum (1/4)(z_i - v_i)^4 + w_i v_i`` (q = 4), pooled left to
-right; each block's value solves ``sum_B (z_i - v)^3 = W_B``, a cubic in the block's running sums (one real root).
-The mask is ``(z - v)^3``. Forward only: the comparison times the pooling, which is where the two routes differ.
+The p = 4/3 top-k mask and soft rank: ``v``, the decreasing fit of ``sum (1/4)(z_i - v_i)^4 + w_i v_i`` (q = 4),
+pooled left to right; each block's value solves ``sum_B (z_i - v)^3 = W_B``, a cubic in the block's running sums (one
+real root). The mask is ``(z - v)^3`` for the top-k polytope's weights ``w``, the rank for ``w = (n, ..., 1)``.
+Forward only: the comparison times the pooling, which is where the two routes differ.
 """
 
 from __future__ import annotations
@@ -63,8 +64,9 @@ def _compiled() -> Any:
 _PAV = None
 
 
-def topk_mask_callback(x: Any, k: int, strength: float) -> Any:
-    """The p = 4/3 top-k mask of ``x / strength`` (JAX array, rows along the last axis) through ``jax.pure_callback``."""
+def _projection_callback(x: Any, w: np.ndarray, strength: float) -> Any:
+    """The p = 4/3 projection of ``x / strength`` (JAX array, rows along the last axis) onto the permutahedron of the
+    decreasing weights ``w``, in ``x``'s order, through ``jax.pure_callback``."""
     global _PAV
     import jax
     import jax.numpy as jnp
@@ -72,7 +74,6 @@ def topk_mask_callback(x: Any, k: int, strength: float) -> Any:
     if _PAV is None:
         _PAV = _compiled()
     n = x.shape[-1]
-    w = np.clip(k - np.arange(n), 0.0, 1.0)
     order = jnp.argsort(-x, axis=-1)
     z = jnp.take_along_axis(x, order, axis=-1) / strength
 
@@ -82,3 +83,14 @@ def topk_mask_callback(x: Any, k: int, strength: float) -> Any:
 
     mu = jax.pure_callback(host, jax.ShapeDtypeStruct(z.shape, z.dtype), z, vmap_method="broadcast_all")
     return jnp.take_along_axis(mu, jnp.argsort(order, axis=-1), axis=-1)
+
+
+def topk_mask_callback(x: Any, k: int, strength: float) -> Any:
+    """The p = 4/3 top-k mask of ``x / strength``: the projection onto the permutahedron of ``(1, ..., 1, 0, ...)``."""
+    return _projection_callback(x, np.clip(k - np.arange(x.shape[-1]), 0.0, 1.0), strength)
+
+
+def rank_callback(x: Any, strength: float) -> Any:
+    """The p = 4/3 soft rank of ``x / strength`` (ascending): the projection onto the permutahedron of ``(n, ..., 1)``."""
+    n = x.shape[-1]
+    return _projection_callback(x, np.arange(n, 0, -1, dtype=np.float64), strength)

@@ -20,7 +20,7 @@ Prints two tables:
 With numba installed (``pip install rankops-xp[bench]``), two more tables
 against the route of the paper's reference code (sequential PAV compiled by
 numba on the host, reached through ``jax.pure_callback``;
-:mod:`benchmarks._host_pav`), the p = 4/3 top-k mask on JAX:
+:mod:`benchmarks._host_pav`), the p = 4/3 top-k mask and soft rank on JAX:
 
 4. time of one forward under ``jax.jit`` (ms), float32, both routes, and
    the callback's over rankops' measured in the same run;
@@ -154,7 +154,8 @@ print(json.dumps(report))
 
 
 def host_callback(sizes: list[tuple[int, int]], repeats: int) -> None:
-    """Tables 3-4: rankops' p = 4/3 top-k mask against the reference code's route (host PAV through pure_callback)."""
+    """Tables 3-4: rankops' p = 4/3 top-k mask and soft rank against the reference code's route (host PAV through
+    pure_callback)."""
     try:
         import numba  # noqa: F401
     except ImportError:
@@ -165,21 +166,25 @@ def host_callback(sizes: list[tuple[int, int]], repeats: int) -> None:
     import jax.numpy as jnp
 
     import rankops
-    from ._host_pav import topk_mask_callback
+    from ._host_pav import rank_callback, topk_mask_callback
 
-    print("\np = 4/3 top-k mask (k = n / 10, strength=0.1), one forward under jax.jit, float32, median of interleaved "
-          "repeats (ms)\n")
-    print("| B | n | rankops | pure_callback PAV | callback / rankops |")
-    print("|---|---|---|---|---|")
+    print("\np = 4/3 top-k mask (k = n / 10) and soft rank, strength=0.1, one forward under jax.jit, float32, median of "
+          "interleaved repeats (ms)\n")
+    print("| operator | B | n | rankops | pure_callback PAV | callback / rankops |")
+    print("|---|---|---|---|---|---|")
+    lp = dict(method="permutahedron", regularization="lp", p=4 / 3, strength=0.1)
     for b, n in sizes:
         x = jnp.asarray(np.random.default_rng(0).normal(size=(b, n)).astype(np.float32))
         k = max(1, n // 10)
-        ours = jax.jit(lambda v: rankops.soft_topk_mask(v, k, method="permutahedron", regularization="lp", p=4 / 3, strength=0.1))
-        theirs = jax.jit(lambda v: topk_mask_callback(v, k, 0.1))
-        np.testing.assert_allclose(np.asarray(ours(x)), np.asarray(theirs(x)), atol=1e-4)  # the same mask
-        fns = {"rankops": lambda: ours(x).block_until_ready(), "callback": lambda: theirs(x).block_until_ready()}
-        ms = {key: 1e3 * v for key, v in interleaved_medians(fns, repeats).items()}
-        print(f"| {b} | {n:,} | {ms['rankops']:.3g} | {ms['callback']:.3g} | {ms['callback'] / ms['rankops']:.2f} |")
+        routes = {"soft_topk_mask": (lambda v: rankops.soft_topk_mask(v, k, **lp), lambda v: topk_mask_callback(v, k, 0.1)),
+                  "soft_rank": (lambda v: rankops.soft_rank(v, **lp), lambda v: rank_callback(v, 0.1))}
+        for op, (mine, reference) in routes.items():
+            ours, theirs = jax.jit(mine), jax.jit(reference)
+            got, want = np.asarray(ours(x)), np.asarray(theirs(x))
+            assert np.max(np.abs(got - want) / np.maximum(1.0, np.abs(want))) < 1e-3, op  # the same values, in float32
+            fns = {"rankops": lambda: ours(x).block_until_ready(), "callback": lambda: theirs(x).block_until_ready()}
+            ms = {key: 1e3 * v for key, v in interleaved_medians(fns, repeats).items()}
+            print(f"| {op} | {b} | {n:,} | {ms['rankops']:.3g} | {ms['callback']:.3g} | {ms['callback'] / ms['rankops']:.2f} |")
     import json
     import os
     import subprocess

@@ -219,3 +219,10 @@ def test_sparse_topk_script_prints_its_tables():
     assert by_strength == ["1", "0.1", "0.01"], proc.stdout
     shares = r"^\| soft_topk_(mask|magnitude) \| \d+ \| [\d,]+ \|(?: [\d.]+% / [\d.]+% \|){4}$"
     assert len(re.findall(shares, proc.stdout, flags=re.M)) == 4, proc.stdout
+    try:
+        import numba  # noqa: F401
+    except ImportError:  # the comparison with the reference code's host PAV needs it
+        return
+    # the host PAV's route against rankops': the mask and the rank at both sizes, with the values checked equal
+    callback = re.findall(r"^\| (soft_topk_mask|soft_rank) \| \d+ \| [\d,]+ \|(?: [\d.e+]+ \|){3}$", proc.stdout, flags=re.M)
+    assert callback == ["soft_topk_mask", "soft_rank"] * 2, proc.stdout
