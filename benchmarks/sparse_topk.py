@@ -176,12 +176,13 @@ def host_callback(sizes: list[tuple[int, int]], repeats: int) -> None:
     for b, n in sizes:
         x = jnp.asarray(np.random.default_rng(0).normal(size=(b, n)).astype(np.float32))
         k = max(1, n // 10)
-        routes = {"soft_topk_mask": (lambda v: rankops.soft_topk_mask(v, k, **lp), lambda v: topk_mask_callback(v, k, 0.1)),
-                  "soft_rank": (lambda v: rankops.soft_rank(v, **lp), lambda v: rank_callback(v, 0.1))}
-        for op, (mine, reference) in routes.items():
+        # the same values in float32: the mask's entries within 1e-4, the ranks (up to n) within 1e-3 relative
+        routes = {"soft_topk_mask": (lambda v: rankops.soft_topk_mask(v, k, **lp), lambda v: topk_mask_callback(v, k, 0.1), 1e-4),
+                  "soft_rank": (lambda v: rankops.soft_rank(v, **lp), lambda v: rank_callback(v, 0.1), 1e-3)}
+        for op, (mine, reference, tol) in routes.items():
             ours, theirs = jax.jit(mine), jax.jit(reference)
             got, want = np.asarray(ours(x)), np.asarray(theirs(x))
-            assert np.max(np.abs(got - want) / np.maximum(1.0, np.abs(want))) < 1e-3, op  # the same values, in float32
+            assert np.max(np.abs(got - want) / np.maximum(1.0, np.abs(want))) <= tol, op
             fns = {"rankops": lambda: ours(x).block_until_ready(), "callback": lambda: theirs(x).block_until_ready()}
             ms = {key: 1e3 * v for key, v in interleaved_medians(fns, repeats).items()}
             print(f"| {op} | {b} | {n:,} | {ms['rankops']:.3g} | {ms['callback']:.3g} | {ms['callback'] / ms['rankops']:.2f} |")
