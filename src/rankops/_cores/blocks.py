@@ -127,8 +127,8 @@ def regroup(xp: Any, adapter: Any, sums: Any, table: Any, starts: Any, value: An
     heads = xp.nonzero(starts)[0]
     several = ~(starts & xp.concat([starts[1:], xp.ones((1,), dtype=xp.bool, device=dev)]))
     at = xp.nonzero(several)[0]
-    if at.shape[0] == 0:  # nothing to combine: every group one block
-        return xp.take(table, heads, axis=-1), heads, group
+    if at.shape[0] == 0:  # nothing to combine: every block begins a group, and the table stands as it is
+        return table, heads, group
     part = xp.take(starts, at)
     firsts = xp.nonzero(part)[0]
     taken = xp.take(table, at, axis=-1)
