@@ -436,7 +436,7 @@ def test_cubic_root_is_the_real_root_at_every_scale(tangent, dtype, scales):
 
 
 def test_under_jit_the_merge_rounds_count_every_entry():
-    """``reads_in_eager_node`` under ``jax.jit``: False (the merge rounds then run over all n entries, and the pooling
+    """``reads_in_eager_node`` under ``jax.jit``: False (the merge rounds then cannot count the blocks, and the pooling
     rounds weigh them so: ``merge_all`` below); eager JAX and NumPy read values."""
     jax = pytest.importorskip("jax")
     import array_api_compat.numpy as np_xp
@@ -449,6 +449,49 @@ def test_under_jit_the_merge_rounds_count_every_entry():
     jax.jit(lambda x: seen.append(adapter.reads_in_eager_node(x)) or x)(jnp.zeros(3))
     assert seen == [False]
     assert adapter.reads_in_eager_node(jnp.zeros(3)) and get_adapter(np_xp).reads_in_eager_node(np.zeros(3))
+
+
+def test_under_jit_the_merge_rounds_over_blocks_take_the_shortest_rows_that_hold_them(monkeypatch):
+    """Under ``jax.jit`` the merge rounds over the blocks cannot count them: on a long row (here from 64 entries, as
+    from 1024 in use) they run over rows of a quarter or a half of its padded length, the first that holds every
+    row's blocks, else over all n (``merges.merge_lengths``). Each route equals the sequential PAV, after one pooling
+    round that left drops; the quarter alone, forced where the blocks need the half, does not."""
+    jax = pytest.importorskip("jax")
+    import jax.numpy as jnp
+    from array_api_compat import array_namespace
+
+    from rankops._cores import isotonic, merges, pnorm, power_sums, powers
+    from rankops._lib._adapters import get_adapter
+
+    monkeypatch.setattr(merges, "SHORT_MERGE_FROM", 64)
+    assert (merges.merge_lengths(64), merges.merge_lengths(40), merges.merge_lengths(32)) == ((16, 32, 64), (16, 32, 40), (32,))
+
+    def fit(a: Any, b: Any) -> Any:
+        xp = array_namespace(a)
+        y, w = xp.flip(a, axis=-1), xp.flip(b, axis=-1)
+        u, unsettled, _ = isotonic.pool_runs(xp, get_adapter(xp), pnorm._Rules(4.0), y - powers.odd_power(xp, w, 1.0 / 3.0),
+                                             xp.stack([y, w]), 1)
+        blocks = xp.max(xp.sum(xp.astype(isotonic.block_starts(xp, u), xp.int32), axis=-1))
+        return xp.flip(power_sums.merge_fit(xp, u, y, w, q=4.0)[0], axis=-1), blocks, xp.any(unsettled)
+
+    x = _chained_rows(11, 64)
+    z, w = -np.sort(-x, axis=-1), np.broadcast_to(np.arange(64, 0, -1.0) * 3.0, x.shape)
+    want = np.stack([_pav_projection(a, b, 4.0 / 3.0) for a, b in zip(z, w)])
+
+    def mu(rows: list[int]) -> tuple[np.ndarray, int]:
+        v, blocks, unsettled = jax.jit(lambda a, b: fit(a, b))(jnp.asarray(z[rows]), jnp.asarray(w[rows]))  # traced anew
+        assert bool(unsettled)
+        return np.sign(z[rows] - v) * np.abs(z[rows] - v) ** 3.0, int(blocks)
+
+    # the most blocks a row keeps after the round: 11 (a quarter holds them), 27 (a half), 61
+    routes = {16: [0, 4], 32: [0, 1, 4], 64: list(range(6))}
+    for length, rows in routes.items():
+        got, blocks = mu(rows)
+        assert length // 2 < blocks <= length, (length, blocks)
+        np.testing.assert_allclose(got, want[rows], rtol=1e-10, atol=1e-9 * np.abs(want).max())
+    monkeypatch.setattr(type(get_adapter(jnp)), "shortcut", lambda self, xp, holds, fast, general: fast())
+    np.testing.assert_allclose(mu(routes[16])[0], want[routes[16]], rtol=1e-10, atol=1e-9 * np.abs(want).max())
+    assert not np.allclose(mu(routes[32])[0], want[routes[32]], rtol=1e-3)
 
 
 def test_a_snowballing_row_leaves_the_pooling_rounds_when_its_drops_stop_halving():

@@ -7,6 +7,7 @@ from typing import Any
 from .._lib._adapters import get_adapter
 from .._lib._compat import device as _device, index_dtype
 from . import isotonic
+from .merges import merge_lengths
 from .powers import moment_root
 
 __all__ = ["PowerSums", "merge_fit", "merge_blocks", "pool_blocks", "block_form", "centred"]
@@ -140,25 +141,17 @@ def pool_blocks(xp: Any, adapter: Any, values: Any, data: tuple[Any, ...], q: fl
     return isotonic.pool_runs(xp, adapter, PowerSums(q), values, xp.stack(data), max(values.shape[-1] - 1, 1))[0]
 
 
-def _one_per_block(xp: Any, adapter: Any, v: Any, y: Any, w: Any) -> tuple[Any, tuple[Any, ...], Any]:
-    """The blocks of ``v`` (runs of equal values) as entries of shorter rows: ``(values, data, index)``, ``data``
-    :class:`PowerSums`' block form, ``index`` each entry's block (``take(values, index)`` spreads a row of blocks back).
-
-    A backend that reads values now keeps as many entries as the row with most blocks;
-    one that cannot keeps n, the row's blocks first, then entries that weigh nothing
-    and sit at the row's largest value (they never pool, :func:`.isotonic.merge_rows`).
-    """
+def _one_per_block(xp: Any, adapter: Any, v: Any, y: Any, w: Any, starts: Any, ordinal: Any, count: int) -> tuple[Any, tuple[Any, ...], Any]:
+    """The blocks of ``v`` (runs of equal values, ``starts`` True where one begins, ``ordinal`` each entry's block
+    counted from 1) as entries of rows of ``count`` (at least as many as the row with most blocks): ``(values, data,
+    index)``, ``data`` :class:`PowerSums`' block form, ``index`` each entry's block (``take(values, index)`` spreads a
+    row of blocks back). A row's blocks come first, then entries that weigh nothing and sit at the row's largest
+    value (they never pool, :func:`.isotonic.merge_rows`)."""
     n = v.shape[-1]
     dev = _device(v)
-    idx = index_dtype(xp, dev)
-    starts = isotonic.block_starts(xp, v)
     mean, total_w, m, m2, m3 = block_form(xp, adapter, starts, y, w)
-    ordinal = xp.cumulative_sum(xp.astype(starts, idx), axis=-1)  # each entry's block, counted from 1
-    count = n
-    if adapter.is_concrete(ordinal) and 0 not in v.shape:
-        count = int(xp.max(ordinal[..., -1]))
     # each block's first entry (n past the row's last block)
-    wanted = xp.broadcast_to(xp.arange(1, count + 1, dtype=idx, device=dev), v.shape[:-1] + (count,))
+    wanted = xp.broadcast_to(xp.arange(1, count + 1, dtype=ordinal.dtype, device=dev), v.shape[:-1] + (count,))
     first = adapter.searchsorted(xp, ordinal, wanted, side="left")
     real = first < n
     at = xp.where(real, first, n - 1)
@@ -176,10 +169,33 @@ def _one_per_block(xp: Any, adapter: Any, v: Any, y: Any, w: Any) -> tuple[Any, 
 def merge_fit(xp: Any, v: Any, y: Any, w: Any, *, q: float) -> tuple[Any]:
     """``(the merge rounds' fit,)`` from ``v``, called by name (:meth:`eagerly`): at q = 3 the one-entry values; else
     any pooling of them (blocks that the fit keeps whole, one entry each in the rounds, which then run on as few
-    entries as the pooling left blocks)."""
+    entries as the pooling left blocks).
+
+    A backend that reads values now sizes the rows of blocks by the row with most blocks. One that cannot (``jax.jit``)
+    sizes them by the first of :func:`.merges.merge_lengths` that holds every row's blocks (:meth:`shortcut`).
+    """
     adapter = get_adapter(xp)
     kind = PowerSums(q)
     if kind.signs:
         return (isotonic.merge_rows(xp, adapter, kind, v, (y, w), (None, 0.0)),)
-    values, data, index = _one_per_block(xp, adapter, v, y, w)
-    return (adapter.take(xp, merge_blocks(xp, adapter, values, data, q), index),)
+    n = v.shape[-1]
+    starts = isotonic.block_starts(xp, v)
+    ordinal = xp.cumulative_sum(xp.astype(starts, index_dtype(xp, _device(v))), axis=-1)
+
+    def fit(count: int) -> Any:
+        values, data, index = _one_per_block(xp, adapter, v, y, w, starts, ordinal, count)
+        return adapter.take(xp, merge_blocks(xp, adapter, values, data, q), index)
+
+    if 0 in v.shape:
+        return (fit(n),)
+    if adapter.is_concrete(ordinal):
+        return (fit(int(xp.max(ordinal[..., -1]))),)
+    most = xp.max(ordinal[..., -1])
+
+    def shortest(lengths: tuple[int, ...]) -> Any:
+        """The fit over rows of the first of ``lengths`` that holds the blocks (the last holds any)."""
+        if len(lengths) == 1:
+            return fit(lengths[0])
+        return adapter.shortcut(xp, most <= lengths[0], lambda: fit(lengths[0]), lambda: shortest(lengths[1:]))
+
+    return (shortest(merge_lengths(n)),)

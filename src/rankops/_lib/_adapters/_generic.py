@@ -54,7 +54,7 @@ REQUIRED = (
 SPEED_UPS = (
     "softmax", "logsumexp", "ndtr", "sigmoid", "log_sigmoid", "linear_scan", "scan_links", "cumlogsumexp",
     "cumulative_sum", "searchsorted", "take", "select", "sort_order", "invert_permutation", "merge_descending",
-    "segment_sum", "segment_totals", "segment_first", "segment_logsumexp",
+    "segment_sum", "segment_totals", "segment_first", "segment_logsumexp", "shortcut",
 )
 
 
@@ -276,6 +276,17 @@ class PortableAdapter:
         backward cannot be traced (the torch adapter under ``torch.compile``).
         """
         return False
+
+    def shortcut(self, xp: Any, holds: Any, fast: Callable[[], Any], general: Callable[[], Any]) -> Any:
+        """``fast()`` where the 0-d boolean ``holds`` is True, else ``general()``.
+
+        ``fast`` is a cheaper route to ``general``'s result that is valid only
+        where ``holds`` (arrays sized for a bound the data may exceed): a
+        backend that cannot read the flag now runs ``general``.
+        """
+        if self.is_concrete(holds) and bool(holds):
+            return fast()
+        return general()
 
     def unless(self, xp: Any, skip: Any, fn: Callable[[Any], Any], operand: Any, in_loop: bool = False) -> Any:
         """``fn(operand)``, or ``operand`` when the 0-d boolean ``skip`` is True.

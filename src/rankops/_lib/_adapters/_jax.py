@@ -271,6 +271,10 @@ class Jax(PortableAdapter):
         start = varying((jnp.zeros((), jnp.int32), tuple(state), going), *like)
         return jax.lax.while_loop(lambda c: (c[0] < most) & c[2], round_, start)[1]
 
+    def shortcut(self, xp: Any, holds: Any, fast: Any, general: Any) -> Any:
+        """``lax.cond``: under ``jit`` one route runs (under ``vmap`` both)."""
+        return jax.lax.cond(holds, fast, general)
+
     def unless(self, xp: Any, skip: Any, fn: Any, operand: Any, in_loop: bool = False) -> Any:
         """``lax.cond``: under ``jit`` the skipped branch costs nothing (under ``vmap`` both run)."""
         return jax.lax.cond(skip, lambda o: o, fn, operand)
