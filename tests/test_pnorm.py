@@ -494,6 +494,51 @@ def test_under_jit_the_merge_rounds_over_blocks_take_the_shortest_rows_that_hold
     assert not np.allclose(mu(routes[32])[0], want[routes[32]], rtol=1e-3)
 
 
+def test_under_jit_the_p_three_halves_fit_pools_over_its_blocks_where_they_fit_a_short_row(monkeypatch):
+    """At q = 3 (p = 3/2) the merge rounds start from the one-entry values. Under ``jax.jit``, on a long row (here from
+    64 entries, as from 8192 in use), rows whose blocks fit in a quarter of the padded length pool over their blocks
+    to the end instead (``power_sums.pooled_blocks_length``); both routes equal the sequential PAV after one pooling
+    round that left drops, and the blocks' route alone, forced where they do not fit, does not."""
+    jax = pytest.importorskip("jax")
+    import jax.numpy as jnp
+    from array_api_compat import array_namespace
+
+    from rankops._cores import isotonic, pnorm, power_sums
+    from rankops._lib._adapters import get_adapter
+
+    monkeypatch.setattr(power_sums, "POOLED_BLOCKS_FROM", 64)
+    assert (power_sums.pooled_blocks_length(64), power_sums.pooled_blocks_length(32)) == (16, 32)
+
+    def fit(a: Any, b: Any) -> Any:
+        xp = array_namespace(a)
+        y, w = xp.flip(a, axis=-1), xp.flip(b, axis=-1)
+        u, unsettled, _ = isotonic.pool_runs(xp, get_adapter(xp), pnorm._Rules(3.0), y - xp.sqrt(w), xp.stack([y, w]), 1)
+        blocks = xp.max(xp.sum(xp.astype(isotonic.block_starts(xp, u), xp.int32), axis=-1))
+        return xp.flip(power_sums.merge_fit(xp, u, y, w, q=3.0)[0], axis=-1), blocks, xp.any(unsettled)
+
+    x = _chained_rows(11, 64)
+    z, w = -np.sort(-x, axis=-1), np.broadcast_to(np.arange(64, 0, -1.0) * 3.0, x.shape)
+    want = np.stack([_pav_projection(a, b, 1.5) for a, b in zip(z, w)])
+
+    def mu(rows: list[int]) -> tuple[np.ndarray, int]:
+        v, blocks, unsettled = jax.jit(lambda a, b: fit(a, b))(jnp.asarray(z[rows]), jnp.asarray(w[rows]))  # traced anew
+        assert bool(unsettled)
+        return np.sign(z[rows] - v) * np.abs(z[rows] - v) ** 2.0, int(blocks)
+
+    fits, spills = [], list(range(6))
+    for row in range(6):
+        got, blocks = mu([row])
+        fits += [row] if blocks <= 16 else []
+    assert fits and len(fits) < 6, fits
+    for rows, short in ((fits, True), (spills, False)):
+        got, blocks = mu(rows)
+        assert (blocks <= 16) == short, blocks
+        np.testing.assert_allclose(got, want[rows], rtol=1e-10, atol=1e-9 * np.abs(want).max())
+    monkeypatch.setattr(type(get_adapter(jnp)), "shortcut", lambda self, xp, holds, fast, general: fast())
+    np.testing.assert_allclose(mu(fits)[0], want[fits], rtol=1e-10, atol=1e-9 * np.abs(want).max())
+    assert not np.allclose(mu(spills)[0], want[spills], rtol=1e-3)
+
+
 def test_a_snowballing_row_leaves_the_pooling_rounds_when_its_drops_stop_halving():
     """``merge_cost``: the rank's row of the test above at p = 4/3 takes in one entry per pooling round (one drop for
     up to n rounds); it leaves after a few rounds, with the drop left for the merge rounds. A row whose drops fall
@@ -511,11 +556,11 @@ def test_a_snowballing_row_leaves_the_pooling_rounds_when_its_drops_stop_halving
             Counted.rounds += 1
             return super().pooled(*args)
 
-    def pool(z: np.ndarray, merge_cost: float, merge_all: bool = False) -> tuple[int, bool]:
+    def pool(z: np.ndarray, merge_cost: float, merge_all: bool = False, stall_blocks: int = 0) -> tuple[int, bool]:
         y, w = z[::-1][None, :], np.arange(1.0, z.size + 1.0)[None, :]
         Counted.rounds = 0
         _, unsettled, _ = isotonic.pool_runs(xp, get_adapter(xp), Counted(4.0), y - w ** (1.0 / 3.0), np.stack([y, w]), 28, merge_cost,
-                                             merge_all=merge_all)
+                                             merge_all=merge_all, stall_blocks=stall_blocks)
         return Counted.rounds, bool(unsettled[0])
 
     e = 1.0 / 3.0
@@ -524,6 +569,10 @@ def test_a_snowballing_row_leaves_the_pooling_rounds_when_its_drops_stop_halving
     rounds, unsettled = pool(chain, 1.0)
     assert unsettled and rounds <= 4, rounds
     assert pool(chain, 1.0, merge_all=True) == (7, True)
+    # ``stall_blocks``: a row stalls out only with at most that many blocks (the chain keeps 59 after 7 rounds, 38
+    # after 28)
+    assert pool(chain, 1.0, merge_all=True, stall_blocks=64) == (7, True)
+    assert pool(chain, 1.0, merge_all=True, stall_blocks=32) == (28, True)
     scores = -np.sort(-np.random.default_rng(3).normal(size=128)) / 0.1
     settled = pool(scores, 0.0)
     assert pool(scores, 1.0) == settled and not settled[1] and settled[0] >= 2, settled

@@ -203,7 +203,7 @@ PER_LEVEL = 4  # pooling rounds per ceil(log2 n) before the merge rounds (:func:
 
 
 def pool_runs(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, max_rounds: int, merge_cost: float = 0.0,
-              leave: int = 0, merge_all: bool = False, starts: Any = None) -> tuple[Any, Any, bool]:
+              leave: int = 0, merge_all: bool = False, starts: Any = None, stall_blocks: int = 0) -> tuple[Any, Any, bool]:
     """Pool every maximal run of strictly decreasing blocks at once, for up to ``max_rounds`` rounds.
 
     Adjacent violators end in one block of the solution (the PAV argument),
@@ -223,10 +223,10 @@ def pool_runs(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, max_rounds: int
     rounds. A chain that snowballs (a block taking one neighbour per round)
     leaves a few drops for up to n rounds; the drops of a row that is
     settling fall geometrically. ``merge_all``: the merge rounds cannot
-    count the blocks (under ``jax.jit``), and a row pools for ``merge_cost
-    log2 n`` rounds before it stalls out, whatever its blocks: a row that
-    settles late (the p = 4/3 rank of 10^5 entries at the default softness,
-    in about 16 rounds) would otherwise stall out before it settles.
+    count the blocks (``jax.jit``), and a row pools ``merge_cost log2 n``
+    rounds before it stalls out, whatever its blocks (the p = 4/3 rank of
+    10^5 entries settles in about 16 at the default softness). ``stall_blocks``
+    > 0: only with at most that many blocks (a merge cheap only then).
 
     ``leave`` > 0 (a caller that finishes the last drops itself,
     :mod:`.windows`): a row also stops once it holds at most ``leave`` drops
@@ -280,6 +280,7 @@ def pool_runs(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, max_rounds: int
         if merge_cost:
             blocks = xp.full_like(spent, n) if merge_all else count(starts)
             stalled = stalled & (spent * n >= merge_cost * blocks * xp.log2(blocks))
+            stalled = stalled & (count(starts) <= stall_blocks) if stall_blocks else stalled
         else:
             stalled = stalled & (now <= leave)
         return ((now > 0) & ~stalled)[..., 0]
@@ -389,9 +390,9 @@ def _pooled_fit(xp: Any, adapter: Any, kind: str, v: Any, w: Any, rounds: int | 
 
 def pool_then_merge(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, merge: Callable[[Any, Any], Any], per_level: int = PER_LEVEL,
                     merge_cost: float = 0.0, finish: Callable[[Any, Any], Any] | None = None, rounds: int | None = None,
-                    sums: Any = None) -> Any:
+                    sums: Any = None, stall_blocks: int = 0) -> Any:
     """``v`` pooled by :func:`pool_runs` for up to ``rounds`` (default ``per_level ceil(log2 n)``) rounds
-    (``merge_cost`` as there), then ``merge(v, unsettled)`` (the caller's merge rounds; ``unsettled`` True on the rows
+    (``merge_cost``, ``stall_blocks`` as there), then ``merge(v, unsettled)`` (the caller's merge rounds; ``unsettled`` True on the rows
     the pooling left) unless every row settled, which a backend that reads the flag skips.
 
     ``finish(values, data)`` (a fit of 2-D rows of block values and their statistics, ``rules.block_data``): on a
@@ -417,7 +418,8 @@ def pool_then_merge(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, merge: Ca
     # the merge rounds take each block as one entry where they read how many there are (an eager node of a
     # compiled torch graph does): elsewhere they run over every entry of the row
     merge_all = bool(merge_cost) and not adapter.reads_in_eager_node(v)
-    v, unsettled, stopped_early = pool_runs(xp, adapter, rules, v, w, rounds, merge_cost, merge_all=merge_all)
+    v, unsettled, stopped_early = pool_runs(xp, adapter, rules, v, w, rounds, merge_cost, merge_all=merge_all,
+                                            stall_blocks=stall_blocks)
     if stopped_early:  # the loop read that every row settled: no second read
         return v
     return adapter.unless(xp, ~xp.any(unsettled), lambda u: merge(u, unsettled), v)

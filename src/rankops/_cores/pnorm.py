@@ -73,7 +73,7 @@ from typing import Any
 from .._lib._compat import device as _device
 from .._lib._numerics import safe_divide
 from . import isotonic, windows
-from .power_sums import PowerSums, block_form, centred, merge_blocks, merge_fit, pool_blocks
+from .power_sums import PowerSums, block_form, centred, merge_blocks, merge_fit, pool_blocks, pooled_blocks_length
 from .powers import moment_root, odd_power, power
 from .subsets import Subset
 
@@ -285,21 +285,21 @@ def project(xp: Any, adapter: Any, z: Any, w: Any, q: float, valid: Any = None, 
     v = v0
     rules = (_SignedRules if signed else _Rules)(q)
     if n > 1:
-        # rows whose blocks form by long chains would take up to n pooling rounds; where the loss has power sums
-        # (q = 2, 4, and 3 where every block's entries lie above its value) the rows left after the pooling cap go
-        # to the merge rounds, and the settled rows keep their pooled values. At q = 2 and 4 the rounds start from
-        # the pooled blocks, one entry each; at q = 3 from the one-entry values (:func:`.power_sums.merge_fit`)
+        # rows whose blocks form by long chains would take up to n pooling rounds; where the loss has power sums (q =
+        # 2, 4, and 3 where every block's entries lie above its value) the rows left after the pooling cap go to the
+        # merge rounds (:func:`.power_sums.merge_fit`), and the settled rows keep their pooled values
         if q in (2.0, 4.0) or (q == 3.0 and not signed):
             # over blocks, the merge rounds finish a snowballing chain for less than its pooling rounds would cost
-            # (:func:`.isotonic.pool_runs`'s ``merge_cost``): rows form such chains already at n = 1000 at q = 4
+            # (:func:`.isotonic.pool_runs`'s ``merge_cost``): rows form such chains already at n = 1000 at q = 4. At
+            # q = 3 under jax.jit a row whose blocks fit in a short row stalls out to pool over them (merge_fit)
             blocks = q != 3.0
+            short = pooled_blocks_length(n) if not blocks and not adapter.reads_in_eager_node(v0) else n
             # where values can be read now, on a CPU, the few drops the pooling rounds leave are fitted in windows of
-            # blocks (:mod:`.windows`) by the same merge rounds (q = 3: pooling rounds over the blocks' moments): at
-            # the default softness a row of 1000 leaves about one drop, which merge rounds over all its blocks
-            # (hundreds) would finish for several times the cost
+            # blocks (:mod:`.windows`) by the same merge rounds (q = 3: pooling rounds over the blocks' moments): at the
+            # default softness a row of 1000 leaves about one drop, which merge rounds over all its blocks would not
             v = isotonic.pool_then_merge(xp, adapter, rules, v0, yw, lambda u, unsettled: xp.where(
-                unsettled[..., None], adapter.eagerly(xp, merge_fit, (u if blocks else v0, y, wf), like=(0,), q=q)[0], u),
-                merge_cost=1.0 if blocks else 0.0,
+                unsettled[..., None], adapter.eagerly(xp, merge_fit, (u, y, wf), like=(0,), q=q)[0], u),
+                merge_cost=1.0 if blocks or short < n else 0.0, stall_blocks=0 if blocks else short,
                 finish=lambda values, data: (merge_blocks if blocks else pool_blocks)(xp, adapter, values, data, q),
                 sums=PowerSums(q))
         else:
