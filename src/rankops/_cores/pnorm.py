@@ -40,9 +40,9 @@ sums of ``w`` and of powers of the data (:class:`.power_sums.PowerSums`).
 At q = 2 and 4 those rounds take each pooled block as one entry, so a row
 leaves the pooling rounds as soon as its chains snowball
 (:func:`.isotonic.pool_runs`' ``merge_cost``; under ``jax.jit``, where
-the rounds cannot count the blocks and run over every entry, once it has
-pooled for ``log2 n`` rounds: ``merge_all``); at q = 3 they start from
-the one-entry values. Where values can be read now, on a CPU, the rounds run
+the rounds cannot count the blocks, once it has pooled for ``log2 n``
+rounds: ``merge_all``); at q = 3 they start from the one-entry values
+(:func:`.power_sums.merge_fit`). Where values can be read now, on a CPU, the rounds run
 over the blocks in their moment form, shrinking to the blocks left
 (:func:`.blocks.pool_rounds`, where few are left after the first round), a
 row stops once its last drops stop halving, and :mod:`.windows` finishes it:
