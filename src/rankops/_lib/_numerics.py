@@ -46,6 +46,15 @@ def softmax(xp: Any, z: Any, axis: int = -1) -> Any:
     return e / xp.sum(e, axis=axis, keepdims=True)
 
 
+def _finite_power(xp: Any, d: Any, power: float) -> Any:
+    """``d ** power`` for ``d >= 0`` and a number ``power > 0``: inf where it would overflow, without computing the
+    overflow (NumPy warns of one; a distance that large weighs nothing in a softmax either way)."""
+    if power <= 1.0:
+        return d**power
+    ceiling = (0.5 * float(xp.finfo(d.dtype).max)) ** (1.0 / power)
+    return xp.where(d > ceiling, xp.full_like(d, math.inf), xp.minimum(d, xp.full_like(d, ceiling)) ** power)
+
+
 def abs_power(xp: Any, d: Any, power: Any) -> Any:
     """``d ** power`` for ``d >= 0``, whose derivative (under autodiff too) is 0 at ``d = 0``.
 
@@ -59,7 +68,7 @@ def abs_power(xp: Any, d: Any, power: Any) -> Any:
     if not _is_array(power) and power == 1.0:
         return d
     if not _is_array(power) and power > 1.0:
-        return d**power
+        return _finite_power(xp, d, power)
     zero = d == 0
     return xp.where(zero, xp.zeros_like(d), xp.where(zero, xp.ones_like(d), d) ** power)
 
@@ -69,7 +78,7 @@ def abs_power_slope(xp: Any, d: Any, power: Any) -> Any:
     if not _is_array(power) and power == 1.0:
         return xp.ones_like(d)
     if not _is_array(power) and power > 1.0:
-        return power * d ** (power - 1.0)
+        return power * _finite_power(xp, d, power - 1.0)
     zero = d == 0
     return xp.where(zero, xp.zeros_like(d), power * xp.where(zero, xp.ones_like(d), d) ** (power - 1.0))
 
