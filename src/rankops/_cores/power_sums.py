@@ -188,10 +188,9 @@ def merge_fit(xp: Any, v: Any, y: Any, w: Any, *, q: float) -> tuple[Any]:
 
     At q = 3 a merge test splits a block by its data, so the merge rounds start from the one-entry values. Where
     the blocks cannot be counted, rows of :func:`pooled_blocks_length` or fewer blocks pool over their blocks to
-    the end instead (:func:`pool_blocks`, which their moments allow at any
-    q): at most ``L - 1`` rounds over rows of ``L`` blocks, where a chain that takes one block per round (the
-    p = 3/2 rank of 10^5 entries at strength 0.1 ends on one over 1,200 blocks) takes one round per block, and the
-    merge rounds O(n log^2 n) over all n entries.
+    the end instead (:func:`pool_blocks`, which their moments allow at any q): at most ``L - 1`` rounds over rows
+    of ``L`` blocks. A chain that takes one block per round (the p = 3/2 rank of 10^5 entries at strength 0.1 ends
+    on one over 1,200 blocks) takes a round per block there, and the merge rounds O(n log^2 n) over all n entries.
     """
     adapter = get_adapter(xp)
     kind = PowerSums(q)
