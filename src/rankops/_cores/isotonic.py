@@ -54,7 +54,7 @@ from .._lib._adapters import get_adapter
 from .._lib._loops import freeze_rows
 from .._lib._numerics import logaddexp
 from . import windows
-from .merges import merge_rounds
+from .merges import merge_rounds, padded_length
 from .subsets import Subset
 
 __all__ = ["fit", "decreasing", "pool_runs", "pool_then_merge", "merge_rows", "block_starts", "block_sums", "block_first"]
@@ -340,7 +340,7 @@ def merge_rows(xp: Any, adapter: Any, kind: Any, v: Any, data: tuple[Any, ...], 
     whole row; ``data`` shaped like ``v``, each padded at the right with its entry of ``pads`` (None: the array's own
     largest value in the row, which keeps a sorted row sorted)."""
     n = v.shape[-1]
-    big = 1 << (n - 1).bit_length()
+    big = padded_length(n)
     if big > n:
         # padding at the right: the row's largest value with no weight, which never
         # pools (a pool's value is at most the row's maximum) and never moves a mean

@@ -31,10 +31,15 @@ from typing import Any, Callable
 
 from .._lib._compat import index_dtype, device as _device
 
-__all__ = ["merge_rounds", "merge_lengths", "SHORT_MERGE_FROM"]
+__all__ = ["merge_rounds", "merge_lengths", "padded_length", "SHORT_MERGE_FROM"]
 
 
 SHORT_MERGE_FROM = 1024  # rows padded to this length or more try merge rounds over a quarter or a half of it
+
+
+def padded_length(n: int) -> int:
+    """The length the merge rounds pad a row of ``n`` to: the next power of two (:func:`.isotonic.merge_rows`)."""
+    return 1 << (n - 1).bit_length()
 
 
 def merge_lengths(n: int) -> tuple[int, ...]:
@@ -43,7 +48,7 @@ def merge_lengths(n: int) -> tuple[int, ...]:
     and a half of the padded length from :data:`SHORT_MERGE_FROM` on, then n. The p = 4/3 soft rank of normal
     scores leaves after its pooling rounds a fifth of 10^5 entries as blocks at strength 0.1, and about half of 1000
     at the default softness; the merge rounds cost O(n log^2 n)."""
-    big = 1 << (n - 1).bit_length()
+    big = padded_length(n)
     return (big // 4, big // 2, n) if big >= SHORT_MERGE_FROM else (n,)
 
 

@@ -7,7 +7,7 @@ from typing import Any
 from .._lib._adapters import get_adapter
 from .._lib._compat import device as _device, index_dtype
 from . import isotonic
-from .merges import merge_lengths
+from .merges import merge_lengths, padded_length
 from .powers import moment_root, power
 
 __all__ = ["PowerSums", "merge_fit", "merge_blocks", "pool_blocks", "block_form", "centred", "pooled_blocks_length", "POOLED_BLOCKS_MOST", "POOLED_BLOCKS_FROM"]
@@ -174,7 +174,7 @@ def pooled_blocks_length(n: int) -> int:
     """At q = 3 where the blocks cannot be counted, the rows' length over which rows of ``n`` entries whose blocks fit
     pool over them (:func:`merge_fit`): a quarter of the padded length, at most :data:`POOLED_BLOCKS_MOST`, from
     :data:`POOLED_BLOCKS_FROM` on; n where none does."""
-    big = 1 << (n - 1).bit_length()
+    big = padded_length(n)
     return min(POOLED_BLOCKS_MOST, big // 4) if big >= POOLED_BLOCKS_FROM else n
 
 
@@ -195,6 +195,13 @@ def merge_fit(xp: Any, v: Any, y: Any, w: Any, *, q: float) -> tuple[Any]:
     adapter = get_adapter(xp)
     kind = PowerSums(q)
     n = v.shape[-1]
+    empty, concrete = 0 in v.shape, adapter.is_concrete(v)
+
+    def entries() -> Any:
+        return isotonic.merge_rows(xp, adapter, kind, y - power(xp, w, 1.0 / (q - 1.0)), (y, w), (None, 0.0))
+
+    if kind.signs and (empty or concrete or pooled_blocks_length(n) == n):
+        return (entries(),)
     starts = isotonic.block_starts(xp, v)
     ordinal = xp.cumulative_sum(xp.astype(starts, index_dtype(xp, _device(v))), axis=-1)
 
@@ -202,18 +209,14 @@ def merge_fit(xp: Any, v: Any, y: Any, w: Any, *, q: float) -> tuple[Any]:
         values, data, index = _one_per_block(xp, adapter, v, y, w, starts, ordinal, count)
         return adapter.take(xp, (pool_blocks if kind.signs else merge_blocks)(xp, adapter, values, data, q), index)
 
-    def entries() -> Any:
-        return isotonic.merge_rows(xp, adapter, kind, y - power(xp, w, 1.0 / (q - 1.0)), (y, w), (None, 0.0))
-
-    concrete = 0 in v.shape or adapter.is_concrete(ordinal)
+    if empty:
+        return (fit(n),)
+    most = xp.max(ordinal[..., -1])
+    if concrete:
+        return (fit(int(most)),)
     if kind.signs:
         short = pooled_blocks_length(n)
-        if concrete or short == n:
-            return (entries(),)
-        return (adapter.shortcut(xp, xp.max(ordinal[..., -1]) <= short, lambda: fit(short), entries),)
-    if concrete:
-        return (fit(n if 0 in v.shape else int(xp.max(ordinal[..., -1]))),)
-    most = xp.max(ordinal[..., -1])
+        return (adapter.shortcut(xp, most <= short, lambda: fit(short), entries),)
 
     def shortest(lengths: tuple[int, ...]) -> Any:
         """The fit over rows of the first of ``lengths`` that holds the blocks (the last holds any)."""
