@@ -67,6 +67,24 @@ def test_core_imports_no_framework():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+def test_torch_calls_leave_torch_broadcast_shapes_alone(monkeypatch):
+    """array-api-compat's ``broadcast_arrays`` on torch calls ``torch.broadcast_shapes``, whose first call imports
+    SymPy (two seconds of a user's first soft rank): the operators that broadcast work out the shape themselves."""
+    torch = pytest.importorskip("torch")
+
+    def refuse(*shapes):
+        raise AssertionError("torch.broadcast_shapes called")
+
+    monkeypatch.setattr(torch, "broadcast_shapes", refuse)
+    x = torch.randn(2, 6, dtype=torch.float64)
+    for kw in ({"regularization": "kl"}, {"regularization": "lp", "p": 1.5}):
+        rankops.soft_rank(x, method="permutahedron", **kw)
+    rankops.isotonic_regression(x, weights=torch.ones(6, dtype=torch.float64))
+    rankops.soft_kendall_tau(x, x[:1])
+    with pytest.raises(ValueError, match="broadcastable"):
+        rankops.soft_kendall_tau(x, x[:, :4])
+
+
 def test_get_backend_unknown():
     with pytest.raises(ValueError, match="unknown backend"):
         get_backend("tensorflow")

@@ -20,6 +20,7 @@ from scipy.stats import rankdata
 
 import rankops
 
+from .backends import on_backend
 
 
 RANGE_SLACK = 0.5  # conformance/oracle.py: a float64 value beyond half the range may round to +-inf
@@ -336,3 +337,21 @@ def test_softsort_power_two_on_float32_rows_near_1e29_does_not_overflow(output):
     want = np.sort(x, axis=-1) if output == "sort" else rankdata(x, axis=-1)
     assert_allclose(value, want, rtol=1e-6)
     assert np.all(np.isfinite(grad))
+
+
+@pytest.mark.parametrize("backend_name", ["torch", "jax"])
+def test_permutahedron_float32_ranks_of_one_long_block_stay_within_a_few_ulps(backend_name):
+    """A row of 8192 pooled into one block, in float32: its ranks' total, 33.5e6 > 2^24, is not an exact sum of
+    integers. torch's and JAX's segmented sums (scatter-add) add one entry at a time, and summed so, the ranks were
+    off by 362 ulps of n (NumPy's doubling sums: a quarter of one); the ranks' totals are in closed form."""
+    to, run = on_backend(backend_name)
+    x = np.random.default_rng(0).normal(size=(1, 8192)).astype(np.float32)
+    # (options, ulps of n allowed): the KL's softmax totals are still running sums (7 ulps here)
+    cases = [({"regularization": "l2"}, 1), ({"regularization": "kl"}, 16),
+             ({"regularization": "lp", "p": 4 / 3}, 4), ({"regularization": "lp", "p": 1.5}, 4)]
+    got = run(lambda a: [rankops.soft_rank(a, method="permutahedron", strength=100.0, **kw) for kw, _ in cases], to(x))
+    ulp = np.spacing(np.float32(x.shape[-1]))
+    for (kw, ulps), g in zip(cases, got):
+        want = rankops.soft_rank(x.astype(np.float64), method="permutahedron", strength=100.0, **kw)
+        assert np.asarray(g).dtype == np.float32
+        assert np.max(np.abs(np.asarray(g) - want)) <= ulps * ulp, kw

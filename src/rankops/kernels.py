@@ -18,7 +18,7 @@ from ._cores import kendall, masked
 from ._cores.soft_kendall import soft_kendall_core
 from ._lib._adapters import get_adapter
 from ._lib._calls import LIKE_INPUT, REDUCED, ValueReadout, Call, Prepared, operator, prepare
-from ._lib._compat import Array, namespace
+from ._lib._compat import Array, broadcast_arrays, namespace
 from ._lib._options import Options, choice, option, positive_scalar, python_number
 
 __all__ = ["kendall_kernel", "mallows_kernel", "soft_kendall_tau", "suquan_targets"]
@@ -224,7 +224,7 @@ def _bind_soft_kendall_tau(x: Any, y: Any, axis: Any, tau: float, mask: Any = No
     xp = namespace(x, y, names=("x", "y"))
     if tuple(x.shape) != tuple(y.shape):
         try:
-            x, y = xp.broadcast_arrays(x, y)
+            x, y = broadcast_arrays(xp, x, y)
         except ValueError as err:  # the message names both shapes
             raise ValueError(f"x {tuple(x.shape)} and y {tuple(y.shape)} must have broadcastable shapes") from err
     opts, _ = SoftKendallOptions.parse({"tau": tau}, "soft_kendall_tau")

@@ -49,7 +49,7 @@ from __future__ import annotations
 import math
 from typing import Any, Callable
 
-from .._lib._compat import device as _device
+from .._lib._compat import broadcast_arrays, device as _device
 from .._lib._adapters import get_adapter
 from .._lib._loops import freeze_rows
 from .._lib._numerics import logaddexp
@@ -370,7 +370,7 @@ def fit(xp: Any, adapter: Any, y: Any, w: Any = None, kind: str = "l2") -> Any:
     finish any row they left unsettled, and are skipped where the backend can tell that none is.
     """
     if w is not None:
-        y, w = xp.broadcast_arrays(y, w)
+        y, w = broadcast_arrays(xp, y, w)
     v = KINDS[kind].single(xp, y, w)
     return v if y.shape[-1] == 1 else _pooled_fit(xp, adapter, kind, v, w)
 
@@ -430,7 +430,7 @@ def decreasing(xp: Any, adapter: Any, y: Any, w: Any = None, kind: str = "l2") -
     under negation) the increasing fit of the reversed row, reversed back."""
     if kind == "l2":
         return -fit(xp, adapter, -y, w)
-    y, w = xp.broadcast_arrays(y, w)
+    y, w = broadcast_arrays(xp, y, w)
     return xp.flip(fit(xp, adapter, xp.flip(y, axis=-1), xp.flip(w, axis=-1), kind), axis=-1)
 
 

@@ -40,6 +40,7 @@ from .._lib._compat import index_dtype, is_array, device as _device
 from .._lib._numerics import safe_divide
 from . import isotonic, masked, pnorm
 from .finite import finite_rows
+from .power_sums import stepped_totals
 from .softness import output_is_sort, softened
 from .tempered import tempered
 
@@ -200,9 +201,10 @@ def _pooled_ranks(xp: Any, adapter: Any, starts: Any, s: Any, rho: Any, regulari
     shape = d if regularization == "l2" else xp.exp(d)
     if weight is not None:
         shape = shape * weight
-    stacked = xp.stack([xp.ones_like(s) if weight is None else weight, xp.broadcast_to(rho, s.shape), shape])
-    sums = isotonic.block_sums(xp, adapter, starts, stacked)
-    count, total_rho, total = sums[0, ...], sums[1, ...], sums[2, ...]
+    sums = isotonic.block_sums(xp, adapter, starts, xp.stack([xp.ones_like(s) if weight is None else weight, shape]))
+    count, total = sums[0, ...], sums[1, ...]
+    # rho steps down by one over a block's valid entries, which come first
+    total_rho = stepped_totals(xp, adapter, starts, xp.broadcast_to(rho, s.shape), count, -1.0)
     if regularization == "l2":
         if weight is None:
             return total_rho / count + (d - total / count), 1.0 / count

@@ -30,29 +30,28 @@ sign changes and, with ``t = mean_B(z) - v`` and ``d_i = z_i - mean_B(z)``
   iterates decrease monotonically to the root.
 
 :func:`project` (the soft rank and sort) runs the pooling rounds of
-:mod:`.isotonic` (whole decreasing runs at once). Rows whose blocks form
-by long chains would take up to n of them: at q = 2 and 4 (and 3 for the
-rank) they go on, after at most ``4 ceil(log2 n)`` rounds, to the merge
-rounds of :func:`.isotonic.merge_rows` (:func:`.isotonic.pool_then_merge`),
-whose tests are the loss's derivative ``f'(t) = w - phi(y - t)`` summed
-over a set of entries: a polynomial in t whose coefficients are the set's
-sums of ``w`` and of powers of the data (:class:`.power_sums.PowerSums`).
-At q = 2 and 4 those rounds take each pooled block as one entry, so a row
-leaves the pooling rounds as soon as its chains snowball
-(:func:`.isotonic.pool_runs`' ``merge_cost``; under ``jax.jit``, where
-the rounds cannot count the blocks, once it has pooled for ``log2 n``
-rounds: ``merge_all``); at q = 3 they start from the one-entry values
-(:func:`.power_sums.merge_fit`). Where values can be read now, on a CPU, the rounds run
-over the blocks in their moment form, shrinking to the blocks left
-(:func:`.blocks.pool_rounds`, where few are left after the first round), a
-row stops once its last drops stop halving, and :mod:`.windows` finishes it:
-at q = 2 and 4 by the merge rounds; at q = 3 (whose merge tests split a
-block by its data) by runs of drops extended a block at a time, then rounds
-(a chain that takes one block per round, hundreds of rounds at n = 10^5, is
-one extension there). For any other q the loss has no such sums, and the
-pooling rounds run until every row settles. The output is written from
-``d + t`` per block, never as ``z - v``: a one-entry block gives ``w_i``
-itself.
+:mod:`.isotonic` (whole decreasing runs at once). Rows whose blocks form by
+long chains would take up to n of them: at q = 2 and 4 (and 3 for the rank)
+they go on, after at most ``4 ceil(log2 n)`` rounds, to the merge rounds of
+:func:`.isotonic.merge_rows` (:func:`.isotonic.pool_then_merge`), whose tests
+are the loss's derivative ``f'(t) = w - phi(y - t)`` summed over a set of
+entries: a polynomial in t whose coefficients are the set's sums of ``w`` and
+of powers of the data (:class:`.power_sums.PowerSums`). At q = 2 and 4 those
+rounds take each pooled block as one entry, so a row leaves the pooling rounds
+as soon as its chains snowball (:func:`.isotonic.pool_runs`' ``merge_cost``;
+under ``jax.jit``, where the rounds cannot count the blocks, once it has
+pooled for ``log2 n`` rounds: ``merge_all``); at q = 3 they start from the
+one-entry values (:func:`.power_sums.merge_fit`). Where values can be read
+now, on a CPU, the rounds run over the blocks in their moment form, shrinking
+to the blocks left (:func:`.blocks.pool_rounds`, where few are left after the
+first round), a row stops once its last drops stop halving, and
+:mod:`.windows` finishes it: at q = 2 and 4 by the merge rounds; at q = 3
+(whose merge tests split a block by its data) by runs of drops extended a
+block at a time, then rounds (a chain that takes one block per round, hundreds
+of rounds at n = 10^5, is one extension there). For any other q the loss has
+no such sums, and the pooling rounds run until every row settles. The output
+is written from ``d + t`` per block, never as ``z - v``: a one-entry block
+gives ``w_i`` itself.
 
 :func:`capped` (the top-k mask, ``w = (1, ..., 1, k - floor k, 0, ...)``)
 needs no rounds: the top-k polytope's projection has one free block (its
@@ -70,7 +69,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .._lib._compat import device as _device
+from .._lib._compat import broadcast_arrays, device as _device
 from .._lib._numerics import safe_divide
 from . import isotonic, windows
 from .power_sums import PowerSums, block_form, centred, merge_blocks, merge_fit, pool_blocks, pooled_blocks_length
@@ -101,11 +100,11 @@ def exponent_of(opts: Any) -> float:
     return exponent(opts.p) if opts.regularization == "lp" else 2.0
 
 
-def _shift(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, q: float, tangent: bool = True) -> tuple[Any, Any, Any]:
+def _shift(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, q: float, tangent: bool = True, step: float | None = None) -> tuple[Any, Any, Any]:
     """``(mean, d, t)`` per entry: ``mean_B(y)``, ``d = y - mean_B(y)`` and ``t = mean_B(y) - v_B`` for the block
     root ``v_B`` (``mean`` and ``t`` the same number on every entry of a block). ``tangent``: as for
-    :func:`.powers.power`."""
-    m, total_w, mean, d = centred(xp, adapter, starts, y, w)
+    :func:`.powers.power`; ``step``: as for :func:`.power_sums.centred`."""
+    m, total_w, mean, d = centred(xp, adapter, starts, y, w, step)
     if q == 2.0:
         return mean, d, total_w / m
     if q == 3.0:
@@ -253,7 +252,8 @@ class _SignedRules(_Rules):
 
 
 def project(xp: Any, adapter: Any, z: Any, w: Any, q: float, valid: Any = None, signed: bool = False) -> tuple[Any, Any, Any]:
-    """``(mu, share, starts)`` along the last axis, in the sorted order of ``z`` (decreasing; ``w`` decreasing, >= 0).
+    """``(mu, share, starts)`` along the last axis, in the sorted order of ``z`` (decreasing; ``w`` the rank's rho,
+    ``(n_v, ..., 1)`` then 0, unless ``signed``).
 
     ``share``: ``phi' / sum_B phi'`` per entry (the Jacobian's weights, 0 on a
     block where mu is 0); ``starts``: True where a block begins. ``valid``:
@@ -263,7 +263,7 @@ def project(xp: Any, adapter: Any, z: Any, w: Any, q: float, valid: Any = None, 
     ``signed``: ``w`` of either sign (the soft sort's data), each block's
     equation solved by :func:`_signed_shift`, and ``mu = phi(z - v)`` signed.
     """
-    z, w = xp.broadcast_arrays(z, w)
+    z, w = broadcast_arrays(xp, z, w)
     if valid is not None:
         # every block value of the valid entries is at least min z - W^(1/(q-1)) (t_B <= (W_B / |B|)^(1/(q-1))),
         # with signed weights at least min z - spread(z) - (sum |w|)^(1/(q-1)) (the bracket of _signed_shift)
@@ -322,7 +322,7 @@ def _solved(xp: Any, adapter: Any, rules: _Rules, starts: Any, y: Any, w: Any, s
     ``d = 0``, ``t = phi^-1(w)``): a soft sort's rows are mostly one-entry blocks, whose roots would otherwise take
     Newton's steps."""
     q = rules.q
-    shift = _signed_shift if signed else _shift
+    shift = _signed_shift if signed else lambda *a: _shift(*a, step=1.0)  # w: the rank's rho reversed, up by one
     # both arrays: a soft sort's y (the ranks) is a constant even where its weights (the data) are traced
     if not (rules.compact_share > 0 and windows.readable_on_cpu(adapter, y, w)):
         return shift(xp, adapter, starts, y, w, q)

@@ -7,6 +7,7 @@ import math
 from typing import Any
 
 from .._lib._adapters import core, custom_backward, get_adapter, rebuilt, same_shape
+from .._lib._compat import broadcast_arrays
 from .._lib._numerics import checked_weights, safe_divide, unbroadcast
 from . import masked
 from .finite import finite_rows
@@ -23,7 +24,7 @@ class _Regression:
     def fwd(self, xp: Any, y: Any, *w: Any) -> tuple[tuple[Any], tuple[Any, ...]]:
         bad = xp.any(xp.isnan(y), axis=-1, keepdims=True)  # NaN rows stay NaN
         if w:
-            y, weights = xp.broadcast_arrays(y, w[0])
+            y, weights = broadcast_arrays(xp, y, w[0])
             weights, valid = checked_weights(xp, weights)  # a row outside the domain: fitted with ones, then NaN
             bad = bad | ~valid
         else:

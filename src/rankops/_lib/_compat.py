@@ -16,7 +16,7 @@ import array_api_compat
 # the public operators take and return, in the caller's namespace.
 Array: TypeAlias = Any
 
-__all__ = ["Array", "is_array", "namespace", "device", "is_torch_namespace", "real_float_dtypes", "normalize_axis", "normalize_axes", "index_dtype", "default_float"]
+__all__ = ["Array", "is_array", "namespace", "device", "is_torch_namespace", "real_float_dtypes", "normalize_axis", "normalize_axes", "index_dtype", "default_float", "broadcast_arrays"]
 
 
 # torch.compile traces array-api-compat's type tests (each behind functools.lru_cache) with a warning per call
@@ -160,3 +160,14 @@ def normalize_axes(axis: Any, ndim: int, name: str = "axis") -> tuple[int, ...]:
     if repeated:
         raise ValueError(f"{name}={axis!r} names axis {repeated[0]} twice (axes normalized for an array with {ndim} dimension(s))")
     return tuple(sorted(axes))
+
+
+def broadcast_arrays(xp: Any, *arrays: Any) -> list[Any]:
+    """``xp.broadcast_arrays``, the shape worked out here: array-api-compat's torch version calls
+    ``torch.broadcast_shapes``, whose first call imports SymPy (two seconds of a first soft rank)."""
+    ndim = max(a.ndim for a in arrays)
+    padded = [(1,) * (ndim - a.ndim) + tuple(a.shape) for a in arrays]
+    shape = tuple(next((d for d in dims if d != 1), 1) for dims in zip(*padded))
+    if any(d not in (1, size) for dims, size in zip(zip(*padded), shape) for d in dims):
+        raise ValueError(f"shapes {[tuple(a.shape) for a in arrays]} do not broadcast")
+    return [a if tuple(a.shape) == shape else xp.broadcast_to(a, shape) for a in arrays]
