@@ -40,7 +40,7 @@ from .._lib._compat import index_dtype, is_array, device as _device
 from .._lib._numerics import safe_divide
 from . import isotonic, masked, pnorm
 from .finite import finite_rows
-from .power_sums import stepped_totals
+from .power_sums import stepped_mean
 from .softness import output_is_sort, softened
 from .tempered import tempered
 
@@ -197,21 +197,25 @@ def _pooled_ranks(xp: Any, adapter: Any, starts: Any, s: Any, rho: Any, regulari
     ``weight``: 0 on a masked tail, which may share the last valid block
     (rho is 0 there) and counts in no sum; its share is 0.
     """
-    d = xp.where(starts, 0.0, s - isotonic.block_first(xp, adapter, starts, s))
+    # rho steps down by one over a block's valid entries, which come first: its block means in closed form, exact
+    # where a running sum of ranks above 2^24 rounds (torch's and JAX's scatter-adds add one entry at a time)
+    first = isotonic.block_first(xp, adapter, starts, xp.stack([s, xp.broadcast_to(rho, s.shape)]))
+    d = xp.where(starts, 0.0, s - first[0, ...])
     shape = d if regularization == "l2" else xp.exp(d)
     if weight is not None:
         shape = shape * weight
     sums = isotonic.block_sums(xp, adapter, starts, xp.stack([xp.ones_like(s) if weight is None else weight, shape]))
     count, total = sums[0, ...], sums[1, ...]
-    # rho steps down by one over a block's valid entries, which come first
-    total_rho = stepped_totals(xp, adapter, starts, xp.broadcast_to(rho, s.shape), count, -1.0)
+    mean_rho = stepped_mean(first[1, ...], count, -1.0)
+    if weight is not None:
+        mean_rho = xp.where(count > 0, mean_rho, 0.0)  # a block of masked entries only: no ranks
     if regularization == "l2":
         if weight is None:
-            return total_rho / count + (d - total / count), 1.0 / count
+            return mean_rho + (d - total / count), 1.0 / count
         inv = safe_divide(xp, xp.ones_like(count), count)  # 0 on a block of masked entries only
-        return total_rho * inv + (d - total * inv), weight * inv
+        return mean_rho + (d - total * inv), weight * inv
     share = shape / total if weight is None else safe_divide(xp, shape, total)
-    return total_rho * share, share
+    return (count * mean_rho) * share, share
 
 
 def _block_average(xp: Any, adapter: Any, starts: Any, s: Any, g: Any, regularization: str, weight: Any = None) -> Any:

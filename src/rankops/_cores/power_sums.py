@@ -115,20 +115,20 @@ class PowerSums:
 def centred(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, step: float | None = None) -> tuple[Any, Any, Any, Any]:
     """``(|B|, W_B, mean_B(y), d = y - mean_B(y))`` per entry of each block B (``starts``: True where one begins),
     from one segmented sum (``d`` exactly 0 on a one-entry block). ``step``: ``w`` changes by it from each entry of
-    a block to the next (the rank's weights, ``rho`` reversed), and ``W_B`` is :func:`stepped_totals`'."""
+    a block to the next (the rank's weights, ``rho`` reversed), and ``W_B`` is in closed form (:func:`stepped_mean`)."""
     sums = adapter.segment_sum(xp, starts, xp.stack([xp.ones_like(y), y] + ([w] if step is None else [])))
     m = sums[0, ...]
-    total_w = sums[2, ...] if step is None else stepped_totals(xp, adapter, starts, w, m, step)
+    total_w = sums[2, ...] if step is None else m * stepped_mean(isotonic.block_first(xp, adapter, starts, w), m, step)
     mean = sums[1, ...] / m
     return m, total_w, mean, y - mean
 
 
-def stepped_totals(xp: Any, adapter: Any, starts: Any, g: Any, m: Any, step: float) -> Any:
-    """Each entry's block total of ``g`` that changes by ``step`` from each of a block's ``m`` entries to the next:
-    ``m (g_first + step (m - 1) / 2)``. Exact for ranks, where a running sum rounds (the segmented sums of torch's
-    and JAX's scatter-add add one entry at a time: in float32 at n = 10^5 their totals of ``rho`` are off by
-    about a third of a rank)."""
-    return m * (isotonic.block_first(xp, adapter, starts, g) + (0.5 * step) * (m - 1.0))
+def stepped_mean(first: Any, m: Any, step: float) -> Any:
+    """The mean of a block's ``m`` numbers that change by ``step`` from each to the next, ``first`` the first:
+    ``first + step (m - 1) / 2``. Exact for ranks, where a running sum rounds: the segmented sums of torch and JAX
+    (scatter-adds) add one entry at a time, and in float32 a total of ranks above 2^24 rounds (at n = 10^5, a
+    third of a rank in the block's mean)."""
+    return first + (0.5 * step) * (m - 1.0)
 
 
 def block_form(xp: Any, adapter: Any, starts: Any, y: Any, w: Any) -> tuple[Any, Any, Any, Any, Any]:

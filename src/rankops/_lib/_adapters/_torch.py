@@ -153,7 +153,7 @@ class Torch(PortableAdapter):
     def segment_first(self, xp: Any, starts: Any, g: Any) -> Any:
         pos = torch.arange(g.shape[-1], device=g.device)
         first = torch.cummax(torch.where(starts, pos, torch.zeros_like(pos)), dim=-1).values
-        return torch.gather(g, -1, first)
+        return torch.gather(g, -1, first.expand_as(g))  # g may stack several rows of starts' shape
 
     def is_concrete(self, x: Any) -> bool:
         """False inside ``torch.compile`` and ``torch.func`` transforms, where reading a value is not allowed."""
