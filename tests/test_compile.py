@@ -98,6 +98,33 @@ def test_compiles_whole_with_eager_values_and_gradients(name):
     torch.testing.assert_close(compiled[1], eager[1], rtol=1e-10, atol=1e-12)
 
 
+_FLOAT_OPTIONS = {
+    "softsort, tau": (lambda x, v: rankops.soft_rank(x, method="softsort", tau=v), (0.5, 0.7, 0.9)),
+    "permutahedron, strength": (lambda x, v: rankops.soft_rank(x, method="permutahedron", strength=v), (0.5, 0.7, 0.9)),
+    "lapsum, softness": (lambda x, v: rankops.soft_rank(x, method="lapsum", softness=v), (0.5, 0.7, 0.9)),
+    "lp, p": (lambda x, v: rankops.soft_rank(x, method="permutahedron", regularization="lp", p=v), (1.5, 4 / 3, 1.25)),
+}
+
+
+@pytest.mark.compiled
+@pytest.mark.parametrize("name", list(_FLOAT_OPTIONS))
+def test_a_compiled_call_takes_another_float_option(name):
+    """Called again with another float, torch.compile traces that argument symbolically (a ``SymFloat``, as if it
+    were a float): the options' checks compare it (``math.isfinite`` cannot read one), and p's conjugate
+    exponent, where whole (p = 1 + 1/k), is a literal that the loops can hold (``pnorm.exponent``)."""
+    f, values = _FLOAT_OPTIONS[name]
+    x0 = torch.tensor([[0.3, -1.2, 2.5, 0.7, 0.7, 1.9], [3.0, 2.0, 1.0, 0.0, -1.0, 0.5]], dtype=torch.float64)
+    torch._dynamo.reset()
+    compiled = torch.compile(f, fullgraph=True, backend="aot_eager")  # dynamo's tracing is what is checked
+    for v in values:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            got = _value_and_grad(lambda x: compiled(x, v), x0)
+        want = _value_and_grad(lambda x: f(x, v), x0)
+        torch.testing.assert_close(got[0], want[0], rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(got[1], want[1], rtol=1e-10, atol=1e-12)
+
+
 @pytest.mark.compiled
 def test_compiled_sinkhorn_stops_where_eager_stops():
     """The iterations run as a while_loop with eager's stopping test: the same count, not max_iter."""

@@ -349,6 +349,8 @@ def test_permutahedron_float32_ranks_of_one_long_block_stay_within_a_few_ulps(ba
     # (options, ulps of n allowed): the KL's softmax totals are still running sums (7 ulps here)
     cases = [({"regularization": "l2"}, 1), ({"regularization": "kl"}, 16),
              ({"regularization": "lp", "p": 4 / 3}, 4), ({"regularization": "lp", "p": 1.5}, 4)]
+    if backend_name == "jax":  # one case per closed form (l2 and kl share one), each a compile
+        cases = cases[::3]
     got = run(lambda a: [rankops.soft_rank(a, method="permutahedron", strength=100.0, **kw) for kw, _ in cases], to(x))
     ulp = np.spacing(np.float32(x.shape[-1]))
     for (kw, ulps), g in zip(cases, got):

@@ -220,7 +220,7 @@ def bind_real_k(core: Any, opts: Any, x: Any, k: Any, axis: Any, mask: Any, wher
     if isinstance(k, bool) or not isinstance(k, numbers.Real):
         raise TypeError(f"k must be a real number or an array, got {type(k).__name__}")
     p = prepare(x, axis=axis, opts=opts, arrays=masked.arrays(mask))
-    if not (math.isfinite(k) and 0 < k and (k <= p.n if closed else k < p.n)):
+    if not (0 < k and (k <= p.n if closed else k < p.n)):  # NaN and inf fail it
         interval = f"(0, n] = (0, {p.n}]" if closed else f"(0, n) = (0, {p.n})"
         raise ValueError(f"{where}: k must lie in the interval {interval}, got {k!r}")
     return Call(core, p, opts, masked.with_mask(p, {"k": float(k)}, mask))

@@ -112,7 +112,7 @@ def positive_scalar(value: Any, name: str) -> Any:
         return value
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a positive real number, got {type(value).__name__}")
-    if not (math.isfinite(value) and value > 0):
+    if not 0 < value < math.inf:  # comparisons, not math.isfinite: torch.compile traces a float option symbolically
         raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
     return float(value)
 
@@ -144,7 +144,7 @@ def norm_exponent(value: Any, name: str) -> float:
     """A p-norm exponent in (1, 2] (a Python number: it picks the solver's closed form)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a real number in (1, 2], got {type(value).__name__}")
-    if not (math.isfinite(value) and 1 < value <= 2):
+    if not 1 < value <= 2:  # NaN and inf fail it
         raise ValueError(f"{name} must lie in (1, 2], got {value!r}")
     return float(value)
 
