@@ -99,19 +99,21 @@ def test_compiles_whole_with_eager_values_and_gradients(name):
 
 
 _FLOAT_OPTIONS = {
-    "softsort, tau": (lambda x, v: rankops.soft_rank(x, method="softsort", tau=v), (0.5, 0.7, 0.9)),
-    "permutahedron, strength": (lambda x, v: rankops.soft_rank(x, method="permutahedron", strength=v), (0.5, 0.7, 0.9)),
-    "lapsum, softness": (lambda x, v: rankops.soft_rank(x, method="lapsum", softness=v), (0.5, 0.7, 0.9)),
-    "lp, p": (lambda x, v: rankops.soft_rank(x, method="permutahedron", regularization="lp", p=v), (1.5, 4 / 3, 1.25)),
+    "softsort, tau": (lambda x, v: rankops.soft_rank(x, method="softsort", tau=v), (0.5, 0.7)),
+    # p picks the solver: a closed form, then Newton's steps in the pooling loop
+    "lp, p": (lambda x, v: rankops.soft_rank(x, method="permutahedron", regularization="lp", p=v), (1.5, 1.3)),
+    # a parameter of the eager op that runs the Sinkhorn iterations (rankops::eager)
+    "sinkhorn, epsilon": (lambda x, v: rankops.soft_rank(x, epsilon=v), (0.3, 0.4)),
+    "lapsum, k": (lambda x, v: rankops.soft_topk_mask(x, v, method="lapsum"), (2.5, 3.5)),
 }
 
 
 @pytest.mark.compiled
 @pytest.mark.parametrize("name", list(_FLOAT_OPTIONS))
 def test_a_compiled_call_takes_another_float_option(name):
-    """Called again with another float, torch.compile traces that argument symbolically (a ``SymFloat``, as if it
-    were a float): the options' checks compare it (``math.isfinite`` cannot read one), and p's conjugate
-    exponent, where whole (p = 1 + 1/k), is a literal that the loops can hold (``pnorm.exponent``)."""
+    """Called again with another float, torch.compile traces that argument symbolically (a ``SymFloat``, which
+    passes as a float): the options' checks, the eager op's parameters and the loops' closures cannot hold one, and
+    ``_compat.concrete_number`` specializes it (a guard on its value: each value its own graph)."""
     f, values = _FLOAT_OPTIONS[name]
     x0 = torch.tensor([[0.3, -1.2, 2.5, 0.7, 0.7, 1.9], [3.0, 2.0, 1.0, 0.0, -1.0, 0.5]], dtype=torch.float64)
     torch._dynamo.reset()

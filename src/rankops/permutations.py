@@ -126,7 +126,7 @@ def _art_lambda(value: Any, name: str) -> float:
     """A finite real >= 0 (the exponent of the activation replacement trick)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a real number >= 0, got {type(value).__name__}")
-    if not 0 <= value < math.inf:
+    if not (math.isfinite(value) and value >= 0):
         raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
     return float(value)
 

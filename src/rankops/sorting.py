@@ -34,7 +34,7 @@ from ._cores.softness import calibrated
 from ._cores.transport import rank_core, sort_core, topk_core
 from ._docstrings import SECTIONS, methods_section
 from ._lib._calls import Call, Prepared, operator, prepare
-from ._lib._compat import Array, is_array
+from ._lib._compat import Array, concrete_number, is_array
 from ._lib._docs import fill_doc
 from ._lib._options import Options, boolean, choice, norm_exponent, option, positive_count, positive_scalar
 from .permutations import OPTION_NAMES, NetworkOptions, PermutationOptions, check_relaxation_softness
@@ -219,8 +219,9 @@ def bind_real_k(core: Any, opts: Any, x: Any, k: Any, axis: Any, mask: Any, wher
         return Call(core, p, opts, masked.with_mask(p, {"k": k}, mask))
     if isinstance(k, bool) or not isinstance(k, numbers.Real):
         raise TypeError(f"k must be a real number or an array, got {type(k).__name__}")
+    k = concrete_number(k)
     p = prepare(x, axis=axis, opts=opts, arrays=masked.arrays(mask))
-    if not (0 < k and (k <= p.n if closed else k < p.n)):  # NaN and inf fail it
+    if not (math.isfinite(k) and 0 < k and (k <= p.n if closed else k < p.n)):
         interval = f"(0, n] = (0, {p.n}]" if closed else f"(0, n) = (0, {p.n})"
         raise ValueError(f"{where}: k must lie in the interval {interval}, got {k!r}")
     return Call(core, p, opts, masked.with_mask(p, {"k": float(k)}, mask))

@@ -3,27 +3,26 @@ r"""Exact isotonic regression as array operations: run pooling, then ``ceil(log2
 Pool-adjacent-violators is sequential. Here, first, every maximal run of
 strictly decreasing blocks pools at once, for at most ``4 ceil(log2 n)``
 rounds: most rows settle well within them (:func:`pool_runs`). Rows left
-unsettled go through merge rounds: the row
-is split into segments of 1, 2, 4, ... entries; at every round each pair of
-neighbouring segments, both already solved, is merged. Merging two
-increasing solutions ``L`` (left) and ``R`` (right) changes exactly one
-block: a suffix of ``L`` and a prefix of ``R`` pool into one value ``v*``,
-and the merged solution is ``min(L, v*)`` on the left, ``max(R, v*)`` on the
-right. ``L_j`` pools iff ``sum_(R_i < L_j) w (L_j - R_i) > sum_(k > j) w (L_k -
-L_j)`` (the merged objective decreases past ``L_j``), ``R_i`` iff the mirror
-inequality holds; the left-hand side must also be above the empty sum, so
-an entry with nothing to violate never pools on the rounding of the right.
-One search per entry into the other half and sums within the halves
-evaluate every test at once (:mod:`.merges`), so a round costs O(n log n)
-work and a fixed number of array operations, with no data-dependent loop
-(``jax.jit`` and ``vmap`` see a static graph; on JAX the rounds are one
-loop). Sums run outward from the segment boundary, so a small pool is
-never the difference of two large prefix sums.
+unsettled go through merge rounds: the row is split into segments of 1, 2,
+4, ... entries; at every round each pair of neighbouring segments, both already
+solved, is merged. Merging two increasing solutions ``L`` (left) and ``R``
+(right) changes exactly one block: a suffix of ``L`` and a prefix of ``R`` pool
+into one value ``v*``, and the merged solution is ``min(L, v*)`` on the left,
+``max(R, v*)`` on the right. ``L_j`` pools iff ``sum_(R_i < L_j) w (L_j - R_i)
+> sum_(k > j) w (L_k - L_j)`` (the merged objective decreases past ``L_j``),
+``R_i`` iff the mirror inequality holds; the left-hand side must also be above
+the empty sum, so an entry with nothing to violate never pools on the rounding
+of the right. One search per entry into the other half and sums within the
+halves evaluate every test at once (:mod:`.merges`), so a round costs
+O(n log n) work and a fixed number of array operations, with no data-dependent loop
+(``jax.jit`` and ``vmap`` see a static graph; on JAX the rounds are one loop).
+Sums run outward from the segment boundary, so a small pool is never the
+difference of two large prefix sums.
 
-The KL fit's rows end on chains that take one neighbour per round for tens
-of rounds: on a CPU backend that reads values now, a row stops pooling once
-its last drops stop halving, and :mod:`.windows` fits them in windows of
-blocks around each drop. Least-squares rows settle soon after: they pool on.
+The KL fit's rows end on chains that take one neighbour per round for tens of
+rounds: on a CPU backend that reads values now, a row stops pooling once its
+last drops stop halving, and :mod:`.windows` fits them in windows of blocks
+around each drop. Least-squares rows settle soon after: they pool on.
 
 Two losses share the rounds, each block taking the value that minimises it:
 
@@ -37,12 +36,10 @@ Two losses share the rounds, each block taking the value that minimises it:
 The merge rounds serve a third family, the p-norm loss of :mod:`.pnorm`,
 whose tests sum the data (:mod:`.power_sums`, through :func:`merge_rows`).
 
-The Jacobian is block-wise (Blondel et al. 2020, Lemma 1): for ``"l2"``,
-``dv_B / dy_i = w_i / W_B``; for ``"kl"``, ``softmax(y_B)_i``. Blocks are
-the runs of equal values of the solution, as in torchsort; their sums are
-the adapter's segmented sums (a scatter-add on torch, scans elsewhere): no
-n x n anything.
-"""
+The Jacobian is block-wise (Blondel et al. 2020, Lemma 1): for ``"l2"``, ``dv_B
+/ dy_i = w_i / W_B``; for ``"kl"``, ``softmax(y_B)_i``. Blocks are the runs of
+equal values of the solution, as in torchsort; their sums are the adapter's
+segmented sums (a scatter-add on torch, scans elsewhere): no n x n anything."""
 
 from __future__ import annotations
 
@@ -265,6 +262,9 @@ def pool_runs(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, max_rounds: int
             u = changed.pooled(xp, adapter, starts, xp.concat([xp.zeros_like(down[..., :1]), down], axis=-1), u, weights, unit)
         else:
             u = rules.pooled(xp, adapter, starts, u, weights, unit)  # the totals in one segmented sum (one scatter on torch)
+        # one value per segment, its first entry's: a power may round apart at two entries of equal input (torch's CPU
+        # kernels: vectorized body, scalar tail), and a segment split 1 ulp apart stays two (l2, kl: sums, one log)
+        u = u if rules in (_L2, _KL) else adapter.segment_first(xp, starts, u)
         down = drops(u)
         if not counted:
             return u, starts, down

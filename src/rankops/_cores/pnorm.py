@@ -89,10 +89,9 @@ def newton_steps(q: float) -> int:
 
 def exponent(p: float) -> float:
     """``q = p / (p - 1)``, the conjugate exponent of ``p``; snapped to an integer within rounding (4/3 in floating
-    point gives 4.000000000000001), so that the closed forms serve the p that name them. A literal: torch.compile,
-    called again with another float p, traces it symbolically, and the comparisons with 2, ..., 64 guard its value."""
+    point gives 4.000000000000001), so that the closed forms serve the p that name them."""
     q = p / (p - 1.0)
-    return next((float(c) for c in range(2, 65) if abs(q - c) < 1e-9), float(round(q)) if abs(q - round(q)) < 1e-9 else q)
+    return float(round(q)) if abs(q - round(q)) < 1e-9 else q
 
 
 def exponent_of(opts: Any) -> float:
@@ -203,8 +202,9 @@ def _signed_shift(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, q: float) 
         t, _, _ = adapter.settle(xp, newton, (start, lo, hi), moved, _SIGNED_STEPS, _SIGNED_ROUND, like=(d, total_w))
         return (xp.where(m == 1, alone, t),)
 
-    # a batch of one-entry blocks (a soft sort's rows at strength 1 and below, as a rule) has every root in closed form:
-    # where the flag is read now, or under jax.jit (a branch), the rest is skipped (pooling rounds call this in a loop)
+    # a batch of one-entry blocks (a soft sort's rows at strength 1 and below, as a rule) has every root in closed
+    # form: where the flag is read now, or under jax.jit (a branch), the rest is skipped (the pooling rounds call
+    # this in their loop's body)
     return mean, d, adapter.unless(xp, xp.all(m == 1), roots, (alone,), in_loop=True)[0]
 
 
@@ -252,8 +252,8 @@ class _SignedRules(_Rules):
 
 
 def project(xp: Any, adapter: Any, z: Any, w: Any, q: float, valid: Any = None, signed: bool = False) -> tuple[Any, Any, Any]:
-    """``(mu, share, starts)`` along the last axis, in the sorted order of ``z`` (decreasing; ``w``: unless ``signed``,
-    the rank's rho, ``(n_v, ..., 1)`` then 0).
+    """``(mu, share, starts)`` along the last axis, in the sorted order of ``z`` (decreasing; ``w`` the rank's rho,
+    ``(n_v, ..., 1)`` then 0, unless ``signed``).
 
     ``share``: ``phi' / sum_B phi'`` per entry (the Jacobian's weights, 0 on a
     block where mu is 0); ``starts``: True where a block begins. ``valid``:

@@ -16,7 +16,7 @@ import array_api_compat
 # the public operators take and return, in the caller's namespace.
 Array: TypeAlias = Any
 
-__all__ = ["Array", "is_array", "namespace", "device", "is_torch_namespace", "real_float_dtypes", "normalize_axis", "normalize_axes", "index_dtype", "default_float", "broadcast_arrays"]
+__all__ = ["Array", "is_array", "namespace", "device", "is_torch_namespace", "real_float_dtypes", "normalize_axis", "normalize_axes", "index_dtype", "default_float", "broadcast_arrays", "concrete_number"]
 
 
 # torch.compile traces array-api-compat's type tests (each behind functools.lru_cache) with a warning per call
@@ -171,3 +171,19 @@ def broadcast_arrays(xp: Any, *arrays: Any) -> list[Any]:
     if any(d not in (1, size) for dims, size in zip(zip(*padded), shape) for d in dims):
         raise ValueError(f"shapes {[tuple(a.shape) for a in arrays]} do not broadcast")
     return [a if tuple(a.shape) == shape else xp.broadcast_to(a, shape) for a in arrays]
+
+
+def concrete_number(value: Any) -> Any:
+    """``value``, a constant where ``torch.compile`` traces a Python number symbolically.
+
+    Called again with another float, dynamo makes that argument a ``SymFloat``
+    (it passes as a float), which ``math.isfinite``, the eager op's parameters
+    and the loops' closures cannot hold. An option's number is a constant of
+    the graph, as with ``torch.compile(dynamic=False)``: ``guard_scalar``
+    specializes it (a guard on its value; another value recompiles). A
+    temperature meant to change without recompiling is a 0-d tensor.
+    """
+    shapes = sys.modules.get("torch.fx.experimental.symbolic_shapes")  # loaded by whatever traces symbolically
+    if shapes is None or isinstance(value, bool) or not isinstance(value, (int, float)) or not sys.modules["torch"].compiler.is_compiling():
+        return value
+    return shapes.guard_scalar(value)

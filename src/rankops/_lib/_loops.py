@@ -289,6 +289,11 @@ def segment_logsumexp(xp: Any, starts: Any, g: Any) -> Any:
 
 
 def segment_first(xp: Any, starts: Any, g: Any) -> Any:
-    """Each entry's segment's first value of ``g`` (carried forward exactly: ``1 * h + 0``)."""
-    zero = xp.zeros_like(g)
-    return linear_scan(xp, xp.where(starts, zero, xp.ones_like(g))[..., 1:], xp.where(starts, g, zero))
+    """Each entry's segment's first value of ``g``: the first entry's position carried forward exactly (``1 * h +
+    0``: positions are finite, where ``g`` may hold an infinity that ``0 * h`` would make NaN), then gathered."""
+    starts = xp.broadcast_to(starts, g.shape)
+    exact = xp.float64 if g.dtype == xp.float64 else xp.float32  # positions of any row below 2^24 entries
+    pos = xp.broadcast_to(xp.arange(g.shape[-1], dtype=exact, device=_device(g)), g.shape)
+    zero = xp.zeros_like(pos)
+    first = linear_scan(xp, xp.where(starts, zero, xp.ones_like(pos))[..., 1:], xp.where(starts, pos, zero))
+    return take(xp, g, xp.astype(first, index_dtype(xp, _device(g))))

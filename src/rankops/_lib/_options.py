@@ -20,7 +20,7 @@ import math
 import numbers
 from typing import Any, Callable, Iterable, Mapping, TypeVar
 
-from ._compat import is_array
+from ._compat import concrete_number, is_array
 
 __all__ = [
     "Options", "option", "positive_scalar", "python_number", "choice", "boolean", "positive_count", "optional_count", "known_options",
@@ -71,7 +71,8 @@ class Options:
             # a temperature or softness of None is not given (the matrices' signatures default to None)
             if name in given and not (given[name] is None and name in ("softness", cls.temperature())):
                 check = fields[name].metadata.get("check")
-                values[name] = given[name] if check is None else check(given[name], name)
+                value = concrete_number(given[name])
+                values[name] = value if check is None else check(value, name)
         temperature = cls.temperature()
         if temperature is not None and "softness" in names:
             if "softness" in values and given.get(temperature) is not None:
@@ -112,7 +113,7 @@ def positive_scalar(value: Any, name: str) -> Any:
         return value
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a positive real number, got {type(value).__name__}")
-    if not 0 < value < math.inf:  # comparisons, not math.isfinite: torch.compile traces a float option symbolically
+    if not (math.isfinite(value) and value > 0):
         raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
     return float(value)
 
@@ -144,7 +145,7 @@ def norm_exponent(value: Any, name: str) -> float:
     """A p-norm exponent in (1, 2] (a Python number: it picks the solver's closed form)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a real number in (1, 2], got {type(value).__name__}")
-    if not 1 < value <= 2:  # NaN and inf fail it
+    if not (math.isfinite(value) and 1 < value <= 2):
         raise ValueError(f"{name} must lie in (1, 2], got {value!r}")
     return float(value)
 

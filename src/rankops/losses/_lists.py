@@ -14,7 +14,7 @@ import numbers
 from typing import Any
 
 from .._lib._adapters import get_adapter
-from .._lib._compat import device as _device
+from .._lib._compat import concrete_number, device as _device
 from ._common import row_mask, rows, with_mask
 
 
@@ -90,6 +90,7 @@ def max_dcg(xp: Any, g: Any, valid: Any, k: int | None, eps: float) -> Any:
 
 def number(name: str, value: Any, *, positive: bool = False) -> float:
     """An option that is a finite real number >= 0 (> 0 when ``positive``), as a float."""
+    value = concrete_number(value)
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value < 0:
         raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
     if positive and value == 0:

@@ -130,9 +130,8 @@ class Torch(PortableAdapter):
         return torch.empty_like(order).scatter(-1, order, ranks)
 
     def segment_sum(self, xp: Any, starts: Any, g: Any) -> Any:
-        # each segment summed in index order into its own slot: no cancellation between segments
-        # (starts may broadcast against g: stacked sums share one scatter); slots count from 1
-        # (slot 0 stays empty), which saves shifting the ids
+        # each segment summed in index order into its own slot: no cancellation between segments (starts may
+        # broadcast against g: stacked sums share one scatter); slots count from 1 (slot 0 stays empty): no shift
         ids = torch.cumsum(starts, dim=-1).expand_as(g)
         slots = g.new_zeros(g.shape[:-1] + (g.shape[-1] + 1,))
         return slots.scatter_add(-1, ids, g).gather(-1, ids)
