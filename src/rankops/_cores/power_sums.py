@@ -10,7 +10,7 @@ from . import isotonic
 from .merges import merge_lengths, padded_length
 from .powers import moment_root, power
 
-__all__ = ["PowerSums", "merge_fit", "merge_blocks", "pool_blocks", "block_form", "centred", "pooled_blocks_length", "POOLED_BLOCKS_MOST", "POOLED_BLOCKS_FROM"]
+__all__ = ["PowerSums", "merge_fit", "merge_blocks", "pool_blocks", "block_form", "centred", "stepped_mean", "pooled_blocks_length", "POOLED_BLOCKS_MOST", "POOLED_BLOCKS_FROM"]
 
 
 class PowerSums:

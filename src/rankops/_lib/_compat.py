@@ -11,6 +11,7 @@ import sys
 from typing import Any, TypeAlias
 
 import array_api_compat
+import numpy as np
 
 # An array of any array API namespace (NumPy, CuPy, torch, JAX, Dask, array-api-strict): what
 # the public operators take and return, in the caller's namespace.
@@ -165,11 +166,7 @@ def normalize_axes(axis: Any, ndim: int, name: str = "axis") -> tuple[int, ...]:
 def broadcast_arrays(xp: Any, *arrays: Any) -> list[Any]:
     """``xp.broadcast_arrays``, the shape worked out here: array-api-compat's torch version calls
     ``torch.broadcast_shapes``, whose first call imports SymPy (two seconds of a first soft rank)."""
-    ndim = max(a.ndim for a in arrays)
-    padded = [(1,) * (ndim - a.ndim) + tuple(a.shape) for a in arrays]
-    shape = tuple(next((d for d in dims if d != 1), 1) for dims in zip(*padded))
-    if any(d not in (1, size) for dims, size in zip(zip(*padded), shape) for d in dims):
-        raise ValueError(f"shapes {[tuple(a.shape) for a in arrays]} do not broadcast")
+    shape = np.broadcast_shapes(*(tuple(a.shape) for a in arrays))  # shapes only, as the solvers' batches
     return [a if tuple(a.shape) == shape else xp.broadcast_to(a, shape) for a in arrays]
 
 
