@@ -13,16 +13,12 @@ into one value ``v*``, and the merged solution is ``min(L, v*)`` on the left,
 ``R_i`` iff the mirror inequality holds; the left-hand side must also be above
 the empty sum, so an entry with nothing to violate never pools on the rounding
 of the right. One search per entry into the other half and sums within the
-halves evaluate every test at once (:mod:`.merges`), so a round costs
-O(n log n) work and a fixed number of array operations, with no data-dependent loop
-(``jax.jit`` and ``vmap`` see a static graph; on JAX the rounds are one loop).
+halves evaluate every test at once (:mod:`.merges`): a round costs O(n log n)
+work in a fixed number of array operations (``jax.jit`` sees a static graph).
 Sums run outward from the segment boundary, so a small pool is never the
-difference of two large prefix sums.
-
-The KL fit's rows end on chains that take one neighbour per round for tens of
-rounds: on a CPU backend that reads values now, a row stops pooling once its
-last drops stop halving, and :mod:`.windows` fits them in windows of blocks
-around each drop. Least-squares rows settle soon after: they pool on.
+difference of two large prefix sums. The KL fit's rows end on chains that take
+one neighbour per round for tens of rounds: on a CPU backend that reads values
+now, :mod:`.windows` fits their last drops in windows of blocks.
 
 Two losses share the rounds, each block taking the value that minimises it:
 
@@ -30,8 +26,7 @@ Two losses share the rounds, each block taking the value that minimises it:
   (weights ``w > 0``; ``scipy.optimize.isotonic_regression``);
 - ``"kl"``: ``sum_i exp(y_i - v_i) + exp(w_i) v_i`` (Blondel et al. 2020,
   Eq. 9, weights given as logs), block value ``LSE(y_B) - LSE(w_B)``: a
-  Bregman isotonic problem whose blocks pool by the same rule, with sums
-  taken in the log domain.
+  Bregman isotonic problem whose blocks pool by the same rule, in logs.
 
 The merge rounds serve a third family, the p-norm loss of :mod:`.pnorm`,
 whose tests sum the data (:mod:`.power_sums`, through :func:`merge_rows`).
@@ -158,23 +153,26 @@ class _KL:
         return xp.where(some, num - xp.where(some, den, xp.zeros_like(den)), fallback)
 
     @staticmethod
-    def pooled(xp: Any, adapter: Any, starts: Any, u: Any, w: Any, unit: bool) -> Any:
-        """Each entry's segment value, the segments' blocks pooled: ``LSE_S(u + w) - LSE_S(w)`` (``u`` block values).
+    def pooled(xp: Any, adapter: Any, starts: Any, u: Any, yw: Any, unit: bool) -> Any:
+        """Each entry's segment value from the data, ``LSE_S(y) - LSE_S(w)`` (``yw`` stacks the row and its
+        log-weights), both in one segmented log-sum-exp (from each segment's maximum: no overflow).
 
-        Both in one segmented log-sum-exp (from each segment's maximum: no overflow).
+        Not from the blocks' values (``LSE_S(u + w)``, equal in exact arithmetic): a value that pools again in every
+        round would carry the roundings of all the rounds before, which in float32 move a long row's blocks.
         """
-        lse = adapter.segment_logsumexp(xp, starts, xp.stack([u + w, xp.broadcast_to(w, u.shape)]))
+        lse = adapter.segment_logsumexp(xp, starts, yw)
         return _KL.value(xp, (lse[0, ...], lse[1, ...]), u)
 
     @staticmethod
-    def block_data(xp: Any, adapter: Any, starts: Any, w: Any, v: Any) -> tuple[Any]:
-        """``(each entry's block's total log-weight LSE_B(w),)``, as 2-D rows (:mod:`.windows`)."""
-        return (adapter.segment_logsumexp(xp, starts, windows.rows_of(xp, w, v)),)
+    def block_data(xp: Any, adapter: Any, starts: Any, yw: Any, v: Any) -> tuple[Any, Any]:
+        """``(LSE_B(y), LSE_B(w))`` of each entry's block, as 2-D rows (:mod:`.windows`): a block as one entry."""
+        lse = adapter.segment_logsumexp(xp, starts, xp.stack([windows.rows_of(xp, yw[i, ...], v) for i in (0, 1)]))
+        return lse[0, ...], lse[1, ...]
 
     @staticmethod
-    def pad(xp: Any, low: Any, data: tuple[Any, ...]) -> tuple[float, tuple[float]]:
-        """An entry out of the objective (value -inf, log-weight 0): first in an increasing fit, it never pools."""
-        return -math.inf, (0.0,)
+    def pad(xp: Any, low: Any, data: tuple[Any, ...]) -> tuple[float, tuple[float, float]]:
+        """An entry out of the objective (value and data -inf, log-weight 0): first in an increasing fit, it never pools."""
+        return -math.inf, (-math.inf, 0.0)
 
     # the same sums as _L2's, as logs: sum_S exp(w) (exp(v) - exp(ref)) and its mirror. An empty S
     # gives -inf, and so does a sum of entries at -inf (out of the objective: a masked entry's); their
@@ -372,19 +370,21 @@ def fit(xp: Any, adapter: Any, y: Any, w: Any = None, kind: str = "l2") -> Any:
     if w is not None:
         y, w = broadcast_arrays(xp, y, w)
     v = KINDS[kind].single(xp, y, w)
-    return v if y.shape[-1] == 1 else _pooled_fit(xp, adapter, kind, v, w)
+    return v if y.shape[-1] == 1 else _pooled_fit(xp, adapter, kind, v, xp.stack([y, w]) if kind == "kl" else w)
 
 
 def _pooled_fit(xp: Any, adapter: Any, kind: str, v: Any, w: Any, rounds: int | None = None, windows_first: bool = True) -> Any:
     """The fit from the one-entry values ``v`` (or pooled blocks of them): pooling rounds, then either windows around
-    the last drops (:mod:`.windows`: the KL loss, on a CPU backend that reads values now) or the merge rounds."""
+    the last drops (:mod:`.windows`: the KL loss, on a CPU backend that reads values now) or the merge rounds. ``w``:
+    the weights (None: unit), or for ``"kl"`` the row and its log-weights stacked, as its rounds read them."""
+    kl = kind == "kl"
     # the windows pool for as many rounds as their whole rows would: a chain the rounds finish there, they finish here
     rounds = rounds or PER_LEVEL * (v.shape[-1] - 1).bit_length()
     # the merge rounds, a fallback few rows take, run eagerly even in a compiled graph (one op): compiled, they
     # were most of the kernels of every permutahedron and isotonic call, and of its compile time
     return pool_then_merge(xp, adapter, KINDS[kind], v, w, lambda u, unsettled: adapter.eagerly(
-        xp, _merged, (u, xp.ones_like(u) if w is None else w), like=(0,), kind=kind)[0], rounds=rounds,
-        finish=(lambda values, data: _pooled_fit(xp, adapter, kind, values, data[0], rounds, False))
+        xp, _merged, (u, xp.ones_like(u) if w is None else w[1, ...] if kl else w), like=(0,), kind=kind)[0], rounds=rounds,
+        finish=(lambda values, data: _pooled_fit(xp, adapter, kind, values, xp.stack(data) if kl else data[0], rounds, False))
         if windows_first and KINDS[kind].snowballs else None)
 
 
