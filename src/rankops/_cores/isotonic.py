@@ -84,25 +84,27 @@ class _L2:
         return xp.where(some, num / xp.where(some, den, xp.ones_like(den)), fallback)
 
     @staticmethod
-    def pooled(xp: Any, adapter: Any, starts: Any, u: Any, w: Any, unit: bool) -> Any:
-        """Each entry's segment value, the segments' blocks pooled: ``sum_S w u / sum_S w`` (``u`` block means)."""
-        if unit:  # the totals are sums and counts (``w`` the ones made once, before the rounds)
-            tot = adapter.segment_sum(xp, starts, xp.stack([u, xp.broadcast_to(w, u.shape)]))
+    def pooled(xp: Any, adapter: Any, starts: Any, u: Any, yw: Any, unit: bool) -> Any:
+        """Each entry's segment value from the data (as :meth:`_KL.pooled`), ``sum_S w y / sum_S w`` (``yw`` stacks
+        the row and its weights; ``unit``: they are ones, and the totals are sums and counts)."""
+        if unit:
+            tot = adapter.segment_sum(xp, starts, yw)
             return tot[0, ...] / tot[1, ...]
+        y, w = yw[0, ...], yw[1, ...]
         # a block of zero weights may take any value: its plain mean keeps it one block, quietly (no 0 / 0)
-        tot = adapter.segment_sum(xp, starts, xp.stack([w * u, xp.broadcast_to(w, u.shape), u, xp.ones_like(u)]))
+        tot = adapter.segment_sum(xp, starts, xp.stack([w * y, w, y, xp.ones_like(y)]))
         return _L2.value(xp, (tot[0, ...], tot[1, ...]), tot[2, ...] / tot[3, ...])
 
     @staticmethod
-    def block_data(xp: Any, adapter: Any, starts: Any, w: Any, v: Any) -> tuple[Any]:
-        """``(each entry's block's total weight sum_B w,)``, as 2-D rows (:mod:`.windows`; ``starts`` in that layout)."""
-        return (adapter.segment_sum(xp, starts, windows.rows_of(xp, w, v)),)
+    def block_data(xp: Any, adapter: Any, starts: Any, yw: Any, v: Any) -> tuple[Any, Any]:
+        """``(each entry's block value, its total weight sum_B w)``, as 2-D rows (:mod:`.windows`): a block as one entry."""
+        return windows.rows_of(xp, v, v), adapter.segment_sum(xp, starts, windows.rows_of(xp, yw[1, ...], v))
 
     @staticmethod
-    def pad(xp: Any, low: Any, data: tuple[Any, ...]) -> tuple[Any, tuple[float]]:
+    def pad(xp: Any, low: Any, data: tuple[Any, ...]) -> tuple[Any, tuple[Any, float]]:
         """An entry before a row whose values are at least ``low`` (its first block's statistics ``data``) that never
         moves a fit: that value, of no weight."""
-        return low, (0.0,)
+        return low, (low, 0.0)
 
     @staticmethod
     def above(xp: Any, sums: tuple[Any, Any], ref: Any, centre: None, lower: None) -> Any:
@@ -197,8 +199,8 @@ KINDS = {"l2": _L2, "kl": _KL}
 PER_LEVEL = 4  # pooling rounds per ceil(log2 n) before the merge rounds (:func:`pool_then_merge`)
 
 
-def pool_runs(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, max_rounds: int, merge_cost: float = 0.0,
-              leave: int = 0, merge_all: bool = False, starts: Any = None, stall_blocks: int = 0) -> tuple[Any, Any, bool]:
+def pool_runs(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, max_rounds: int, merge_cost: float = 0.0, leave: int = 0,
+              merge_all: bool = False, starts: Any = None, stall_blocks: int = 0, unit: bool = False) -> tuple[Any, Any, bool]:
     """Pool every maximal run of strictly decreasing blocks at once, for up to ``max_rounds`` rounds.
 
     Adjacent violators end in one block of the solution (the PAV argument),
@@ -211,22 +213,22 @@ def pool_runs(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, max_rounds: int
     rounds. The result is blocks of pooled values with the same isotonic fit
     as ``v``.
 
-    ``merge_cost`` > 0 (a caller whose merge rounds run over the blocks, one
-    entry each) also stops a row once its drops stop halving each round and
-    its rounds have cost ``merge_cost K log2 K / n`` rounds' worth (``K``
-    its blocks): what the merge rounds over its blocks would cost, in pooling
-    rounds. A chain that snowballs (a block taking one neighbour per round)
-    leaves a few drops for up to n rounds; the drops of a row that is
-    settling fall geometrically. ``merge_all``: the merge rounds cannot
-    count the blocks (``jax.jit``), and a row pools ``merge_cost log2 n``
-    rounds before it stalls out, whatever its blocks (the p = 4/3 rank of
-    10^5 entries settles in about 16 at the default softness). ``stall_blocks``
-    > 0: only with at most that many blocks (a merge cheap only then).
+    ``merge_cost`` > 0 (a caller whose merge rounds run over the blocks, one entry
+    each) also stops a row once its drops stop halving each round and its rounds
+    have cost ``merge_cost K log2 K / n`` rounds' worth (``K`` its blocks): what
+    the merge rounds over its blocks would cost, in pooling rounds. A chain that
+    snowballs (a block taking one neighbour per round) leaves a few drops for up
+    to n rounds; the drops of a row that is settling fall geometrically.
+    ``merge_all``: the merge rounds cannot count the blocks (``jax.jit``), and a
+    row pools ``merge_cost log2 n`` rounds before it stalls out, whatever its
+    blocks (the p = 4/3 rank of 10^5 entries settles in about 16 at the default
+    softness). ``stall_blocks`` > 0: only with at most that many blocks.
 
     ``leave`` > 0 (a caller that finishes the last drops itself,
     :mod:`.windows`): a row also stops once it holds at most ``leave`` drops
     and they stopped halving (a snowballing chain; a settling row goes on).
-    ``starts``: True where a segment of ``v`` begins (default: every entry).
+    ``starts``: True where a segment of ``v`` begins (default: every entry). ``w``: the data
+    ``rules.pooled`` reads (``"l2"``, ``"kl"``: the row and its weights stacked; ``unit``: those are ones).
 
     Returns ``(v, unsettled, stopped_early)``: ``unsettled`` is True on the
     rows that still hold a drop, and ``stopped_early`` True when the loop was
@@ -240,10 +242,6 @@ def pool_runs(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, max_rounds: int
 
     def count(a: Any) -> Any:
         return xp.sum(xp.astype(a, v.dtype), axis=-1, keepdims=True)
-
-    unit = w is None
-    if unit:  # unweighted: the totals are sums and counts
-        w = xp.ones_like(v)
 
     counted = bool(merge_cost or leave)  # the state carries the drops of the last two rounds and the rounds spent
 
@@ -290,7 +288,7 @@ def pool_runs(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, max_rounds: int
         # an entry of zero weight (free: any value fits it) joins its predecessor's block in the first round, as a
         # drop would make it: a masked tail of equal values would otherwise pool one entry per round. Its own
         # value is no value: a drop from it is left to the next round, from its block's value.
-        free = xp.broadcast_to(w, v.shape) == 0
+        free = w[1, ...] == 0
         down = free[..., 1:] | (down & ~free[..., :-1])
     state: tuple[Any, ...] = (v, starts, down)
     if counted:
@@ -369,30 +367,30 @@ def fit(xp: Any, adapter: Any, y: Any, w: Any = None, kind: str = "l2") -> Any:
     """
     if w is not None:
         y, w = broadcast_arrays(xp, y, w)
-    v = KINDS[kind].single(xp, y, w)
-    return v if y.shape[-1] == 1 else _pooled_fit(xp, adapter, kind, v, xp.stack([y, w]) if kind == "kl" else w)
+    v, yw = KINDS[kind].single(xp, y, w), xp.stack([y, xp.ones_like(y) if w is None else w])
+    return v if y.shape[-1] == 1 else _pooled_fit(xp, adapter, kind, v, yw, unit=w is None)
 
 
-def _pooled_fit(xp: Any, adapter: Any, kind: str, v: Any, w: Any, rounds: int | None = None, windows_first: bool = True) -> Any:
+def _pooled_fit(xp: Any, adapter: Any, kind: str, v: Any, yw: Any, rounds: int | None = None, windows_first: bool = True,
+                unit: bool = False) -> Any:
     """The fit from the one-entry values ``v`` (or pooled blocks of them): pooling rounds, then either windows around
-    the last drops (:mod:`.windows`: the KL loss, on a CPU backend that reads values now) or the merge rounds. ``w``:
-    the weights (None: unit), or for ``"kl"`` the row and its log-weights stacked, as its rounds read them."""
-    kl = kind == "kl"
+    the last drops (:mod:`.windows`: the KL loss, on a CPU backend that reads values now) or the merge rounds. ``yw``
+    stacks the row and its weights (``unit``: ones)."""
     # the windows pool for as many rounds as their whole rows would: a chain the rounds finish there, they finish here
     rounds = rounds or PER_LEVEL * (v.shape[-1] - 1).bit_length()
     # the merge rounds, a fallback few rows take, run eagerly even in a compiled graph (one op): compiled, they
     # were most of the kernels of every permutahedron and isotonic call, and of its compile time
-    return pool_then_merge(xp, adapter, KINDS[kind], v, w, lambda u, unsettled: adapter.eagerly(
-        xp, _merged, (u, xp.ones_like(u) if w is None else w[1, ...] if kl else w), like=(0,), kind=kind)[0], rounds=rounds,
-        finish=(lambda values, data: _pooled_fit(xp, adapter, kind, values, xp.stack(data) if kl else data[0], rounds, False))
+    return pool_then_merge(xp, adapter, KINDS[kind], v, yw, lambda u, unsettled: adapter.eagerly(
+        xp, _merged, (u, yw[1, ...]), like=(0,), kind=kind)[0], rounds=rounds, unit=unit,
+        finish=(lambda values, data: _pooled_fit(xp, adapter, kind, values, xp.stack(data), rounds, False))
         if windows_first and KINDS[kind].snowballs else None)
 
 
 def pool_then_merge(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, merge: Callable[[Any, Any], Any], per_level: int = PER_LEVEL,
                     merge_cost: float = 0.0, finish: Callable[[Any, Any], Any] | None = None, rounds: int | None = None,
-                    sums: Any = None, stall_blocks: int = 0) -> Any:
+                    sums: Any = None, stall_blocks: int = 0, unit: bool = False) -> Any:
     """``v`` pooled by :func:`pool_runs` for up to ``rounds`` (default ``per_level ceil(log2 n)``) rounds
-    (``merge_cost``, ``stall_blocks`` as there), then ``merge(v, unsettled)`` (the caller's merge rounds; ``unsettled`` True on the rows
+    (``merge_cost``, ``stall_blocks``, ``unit`` as there), then ``merge(v, unsettled)`` (the caller's merge rounds; ``unsettled`` True on the rows
     the pooling left) unless every row settled, which a backend that reads the flag skips.
 
     ``finish(values, data)`` (a fit of 2-D rows of block values and their statistics, ``rules.block_data``): on a
@@ -411,7 +409,8 @@ def pool_then_merge(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, merge: Ca
             rounds, begun = rounds - 1, block_starts(xp, v)
             if bool(xp.any(unsettled)) and windows.few_blocks(xp, rules, begun):
                 return windows.pool_and_finish(xp, adapter, rules, v, w, finish, sums, rounds)
-        v, unsettled, _ = pool_runs(xp, adapter, rules, v, w, rounds, leave=windows.drops_left(v.shape[-1]), starts=begun)
+        v, unsettled, _ = pool_runs(xp, adapter, rules, v, w, rounds, leave=windows.drops_left(v.shape[-1]), starts=begun,
+                                    unit=unit)
         if not bool(xp.any(unsettled)):
             return v
         return windows.finish(xp, adapter, rules, v, w, finish, sums)
@@ -419,7 +418,7 @@ def pool_then_merge(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, merge: Ca
     # compiled torch graph does): elsewhere they run over every entry of the row
     merge_all = bool(merge_cost) and not adapter.reads_in_eager_node(v)
     v, unsettled, stopped_early = pool_runs(xp, adapter, rules, v, w, rounds, merge_cost, merge_all=merge_all,
-                                            stall_blocks=stall_blocks)
+                                            stall_blocks=stall_blocks, unit=unit)
     if stopped_early:  # the loop read that every row settled: no second read
         return v
     return adapter.unless(xp, ~xp.any(unsettled), lambda u: merge(u, unsettled), v)
