@@ -103,7 +103,9 @@ def neuralsort(s: Array, /, *, softness: Any = None, tau: Any = None, descending
     ``P[i, :] = softmax(((n + 1 - 2 i) s - A_s 1) / tau)``, i = 1..n,
     ``A_s[j, k] = |s_j - s_k|`` (Grover et al. 2019; Prillo & Eisenschlos
     2020, Eq. 3), in O(n^2) by forming the row sums ``A_s 1`` once (SoftSort
-    appendix A.4.5). Ascending order reverses the rows.
+    appendix A.4.5), each row's logits relative to its own item's (exact
+    where float32 logits would round away a row's competition). Ascending
+    order reverses the rows.
 
     Parameters
     ----------

@@ -217,7 +217,7 @@ class _Streamed:
         return _rows(xp, s, tau, self.method, self.block, self.descending, self.power, res[1 + has_tau : end], mask)
 
     def residuals(self, xp: Any, s: Any, *rest: Any) -> tuple[Any, ...]:
-        """What the backward pass keeps: ``s``, an array ``tau``, O(n) vectors (sort order or row sums), the mask."""
+        """What the backward pass keeps: ``s``, an array ``tau``, O(n) vectors (the sort order, or the sorted row and R's steps summed), the mask."""
         tau_array, mask = (rest[:-1], rest[-1:]) if self.masked else (rest, ())
         aux = ROWS[self.method].aux(xp, s, block=self.block, descending=self.descending, mask=mask[0] if mask else None)
         res = (s, *tau_array, *aux, *mask)
