@@ -68,7 +68,8 @@ def _rows(
     xp: Any, s: Any, tau: Any, method: str, block: int, descending: bool, power: Any, aux: tuple[Any, ...] | None = None, mask: Any = None
 ) -> Any:
     cls = ROWS[method]
-    aux = cls.aux(xp, s, block=block, descending=descending, mask=mask) if aux is None else aux
+    # aux from s here: under the caller's autodiff (traced), unlike the residuals of a rule's forward
+    aux = cls.aux(xp, s, block=block, descending=descending, mask=mask, traced=True) if aux is None else aux
     return cls(xp, s, tau, aux, block=block, descending=descending, power=power, mask=mask)
 
 

@@ -188,7 +188,17 @@ class NeuralSortRows:
         self.keys = (c if descending else -c, t, high)
 
     @staticmethod
-    def aux(xp: Any, s: Any, *, descending: bool, mask: Any = None, **_: Any) -> tuple[Any, ...]:
+    def aux(xp: Any, s: Any, *, block: int, descending: bool, mask: Any = None, traced: bool = False, **_: Any) -> tuple[Any, ...]:
+        """``traced``: the backend's autodiff differentiates the logits, and through them these. Their derivative is
+        then R's own, ``sum_k sign(s_j - s_k)`` (sign(0) = 0, as :meth:`finish`): a zero-valued ``R - stop(R)`` joins
+        the low parts, R summed as before (O(n^2): the matrix's own cost). Through the sort, a tie's derivative
+        would follow the order the sort gave its items."""
+        adapter = get_adapter(xp)
+        if traced and adapter.autodiff:
+            t, high, high_at, low_at = (adapter.stop_gradient(xp, a) for a in NeuralSortRows.aux(
+                xp, s, block=block, descending=descending, mask=mask))
+            r = NeuralSortRows._row_sums(xp, s, block, mask)
+            return t, high, high_at, low_at + (r - adapter.stop_gradient(xp, r))
         # the rows' own order (a mask's valid entries first); R's steps between the valid entries only
         t, order = sort_order(xp, s, descending, mask)
         n = s.shape[-1] if mask is None else xp.sum(xp.astype(mask, s.dtype), axis=-1, keepdims=True)
@@ -197,8 +207,19 @@ class NeuralSortRows:
         if mask is not None:
             steps = xp.where(q < n, steps, xp.zeros_like(steps))
         high, low = (a[..., : s.shape[-1]] for a in _two_part_cumsum(xp, steps))  # an empty row has no step either
-        inverse = get_adapter(xp).invert_permutation(xp, order)
+        inverse = adapter.invert_permutation(xp, order)
         return t, high, xp.take_along_axis(high, inverse, axis=-1), xp.take_along_axis(low, inverse, axis=-1)
+
+    @staticmethod
+    def _row_sums(xp: Any, s: Any, block: int, mask: Any) -> Any:
+        """``R_j = sum_k |s_j - s_k|`` over the valid entries k, ``block`` rows of differences at a time."""
+        valid = None if mask is None else xp.astype(mask, s.dtype)[..., None, :]
+
+        def body(carry: Any, cols: tuple[Any, ...]) -> Any:
+            d = xp.abs(cols[0][..., :, None] - s[..., None, :])
+            return carry, (xp.sum(d if valid is None else d * valid, axis=-1),)
+
+        return get_adapter(xp).scan_blocks(xp, body, (), (s,), block)[1][0]
 
     def logits(self, keys: tuple[Any, ...]) -> tuple[Any, Any]:
         # the rows' own low parts are a constant per row (left out); the items' are small: no rounding to speak of
