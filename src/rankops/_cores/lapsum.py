@@ -341,6 +341,6 @@ def topk_core(xp: Any, x: Any, opts: Any, *, k: Any, mask: Any = None, order: An
     (value,), back = _run(xp, spec, x, (k,) if is_array(k) else (), order, mask)
     if mask is None:
         return (value,), back
-    count = xp.sum(xp.astype(mask, x.dtype), axis=-1, keepdims=True)
+    count = masked.valid_count(xp, x, mask)
     short = count <= (k[..., None] if is_array(k) else k)
     return (xp.where(short, math.nan, value),), back

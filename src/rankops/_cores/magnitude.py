@@ -167,7 +167,7 @@ class _Magnitude:
         adapter = get_adapter(xp)
         k_array, _, mask = masked.trailing(rest, False, self.masked)
         eps, q = self.strength, self.q
-        count = x.shape[-1] if mask is None else xp.sum(xp.astype(mask, x.dtype), axis=-1, keepdims=True)
+        count = masked.valid_count(xp, x, mask)
         k, outside = masked.row_k(xp, x, k_array, self.k, count)
         negative = x < 0
         # masked entries come in as 0 (:func:`.masked.zeros_masked_input`): magnitude 0, never kept unless every entry is

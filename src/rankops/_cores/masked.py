@@ -21,7 +21,7 @@ from .._lib._adapters import custom_backward
 from .._lib._calls import LIKE_INPUT, Prepared
 from .._lib._compat import index_dtype, is_array, device as _device
 
-__all__ = ["arrays", "with_mask", "in_core_layout", "zero_masked", "masked_output", "output_cotangents", "zero_masked_grads", "as_masked_operator", "backward", "zeros_masked_input", "squared", "prefix", "held_last", "valid_first", "ValidFirst", "trailing", "sorted_rows"]
+__all__ = ["arrays", "with_mask", "in_core_layout", "zero_masked", "masked_output", "output_cotangents", "zero_masked_grads", "as_masked_operator", "backward", "zeros_masked_input", "squared", "prefix", "held_last", "valid_first", "ValidFirst", "valid_count", "trailing", "sorted_rows"]
 
 
 def arrays(mask: Any) -> dict[str, Any]:
@@ -137,6 +137,11 @@ def prefix(xp: Any, mask: Any) -> Any:
     return _counted(xp, mask)[1]
 
 
+def valid_count(xp: Any, like: Any, mask: Any) -> Any:
+    """Each row's count of valid entries in ``like``'s dtype, shaped ``(..., 1)``; without a mask, n (a number)."""
+    return like.shape[-1] if mask is None else xp.sum(xp.astype(mask, like.dtype), axis=-1, keepdims=True)
+
+
 def _counted(xp: Any, mask: Any) -> tuple[Any, Any]:
     """``(n_v, prefix)``: each row's count of valid entries (index dtype, keepdims) and its first n_v positions."""
     idx = index_dtype(xp, _device(mask))
@@ -209,5 +214,5 @@ def row_k(xp: Any, x: Any, k_array: tuple[Any, ...], k: Any, count: Any) -> tupl
 
 def short_rows(xp: Any, value: Any, mask: Any, k: Any) -> Any:
     """A masked top-k's value NaN throughout (masked entries included) on the rows with fewer than k valid entries."""
-    count = xp.sum(xp.astype(mask, value.dtype), axis=-1, keepdims=True)
+    count = valid_count(xp, value, mask)
     return xp.where(count < (k[..., None] if is_array(k) else k), math.nan, value)

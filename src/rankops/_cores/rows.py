@@ -183,7 +183,7 @@ class NeuralSortRows:
     def __init__(self, xp: Any, s: Any, tau: Any, aux: tuple[Any, ...], *, block: int, descending: bool, mask: Any = None, **_: Any) -> None:
         self.xp, self.s, self.tau, self.block, self.mask = xp, s, tau, block, mask
         t, high, self.high, self.low = aux
-        n = s.shape[-1] if mask is None else xp.sum(xp.astype(mask, s.dtype), axis=-1, keepdims=True)
+        n = masked.valid_count(xp, s, mask)
         c = (n + 1) - 2 * positions(xp, s)  # (..., n) with a mask: each row's own n_v
         self.keys = (c if descending else -c, t, high)
 
@@ -201,7 +201,7 @@ class NeuralSortRows:
             return t, high, high_at, low_at + (r - adapter.stop_gradient(xp, r))
         # the rows' own order (a mask's valid entries first); R's steps between the valid entries only
         t, order = sort_order(xp, s, descending, mask)
-        n = s.shape[-1] if mask is None else xp.sum(xp.astype(mask, s.dtype), axis=-1, keepdims=True)
+        n = masked.valid_count(xp, s, mask)
         q = positions(xp, s)[:-1]
         steps = xp.abs(t[..., 1:] - t[..., :-1]) * (2.0 * q - n)
         if mask is not None:
