@@ -459,3 +459,26 @@ def test_regroup_with_every_group_one_block_keeps_the_table():
         np.testing.assert_array_equal(backend.to_numpy(got), table)
         np.testing.assert_array_equal(backend.to_numpy(heads), np.arange(5))
         np.testing.assert_array_equal(backend.to_numpy(group), np.arange(5))
+
+
+def test_rounds_over_blocks_gather_with_one_kernel_on_torch(monkeypatch):
+    """The rounds over blocks and the windows gather by indices in range (:func:`.blocks.take_in_range`): on torch one
+    ``index_select`` a gather, not array-api-compat's ``take``, which wraps negative indices first (three kernels
+    more). The p = 3/2 rank at strength 0.1, B = 20, n = 1000, whose rows finish over their blocks: 1,453 kernels
+    forward+backward with ``xp.take``, 1,051 now. The ceiling is today's count: a change that adds kernels to these
+    eager CPU paths fails here and says why (or lowers it)."""
+    torch = pytest.importorskip("torch")
+    from benchmarks.gpu import _count
+
+    calls = []
+    pool_and_finish = windows.pool_and_finish
+    monkeypatch.setattr(windows, "pool_and_finish", lambda *a: calls.append(1) or pool_and_finish(*a))
+    x = torch.randn(20, 1000, generator=torch.Generator().manual_seed(0)).requires_grad_()
+
+    def both() -> None:
+        y = rankops.soft_rank(x, method="permutahedron", regularization="lp", p=1.5, strength=0.1)
+        torch.autograd.grad(y, x, torch.ones_like(y))
+
+    kernels, _, _ = _count(torch, both)
+    assert calls, "the rounds over blocks were not taken"
+    assert kernels <= 1051, f"{kernels} kernels per call (ceiling 1051)"

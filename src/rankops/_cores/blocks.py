@@ -18,9 +18,17 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from .._lib._adapters import get_adapter
 from .._lib._compat import device as _device, index_dtype
 
-__all__ = ["Blocks", "find_drops", "combined", "regroup", "pool_rounds"]
+__all__ = ["Blocks", "find_drops", "combined", "regroup", "pool_rounds", "take_in_range"]
+
+
+def take_in_range(xp: Any, a: Any, index: Any, axis: int = 0) -> Any:
+    """``xp.take(a, index, axis=axis)`` for an ``index`` in range and non-negative, as every index of these blocks is:
+    the backend's own gather (``adapter.select``; array-api-compat's torch ``take`` first wraps negative indices,
+    three kernels more per call, and these rounds gather a few dozen times)."""
+    return get_adapter(xp).select(xp, a, index, axis)
 
 
 def find_drops(value: Any, first: Any) -> Any:
@@ -57,7 +65,7 @@ class Blocks:
         starts = xp.reshape(starts, (-1,))
         heads = xp.nonzero(starts)[0]
         first, last = _row_ends(xp, adapter, heads // n, idx)
-        return cls(value=xp.take(xp.reshape(v, (-1,)), heads), data=tuple(xp.take(xp.reshape(a, (-1,)), heads) for a in data),
+        return cls(value=take_in_range(xp, xp.reshape(v, (-1,)), heads), data=tuple(take_in_range(xp, xp.reshape(a, (-1,)), heads) for a in data),
                    row_first=first, row_last=last, starts=starts, idx=idx)
 
     def regrouped(self, xp: Any, adapter: Any, sums: Any, starts: Any, value: Any, owner: Any) -> tuple[Blocks, Any]:
@@ -65,8 +73,8 @@ class Blocks:
         (:func:`regroup`, ``value`` the groups' values, per block); ``owner``: each block of a former grouping (these
         blocks: None) in its group now."""
         table, heads, group = regroup(xp, adapter, sums, xp.stack([self.value, *self.data]), starts, value)
-        first, last = (xp.take(group, xp.take(a, heads)) for a in (self.row_first, self.row_last))
-        owner = group if owner is None else xp.take(group, owner)
+        first, last = (take_in_range(xp, group, take_in_range(xp, a, heads)) for a in (self.row_first, self.row_last))
+        owner = group if owner is None else take_in_range(xp, group, owner)
         return dataclasses.replace(self, value=table[0, ...], data=tuple(table[i, ...] for i in range(1, 6)), row_first=first,
                                    row_last=last), owner
 
@@ -75,7 +83,7 @@ class Blocks:
         ``of_entries``."""
         if owner is None:
             return self
-        block = xp.take(owner, of_entries)
+        block = take_in_range(xp, owner, of_entries)
         starts = xp.concat([xp.ones((1,), dtype=xp.bool, device=_device(block)), block[1:] != block[:-1]])
         return dataclasses.replace(self, starts=starts)
 
@@ -113,7 +121,7 @@ def _pool_round(xp: Any, adapter: Any, sums: Any, table: Any, row: Any, down: An
     block (:func:`regroup`, of the value its statistics give); ``owner`` as :meth:`Blocks.regrouped`'s."""
     one = xp.ones((1,), dtype=xp.bool, device=_device(table))
     table, heads, group = regroup(xp, adapter, sums, table, xp.concat([one, ~down]))
-    return table, xp.take(row, heads), group if owner is None else xp.take(group, owner)
+    return table, take_in_range(xp, row, heads), group if owner is None else take_in_range(xp, group, owner)
 
 
 def regroup(xp: Any, adapter: Any, sums: Any, table: Any, starts: Any, value: Any = None) -> tuple[Any, Any, Any]:
@@ -129,16 +137,16 @@ def regroup(xp: Any, adapter: Any, sums: Any, table: Any, starts: Any, value: An
     at = xp.nonzero(several)[0]
     if at.shape[0] == 0:  # nothing to combine: every block begins a group, and the table stands as it is
         return table, heads, group
-    part = xp.take(starts, at)
+    part = take_in_range(xp, starts, at)
     firsts = xp.nonzero(part)[0]
-    taken = xp.take(table, at, axis=-1)
+    taken = take_in_range(xp, table, at, axis=-1)
     data = combined(xp, adapter, sums, part, xp.cumulative_sum(xp.astype(part, idx)) - 1, firsts,
                     tuple(taken[i, ...] for i in range(1, 6)))
-    pooled = xp.stack([sums.block_value(xp, data) if value is None else xp.take(value, xp.take(at, firsts)), *data])
+    pooled = xp.stack([sums.block_value(xp, data) if value is None else take_in_range(xp, value, take_in_range(xp, at, firsts)), *data])
     # each new block: its group's (the groups of several in order), or the block it was
-    changed = xp.take(several, heads)
+    changed = take_in_range(xp, several, heads)
     place = xp.clip(xp.cumulative_sum(xp.astype(changed, idx)) - 1, 0, None)
-    return xp.where(changed, xp.take(pooled, place, axis=-1), xp.take(table, heads, axis=-1)), heads, group
+    return xp.where(changed, take_in_range(xp, pooled, place, axis=-1), take_in_range(xp, table, heads, axis=-1)), heads, group
 
 
 def combined(xp: Any, adapter: Any, sums: Any, starts: Any, group: Any, heads: Any, data: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -147,7 +155,7 @@ def combined(xp: Any, adapter: Any, sums: Any, starts: Any, group: Any, heads: A
     mean, m = data[0], data[2]
     total = adapter.segment_totals(xp, starts, group, heads, xp.stack([m * mean, m]))
     centre = total[0, ...] / total[1, ...]
-    terms = sums.stats(xp, None, data, xp.take(centre, group))
+    terms = sums.stats(xp, None, data, take_in_range(xp, centre, group))
     moments = terms[3:] if len(terms) > 3 else (data[3], data[4])  # q = 2 reads no moments
     combined = adapter.segment_totals(xp, starts, group, heads, xp.stack([terms[0], terms[1], *moments]))
     return (centre, *(combined[i, ...] for i in range(4)))

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .blocks import take_in_range
+
 __all__ = ["Subset"]
 
 
@@ -36,7 +38,7 @@ class Subset:
         xp = self.xp
         lead = a.shape[:max(0, a.ndim - len(self.shape))]
         whole = xp.reshape(xp.broadcast_to(a, lead + self.shape), lead + (self.chosen.shape[0],))
-        return xp.take(whole, self.at, axis=-1)
+        return take_in_range(xp, whole, self.at, axis=-1)
 
     def put(self, part: Any, rest: Any) -> Any:
         """The batch with ``part`` (a result per chosen entry, in :meth:`take`'s order) at the chosen entries and
@@ -50,4 +52,4 @@ class Subset:
         entry its segment's."""
         xp = self.xp
         place = xp.clip(xp.cumulative_sum(xp.astype(self.chosen, self.at.dtype)) - 1, 0, None)
-        return xp.reshape(xp.take(part, place), self.shape)
+        return xp.reshape(take_in_range(xp, part, place), self.shape)

@@ -37,7 +37,7 @@ import math
 from typing import Any, Callable
 
 from .._lib._compat import device as _device, on_cpu
-from .blocks import Blocks, find_drops, pool_rounds
+from .blocks import Blocks, find_drops, pool_rounds, take_in_range
 
 __all__ = ["finish", "pool_and_finish", "few_blocks", "drops_left", "pays", "readable_on_cpu", "rows_of", "FEWEST", "GROWTH", "RADIUS", "SHARE", "SHORTEST"]
 
@@ -108,13 +108,13 @@ def _finished(xp: Any, adapter: Any, rules: Any, blocks: Blocks, shape: tuple[in
     down = find_drops(blocks.value, blocks.row_first)
     drops = xp.nonzero(down)[0]
     if drops.shape[0] == 0:
-        return xp.reshape(xp.take(blocks.value, blocks.of_entries(xp)), shape)
+        return xp.reshape(take_in_range(xp, blocks.value, blocks.of_entries(xp)), shape)
     if sums is not None:
         # the passes' pools are steps of pool-adjacent-violators: the windows go on from their blocks
         blocks, down = _pool_runs_of_drops(xp, adapter, sums, blocks, down)
         drops = xp.nonzero(down)[0]
         if drops.shape[0] == 0:
-            return xp.reshape(xp.take(blocks.value, blocks.of_entries(xp)), shape)
+            return xp.reshape(take_in_range(xp, blocks.value, blocks.of_entries(xp)), shape)
     radius = RADIUS
     while True:
         begin, end = _windows(xp, blocks, drops, radius)
@@ -127,14 +127,14 @@ def _finished(xp: Any, adapter: Any, rules: Any, blocks: Blocks, shape: tuple[in
 def _windows(xp: Any, blocks: Blocks, drops: Any, radius: int) -> tuple[Any, Any]:
     """``(begin, end)``, the windows' first and last blocks: ``radius`` blocks either side of each drop (a drop
     between blocks j and j + 1), within its row; windows that overlap or touch in a row are one."""
-    lowest, highest = xp.take(blocks.row_first, drops), xp.take(blocks.row_last, drops + 1)
+    lowest, highest = take_in_range(xp, blocks.row_first, drops), take_in_range(xp, blocks.row_last, drops + 1)
     lo = xp.maximum(drops - radius, lowest)
     hi = xp.minimum(drops + 1 + radius, highest)  # nondecreasing along the drops, as lo is
     dev = _device(drops)
     opens = xp.concat([xp.ones((1,), dtype=xp.bool, device=dev), (lo[1:] > hi[:-1] + 1) | (lowest[1:] != lowest[:-1])])
     at = xp.nonzero(opens)[0]
     last = xp.concat([at[1:] - 1, xp.asarray([drops.shape[0] - 1], dtype=at.dtype, device=dev)])
-    return xp.take(lo, at), xp.take(hi, last)
+    return take_in_range(xp, lo, at), take_in_range(xp, hi, last)
 
 
 def _fit_windows(xp: Any, adapter: Any, rules: Any, blocks: Blocks, begin: Any, end: Any,
@@ -153,13 +153,13 @@ def _fit_windows(xp: Any, adapter: Any, rules: Any, blocks: Blocks, begin: Any, 
     index = xp.where(real, index, begin[:, None])
     values = _gather(xp, blocks.value, index)
     low = xp.min(values, axis=-1, keepdims=True)
-    pad_value, pad_data = rules.pad(xp, low, tuple(xp.take(a, begin)[:, None] for a in blocks.data))
+    pad_value, pad_data = rules.pad(xp, low, tuple(take_in_range(xp, a, begin)[:, None] for a in blocks.data))
     fitted = solve(xp.where(real, values, pad_value),
                    tuple(xp.where(real, _gather(xp, a, index), pad) for a, pad in zip(blocks.data, pad_data)))
     # the neighbours outside each window (none at a row's ends)
     k = blocks.value.shape[0]
-    before = xp.where(begin > xp.take(blocks.row_first, begin), xp.take(blocks.value, xp.clip(begin - 1, 0, None)), -math.inf)
-    after = xp.where(end < xp.take(blocks.row_last, end), xp.take(blocks.value, xp.clip(end + 1, None, k - 1)), math.inf)
+    before = xp.where(begin > take_in_range(xp, blocks.row_first, begin), take_in_range(xp, blocks.value, xp.clip(begin - 1, 0, None)), -math.inf)
+    after = xp.where(end < take_in_range(xp, blocks.row_last, end), take_in_range(xp, blocks.value, xp.clip(end + 1, None, k - 1)), math.inf)
     first = adapter.take(xp, fitted, (length - 1 - (end - begin))[:, None])[:, 0]
     return fitted, bool(xp.all((first >= before) & (fitted[:, -1] <= after)))
 
@@ -169,16 +169,16 @@ def _spread(xp: Any, adapter: Any, blocks: Blocks, begin: Any, end: Any, fitted:
     length = fitted.shape[-1]
     block = xp.arange(blocks.value.shape[0], dtype=blocks.idx, device=_device(begin))
     window = xp.clip(xp.astype(adapter.searchsorted(xp, begin, block, side="right"), blocks.idx) - 1, 0, None)
-    last = xp.take(end, window)
-    inside = (xp.take(begin, window) <= block) & (block <= last)
+    last = take_in_range(xp, end, window)
+    inside = (take_in_range(xp, begin, window) <= block) & (block <= last)
     entry = xp.where(inside, window * length + (length - 1) - (last - block), xp.zeros_like(block))
-    value = xp.where(inside, xp.take(xp.reshape(fitted, (-1,)), entry), blocks.value)
-    return xp.take(value, blocks.of_entries(xp))
+    value = xp.where(inside, take_in_range(xp, xp.reshape(fitted, (-1,)), entry), blocks.value)
+    return take_in_range(xp, value, blocks.of_entries(xp))
 
 
 def _gather(xp: Any, a: Any, index: Any) -> Any:
     """``a[index]`` for a 1-D ``a`` and an index array of any shape."""
-    return xp.reshape(xp.take(a, xp.reshape(index, (-1,))), index.shape)
+    return xp.reshape(take_in_range(xp, a, xp.reshape(index, (-1,))), index.shape)
 
 
 PASSES = 2  # min-max passes of :func:`_pool_runs_of_drops` (q = 2, 4): they cut many runs of drops to a few
@@ -243,7 +243,7 @@ def _pool_each_run(xp: Any, adapter: Any, sums: Any, value: Any, data: tuple[Any
     right = start[:, None] + xp.arange(width, dtype=idx, device=dev)[None, :]  # blocks s, s + 1, ...
     left_in, right_in = left >= lo[:, None], right <= hi[:, None]
     left, right = xp.clip(left, 0, None), xp.clip(right, None, big - 1)
-    centre = xp.take(data[0], start)[:, None]
+    centre = take_in_range(xp, data[0], start)[:, None]
 
     def outward(index: Any, inside: Any) -> tuple[Any, ...]:
         """The sums over the blocks from ``s`` to each of ``index`` (cumulative along the range; 0 outside it)."""
@@ -265,7 +265,7 @@ def _pool_each_run(xp: Any, adapter: Any, sums: Any, value: Any, data: tuple[Any
     meets = begin[1:] <= stop[:-1]
     parity = xp.astype(xp.arange(start.shape[0], dtype=idx, device=dev) % 2, xp.bool)
     taken = xp.nonzero(~parity | ~(xp.concat([no, meets]) | xp.concat([meets, no])))[0]
-    return _levelled(xp, adapter, value, *(xp.take(a, taken) for a in (begin, stop, level)))
+    return _levelled(xp, adapter, value, *(take_in_range(xp, a, taken) for a in (begin, stop, level)))
 
 
 def _runs(xp: Any, down: Any, first: Any, last: Any) -> tuple[Any, Any, Any, Any]:
@@ -274,11 +274,11 @@ def _runs(xp: Any, down: Any, first: Any, last: Any) -> tuple[Any, Any, Any, Any
     no = xp.zeros((1,), dtype=xp.bool, device=_device(down))
     start = xp.nonzero(down & ~xp.concat([no, down[:-1]]))[0]  # s: each run's first block
     end = xp.nonzero(down & ~xp.concat([down[1:], no]))[0] + 1  # e: its last
-    row = xp.take(first, start)
+    row = take_in_range(xp, first, start)
     after_same = xp.concat([no, row[1:] == row[:-1]])
     before_same = xp.concat([row[1:] == row[:-1], no])
     lo = xp.where(after_same, xp.concat([row[:1], end[:-1] + 1]), row)
-    hi = xp.take(last, start)
+    hi = take_in_range(xp, last, start)
     return start, end, lo, xp.where(before_same, xp.concat([start[1:] - 1, hi[-1:]]), hi)
 
 
@@ -287,8 +287,8 @@ def _levelled(xp: Any, adapter: Any, value: Any, begin: Any, stop: Any, level: A
     idx = begin.dtype
     block = xp.arange(value.shape[0], dtype=idx, device=_device(value))
     run = xp.clip(xp.astype(adapter.searchsorted(xp, begin, block, side="right"), idx) - 1, 0, None)
-    inside = (block >= xp.take(begin, run)) & (block <= xp.take(stop, run))
-    return xp.where(inside, xp.take(level, run), value)
+    inside = (block >= take_in_range(xp, begin, run)) & (block <= take_in_range(xp, stop, run))
+    return xp.where(inside, take_in_range(xp, level, run), value)
 
 
 CHAIN = 16  # an extension reaches at most this many times the blocks per run past its run (the next pass goes on)
@@ -310,7 +310,7 @@ def _extend_each_run(xp: Any, adapter: Any, sums: Any, value: Any, data: Any, fi
     start, end, _, _ = _runs(xp, down, first, last)
     # through the row, other runs' blocks too (a violating block is a step, whatever pooled it): the runs whose own
     # start (end, leftward) another one's pool takes stay out of this pass
-    base, limit = (start, xp.take(last, start)) if rightward else (end, xp.take(first, start))
+    base, limit = (start, take_in_range(xp, last, start)) if rightward else (end, take_in_range(xp, first, start))
     reach = xp.abs(limit - base)
     cap = int(xp.max(end - start)) + max(RADIUS, CHAIN * value.shape[0] // start.shape[0])
     width = min(int(xp.max(reach)) + 1, cap)
@@ -318,7 +318,7 @@ def _extend_each_run(xp: Any, adapter: Any, sums: Any, value: Any, data: Any, fi
     index = base[:, None] + step if rightward else base[:, None] - step
     inside = step <= reach[:, None]
     index = xp.clip(index, 0, value.shape[0] - 1)
-    centre = xp.take(data[0], base)[:, None]
+    centre = take_in_range(xp, data[0], base)[:, None]
     terms = sums.stats(xp, None, tuple(_gather(xp, a, index) for a in data), centre)
     pooled = sums.value(xp, tuple(xp.cumulative_sum(xp.where(inside, t, 0.0), axis=-1) for t in terms), centre, centre)
     # the next block past each prefix, and whether the pool takes it: the run's own blocks always
@@ -337,4 +337,4 @@ def _extend_each_run(xp: Any, adapter: Any, sums: Any, value: Any, data: Any, fi
     held = (adapter.searchsorted(xp, xp.sort(begin), base, side="right")
             - adapter.searchsorted(xp, xp.sort(stop), base, side="left"))
     own = xp.nonzero(held == 1)[0]
-    return _levelled(xp, adapter, value, *(xp.take(a, own) for a in (begin, stop, level)))
+    return _levelled(xp, adapter, value, *(take_in_range(xp, a, own) for a in (begin, stop, level)))
