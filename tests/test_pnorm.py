@@ -242,6 +242,27 @@ def test_the_papers_figure_is_smooth_for_p_below_two():
     assert jumps[2.0] > 0.3 and jumps[4.0 / 3.0] < 0.02, jumps
 
 
+@pytest.mark.parametrize("p", [2.0, 1.5, 4.0 / 3.0])
+def test_the_rank_slope_jumps_where_two_entries_pool_for_every_p(p):
+    """That smoothness is the top-k mask's, at its exact zeros and ones. Where two entries of a soft rank pool (their
+    one-entry values ``y_i - w_i^(1/(q-1))`` meet: ``x = (a, 0, 3, 6)`` at ``a = 1 - 2^(1/(q-1))``, strength 1), the
+    rank's derivative jumps from 0 to a finite slope for every p, as for l2: the p-norm rank and sort are
+    piecewise smooth, not smoother (docs/fast-methods.md)."""
+    q = p / (p - 1.0)
+    event = 1.0 - 2.0 ** (1.0 / (q - 1.0))
+
+    def slope(a: float, h: float = 1e-8) -> np.ndarray:
+        rank = [rankops.soft_rank(np.array([a + d, 0.0, 3.0, 6.0]), method="permutahedron", strength=1.0, **_lp(p))
+                for d in (h, -h)]
+        return (rank[0] - rank[1]) / (2 * h)
+
+    for gap in (1e-3, 1e-5):
+        np.testing.assert_allclose(slope(event - gap), 0.0, atol=1e-6)
+        after = slope(event + gap)
+        assert after[0] > 0.5 and after[1] < -0.5, (gap, after)  # the pool's two entries move against each other
+        np.testing.assert_allclose(after[2:], 0.0, atol=1e-6)
+
+
 def _chained_rows(seed: int, n: int) -> np.ndarray:
     """Rows whose blocks form by long chains: clusters far apart, tight within, at spreads from 10^-2 to 10."""
     rng = np.random.default_rng(seed)
