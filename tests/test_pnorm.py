@@ -646,3 +646,39 @@ def test_a_pooling_round_gives_each_segment_one_value_on_torch():
                                    np.stack([y64, w64]), 12)
     assert np.array_equal(np.asarray(isotonic.block_starts(xp, v)), isotonic.block_starts(np_xp, v64))
     np.testing.assert_allclose(v.numpy(), v64, rtol=1e-6)
+
+
+def test_tied_rows_keep_their_pooled_blocks_under_jax_default_compilation():
+    """JAX's ``jit`` as it compiles by default (the suite's test-time compilation skips the fusion at issue): rows of
+    a dozen tied values, p = 4/3 at strength 48.4. XLA fused the pooling round's gather of each segment's first value
+    with the cubic root that computes it and evaluated the root again at each entry, rounding it 1 ulp apart in the
+    scalar tail; a segment then ended as two blocks, and the top entries' ranks were 59-60 positions off (both rows
+    here; 7 of 16 such rows of four seeds, and one of 60 random rows of a differential test against the sequential
+    PAV)."""
+    jax = pytest.importorskip("jax")
+    x = np.random.default_rng(3).integers(0, 12, size=(2, 129)) * 0.76
+    f = jax.jit(lambda a: rankops.soft_rank(a, method="permutahedron", strength=48.4, **_lp(4.0 / 3.0)))
+    a = jax.numpy.asarray(x)
+    got = f.lower(a).compile({"xla_backend_optimization_level": 3, "xla_llvm_disable_expensive_passes": False})(a)
+    np.testing.assert_allclose(np.asarray(got), _rank_reference(x, 4.0 / 3.0, 48.4), rtol=1e-10, atol=1e-9)
+
+
+@pytest.mark.parametrize(("name", "p"), [(h, p) for h in CPU_BACKENDS for p in (1.5, 4.0 / 3.0) if h != "jax" or p != 1.5])
+def test_float32_ranks_of_tied_rows_far_from_zero(name, p):
+    """float32 rows of 30 tied values at ``x / strength`` up to 1.7e4, whose pooled blocks join whole tie groups: a
+    block's entries are centred on its first (exact differences, 0 within a tie group), not on a mean that rounds by a
+    unit in the entries' last place, which the root's power amplified: off by up to 0.37 (torch) and 0.13 (NumPy) at
+    p = 4/3, and by six positions at n = 1500 (a differential test's row), against 6e-5 now."""
+    to, run = on_backend(name)
+    x = _tied_float32_rows()
+    got = run(lambda a: rankops.soft_rank(a, method="permutahedron", strength=0.147, **_lp(p)), to(x))
+    np.testing.assert_allclose(np.asarray(got), _tied_rows_reference(p), atol=1e-3)
+
+
+def _tied_float32_rows() -> np.ndarray:
+    return (np.random.default_rng(0).integers(0, 30, size=(2, 300)) * 86.0).astype(np.float32)
+
+
+@functools.cache
+def _tied_rows_reference(p: float) -> np.ndarray:
+    return _rank_reference(_tied_float32_rows().astype(np.float64), p, 0.147)

@@ -114,6 +114,37 @@ def test_segment_sums_and_firsts(backend_name):
 
 
 @pytest.mark.parametrize("backend_name", CPU_BACKENDS)
+def test_segment_first_of_a_computed_row_is_one_value_per_segment(backend_name):
+    """The pooling rounds' one value per segment, for a ``g`` computed in the same program (the p = 4/3 root of a
+    block's moments). On JAX, compiled as ``jax.jit`` compiles by default (the suite's own test-time compilation skips
+    the fusion at issue): XLA fused a gather with the expression and evaluated it again at each entry, whose vectorized
+    loop and scalar tail rounded it 1 ulp apart, so a pooled segment came out as two blocks (a tied row's p = 4/3 rank
+    was 59 positions off). Lengths 33 and 129 leave a scalar tail."""
+    from rankops._cores import powers
+
+    xp, adapter, to, back = on_backend(backend_name)
+    rng = np.random.default_rng(0)
+
+    def firsts(starts, a, b, c):
+        return adapter.segment_first(xp, starts, c - powers.moment_root(xp, 4.0, a, c, b * b, b))
+
+    for n, dtype in ((33, np.float64), (129, np.float32)):
+        a, b, c = (rng.uniform(lo, hi, size=(64, n)).astype(dtype) for lo, hi in ((0.5, 3.0), (-2.0, 2.0), (1.0, 5.0)))
+        starts = np.zeros((64, n), dtype=bool)
+        starts[:, [0, n // 2]] = True
+        args = tuple(map(to, (starts, a, b, c)))
+        if backend_name == "jax":
+            import jax
+
+            optimised = {"xla_backend_optimization_level": 3, "xla_llvm_disable_expensive_passes": False}
+            got = back(jax.jit(firsts).lower(*args).compile(optimised)(*args))
+        else:
+            got = back(firsts(*args))
+        for lo, hi in ((0, n // 2), (n // 2, n)):
+            assert_array_equal(got[:, lo:hi], np.broadcast_to(got[:, lo:lo + 1], (64, hi - lo)))
+
+
+@pytest.mark.parametrize("backend_name", CPU_BACKENDS)
 def test_searchsorted_take_and_inverse_permutation(backend_name):
     xp, adapter, to, back = on_backend(backend_name)
     rng = np.random.default_rng(4)

@@ -465,8 +465,9 @@ def test_rounds_over_blocks_gather_with_one_kernel_on_torch(monkeypatch):
     """The rounds over blocks and the windows gather by indices in range (:func:`.blocks.take_in_range`): on torch one
     ``index_select`` a gather, not array-api-compat's ``take``, which wraps negative indices first (three kernels
     more). The p = 3/2 rank at strength 0.1, B = 20, n = 1000, whose rows finish over their blocks: 1,453 kernels
-    forward+backward with ``xp.take``, 1,051 now. The ceiling is today's count: a change that adds kernels to these
-    eager CPU paths fails here and says why (or lowers it)."""
+    forward+backward with ``xp.take``, 1,051 with the gathers; 1,054 since the final solve centres each block on its
+    first entry (a float32 accuracy fix, :func:`.power_sums.centred`). The ceiling is today's count: a change that adds
+    kernels to these eager CPU paths fails here and says why (or lowers it)."""
     torch = pytest.importorskip("torch")
     from benchmarks.gpu import _count
 
@@ -481,4 +482,4 @@ def test_rounds_over_blocks_gather_with_one_kernel_on_torch(monkeypatch):
 
     kernels, _, _ = _count(torch, both)
     assert calls, "the rounds over blocks were not taken"
-    assert kernels <= 1051, f"{kernels} kernels per call (ceiling 1051)"
+    assert kernels <= 1054, f"{kernels} kernels per call (ceiling 1054)"

@@ -100,11 +100,11 @@ def exponent_of(opts: Any) -> float:
     return exponent(opts.p) if opts.regularization == "lp" else 2.0
 
 
-def _shift(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, q: float, tangent: bool = True, step: float | None = None) -> tuple[Any, Any, Any]:
-    """``(mean, d, t)`` per entry: ``mean_B(y)``, ``d = y - mean_B(y)`` and ``t = mean_B(y) - v_B`` for the block
-    root ``v_B`` (``mean`` and ``t`` the same number on every entry of a block). ``tangent``: as for
-    :func:`.powers.power`; ``step``: as for :func:`.power_sums.centred`."""
-    m, total_w, mean, d = centred(xp, adapter, starts, y, w, step)
+def _shift(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, q: float, tangent: bool = True, step: float | None = None,
+           about_first: bool = False) -> tuple[Any, Any, Any]:
+    """``(mean, d, t)`` per entry: ``mean_B(y)``, ``d = y - mean_B(y)``, ``t = mean_B(y) - v_B`` for the block root ``v_B``
+    (one number per block). ``tangent``: as for :func:`.powers.power`; ``step``, ``about_first``: as for :func:`.power_sums.centred`."""
+    m, total_w, mean, d = centred(xp, adapter, starts, y, w, step, about_first)
     if q == 2.0:
         return mean, d, total_w / m
     if q == 3.0:
@@ -322,7 +322,7 @@ def _solved(xp: Any, adapter: Any, rules: _Rules, starts: Any, y: Any, w: Any, s
     ``d = 0``, ``t = phi^-1(w)``): a soft sort's rows are mostly one-entry blocks, whose roots would otherwise take
     Newton's steps."""
     q = rules.q
-    shift = _signed_shift if signed else lambda *a: _shift(*a, step=1.0)  # w: the rank's rho reversed, up by one
+    shift = _signed_shift if signed else lambda *a: _shift(*a, step=1.0, about_first=True)  # w: rho reversed, step 1
     # both arrays: a soft sort's y (the ranks) is a constant even where its weights (the data) are traced
     if not (rules.compact_share > 0 and windows.readable_on_cpu(adapter, y, w)):
         return shift(xp, adapter, starts, y, w, q)

@@ -203,9 +203,11 @@ class Jax(PortableAdapter):
         return read(jnp.log(total) + top)
 
     def segment_first(self, xp: Any, starts: Any, g: Any) -> Any:
-        pos = jnp.arange(g.shape[-1], dtype=jnp.int32)
-        first = jax.lax.cummax(jnp.where(starts, pos, 0), axis=starts.ndim - 1)
-        return self.take(xp, g, jnp.broadcast_to(first, g.shape))
+        # each segment's sum of its first entry alone (exact: the rest add zeros), not a gather of it: XLA fuses a
+        # gather with the expression that computes ``g`` and evaluates that again at each entry it writes, where its
+        # vectorized loop and scalar tail may round it 1 ulp apart (contracted multiply-adds), and a segment's
+        # entries would not all hold one value; a scatter's result is stored before it is read
+        return self.segment_sum(xp, starts, jnp.where(starts, g, jnp.zeros_like(g)))
 
     def is_concrete(self, x: Any) -> bool:
         """False for tracers (``jit``, ``grad``, ``vmap``): their values do not exist yet."""
