@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 from numpy.testing import assert_allclose
@@ -558,3 +560,18 @@ def test_levels_and_k_by_keyword(backend_name):
         np.testing.assert_array_equal(a, b)
     with pytest.raises(TypeError, match="multiple values"):
         rankops.soft_quantile(x, 0.5, q=0.3)
+
+
+def test_float32_rows_far_from_zero_are_centred_before_the_squash():
+    """Rows of 10^4 plus normal noise in float32 (and with a mask, whose squash reads the valid entries): the squash
+    standardizes ``x - c`` (``c`` the row's midrange, where subtracting it is exact), not ``x / max |x|``, which
+    rounded each entry by a unit in the last place of 10^4 against a spread of 6: soft ranks were 0.026 off the
+    float64 ones of the same values, the CDF 1.3e-4."""
+    x = (1e4 + np.random.default_rng(0).standard_normal((4, 200))).astype(np.float32)
+    wide = x.astype(np.float64)
+    mask = np.random.default_rng(1).uniform(size=x.shape) < 0.8
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", rankops.ConvergenceWarning)
+        for options in ({}, {"mask": mask}):
+            np.testing.assert_allclose(rankops.soft_rank(x, **options), rankops.soft_rank(wide, **options), atol=2e-3)
+            np.testing.assert_allclose(rankops.soft_cdf(x, **options), rankops.soft_cdf(wide, **options), atol=1e-5)

@@ -263,7 +263,8 @@ def _softness_key(opts: Any, params: dict[str, Any]) -> str:
 @masked.zeros_masked_input
 @finite_rows
 @softened(_softness_key, output_is_sort,
-          lambda opts, params: -1 if (params["output"] == "rank") != params["descending"] else 1)
+          lambda opts, params: -1 if (params["output"] == "rank") != params["descending"] else 1,
+          lambda opts, params: params["output"] == "rank" or opts.regularization != "lp")  # the p-norm sort moves with x
 @tempered("strength", _homogeneity)
 def projection_core(xp: Any, x: Any, opts: Any, *, output: str, descending: bool, mask: Any = None, order: Any = None) -> Any:
     """Soft rank or sort by projection onto the permutahedron, with the block-wise backward rule.

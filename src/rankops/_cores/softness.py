@@ -13,7 +13,8 @@ sorting network's ``1 / steepness``); softness sets, per row,
 (:func:`row_scale`: the width of the row's densest window) and runs the
 method at unit temperature on ``x / t``. Ranks, CDFs and masks are then
 exactly invariant under ``x -> a x + b`` (``a > 0``), and sorted values
-(``t * sort(x / t)``) exactly equivariant. ``T_method`` is measured, not
+(``t * sort(x / t)``) exactly equivariant, but for the p-norm permutahedron's
+sort (its regularizer ``|mu|^p`` is not shift-invariant, only homogeneous). ``T_method`` is measured, not
 derived: ``python -m benchmarks.softness --calibrate`` finds, on rows of
 standard normal entries, the unit-temperature length whose rank blur is
 ``s``, for a grid of ``(s, n)``, and :mod:`._calibration` holds that table,
@@ -39,6 +40,7 @@ from typing import Any, Callable
 
 from .._lib._adapters import get_adapter
 from .._lib._compat import index_dtype, is_array, device as _device
+from .._lib._numerics import exact_centre
 from . import _calibration, _calibration_sorts
 from .masked import valid_first
 
@@ -257,6 +259,7 @@ def softened(
     key: Callable[[Any, dict[str, Any]], str],
     in_units: Callable[[Any, dict[str, Any]], bool],
     presort: Callable[[Any, dict[str, Any]], int] | None = None,
+    shifts: Callable[[Any, dict[str, Any]], bool] = lambda opts, params: True,
 ) -> Callable[..., Any]:
     """Decorator of a core rule whose method sees ``x / t`` only (the module docstring): ``opts.softness`` sets ``t`` per row.
 
@@ -272,6 +275,12 @@ def softened(
     The row is then sorted once, here, and the rule gets that order as its
     ``order`` parameter instead of sorting again (``x / t`` has the order of
     ``x``). The others (matrices and sorting networks) get no order.
+
+    ``shifts(opts, params)``: whether the output is invariant under ``x ->
+    x + b`` (a sort's equivariant). The rule then gets ``(x - c) / t`` (``c``
+    added back to a sort), ``c`` the row's
+    :func:`.._lib._numerics.exact_centre`: exact where ``x / t`` of a row
+    far from 0 rounds by a unit in x's last place, much against ``t``.
 
     ``t`` carries no gradient to ``x`` (``stop_gradient``; docs/softness.md
     says why), a learnable softness gets its own. Backends with autodiff
@@ -304,9 +313,15 @@ def softened(
             scale = row_scale(xp, srt, count, reads_deviation(which))
             t = scale * unit
             inner_opts = dataclasses.replace(opts, softness=None, **{opts.temperature(): 1.0})
-            z = x / t
+            # the centre carries no gradient (``srt`` is a stopped copy), which for an output invariant under the
+            # shift is its exact derivative (a float32 top-k mask of 1000 + normal noise: 0.011 off unshifted, 6e-5)
+            centre = exact_centre(xp, srt[..., :1], srt[..., -1:]) if shifts(opts, params) else 0.0
+            centre = -centre if is_array(centre) and sign is not None and sign < 0 else centre  # srt sorts -x
+            z = (x - centre) / t if mask is None else xp.where(mask, (x - centre) / t, 0.0)
             outs, back = rule(xp, z, inner_opts, **params, **({} if sign is None else {"order": order}))
-            value = outs[0] * t if units else outs[0]
+            if units and mask is not None and is_array(centre):  # a sort's trailing places (past the valid entries) stay 0
+                centre = xp.where(xp.arange(x.shape[-1], dtype=x.dtype, device=_device(x)) < count, centre, 0.0)
+            value = outs[0] * t + centre if units else outs[0]
 
             def pullback(cts: tuple[Any, ...]) -> dict[str, Any]:
                 ct = cts[0]

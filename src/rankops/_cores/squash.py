@@ -16,7 +16,7 @@ import math
 from typing import Any, Callable
 
 from .._lib._adapters import get_adapter
-from .._lib._numerics import safe_divide
+from .._lib._numerics import exact_centre, safe_divide
 
 __all__ = ["SQUASHES", "squash_vjp", "squash_parts"]
 
@@ -52,6 +52,7 @@ def squash_parts(xp: Any, x: Any, support: Any, method: str | None) -> tuple[Any
     # autodiff too, whose scale**-2 terms would otherwise underflow to inf - inf
     # on subnormal rows.
     adapter = get_adapter(xp)
+    x = _centred(xp, adapter, x)
     scale = xp.max(xp.abs(x), axis=-1, keepdims=True)
     # where arithmetic flushes subnormals, a subnormal row is a row of zeros: a constant row
     least = xp.finfo(x.dtype).smallest_normal if adapter.flushes_subnormals else 0.0
@@ -78,11 +79,21 @@ def squash_parts(xp: Any, x: Any, support: Any, method: str | None) -> tuple[Any
     return y, pullback, scale
 
 
+def _centred(xp: Any, adapter: Any, x: Any, support: Any = None) -> Any:
+    """``x`` less its row's :func:`.._lib._numerics.exact_centre` (over ``support``), which carries no gradient: every
+    squash is invariant under a shift of the row (float32 soft ranks of 10^4 plus normal noise were 0.026 off)."""
+    high = xp.max(x if support is None else xp.where(support, x, -math.inf), axis=-1, keepdims=True)
+    low = xp.min(x if support is None else xp.where(support, x, math.inf), axis=-1, keepdims=True)
+    if support is not None:  # a row without support has no range
+        high, low = xp.where(xp.isfinite(high), high, 0.0), xp.where(xp.isfinite(low), low, 0.0)
+    return x - adapter.stop_gradient(xp, exact_centre(xp, low, high))
+
+
 def _supported_squash(xp: Any, x: Any, support: Any, method: str) -> tuple[Any, Pullback, Any]:
     """:func:`squash_parts` with the row's statistics over ``support`` only (a mask, or weights of 0 elsewhere)."""
     adapter = get_adapter(xp)
     support = xp.broadcast_to(support, x.shape)
-    x = xp.where(support, x, xp.zeros_like(x))  # padding (NaN, inf) reaches no statistic
+    x = xp.where(support, _centred(xp, adapter, x, support), 0.0)  # padding (NaN, inf) reaches no statistic
     scale = xp.max(xp.abs(x), axis=-1, keepdims=True)
     least = xp.finfo(x.dtype).smallest_normal if adapter.flushes_subnormals else 0.0
     scale = adapter.stop_gradient(xp, xp.where((scale > least) & xp.isfinite(scale), scale, xp.ones_like(scale)))

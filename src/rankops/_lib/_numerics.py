@@ -20,6 +20,22 @@ def finite_max(xp: Any, z: Any, axis: int) -> Any:
     return xp.where(xp.isfinite(m), m, xp.zeros_like(m))
 
 
+def exact_centre(xp: Any, low: Any, high: Any) -> Any:
+    """The midrange ``c = low / 2 + high / 2`` of rows whose entries lie in ``[low, high]``, where subtracting it is
+    exact for every entry, and 0 elsewhere.
+
+    For a computation invariant under a shift of the row: ``x - c`` keeps the
+    entries' differences exactly where the row lies far from 0, where ``x /
+    scale`` rounds each by a unit in the last place of ``x``, much against the
+    row's spread. With ``|c| >= high - low`` every entry lies within a factor 2
+    of ``c`` (Sterbenz: ``x - c`` exact); a row nearer 0 (or with an outlier)
+    keeps its own entries, whose smallest differences ``x - c`` would round
+    away. ``low``, ``high``: finite (the caller's rows), keepdims.
+    """
+    centre = 0.5 * low + 0.5 * high
+    return xp.where(xp.abs(centre) >= high - low, centre, 0.0)
+
+
 def logsumexp(xp: Any, z: Any, axis: int = -1) -> Any:
     """``log(sum(exp(z), axis))`` without overflow (max-shifted)."""
     m = finite_max(xp, z, axis)
