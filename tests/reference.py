@@ -56,6 +56,16 @@ def permutation_matrix(s, descending=True):
     return (order[..., :, None] == np.arange(n)).astype(np.float64)
 
 
+def bisection(past, lo, hi):
+    """The point of ``[lo, hi]`` where a test ``past(v)`` that is False at ``lo`` and True from some point on turns
+    True, halving the bracket until ``lo`` and ``hi`` are neighbouring floats (the root to the last bit)."""
+    mid = 0.5 * (lo + hi)
+    while lo < mid < hi:
+        lo, hi = (lo, mid) if past(mid) else (mid, hi)
+        mid = 0.5 * (lo + hi)
+    return mid
+
+
 def central_difference(f, x, direction, h=1e-6):
     """Directional derivative of scalar ``f`` at ``x`` along ``direction``."""
     return (f(x + h * direction) - f(x - h * direction)) / (2 * h)

@@ -17,7 +17,7 @@ from scipy.optimize import minimize
 import rankops
 
 from .backends import CPU_BACKENDS, assert_autodiff_equals_vjp, on_backend
-from .reference import central_vjp
+from .reference import bisection, central_vjp
 
 PS = [2.0, 1.5, 4.0 / 3.0, 1.25]
 
@@ -28,15 +28,8 @@ def _lp(p: float) -> dict:
 
 def _block_value(s: np.ndarray, weight: float, eps: float, q: float) -> float:
     """The v minimizing ``sum (1/q)|s_i - v|^q + eps^(q-1) weight v^2 / 2`` (its derivative by bisection)."""
-    lo, hi = -1.0 - s.max(), s.max() + 1.0
-    for _ in range(200):
-        mid = 0.5 * (lo + hi)
-        d = s - mid
-        if -np.sum(np.sign(d) * np.abs(d) ** (q - 1)) + eps ** (q - 1) * weight * mid > 0:
-            hi = mid
-        else:
-            lo = mid
-    return 0.5 * (lo + hi)
+    return bisection(lambda v: -np.sum(np.sign(s - v) * np.abs(s - v) ** (q - 1)) + eps ** (q - 1) * weight * v > 0,
+                     -1.0 - s.max(), s.max() + 1.0)
 
 
 def _pav_reference(x: np.ndarray, k: float, eps: float, p: float) -> np.ndarray:

@@ -22,7 +22,7 @@ import rankops
 from rankops._cores import windows
 
 from .backends import CPU_BACKENDS, assert_autodiff_equals_vjp, on_backend
-from .reference import central_vjp
+from .reference import bisection, central_vjp
 
 PS = [2.0, 1.5, 4.0 / 3.0, 1.25]
 
@@ -31,20 +31,20 @@ def _root(z: np.ndarray, w: np.ndarray, q: float) -> float:
     """The v with ``sum sign(z - v) |z - v|^(q-1) = sum w`` (bisection to the last bit; w of either sign)."""
     total = w.sum()
     reach = abs(total / z.size) ** (1 / (q - 1)) + 1.0
-    lo, hi = z.min() - reach, z.max() + reach
-    for _ in range(200):
-        mid = 0.5 * (lo + hi)
-        d = z - mid
-        if np.sum(np.sign(d) * np.abs(d) ** (q - 1)) > total:
-            lo = mid
-        else:
-            hi = mid
-    return 0.5 * (lo + hi)
+    return bisection(lambda v: np.sum(np.sign(z - v) * np.abs(z - v) ** (q - 1)) <= total, z.min() - reach, z.max() + reach)
 
 
 def _pav_projection(z: np.ndarray, w: np.ndarray, p: float) -> np.ndarray:
     """``argmax over mu in P(w) of <mu, z> - (1/p) sum |mu|^p`` for z and w sorted decreasing: the decreasing fit
-    ``v`` of ``sum (1/q)|z - v|^q + w v`` by sequential PAV, then ``mu = (z - v)^(q-1)`` (the paper's algorithm)."""
+    ``v`` of ``sum (1/q)|z - v|^q + w v`` by sequential PAV, then ``mu = (z - v)^(q-1)`` (the paper's algorithm).
+    Remembered by its inputs' bytes: the checks of each backend ask for the same rows."""
+    z, w = np.asarray(z, dtype=np.float64), np.asarray(w, dtype=np.float64)
+    return _remembered_pav(z.tobytes(), w.tobytes(), p).copy()
+
+
+@functools.lru_cache(maxsize=None)
+def _remembered_pav(z_bytes: bytes, w_bytes: bytes, p: float) -> np.ndarray:
+    z, w = np.frombuffer(z_bytes), np.frombuffer(w_bytes)
     q = p / (p - 1)
     blocks: list[list] = []
     for i in range(z.size):
