@@ -575,3 +575,14 @@ def test_float32_rows_far_from_zero_are_centred_before_the_squash():
         for options in ({}, {"mask": mask}):
             np.testing.assert_allclose(rankops.soft_rank(x, **options), rankops.soft_rank(wide, **options), atol=2e-3)
             np.testing.assert_allclose(rankops.soft_cdf(x, **options), rankops.soft_cdf(wide, **options), atol=1e-5)
+
+
+def test_float32_ranks_of_long_rows_read_the_cdf_from_accurate_prefix_sums():
+    """NumPy float32 soft ranks of rows of 1000 against float64 on the same values: the readout ``P b_bar`` takes the
+    prefix sums of the targets' masses, which NumPy's float32 cumulative sum let drift by units in their last place
+    (ranks 0.0093 off at n = 1000, 0.49 at 10^4, where torch's were 0.002 and 0.017; every backend's prefix sums:
+    ``tests/test_scans.py``)."""
+    x = np.random.default_rng(5).standard_normal((2, 1000)).astype(np.float32)
+    got = rankops.soft_rank(x)
+    assert got.dtype == np.float32
+    assert_allclose(got, rankops.soft_rank(x.astype(np.float64)), atol=3e-3)

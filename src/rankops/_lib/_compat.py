@@ -91,6 +91,19 @@ def default_float(xp: Any, device: Any) -> Any:
         return xp.asarray(0.0).dtype
 
 
+def accumulation_dtype(xp: Any, x: Any) -> Any:
+    """float64 for a narrower real float ``x`` whose device has it, else ``x``'s own dtype: the dtype a long
+    sequential accumulation over ``x`` keeps its precision in (as torch's CPU kernels accumulate float32 in double)."""
+    dtype = x.dtype
+    if not xp.isdtype(dtype, "real floating") or dtype == xp.float64:
+        return dtype
+    try:
+        wide = "float64" in xp.__array_namespace_info__().dtypes(device=device(x), kind="real floating")
+    except (AttributeError, TypeError, ValueError):  # pragma: no cover - old namespaces
+        return dtype
+    return xp.float64 if wide else dtype
+
+
 def index_dtype(xp: Any, device: Any) -> Any:
     """The namespace's default indexing dtype (what ``argsort`` returns and ``take_along_axis`` takes)."""
     try:

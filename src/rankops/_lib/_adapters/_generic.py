@@ -29,7 +29,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .. import _loops, _numerics
-from .._compat import device as _device
+from .._compat import accumulation_dtype, device as _device
 
 __all__ = ["PortableAdapter", "PORTABLE", "REQUIRED", "SPEED_UPS", "scatter"]
 
@@ -123,10 +123,14 @@ class PortableAdapter:
         return _loops.cumlogsumexp(xp, z, reverse=reverse)
 
     def cumulative_sum(self, xp: Any, z: Any, *, reverse: bool = False) -> Any:
-        """``xp.cumulative_sum`` along the last axis; ``reverse``: from the end."""
-        if reverse:
-            return xp.flip(xp.cumulative_sum(xp.flip(z, axis=-1), axis=-1), axis=-1)
-        return xp.cumulative_sum(z, axis=-1)
+        """``xp.cumulative_sum`` along the last axis; ``reverse``: from the end. Accumulated in float64 where ``z`` is
+        a narrower float and its device has float64 (:func:`.._compat.accumulation_dtype`): NumPy's prefix sum (Dask's
+        and array-api-strict's are NumPy's) adds one entry at a time in the input's dtype, and its last entries drift by
+        n units in their last place (a float32 row of 10^4: 12 units; the Sinkhorn CDF reads ranks from it, 0.5 off)."""
+        wide = accumulation_dtype(xp, z)
+        u = z if wide == z.dtype else xp.astype(z, wide)
+        out = xp.flip(xp.cumulative_sum(xp.flip(u, axis=-1), axis=-1), axis=-1) if reverse else xp.cumulative_sum(u, axis=-1)
+        return out if wide == z.dtype else xp.astype(out, z.dtype)
 
     def searchsorted(self, xp: Any, sorted_seq: Any, values: Any, *, side: str = "left") -> Any:
         return _loops.searchsorted(xp, sorted_seq, values, side=side)
