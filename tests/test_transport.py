@@ -586,3 +586,20 @@ def test_float32_ranks_of_long_rows_read_the_cdf_from_accurate_prefix_sums():
     got = rankops.soft_rank(x)
     assert got.dtype == np.float32
     assert_allclose(got, rankops.soft_rank(x.astype(np.float64)), atol=3e-3)
+
+
+def test_float32_quantiles_and_topk_masks_read_accurate_column_sums():
+    """NumPy float32 against float64 on the same values, rows of 2000: the Sinkhorn iterations, their polish and
+    their error take the plan's column sums, which NumPy added one row at a time in float32. Quantiles of normal rows
+    were 6.8e-6 (relative) off and top-k masks of rows spread over 10^-2..10^2 0.0017, where torch's were 5.4e-7 and
+    7.3e-5 (now NumPy's too)."""
+    normal = np.random.default_rng(0).normal(size=(2, 2000))
+    rng = np.random.default_rng(4)
+    spread = rng.normal(size=(2, 2000)) * 10.0 ** rng.uniform(-2, 2, size=(2, 2000))
+    for x, f, tol in ((normal, lambda a: rankops.soft_quantile(a, 0.3), 1.5e-6),
+                      (spread, lambda a: rankops.soft_topk_mask(a, 10, method="sinkhorn"), 2.5e-4)):
+        x32 = x.astype(np.float32)
+        want = f(x32.astype(np.float64))
+        got = f(x32)
+        assert got.dtype == np.float32
+        assert np.abs(got - want).max() <= tol * np.abs(want).max()

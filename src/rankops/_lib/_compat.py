@@ -92,10 +92,12 @@ def default_float(xp: Any, device: Any) -> Any:
 
 
 def accumulation_dtype(xp: Any, x: Any) -> Any:
-    """float64 for a narrower real float ``x`` whose device has it, else ``x``'s own dtype: the dtype a long
-    sequential accumulation over ``x`` keeps its precision in (as torch's CPU kernels accumulate float32 in double)."""
+    """float64 for a narrower real float ``x`` on a CPU whose device has it, else ``x``'s own dtype: the dtype a
+    long sequential accumulation over ``x`` keeps its precision in (NumPy's prefix sums and its sums over an axis
+    other than the last add one entry at a time; torch's CPU kernels accumulate float32 in double). A GPU's
+    reductions combine in trees, where float64 may cost many times float32."""
     dtype = x.dtype
-    if not xp.isdtype(dtype, "real floating") or dtype == xp.float64:
+    if not xp.isdtype(dtype, "real floating") or dtype == xp.float64 or not on_cpu(x):
         return dtype
     try:
         wide = "float64" in xp.__array_namespace_info__().dtypes(device=device(x), kind="real floating")

@@ -36,10 +36,12 @@ def exact_centre(xp: Any, low: Any, high: Any) -> Any:
     return xp.where(xp.abs(centre) >= high - low, centre, 0.0)
 
 
-def logsumexp(xp: Any, z: Any, axis: int = -1) -> Any:
-    """``log(sum(exp(z), axis))`` without overflow (max-shifted)."""
+def logsumexp(xp: Any, z: Any, axis: int = -1, total: Any = None) -> Any:
+    """``log(sum(exp(z), axis))`` without overflow (max-shifted); ``total``: the sum along ``axis`` (keepdims) to use
+    (None: ``xp.sum``)."""
     m = finite_max(xp, z, axis)
-    s = xp.sum(xp.exp(z - m), axis=axis, keepdims=True)
+    e = xp.exp(z - m)
+    s = xp.sum(e, axis=axis, keepdims=True) if total is None else total(e)
     return xp.squeeze(xp.log(s) + m, axis=axis)
 
 

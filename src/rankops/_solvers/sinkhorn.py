@@ -224,7 +224,7 @@ def fixed_point(
         # the column update v <- log b - logsumexp_i(u_i - c_ij), applied to the plan it rescales;
         # the column sum is floored as in _round: unrolled autodiff of b / sum forms 1 / sum**2,
         # which overflowed float32 on columns of mass 1e-20 (then 0 * inf = NaN)
-        col = xp.sum(plan, axis=-2)
+        col = adapter.sum(xp, plan, -2)
         ratio = xp.where(col > 0, xp.exp(log_b) / xp.maximum(col, xp.full_like(col, _tiny(xp, c))), xp.zeros_like(col))
         plan = plan * ratio[..., None, :]
         v = xp.where(ratio > 0, v + xp.log(xp.where(ratio > 0, ratio, xp.ones_like(ratio))), xp.full_like(v, -math.inf))
@@ -232,7 +232,7 @@ def fixed_point(
     # in exact arithmetic, so its part is rounding, except where cost / epsilon outgrows the
     # float's precision (1e16 in float64, with squash=None and large inputs): the plan is
     # then meaningless, and this says so instead of a silent "converged".
-    err = _marginal_error(xp, plan, log_a, log_b)
+    err = _marginal_error(xp, adapter, plan, log_a, log_b)
     return (plan, u, v, err, n_iter), (plan, log_a, log_b)
 
 
@@ -280,7 +280,7 @@ def _polish(
         plan, u, v, err = st
         # Differentiated (unrolled), the CG is declared one linear solve (guarded=False), whose pullback is the
         # same solve, not CG's own iterations (nonlinear in the right-hand side, and NaN in float32 on extreme rows)
-        du, dv = solve_dual(xp, plan, a - xp.sum(plan, axis=-1), b - xp.sum(plan, axis=-2), max_iter=max_iter,
+        du, dv = solve_dual(xp, plan, a - xp.sum(plan, axis=-1), b - adapter.sum(xp, plan, -2), max_iter=max_iter,
                             steps=POLISH_CG_STEPS, guarded=not differentiated)
         u2, v2 = u + du, v + dv
         # Differentiated, the step is judged on constants, and taken where it helps and zero elsewhere before its
@@ -288,7 +288,7 @@ def _polish(
         # would carry 0 * inf into the gradient.
         probe = functools.partial(adapter.stop_gradient, xp) if differentiated else (lambda t: t)
         plan2 = _plan(xp, probe(c), probe(u2), probe(v2))
-        err2 = _marginal_error(xp, plan2, probe(log_a), probe(log_b))
+        err2 = _marginal_error(xp, adapter, plan2, probe(log_a), probe(log_b))
         better = due(err) & (err2 < err)
         if differentiated:
             u2 = u + xp.where(better[..., None], du, xp.zeros_like(du))
@@ -359,9 +359,9 @@ def _tiny(xp: Any, c: Any) -> float:
     return math.sqrt(xp.finfo(c.dtype).smallest_normal)
 
 
-def _marginal_error(xp: Any, p: Any, log_a: Any, log_b: Any) -> Any:
-    """L1 errors of both marginals of ``p``, per problem."""
-    column = xp.sum(xp.abs(xp.sum(p, axis=-2) - xp.exp(log_b)), axis=-1)
+def _marginal_error(xp: Any, adapter: PortableAdapter, p: Any, log_a: Any, log_b: Any) -> Any:
+    """L1 errors of both marginals of ``p``, per problem (the column sums by ``adapter.sum``, as the updates take them)."""
+    column = xp.sum(xp.abs(adapter.sum(xp, p, -2) - xp.exp(log_b)), axis=-1)
     return column + xp.sum(xp.abs(xp.sum(p, axis=-1) - xp.exp(log_a)), axis=-1)
 
 

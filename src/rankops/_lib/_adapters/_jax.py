@@ -110,6 +110,10 @@ class Jax(PortableAdapter):
     def log_sigmoid(self, xp: Any, z: Any) -> Any:
         return jax.nn.log_sigmoid(z)
 
+    def sum(self, xp: Any, a: Any, axis: int, *, keepdims: bool = False) -> Any:
+        """In the input's dtype: XLA reduces in trees."""
+        return jnp.sum(a, axis=axis, keepdims=keepdims)
+
     def cumulative_sum(self, xp: Any, z: Any, *, reverse: bool = False) -> Any:
         """In the input's dtype: XLA's prefix sum combines pairwise (a float32 row of 10^4 within 2 units in its last
         place), and float64 is there only under x64."""

@@ -21,8 +21,7 @@ __all__ = ["Torch", "ADAPTER"]
 class Torch(PortableAdapter):
     name = "torch"
     autodiff = True
-    # B = 20, float32, forward+backward of soft_rank(method="softsort"): the whole matrix takes
-    # 0.67x / 0.63x the papers' code at n = 1000 / 2000, streamed rows 1.1x (benchmarks/permutations.py)
+    # the whole SoftSort matrix up to this size: faster than streamed rows at n = 2000 (benchmarks/permutations.py)
     dense_matrix_bytes = 512 * 2**20
 
     def softmax(self, xp: Any, z: Any, axis: int = -1) -> Any:
@@ -52,11 +51,12 @@ class Torch(PortableAdapter):
             return torch.flip(torch.logcumsumexp(torch.flip(z, (-1,)), dim=-1), (-1,))
         return torch.logcumsumexp(z, dim=-1)
 
+    def sum(self, xp: Any, a: Any, axis: int, *, keepdims: bool = False) -> Any:
+        return torch.sum(a, dim=axis, keepdim=keepdims)  # a CPU accumulates float32 in double, a GPU in trees
+
     def cumulative_sum(self, xp: Any, z: Any, *, reverse: bool = False) -> Any:
         # torch's own: array-api-compat's looks up the namespace again, which torch.compile traces with warnings
-        if reverse:
-            return torch.flip(torch.cumsum(torch.flip(z, (-1,)), dim=-1), (-1,))
-        return torch.cumsum(z, dim=-1)
+        return torch.flip(torch.cumsum(torch.flip(z, (-1,)), dim=-1), (-1,)) if reverse else torch.cumsum(z, dim=-1)
 
     def linear_scan(self, xp: Any, a: Any, b: Any, *, reverse: bool = False, overwrite_b: bool = False) -> Any:
         """The doubling scan written in place into one buffer: per step one product, one add and the next
