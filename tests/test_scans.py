@@ -195,9 +195,9 @@ def test_jax_lapsum_past_one_scan_block_differentiates():
 @pytest.mark.parametrize("reverse", [False, True])
 def test_float32_prefix_sums_stay_within_a_few_units_in_their_last_place(backend_name, reverse):
     """A float32 row of 10^4 entries in [0, 1): the adapter's prefix sums within 4 units in the last place of the
-    row's total of the float64 ones. NumPy adds one entry at a time in float32 and drifted by 12.5 units (the
-    portable adapter accumulates in float64 where the device has it); torch's CPU kernel accumulates in double, XLA's
-    scan pairwise."""
+    row's total of the float64 ones. NumPy adds one entry at a time in float32 and drifted by 22.6 units on this row
+    (the portable adapter accumulates in float64 on a CPU whose device has it); torch's CPU kernel accumulates in
+    double, XLA's scan pairwise."""
     xp, adapter, to, back = on_backend(backend_name)
     g = np.random.default_rng(4).uniform(size=(2, 10_000)).astype(np.float32)
     want = np.cumsum(g.astype(np.float64)[..., ::-1] if reverse else g.astype(np.float64), axis=-1)

@@ -314,12 +314,13 @@ _OFF_ZERO = {"permutahedron": ({"method": "permutahedron"}, 1e-3),
 
 @pytest.mark.parametrize(("options", "rank_tol"), list(_OFF_ZERO.values()), ids=list(_OFF_ZERO))
 def test_float32_rows_far_from_zero_are_shifted_before_they_are_scaled(options, rank_tol):
-    """Rows of 1000 plus normal noise in float32, at the default softness: the rule gets ``(x - low) / t``, exact
-    there, where ``x / t`` rounded by a unit in x's last place (every output here is invariant under the shift, the
+    """Rows of 1000 plus normal noise in float32, at the default softness: the rule gets ``(x - c) / t``, ``c`` the
+    row's midrange (``_numerics.exact_centre``: only where ``|c|`` is at least the row's range, so that ``x - c`` is
+    exact), where ``x / t`` rounded by a unit in x's last place (every output here is invariant under the shift, the
     sorts equivariant). Against float64 on the same float32 values, before the shift: ranks 0.0046-0.013 off (the
     permutahedron, LapSum), 0.2-0.79 (SoftSort, NeuralSort, diffsort); sorts up to 3 ulps; masks 6e-5-0.0025. The
-    p-norm sort moves with x (its regularizer is not shift-invariant) and is not shifted. The shift is the row's
-    median entry: a row's end would be an outlier's, and ``x - (-1e30)`` ties the dense part (LapSum ranks 4.5 each)."""
+    p-norm sort moves with x (its regularizer is not shift-invariant) and is not shifted. A row with an outlier is
+    not shifted either: shifting by its end, ``x - (-1e30)``, tied the dense part (LapSum ranks 4.5 each)."""
     x = (1000.0 + np.random.default_rng(0).standard_normal((4, 200))).astype(np.float32)
     wide = x.astype(np.float64)
     assert_allclose(rankops.soft_rank(x, **options), rankops.soft_rank(wide, **options), rtol=0, atol=rank_tol)
