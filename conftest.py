@@ -10,15 +10,13 @@ into a failure, so that a missing install can never pass silently.
 
 from __future__ import annotations
 
+import gc
 import os
 import re
+import subprocess
 import sys
+from importlib.util import find_spec
 from typing import Any
-
-import pytest
-
-from conformance.memory import MAPPINGS_BETWEEN_GROUPS, MAPPINGS_WITHIN_A_GROUP, release_compiled_programs
-from rankops._lib._backends import BACKENDS, device_label, get_backend
 
 # The test suite's XLA compilation (docs/testing.md). Compiling, not running, is most of a JAX
 # test's time: thousands of small programs, each run on a few numbers. JAX's
@@ -30,19 +28,36 @@ from rankops._lib._backends import BACKENDS, device_label, get_backend
 # quantile programs on one core: 7.2-7.9 s -> 5.6-5.7 s). XLA exits the process on a flag it does
 # not know (before pytest can print a word: a GPU machine's newer jaxlib did), and jaxlib adds and
 # drops such flags between releases: the flags are tried once per run, in a subprocess.
+# The probe starts before this module's other imports, and runs beside them.
 _TEST_XLA_FLAGS = ("--xla_cpu_use_fusion_emitters=false", "--xla_cpu_parallel_codegen_split_count=1")
 # set by the first process of a run, whose pytest-xdist workers inherit it: whether XLA takes them
 _FLAGS_TAKEN = "RANKOPS_TEST_XLA_FLAGS_TAKEN"
 
 
-def _xla_takes_test_flags() -> bool:
-    """Whether this jaxlib's XLA starts with ``_TEST_XLA_FLAGS`` (asked once per run, in a subprocess)."""
-    if _FLAGS_TAKEN not in os.environ:
-        import subprocess
+def _ask_whether_xla_takes_test_flags() -> subprocess.Popen | None:
+    """A subprocess that starts JAX with ``_TEST_XLA_FLAGS`` (its exit status is the answer), where this run has not
+    asked yet; None where it has, or JAX is absent or compiles as users do (``RANKOPS_JAX_OPTIMIZE``)."""
+    if _FLAGS_TAKEN in os.environ or os.environ.get("RANKOPS_JAX_OPTIMIZE") or find_spec("jax") is None:
+        return None
+    env = {**os.environ, "XLA_FLAGS": " ".join(_TEST_XLA_FLAGS), "JAX_PLATFORMS": "cpu"}
+    return subprocess.Popen([sys.executable, "-c", "import jax; jax.devices()"], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
-        env = {**os.environ, "XLA_FLAGS": " ".join(_TEST_XLA_FLAGS), "JAX_PLATFORMS": "cpu"}
-        probe = subprocess.run([sys.executable, "-c", "import jax; jax.devices()"], env=env, capture_output=True, timeout=120)
-        os.environ[_FLAGS_TAKEN] = "1" if probe.returncode == 0 else "0"
+
+_FLAGS_PROBE = _ask_whether_xla_takes_test_flags()
+
+import pytest  # noqa: E402
+
+from conformance.memory import MAPPINGS_BETWEEN_GROUPS, MAPPINGS_WITHIN_A_GROUP, release_compiled_programs  # noqa: E402
+from rankops._lib._backends import BACKENDS, device_label, get_backend  # noqa: E402
+
+
+def _xla_takes_test_flags() -> bool:
+    """Whether this jaxlib's XLA starts with ``_TEST_XLA_FLAGS``: the answer of the probe started on this module's
+    import (once per run: the first process asks)."""
+    if _FLAGS_TAKEN not in os.environ:
+        taken = _FLAGS_PROBE is not None and _FLAGS_PROBE.wait(timeout=120) == 0
+        os.environ[_FLAGS_TAKEN] = "1" if taken else "0"
     return os.environ[_FLAGS_TAKEN] == "1"
 
 
@@ -89,6 +104,14 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
         torch.set_num_threads(1)
     except ImportError:
         pass
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """The run is over: what the process holds is frozen out of the cycle collector (``gc.freeze``) before pytest's own
+    exit-time full collection (which looks for exceptions raised in finalizers), which in a worker would rescan every
+    program it compiled: 5 s at the end of README's run, on both workers, before their processes may exit."""
+    gc.freeze()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
