@@ -13,10 +13,34 @@ from __future__ import annotations
 import gc
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 from importlib.util import find_spec
 from typing import Any
+
+
+def _share_bytecode_within_the_run() -> str | None:
+    """Where ``PYTHONDONTWRITEBYTECODE`` is set (this project's CI machine sets it), the first process of a run
+    writes its imports' bytecode to a directory of its own (``PYTHONPYCACHEPREFIX``), which its pytest-xdist
+    workers and the subprocesses its tests start inherit and read; that process removes the directory when the
+    run ends (``pytest_unconfigure``). Nothing is written beside the sources. Returns the directory, or None in
+    every other process and where bytecode is written (or kept from being written) as the user set it.
+
+    Without bytecode, every process of a run compiles the modules it imports (torch, JAX, SciPy, Dask) from
+    source: about twice as long as reading them (docs/testing.md, "A run shares its bytecode")."""
+    if not sys.dont_write_bytecode or sys.pycache_prefix is not None or os.environ.get("PYTHONPYCACHEPREFIX"):
+        return None
+    # in memory where Linux offers it: writing to this machine's disk made importing torch 70% slower than not writing
+    prefix = tempfile.mkdtemp(prefix="rankops-test-bytecode-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+    os.environ["PYTHONPYCACHEPREFIX"] = prefix
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    sys.pycache_prefix, sys.dont_write_bytecode = prefix, False
+    return prefix
+
+
+_BYTECODE = _share_bytecode_within_the_run()
 
 # The test suite's XLA compilation (docs/testing.md). Compiling, not running, is most of a JAX
 # test's time: thousands of small programs, each run on a few numbers. JAX's
@@ -112,6 +136,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     exit-time full collection (which looks for exceptions raised in finalizers), which in a worker would rescan every
     program it compiled: 5 s at the end of README's run, on both workers, before their processes may exit."""
     gc.freeze()
+    if _BYTECODE is not None:
+        shutil.rmtree(_BYTECODE, ignore_errors=True)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
