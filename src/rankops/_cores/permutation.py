@@ -13,7 +13,8 @@ papers' own code runs out of memory near n = 3700 on CPU, Prillo &
 Eisenschlos 2020, A.4.6). The backward pass recomputes each block's rows and
 applies the closed-form pullbacks of the softmax (``dz = P * (dP - sum_j dP P)``):
 
-- sort, cotangent g:  ``dx += P^T g``, ``dz_ij = g_i P_ij (x_j - y_i)``;
+- sort, cotangent g:  ``dx += P^T g``, ``dz_ij = g_i P_ij (d_ij - sum_k P_ik d_ik)`` with ``d_ij = x_j - c_i``
+  about row i's own sorted score ``c_i`` (``x_j - y_i`` itself, exactly 0 on the row's tie group);
 - rank, cotangent h:  ``dz_ij = i P_ij (h_j - (P h)_i)``;
 
 then the row kernel's pullback of the logits. That rule is registered with
@@ -153,8 +154,9 @@ def _backward(xp: Any, rows: Any, output: str, block: int, ct: Any, p_kept: Any 
         p = softmax(xp, z, -1) if p_kept is None else p_kept
         if output == "sort":
             (g,) = extra
-            y = matvec(xp, p, s)
-            dz = g[..., :, None] * p * (s[..., None, :] - y[..., :, None])
+            # s_j - y_i about the row's own sorted score c_i: exactly 0 where s_j ties with it
+            d = s[..., None, :] - rows.centre(keys)[..., :, None]
+            dz = g[..., :, None] * p * (d - xp.sum(p * d, axis=-1, keepdims=True))
         else:
             (w,) = extra
             dz = w[..., :, None] * p * (ct[..., None, :] - matvec(xp, p, ct)[..., :, None])
@@ -183,7 +185,13 @@ def dense_core(xp: Any, x: Any, opts: Any, *, method: str, output: str, descendi
     n = x.shape[-1]
     rows = _rows(xp, x, opts.tau, method, n, descending, opts.power, mask=mask)
     p = get_adapter(xp).softmax(xp, rows.logits(rows.keys)[0], -1)
-    soft = _read(xp, output, p, x, weights(xp, x, mask))
+    if output == "sort":
+        # about each row's own sorted score, as the rule's pullback (_backward): the backend differentiates this
+        # itself, and P s's derivative would take s_j - y_i from two roundings of terms of the size of s
+        c = rows.centre(rows.keys)[..., :, None]
+        soft = c[..., 0] + xp.sum(p * (rows.s[..., None, :] - c), axis=-1)
+    else:
+        soft = _read(xp, output, p, x, weights(xp, x, mask))
 
     def pullback(cts: tuple[Any, ...]) -> dict[str, Any]:
         ds, extras = _backward(xp, rows, output, n, cts[0], p_kept=p)
