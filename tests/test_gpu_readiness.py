@@ -45,13 +45,15 @@ CEILINGS = {
     "soft_sort[lapsum]": (lambda x: rankops.soft_sort(x, method="lapsum", alpha=1.0), 221, 0),
     # the scores read back from their sort (``rows.read_back``: exact zeros for tied and own items under a compiler
     # that fuses the scores' producer into each difference): the inverse permutation's gather, 36 -> 37; NeuralSort's
-    # as one difference s - stop(s) where torch differentiates the matrix itself, 77 -> 79
+    # joins s's derivative as one difference s - stop(s) where torch differentiates the matrix itself, and its
+    # gathers by the inverse permutation are the adapter's ``take`` (torch.gather) where ``take_along_axis`` took
+    # twice the kernels: 77 -> 67
     "soft_rank[softsort]": (lambda x: rankops.soft_rank(x, method="softsort", tau=1.0), 37, 0),
     # the logits written relative to each row's own item (float32 ranks at the default softness were off by hundreds
     # of positions at n = 1000): five elementwise kernels per block of rows where there were two, and R's steps along
     # the sorted row (a sort, two cumulative sums, the inverse permutation's gathers) beside R's own sum, which
     # carries the derivative where torch differentiates the matrix itself: 41 -> 77
-    "soft_rank[neuralsort]": (lambda x: rankops.soft_rank(x, method="neuralsort", tau=1.0), 79, 0),
+    "soft_rank[neuralsort]": (lambda x: rankops.soft_rank(x, method="neuralsort", tau=1.0), 67, 0),
     # a sorting network: about 11 kernels per layer and pass, 55 layers (bitonic, n = 1000), four passes for the rank
     "soft_rank[diffsort]": (lambda x: rankops.soft_rank(x, method="diffsort", network="bitonic", steepness=10.0), 2363, 0),
     # The defaults, softness=1 (docs/softness.md): the row's scale and the rescaling add about 14 kernels and no

@@ -74,6 +74,16 @@ def _rows(
     return cls(xp, s, tau, aux, block=block, descending=descending, power=power, mask=mask)
 
 
+def _about_own_score(xp: Any, rows: Any, keys: tuple[Any, ...], p: Any) -> tuple[Any, Any, Any]:
+    """``(c, d, m)`` for the rows ``keys``: each row's own sorted score ``c_i``, ``d_ij = s_j - c_i`` and ``m_i =
+    sum_j p_ij d_ij`` (``y_i - c_i``). The sort's ``s_j - y_i`` is ``d - m``: exactly 0 where ``s_j`` ties with
+    ``c_i``, where ``y_i`` itself is rounded by a unit of ``s``'s last place, which the logits' slopes (of size
+    n) then multiply."""
+    c = rows.centre(keys)[..., :, None]
+    d = rows.s[..., None, :] - c
+    return c[..., 0], d, xp.sum(p * d, axis=-1, keepdims=True)
+
+
 def _softmax_back(xp: Any, p: Any, dp: Any) -> Any:
     """Pullback of a row softmax with output ``p``."""
     return p * (dp - xp.sum(dp * p, axis=-1, keepdims=True))
@@ -154,9 +164,8 @@ def _backward(xp: Any, rows: Any, output: str, block: int, ct: Any, p_kept: Any 
         p = softmax(xp, z, -1) if p_kept is None else p_kept
         if output == "sort":
             (g,) = extra
-            # s_j - y_i about the row's own sorted score c_i: exactly 0 where s_j ties with it
-            d = s[..., None, :] - rows.centre(keys)[..., :, None]
-            dz = g[..., :, None] * p * (d - xp.sum(p * d, axis=-1, keepdims=True))
+            _, d, m = _about_own_score(xp, rows, keys, p)
+            dz = g[..., :, None] * p * (d - m)
         else:
             (w,) = extra
             dz = w[..., :, None] * p * (ct[..., None, :] - matvec(xp, p, ct)[..., :, None])
@@ -186,10 +195,9 @@ def dense_core(xp: Any, x: Any, opts: Any, *, method: str, output: str, descendi
     rows = _rows(xp, x, opts.tau, method, n, descending, opts.power, mask=mask)
     p = get_adapter(xp).softmax(xp, rows.logits(rows.keys)[0], -1)
     if output == "sort":
-        # about each row's own sorted score, as the rule's pullback (_backward): the backend differentiates this
-        # itself, and P s's derivative would take s_j - y_i from two roundings of terms of the size of s
-        c = rows.centre(rows.keys)[..., :, None]
-        soft = c[..., 0] + xp.sum(p * (rows.s[..., None, :] - c), axis=-1)
+        # y = c + m: the backend differentiates this itself, and P s's derivative would take s_j - y_i uncentred
+        c, _, m = _about_own_score(xp, rows, rows.keys, p)
+        soft = c + m[..., 0]
     else:
         soft = _read(xp, output, p, x, weights(xp, x, mask))
 

@@ -55,19 +55,16 @@ def sort_order(xp: Any, s: Any, descending: bool, mask: Any = None) -> tuple[Any
     return get_adapter(xp).sort_order(xp, s, descending=descending)
 
 
-def read_back(xp: Any, srt: Any, order: Any, s: Any, mask: Any) -> Any:
-    """``s`` itself, each entry read from its place in the sorted row ``srt`` (``order`` sorts ``s``); ``s`` as
-    given with a ``mask``.
+def read_back(xp: Any, srt: Any, inverse: Any, s: Any, mask: Any) -> Any:
+    """``s`` itself, each entry read from its place in the sorted row ``srt`` (``inverse``: each item's place, the
+    inverse of the sorting permutation); ``s`` as given with a ``mask``.
 
     The pullbacks take exact zeros from ``s_j - s_[i]`` where item j ties with the row's own item. Within one
     compiled program the two need not be the same rounding of one value: XLA (JAX) rewrites the softness's ``x / t``
     as ``x * (1 / t)`` and recomputes that product wherever ``s`` is read, fused with the subtraction into one
     multiply-add (own-item differences of 0.1 at ``|s| = 1e6`` in float32; NeuralSort's float32 sort gradient 0.4 of
     its size off at n = 2000, tied ranks 2.0). A sort's output is computed once, and a gather copies it."""
-    if mask is not None:
-        return s
-    adapter = get_adapter(xp)
-    return adapter.take(xp, srt, adapter.invert_permutation(xp, order))
+    return s if mask is not None else get_adapter(xp).take(xp, srt, inverse)
 
 
 def _one_hot(xp: Any, order: Any, n: int, dtype: Any) -> Any:
@@ -123,17 +120,17 @@ def _two_part_cumsum(xp: Any, steps: Any) -> tuple[Any, Any]:
 class SoftSortRows:
     """Rows keyed by the sorted scores ``s_[i]``."""
 
-    n_aux = 2  # sorted scores, the sorting permutation
+    n_aux = 3  # sorted scores, the sorting permutation, the scores read back
     n_cols = 1  # column accumulators of the backward pass: ds
 
     def __init__(self, xp: Any, s: Any, tau: Any, aux: tuple[Any, ...], *, power: Any = 1.0, mask: Any = None, **_: Any) -> None:
         self.xp, self.tau, self.power, self.mask = xp, tau, power, mask
-        self.keys = aux  # row i: s_[i] and the item sorted there
-        self.s = read_back(xp, aux[0], aux[1], s, mask)
+        self.keys, self.s = aux[:2], aux[2]  # row i: s_[i] and the item sorted there
 
     @staticmethod
     def aux(xp: Any, s: Any, *, descending: bool, mask: Any = None, **_: Any) -> tuple[Any, ...]:
-        return sort_order(xp, s, descending, mask)
+        srt, order = sort_order(xp, s, descending, mask)
+        return srt, order, read_back(xp, srt, get_adapter(xp).invert_permutation(xp, order), s, mask)
 
     @staticmethod
     def centre(keys: tuple[Any, ...]) -> Any:
@@ -230,8 +227,8 @@ class NeuralSortRows:
             steps = xp.where(q < n, steps, xp.zeros_like(steps))
         high, low = (a[..., : s.shape[-1]] for a in _two_part_cumsum(xp, steps))  # an empty row has no step either
         inverse = adapter.invert_permutation(xp, order)
-        read = s if mask is not None else xp.take_along_axis(t, inverse, axis=-1)  # as read_back
-        return t, high, xp.take_along_axis(high, inverse, axis=-1), xp.take_along_axis(low, inverse, axis=-1), read
+        at = (adapter.take(xp, a, inverse) for a in (high, low))
+        return t, high, *at, read_back(xp, t, inverse, s, mask)
 
     @staticmethod
     def centre(keys: tuple[Any, ...]) -> Any:
