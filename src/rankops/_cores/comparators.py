@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-__all__ = ["DISTRIBUTIONS", "weight", "slope", "clamp_argument"]
+__all__ = ["DISTRIBUTIONS", "shares", "slope", "clamp_argument"]
 
 DISTRIBUTIONS = ("cauchy", "reciprocal", "optimal", "logistic", "logistic_phi", "gaussian")
 
@@ -58,23 +58,35 @@ def _phi_scale(xp: Any, u: Any, steepness: float, art_lambda: float) -> Any:
     return (xp.abs(u) / steepness + _PHI_FLOOR) ** art_lambda
 
 
-def weight(xp: Any, adapter: Any, distribution: str, u: Any, steepness: float, art_lambda: float) -> Any:
-    """``f(u)``: the share of its partner's value a wire takes."""
-    if distribution == "logistic":
-        return _sigmoid(xp, u)[0]
-    if distribution == "logistic_phi":
-        return _sigmoid(xp, u / _phi_scale(xp, u, steepness, art_lambda))[0]
-    if distribution == "gaussian":
-        return adapter.ndtr(xp, u)
-    if distribution == "reciprocal":
-        return 0.5 + 0.5 * u / (2.0 + xp.abs(u))
+def shares(xp: Any, adapter: Any, distribution: str, u: Any, steepness: float, art_lambda: float) -> tuple[Any, Any]:
+    """``(1 - f(u), f(u))``: the share of its own value a wire keeps and of its partner's it takes.
+
+    Each is evaluated so that it keeps its relative precision where it is
+    small: cauchy's as ``arctan2(1, -u) / pi`` and ``arctan2(1, u) / pi``
+    (``1 - f(u) = f(-u)``), the others from the smaller one, ``f(-|u|)``,
+    written in its tail's own form. As ``1/2 + arctan(u) / pi`` (and
+    ``reciprocal``'s and ``optimal``'s ``1/2 - ...``), or as ``1 - f`` of a
+    rounded ``f`` near 1, the small share loses its relative precision to
+    cancellation, and a wire blends values of any magnitudes: on a float32
+    row spread over 10^-2..10^2 the share of a far partner's value (3e-4 for
+    cauchy at ``|u| = 10^3``) carried a relative error of 1e-4 into its
+    product with that value, and the gradients were 1-3% off float64's.
+    """
     if distribution == "cauchy":
-        return 0.5 + xp.atan(u) * (1.0 / math.pi)
-    # "optimal": the inner quarter linear, the tails of a reciprocal
+        one = xp.ones_like(u)
+        return xp.atan2(one, u) * (1.0 / math.pi), xp.atan2(one, -u) * (1.0 / math.pi)
     a = xp.abs(u)
-    tail = 0.25 - 1.0 / (16.0 * (a + _PHI_FLOOR))
-    inner = xp.clip(u, -0.25, 0.25)
-    return 0.5 + xp.where(a > 0.25, xp.where(u > 0, 0.25 + tail, -0.25 - tail), inner)
+    if distribution in ("logistic", "logistic_phi"):
+        e = xp.exp(-(a if distribution == "logistic" else a / _phi_scale(xp, u, steepness, art_lambda)))
+        tail = e / (1.0 + e)
+    elif distribution == "gaussian":
+        tail = adapter.ndtr(xp, -a)
+    elif distribution == "reciprocal":
+        tail = 1.0 / (2.0 + a)
+    else:  # "optimal": the inner quarter linear, the tails of a reciprocal
+        tail = xp.where(a > 0.25, 1.0 / (16.0 * (a + _PHI_FLOOR)), 0.5 - a)
+    low = u < 0
+    return xp.where(low, 1.0 - tail, tail), xp.where(low, tail, 1.0 - tail)
 
 
 def slope(xp: Any, distribution: str, u: Any, steepness: float, art_lambda: float) -> Any:

@@ -128,11 +128,11 @@ class _Network:
             if gate is not None:  # a gated comparator: argument and share 0, both wires kept
                 tau_k = xp.where(cols[1][..., 0], tau_k, xp.zeros_like(tau_k))
             u = comparators.clamp_argument(xp, tau_k * (other - v))
-            c = comparators.weight(xp, adapter, self.distribution, u, self.steepness, self.art_lambda)
+            keep, c = comparators.shares(xp, adapter, self.distribution, u, self.steepness, self.art_lambda)
             if gate is not None:
-                c = xp.where(cols[1][..., 0], c, xp.zeros_like(c))
+                keep, c = xp.where(cols[1][..., 0], keep, xp.ones_like(keep)), xp.where(cols[1][..., 0], c, xp.zeros_like(c))
             # the convex form: v + c (other - v) would overflow where the two are of opposite signs near the range
-            out = ((1.0 - c) * v + c * other,)
+            out = (keep * v + c * other,)
             kept = (c[..., None], u[..., None])
             if len(carry) > 1:  # the matrix: the same blend of whole rows
                 out += (_blend_rows(xp, c, carry[1], partner),)

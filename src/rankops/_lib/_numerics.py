@@ -138,8 +138,10 @@ def vecmat(xp: Any, v: Any, a: Any) -> Any:
 
 
 # erfc(t), t >= 0: a series below _ERF_CUT, a continued fraction from there on; with these
-# term counts the absolute error is below 2e-15 on [0, inf) (tests/test_numerics.py, against SciPy)
-_ERF_CUT, _ERF_SERIES, _ERF_FRACTION = 2.5, 40, 50
+# term counts the absolute error is below 2e-15 on [0, inf) (tests/test_numerics.py, against SciPy).
+# The series gives erfc as 1 - erf, whose rounding, relative to erfc(2.5) = 4e-4, is 2.5e-13 in float64
+# but 1.5e-4 in float32: there the fraction starts at 1 (erfc(1) = 0.16), where 50 terms give 1e-8.
+_ERF_CUT, _ERF_CUT_SINGLE, _ERF_SERIES, _ERF_FRACTION = 2.5, 1.0, 40, 50
 
 
 def log_sigmoid(xp: Any, z: Any) -> Any:
@@ -169,20 +171,22 @@ def ndtr(xp: Any, u: Any) -> Any:
     With ``t = |u| / sqrt 2``: below 2.5, ``erf t = 2/sqrt(pi) e^(-t^2) sum_k
     2^k t^(2k+1) / (2k+1)!!`` (positive terms); from 2.5 on, ``erfc t =
     e^(-t^2) / sqrt(pi) / (t + (1/2) / (t + 1 / (t + (3/2) / (t + ...))))``
-    (Abramowitz & Stegun 7.1.6 and 7.1.14). Torch and JAX use their own
-    kernels (the adapters' ``ndtr``).
+    (Abramowitz & Stegun 7.1.6 and 7.1.14); below float64, from 1 on
+    (``_ERF_CUT_SINGLE``), so that the lower tail keeps its relative
+    precision. Torch and JAX use their own kernels (the adapters' ``ndtr``).
     """
+    cut = _ERF_CUT if u.dtype == xp.float64 else _ERF_CUT_SINGLE
     t = xp.abs(u) * (1.0 / math.sqrt(2.0))
-    near = xp.where(t < _ERF_CUT, t, xp.zeros_like(t))
+    near = xp.where(t < cut, t, xp.zeros_like(t))
     term, total, twice = near, near, 2.0 * near * near
     for k in range(1, _ERF_SERIES + 1):
         term = term * twice / (2 * k + 1)
         total = total + term
     erfc_near = 1.0 - (2.0 / math.sqrt(math.pi)) * xp.exp(-near * near) * total
-    far = xp.where(t < _ERF_CUT, xp.full_like(t, _ERF_CUT), t)
+    far = xp.where(t < cut, xp.full_like(t, cut), t)
     fraction = far
     for k in range(_ERF_FRACTION, 0, -1):
         fraction = far + (k / 2.0) / fraction
     erfc_far = xp.exp(-far * far) / (math.sqrt(math.pi) * fraction)
-    half_tail = 0.5 * xp.where(t < _ERF_CUT, erfc_near, erfc_far)
+    half_tail = 0.5 * xp.where(t < cut, erfc_near, erfc_far)
     return xp.where(u < 0, half_tail, 1.0 - half_tail)

@@ -35,7 +35,8 @@ class Torch(PortableAdapter):
         return torch.where(torch.isnan(x), x, torch.sign(x))
 
     def ndtr(self, xp: Any, u: Any) -> Any:
-        return torch.special.ndtr(u)
+        # erfc: torch.special.ndtr in float32 on a CPU loses its lower tail to cancellation (Phi(-6) = 1e-9 is 0)
+        return 0.5 * torch.special.erfc(u * -0.7071067811865476)
 
     def sigmoid(self, xp: Any, z: Any) -> Any:
         return torch.sigmoid(z)
