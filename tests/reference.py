@@ -25,8 +25,8 @@ def softsort(s, tau, power=1.0, descending=True):
     return softmax(logits, axis=-1)
 
 
-def neuralsort(s, tau, descending=True):
-    """NeuralSort, Grover et al. 2019 (Prillo & Eisenschlos Eq. 3), O(n^3) as published."""
+def neuralsort_logits(s, tau):
+    """NeuralSort's logits, rows the positions (largest first), Grover et al. 2019 (Prillo & Eisenschlos Eq. 3), O(n^3) as published."""
     s = np.asarray(s, dtype=np.float64)
     n = s.shape[-1]
     one = np.ones((n, 1))
@@ -34,8 +34,12 @@ def neuralsort(s, tau, descending=True):
     b = a_s @ (one @ one.T)  # the O(n^3) association of the original code
     scaling = n + 1 - 2 * (np.arange(n) + 1.0)
     c = s[..., :, None] * scaling[None, :]
-    p_max = np.swapaxes(c - b, -1, -2)
-    p = softmax(p_max / tau, axis=-1)
+    return np.swapaxes(c - b, -1, -2) / tau
+
+
+def neuralsort(s, tau, descending=True):
+    """NeuralSort's relaxed permutation matrix: the softmax of :func:`neuralsort_logits` by row."""
+    p = softmax(neuralsort_logits(s, tau), axis=-1)
     return p if descending else p[..., ::-1, :]
 
 

@@ -186,22 +186,39 @@ def test_neuralsort_gradient_where_xla_rounds_the_maximum_up_on_jax():
 
 
 # Found by JAX's large tier (issue 34): permutation_loss (NeuralSort, tau = 1e-3) of a row of a few
-# thousand, where every true-permutation entry of the relaxed matrix underflowed to 0. The exact
-# gradient is 0, and it was 0 eagerly, on torch and under JAX's default compilation; under the
-# suite's JAX test compilation (conftest: most optimizations off, XLA's legacy CPU emitters) the
-# loss's 1 / tiny cotangent (8.5e37) on those entries came out NaN. Those entries underflowed only
-# through the logits' float32 rounding (each row's own item has the largest logit): written relative
-# to that item (rows.NeuralSortRows), they no longer do.
-def test_permutation_loss_gradient_where_every_true_entry_underflows_on_jax():
-    jax = pytest.importorskip("jax")
+# thousand, where every true-permutation entry of the relaxed matrix underflowed to 0, and the loss's
+# 1 / tiny cotangent on them (8.5e37, of log(P + tiny)) came out NaN under the suite's JAX test
+# compilation. The loss now reads log P as the log-softmax of the logits: no probability underflows,
+# and the gradient is the exact cross-entropy's (with log(P + tiny) it was 0 here: every term flat at
+# log(tiny)), on every backend.
+def test_permutation_loss_where_every_true_probability_underflows_is_the_exact_cross_entropy():
+    from scipy.special import logsumexp
+
+    from tests import reference
+
     x = np.array([1649.0, -2834.0, 2092.0, 4288.0, -5412.0, 7444.0, -4428.0, 4912.0], dtype=np.float32)
     target = np.array([float(i % 3) for i in range(8)], dtype=np.float32)
-    got = jax.grad(lambda v: rankops.losses.permutation_loss(v, jax.numpy.asarray(target), tau=1e-3))(jax.numpy.asarray(x))
+    true = reference.permutation_matrix(target)
+
+    def cross_entropy(v):  # float64, the paper's logits
+        z = reference.neuralsort_logits(v, 1e-3)
+        return -np.sum(true * (z - logsumexp(z, axis=-1, keepdims=True))) / 8
+
+    x64 = x.astype(np.float64)
+    h = 1e-2  # saturated rows: the loss is linear between the entries' crossings (1e3 apart)
+    want = np.array([(cross_entropy(x64 + h * e) - cross_entropy(x64 - h * e)) / (2 * h) for e in np.eye(8)])
+    assert np.all(np.isfinite(want)) and np.abs(want).max() >= 1e3  # 0 with log(P + tiny)
+    jax = pytest.importorskip("jax")
+    value, got = jax.value_and_grad(lambda v: rankops.losses.permutation_loss(v, jax.numpy.asarray(target), tau=1e-3))(jax.numpy.asarray(x))
+    assert_allclose(float(value), cross_entropy(x64), rtol=1e-6)
+    assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-3)
     torch = pytest.importorskip("torch")
     xt = torch.tensor(x, requires_grad=True)
     rankops.losses.permutation_loss(xt, torch.tensor(target), tau=1e-3).backward()
-    assert_allclose(xt.grad.numpy(), 0.0)  # the exact gradient: the relaxed matrix is saturated
-    assert_allclose(np.asarray(got), 0.0)
+    assert_allclose(xt.grad.numpy(), want, rtol=1e-5, atol=1e-3)
+    value, pull = rankops.vjp(rankops.losses.permutation_loss, x, target, tau=1e-3)
+    assert_allclose(pull(np.float32(1.0))[0], want, rtol=1e-5, atol=1e-3)
+
 
 # Rows holding 1e30 next to entries of size 1 (and 1e-30, 0) with squash="minmax" and cost
 # power 0.5, in float32: the squashed row holds entries 1e-30 away from the target 0, where the

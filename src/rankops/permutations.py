@@ -17,6 +17,7 @@ is that of the relaxed one.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import math
 import numbers
 from typing import Any
@@ -230,10 +231,25 @@ def check_relaxation_softness(method: str, opts: PermutationOptions) -> None:
         raise ValueError(f"softness is calibrated for SoftSort's power 1 and 2 (numbers), got power={opts.power!r}; pass tau= instead")
 
 
+def _bind_log_matrix(s: Array, /, *, method: str, mask: Array | None = None, **options: Any) -> Call[Array]:
+    """``log P`` of :func:`softsort`'s or :func:`neuralsort`'s matrix (``method``), ``options`` theirs and checked as
+    theirs are: the log-softmax of its logits (``matrix_core``'s ``log``), for the losses that read ``log P``."""
+    bound = inspect.signature(softsort if method == "softsort" else neuralsort).bind(s, mask=mask, **options)
+    bound.apply_defaults()
+    kw = {name: value for name, value in bound.arguments.items() if name != "s"}
+    relaxation = {name: kw.pop(name) for name in OPTION_NAMES[method] if name in kw}
+    return _bind_matrix(method, s, relaxation, log=True, **kw)
+
+
+log_matrix = operator(methods=("softsort", "neuralsort"))(_bind_log_matrix)
+
+
 def _bind_matrix(
-    method: str, s: Any, options: dict[str, Any], *, descending: Any, stochastic: Any, key: Any, n_samples: Any, mask: Any = None
+    method: str, s: Any, options: dict[str, Any], *, descending: Any, stochastic: Any, key: Any, n_samples: Any, mask: Any = None,
+    log: bool = False,
 ) -> Call[Array]:
-    """The matrix of ``s`` (Gumbel-perturbed when ``stochastic``; ``mask``: of each row's valid entries alone)."""
+    """The matrix of ``s`` (Gumbel-perturbed when ``stochastic``; ``mask``: of each row's valid entries alone; ``log``:
+    its log)."""
     opts, _ = PermutationOptions.parse(options, method, names=tuple(options))
     check_relaxation_softness(method, opts)
     descending = boolean(descending, "descending")
@@ -242,7 +258,7 @@ def _bind_matrix(
     if not stochastic and (key is not None or n_samples is not None):
         raise ValueError("key and n_samples are only used with stochastic=True")
     p = prepare(s, name="s", opts=opts, arrays=masked.arrays(mask))
-    params = masked.with_mask(p, {"method": method, "descending": descending}, mask)
+    params = masked.with_mask(p, {"method": method, "descending": descending, **({"log": True} if log else {})}, mask)
     if stochastic:
         x = p.x
         shape = ((n_samples,) if n_samples is not None else ()) + tuple(x.shape)

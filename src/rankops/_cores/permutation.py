@@ -102,21 +102,32 @@ def _softness_key(opts: Any, params: dict[str, Any]) -> str:
 @masked.zeros_masked_input
 @finite_rows
 @softened(_softness_key, lambda opts, params: False)
-def matrix_core(xp: Any, s: Any, opts: Any, *, method: str, descending: bool, mask: Any = None) -> Any:
+def matrix_core(xp: Any, s: Any, opts: Any, *, method: str, descending: bool, mask: Any = None, log: bool = False) -> Any:
     """The relaxed permutation matrix (..., n, n) and its pullback (that of the relaxed matrix when ``hard``).
 
     ``mask``: the matrix of each row's n_v valid entries alone, in its first
     n_v rows and the valid entries' columns (:func:`.masked.square`).
+    ``log``: ``log P`` instead, the log-softmax of the logits, ``z - LSE(z)``
+    (pullback ``dz = dl - P sum dl``): a probability that underflows (below
+    1e-38 in float32) keeps its log and its gradient, which ``log(P + tiny)``
+    would flatten to ``log(tiny)`` and 0.
     """
+    if log and opts.hard:
+        raise ValueError("the log of a hard permutation matrix is -inf off its ones: take the log of the relaxed one")
+    adapter = get_adapter(xp)
     rows = _rows(xp, s, opts.tau, method, s.shape[-1], descending, opts.power, mask=mask)
     z, cache = rows.logits(rows.keys)
-    p = get_adapter(xp).softmax(xp, z, -1)
+    p = adapter.softmax(xp, z, -1)
 
     def pullback(cts: tuple[Any, ...]) -> dict[str, Any]:
-        cols, extras = rows.back(rows.keys, _softmax_back(xp, p, cts[0]), z, cache)
+        dz = cts[0] - p * xp.sum(cts[0], axis=-1, keepdims=True) if log else _softmax_back(xp, p, cts[0])
+        cols, extras = rows.back(rows.keys, dz, z, cache)
         return {"x": rows.finish(cols), **extras}
 
-    value = straight_through(xp, permutation_matrix(xp, s, descending, mask), p) if opts.hard else p
+    if log:
+        value = z - adapter.logsumexp(xp, z, -1)[..., None]
+    else:
+        value = straight_through(xp, permutation_matrix(xp, s, descending, mask), p) if opts.hard else p
     if mask is None:
         return (value,), pullback
     return masked.squared(xp, (value,), pullback, mask)

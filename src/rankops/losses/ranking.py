@@ -13,7 +13,7 @@ from .._cores.entries import Entries
 from .._cores.transport import grid
 from .._lib._numerics import safe_divide
 from .._solvers.line import cost_fns
-from ..permutations import diffsort, neuralsort, softsort
+from ..permutations import diffsort, log_matrix, neuralsort, softsort
 from ..sinkhorn import SOLVER_OPTIONS, TransportOptions, sinkhorn, with_epsilon
 from ..sorting import soft_rank
 from .._lib._docs import fill_doc
@@ -144,9 +144,11 @@ def _log_matrix(xp: Any, s: Any, method: str, options: dict[str, Any], mask: Any
     if method == "diffsort":  # the sorting network's matrix, largest first
         p = diffsort(s, descending=True, mask=mask, **options)
         return xp.log(p + xp.finfo(p.dtype).smallest_normal)
-    if method != "sinkhorn":
+    if method != "sinkhorn" and options.get("hard", False) is not False:
         p = (softsort if method == "softsort" else neuralsort)(s, mask=mask, **options)
-        return xp.log(p + xp.finfo(p.dtype).smallest_normal)  # an underflowed probability costs -log(tiny), not inf
+        return xp.log(p + xp.finfo(p.dtype).smallest_normal)  # a hard matrix's 0 costs -log(tiny), not inf
+    if method != "sinkhorn":
+        return log_matrix(s, method=method, mask=mask, **options)  # log P from the logits: no probability underflows
     # The S-sort's plan (Cuturi et al. 2019): n * plan^T between the squashed scores (a = 1/n) and the grid j/(n-1)
     # (b = 1/n), descending: the grid is matched against -s. log P straight from the potentials,
     # log n + (f_i + g_j - C_ij) / epsilon: the log of a plan entry that underflows would put a 1/P cotangent on it,
@@ -182,9 +184,12 @@ def permutation_loss(scores: Array, target: Array, /, *, mask: Array | None = No
     permutation matrix of the scores, rows indexed by rank: the
     learning-to-sort objective of NeuralSort (Grover et al. 2019, Sec. 6.1),
     SoftSort (Prillo & Eisenschlos 2020, Sec. 5) and the Sinkhorn sort
-    (Cuturi et al. 2019, Sec. 5). 0 when ``P_hat`` is the true permutation;
-    ``-log(tiny)`` bounds each term where a SoftSort / NeuralSort probability
-    underflows; the Sinkhorn plan's log is read from its potentials.
+    (Cuturi et al. 2019, Sec. 5). 0 when ``P_hat`` is the true permutation.
+    SoftSort's and NeuralSort's ``log P_hat`` is the log-softmax of their
+    logits, and the Sinkhorn plan's log is read from its potentials: a term
+    stays exact, gradient included, where its probability underflows (below
+    1e-38 in float32); a sorting network's matrix (and ``hard=True``'s) has
+    no logits, and ``-log(tiny)`` bounds a term whose probability underflows.
 
     Parameters
     ----------
