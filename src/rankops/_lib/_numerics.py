@@ -33,7 +33,16 @@ def exact_centre(xp: Any, low: Any, high: Any) -> Any:
     away. ``low``, ``high``: finite (the caller's rows), keepdims.
     """
     centre = 0.5 * low + 0.5 * high
-    return xp.where(xp.abs(centre) >= high - low, centre, 0.0)
+    return xp.where(_kept(xp, centre, low, high), centre, 0.0)
+
+
+def midrange_kept(xp: Any, low: Any, high: Any) -> Any:
+    """Where :func:`exact_centre` is the midrange, not 0."""
+    return _kept(xp, 0.5 * low + 0.5 * high, low, high)
+
+
+def _kept(xp: Any, centre: Any, low: Any, high: Any) -> Any:
+    return xp.abs(centre) >= high - low
 
 
 def logsumexp(xp: Any, z: Any, axis: int = -1, total: Any = None) -> Any:

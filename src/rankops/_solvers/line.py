@@ -36,7 +36,7 @@ from .._lib._numerics import abs_power, abs_power_slope, matvec, unbroadcast
 from .implicit import dual_cotangents
 from .sinkhorn import DEFAULT_CHECK_EVERY, Settings, fixed_point, scaled_start, solve_vjp
 
-__all__ = ["line_plan_vjp", "cost_fns", "Squash", "grid_potentials"]
+__all__ = ["line_plan_vjp", "cost_fns", "Squash", "grid_potentials", "both_marginals_held"]
 
 # the map of the rows onto the line: ``squash(xp, x, support) -> (s, unit_pullback, scale)``, ``dx = unit_pullback(ds) /
 # scale``; ``support`` (bool, or None: every entry) the entries with mass, the only ones the squash sees
@@ -61,6 +61,13 @@ def cost_fns(xp: Any, power: float) -> tuple[Callable[[Any], Any], Callable[[Any
     return (lambda d: abs_power(xp, xp.abs(d), power)), (lambda d: abs_power_slope(xp, xp.abs(d), power) * sign(xp, d))
 
 
+def both_marginals_held(opts: Settings) -> bool:
+    """Whether :func:`line_plan_vjp` differentiates the plan as the exact solution (implicitly), whose rows and columns
+    hold their weights whatever the input: a cotangent ``alpha_i + beta_j`` then moves nothing. Unrolled (or with a
+    learnable epsilon) only the marginal its last step fits (``exact``) holds."""
+    return bool(opts.implicit) and not is_array(opts.epsilon)
+
+
 def line_plan_vjp(
     xp: Any, x: Any, y: Any, log_a: Any, log_b: Any, opts: Settings, *, power: float, exact: str, squash: Squash,
     per_target: bool = False, supported: bool = False,
@@ -83,7 +90,7 @@ def line_plan_vjp(
     h, h_slope = cost_fns(xp, power)
     # Warm start at the exact unregularised potentials; they solve that problem only for a convex cost.
     warm = power >= 1.0 and x.shape[-1] > 1 and y.shape[-1] > 1
-    if not opts.implicit or is_array(opts.epsilon):
+    if not both_marginals_held(opts):
         s, unit_back, scale = squash(xp, x, _support(log_a, supported))
         init = grid_potentials(xp, s, log_a, log_b, h, y) if warm else None
         # unrolled, or a learnable epsilon: the cost formed and handed to the solver, whose pullback takes the plan's.
