@@ -118,16 +118,15 @@ def matrix_core(xp: Any, s: Any, opts: Any, *, method: str, descending: bool, ma
     rows = _rows(xp, s, opts.tau, method, s.shape[-1], descending, opts.power, mask=mask)
     z, cache = rows.logits(rows.keys)
     p = adapter.softmax(xp, z, -1)
+    if log:  # LSE(z) = max z - log max P: a row's largest probability is at least 1 / n, never underflows
+        value = (z - xp.max(z, axis=-1, keepdims=True)) + xp.log(xp.max(p, axis=-1, keepdims=True))
+    else:
+        value = straight_through(xp, permutation_matrix(xp, s, descending, mask), p) if opts.hard else p
 
     def pullback(cts: tuple[Any, ...]) -> dict[str, Any]:
         dz = cts[0] - p * xp.sum(cts[0], axis=-1, keepdims=True) if log else _softmax_back(xp, p, cts[0])
         cols, extras = rows.back(rows.keys, dz, z, cache)
         return {"x": rows.finish(cols), **extras}
-
-    if log:
-        value = z - adapter.logsumexp(xp, z, -1)[..., None]
-    else:
-        value = straight_through(xp, permutation_matrix(xp, s, descending, mask), p) if opts.hard else p
     if mask is None:
         return (value,), pullback
     return masked.squared(xp, (value,), pullback, mask)
