@@ -460,8 +460,13 @@ def _sort_gradient(backend_name: str, x: np.ndarray, ct: np.ndarray, **options: 
     return _gradient(backend_name, rankops.soft_sort, x, ct, **options)
 
 
-@pytest.mark.parametrize("backend_name", ["numpy", "jax", "torch"])
-@pytest.mark.parametrize("case", ["sort", "quantize", "quantize-unrolled"])
+# JAX compiles two Sinkhorn programs per case (3 s each): its unrolled quantization, the one whose old error was
+# JAX's (and torch's) alone, in the default run; the same readout's other cases under ``exhaustive``
+_FAR_FROM_ZERO = [pytest.param(b, c, marks=pytest.mark.exhaustive if b == "jax" and c != "quantize-unrolled" else ())
+                  for b in ("numpy", "jax", "torch") for c in ("sort", "quantize", "quantize-unrolled")]
+
+
+@pytest.mark.parametrize(("backend_name", "case"), _FAR_FROM_ZERO)
 def test_sinkhorn_float32_readouts_of_rows_far_from_zero_follow_float64(backend_name, case):
     """Sinkhorn's sort and quantization of rows of 1000 + N(0, 1), pulled back in float32 and in float64 from the same
     values and cotangent. They read x out through the plan, whose cotangent ``x ct / b`` carried the rows' 1000 into
