@@ -282,8 +282,9 @@ def sort_core(
     # spread (float32 rows of 1000 + N(0, 1): gradients 1e-2 of their size off)
     centre = row_centre(xp, x, entries.support)
     x_c = x - centre
-    ascending_c = per_target(vecmat(xp, x_c, p), b)
-    ascending = per_target(vecmat(xp, x_c, p) + centre * b, b)
+    read = vecmat(xp, x_c, p)
+    ascending_c = per_target(read, b)
+    ascending = per_target(read + centre * b, b)
 
     def pullback(cts: tuple[Any, ...]) -> dict[str, Any]:
         ct = cts[0]
