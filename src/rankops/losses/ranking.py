@@ -144,11 +144,11 @@ def _log_matrix(xp: Any, s: Any, method: str, options: dict[str, Any], mask: Any
     if method == "diffsort":  # the sorting network's matrix, largest first
         p = diffsort(s, descending=True, mask=mask, **options)
         return xp.log(p + xp.finfo(p.dtype).smallest_normal)
-    if method != "sinkhorn" and options.get("hard", False) is not False:
+    if method != "sinkhorn":
+        if not options.get("hard", False):
+            return log_matrix(s, method=method, mask=mask, **options)  # log P from the logits: no probability underflows
         p = (softsort if method == "softsort" else neuralsort)(s, mask=mask, **options)
         return xp.log(p + xp.finfo(p.dtype).smallest_normal)  # a hard matrix's 0 costs -log(tiny), not inf
-    if method != "sinkhorn":
-        return log_matrix(s, method=method, mask=mask, **options)  # log P from the logits: no probability underflows
     # The S-sort's plan (Cuturi et al. 2019): n * plan^T between the squashed scores (a = 1/n) and the grid j/(n-1)
     # (b = 1/n), descending: the grid is matched against -s. log P straight from the potentials,
     # log n + (f_i + g_j - C_ij) / epsilon: the log of a plan entry that underflows would put a 1/P cotangent on it,
