@@ -305,16 +305,43 @@ def _extend_each_run(xp: Any, adapter: Any, sums: Any, value: Any, data: Any, fi
     the way give its value); a run whose first block (last, leftward) another
     run's pool takes sits this pass out, so the pools taken are disjoint. A
     chain that takes one neighbour per pooling round takes one pass here.
+
+    The steps are tried in a window past each run's blocks that grows by
+    :data:`GROWTH` for the runs whose pool took all of it (most take a few
+    blocks: a row of 10^5 at the default softness has a few dozen runs, each
+    of which could reach tens of thousands of blocks), up to :data:`CHAIN`
+    times the blocks per run.
     """
-    dev = _device(value)
     start, end, _, _ = _runs(xp, down, first, last)
     # through the row, other runs' blocks too (a violating block is a step, whatever pooled it): the runs whose own
     # start (end, leftward) another one's pool takes stay out of this pass
     base, limit = (start, take_in_range(xp, last, start)) if rightward else (end, take_in_range(xp, first, start))
-    reach = xp.abs(limit - base)
-    cap = int(xp.max(end - start)) + max(RADIUS, CHAIN * value.shape[0] // start.shape[0])
-    width = min(int(xp.max(reach)) + 1, cap)
-    step = xp.arange(width, dtype=idx, device=dev)[None, :]
+    reach, length = xp.abs(limit - base), end - start
+    cap = int(xp.max(length)) + max(RADIUS, CHAIN * value.shape[0] // start.shape[0])
+    width = min(int(xp.max(length)) + RADIUS + 1, cap, int(xp.max(reach)) + 1)
+    size, level, whole = _extension(xp, adapter, sums, value, data, base, reach, length, width, rightward, idx)
+    while width < cap and bool(xp.any(whole)):  # ``whole``: the runs tried again, each with a wider window
+        todo = xp.nonzero(whole)[0]
+        width = min(width * GROWTH, cap, int(xp.max(take_in_range(xp, reach, todo))) + 1)
+        again = _extension(xp, adapter, sums, value, data, *(take_in_range(xp, a, todo) for a in (base, reach, length)),
+                           width, rightward, idx)
+        slot = xp.clip(xp.cumulative_sum(xp.astype(whole, idx)) - 1, 0, None)  # each run's place among those tried
+        size, level, whole = (xp.where(whole, take_in_range(xp, a, slot), b) for a, b in zip(again, (size, level, whole)))
+    begin, stop = (start, start + size) if rightward else (end - size, end)
+    # how many pools hold each run's own first block (last, leftward): only an earlier run's (a later one's) besides;
+    # the pools that begin at or before it less those that stop before it (leftward, a later pool may begin first)
+    held = (adapter.searchsorted(xp, xp.sort(begin), base, side="right")
+            - adapter.searchsorted(xp, xp.sort(stop), base, side="left"))
+    own = xp.nonzero(held == 1)[0]
+    return _levelled(xp, adapter, value, *(take_in_range(xp, a, own) for a in (begin, stop, level)))
+
+
+def _extension(xp: Any, adapter: Any, sums: Any, value: Any, data: Any, base: Any, reach: Any, length: Any, width: int,
+               rightward: bool, idx: Any) -> tuple[Any, Any, Any]:
+    """``(size, level, whole)`` of the runs from ``base`` (their first block, or last leftward; ``length`` their
+    drops, ``reach`` the blocks to their row's end) extended within ``width`` steps: the blocks past ``base`` that
+    each pool takes, its value, and whether it took every step of the width (the width's last is then its end)."""
+    step = xp.arange(width, dtype=idx, device=_device(value))[None, :]
     index = base[:, None] + step if rightward else base[:, None] - step
     inside = step <= reach[:, None]
     index = xp.clip(index, 0, value.shape[0] - 1)
@@ -326,15 +353,8 @@ def _extend_each_run(xp: Any, adapter: Any, sums: Any, value: Any, data: Any, fi
     has_next = step + 1 <= reach[:, None]
     beyond = _gather(xp, value, nxt)
     violates = (pooled > beyond) if rightward else (pooled < beyond)
-    going = (step < (end - start)[:, None]) | (has_next & violates)
-    # the prefix's length: the steps before the first that stops (one past the last step at the width's cap)
-    taken = xp.cumulative_sum(xp.astype(~going, idx), axis=-1) == 0
-    size = xp.clip(xp.sum(xp.astype(taken, idx), axis=-1), None, width - 1)
-    level = xp.reshape(adapter.take(xp, pooled, size[:, None]), (-1,))
-    begin, stop = (start, start + size) if rightward else (end - size, end)
-    # how many pools hold each run's own first block (last, leftward): only an earlier run's (a later one's) besides;
-    # the pools that begin at or before it less those that stop before it (leftward, a later pool may begin first)
-    held = (adapter.searchsorted(xp, xp.sort(begin), base, side="right")
-            - adapter.searchsorted(xp, xp.sort(stop), base, side="left"))
-    own = xp.nonzero(held == 1)[0]
-    return _levelled(xp, adapter, value, *(take_in_range(xp, a, own) for a in (begin, stop, level)))
+    going = (step < length[:, None]) | (has_next & violates)
+    # the prefix's length: the steps before the first that stops (one past the last step at the width's end)
+    taken = xp.sum(xp.astype(xp.cumulative_sum(xp.astype(~going, idx), axis=-1) == 0, idx), axis=-1)
+    size = xp.clip(taken, None, width - 1)
+    return size, xp.reshape(adapter.take(xp, pooled, size[:, None]), (-1,)), taken == width
