@@ -62,7 +62,8 @@ def forced(monkeypatch):
     monkeypatch.setattr(windows, "RADIUS", 1)
     monkeypatch.setattr(windows, "GROWTH", 2)
     monkeypatch.setattr(windows, "CHAIN", 1)
-    monkeypatch.setattr(isotonic._L2, "snowballs", True)
+    monkeypatch.setattr(isotonic._L2, "shortest", 2)
+    monkeypatch.setattr(isotonic._L2, "patient", False)
     calls = []
     finished = windows._finished  # every windows' fit ends there (finish, pool_and_finish)
 
@@ -115,25 +116,29 @@ def test_windows_grow_until_they_hold(forced, monkeypatch):
 
 
 @pytest.mark.parametrize("backend_name", ["numpy", "torch"])
-@pytest.mark.parametrize("output", ["rank", "sort", "masked rank"])
-def test_kl_permutahedron_with_and_without_windows(backend_name, output, monkeypatch):
-    """Values and gradients on the default path (windows on a CPU) against the pooling rounds alone, float64, 8 normal rows of 1000 (a third
-    of each masked out)."""
+@pytest.mark.parametrize(("regularization", "output"), [("kl", "rank"), ("kl", "sort"), ("kl", "masked rank"), ("l2", "sort"),
+                                                         ("l2", "masked sort")])
+def test_permutahedron_with_and_without_windows(backend_name, regularization, output, monkeypatch):
+    """Values and gradients on the default path (windows on a CPU) against the pooling rounds alone (and the merge
+    rounds where those leave a row), float64: KL on 8 normal rows of 1000; l2, whose windows take rows of 4096 or
+    more after log2 n rounds, the sort of 2 rows of 6000 at the default softness, which pooled for 4 log2 n rounds
+    and went on to the merge rounds (a third of each row masked out)."""
     from rankops._lib._backends import get_backend
 
     backend = get_backend(backend_name)
     if backend.unavailable_reason():
         pytest.skip(backend.unavailable_reason())
     rng = np.random.default_rng(0)
-    x = backend.asarray(rng.normal(size=(8, 1000)))
-    kwargs = dict(method="permutahedron", regularization="kl")
-    if output == "masked rank":
-        kwargs["mask"] = backend.asarray(rng.uniform(size=(8, 1000)) > 1 / 3)
-    op = rankops.soft_sort if output == "sort" else rankops.soft_rank
+    shape = (8, 1000) if regularization == "kl" else (2, 6000)
+    x = backend.asarray(rng.normal(size=shape))
+    kwargs = dict(method="permutahedron", regularization=regularization)
+    if output.startswith("masked"):
+        kwargs["mask"] = backend.asarray(rng.uniform(size=shape) > 1 / 3)
+    op = rankops.soft_sort if output.endswith("sort") else rankops.soft_rank
     calls = []
     finish = windows.finish
     monkeypatch.setattr(windows, "finish", lambda *a: calls.append(1) or finish(*a))
-    ct = backend.asarray(rng.normal(size=(8, 1000)))
+    ct = backend.asarray(rng.normal(size=shape))
 
     def value_and_gradient():
         value, pullback = rankops.vjp(op, x, **kwargs)
@@ -145,8 +150,8 @@ def test_kl_permutahedron_with_and_without_windows(backend_name, output, monkeyp
     rounds_only = value_and_gradient()
     assert len(calls) == 1
     assert_allclose(with_windows[0], rounds_only[0], rtol=1e-10, atol=1e-9)
-    if output != "sort":
-        # the same blocks: the same Jacobian. (The sort's rows here end in merge rounds on both paths, whose
+    if regularization == "l2" or not output.endswith("sort"):
+        # the same blocks: the same Jacobian. (The KL sort's rows here end in merge rounds on both paths, whose
         # roundings split a near-tie, two blocks 1e-13 apart in value, on one path and not the other: the
         # derivative's two sides at that tie.)
         assert_allclose(with_windows[1], rounds_only[1], rtol=1e-9, atol=1e-9)

@@ -16,9 +16,9 @@ of the right. One search per entry into the other half and sums within the
 halves evaluate every test at once (:mod:`.merges`): a round costs O(n log n)
 work in a fixed number of array operations (``jax.jit`` sees a static graph).
 Sums run outward from the segment boundary, so a small pool is never the
-difference of two large prefix sums. The KL fit's rows end on chains that take
-one neighbour per round for tens of rounds: on a CPU backend that reads values
-now, :mod:`.windows` fits their last drops in windows of blocks.
+difference of two large prefix sums. The KL fit's rows (and the l2 soft sort's
+long ones) end on chains that take one neighbour per round for tens of rounds:
+on a CPU that reads values now, :mod:`.windows` fits their last drops.
 
 Two losses share the rounds, each block taking the value that minimises it:
 
@@ -54,7 +54,8 @@ __all__ = ["fit", "decreasing", "pool_runs", "pool_then_merge", "merge_rows", "b
 
 class _L2:
     identity = 0.0
-    snowballs = False  # rows settle within a few rounds of their drops' halving: windows (:mod:`.windows`) would cost more
+    # windows for the soft sort's long rows, chains past 4 log2 n rounds: from 4096 entries, after log2 n rounds
+    snowballs, shortest, patient = True, 4096, True
     centred = False  # the merge rounds' sums are of solved values: no boundary to centre them on
     whole_blocks = False  # an equal neighbour adds exactly 0 to a test
     signs = False  # the tests' terms keep their sign across a set
@@ -200,7 +201,8 @@ PER_LEVEL = 4  # pooling rounds per ceil(log2 n) before the merge rounds (:func:
 
 
 def pool_runs(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, max_rounds: int, merge_cost: float = 0.0, leave: int = 0,
-              merge_all: bool = False, starts: Any = None, stall_blocks: int = 0, unit: bool = False) -> tuple[Any, Any, bool]:
+              merge_all: bool = False, starts: Any = None, stall_blocks: int = 0, unit: bool = False,
+              patience: int = 0) -> tuple[Any, Any, bool]:
     """Pool every maximal run of strictly decreasing blocks at once, for up to ``max_rounds`` rounds.
 
     Adjacent violators end in one block of the solution (the PAV argument),
@@ -226,7 +228,7 @@ def pool_runs(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, max_rounds: int
 
     ``leave`` > 0 (a caller that finishes the last drops itself,
     :mod:`.windows`): a row also stops once it holds at most ``leave`` drops
-    and they stopped halving (a snowballing chain; a settling row goes on).
+    and they stopped halving (a snowballing chain; a settling row goes on), after at least ``patience`` rounds.
     ``starts``: True where a segment of ``v`` begins (default: every entry). ``w``: the data
     ``rules.pooled`` reads (``"l2"``, ``"kl"``: the row and its weights stacked; ``unit``: those are ones).
 
@@ -245,9 +247,8 @@ def pool_runs(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, max_rounds: int
 
     counted = bool(merge_cost or leave)  # the state carries the drops of the last two rounds and the rounds spent
 
-    # where values can be read now, on a CPU, a round solves only the segments that took in a block, for rules whose
-    # solve costs enough per entry (``compact_share``: the largest share of the entries at which that pays)
-    share = getattr(rules, "compact_share", 0.0)
+    # on a CPU, where values can be read now, a round solves only the segments that took in a block (rules whose solve
+    share = getattr(rules, "compact_share", 0.0)  # costs enough per entry; ``compact_share``: the share where it pays)
     changed = _Changed(rules, share) if share > 0 and windows.readable_on_cpu(adapter, v, w) else None
 
     def step(weights: Any, state: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -278,16 +279,15 @@ def pool_runs(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, max_rounds: int
             stalled = stalled & (spent * n >= merge_cost * blocks * xp.log2(blocks))
             stalled = stalled & (count(starts) <= stall_blocks) if stall_blocks else stalled
         else:
-            stalled = stalled & (now <= leave)
+            stalled = stalled & (now <= leave) & (spent >= patience)
         return ((now > 0) & ~stalled)[..., 0]
 
     n = v.shape[-1]
     starts = xp.ones(v.shape, dtype=xp.bool, device=_device(v)) if starts is None else starts
     down = drops(v)
     if rules is _L2 and not unit:
-        # an entry of zero weight (free: any value fits it) joins its predecessor's block in the first round, as a
-        # drop would make it: a masked tail of equal values would otherwise pool one entry per round. Its own
-        # value is no value: a drop from it is left to the next round, from its block's value.
+        # an entry of zero weight (free: any value fits it) joins its predecessor's block in the first round, as a drop
+        # would make it (a masked tail of equal values would pool one entry per round); a drop from it waits a round
         free = w[1, ...] == 0
         down = free[..., 1:] | (down & ~free[..., :-1])
     state: tuple[Any, ...] = (v, starts, down)
@@ -399,18 +399,19 @@ def pool_then_merge(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, merge: Ca
     blocks, :func:`.windows.pool_and_finish`).
     """
     # A pooling round costs O(n), a merge round O(n log n) in several times the operations, and a batch runs the
-    # merge rounds for all its rows as soon as one needs them: at the default softness rows need up to about 1.5
-    # (l2) and 2.2 (kl) times ceil(log2 n) pooling rounds
-    rounds = rounds or per_level * (v.shape[-1] - 1).bit_length()
-    if finish is not None and windows.readable_on_cpu(adapter, v) and v.shape[-1] >= windows.SHORTEST:
+    # merge rounds for all its rows as soon as one needs them: at the default softness ranks need up to about 1.5
+    # (l2) and 2.2 (kl) times ceil(log2 n) pooling rounds (the l2 sort's long rows more: windows, ``rules.shortest``)
+    n = v.shape[-1]
+    rounds = rounds or per_level * (n - 1).bit_length()
+    if finish is not None and windows.readable_on_cpu(adapter, v) and n >= getattr(rules, "shortest", windows.SHORTEST):
         begun = None
         if sums is not None:  # a round over the entries, then the rest over the blocks where few are left
             v, unsettled, _ = pool_runs(xp, adapter, rules, v, w, 1)
             rounds, begun = rounds - 1, block_starts(xp, v)
             if bool(xp.any(unsettled)) and windows.few_blocks(xp, rules, begun):
                 return windows.pool_and_finish(xp, adapter, rules, v, w, finish, sums, rounds)
-        v, unsettled, _ = pool_runs(xp, adapter, rules, v, w, rounds, leave=windows.drops_left(v.shape[-1]), starts=begun,
-                                    unit=unit)
+        v, unsettled, _ = pool_runs(xp, adapter, rules, v, w, rounds, leave=windows.drops_left(n), starts=begun, unit=unit,
+                                    patience=(n - 1).bit_length() if getattr(rules, "patient", False) else 0)
         if not bool(xp.any(unsettled)):
             return v
         return windows.finish(xp, adapter, rules, v, w, finish, sums)
@@ -425,8 +426,8 @@ def pool_then_merge(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, merge: Ca
 
 
 def decreasing(xp: Any, adapter: Any, y: Any, w: Any = None, kind: str = "l2") -> Any:
-    """The decreasing fit: for ``"l2"`` the negated increasing fit of ``-y``; for ``"kl"`` (not symmetric
-    under negation) the increasing fit of the reversed row, reversed back."""
+    """The decreasing fit: for ``"l2"`` the negated increasing fit of ``-y``; for ``"kl"`` (not symmetric under
+    negation) the increasing fit of the reversed row, reversed back."""
     if kind == "l2":
         return -fit(xp, adapter, -y, w)
     y, w = broadcast_arrays(xp, y, w)
