@@ -375,6 +375,36 @@ def _mostly_settled_rows(p: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return x, _sort_reference(x, p, 20.0), _rank_reference(x, p, 0.2)
 
 
+@pytest.mark.parametrize("q", [3.0, 4.0])
+def test_signed_block_roots_where_terms_change_sign(q, monkeypatch):
+    """The soft sort's block equation ``sum_B sign(y_i - v) |y_i - v|^(q-1) = W_B`` (``pnorm._signed_shift``; ``y``
+    the ranks, equally spaced, ``w`` data of either sign) on 300 blocks of 1 to 12 entries, most of whose roots leave
+    terms of both signs: each block's ``v = mean - t`` equals the bisection root to 1e-12 in float64. At q = 4
+    (``phi(u) = u^3`` whatever u's sign) the cubic in the block's moments is the equation itself: no Newton step is
+    taken (the safeguarded steps, 60 at most, each a segmented sum over the entries, were run on every such batch)."""
+    import array_api_compat.numpy as xp
+
+    from rankops._cores import pnorm
+    from rankops._lib._adapters import get_adapter
+
+    adapter = get_adapter(xp)
+    if q == 4.0:
+        monkeypatch.setattr(type(adapter), "settle", lambda *a, **k: pytest.fail("Newton's steps at q = 4"))
+    rng = np.random.default_rng(7)
+    sizes = rng.integers(1, 13, size=300)
+    y = 0.5 * np.arange(sizes.sum(), dtype=np.float64)
+    w = 3.0 * rng.normal(size=y.size)
+    starts = np.zeros(y.size, dtype=bool)
+    starts[np.concatenate([[0], np.cumsum(sizes)[:-1]])] = True
+    mean, _, t = pnorm._signed_shift(xp, adapter, starts, y, w, q)
+    got, mixed = np.asarray(mean - t), 0
+    for a, b in zip(np.flatnonzero(starts), np.append(np.flatnonzero(starts)[1:], y.size)):
+        want = _root(y[a:b], w[a:b], q)
+        np.testing.assert_allclose(got[a:b], want, rtol=0, atol=1e-12 * max(1.0, abs(want)), err_msg=f"block {a}:{b}")
+        mixed += bool(np.any(y[a:b] > want) and np.any(y[a:b] < want))
+    assert mixed > 150, mixed
+
+
 # the eager backends: under jax.jit nothing reads values, and every round solves every entry, as before
 @pytest.mark.parametrize("name", [b for b in CPU_BACKENDS if b != "jax"])
 def test_solves_over_the_blocks_that_changed_equal_the_papers_pav(name, monkeypatch):

@@ -149,17 +149,15 @@ def _per_block(xp: Any, adapter: Any, starts: Any, root: Any, total_w: Any, m: A
     return xp.where(several, firsts.spread(root(*(firsts.take(a) for a in totals))), alone)
 
 
-# safeguarded Newton steps for a block equation whose terms change sign (the soft sort's): each step halves the
-# bracket at worst, and converges quadratically once Newton's step stays inside it
-_SIGNED_STEPS = 60
-_SIGNED_ROUND = 2  # steps between two looks at whether a root still moves
+# safeguarded Newton steps for a block equation whose terms change sign (the soft sort's): each halves the bracket
+_SIGNED_STEPS, _SIGNED_ROUND = 60, 2  # at worst, then converge quadratically; steps between looks at whether a root moves
 
 
 def _signed_shift(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, q: float) -> tuple[Any, Any, Any]:
     """:func:`_shift` for ``sum_B phi(y_i - v) = W_B`` with ``phi(u) = sign(u) |u|^(q-1)``, terms of either sign
     (the soft sort: its weights are the data). ``h(t) = sum_B phi(d_i + t) - W_B`` increases in t and lies in
     ``[-D - (W-/|B|)^(1/(q-1)), D + (W+/|B|)^(1/(q-1))]`` (``D = sum_B |d|``): Newton's step where it stays inside
-    the bracket, else the bracket's midpoint; a one-entry block in closed form (``t = phi^-1(W)``)."""
+    the bracket, else the bracket's midpoint; at q = 4 (``phi(u) = u^3``) and for a one-entry block, closed forms."""
     m, total_w, mean, d = centred(xp, adapter, starts, y, w)
     e = 1.0 / (q - 1.0)
     alone = odd_power(xp, total_w, e)
@@ -167,13 +165,16 @@ def _signed_shift(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, q: float) 
         return mean, d, total_w / m
 
     def roots(_: Any) -> tuple[Any]:
+        if q == 4.0:  # phi(u) = u^3 whatever u's sign: the cubic in the block's moments is its equation itself
+            mo = adapter.segment_sum(xp, starts, xp.stack([d * d, d * d * d]))
+            return (xp.where(m == 1, alone, moment_root(xp, q, total_w, m, mo[0, ...], mo[1, ...])),)
         sums = adapter.segment_sum(xp, starts, xp.stack([xp.abs(d), d * d, d * d * d]))
         spread = sums[0, ...]
         lo = -spread - power(xp, xp.clip(-total_w / m, 0.0, None), e)
         hi = spread + power(xp, xp.clip(total_w / m, 0.0, None), e)
         start = xp.where(m == 1, alone, (lo + hi) / 2.0)
-        if q in (3.0, 4.0):
-            # a block whose terms all share W's sign has the unsigned root (:func:`_shift`'s closed forms, mirrored for
+        if q == 3.0:
+            # a block whose terms all share W's sign has the unsigned root (:func:`_shift`'s closed form, mirrored for
             # W < 0): exact where no term changes sign there, so Newton's steps leave it in place
             m2, m3, up = sums[1, ...], sums[2, ...], total_w >= 0
             root = moment_root(xp, q, xp.abs(total_w), m, m2, xp.where(up, m3, -m3))
@@ -202,9 +203,8 @@ def _signed_shift(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, q: float) 
         t, _, _ = adapter.settle(xp, newton, (start, lo, hi), moved, _SIGNED_STEPS, _SIGNED_ROUND, like=(d, total_w))
         return (xp.where(m == 1, alone, t),)
 
-    # a batch of one-entry blocks (a soft sort's rows at strength 1 and below, as a rule) has every root in closed
-    # form: where the flag is read now, or under jax.jit (a branch), the rest is skipped (the pooling rounds call
-    # this in their loop's body)
+    # a batch of one-entry blocks (a soft sort's rows at strength 1 and below, as a rule) has every root in closed form:
+    # where the flag is read now, or under jax.jit (a branch), the rest is skipped (called in the pooling loop's body)
     return mean, d, adapter.unless(xp, xp.all(m == 1), roots, (alone,), in_loop=True)[0]
 
 
