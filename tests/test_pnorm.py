@@ -10,6 +10,7 @@ differences; the limits the paper states.
 
 from __future__ import annotations
 
+import collections
 import functools
 import math
 from typing import Any
@@ -378,31 +379,32 @@ def _mostly_settled_rows(p: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 @pytest.mark.parametrize("q", [3.0, 4.0])
 def test_signed_block_roots_where_terms_change_sign(q, monkeypatch):
     """The soft sort's block equation ``sum_B sign(y_i - v) |y_i - v|^(q-1) = W_B`` (``pnorm._signed_shift``; ``y``
-    the ranks, equally spaced, ``w`` data of either sign) on 300 blocks of 1 to 12 entries, most of whose roots leave
-    terms of both signs: each block's ``v = mean - t`` equals the bisection root to 1e-12 in float64. At q = 4
-    (``phi(u) = u^3`` whatever u's sign) the cubic in the block's moments is the equation itself: no Newton step is
-    taken (the safeguarded steps, 60 at most, each a segmented sum over the entries, were run on every such batch)."""
+    the ranks, equally spaced, ``w`` data of either sign) on 300 blocks of 1 to 12 entries, whose roots leave terms of
+    both signs, or all positive, or all negative: each block's ``v = mean - t`` equals the bisection root to 1e-12 in float64, from closed
+    forms, without a Newton step (the safeguarded steps, 60 at most, each a segmented sum over the entries, were run
+    on every such batch): at q = 4 (``phi(u) = u^3`` whatever u's sign) the cubic in the block's moments, at q = 3 the
+    quadratic of the stretch between two breakpoints that holds the root (``powers.signed_square_root``)."""
     import array_api_compat.numpy as xp
 
     from rankops._cores import pnorm
     from rankops._lib._adapters import get_adapter
 
     adapter = get_adapter(xp)
-    if q == 4.0:
-        monkeypatch.setattr(type(adapter), "settle", lambda *a, **k: pytest.fail("Newton's steps at q = 4"))
+    monkeypatch.setattr(type(adapter), "settle", lambda *a, **k: pytest.fail(f"Newton's steps at q = {q}"))
     rng = np.random.default_rng(7)
     sizes = rng.integers(1, 13, size=300)
-    y = 0.5 * np.arange(sizes.sum(), dtype=np.float64)
-    w = 3.0 * rng.normal(size=y.size)
+    y = np.arange(1.0, sizes.sum() + 1.0) / 3.0  # ranks / strength: a step that rounds, blocks whose sum d is not 0
+    # a quarter of the blocks far above 0, a quarter far below: every term of one sign at their roots
+    w = 3.0 * rng.normal(size=y.size) + np.repeat(rng.choice([-40.0, 0.0, 0.0, 40.0], size=sizes.size), sizes)
     starts = np.zeros(y.size, dtype=bool)
     starts[np.concatenate([[0], np.cumsum(sizes)[:-1]])] = True
     mean, _, t = pnorm._signed_shift(xp, adapter, starts, y, w, q)
-    got, mixed = np.asarray(mean - t), 0
+    got, kinds = np.asarray(mean - t), collections.Counter()
     for a, b in zip(np.flatnonzero(starts), np.append(np.flatnonzero(starts)[1:], y.size)):
         want = _root(y[a:b], w[a:b], q)
         np.testing.assert_allclose(got[a:b], want, rtol=0, atol=1e-12 * max(1.0, abs(want)), err_msg=f"block {a}:{b}")
-        mixed += bool(np.any(y[a:b] > want) and np.any(y[a:b] < want))
-    assert mixed > 150, mixed
+        kinds[(bool(np.any(y[a:b] > want)), bool(np.any(y[a:b] < want)))] += b - a > 1
+    assert min(kinds[True, True], kinds[True, False], kinds[False, True]) > 40, kinds
 
 
 # the eager backends: under jax.jit nothing reads values, and every round solves every entry, as before

@@ -73,7 +73,7 @@ from .._lib._compat import broadcast_arrays, device as _device
 from .._lib._numerics import safe_divide
 from . import isotonic, windows
 from .power_sums import PowerSums, block_form, centred, merge_blocks, merge_fit, pool_blocks, pooled_blocks_length
-from .powers import moment_root, odd_power, power
+from .powers import moment_root, odd_power, power, signed_square_root
 from .subsets import Subset
 
 __all__ = ["exponent", "project", "capped", "slope", "newton_steps", "falling_root", "search_breakpoints", "exponent_of"]
@@ -157,7 +157,8 @@ def _signed_shift(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, q: float) 
     """:func:`_shift` for ``sum_B phi(y_i - v) = W_B`` with ``phi(u) = sign(u) |u|^(q-1)``, terms of either sign
     (the soft sort: its weights are the data). ``h(t) = sum_B phi(d_i + t) - W_B`` increases in t and lies in
     ``[-D - (W-/|B|)^(1/(q-1)), D + (W+/|B|)^(1/(q-1))]`` (``D = sum_B |d|``): Newton's step where it stays inside
-    the bracket, else the bracket's midpoint; at q = 4 (``phi(u) = u^3``) and for a one-entry block, closed forms."""
+    the bracket, else the bracket's midpoint; at q = 3 and 4 (:func:`.powers.signed_square_root`; ``phi(u) = u^3``)
+    and for a one-entry block, closed forms. ``y`` increases along each block (the sort's ranks)."""
     m, total_w, mean, d = centred(xp, adapter, starts, y, w)
     e = 1.0 / (q - 1.0)
     alone = odd_power(xp, total_w, e)
@@ -168,19 +169,12 @@ def _signed_shift(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, q: float) 
         if q == 4.0:  # phi(u) = u^3 whatever u's sign: the cubic in the block's moments is its equation itself
             mo = adapter.segment_sum(xp, starts, xp.stack([d * d, d * d * d]))
             return (xp.where(m == 1, alone, moment_root(xp, q, total_w, m, mo[0, ...], mo[1, ...])),)
-        sums = adapter.segment_sum(xp, starts, xp.stack([xp.abs(d), d * d, d * d * d]))
-        spread = sums[0, ...]
+        if q == 3.0:
+            return (xp.where(m == 1, alone, signed_square_root(xp, adapter, starts, d, total_w, m)),)
+        spread = adapter.segment_sum(xp, starts, xp.abs(d))
         lo = -spread - power(xp, xp.clip(-total_w / m, 0.0, None), e)
         hi = spread + power(xp, xp.clip(total_w / m, 0.0, None), e)
         start = xp.where(m == 1, alone, (lo + hi) / 2.0)
-        if q == 3.0:
-            # a block whose terms all share W's sign has the unsigned root (:func:`_shift`'s closed form, mirrored for
-            # W < 0): exact where no term changes sign there, so Newton's steps leave it in place
-            m2, m3, up = sums[1, ...], sums[2, ...], total_w >= 0
-            root = moment_root(xp, q, xp.abs(total_w), m, m2, xp.where(up, m3, -m3))
-            t0 = xp.where(up, root, -root)
-            crossed = adapter.segment_sum(xp, starts, xp.astype(xp.where(up, d + t0 < 0, d + t0 > 0), d.dtype))
-            start = xp.where(crossed == 0, t0, start)
 
         def newton(state: tuple[Any, Any, Any]) -> tuple[Any, Any, Any]:
             t, lo, hi = state

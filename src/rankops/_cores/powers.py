@@ -6,7 +6,7 @@ from typing import Any
 
 from .._lib._numerics import safe_divide
 
-__all__ = ["power", "odd_power", "cubic_root", "moment_root"]
+__all__ = ["power", "odd_power", "cubic_root", "moment_root", "signed_square_root"]
 
 
 def power(xp: Any, a: Any, e: float, *, tangent: bool = True) -> Any:
@@ -83,3 +83,32 @@ def moment_root(xp: Any, q: float, total_w: Any, m: Any, m2: Any, m3: Any = None
     if q == 3.0:
         return power(xp, xp.clip((total_w - m2) / m, 0.0, None), 0.5, tangent=tangent)
     return cubic_root(xp, 3.0 * m2 / m, (m3 - total_w) / m, tangent=tangent)
+
+
+def signed_square_root(xp: Any, adapter: Any, starts: Any, d: Any, total_w: Any, m: Any) -> Any:
+    """The root ``t`` of ``h(t) = sum_B (d_i + t) |d_i + t| = W`` (the p = 3/2 soft sort's block equation, terms of
+    either sign) for each block that ``starts`` begins (``m`` its size, ``total_w`` its W, per entry), ``d``
+    increasing along each block.
+
+    ``h`` increases, and its negative terms at any t are a prefix of the block:
+    on each stretch between two of the breakpoints ``t = -d_j`` it is a
+    quadratic. Entry j is negative at the root where ``h(-d_j) > W``, which
+    the block's prefix sums of ``d`` and ``d^2`` give (a segmented scan: no
+    sum across blocks); with k such entries, ``L1``, ``L2`` their sums of
+    ``d`` and ``d^2`` and ``T1``, ``T2`` the block's,
+    ``(m - 2k) t^2 + 2 (T1 - 2 L1) t + T2 - 2 L2 = W``, whose root on its
+    increasing side is taken without cancellation.
+    """
+    ones = xp.ones_like(d)
+    links = xp.astype(~starts[..., 1:], d.dtype)
+    data = xp.stack([ones, d, d * d])
+    before = adapter.linear_scan(xp, xp.broadcast_to(links, (3, *links.shape)), data) - data  # within the block
+    totals = adapter.segment_sum(xp, starts, data[1:, ...])
+    t1, t2 = totals[0, ...], totals[1, ...]
+    at_break = t2 - 2.0 * before[2, ...] + d * (4.0 * before[1, ...] - 2.0 * t1) + (m - 2.0 * before[0, ...]) * d * d
+    negative = xp.astype(at_break > total_w, d.dtype)
+    sums = adapter.segment_sum(xp, starts, xp.stack([negative, negative * d, negative * d * d]))
+    a, b, c = m - 2.0 * sums[0, ...], 2.0 * (t1 - 2.0 * sums[1, ...]), t2 - 2.0 * sums[2, ...] - total_w
+    root = xp.sqrt(xp.clip(b * b - 4.0 * a * c, 0.0, None))
+    # h' = 2 a t + b = root > 0 at the root: where b < 0, a t > 0 (so a is no 0) and t = (root - b) / 2a has no cancellation
+    return xp.where(b >= 0, safe_divide(xp, -2.0 * c, b + root), (root - b) / (2.0 * xp.where(a == 0, xp.ones_like(a), a)))
