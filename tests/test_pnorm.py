@@ -383,7 +383,8 @@ def test_signed_block_roots_where_terms_change_sign(q, monkeypatch):
     both signs, or all positive, or all negative: each block's ``v = mean - t`` equals the bisection root to 1e-12 in float64, from closed
     forms, without a Newton step (the safeguarded steps, 60 at most, each a segmented sum over the entries, were run
     on every such batch): at q = 4 (``phi(u) = u^3`` whatever u's sign) the cubic in the block's moments, at q = 3 the
-    quadratic of the stretch between two breakpoints that holds the root (``powers.signed_square_root``)."""
+    quadratic of the stretch between two breakpoints that holds the root (``powers.signed_square_root``), and the same
+    from each block's size, weight and second moment alone (``power_sums.SteppedSignedSums``, the blocks' route)."""
     import array_api_compat.numpy as xp
 
     from rankops._cores import pnorm
@@ -400,9 +401,15 @@ def test_signed_block_roots_where_terms_change_sign(q, monkeypatch):
     starts[np.concatenate([[0], np.cumsum(sizes)[:-1]])] = True
     mean, _, t = pnorm._signed_shift(xp, adapter, starts, y, w, q)
     got, kinds = np.asarray(mean - t), collections.Counter()
+    if q == 3.0:  # the same roots from each block's size, weight and second moment alone (its ranks step evenly)
+        from rankops._cores.power_sums import SteppedSignedSums, block_form
+
+        from_moments = np.asarray(SteppedSignedSums().block_value(xp, block_form(xp, adapter, starts, y, w)))
     for a, b in zip(np.flatnonzero(starts), np.append(np.flatnonzero(starts)[1:], y.size)):
         want = _root(y[a:b], w[a:b], q)
         np.testing.assert_allclose(got[a:b], want, rtol=0, atol=1e-12 * max(1.0, abs(want)), err_msg=f"block {a}:{b}")
+        if q == 3.0:
+            np.testing.assert_allclose(from_moments[a:b], want, rtol=0, atol=1e-11 * max(1.0, abs(want)), err_msg=f"{a}:{b}")
         kinds[(bool(np.any(y[a:b] > want)), bool(np.any(y[a:b] < want)))] += b - a > 1
     assert min(kinds[True, True], kinds[True, False], kinds[False, True]) > 40, kinds
 

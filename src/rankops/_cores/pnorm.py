@@ -72,7 +72,7 @@ from typing import Any
 from .._lib._compat import broadcast_arrays, device as _device
 from .._lib._numerics import safe_divide
 from . import isotonic, windows
-from .power_sums import PowerSums, block_form, centred, merge_blocks, merge_fit, pool_blocks, pooled_blocks_length
+from .power_sums import PowerSums, SteppedSignedSums, block_form, centred, merge_blocks, merge_fit, pool_blocks, pooled_blocks_length
 from .powers import moment_root, odd_power, power, signed_square_root
 from .subsets import Subset
 
@@ -234,7 +234,7 @@ class _Rules:
 
 
 class _SignedRules(_Rules):
-    """:class:`_Rules` for weights of either sign (:func:`_signed_shift`: Newton's steps wherever q > 2)."""
+    """:class:`_Rules` for weights of either sign (:func:`_signed_shift`: Newton's steps where q is not 2, 3 or 4)."""
 
     def __init__(self, q: float) -> None:
         super().__init__(q)
@@ -294,8 +294,14 @@ def project(xp: Any, adapter: Any, z: Any, w: Any, q: float, valid: Any = None, 
             v = isotonic.pool_then_merge(xp, adapter, rules, v0, yw, lambda u, unsettled: xp.where(
                 unsettled[..., None], adapter.eagerly(xp, merge_fit, (u, y, wf), like=(0,), q=q)[0], u),
                 merge_cost=1.0 if blocks or short < n else 0.0, stall_blocks=0 if blocks else short,
-                finish=lambda values, data: (merge_blocks if blocks else pool_blocks)(xp, adapter, values, data, q),
-                sums=PowerSums(q))
+                finish=lambda values, data: merge_blocks(xp, adapter, values, data, q) if blocks else pool_blocks(
+                    xp, adapter, values, data, PowerSums(q)), sums=PowerSums(q))
+        elif q == 3.0 and valid is None and windows.readable_on_cpu(adapter, v0, yw):
+            # the sort's ranks step evenly, so its blocks have a block form after all: on a CPU the rounds over blocks,
+            # the passes and the windows finish its chains (:class:`.power_sums.SteppedSignedSums`); elsewhere it pools
+            sums = SteppedSignedSums()
+            v = isotonic.pool_then_merge(xp, adapter, rules, v0, yw, lambda u, unsettled: u, rounds=n, sums=sums,
+                                         finish=lambda values, data: pool_blocks(xp, adapter, values, data, sums))
         else:
             v, _, _ = isotonic.pool_runs(xp, adapter, rules, v0, yw, n)
     starts = isotonic.block_starts(xp, v)

@@ -8,9 +8,9 @@ from .._lib._adapters import get_adapter
 from .._lib._compat import device as _device, index_dtype
 from . import isotonic
 from .merges import merge_lengths, padded_length
-from .powers import moment_root, power
+from .powers import moment_root, power, stepped_signed_square_root
 
-__all__ = ["PowerSums", "merge_fit", "merge_blocks", "pool_blocks", "block_form", "centred", "stepped_mean", "pooled_blocks_length", "POOLED_BLOCKS_MOST", "POOLED_BLOCKS_FROM"]
+__all__ = ["PowerSums", "SteppedSignedSums", "merge_fit", "merge_blocks", "pool_blocks", "block_form", "centred", "stepped_mean", "pooled_blocks_length", "POOLED_BLOCKS_MOST", "POOLED_BLOCKS_FROM"]
 
 
 class PowerSums:
@@ -112,6 +112,29 @@ class PowerSums:
         return self.value(xp, tuple(sums[i, ...] for i in range(len(terms))), u, centre)
 
 
+class SteppedSignedSums(PowerSums):
+    """:class:`PowerSums` at q = 3 for the soft sort's data, whose ``y`` (the ranks) step evenly along a row and whose
+    weights have either sign: any run of entries is a block of evenly stepped data, so its size, weight and second
+    moment give its pool value (:func:`.powers.stepped_signed_square_root`) wherever its terms change sign, and the
+    rounds over blocks, the passes and the windows (:mod:`.windows`) take it as the unsigned problem's blocks."""
+
+    def __init__(self) -> None:
+        super().__init__(3.0)
+        self.signs = False  # a range's moments give its value: the min-max passes hold
+
+    def value(self, xp: Any, sums: tuple[Any, ...], fallback: Any, centre: Any) -> Any:
+        total_w, m, s1 = sums[:3]
+        some = m > 0
+        m = xp.where(some, m, xp.ones_like(m))
+        mean = s1 / m
+        t = stepped_signed_square_root(xp, total_w, m, xp.clip(sums[3] - mean * s1, 0.0, None))
+        return xp.where(some, centre + mean - t, fallback)
+
+    def block_value(self, xp: Any, data: tuple[Any, ...]) -> Any:
+        mean, total_w, m, m2, _ = data
+        return mean - stepped_signed_square_root(xp, total_w, m, m2)
+
+
 def centred(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, step: float | None = None, about_first: bool = False) -> tuple[Any, Any, Any, Any]:
     """``(|B|, W_B, mean_B(y), d = y - mean_B(y))`` per entry of each block B (``starts``: True where one begins),
     from one segmented sum (``d`` exactly 0 on a one-entry block). ``step``: ``w`` changes by it from each entry of
@@ -159,11 +182,12 @@ def merge_blocks(xp: Any, adapter: Any, values: Any, data: tuple[Any, ...], q: f
     return isotonic.merge_rows(xp, adapter, PowerSums(q), values, data, (None, 0.0, 0.0, 0.0, 0.0))
 
 
-def pool_blocks(xp: Any, adapter: Any, values: Any, data: tuple[Any, ...], q: float) -> Any:
+def pool_blocks(xp: Any, adapter: Any, values: Any, data: tuple[Any, ...], sums: PowerSums) -> Any:
     """The pooling rounds' fit of rows of blocks, one entry each (``values``, ``data`` in :func:`block_form`), to the
     end: each round with a drop pools at least two blocks into one, so a row of L settles within L - 1 rounds. For the
-    unsigned problem at any integer q, q = 3 included (whose merge rounds' tests split a block by its data)."""
-    return isotonic.pool_runs(xp, adapter, PowerSums(q), values, xp.stack(data), max(values.shape[-1] - 1, 1))[0]
+    unsigned problem at any integer q, q = 3 included (whose merge rounds' tests split a block by its data), and the
+    soft sort's at q = 3 (``sums``: :class:`SteppedSignedSums`)."""
+    return isotonic.pool_runs(xp, adapter, sums, values, xp.stack(data), max(values.shape[-1] - 1, 1))[0]
 
 
 def _one_per_block(xp: Any, adapter: Any, v: Any, y: Any, w: Any, starts: Any, ordinal: Any, count: int) -> tuple[Any, tuple[Any, ...], Any]:
@@ -232,7 +256,8 @@ def merge_fit(xp: Any, v: Any, y: Any, w: Any, *, q: float) -> tuple[Any]:
 
     def fit(count: int) -> Any:
         values, data, index = _one_per_block(xp, adapter, v, y, w, starts, ordinal, count)
-        return adapter.take(xp, (pool_blocks if kind.signs else merge_blocks)(xp, adapter, values, data, q), index)
+        fitted = pool_blocks(xp, adapter, values, data, kind) if kind.signs else merge_blocks(xp, adapter, values, data, q)
+        return adapter.take(xp, fitted, index)
 
     if empty:
         return (fit(n),)

@@ -6,7 +6,7 @@ from typing import Any
 
 from .._lib._numerics import safe_divide
 
-__all__ = ["power", "odd_power", "cubic_root", "moment_root", "signed_square_root"]
+__all__ = ["power", "odd_power", "cubic_root", "moment_root", "signed_square_root", "stepped_signed_square_root"]
 
 
 def power(xp: Any, a: Any, e: float, *, tangent: bool = True) -> Any:
@@ -112,3 +112,32 @@ def signed_square_root(xp: Any, adapter: Any, starts: Any, d: Any, total_w: Any,
     root = xp.sqrt(xp.clip(b * b - 4.0 * a * c, 0.0, None))
     # h' = 2 a t + b = root > 0 at the root: where b < 0, a t > 0 (so a is no 0) and t = (root - b) / 2a has no cancellation
     return xp.where(b >= 0, safe_divide(xp, -2.0 * c, b + root), (root - b) / (2.0 * xp.where(a == 0, xp.ones_like(a), a)))
+
+
+def stepped_signed_square_root(xp: Any, total_w: Any, m: Any, m2: Any) -> Any:
+    """:func:`signed_square_root` for a block whose data step evenly (the soft sort's ranks), from its size ``m``,
+    weight ``W`` and centred second moment ``m2`` alone (their step ``c``: ``m2 = c^2 m (m^2 - 1) / 12``).
+
+    With ``M = m - 1`` and ``s = M - 2j``, ``h(-d_j) = c^2 s (s^2 + 3M^2 + 6M + 2) / 12`` (sums of squares of the
+    steps on either side of entry j), so the entries negative at the root are the ``k = ceil((M - s*) / 2)`` first,
+    ``s*`` the real root of ``s^3 + (3M^2 + 6M + 2) s = 12 W / c^2``; their sums of d and d^2 are in closed form, and
+    ``t`` is the root of that stretch's quadratic (``b >= 0`` here: the negative entries lie below the mean).
+    A one-entry block: ``t = sign(W) sqrt|W|``.
+    """
+    several = m > 1
+    mm = xp.where(several, m, 2.0 * xp.ones_like(m))
+    c2 = xp.clip(12.0 * m2 / (mm * (mm * mm - 1.0)), 0.0, None)
+    c = xp.sqrt(c2)
+    big_m = mm - 1.0
+    level = 12.0 * total_w / xp.where(c2 > 0, c2, xp.ones_like(c2))
+    s = cubic_root(xp, 3.0 * big_m * big_m + 6.0 * big_m + 2.0, -level, tangent=False)
+    k = xp.clip(xp.ceil((big_m - s) / 2.0), 0.0, mm)
+    mu = big_m / 2.0
+    l1 = c * k * (k - mm) / 2.0
+    l2 = c2 * k * ((k - 1.0) * (2.0 * k - 1.0 - 6.0 * mu) / 6.0 + mu * mu)
+    a, b, cq = mm - 2.0 * k, -4.0 * l1, m2 - 2.0 * l2 - total_w
+    root = xp.sqrt(xp.clip(b * b - 4.0 * a * cq, 0.0, None))
+    t = safe_divide(xp, -2.0 * cq, b + root)
+    # c = 0 (a block of equal data: every term shares t's sign) or one entry: the root of m t |t| = W
+    alone = odd_power(xp, total_w / m, 0.5)
+    return xp.where(several & (c2 > 0), t, alone)
