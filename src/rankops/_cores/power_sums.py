@@ -75,29 +75,28 @@ class PowerSums:
     def above(self, xp: Any, sums: tuple[Any, ...], ref: Any, centre: Any, lower: Any) -> Any:
         return -self.below(xp, sums, ref, centre, lower)
 
+    def root(self, xp: Any, total_w: Any, m: Any, m2: Any, m3: Any) -> Any:
+        """The root ``t`` of :func:`.pnorm._shift` of a pool from its weight, size and centred moments (every entry
+        of a pool above its value: the unsigned problem's blocks). A pool's value only places the blocks (the output
+        is solved again on them): no tangent is read."""
+        if self.degree == 1:
+            return total_w / m
+        return moment_root(xp, self.degree + 1.0, total_w, m, m2, m3 if self.degree == 3 else None, tangent=False)
+
     def value(self, xp: Any, sums: tuple[Any, ...], fallback: Any, centre: Any) -> Any:
-        """A pool's value: the closed form of :func:`.pnorm._shift`, its moments centred on the pool's mean from the sums (at
-        q = 3 every entry of a pool lies above its value: the unsigned problem's blocks, :func:`project`)."""
+        """A pool's value, ``mean - t`` (:meth:`root`), its moments centred on the pool's mean from the sums."""
         total_w, m, s1 = sums[:3]
         some = m > 0
         m = xp.where(some, m, xp.ones_like(m))
         mean = s1 / m
-        if self.degree == 1:
-            t = total_w / m
-        else:
-            m2 = xp.clip(sums[3] - mean * s1, 0.0, None)
-            m3 = sums[4] - 3.0 * mean * sums[3] + 2.0 * mean * mean * s1 if self.degree == 3 else None
-            # a pool's value only places the blocks (the output is solved again on them): no tangent is read
-            t = moment_root(xp, self.degree + 1.0, total_w, m, m2, m3, tangent=False)
-        return xp.where(some, centre + mean - t, fallback)
+        m2 = xp.clip(sums[3] - mean * s1, 0.0, None) if self.degree > 1 else None
+        m3 = sums[4] - 3.0 * mean * sums[3] + 2.0 * mean * mean * s1 if self.degree == 3 else None
+        return xp.where(some, centre + mean - self.root(xp, total_w, m, m2, m3), fallback)
 
     def block_value(self, xp: Any, data: tuple[Any, ...]) -> Any:
-        """The value of each block of :func:`block_form`'s ``data`` (its entries above it, as every pool of
-        pool-adjacent-violators here): its mean less the root ``t`` of :func:`.pnorm._shift`."""
+        """The value of each block of :func:`block_form`'s ``data``: its mean less its :meth:`root`."""
         mean, total_w, m, m2, m3 = data
-        if self.degree == 1:
-            return mean - total_w / m
-        return mean - moment_root(xp, self.degree + 1.0, total_w, m, m2, m3 if self.degree == 3 else None, tangent=False)
+        return mean - self.root(xp, total_w, m, m2, m3)
 
     def pooled(self, xp: Any, adapter: Any, starts: Any, u: Any, data: Any, unit: bool) -> Any:
         """The pooling rounds' rule (:func:`.isotonic.pool_runs`) over rows of blocks, one entry each (``data`` stacks
@@ -122,17 +121,8 @@ class SteppedSignedSums(PowerSums):
         super().__init__(3.0)
         self.signs = False  # a range's moments give its value: the min-max passes hold
 
-    def value(self, xp: Any, sums: tuple[Any, ...], fallback: Any, centre: Any) -> Any:
-        total_w, m, s1 = sums[:3]
-        some = m > 0
-        m = xp.where(some, m, xp.ones_like(m))
-        mean = s1 / m
-        t = stepped_signed_square_root(xp, total_w, m, xp.clip(sums[3] - mean * s1, 0.0, None))
-        return xp.where(some, centre + mean - t, fallback)
-
-    def block_value(self, xp: Any, data: tuple[Any, ...]) -> Any:
-        mean, total_w, m, m2, _ = data
-        return mean - stepped_signed_square_root(xp, total_w, m, m2)
+    def root(self, xp: Any, total_w: Any, m: Any, m2: Any, m3: Any) -> Any:
+        return stepped_signed_square_root(xp, total_w, m, m2)
 
 
 def centred(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, step: float | None = None, about_first: bool = False) -> tuple[Any, Any, Any, Any]:

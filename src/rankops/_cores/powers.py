@@ -108,9 +108,14 @@ def signed_square_root(xp: Any, adapter: Any, starts: Any, d: Any, total_w: Any,
     at_break = t2 - 2.0 * before[2, ...] + d * (4.0 * before[1, ...] - 2.0 * t1) + (m - 2.0 * before[0, ...]) * d * d
     negative = xp.astype(at_break > total_w, d.dtype)
     sums = adapter.segment_sum(xp, starts, xp.stack([negative, negative * d, negative * d * d]))
-    a, b, c = m - 2.0 * sums[0, ...], 2.0 * (t1 - 2.0 * sums[1, ...]), t2 - 2.0 * sums[2, ...] - total_w
+    return _rising_root(xp, m - 2.0 * sums[0, ...], 2.0 * (t1 - 2.0 * sums[1, ...]), t2 - 2.0 * sums[2, ...] - total_w)
+
+
+def _rising_root(xp: Any, a: Any, b: Any, c: Any) -> Any:
+    """The root of ``a t^2 + b t + c = 0`` on the quadratic's increasing side (``2 a t + b = sqrt(b^2 - 4ac) > 0``
+    there), in the form without cancellation for either sign of b: ``-2c / (b + sqrt)`` for b >= 0, else
+    ``(sqrt - b) / 2a`` (where b < 0, ``a t > 0``: a is no 0)."""
     root = xp.sqrt(xp.clip(b * b - 4.0 * a * c, 0.0, None))
-    # h' = 2 a t + b = root > 0 at the root: where b < 0, a t > 0 (so a is no 0) and t = (root - b) / 2a has no cancellation
     return xp.where(b >= 0, safe_divide(xp, -2.0 * c, b + root), (root - b) / (2.0 * xp.where(a == 0, xp.ones_like(a), a)))
 
 
@@ -121,7 +126,7 @@ def stepped_signed_square_root(xp: Any, total_w: Any, m: Any, m2: Any) -> Any:
     With ``M = m - 1`` and ``s = M - 2j``, ``h(-d_j) = c^2 s (s^2 + 3M^2 + 6M + 2) / 12`` (sums of squares of the
     steps on either side of entry j), so the entries negative at the root are the ``k = ceil((M - s*) / 2)`` first,
     ``s*`` the real root of ``s^3 + (3M^2 + 6M + 2) s = 12 W / c^2``; their sums of d and d^2 are in closed form, and
-    ``t`` is the root of that stretch's quadratic (``b >= 0`` here: the negative entries lie below the mean).
+    ``t`` is the root of that stretch's quadratic.
     A one-entry block: ``t = sign(W) sqrt|W|``.
     """
     several = m > 1
@@ -135,9 +140,7 @@ def stepped_signed_square_root(xp: Any, total_w: Any, m: Any, m2: Any) -> Any:
     mu = big_m / 2.0
     l1 = c * k * (k - mm) / 2.0
     l2 = c2 * k * ((k - 1.0) * (2.0 * k - 1.0 - 6.0 * mu) / 6.0 + mu * mu)
-    a, b, cq = mm - 2.0 * k, -4.0 * l1, m2 - 2.0 * l2 - total_w
-    root = xp.sqrt(xp.clip(b * b - 4.0 * a * cq, 0.0, None))
-    t = safe_divide(xp, -2.0 * cq, b + root)
+    t = _rising_root(xp, mm - 2.0 * k, -4.0 * l1, m2 - 2.0 * l2 - total_w)
     # c = 0 (a block of equal data: every term shares t's sign) or one entry: the root of m t |t| = W
     alone = odd_power(xp, total_w / m, 0.5)
     return xp.where(several & (c2 > 0), t, alone)

@@ -317,8 +317,9 @@ def _extend_each_run(xp: Any, adapter: Any, sums: Any, value: Any, data: Any, fi
     # start (end, leftward) another one's pool takes stay out of this pass
     base, limit = (start, take_in_range(xp, last, start)) if rightward else (end, take_in_range(xp, first, start))
     reach, length = xp.abs(limit - base), end - start
-    cap = int(xp.max(length)) + max(RADIUS, CHAIN * value.shape[0] // start.shape[0])
-    width = min(int(xp.max(length)) + RADIUS + 1, cap, int(xp.max(reach)) + 1)
+    longest = int(xp.max(length))
+    cap = longest + max(RADIUS, CHAIN * value.shape[0] // start.shape[0])
+    width = min(longest + RADIUS + 1, cap, int(xp.max(reach)) + 1)
     size, level, whole = _extension(xp, adapter, sums, value, data, base, reach, length, width, rightward, idx)
     while width < cap and bool(xp.any(whole)):  # ``whole``: the runs tried again, each with a wider window
         todo = xp.nonzero(whole)[0]
