@@ -3,12 +3,15 @@
 Every operator returns an empty output of the right shape, dtype, namespace
 and device, and its gradient (``rankops.vjp``: the backend's autodiff on torch
 and JAX, rankops' own rules elsewhere) is an empty array shaped like the
-input. JAX, which compiles per shape, is checked under ``jit`` in reverse
+input; neither warns (a reduction over no entries: torch's ``std`` of a
+``(0, n)`` batch warned of its degrees of freedom). JAX, which compiles per shape, is checked under ``jit`` in reverse
 and forward mode (``grad``, ``jacfwd``) on one shape: an empty tangent must
 not reach a reshape to a scalar.
 """
 
 from __future__ import annotations
+
+import warnings
 
 import array_api_compat
 import numpy as np
@@ -16,6 +19,7 @@ import pytest
 
 from .inputs import SHAPE
 from .operators import CASES
+from .test_softness import CASES as DEFAULTS
 
 BATCHES = [(0,), (2, 0)]
 
@@ -38,6 +42,12 @@ EVERY = [pytest.param(o, marks=() if o.primary else pytest.mark.exhaustive) for 
 @pytest.mark.parametrize("op", EVERY, ids=lambda o: o.name)
 def test_empty_batch_value_and_gradient(eager_backend, device, op):
     backend = eager_backend
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _check_empty_batches(backend, device, op)
+
+
+def _check_empty_batches(backend, device, op):
     for batch in BATCHES:
         x = _empty(batch)
         xb = backend.asarray(x, device=device)
@@ -62,3 +72,18 @@ def test_empty_batch_under_jit_and_forward_mode(jax_backend, op):
     assert tuple(value.shape) == out_shape
     assert tuple(grad.shape) == tuple(x.shape)
     assert tuple(jacobian.shape) == out_shape + tuple(x.shape)
+
+
+@pytest.mark.parametrize("name", sorted(DEFAULTS))
+def test_empty_batch_at_the_default_softness(eager_backend, device, name):
+    """The defaults set each row's temperature from its own scale and length (``softness``): on an empty batch there
+    is no row, and no reduction over none may warn (torch's ``std`` did, for the permutahedron's soft sort)."""
+    call, _ = DEFAULTS[name]
+    for batch in BATCHES:
+        x = _empty(batch)
+        xb = eager_backend.asarray(x, device=device)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            value = call(xb)
+        assert array_api_compat.array_namespace(value) is array_api_compat.array_namespace(xb)
+        assert tuple(value.shape[:len(batch)]) == batch  # a row's value, or its matrix (n, n), or one quantile

@@ -215,6 +215,8 @@ def _narrowest(xp: Any, srt: Any, count: Any) -> Any:
 def _deviation(xp: Any, srt: Any, count: Any) -> Any:
     """Each row's standard deviation (of its valid entries: the first ``count``)."""
     if not is_array(count):
+        if 0 in srt.shape:  # an empty batch: torch's std warns of its degrees of freedom (input / output numel, 0 / 0)
+            return xp.zeros(srt.shape[:-1] + (1,), dtype=srt.dtype, device=_device(srt))
         return xp.std(srt, axis=-1, keepdims=True)
     valid = xp.arange(srt.shape[-1], dtype=srt.dtype, device=_device(srt)) < count
     zero = xp.zeros_like(srt)
