@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from fractions import Fraction
 from typing import Any, Callable
 
 from ._timing import interleaved_medians
@@ -27,6 +28,8 @@ METHODS: list[tuple[str, dict[str, Any]]] = [
     ("jnp.sort", {}),
     ("permutahedron", {}),
     ("permutahedron", {"regularization": "kl"}),
+    ("permutahedron", {"regularization": "lp", "p": 4.0 / 3.0}),
+    ("permutahedron", {"regularization": "lp", "p": 1.5}),
     ("lapsum", {}),
     ("softsort", {}),
     ("neuralsort", {}),
@@ -38,7 +41,7 @@ DENSE_LONGEST = {"softsort": 2000, "neuralsort": 2000, "sinkhorn": 2000, "diffso
 
 
 def _label(method: str, options: dict[str, Any]) -> str:
-    return method + "".join(f", {v}" for v in options.values())
+    return method + "".join(f", {k} = {Fraction(v).limit_denominator(8)}" if k == "p" else f", {v}" for k, v in options.items())
 
 
 def compile_seconds(method: str, options: dict[str, Any], n: int) -> float:
