@@ -4,9 +4,10 @@ Every operator returns an empty output of the right shape, dtype, namespace
 and device, and its gradient (``rankops.vjp``: the backend's autodiff on torch
 and JAX, rankops' own rules elsewhere) is an empty array shaped like the
 input; neither warns (a reduction over no entries: torch's ``std`` of a
-``(0, n)`` batch warned of its degrees of freedom). JAX, which compiles per shape, is checked under ``jit`` in reverse
-and forward mode (``grad``, ``jacfwd``) on one shape: an empty tangent must
-not reach a reshape to a scalar.
+``(0, n)`` batch warned of its degrees of freedom). JAX, which compiles per
+shape, is checked under ``jit`` in reverse and forward mode (``grad``,
+``jacfwd``) on one shape: an empty tangent must not reach a reshape to a
+scalar.
 """
 
 from __future__ import annotations
