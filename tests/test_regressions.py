@@ -493,3 +493,36 @@ def test_neuralsort_float32_sort_gradient_of_a_long_tied_row_follows_float64(bac
     ct = rng.normal(size=x.shape)
     grads = [_sort_gradient(backend_name, x.astype(dt), ct.astype(dt), method="neuralsort") for dt in (np.float32, np.float64)]
     assert_allclose(grads[0], grads[1], atol=1e-3 * np.abs(grads[1]).max())
+
+
+@pytest.mark.filterwarnings("ignore:torch.searchsorted")  # the references' own searches, on strided batches
+def test_searches_under_torch_func_vmap_take_dense_batches():
+    """torch's searchsorted copies a strided batch and warns (once per process) under ``torch.func.vmap``: a half of a
+    row pair (the merge rounds') is contiguous per example but not as a batch, and an unmapped row (LapSum's sort
+    in ``vmap(jacrev)``) is expanded to the other's batch with a zero stride. The adapter's searches lay both out
+    as dense batches; ``contiguous`` alone left the first strided and the second unmapped."""
+    torch = pytest.importorskip("torch")
+    from torch.func import vmap
+
+    from rankops._lib._adapters._torch_autograd import searchable
+
+    def dense_batch(t):
+        return torch._C._functorch.is_batchedtensor(t) and torch._C._functorch.get_unwrapped(t).is_contiguous()
+
+    seen = []
+
+    def search(x):
+        row = torch.arange(8.0, dtype=x.dtype)
+        found = []
+        for pair in [(x[1], x[0]), (x[1], row), (row, x[0])]:
+            laid = searchable(*pair)
+            seen.append([dense_batch(t) for t in (*laid, pair[0].contiguous(), pair[1].contiguous())])
+            found += [torch.searchsorted(*laid), torch.searchsorted(pair[0].contiguous(), pair[1].contiguous())]
+        return tuple(found)
+
+    x = torch.sort(torch.asarray(np.random.default_rng(0).normal(size=(3, 2, 8))), dim=-1).values
+    found = vmap(search)(x)
+    assert seen == [[True, True, False, False]] * 3
+    for got, want in zip(found[::2], found[1::2]):
+        assert torch.equal(got, want)
+    assert torch.equal(found[0], torch.stack([torch.searchsorted(r[1], r[0]) for r in x]))

@@ -13,7 +13,7 @@ import torch
 
 from .. import _loops
 from ._generic import PortableAdapter
-from ._torch_autograd import custom_function, in_transform, mapped, plain
+from ._torch_autograd import custom_function, in_transform, mapped, plain, searchable
 
 __all__ = ["Torch", "ADAPTER"]
 
@@ -110,7 +110,7 @@ class Torch(PortableAdapter):
         return buf
 
     def searchsorted(self, xp: Any, sorted_seq: Any, values: Any, *, side: str = "left") -> Any:
-        return torch.searchsorted(sorted_seq.contiguous(), values.contiguous(), right=side == "right")
+        return torch.searchsorted(*searchable(sorted_seq, values), right=side == "right")
 
     def take(self, xp: Any, a: Any, index: Any) -> Any:
         # take_along_dim wraps negative indices (a remainder per call); these never are negative

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["Custom", "CustomForwardMode", "custom_function", "in_transform", "mapped", "plain"]
+__all__ = ["Custom", "CustomForwardMode", "custom_function", "in_transform", "mapped", "plain", "searchable"]
 
 _NO_SECOND_DERIVATIVE = (
     "rankops: second derivatives through an implicit Sinkhorn backward (method='sinkhorn', implicit=True) are not "
@@ -221,6 +221,20 @@ def mapped(t: Any) -> bool:
             return True
         t = torch._C._functorch.get_unwrapped(t)
     return False
+
+
+def searchable(sorted_seq: Any, values: Any) -> tuple[Any, Any]:
+    """Both laid out densely as a batch for ``torch.searchsorted``, which copies a strided batch and warns: under
+    ``torch.func.vmap`` a view (a half of a row pair) may be contiguous per example and not as a batch, and a tensor
+    the map does not reach is expanded to the other's batch with a zero stride. A clone, after adding zeros of the
+    mapped one to the other, lays both out; elsewhere ``contiguous`` does."""
+    if not (mapped(sorted_seq) or mapped(values)):
+        return sorted_seq.contiguous(), values.contiguous()
+    if not mapped(values):
+        values = values + torch.zeros_like(sorted_seq[..., :1], dtype=values.dtype)
+    elif not mapped(sorted_seq):
+        sorted_seq = sorted_seq + torch.zeros_like(values[..., :1], dtype=sorted_seq.dtype)
+    return sorted_seq.clone(), values.clone()
 
 
 def plain(*tensors: Any) -> bool:
