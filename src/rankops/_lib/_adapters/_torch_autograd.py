@@ -228,11 +228,12 @@ def searchable(sorted_seq: Any, values: Any) -> tuple[Any, Any]:
     ``torch.func.vmap`` a view (a half of a row pair) may be contiguous per example and not as a batch, and a tensor
     the map does not reach is expanded to the other's batch with a zero stride. A clone, after adding zeros of the
     mapped one to the other, lays both out; elsewhere ``contiguous`` does."""
-    if not (mapped(sorted_seq) or mapped(values)):
+    seq_mapped, values_mapped = mapped(sorted_seq), mapped(values)
+    if not (seq_mapped or values_mapped):
         return sorted_seq.contiguous(), values.contiguous()
-    if not mapped(values):
+    if not values_mapped:
         values = values + torch.zeros_like(sorted_seq[..., :1], dtype=values.dtype)
-    elif not mapped(sorted_seq):
+    elif not seq_mapped:
         sorted_seq = sorted_seq + torch.zeros_like(values[..., :1], dtype=sorted_seq.dtype)
     return sorted_seq.clone(), values.clone()
 
