@@ -274,8 +274,9 @@ def _chained_rows(seed: int, n: int) -> np.ndarray:
 @pytest.mark.parametrize("name", CPU_BACKENDS)
 def test_merge_rounds_alone_equal_the_papers_pav(name):
     """The merge rounds for this loss (sums of powers of the data, :class:`power_sums.PowerSums`), from one-entry
-    values to the whole row with no pooling round: the rank's problem at q = 2, 3, 4 and the sort's (weights of either
-    sign) at q = 2, 4, against the sequential PAV. JAX runs them as one loop over positions, the others by halves."""
+    values to the whole row with no pooling round: the rank's problem at q = 2 to 6 (at q = 5 and 6 each pool's root by
+    Newton's method on its moments; on JAX, a compile per q, q = 5 of the two) and the sort's (weights of either sign)
+    at q = 2, 4, against the sequential PAV. JAX runs them as one loop over positions, the others by halves."""
     from array_api_compat import array_namespace
 
     from rankops._cores import power_sums, powers
@@ -287,8 +288,8 @@ def test_merge_rounds_alone_equal_the_papers_pav(name):
 
     to, run = on_backend(name)
     x = _chained_rows(8, 21)
-    for q in (2.0, 3.0, 4.0):
-        for signed in (False, True) if q != 3.0 else (False,):
+    for q in (2.0, 3.0, 4.0, 5.0) + (() if name == "jax" else (6.0,)):
+        for signed in (False, True) if q in (2.0, 4.0) else (False,):
             if signed:  # the sort: scores (n, ..., 1) / strength, the row's sorted entries as weights
                 z = np.broadcast_to(np.arange(21, 0, -1.0) / 0.7, x.shape)
                 w = -np.sort(-x, axis=-1) - 5.0
@@ -341,8 +342,8 @@ def test_merge_rounds_over_pooled_blocks_equal_the_papers_pav(name, counts):
 
 def test_rows_past_the_pooling_cap_finish_in_the_merge_rounds(monkeypatch):
     """Rows that need more than 4 log2 n pooling rounds go on to the merge rounds (counted here; on a CPU, rows of 128
-    entries or more to the windows), and the soft rank and sort still equal the sequential PAV; at
-    p = 1.25 (no power sums) the pooling rounds finish them.
+    entries or more to the windows, but at p = 1.25, whose blocks have no form of a few moments, to the merge rounds
+    over the entries), and the soft rank and sort still equal the sequential PAV.
 
     The rank's row is evenly spaced at the slope of ``w^(1/(q-1))`` halfway along it: the one-entry values fall, then
     rise slowly, and the pooled first half takes in one entry per round; the sort's rises geometrically."""
@@ -355,7 +356,7 @@ def test_rows_past_the_pooling_cap_finish_in_the_merge_rounds(monkeypatch):
     for windows_on in (True, False):
         monkeypatch.setattr(windows, "pays", lambda v: windows_on)
         i = np.arange(1.0, 129.0)
-        for p in (1.5, 4.0 / 3.0, 1.25):
+        for p in (1.5, 4.0 / 3.0, 1.25, 1.2):
             e = p - 1.0  # 1 / (q - 1)
             x = np.stack([e * 64.0 ** (e - 1.0) * i, e * 96.0 ** (e - 1.0) * i])
             np.testing.assert_allclose(rankops.soft_rank(x, method="permutahedron", regularization="lp", p=p, strength=1.0),
@@ -363,9 +364,37 @@ def test_rows_past_the_pooling_cap_finish_in_the_merge_rounds(monkeypatch):
         x = 1.3 ** np.arange(64.0) * np.random.default_rng(9).uniform(0.9, 1.1, size=(2, 64))
         np.testing.assert_allclose(rankops.soft_sort(x, method="permutahedron", regularization="lp", p=4.0 / 3.0, strength=0.5),
                                    _sort_reference(x, 4.0 / 3.0, 0.5), rtol=1e-10, atol=1e-9 * np.abs(x).max())
-    # windows on: the sort (64 entries, under windows.SHORTEST) merges, the ranks finish in windows (p = 3/2's chain by
-    # one extension of its run of drops); windows off: all three merge
-    assert calls == [4.0, 3.0, 4.0, 4.0], calls
+    # windows on: the sort (64 entries, under windows.SHORTEST) and the p = 1.25 and 1.2 ranks merge, the other ranks
+    # finish in windows (p = 3/2's chain by one extension of its run of drops); windows off: all five merge
+    assert calls == [5.0, 6.0, 4.0, 3.0, 4.0, 5.0, 6.0, 4.0], calls
+
+
+def test_snowballing_rows_at_p_past_the_closed_forms_leave_the_pooling_rounds(monkeypatch):
+    """At p = 1.25 and 1.2 (q = 5, 6: a pool's root by Newton's method) rows whose blocks form by chains took a
+    pooling round per block (O(n^2): normal scores at the default softness, thousands of rounds at n = 10^5). They
+    leave the pooling rounds once their drops stop halving, within the cap of 4 ceil(log2 n), for the merge rounds
+    over the entries' power sums (p = 1.2's sums of fifth powers included); with those switched off they pool for
+    more than twice the cap, to the same fit. The rows of :func:`test_rows_past_the_pooling_cap_finish_in_the_merge_rounds`,
+    at n = 512: the pooled first half takes in one entry per round."""
+    from rankops._cores import pnorm
+
+    rounds = []
+    pooled = pnorm._Rules.pooled
+    monkeypatch.setattr(pnorm._Rules, "pooled", lambda *a, **k: rounds.append(1) or pooled(*a, **k))
+    i = np.arange(1.0, 513.0)
+    for p in (1.25, 1.2):
+        e = p - 1.0
+        x = np.stack([e * 256.0 ** (e - 1.0) * i, e * 384.0 ** (e - 1.0) * i])
+        kw = {"method": "permutahedron", "regularization": "lp", "p": p, "strength": 1.0}
+        rounds.clear()
+        monkeypatch.setattr(pnorm, "ENTRY_MERGES", (5.0, 6.0))
+        got = rankops.soft_rank(x, **kw)
+        cap = 4 * 9
+        assert len(rounds) <= cap, (p, len(rounds))
+        rounds.clear()
+        monkeypatch.setattr(pnorm, "ENTRY_MERGES", ())
+        np.testing.assert_allclose(rankops.soft_rank(x, **kw), got, rtol=1e-12, atol=1e-10)
+        assert len(rounds) > 2 * cap, (p, len(rounds))
 
 
 @functools.lru_cache(maxsize=None)

@@ -58,8 +58,8 @@ from .._lib._compat import is_array
 from .._lib._numerics import safe_divide
 from . import masked
 from .finite import finite_rows
-from .pnorm import exponent_of, falling_root, newton_steps, search_breakpoints
-from .powers import cubic_root, power
+from .pnorm import exponent_of, falling_root, search_breakpoints
+from .powers import cubic_root, newton_steps, power
 
 __all__ = ["magnitude_core"]
 

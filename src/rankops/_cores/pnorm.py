@@ -48,7 +48,9 @@ first round), a row stops once its last drops stop halving, and
 :mod:`.windows` finishes it: at q = 2 and 4 by the merge rounds; at q = 3
 (whose merge tests split a block by its data) by runs of drops extended a
 block at a time, then rounds (a chain that takes one block per round, hundreds
-of rounds at n = 10^5, is one extension there). For any other q the loss has
+of rounds at n = 10^5, is one extension there). At q = 5 and 6 (no block
+form: ``ENTRY_MERGES``) rows go on to merge rounds over the entries, each
+pool's root by Newton's method on its moments. For any other q the loss has
 no such sums, and the pooling rounds run until every row settles. The output
 is written from ``d + t`` per block, never as ``z - v``: a one-entry block
 gives ``w_i`` itself.
@@ -73,18 +75,10 @@ from .._lib._compat import broadcast_arrays, device as _device
 from .._lib._numerics import safe_divide
 from . import isotonic, windows
 from .power_sums import PowerSums, SteppedSignedSums, block_form, centred, merge_blocks, merge_fit, pool_blocks, pooled_blocks_length
-from .powers import moment_root, odd_power, power, signed_square_root
+from .powers import moment_root, newton_steps, odd_power, power, signed_square_root
 from .subsets import Subset
 
-__all__ = ["exponent", "project", "capped", "slope", "newton_steps", "falling_root", "search_breakpoints", "exponent_of"]
-
-
-def newton_steps(q: float) -> int:
-    """Newton steps for a q without a closed form: the iterates fall monotonically from the upper bound, slowly
-    while far from the root (by about a factor ``1 - 1/(q-1)`` per step, for a large q), then quadratically. Checked
-    against the sequential PAV on rows spread over 10^-3..10^3: p = 1.25 settles within 10 steps, 1.05 within 15,
-    1.02 within 40, 1.01 within 60 (the count grows as 1 / (p - 1))."""
-    return 16 + math.ceil(q / 2)
+__all__ = ["exponent", "project", "capped", "slope", "falling_root", "search_breakpoints", "exponent_of", "ENTRY_MERGES"]
 
 
 def exponent(p: float) -> float:
@@ -127,6 +121,10 @@ def _shift(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, q: float, tangent
 
     return mean, d, adapter.settle(xp, newton, (t,), moved, newton_steps(q), 2, like=(d, total_w))[0]
 
+
+# q past 4 whose rows go on to merge rounds over the entries' power sums (p = 1.25, 1.2; higher degrees cancel too
+# much), which cost about 1.5 log2 n pooling rounds: ``merge_cost`` 3 at the default softness's K ~ n / 2 blocks
+ENTRY_MERGES, ENTRY_MERGE_COST = (5.0, 6.0), 3.0
 
 BLOCK_SHARE, BLOCK_ENTRIES = 0.5, 1 << 15  # :func:`_per_block`'s gate (below it, the gathers cost more than the cubic)
 
@@ -280,22 +278,24 @@ def project(xp: Any, adapter: Any, z: Any, w: Any, q: float, valid: Any = None, 
     rules = (_SignedRules if signed else _Rules)(q)
     if n > 1:
         # rows whose blocks form by long chains would take up to n pooling rounds; where the loss has power sums (q =
-        # 2, 4, and 3 where every block's entries lie above its value) the rows left after the pooling cap go to the
+        # 2, 4, 5, 6, and 3 where every block's entries lie above its value) the rows left after the pooling go to the
         # merge rounds (:func:`.power_sums.merge_fit`), and the settled rows keep their pooled values
-        if q in (2.0, 4.0) or (q == 3.0 and not signed):
+        entries_only = q in ENTRY_MERGES and not signed
+        if q in (2.0, 4.0) or (q == 3.0 and not signed) or entries_only:
             # over blocks, the merge rounds finish a snowballing chain for less than its pooling rounds would cost
             # (:func:`.isotonic.pool_runs`'s ``merge_cost``): rows form such chains already at n = 1000 at q = 4. At
             # q = 3 under jax.jit a row whose blocks fit in a short row stalls out to pool over them (merge_fit)
-            blocks = q != 3.0
-            short = pooled_blocks_length(n) if not blocks and not adapter.reads_in_eager_node(v0) else n
+            blocks = q in (2.0, 4.0)
+            short = pooled_blocks_length(n) if q == 3.0 and not adapter.reads_in_eager_node(v0) else n
             # where values can be read now, on a CPU, the few drops the pooling rounds leave are fitted in windows of
             # blocks (:mod:`.windows`) by the same merge rounds (q = 3: pooling rounds over the blocks' moments): at the
             # default softness a row of 1000 leaves about one drop, which merge rounds over all its blocks would not
             v = isotonic.pool_then_merge(xp, adapter, rules, v0, yw, lambda u, unsettled: xp.where(
                 unsettled[..., None], adapter.eagerly(xp, merge_fit, (u, y, wf), like=(0,), q=q)[0], u),
-                merge_cost=1.0 if blocks or short < n else 0.0, stall_blocks=0 if blocks else short,
-                finish=lambda values, data: merge_blocks(xp, adapter, values, data, q) if blocks else pool_blocks(
-                    xp, adapter, values, data, PowerSums(q)), sums=PowerSums(q))
+                merge_cost=ENTRY_MERGE_COST if entries_only else 1.0 if blocks or short < n else 0.0,
+                stall_blocks=0 if blocks else short,
+                finish=None if entries_only else lambda values, data: merge_blocks(xp, adapter, values, data, q) if blocks
+                else pool_blocks(xp, adapter, values, data, PowerSums(q)), sums=PowerSums(q))
         elif q == 3.0 and valid is None and windows.readable_on_cpu(adapter, v0, yw):
             # the sort's ranks step evenly, so its blocks have a block form after all: on a CPU the rounds over blocks,
             # the passes and the windows finish its chains (:class:`.power_sums.SteppedSignedSums`); elsewhere it pools

@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from .._lib._adapters import get_adapter
 from .._lib._compat import device as _device, index_dtype
+from .._lib._numerics import safe_divide
 from . import isotonic
 from .merges import merge_lengths, padded_length
-from .powers import moment_root, power, stepped_signed_square_root
+from .powers import moment_root, newton_steps, power, stepped_signed_square_root
 
 __all__ = ["PowerSums", "SteppedSignedSums", "merge_fit", "merge_blocks", "pool_blocks", "block_form", "centred", "stepped_mean", "pooled_blocks_length", "POOLED_BLOCKS_MOST", "POOLED_BLOCKS_FROM"]
 
 
 class PowerSums:
-    """The merge rounds' sums (:func:`.isotonic.merge_rows`) for this loss at an integer q (2, 3, 4): the derivative
+    """The merge rounds' sums (:func:`.isotonic.merge_rows`) for this loss at an integer q (2 to 6): the derivative
     ``f'(t) = w - phi(y - t)`` summed over a set is, with ``phi(u) = u |u|^(q-2)``, a polynomial in t whose
     coefficients are the set's sums of ``w`` and of powers of ``y - c`` (``c`` the segment's boundary, so that the sums
     run outward from it and stay small where the tests read them); at q = 3 (``phi(u) = u |u|``), the part of the
@@ -23,9 +25,11 @@ class PowerSums:
     An entry of the rows is one datum, ``data = (y, w)``, or a block of data
     already known to pool, ``data = (mean, W, m, M2, M3)``: its mean, its sums
     of weights and of entries, and its centred moments, whose power sums about
-    any ``c`` follow by the binomial expansion. Blocks serve an odd ``q - 1``
-    only: at q = 3 a test splits a set by its data, which a block's moments
-    cannot do.
+    any ``c`` follow by the binomial expansion. Blocks serve q = 2 and 4
+    only: at q = 3 and 5 a test splits a set by its data, which a block's
+    moments cannot do, and a block of q = 6 would need moments up to the
+    fifth. From q = 5 on, a pool's root has no closed form: Newton's method
+    on its moments' polynomial (:meth:`root`).
     """
 
     identity = 0.0
@@ -61,7 +65,9 @@ class PowerSums:
             return s1 - s * m
         if self.degree == 2:
             return sums[3] - s * (2.0 * s1 - s * m)
-        return sums[4] - s * (3.0 * sums[3] - s * (3.0 * s1 - s * m))
+        if self.degree == 3:
+            return sums[4] - s * (3.0 * sums[3] - s * (3.0 * s1 - s * m))
+        return _about(sums[1:], s, self.degree)
 
     def below(self, xp: Any, sums: tuple[Any, ...], ref: Any, centre: Any, lower: Any) -> Any:
         """``sum_S f'(ref) = W_S - sum_S phi(y - ref)`` (positive for a set of blocks below ``ref``); ``lower``: the
@@ -75,13 +81,15 @@ class PowerSums:
     def above(self, xp: Any, sums: tuple[Any, ...], ref: Any, centre: Any, lower: Any) -> Any:
         return -self.below(xp, sums, ref, centre, lower)
 
-    def root(self, xp: Any, total_w: Any, m: Any, m2: Any, m3: Any) -> Any:
-        """The root ``t`` of :func:`.pnorm._shift` of a pool from its weight, size and centred moments (every entry
-        of a pool above its value: the unsigned problem's blocks). A pool's value only places the blocks (the output
-        is solved again on them): no tangent is read."""
+    def root(self, xp: Any, total_w: Any, m: Any, m2: Any, m3: Any, *higher: Any) -> Any:
+        """The root ``t`` of :func:`.pnorm._shift` of a pool from its weight, size and centred moments ``m2``, ``m3``
+        and (from q = 5 on) the ``higher`` ones (every entry of a pool above its value: the unsigned problem's
+        blocks). A pool's value only places the blocks (the output is solved again on them): no tangent is read."""
         if self.degree == 1:
             return total_w / m
-        return moment_root(xp, self.degree + 1.0, total_w, m, m2, m3 if self.degree == 3 else None, tangent=False)
+        if self.degree <= 3:
+            return moment_root(xp, self.degree + 1.0, total_w, m, m2, m3 if self.degree == 3 else None, tangent=False)
+        return _falling_moment_root(xp, self.degree, total_w, m, (m2, m3, *higher))
 
     def value(self, xp: Any, sums: tuple[Any, ...], fallback: Any, centre: Any) -> Any:
         """A pool's value, ``mean - t`` (:meth:`root`), its moments centred on the pool's mean from the sums."""
@@ -89,6 +97,9 @@ class PowerSums:
         some = m > 0
         m = xp.where(some, m, xp.ones_like(m))
         mean = s1 / m
+        if self.degree > 3:
+            moments = tuple(_about(sums[1:k + 2], mean, k) for k in range(2, self.degree + 1))
+            return xp.where(some, centre + mean - self.root(xp, total_w, m, *moments), fallback)
         m2 = xp.clip(sums[3] - mean * s1, 0.0, None) if self.degree > 1 else None
         m3 = sums[4] - 3.0 * mean * sums[3] + 2.0 * mean * mean * s1 if self.degree == 3 else None
         return xp.where(some, centre + mean - self.root(xp, total_w, m, m2, m3), fallback)
@@ -109,6 +120,41 @@ class PowerSums:
         terms = self.stats(xp, None, tuple(data[i, ...] for i in range(5)), centre)[:self.degree + 2]
         sums = adapter.segment_sum(xp, starts, xp.stack(terms))
         return self.value(xp, tuple(sums[i, ...] for i in range(len(terms))), u, centre)
+
+
+def _about(sums: tuple[Any, ...], s: Any, degree: int) -> Any:
+    """``sum_S (u - s)^degree`` from S's power sums ``sums = (sum u^0, sum u^1, ..., sum u^degree)`` (binomial
+    expansion, in Horner's form in ``-s``)."""
+    total = sums[0]
+    for k in range(1, degree + 1):
+        total = total * -s + math.comb(degree, k) * sums[k]
+    return total
+
+
+def _falling_moment_root(xp: Any, degree: int, total_w: Any, m: Any, moments: tuple[Any, ...]) -> Any:
+    """The root ``t`` of ``P(t) = sum_B (d_i + t)^degree = W`` from the block's size and centred moments ``moments =
+    (M_2, ..., M_degree)`` (``M_1 = 0``): ``P(t) = m t^degree + sum_k C(degree, k) M_k t^(degree-k)``. Every term is
+    nonnegative at the root, so P is convex and increasing from there, and Newton's method from Jensen's upper bound
+    ``(W / m)^(1/degree)`` falls to the root monotonically (:func:`.powers.newton_steps` steps, as for a block
+    solved over its entries)."""
+    adapter = get_adapter(xp)
+    coefficients = (m, 0.0, *(math.comb(degree, k) * mk for k, mk in zip(range(2, degree + 1), moments)))
+
+    def step(state: tuple[Any]) -> tuple[Any]:
+        t = state[0]
+        value, slope = coefficients[0], 0.0
+        for c in coefficients[1:]:  # Horner's form for P and P' together
+            slope = slope * t + value
+            value = value * t + c
+        return (t - safe_divide(xp, value - total_w, slope),)
+
+    start = power(xp, xp.clip(total_w / m, 0.0, None), 1.0 / degree, tangent=False)
+    ulps = 8.0 * xp.finfo(start.dtype).eps * xp.abs(start)
+
+    def moved(old: tuple[Any], new: tuple[Any]) -> Any:
+        return xp.any(old[0] - new[0] > ulps)
+
+    return adapter.settle(xp, step, (start,), moved, newton_steps(degree + 1.0), 2, like=(start,))[0]
 
 
 class SteppedSignedSums(PowerSums):
@@ -239,7 +285,7 @@ def merge_fit(xp: Any, v: Any, y: Any, w: Any, *, q: float) -> tuple[Any]:
     def entries() -> Any:
         return isotonic.merge_rows(xp, adapter, kind, y - power(xp, w, 1.0 / (q - 1.0)), (y, w), (None, 0.0))
 
-    if kind.signs and (empty or concrete or pooled_blocks_length(n) == n):
+    if kind.degree > 3 or (kind.signs and (empty or concrete or pooled_blocks_length(n) == n)):
         return (entries(),)
     starts = isotonic.block_starts(xp, v)
     ordinal = xp.cumulative_sum(xp.astype(starts, index_dtype(xp, _device(v))), axis=-1)

@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from .._lib._numerics import safe_divide
 
-__all__ = ["power", "odd_power", "cubic_root", "moment_root", "signed_square_root", "stepped_signed_square_root"]
+__all__ = ["newton_steps", "power", "odd_power", "cubic_root", "moment_root", "signed_square_root", "stepped_signed_square_root"]
+
+
+def newton_steps(q: float) -> int:
+    """Newton steps for a q without a closed form: the iterates fall monotonically from the upper bound, slowly
+    while far from the root (by about a factor ``1 - 1/(q-1)`` per step, for a large q), then quadratically. Checked
+    against the sequential PAV on rows spread over 10^-3..10^3: p = 1.25 settles within 10 steps, 1.05 within 15,
+    1.02 within 40, 1.01 within 60 (the count grows as 1 / (p - 1))."""
+    return 16 + math.ceil(q / 2)
 
 
 def power(xp: Any, a: Any, e: float, *, tangent: bool = True) -> Any:
