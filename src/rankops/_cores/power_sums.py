@@ -271,6 +271,7 @@ def merge_fit(xp: Any, v: Any, y: Any, w: Any, *, q: float) -> tuple[Any]:
     blocks by the row with most blocks; one that cannot (``jax.jit``) by the first of :func:`.merges.merge_lengths`
     that holds every row's blocks (:meth:`shortcut`).
 
+    At q = 5 and 6 a block has no form of a few moments: the merge rounds run over the entries (one-entry values).
     At q = 3 a merge test splits a block by its data, so the merge rounds start from the one-entry values. Where
     the blocks cannot be counted, rows of :func:`pooled_blocks_length` or fewer blocks pool over their blocks to
     the end instead (:func:`pool_blocks`, which their moments allow at any q): at most ``L - 1`` rounds over rows
