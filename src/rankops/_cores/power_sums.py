@@ -226,15 +226,15 @@ def pool_blocks(xp: Any, adapter: Any, values: Any, data: tuple[Any, ...], sums:
     return isotonic.pool_runs(xp, adapter, sums, values, xp.stack(data), max(values.shape[-1] - 1, 1))[0]
 
 
-def _one_per_block(xp: Any, adapter: Any, v: Any, y: Any, w: Any, starts: Any, ordinal: Any, count: int) -> tuple[Any, tuple[Any, ...], Any]:
-    """The blocks of ``v`` (runs of equal values, ``starts`` True where one begins, ``ordinal`` each entry's block
-    counted from 1) as entries of rows of ``count`` (at least as many as the row with most blocks): ``(values, data,
-    index)``, ``data`` :class:`PowerSums`' block form, ``index`` each entry's block (``take(values, index)`` spreads a
+def _one_per_block(xp: Any, adapter: Any, v: Any, y: Any, blocks: tuple[Any, ...], ordinal: Any, count: int) -> tuple[Any, tuple[Any, ...], Any]:
+    """The blocks of ``v`` (runs of equal values, ``blocks`` each entry's block in :func:`block_form`, ``ordinal`` each
+    entry's block counted from 1) as entries of rows of ``count`` (at least as many as the row with most blocks):
+    ``(values, data, index)``, ``data`` :class:`PowerSums`' block form, ``index`` each entry's block (``take(values, index)`` spreads a
     row of blocks back). A row's blocks come first, then entries that weigh nothing and sit at the row's largest
     value (they never pool, :func:`.isotonic.merge_rows`)."""
     n = v.shape[-1]
     dev = _device(v)
-    mean, total_w, m, m2, m3 = block_form(xp, adapter, starts, y, w)
+    mean, total_w, m, m2, m3 = blocks
     # each block's first entry (n past the row's last block)
     wanted = xp.broadcast_to(xp.arange(1, count + 1, dtype=ordinal.dtype, device=dev), v.shape[:-1] + (count,))
     first = adapter.searchsorted(xp, ordinal, wanted, side="left")
@@ -290,9 +290,10 @@ def merge_fit(xp: Any, v: Any, y: Any, w: Any, *, q: float) -> tuple[Any]:
         return (entries(),)
     starts = isotonic.block_starts(xp, v)
     ordinal = xp.cumulative_sum(xp.astype(starts, index_dtype(xp, _device(v))), axis=-1)
+    blocks = block_form(xp, adapter, starts, y, w)  # outside the branches below, which would each compute it
 
     def fit(count: int) -> Any:
-        values, data, index = _one_per_block(xp, adapter, v, y, w, starts, ordinal, count)
+        values, data, index = _one_per_block(xp, adapter, v, y, blocks, ordinal, count)
         fitted = pool_blocks(xp, adapter, values, data, kind) if kind.signs else merge_blocks(xp, adapter, values, data, q)
         return adapter.take(xp, fitted, index)
 
