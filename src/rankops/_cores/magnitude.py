@@ -59,7 +59,7 @@ from .._lib._numerics import safe_divide
 from . import masked
 from .finite import finite_rows
 from .pnorm import exponent_of, falling_root, search_breakpoints
-from .powers import cubic_root, newton_steps, power
+from .powers import cubic_root, falling_newton, power
 
 __all__ = ["magnitude_core"]
 
@@ -80,18 +80,12 @@ def _kept_from(xp: Any, adapter: Any, a: Any, eps: float, q: float) -> Any:
     if q == 4.0:
         r = cubic_root(xp, xp.full_like(a, eps), -a)
         return r * r * r
-    r = xp.minimum(a / eps, power(xp, a, 1.0 / (q - 1.0)))
-    ulps = 8.0 * xp.finfo(a.dtype).eps * r
-
-    def newton(state: tuple[Any]) -> tuple[Any]:
-        (r,) = state
+    def newton(r: Any) -> Any:
         h = power(xp, r, q - 1.0) + eps * r - a
-        return (xp.clip(r - h / ((q - 1.0) * power(xp, r, q - 2.0) + eps), 0.0, None),)
+        return xp.clip(r - h / ((q - 1.0) * power(xp, r, q - 2.0) + eps), 0.0, None)
 
-    def moved(old: tuple[Any], new: tuple[Any]) -> Any:
-        return xp.any(old[0] - new[0] > ulps)
-
-    return power(xp, adapter.settle(xp, newton, (r,), moved, newton_steps(q), 2, like=(a,))[0], q - 1.0)
+    start = xp.minimum(a / eps, power(xp, a, 1.0 / (q - 1.0)))
+    return power(xp, falling_newton(xp, adapter, newton, start, q, like=(a,)), q - 1.0)
 
 
 def _blend_root(xp: Any, adapter: Any, a: Any, blend: Any, rest: Any, eps: float, q: float) -> tuple[Any, Any]:

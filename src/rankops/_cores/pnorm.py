@@ -75,7 +75,7 @@ from .._lib._compat import broadcast_arrays, device as _device
 from .._lib._numerics import safe_divide
 from . import isotonic, windows
 from .power_sums import PowerSums, SteppedSignedSums, block_form, centred, merge_blocks, merge_fit, pool_blocks, pooled_blocks_length
-from .powers import moment_root, newton_steps, odd_power, power, signed_square_root
+from .powers import falling_newton, moment_root, odd_power, power, signed_square_root
 from .subsets import Subset
 
 __all__ = ["exponent", "project", "capped", "slope", "falling_root", "search_breakpoints", "exponent_of", "ENTRY_MERGES"]
@@ -108,18 +108,13 @@ def _shift(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, q: float, tangent
         return mean, d, _per_block(xp, adapter, starts, lambda *a: moment_root(xp, q, *a, tangent=tangent),
                                    total_w, m, moments[0, ...], moments[1, ...], tangent=tangent)
 
-    def newton(state: tuple[Any]) -> tuple[Any]:
-        a = xp.clip(d + state[0], 0.0, None)
+    def newton(t: Any) -> Any:
+        a = xp.clip(d + t, 0.0, None)
         terms = adapter.segment_sum(xp, starts, xp.stack([power(xp, a, q - 1.0), power(xp, a, q - 2.0)]))
-        return (state[0] - safe_divide(xp, terms[0, ...] - total_w, (q - 1.0) * terms[1, ...]),)
+        return t - safe_divide(xp, terms[0, ...] - total_w, (q - 1.0) * terms[1, ...])
 
-    t = power(xp, xp.clip(total_w / m, 0.0, None), 1.0 / (q - 1.0))
-    ulps = 8.0 * xp.finfo(d.dtype).eps * t  # the iterates fall from t to the root: a few units in t's last place
-
-    def moved(old: tuple[Any], new: tuple[Any]) -> Any:
-        return xp.any(old[0] - new[0] > ulps)
-
-    return mean, d, adapter.settle(xp, newton, (t,), moved, newton_steps(q), 2, like=(d, total_w))[0]
+    start = power(xp, xp.clip(total_w / m, 0.0, None), 1.0 / (q - 1.0))  # Jensen's upper bound
+    return mean, d, falling_newton(xp, adapter, newton, start, q, like=(d, total_w))
 
 
 # q past 4 whose rows go on to merge rounds over the entries' power sums (p = 1.25, 1.2; higher degrees cancel too
@@ -433,18 +428,12 @@ def _free_root(xp: Any, adapter: Any, d: Any, free: Any, total_w: Any, m: Any, q
 
 def falling_root(xp: Any, adapter: Any, free: Any, d: Any, c: Any, e: Any, start: Any, q: float) -> Any:
     """The root t of ``sum_free (d_i + t)^(q-1) = c - e t`` over each row (``e >= 0``) by Newton's method from an upper bound ``start``: the left side minus the right is convex and
-    increasing, so the iterates fall monotonically; they stop once none falls by more than a few units in its last
-    place (:meth:`settle`), within :func:`newton_steps`."""
-    ulps = 8.0 * xp.finfo(d.dtype).eps * xp.abs(start)
+    increasing, so the iterates fall monotonically (:func:`.powers.falling_newton`)."""
 
-    def newton(state: tuple[Any]) -> tuple[Any]:
-        (t,) = state
+    def newton(t: Any) -> Any:
         a = xp.where(free, xp.clip(d + t, 0.0, None), 0.0)
         h = xp.sum(power(xp, a, q - 1.0), axis=-1, keepdims=True) - (c - e * t)
         slope = (q - 1.0) * xp.sum(power(xp, a, q - 2.0), axis=-1, keepdims=True) + e
-        return (t - safe_divide(xp, h, slope),)
+        return t - safe_divide(xp, h, slope)
 
-    def moved(old: tuple[Any], new: tuple[Any]) -> Any:
-        return xp.any(old[0] - new[0] > ulps)
-
-    return adapter.settle(xp, newton, (start,), moved, newton_steps(q), 2, like=(d,))[0]
+    return falling_newton(xp, adapter, newton, start, q, like=(d,))

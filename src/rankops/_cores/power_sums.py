@@ -10,7 +10,7 @@ from .._lib._compat import device as _device, index_dtype
 from .._lib._numerics import safe_divide
 from . import isotonic
 from .merges import merge_lengths, padded_length
-from .powers import moment_root, newton_steps, power, stepped_signed_square_root
+from .powers import falling_newton, moment_root, power, stepped_signed_square_root
 
 __all__ = ["PowerSums", "SteppedSignedSums", "merge_fit", "merge_blocks", "pool_blocks", "block_form", "centred", "stepped_mean", "pooled_blocks_length", "POOLED_BLOCKS_MOST", "POOLED_BLOCKS_FROM"]
 
@@ -140,21 +140,15 @@ def _falling_moment_root(xp: Any, degree: int, total_w: Any, m: Any, moments: tu
     adapter = get_adapter(xp)
     coefficients = (m, 0.0, *(math.comb(degree, k) * mk for k, mk in zip(range(2, degree + 1), moments)))
 
-    def step(state: tuple[Any]) -> tuple[Any]:
-        t = state[0]
+    def step(t: Any) -> Any:
         value, slope = coefficients[0], 0.0
         for c in coefficients[1:]:  # Horner's form for P and P' together
             slope = slope * t + value
             value = value * t + c
-        return (t - safe_divide(xp, value - total_w, slope),)
+        return t - safe_divide(xp, value - total_w, slope)
 
     start = power(xp, xp.clip(total_w / m, 0.0, None), 1.0 / degree, tangent=False)
-    ulps = 8.0 * xp.finfo(start.dtype).eps * xp.abs(start)
-
-    def moved(old: tuple[Any], new: tuple[Any]) -> Any:
-        return xp.any(old[0] - new[0] > ulps)
-
-    return adapter.settle(xp, step, (start,), moved, newton_steps(degree + 1.0), 2, like=(start,))[0]
+    return falling_newton(xp, adapter, step, start, degree + 1.0, like=(start,))
 
 
 class SteppedSignedSums(PowerSums):

@@ -7,7 +7,7 @@ from typing import Any
 
 from .._lib._numerics import safe_divide
 
-__all__ = ["newton_steps", "power", "odd_power", "cubic_root", "moment_root", "signed_square_root", "stepped_signed_square_root"]
+__all__ = ["newton_steps", "falling_newton", "power", "odd_power", "cubic_root", "moment_root", "signed_square_root", "stepped_signed_square_root"]
 
 
 def newton_steps(q: float) -> int:
@@ -16,6 +16,19 @@ def newton_steps(q: float) -> int:
     against the sequential PAV on rows spread over 10^-3..10^3: p = 1.25 settles within 10 steps, 1.05 within 15,
     1.02 within 40, 1.01 within 60 (the count grows as 1 / (p - 1))."""
     return 16 + math.ceil(q / 2)
+
+
+def falling_newton(xp: Any, adapter: Any, step: Any, start: Any, q: float, like: tuple[Any, ...]) -> Any:
+    """Newton's method on a convex increasing equation from an upper bound ``start`` of its root (``step(t)``: the
+    next iterate), whose iterates therefore fall monotonically: they stop once none falls by more than a few units in
+    the last place of ``start`` (8 eps |start|), checked every two steps, within :func:`newton_steps` (q) steps
+    (``adapter.settle``; ``like``: the arrays the iterates vary with, for ``shard_map``)."""
+    ulps = 8.0 * xp.finfo(start.dtype).eps * xp.abs(start)
+
+    def moved(old: tuple[Any], new: tuple[Any]) -> Any:
+        return xp.any(old[0] - new[0] > ulps)
+
+    return adapter.settle(xp, lambda state: (step(state[0]),), (start,), moved, newton_steps(q), 2, like=like)[0]
 
 
 def power(xp: Any, a: Any, e: float, *, tangent: bool = True) -> Any:
