@@ -524,6 +524,43 @@ def test_cubic_root_is_the_real_root_at_every_scale(tangent, dtype, scales):
         np.testing.assert_array_less(np.abs(got.astype(np.float64) - t), tol + 1e-300)
 
 
+@pytest.mark.parametrize("name", CPU_BACKENDS)
+def test_falling_newton_stops_at_the_root_of_a_convex_increasing_equation(name):
+    """``powers.falling_newton`` on ``t^k + e t = c`` (k = q - 1, the magnitude threshold's equation) from three times
+    the upper bound ``min(c / e, c^(1/k))``, so that the iterates fall slowly at first: the float64 root (bisection to
+    the last bit) within a few units in its last place, with c from 1e-6 to 1e6, and on the backends that run the
+    steps eagerly in fewer steps than :func:`powers.newton_steps` allows (12-16 of 19-21: the iterates stop once they
+    stop falling)."""
+    from array_api_compat import array_namespace
+
+    from rankops._cores.powers import falling_newton, newton_steps
+    from rankops._lib._adapters import get_adapter
+
+    to, run = on_backend(name)
+    rng = np.random.default_rng(11)
+    c = np.geomspace(1e-6, 1e6, 25)
+    e = rng.uniform(0.1, 3.0, 25) * rng.integers(0, 2, 25)
+    for q in (5.0, 6.0, 10.0):
+        k = q - 1.0
+        start = 3.0 * np.minimum(c / np.where(e > 0, e, np.nan), c ** (1.0 / k), where=e > 0, out=c ** (1.0 / k))
+        steps = []
+
+        def solve(cc, ee, ss, k=k, q=q, steps=steps):
+            xp = array_namespace(cc)
+
+            def step(t):
+                steps.append(1)
+                return t - (t**k + ee * t - cc) / (k * t ** (k - 1.0) + ee)
+
+            return falling_newton(xp, get_adapter(xp), step, ss, q, like=(cc,))
+
+        got = np.asarray(run(solve, to(c), to(e), to(start)))
+        want = np.array([bisection(lambda t, ci=ci, ei=ei: t**k + ei * t >= ci, 0.0, si) for ci, ei, si in zip(c, e, start)])
+        np.testing.assert_array_less(np.abs(got - want), 4 * np.finfo(np.float64).eps * want)
+        if name != "jax":  # under jit the step is traced once
+            assert 2 <= len(steps) < newton_steps(q)
+
+
 def test_under_jit_the_merge_rounds_count_every_entry():
     """``reads_in_eager_node`` under ``jax.jit``: False (the merge rounds then cannot count the blocks, and the pooling
     rounds weigh them so: ``merge_all`` below); eager JAX and NumPy read values."""
