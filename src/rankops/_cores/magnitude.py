@@ -80,6 +80,7 @@ def _kept_from(xp: Any, adapter: Any, a: Any, eps: float, q: float) -> Any:
     if q == 4.0:
         r = cubic_root(xp, xp.full_like(a, eps), -a)
         return r * r * r
+
     def newton(r: Any) -> Any:
         h = power(xp, r, q - 1.0) + eps * r - a
         return xp.clip(r - h / ((q - 1.0) * power(xp, r, q - 2.0) + eps), 0.0, None)

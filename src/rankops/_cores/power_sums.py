@@ -223,9 +223,9 @@ def pool_blocks(xp: Any, adapter: Any, values: Any, data: tuple[Any, ...], sums:
 def _one_per_block(xp: Any, adapter: Any, v: Any, y: Any, blocks: tuple[Any, ...], ordinal: Any, count: int) -> tuple[Any, tuple[Any, ...], Any]:
     """The blocks of ``v`` (runs of equal values, ``blocks`` each entry's block in :func:`block_form`, ``ordinal`` each
     entry's block counted from 1) as entries of rows of ``count`` (at least as many as the row with most blocks):
-    ``(values, data, index)``, ``data`` :class:`PowerSums`' block form, ``index`` each entry's block (``take(values, index)`` spreads a
-    row of blocks back). A row's blocks come first, then entries that weigh nothing and sit at the row's largest
-    value (they never pool, :func:`.isotonic.merge_rows`)."""
+    ``(values, data, index)``, ``data`` :class:`PowerSums`' block form, ``index`` each entry's block
+    (``take(values, index)`` spreads a row of blocks back). A row's blocks come first, then entries that weigh
+    nothing and sit at the row's largest value (they never pool, :func:`.isotonic.merge_rows`)."""
     n = v.shape[-1]
     dev = _device(v)
     mean, total_w, m, m2, m3 = blocks
@@ -284,9 +284,12 @@ def merge_fit(xp: Any, v: Any, y: Any, w: Any, *, q: float) -> tuple[Any]:
         return (entries(),)
     starts = isotonic.block_starts(xp, v)
     ordinal = xp.cumulative_sum(xp.astype(starts, index_dtype(xp, _device(v))), axis=-1)
-    blocks = block_form(xp, adapter, starts, y, w)  # outside the branches below, which would each compute it
+    # the blocks' moments: at q = 2 and 4 before the choice between the rows' lengths below, whose branches would each
+    # compute them; at q = 3 in the one branch that pools over blocks (the other merges the entries)
+    shared = None if kind.signs else block_form(xp, adapter, starts, y, w)
 
     def fit(count: int) -> Any:
+        blocks = shared if shared is not None else block_form(xp, adapter, starts, y, w)
         values, data, index = _one_per_block(xp, adapter, v, y, blocks, ordinal, count)
         fitted = pool_blocks(xp, adapter, values, data, kind) if kind.signs else merge_blocks(xp, adapter, values, data, q)
         return adapter.take(xp, fitted, index)
