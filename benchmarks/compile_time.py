@@ -40,6 +40,12 @@ CASES: list[tuple[str, str, dict[str, Any]]] = [
     ("soft_quantile (sinkhorn)", "soft_quantile", {}),
     ("soft_topk_mask, lapsum", "soft_topk_mask", {"method": "lapsum"}),
     ("isotonic_regression", "isotonic_regression", {}),
+    # the p-norm regularizer at its default p = 4/3 (Sander et al. 2023), and the rank at p = 3/2
+    ("soft_rank, permutahedron, lp", "soft_rank", {"method": "permutahedron", "regularization": "lp"}),
+    ("soft_rank, permutahedron, lp, p = 3/2", "soft_rank", {"method": "permutahedron", "regularization": "lp", "p": 1.5}),
+    ("soft_sort, permutahedron, lp", "soft_sort", {"method": "permutahedron", "regularization": "lp"}),
+    ("soft_topk_mask, permutahedron, lp", "soft_topk_mask", {"method": "permutahedron", "regularization": "lp"}),
+    ("soft_topk_magnitude, lp", "soft_topk_magnitude", {"regularization": "lp"}),
 ]
 # O(n^2) memory (SoftSort, NeuralSort, a transport plan) or O(n) layers of O(n) (odd-even) stop here
 DENSE_LONGEST = {"softsort": 2000, "neuralsort": 2000, "sinkhorn": 2000, "odd_even": 2000}
@@ -59,6 +65,8 @@ def _function(operator: str, options: dict[str, Any]) -> Callable[[Any], Any]:
         return lambda v: torch.softmax(torch.sort(v, dim=-1)[0], dim=-1)
     if operator == "soft_quantile":
         return lambda v: rankops.soft_quantile(v, 0.3, **options)
+    if operator == "soft_topk_magnitude":
+        return lambda v: rankops.soft_topk_magnitude(v, 3, **options)
     if operator == "soft_topk_mask":
         return lambda v: rankops.soft_topk_mask(v, 3, **options)
     fn = getattr(rankops, operator)

@@ -504,11 +504,10 @@ def test_whole_powers_are_products_equal_to_the_power():
             np.testing.assert_allclose(odd_power(xp, a, float(e)), np.sign(a) * np.abs(a) ** e, rtol=8e-16 * e, atol=0)
 
 
-@pytest.mark.parametrize("tangent", [True, False])
 @pytest.mark.parametrize("dtype, scales", [(np.float64, [1e-80, 1e-8, 1.0, 1e8, 1e80]), (np.float32, [1e-10, 1.0, 1e10])])
-def test_cubic_root_is_the_real_root_at_every_scale(tangent, dtype, scales):
+def test_cubic_root_is_the_real_root_at_every_scale(dtype, scales):
     # t^3 + p t + q = 0 for p >= 0 has one real root; at t ~ scale, p ~ scale^2 and q ~ scale^3 (p = 0 on some):
-    # the rescaling keeps every power in range, with or without the guards that make tangents finite at 0
+    # the rescaling keeps every power in range
     import array_api_compat.numpy as xp
 
     from rankops._cores.powers import cubic_root
@@ -517,11 +516,45 @@ def test_cubic_root_is_the_real_root_at_every_scale(tangent, dtype, scales):
     for scale in scales:
         t = rng.normal(size=400) * scale
         p = rng.uniform(0.0, 2.0, 400) * rng.integers(0, 2, 400) * scale**2
-        got = cubic_root(xp, p.astype(dtype), (-(t**3) - p * t).astype(dtype), tangent=tangent)
+        got = cubic_root(xp, p.astype(dtype), (-(t**3) - p * t).astype(dtype))
         assert got.dtype == dtype
         # the root moves by |dq| / (3 t^2 + p) for a change dq of q: within a few roundings of q and p t
         tol = 16 * np.finfo(dtype).eps * (np.abs(t**3) + p * np.abs(t)) / (3 * t**2 + p)
         np.testing.assert_array_less(np.abs(got.astype(np.float64) - t), tol + 1e-300)
+
+
+@pytest.mark.parametrize("name", ["torch", "jax"])
+def test_cubic_root_derivatives_are_the_implicit_ones_and_finite_where_p_or_q_is_zero(name):
+    """The root's gradient is the implicit function's, ``dt/dp = -t / (3t^2 + p)`` and ``dt/dq = -1 / (3t^2 + p)``
+    (float64, from 1e-8 to 1e8), also where p = 0 or q = 0 alone, where the rescaling's powers have an infinite slope
+    (the rescaling carries no derivative); where both are 0 the root is 0 and its gradient 0, not NaN."""
+    from array_api_compat import array_namespace
+
+    from rankops._cores.powers import cubic_root
+
+    to, run = on_backend(name)
+    rng = np.random.default_rng(8)
+    scale = 10.0 ** rng.uniform(-8, 8, 300)
+    t = rng.normal(size=300) * scale
+    p = rng.uniform(0.0, 2.0, 300) * scale**2
+    p[:50] = 0.0  # q = -t^3 only
+    t[50:100] = 0.0  # q = 0, t = 0 with p > 0
+    p[100:110], t[100:110] = 0.0, 0.0  # both 0
+    q = -(t**3) - p * t
+    if name == "torch":
+        import torch
+
+        pp, qq = torch.asarray(p, requires_grad=True), torch.asarray(q, requires_grad=True)
+        dp, dq = (g.numpy() for g in torch.autograd.grad(cubic_root(array_namespace(pp), pp, qq).sum(), (pp, qq)))
+    else:
+        import jax
+
+        dp, dq = (np.asarray(g) for g in jax.grad(lambda a, b: cubic_root(array_namespace(a), a, b).sum(), (0, 1))(to(p), to(q)))
+    d = 3 * t**2 + p
+    some = d > 0
+    np.testing.assert_allclose(dp[some], -t[some] / d[some], rtol=1e-12, atol=0)
+    np.testing.assert_allclose(dq[some], -1.0 / d[some], rtol=1e-12, atol=0)
+    assert np.all(dp[~some] == 0) and np.all(dq[~some] == 0) and (~some).sum() == 10
 
 
 @pytest.mark.parametrize("name", CPU_BACKENDS)

@@ -348,7 +348,7 @@ def capped(xp: Any, adapter: Any, s: Any, k: Any, q: float, valid: Any = None) -
     with ``sum mu = k`` (the KKT conditions of the box and the sum; the same
     solution as :func:`project`, found without its pooling rounds). ``S(tau)
     = sum clip(...)`` decreases through the breakpoints ``s_i`` and ``s_i - 1``:
-    a binary search over them (``ceil(log2 2n) + 1`` evaluations of S, O(n)
+    a binary search over them (``ceil(log2 2n)`` evaluations of S, O(n)
     each) finds the interval holding ``tau``, on which the free entries are
     fixed; their equation ``sum_free (s_i - tau)^(q-1) = k - #ones`` is
     :func:`_shift`'s (closed forms, or Newton). ``s`` sorted decreasing; ``k``
@@ -397,17 +397,21 @@ def capped(xp: Any, adapter: Any, s: Any, k: Any, q: float, valid: Any = None) -
 def search_breakpoints(xp: Any, top: Any, bottom: Any, total: Any, k: Any) -> tuple[Any, Any, Any]:
     """The binary search of a one-free-block projection (:func:`capped`, :mod:`.magnitude`) over its 2n breakpoints
     in decreasing order: each entry's upper one (past it, the entry is at its cap) at place ``bottom``, its lower one
-    (above it, at 0) at ``top``; ``total(j)``, decreasing in j, is the shares' sum at the j-th breakpoint (at j = 0 it
-    is below k). Finds the smallest j with ``total(j) >= k`` in ``ceil(log2 2n) + 1`` evaluations, and returns
+    (above it, at 0) at ``top``; ``total(j)``, increasing in j, is the shares' sum at the j-th breakpoint (at j = 0 it
+    is below k). Finds the smallest j with ``total(j) >= k`` in ``ceil(log2 2n)`` evaluations, and returns
     ``(capped, free, whole)``: the entries at their cap on the interval that holds the threshold, those free there,
     and the rows where no breakpoint reaches k (j = 2n)."""
     n = top.shape[-1]
-    lo = xp.zeros(top.shape[:-1] + (1,), dtype=top.dtype, device=_device(top))
-    hi = xp.full_like(lo, 2 * n)
-    for _ in range(math.ceil(math.log2(2 * n)) + 1):
-        mid = (lo + hi) // 2
-        reached = total(xp.clip(mid, None, 2 * n - 1)) >= k
-        lo, hi = xp.where(reached, lo, mid), xp.where(reached, mid, hi)
+    # the last breakpoint known below k, moved on by each power of two in turn where the total there is still below
+    # it: read once per step besides the total's own reads (a candidate past 2n - 1 reads the last breakpoint's), so
+    # the expression torch.compile inlines grows with the steps, where lo, hi and their midpoint doubled it each step
+    below = xp.zeros(top.shape[:-1] + (1,), dtype=top.dtype, device=_device(top))
+    step = 1 << (math.ceil(math.log2(2 * n)) - 1)  # the steps sum to at least 2n - 1
+    while step:
+        short = total(xp.clip(below + step, None, 2 * n - 1)) < k
+        below = below + xp.astype(short, below.dtype) * step
+        step >>= 1
+    hi = xp.clip(below + 1, None, 2 * n)
     whole = hi >= 2 * n
     return bottom < hi, (top < hi) & (bottom >= hi) & ~whole, whole
 

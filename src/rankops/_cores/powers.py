@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from .._lib._adapters import get_adapter
 from .._lib._numerics import safe_divide
 
 __all__ = ["newton_steps", "falling_newton", "power", "odd_power", "cubic_root", "moment_root", "signed_square_root", "stepped_signed_square_root"]
@@ -73,7 +74,7 @@ def _product(a: Any, k: int) -> Any:
     return result
 
 
-def cubic_root(xp: Any, p: Any, q: Any, *, tangent: bool = True) -> Any:
+def cubic_root(xp: Any, p: Any, q: Any) -> Any:
     """The real root of ``t^3 + p t + q = 0`` for ``p >= 0`` (one real root).
 
     Cardano's ``t = B - A`` with ``A^3 = |q|/2 + sqrt(D)``, ``AB = p/3``,
@@ -81,30 +82,36 @@ def cubic_root(xp: Any, p: Any, q: Any, *, tangent: bool = True) -> Any:
     the equation rescaled by ``s = max(sqrt(p), cbrt|q|)`` so that no power
     overflows, and so that the cube root below is of a number near 1 (the
     power ``1/3``, itself rounded, errs in proportion to ``|log a|``).
-    ``tangent``: as for :func:`power`.
+
+    The root is homogeneous, ``t(p, q) = s t(p / s^2, q / s^3)`` for every
+    ``s > 0``, so ``s`` carries no derivative: its powers need no guard
+    where ``p`` or ``q`` is 0 (an infinite slope there), and where ``s > 0``
+    one of ``p / s^2``, ``|q| / s^3`` is 1, so every later power is of a
+    positive number; where ``s = 0`` (the root is 0, and q too) ``p / s^2`` is
+    set to 1 before any power. ``torch.compile`` inlines every read of a
+    value into each of its uses, so the formula reads each value as few
+    times as it can (a guard reads its argument twice, ``x * x`` twice):
+    guards around each power had inductor walk thousands of copies of it.
     """
-    s = xp.maximum(power(xp, p, 0.5, tangent=tangent), power(xp, xp.abs(q), 1.0 / 3.0, tangent=tangent))
+    s = get_adapter(xp).stop_gradient(xp, xp.maximum(xp.sqrt(p), xp.abs(q) ** (1.0 / 3.0)))
     some = s > 0
     s = xp.where(some, s, xp.ones_like(s))
-    ps, qs = p / (s * s), q / (s * s * s)
-    a = power(xp, xp.abs(qs) / 2.0 + power(xp, qs * qs / 4.0 + ps * ps * ps / 27.0, 0.5, tangent=tangent), 1.0 / 3.0, tangent=tangent)
-    if tangent:
-        b = safe_divide(xp, ps / 3.0, a)
-    else:  # a > 0 wherever s > 0 (|qs| or ps is positive there): one guard for both divisions
-        a = xp.where(some, a, xp.ones_like(a))
-        b = ps / 3.0 / a
-        return xp.where(some, -qs / (a * a + ps / 3.0 + b * b) * s, xp.zeros_like(s))
-    return xp.where(some, -safe_divide(xp, qs, a * a + ps / 3.0 + b * b) * s, xp.zeros_like(s))
+    s2 = xp.square(s)  # one read where s * s takes two
+    ps = xp.where(some, p / s2, xp.ones_like(s))
+    qs = q / (s2 * s)
+    a = (xp.abs(qs) / 2.0 + xp.sqrt(xp.square(qs) / 4.0 + xp.square(ps) * ps / 27.0)) ** (1.0 / 3.0)
+    b = ps / 3.0 / a
+    return xp.where(some, -qs / (xp.square(a) + ps / 3.0 + xp.square(b)) * s, xp.zeros_like(s))
 
 
 def moment_root(xp: Any, q: float, total_w: Any, m: Any, m2: Any, m3: Any = None, *, tangent: bool = True) -> Any:
     """The root ``t`` of ``sum_B (d_i + t)^(q-1) = W`` at q = 3 or 4, for a block every term of which is
     nonnegative there, from its size ``m`` and centred moments ``m2 = sum d^2``, ``m3 = sum d^3`` (``sum d = 0``):
     ``t = sqrt((W - m2) / m)`` at q = 3, the real root of ``t^3 + 3 (m2 / m) t + (m3 - W) / m = 0`` at q = 4
-    (``m3`` only there). ``tangent``: as for :func:`power`."""
+    (``m3`` only there). ``tangent``: as for :func:`power` (q = 3; the cubic's root needs no guard)."""
     if q == 3.0:
         return power(xp, xp.clip((total_w - m2) / m, 0.0, None), 0.5, tangent=tangent)
-    return cubic_root(xp, 3.0 * m2 / m, (m3 - total_w) / m, tangent=tangent)
+    return cubic_root(xp, 3.0 * m2 / m, (m3 - total_w) / m)
 
 
 def signed_square_root(xp: Any, adapter: Any, starts: Any, d: Any, total_w: Any, m: Any) -> Any:
@@ -157,7 +164,7 @@ def stepped_signed_square_root(xp: Any, total_w: Any, m: Any, m2: Any) -> Any:
     c = xp.sqrt(c2)
     big_m = mm - 1.0
     level = 12.0 * total_w / xp.where(c2 > 0, c2, xp.ones_like(c2))
-    s = cubic_root(xp, 3.0 * big_m * big_m + 6.0 * big_m + 2.0, -level, tangent=False)
+    s = cubic_root(xp, 3.0 * big_m * big_m + 6.0 * big_m + 2.0, -level)
     k = xp.clip(xp.ceil((big_m - s) / 2.0), 0.0, mm)
     mu = big_m / 2.0
     l1 = c * k * (k - mm) / 2.0
