@@ -11,7 +11,7 @@ softmax): what any compiled function pays here, whatever it holds.
 shortest's (a loop compiled once, not unrolled per entry or layer, keeps it
 near 1).
 
-Usage: python -m benchmarks.compile_time [--lengths 100 1000 100000] [--quick]
+Usage: python -m benchmarks.compile_time [--lengths 100 1000 100000] [--rows TEXT ...] [--quick]
 """
 
 from __future__ import annotations
@@ -125,12 +125,15 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--lengths", type=int, nargs="+", default=[100, 1000, 100_000])
     ap.add_argument("--quick", action="store_true", help="two rows at n = 16 and 32 (smoke test)")
+    ap.add_argument("--rows", nargs="+", metavar="TEXT", help="only the rows whose label holds one of these (the reference always)")
     ap.add_argument("--cell", help=argparse.SUPPRESS)  # the child: one JSON [operator, options, n]
     args = ap.parse_args(argv)
     if args.cell:
         print(cell(*json.loads(args.cell)))
         return 0
     lengths, cases = args.lengths, CASES
+    if args.rows:
+        cases = [CASES[0]] + [c for c in CASES[1:] if any(text in c[0] for text in args.rows)]
     if args.quick:
         lengths, cases = [16, 32], [CASES[0], CASES[6]]
     print("torch.compile(fullgraph=True): seconds of the first forward+backward, (4, n) float32, fresh inductor cache\n")
