@@ -532,7 +532,7 @@ def test_cubic_root_derivatives_are_the_implicit_ones_and_finite_where_p_or_q_is
 
     from rankops._cores.powers import cubic_root
 
-    to, run = on_backend(name)
+    to, _ = on_backend(name)
     rng = np.random.default_rng(8)
     scale = 10.0 ** rng.uniform(-8, 8, 300)
     t = rng.normal(size=300) * scale
