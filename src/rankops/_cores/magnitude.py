@@ -57,8 +57,9 @@ from .._lib._adapters import core, get_adapter, rebuilt, same_shape
 from .._lib._compat import is_array
 from .._lib._numerics import safe_divide
 from . import masked
+from .breakpoints import search_breakpoints
 from .finite import finite_rows
-from .pnorm import exponent_of, falling_root, search_breakpoints
+from .pnorm import exponent_of, falling_root
 from .powers import cubic_root, falling_newton, power
 
 __all__ = ["magnitude_core"]
@@ -122,7 +123,7 @@ def threshold(xp: Any, adapter: Any, a: Any, k: Any, eps: float, q: float) -> tu
     ``gap``: ``a - theta`` on the blending set (0 elsewhere); ``blend`` /
     ``kept``: the entries' status; ``rest``: k less the kept count. A binary
     search over the breakpoints in decreasing order
-    (:func:`.pnorm.search_breakpoints`); an entry's status at a breakpoint is read from where its own
+    (:func:`.breakpoints.search_breakpoints`); an entry's status at a breakpoint is read from where its own
     two breakpoints went, not from ``a - theta``, so that it survives the two
     rounding to one number.
     """
@@ -130,7 +131,8 @@ def threshold(xp: Any, adapter: Any, a: Any, k: Any, eps: float, q: float) -> tu
     # unsorted here (a is x's own order): one stable sort of both rows, not adapter.merge_descending's merge
     breaks, order = adapter.sort_order(xp, xp.concat([a, _kept_from(xp, adapter, a, eps, q)], axis=-1), descending=True)
     place = adapter.invert_permutation(xp, order)
-    top, bottom = place[..., :n], place[..., n:]
+    # arrays of their own, not views of place: see the search
+    top, bottom = xp.asarray(place[..., :n], copy=True), xp.asarray(place[..., n:], copy=True)
 
     def total(j: Any) -> Any:
         """The share sum at ``theta = breaks[j]``: 1 for an entry kept there, its share for one blending."""
@@ -142,7 +144,7 @@ def threshold(xp: Any, adapter: Any, a: Any, k: Any, eps: float, q: float) -> tu
         return xp.sum(xp.where(bottom <= j, 1.0, xp.where(between, share, 0.0)), axis=-1, keepdims=True)
 
     # whole: fewer than k entries are non-zero (at the largest a every entry is 0, below k)
-    kept, blend, whole = search_breakpoints(xp, top, bottom, total, k)
+    kept, blend, whole = search_breakpoints(xp, adapter, top, bottom, total, k)
     kept = kept | whole
     rest = k - xp.sum(xp.astype(kept, a.dtype), axis=-1, keepdims=True)
     theta, gap = _blend_root(xp, adapter, a, blend, rest, eps, q)

@@ -71,14 +71,15 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .._lib._compat import broadcast_arrays, device as _device
+from .._lib._compat import broadcast_arrays
 from .._lib._numerics import safe_divide
 from . import isotonic, windows
+from .breakpoints import search_breakpoints
 from .power_sums import PowerSums, SteppedSignedSums, block_form, centred, merge_blocks, merge_fit, pool_blocks, pooled_blocks_length
 from .powers import falling_newton, moment_root, odd_power, power, signed_square_root
 from .subsets import Subset
 
-__all__ = ["exponent", "project", "capped", "slope", "falling_root", "search_breakpoints", "exponent_of", "ENTRY_MERGES"]
+__all__ = ["exponent", "project", "capped", "slope", "falling_root", "exponent_of", "ENTRY_MERGES"]
 
 
 def exponent(p: float) -> float:
@@ -367,6 +368,7 @@ def capped(xp: Any, adapter: Any, s: Any, k: Any, q: float, valid: Any = None) -
     # s - 1, free between, 0 above its s. Read from these positions, not from s - tau, the status survives s - 1
     # rounding to s at large s
     breaks, top, bottom = adapter.merge_descending(xp, s, s - 1.0)
+    top, bottom = xp.asarray(top, copy=True), xp.asarray(bottom, copy=True)  # not views of one array: see the search
 
     def total(j: Any) -> Any:
         """S at tau = breaks[j]: the entries whose s - 1 is at or above it count 1 (there exactly), those between theirs
@@ -376,7 +378,7 @@ def capped(xp: Any, adapter: Any, s: Any, k: Any, q: float, valid: Any = None) -
         a = xp.where(bottom <= j, 1.0, xp.where(between, xp.clip(s - tau, 0.0, 1.0), 0.0))
         return xp.sum(power(xp, a, q - 1.0), axis=-1, keepdims=True)
 
-    upper, free, whole = search_breakpoints(xp, top, bottom, total, k)  # whole: every valid entry is 1
+    upper, free, whole = search_breakpoints(xp, adapter, top, bottom, total, k)  # whole: every valid entry is 1
     ones = upper | (whole & (True if valid is None else valid))
     # the free entries' block: their mean, centred moments and the root t = mean - tau
     count = xp.sum(xp.astype(free, s.dtype), axis=-1, keepdims=True)
@@ -392,28 +394,6 @@ def capped(xp: Any, adapter: Any, s: Any, k: Any, q: float, valid: Any = None) -
     # a fixed entry is a block of its own, whose share is 1 (its Jacobian row is then 0)
     share = xp.where(free, safe_divide(xp, dphi, xp.sum(dphi, axis=-1, keepdims=True)), 1.0)
     return mu, share, starts
-
-
-def search_breakpoints(xp: Any, top: Any, bottom: Any, total: Any, k: Any) -> tuple[Any, Any, Any]:
-    """The binary search of a one-free-block projection (:func:`capped`, :mod:`.magnitude`) over its 2n breakpoints
-    in decreasing order: each entry's upper one (past it, the entry is at its cap) at place ``bottom``, its lower one
-    (above it, at 0) at ``top``; ``total(j)``, increasing in j, is the shares' sum at the j-th breakpoint (at j = 0 it
-    is below k). Finds the smallest j with ``total(j) >= k`` in ``ceil(log2 2n)`` evaluations, and returns
-    ``(capped, free, whole)``: the entries at their cap on the interval that holds the threshold, those free there,
-    and the rows where no breakpoint reaches k (j = 2n)."""
-    n = top.shape[-1]
-    # the last breakpoint known below k, moved on by each power of two in turn where the total there is still below
-    # it: read once per step besides the total's own reads (a candidate past 2n - 1 reads the last breakpoint's), so
-    # the expression torch.compile inlines grows with the steps, where lo, hi and their midpoint doubled it each step
-    below = xp.zeros(top.shape[:-1] + (1,), dtype=top.dtype, device=_device(top))
-    step = 1 << (math.ceil(math.log2(2 * n)) - 1)  # the steps sum to at least 2n - 1
-    while step:
-        short = total(xp.clip(below + step, None, 2 * n - 1)) < k
-        below = below + xp.astype(short, below.dtype) * step
-        step >>= 1
-    hi = xp.clip(below + 1, None, 2 * n)
-    whole = hi >= 2 * n
-    return bottom < hi, (top < hi) & (bottom >= hi) & ~whole, whole
 
 
 def _free_root(xp: Any, adapter: Any, d: Any, free: Any, total_w: Any, m: Any, q: float) -> Any:
