@@ -102,30 +102,50 @@ def test_compiles_whole_with_eager_values_and_gradients(name):
     torch.testing.assert_close(compiled[1], eager[1], rtol=1e-10, atol=1e-12)
 
 
-# the cases whose only array is x: a changed shape is a valid call for them
-_X_ONLY = [name for name in CASES if "mask" not in name.split("[")[-1] and name.startswith(("soft_", "isotonic", "losses.spearman"))]
+# a changed shape is a valid call for the cases whose only array is x, and for these ragged ones given a mask and
+# labels of each call's shape
+_RAGGED_CASES = {
+    # the default softness reads each row's valid count (softness._narrowest); the p-norm top-k its k-th position
+    "soft_rank[lapsum, mask]": lambda x, m, y: rankops.soft_rank(x, method="lapsum", mask=m),
+    "soft_rank[permutahedron, mask]": lambda x, m, y: rankops.soft_rank(x, method="permutahedron", mask=m),
+    "soft_topk_mask[permutahedron, lp, mask]": lambda x, m, y: rankops.soft_topk_mask(
+        x, 1.5, method="permutahedron", regularization="lp", mask=m),
+    "soft_sort[diffsort, bitonic, mask]": lambda x, m, y: rankops.soft_sort(x, method="diffsort", network="bitonic", mask=m),
+    # NeuralSort's row sums in blocks of columns (the adapter's scan_blocks)
+    "losses.neural_ndcg_loss[mask]": lambda x, m, y: rankops.losses.neural_ndcg_loss(x, y, k=3, mask=m),
+}
+_RESHAPED_CASES = {
+    **{name: (lambda x, m, y, f=f: f(x)) for name, f in CASES.items()
+       if "mask" not in name.split("[")[-1] and name.startswith(("soft_", "isotonic", "losses.spearman"))},
+    **_RAGGED_CASES,
+}
 
 
 @pytest.mark.compiled
-@pytest.mark.parametrize("name", _X_ONLY)
+@pytest.mark.parametrize("name", list(_RESHAPED_CASES))
 def test_compiled_operators_follow_a_changing_shape(name):
-    """A training step compiled once, then called with a new batch size and then a new row length: torch.compile
-    traces the changed sizes as symbols (automatic dynamic shapes), and the operator must still be captured whole
-    and give eager's values and gradients (the top-k in magnitude did not, once n changed: array-api-compat's clip
-    tests a Python bound with ``math.isnan``, which a custom rule's trace refuses for a symbolic 2n)."""
-    f = CASES[name]
+    """A training step compiled once, then called with a new batch size and then a new row length (ragged lists whose
+    longest length changes): torch.compile traces the changed sizes as symbols (automatic dynamic shapes), and the
+    operator must still be captured whole and give eager's values and gradients. The top-k in magnitude, the
+    default softness of masked rows and the masked p-norm top-k did not (array-api-compat's clip tests two Python
+    bounds with ``math.isnan``, which a trace refuses for a symbolic n - 1), nor the masked NeuralSort losses
+    (``divmod`` of a symbolic n)."""
+    f = _RESHAPED_CASES[name]
     torch._dynamo.reset()
     compiled = torch.compile(f, fullgraph=True, backend="aot_eager")
     generator = torch.Generator().manual_seed(0)
     for shape in ((2, 6), (3, 6), (3, 9)):
         x0 = torch.randn(shape, generator=generator, dtype=torch.float64)
+        mask = (torch.rand(shape, generator=generator) > 0.3) | (torch.arange(shape[-1]) < 2)
+        labels = torch.randint(0, 4, shape, generator=generator).to(torch.float64)
         with warnings.catch_warnings():
             # torch's notes while it traces; max_iter=25 stops short of tol on purpose
             warnings.simplefilter("ignore", UserWarning)
             warnings.simplefilter("ignore", ConvergenceWarning)
-            got, want = _value_and_grad(compiled, x0), _value_and_grad(f, x0)
-        torch.testing.assert_close(got[0], want[0], rtol=1e-12, atol=1e-12)
-        torch.testing.assert_close(got[1], want[1], rtol=1e-10, atol=1e-12)
+            got = _value_and_grad(lambda x: compiled(x, mask, labels), x0)
+            want = _value_and_grad(lambda x: f(x, mask, labels), x0)
+        torch.testing.assert_close(got[0], want[0], rtol=1e-12, atol=1e-12, equal_nan=True)
+        torch.testing.assert_close(got[1], want[1], rtol=1e-10, atol=1e-12, equal_nan=True)
 
 
 _FLOAT_OPTIONS = {

@@ -316,7 +316,8 @@ class _TopK:
         inverse = adapter.invert_permutation(xp, order)
         value = xp.where(outside, math.nan, adapter.take(xp, mu, inverse))
         # the position whose weight k moves (k - floor k on it): the k-gradient is its block's
-        at = xp.astype(xp.clip(xp.floor(k), 0, n - 1), index_dtype(xp, _device(x)))
+        # the bound an array: n may be a symbol under torch.compile (array-api-compat's clip tests two scalars with isnan)
+        at = xp.astype(xp.clip(xp.floor(k), 0, xp.full_like(k, n - 1)), index_dtype(xp, _device(x)))
         return (value,), (starts, order, inverse, xp.where(outside, 0.0, value), share, at)
 
     def bwd(self, xp: Any, res: tuple[Any, ...], cts: tuple[Any, ...]) -> tuple[Any, ...]:

@@ -236,7 +236,7 @@ class Torch(PortableAdapter):
         a loop op inside a backward graph (see :meth:`eagerly`'s op, which runs
         such loops). Eager torch runs the portable loop.
         """
-        whole, rest = divmod(xs[0].shape[-1], block)
+        whole, rest = xs[0].shape[-1] // block, xs[0].shape[-1] % block  # not divmod: dynamo refuses it on a symbolic n
         if not (looped and torch.compiler.is_compiling()) or whole < _SCANNED_FROM or not _tensors(carry):
             return super().scan_blocks(xp, body, carry, xs, block)
         from torch._higher_order_ops import scan
