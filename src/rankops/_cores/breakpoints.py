@@ -42,8 +42,7 @@ def search_breakpoints(xp: Any, adapter: Any, top: Any, bottom: Any, total: Any,
 
     device = _device(top)
     start = (xp.zeros(top.shape[:-1] + (1,), dtype=top.dtype, device=device), xp.asarray(1 << (steps - 1), dtype=top.dtype, device=device))
-    # an array, not a Python bound: under torch.compile with dynamic shapes n is symbolic, and array-api-compat's
-    # clip tests a bound with math.isnan, which a custom rule's or a loop's body cannot trace
+    # an array: torch's minimum takes no Python number, and under torch.compile n may be a symbol
     last = xp.full_like(start[0], 2 * n - 1)
     below, _ = adapter.repeat(xp, lift, start, steps, steps, like=(top, bottom, k), differentiated=False)
     hi = xp.minimum(below + 1, last + 1)

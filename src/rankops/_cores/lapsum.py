@@ -38,7 +38,7 @@ from typing import Any
 
 from .._lib._adapters import core, get_adapter, rebuilt, same_shape
 from .._lib._compat import index_dtype, is_array, device as _device
-from .._lib._numerics import logaddexp, safe_divide
+from .._lib._numerics import clip_index, logaddexp, safe_divide
 from . import masked
 from .finite import finite_rows
 from .softness import softened
@@ -139,7 +139,7 @@ class _Sorted:
         """
         n = self.s.shape[-1]
         take = get_adapter(xp).take
-        lo, hi = xp.clip(count - 1, 0, n - 1), xp.clip(count, 0, n - 1)
+        lo, hi = clip_index(xp, count - 1, n), clip_index(xp, count, n)
         s_lo, s_hi = take(xp, self.s, lo), take(xp, self.s, hi)
         zero = xp.zeros_like(s_lo)
         big_a = xp.where(count >= 1, take(xp, self.p, lo), zero)
@@ -243,7 +243,7 @@ class _Sort(_Directed):
         up, down = _both_ways(xp, adapter, _links(xp, _decay(xp, t, self.alpha)), w)
         n = t.shape[-1]
         m = adapter.searchsorted(xp, t, s, side="right")  # t[:m] <= s_j < t[m:]
-        below, above = xp.clip(m - 1, 0, None), xp.clip(m, None, n - 1)
+        below, above = xp.clip(m - 1, 0, None), clip_index(xp, m, n)  # m >= 0
         zero = xp.zeros_like(s)
         take = adapter.take
         from_below = xp.where(m >= 1, xp.exp(-(s - take(xp, t, below)) / self.alpha) * take(xp, up, below), zero)

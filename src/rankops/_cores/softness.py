@@ -40,7 +40,7 @@ from typing import Any, Callable
 
 from .._lib._adapters import get_adapter
 from .._lib._compat import index_dtype, is_array, device as _device
-from .._lib._numerics import exact_centre
+from .._lib._numerics import clip_index, exact_centre
 from . import _calibration, _calibration_sorts
 from .masked import valid_first
 
@@ -203,8 +203,7 @@ def _narrowest(xp: Any, srt: Any, count: Any) -> Any:
         k = xp.minimum(xp.clip(xp.round(count / 10.0), 3.0, None), count - 1.0)
         idx = index_dtype(xp, _device(srt))
         ahead = xp.arange(n, dtype=idx, device=_device(srt)) + xp.astype(k, idx)
-        # the bound an array: n may be a symbol under torch.compile (array-api-compat's clip tests two scalars with isnan)
-        upper = get_adapter(xp).take(xp, srt, xp.clip(ahead, 0, xp.full_like(ahead, n - 1)))
+        upper = get_adapter(xp).take(xp, srt, clip_index(xp, ahead, n))
         widths = xp.where(ahead < xp.astype(count, idx), upper - srt, xp.full_like(srt, math.inf))
         factor = _normal_width_array(xp, k, count)
     narrowest = xp.min(widths, axis=-1, keepdims=True)

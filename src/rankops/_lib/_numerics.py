@@ -110,6 +110,17 @@ def abs_power_slope(xp: Any, d: Any, power: Any) -> Any:
     return xp.where(zero, xp.zeros_like(d), power * xp.where(zero, xp.ones_like(d), d) ** (power - 1.0))
 
 
+def clip_index(xp: Any, i: Any, n: Any) -> Any:
+    """Integer positions ``i`` clipped to ``[0, n - 1]``, the places of an axis of length ``n``.
+
+    The upper bound goes to ``clip`` as an array: under ``torch.compile`` with
+    dynamic shapes ``n`` is a symbol, and array-api-compat's ``clip`` tests a
+    Python bound with ``math.isnan``, which a custom rule's or a loop's body
+    cannot trace.
+    """
+    return xp.clip(i, 0, xp.full_like(i, n - 1))
+
+
 def safe_divide(xp: Any, num: Any, den: Any) -> Any:
     """``num / den`` where ``den > 0``, else 0 (an empty row, column or marginal moves nothing)."""
     q = num / xp.where(den > 0, den, xp.ones_like(den))
