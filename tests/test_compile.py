@@ -130,11 +130,26 @@ def test_compiled_operators_follow_a_changing_shape(name):
     default softness of masked rows and the masked p-norm top-k did not (array-api-compat's clip tests two Python
     bounds with ``math.isnan``, which a trace refuses for a symbolic n - 1), nor the masked NeuralSort losses
     (``divmod`` of a symbolic n)."""
-    f = _RESHAPED_CASES[name]
+    _assert_follows_shapes(_RESHAPED_CASES[name], ((2, 6), (3, 6), (3, 9)))
+
+
+@pytest.mark.compiled
+@pytest.mark.parametrize("name", list(_RESHAPED_CASES))
+def test_compiled_operators_with_every_size_a_symbol(name):
+    """``torch.compile(dynamic=True)``: sizes, and floats derived from them or read from modules, are symbols from
+    the first call on. A loop's body (torch's ``while_loop`` and ``scan``) may close over no symbolic float, and
+    array-api-compat's ``clip`` tests a Python bound with ``math.isnan``: Sinkhorn's polish (its tolerance),
+    diffsort's network (``math.pi``, made a symbol by the softness; the clipped comparator argument) and the masked
+    NeuralSort losses (the scaling's clipped floor) failed to compile."""
+    _assert_follows_shapes(_RESHAPED_CASES[name], ((2, 6), (3, 9)), dynamic=True)
+
+
+def _assert_follows_shapes(f, shapes, dynamic=None):
+    """``f(x, mask, labels)`` compiled once and called at each shape gives eager's values and gradients."""
     torch._dynamo.reset()
-    compiled = torch.compile(f, fullgraph=True, backend="aot_eager")
+    compiled = torch.compile(f, fullgraph=True, backend="aot_eager", dynamic=dynamic)
     generator = torch.Generator().manual_seed(0)
-    for shape in ((2, 6), (3, 6), (3, 9)):
+    for shape in shapes:
         x0 = torch.randn(shape, generator=generator, dtype=torch.float64)
         mask = (torch.rand(shape, generator=generator) > 0.3) | (torch.arange(shape[-1]) < 2)
         labels = torch.randint(0, 4, shape, generator=generator).to(torch.float64)

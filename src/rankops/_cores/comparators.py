@@ -33,6 +33,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from .._lib._numerics import clamp
+
 __all__ = ["DISTRIBUTIONS", "shares", "slope", "clamp_argument"]
 
 DISTRIBUTIONS = ("cauchy", "reciprocal", "optimal", "logistic", "logistic_phi", "gaussian")
@@ -41,10 +43,14 @@ DISTRIBUTIONS = ("cauchy", "reciprocal", "optimal", "logistic", "logistic_phi", 
 # relaxations are 0 or 1 to the last bit long before (the slowest, cauchy: 1 - 3e-31).
 _U_MAX = 1e30
 _PHI_FLOOR = 1e-10  # diffsort's guard in |d| + 1e-10 and |u| + 1e-10
+# constants of this module, not math.pi in a network's loop body: torch.compile(dynamic=True) makes math.pi a
+# symbol where the softness reads it first, and a scan's body may close over no symbolic float
+_INV_PI = 1.0 / math.pi
+_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 
 
 def clamp_argument(xp: Any, u: Any) -> Any:
-    return xp.clip(u, -_U_MAX, _U_MAX)
+    return clamp(xp, u, -_U_MAX, _U_MAX)
 
 
 def _sigmoid(xp: Any, w: Any) -> tuple[Any, Any]:
@@ -74,7 +80,7 @@ def shares(xp: Any, adapter: Any, distribution: str, u: Any, steepness: float, a
     """
     if distribution == "cauchy":
         one = xp.ones_like(u)
-        return xp.atan2(one, u) * (1.0 / math.pi), xp.atan2(one, -u) * (1.0 / math.pi)
+        return xp.atan2(one, u) * _INV_PI, xp.atan2(one, -u) * _INV_PI
     a = xp.abs(u)
     if distribution in ("logistic", "logistic_phi"):
         e = xp.exp(-(a if distribution == "logistic" else a / _phi_scale(xp, u, steepness, art_lambda)))
@@ -99,12 +105,12 @@ def slope(xp: Any, distribution: str, u: Any, steepness: float, art_lambda: floa
         # d/du [u / (a + floor)^lambda] = (a + floor - lambda a) / (a + floor)^(lambda + 1)
         return _sigmoid(xp, u / scale)[1] * (a + _PHI_FLOOR - art_lambda * a) / (scale * (a + _PHI_FLOOR))
     if distribution == "gaussian":
-        return xp.exp(-0.5 * u * u) * (1.0 / math.sqrt(2.0 * math.pi))
+        return xp.exp(-0.5 * u * u) * _INV_SQRT_2PI
     if distribution == "reciprocal":
         r = 2.0 + xp.abs(u)
         return 1.0 / (r * r)
     if distribution == "cauchy":
-        return (1.0 / math.pi) / (1.0 + u * u)
+        return _INV_PI / (1.0 + u * u)
     a = xp.abs(u)
     t = 4.0 * (a + _PHI_FLOOR)
     return xp.where(a > 0.25, 1.0 / (t * t), xp.ones_like(u))

@@ -40,7 +40,7 @@ from typing import Any, Callable
 
 from .._lib._adapters import get_adapter
 from .._lib._compat import index_dtype, is_array, device as _device
-from .._lib._numerics import clip_index, exact_centre
+from .._lib._numerics import clamp, clip_index, exact_centre
 from . import _calibration, _calibration_sorts
 from .masked import valid_first
 
@@ -128,7 +128,7 @@ def _interpolated_array(xp: Any, table: tuple[tuple[float, ...], ...], u: Any, w
     """:func:`_interpolated` with ``u`` and ``w`` arrays (broadcast together); ``slope``: its derivative in ``u``."""
     u0, du, nu, w0, dw, nw = GRID
     values = xp.asarray(table, dtype=u.dtype, device=_device(u))
-    u, w = xp.clip(u, None, u0 + du * (nu - 1)), xp.clip(w, _SHORTEST, None)
+    u, w = clamp(xp, u, high=u0 + du * (nu - 1)), clamp(xp, w, low=_SHORTEST)
     wu, ww = _weights(xp, u, u0, du, nu, slope), _weights(xp, w, w0, dw, nw)
     return xp.sum(xp.matmul(wu[..., None, :], values)[..., 0, :] * ww, axis=-1)
 

@@ -269,12 +269,15 @@ def _polish(
     Newton map: the CG declared one linear solve, a step judged on
     constants before its plan is formed.
     """
-    target = max(tol * tol, POLISHED[xp.finfo(c.dtype).bits >= 64])
+    # 0-d arrays, not Python floats: under torch.compile(dynamic=True) a float is a symbol, which a while_loop's body
+    # may not close over
+    limit = xp.asarray(tol, dtype=c.dtype, device=_device(c))
+    target = xp.maximum(limit * limit, xp.asarray(POLISHED[xp.finfo(c.dtype).bits >= 64], dtype=c.dtype, device=_device(c)))
     a, b = xp.exp(log_a), xp.exp(log_b)
 
     def due(err: Any) -> Any:
         """Converged, but not within the target yet (NaN compares False: such a problem is left as it is)."""
-        return (err > target) & (err <= tol)
+        return (err > target) & (err <= limit)
 
     def step(st: tuple[Any, ...]) -> tuple[Any, ...]:
         plan, u, v, err = st
