@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .._lib._numerics import clamp
+from .._lib._adapters import get_adapter
 
 __all__ = ["DISTRIBUTIONS", "shares", "slope", "clamp_argument"]
 
@@ -50,7 +50,7 @@ _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 
 
 def clamp_argument(xp: Any, u: Any) -> Any:
-    return clamp(xp, u, -_U_MAX, _U_MAX)
+    return get_adapter(xp).clip(xp, u, -_U_MAX, _U_MAX)
 
 
 def _sigmoid(xp: Any, w: Any) -> tuple[Any, Any]:

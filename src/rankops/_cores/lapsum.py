@@ -38,7 +38,7 @@ from typing import Any
 
 from .._lib._adapters import core, get_adapter, rebuilt, same_shape
 from .._lib._compat import index_dtype, is_array, device as _device
-from .._lib._numerics import clip_index, logaddexp, safe_divide
+from .._lib._numerics import logaddexp, safe_divide
 from . import masked
 from .finite import finite_rows
 from .softness import softened
@@ -138,8 +138,8 @@ class _Sorted:
         would cancel in float32 once the gap is 1e7 alphas wide.
         """
         n = self.s.shape[-1]
-        take = get_adapter(xp).take
-        lo, hi = clip_index(xp, count - 1, n), clip_index(xp, count, n)
+        take, clip = get_adapter(xp).take, get_adapter(xp).clip
+        lo, hi = clip(xp, count - 1, 0, n - 1), clip(xp, count, 0, n - 1)
         s_lo, s_hi = take(xp, self.s, lo), take(xp, self.s, hi)
         zero = xp.zeros_like(s_lo)
         big_a = xp.where(count >= 1, take(xp, self.p, lo), zero)
@@ -243,7 +243,7 @@ class _Sort(_Directed):
         up, down = _both_ways(xp, adapter, _links(xp, _decay(xp, t, self.alpha)), w)
         n = t.shape[-1]
         m = adapter.searchsorted(xp, t, s, side="right")  # t[:m] <= s_j < t[m:]
-        below, above = xp.clip(m - 1, 0, None), clip_index(xp, m, n)  # m >= 0
+        below, above = xp.clip(m - 1, 0, None), adapter.clip(xp, m, None, n - 1)
         zero = xp.zeros_like(s)
         take = adapter.take
         from_below = xp.where(m >= 1, xp.exp(-(s - take(xp, t, below)) / self.alpha) * take(xp, up, below), zero)

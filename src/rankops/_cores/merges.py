@@ -30,7 +30,6 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from .._lib._compat import index_dtype, device as _device
-from .._lib._numerics import clip_index
 
 __all__ = ["merge_rounds", "merge_lengths", "padded_length", "SHORT_MERGE_FROM"]
 
@@ -65,7 +64,7 @@ def _within_halves(xp: Any, adapter: Any, comb: Callable[[Any, Any], Any], a: An
             j, has = pos + d, (h - 1 - k) >= d
         else:
             j, has = pos - d, k >= d
-        other = adapter.take(xp, u, xp.broadcast_to(clip_index(xp, j, n), u.shape))
+        other = adapter.take(xp, u, xp.broadcast_to(adapter.clip(xp, j, 0, n - 1), u.shape))
         return xp.where(has, comb(other, u), u), d * 2
 
     one = xp.asarray(1, dtype=pos.dtype, device=_device(pos))
@@ -82,7 +81,7 @@ def _count_below(xp: Any, adapter: Any, v: Any, start: Any, h: Any, r: Any, stri
     def step(state: tuple[Any, Any]) -> tuple[Any, Any]:
         c, bit = state
         cand = c + bit
-        probe = adapter.take(xp, seq, clip_index(xp, start + cand - 1, n))
+        probe = adapter.take(xp, seq, adapter.clip(xp, start + cand - 1, 0, n - 1))
         below = xp.where(strict, probe < v, probe <= v)
         return xp.where((cand <= h) & below, cand, c), bit // 2
 
@@ -194,7 +193,7 @@ def _round(xp: Any, adapter: Any, kind: Any, v: Any, data: tuple[Any, ...], h: A
     bwd = _scan(xp, adapter, kind, tot, pos, k, h, r, steps, True)  # from the entry to its half's end
 
     def at(sums: Any, i: Any, some: Any) -> tuple[Any, ...]:
-        got = adapter.take(xp, sums, xp.broadcast_to(clip_index(xp, i, n), sums.shape))
+        got = adapter.take(xp, sums, xp.broadcast_to(adapter.clip(xp, i, 0, n - 1), sums.shape))
         got = xp.where(some, got, ident)
         return tuple(got[s, ...] for s in range(count))
 

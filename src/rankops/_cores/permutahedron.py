@@ -37,7 +37,7 @@ from typing import Any
 
 from .._lib._adapters import core, get_adapter, rebuilt, same_shape
 from .._lib._compat import index_dtype, is_array, device as _device
-from .._lib._numerics import clip_index, safe_divide
+from .._lib._numerics import safe_divide
 from . import isotonic, masked, pnorm
 from .finite import finite_rows
 from .power_sums import stepped_mean
@@ -316,7 +316,7 @@ class _TopK:
         inverse = adapter.invert_permutation(xp, order)
         value = xp.where(outside, math.nan, adapter.take(xp, mu, inverse))
         # the position whose weight k moves (k - floor k on it): the k-gradient is its block's
-        at = xp.astype(clip_index(xp, xp.floor(k), n), index_dtype(xp, _device(x)))
+        at = xp.astype(adapter.clip(xp, xp.floor(k), 0, n - 1), index_dtype(xp, _device(x)))
         return (value,), (starts, order, inverse, xp.where(outside, 0.0, value), share, at)
 
     def bwd(self, xp: Any, res: tuple[Any, ...], cts: tuple[Any, ...]) -> tuple[Any, ...]:

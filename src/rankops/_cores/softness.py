@@ -40,7 +40,7 @@ from typing import Any, Callable
 
 from .._lib._adapters import get_adapter
 from .._lib._compat import index_dtype, is_array, device as _device
-from .._lib._numerics import clamp, clip_index, exact_centre
+from .._lib._numerics import exact_centre
 from . import _calibration, _calibration_sorts
 from .masked import valid_first
 
@@ -128,7 +128,8 @@ def _interpolated_array(xp: Any, table: tuple[tuple[float, ...], ...], u: Any, w
     """:func:`_interpolated` with ``u`` and ``w`` arrays (broadcast together); ``slope``: its derivative in ``u``."""
     u0, du, nu, w0, dw, nw = GRID
     values = xp.asarray(table, dtype=u.dtype, device=_device(u))
-    u, w = clamp(xp, u, high=u0 + du * (nu - 1)), clamp(xp, w, low=_SHORTEST)
+    clip = get_adapter(xp).clip
+    u, w = clip(xp, u, None, u0 + du * (nu - 1)), clip(xp, w, _SHORTEST)
     wu, ww = _weights(xp, u, u0, du, nu, slope), _weights(xp, w, w0, dw, nw)
     return xp.sum(xp.matmul(wu[..., None, :], values)[..., 0, :] * ww, axis=-1)
 
@@ -203,7 +204,7 @@ def _narrowest(xp: Any, srt: Any, count: Any) -> Any:
         k = xp.minimum(xp.clip(xp.round(count / 10.0), 3.0, None), count - 1.0)
         idx = index_dtype(xp, _device(srt))
         ahead = xp.arange(n, dtype=idx, device=_device(srt)) + xp.astype(k, idx)
-        upper = get_adapter(xp).take(xp, srt, clip_index(xp, ahead, n))
+        upper = get_adapter(xp).take(xp, srt, get_adapter(xp).clip(xp, ahead, 0, n - 1))
         widths = xp.where(ahead < xp.astype(count, idx), upper - srt, xp.full_like(srt, math.inf))
         factor = _normal_width_array(xp, k, count)
     narrowest = xp.min(widths, axis=-1, keepdims=True)

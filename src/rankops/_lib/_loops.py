@@ -26,7 +26,7 @@ import math
 from typing import Any, Callable
 
 from ._compat import index_dtype, device as _device
-from ._numerics import clip_index, logaddexp
+from ._numerics import logaddexp
 
 
 def settled(xp: Any, err: Any, tol: float) -> Any:
@@ -243,7 +243,7 @@ def searchsorted(xp: Any, sorted_seq: Any, values: Any, *, side: str = "left") -
     hi = xp.full(values.shape, m, dtype=idx_dtype, device=dev)
     for _ in range(max(1, m.bit_length())):
         mid = (lo + hi) // 2
-        probe = take(xp, sorted_seq, clip_index(xp, mid, m))
+        probe = take(xp, sorted_seq, xp.clip(mid, 0, m - 1))
         right = probe < values if side == "left" else probe <= values
         active = lo < hi
         lo = xp.where(active & right, mid + 1, lo)

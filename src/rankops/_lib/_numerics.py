@@ -110,29 +110,6 @@ def abs_power_slope(xp: Any, d: Any, power: Any) -> Any:
     return xp.where(zero, xp.zeros_like(d), power * xp.where(zero, xp.ones_like(d), d) ** (power - 1.0))
 
 
-def clamp(xp: Any, x: Any, low: float | None = None, high: float | None = None) -> Any:
-    """``x`` clipped to ``[low, high]`` (Python bounds, either None), NaN kept, with the derivative of ``clip``.
-
-    Not ``xp.clip``: array-api-compat's tests a Python bound with
-    ``math.isnan``, which ``torch.compile(dynamic=True)`` refuses inside a
-    custom rule or a loop's body (floats are symbols there).
-    """
-    if high is not None:
-        x = xp.where(x > high, high, x)
-    return x if low is None else xp.where(x < low, low, x)
-
-
-def clip_index(xp: Any, i: Any, n: Any) -> Any:
-    """Integer positions ``i`` clipped to ``[0, n - 1]``, the places of an axis of length ``n``.
-
-    The upper bound goes to ``clip`` as an array: under ``torch.compile`` with
-    dynamic shapes ``n`` is a symbol, and array-api-compat's ``clip`` tests a
-    Python bound with ``math.isnan``, which a custom rule's or a loop's body
-    cannot trace.
-    """
-    return xp.clip(i, 0, xp.full_like(i, n - 1))
-
-
 def safe_divide(xp: Any, num: Any, den: Any) -> Any:
     """``num / den`` where ``den > 0``, else 0 (an empty row, column or marginal moves nothing)."""
     q = num / xp.where(den > 0, den, xp.ones_like(den))

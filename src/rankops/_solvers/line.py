@@ -32,7 +32,7 @@ import numpy as np
 
 from .._lib._adapters import PortableAdapter, custom_backward, get_adapter
 from .._lib._compat import is_array, device as _device
-from .._lib._numerics import abs_power, abs_power_slope, clip_index, matvec, unbroadcast
+from .._lib._numerics import abs_power, abs_power_slope, matvec, unbroadcast
 from .implicit import dual_cotangents
 from .sinkhorn import DEFAULT_CHECK_EVERY, Settings, fixed_point, scaled_start, solve_vjp
 
@@ -315,7 +315,7 @@ def _staircase(
     """
     dev, m = _device(ss), b_cum.shape[-1]
     scale = 1.0 / max(m - 1, 1)
-    col = clip_index(xp, adapter.searchsorted(xp, b_cum, a_break, side=side), m)  # (..., n - 1)
+    col = adapter.clip(xp, adapter.searchsorted(xp, b_cum, a_break, side=side), 0, m - 1)  # (..., n - 1)
     y_col = xp.astype(col, ss.dtype) * scale if y is None else adapter.take(xp, y, col)
     df = cost(y_col - ss[..., 1:]) - cost(y_col - ss[..., :-1])
     steps = xp.broadcast_to(xp.arange(1, m, dtype=col.dtype, device=dev), col.shape[:-1] + (m - 1,))

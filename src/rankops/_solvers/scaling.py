@@ -21,7 +21,6 @@ from typing import Any
 
 from .._lib._adapters import custom_backward, get_adapter
 from .._lib._compat import device as _device
-from .._lib._numerics import clamp
 
 __all__ = ["scale_to_doubly_stochastic"]
 
@@ -30,7 +29,7 @@ _FLOOR = 1e-10
 
 
 def _reciprocal(xp: Any, total: Any) -> Any:
-    return 1 / clamp(xp, total, low=_FLOOR)
+    return 1 / get_adapter(xp).clip(xp, total, _FLOOR)
 
 
 def _scaled(xp: Any, p: Any, row_w: Any, col_w: Any, *, max_iter: int, tol: float) -> Any:

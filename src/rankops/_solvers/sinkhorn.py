@@ -44,7 +44,7 @@ from typing import Any, Callable, NamedTuple, Protocol
 import numpy as np
 
 from .._lib._adapters import PortableAdapter, custom_backward, get_adapter
-from .._lib._compat import is_array, device as _device
+from .._lib._compat import concrete_number, is_array, device as _device
 from .._lib._loops import freeze_rows
 from .._lib._numerics import checked_weights, finite_max, matvec, vecmat
 from .implicit import fixed_point_vjp, solve_dual
@@ -269,15 +269,14 @@ def _polish(
     Newton map: the CG declared one linear solve, a step judged on
     constants before its plan is formed.
     """
-    # 0-d arrays, not Python floats: under torch.compile(dynamic=True) a float is a symbol, which a while_loop's body
+    # a constant: under torch.compile(dynamic=True) a float read from a module is a symbol, which a while_loop's body
     # may not close over
-    limit = xp.asarray(tol, dtype=c.dtype, device=_device(c))
-    target = xp.maximum(limit * limit, xp.asarray(POLISHED[xp.finfo(c.dtype).bits >= 64], dtype=c.dtype, device=_device(c)))
+    target = concrete_number(max(tol * tol, POLISHED[xp.finfo(c.dtype).bits >= 64]))
     a, b = xp.exp(log_a), xp.exp(log_b)
 
     def due(err: Any) -> Any:
         """Converged, but not within the target yet (NaN compares False: such a problem is left as it is)."""
-        return (err > target) & (err <= limit)
+        return (err > target) & (err <= tol)
 
     def step(st: tuple[Any, ...]) -> tuple[Any, ...]:
         plan, u, v, err = st

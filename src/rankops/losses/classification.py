@@ -11,7 +11,7 @@ from .._lib._adapters import get_adapter
 from .._lib._calls import Call, prepare
 from .._lib._compat import Array, index_dtype, device as _device
 from .._lib._docs import fill_doc
-from .._lib._numerics import clip_index, logsumexp, vecmat
+from .._lib._numerics import logsumexp, vecmat
 from ..permutations import NetworkOptions, diffsort, neuralsort, softsort
 from ._common import MASK, _one_hot, at_label, class_labels, in_float32, per_row_returns, row_mask, rows, with_mask
 from .ranking import _log_matrix
@@ -59,7 +59,7 @@ def _top_shares(xp: Any, s: Any, w: tuple[float, ...], method: str, options: dic
             back = xp.sum(xp.astype(mask, idx), axis=-1, keepdims=True) - 1 - xp.arange(n, dtype=idx, device=dev)
             weights = xp.asarray(w, dtype=s.dtype, device=dev)
             # one flat gather from the weights (a row-wise one has no Dask kernel outside whole-row blocks)
-            placed = xp.reshape(xp.take(weights, xp.reshape(clip_index(xp, back, n), (-1,)), axis=0), tuple(s.shape))
+            placed = xp.reshape(xp.take(weights, xp.reshape(get_adapter(xp).clip(xp, back, 0, n - 1), (-1,)), axis=0), tuple(s.shape))
             levels = xp.where(back >= 0, placed, 0.0)
             return vecmat(xp, levels, p)
         p = xp.exp(_log_matrix(xp, s, method, options, mask)) if method == "sinkhorn" else \

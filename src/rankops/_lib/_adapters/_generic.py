@@ -146,6 +146,12 @@ class PortableAdapter:
     def searchsorted(self, xp: Any, sorted_seq: Any, values: Any, *, side: str = "left") -> Any:
         return _loops.searchsorted(xp, sorted_seq, values, side=side)
 
+    def clip(self, xp: Any, x: Any, low: Any = None, high: Any = None) -> Any:
+        """``x`` clipped to ``[low, high]`` (either None). Not ``xp.clip`` wherever a bound is a row's length, or a
+        float read from a module, in a loop's body: under ``torch.compile`` such a bound may be a symbol, which
+        array-api-compat's ``clip`` tests with ``math.isnan`` (a trace refuses that)."""
+        return xp.clip(x, low, high)
+
     def take(self, xp: Any, a: Any, index: Any) -> Any:
         """``a[..., index]`` row by row (``index`` has ``a``'s batch shape)."""
         return _loops.take(xp, a, index)

@@ -68,8 +68,7 @@ class Torch(PortableAdapter):
         """
         if not torch.compiler.is_compiling() and not plain(a, b):  # recorded by autograd (a second derivative), torch.func
             return super().linear_scan(xp, a[..., : b.shape[-1] - 1], b, reverse=reverse)
-        n = b.shape[-1]
-        sizes = _link_sizes(n)
+        n, sizes = b.shape[-1], _link_sizes(b.shape[-1])
         packed = len(sizes) > 1 and a.shape[-1] == sum(sizes)
         if reverse:
             a = a[..., : n - 1]  # the plain links, reversed below
@@ -99,9 +98,8 @@ class Torch(PortableAdapter):
         if len(sizes) < 2 or a.numel() // a.shape[-1] * sum(sizes) > _LINKS_KEPT or torch.compiler.is_compiling() or not plain(a):
             return a
         buf = a.new_empty(a.shape[:-1] + (sum(sizes),))
-        prev = buf[..., : sizes[0]]
+        prev, at = buf[..., : sizes[0]], sizes[0]
         prev.copy_(a)
-        at = sizes[0]
         for i, size in enumerate(sizes[1:]):
             d = 1 << i
             nxt = buf[..., at : at + size]
@@ -111,6 +109,9 @@ class Torch(PortableAdapter):
 
     def searchsorted(self, xp: Any, sorted_seq: Any, values: Any, *, side: str = "left") -> Any:
         return torch.searchsorted(*searchable(sorted_seq, values), right=side == "right")
+
+    def clip(self, xp: Any, x: Any, low: Any = None, high: Any = None) -> Any:
+        return torch.clamp(x, low, high)  # one kernel, and a symbolic bound is not tested with math.isnan
 
     def take(self, xp: Any, a: Any, index: Any) -> Any:
         # take_along_dim wraps negative indices (a remainder per call); these never are negative
@@ -388,8 +389,7 @@ def _eager_fake(fn: str, params: str, arrays: list[torch.Tensor], like: list[int
 def _fresh(tree: Any) -> Any:
     """``tree`` with each tensor copied to a dense one: a loop body's outputs may not alias its inputs, and a
     scan's carry keeps its strides (a broadcast one has zeros)."""
-    return torch.utils._pytree.tree_map(
-        lambda t: t.clone(memory_format=torch.contiguous_format) if isinstance(t, torch.Tensor) else t, tree)
+    return torch.utils._pytree.tree_map(lambda t: t.clone(memory_format=torch.contiguous_format) if isinstance(t, torch.Tensor) else t, tree)
 
 
 def _tensors(tree: Any) -> list[Any]:
