@@ -37,14 +37,12 @@ def search_breakpoints(xp: Any, adapter: Any, top: Any, bottom: Any, total: Any,
         2n - 1. One read of ``below`` per step, where lo, hi and their midpoint doubled the expression a compiler
         inlines."""
         below, step = state
-        short = total(xp.minimum(below + step, last)) < k
+        short = total(adapter.clip(xp, below + step, None, 2 * n - 1)) < k
         return below + xp.astype(short, below.dtype) * step, step // 2
 
     device = _device(top)
     start = (xp.zeros(top.shape[:-1] + (1,), dtype=top.dtype, device=device), xp.asarray(1 << (steps - 1), dtype=top.dtype, device=device))
-    # an array: torch's minimum takes no Python number, and under torch.compile n may be a symbol
-    last = xp.full_like(start[0], 2 * n - 1)
     below, _ = adapter.repeat(xp, lift, start, steps, steps, like=(top, bottom, k), differentiated=False)
-    hi = xp.minimum(below + 1, last + 1)
+    hi = adapter.clip(xp, below + 1, None, 2 * n)
     whole = hi >= 2 * n
     return bottom < hi, (top < hi) & (bottom >= hi) & ~whole, whole
