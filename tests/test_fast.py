@@ -266,7 +266,7 @@ def test_isotonic_merge_rounds_stay_whole_loops_under_jax_linearize():
         return text.count("scan[") + text.count("while[")
 
     forward = loops(rankops.isotonic_regression)
-    assert forward >= 4  # the rounds and their scans and searches, so the count keeps its point
+    assert forward >= 4  # the pooling and merge rounds, each merge round's sweep, so the count keeps its point
     assert loops(lambda u: jax.linearize(rankops.isotonic_regression, u)[0]) == forward
     assert_allclose(np.asarray(jax.jit(rankops.isotonic_regression)(y)), np.stack([isotonic_regression(r).x for r in np.asarray(y)]),
                     rtol=1e-12, atol=1e-12)

@@ -17,17 +17,20 @@ tests). A round costs O(n log n); no n x n anything.
   what depends on ``h`` comes from positions, so the ``L`` rounds are one
   loop (on JAX) and the program does not grow with the row. Sums within
   each half run by doubling over offsets ``d = 1, 2, 4, ...`` that stay
-  inside the half, the counts by a binary search, each a loop of one
-  gather per step, as many steps as a half of ``h`` entries needs
-  (``log2 h`` or one more: O(n log^2 n) in all). The loops run in a
-  custom rule's forward, which no autodiff traces: on JAX they are
-  ``while`` loops (the adapter's ``repeat(differentiated=False)``), which
-  stop at that count and which ``jax.grad`` leaves whole.
+  inside the half, the counts by a binary search: the sums (only those
+  that run outward from the boundary, the ones the tests read) and every
+  search of a round are one loop (:func:`_sweep`) of one gather per step,
+  as many steps as a half of ``h`` entries needs (``log2 h`` + 1: O(n
+  log^2 n) in all), and each test reads its sums with one gather. The loops run in a custom rule's forward, which no
+  autodiff traces: on JAX they are ``while`` loops (the adapter's
+  ``repeat(differentiated=False)``), which stop at that count and which
+  ``jax.grad`` leaves whole. Each loop is a program section that the
+  compiler handles on its own, so a round has one.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 from .._lib._compat import index_dtype, device as _device
 
@@ -52,48 +55,39 @@ def merge_lengths(n: int) -> tuple[int, ...]:
     return (big // 4, big // 2, n) if big >= SHORT_MERGE_FROM else (n,)
 
 
-def _within_halves(xp: Any, adapter: Any, comb: Callable[[Any, Any], Any], a: Any, pos: Any, k: Any, h: Any, r: Any,
-                   steps: int, reverse: bool) -> Any:
-    """Inclusive scan of ``comb`` within each half of length ``h = 2^r`` (``k``: each entry's offset in its half),
-    backward when ``reverse`` (each entry then holds the total from it to its half's end): ``r`` doubling steps."""
-    n = a.shape[-1]
+def _sweep(xp: Any, adapter: Any, kind: Any, tot: Any, v: Any, pos: Any, k: Any, h: Any, r: Any, steps: int,
+           queries: list[tuple[Any, Any, Any]]) -> tuple[Any, Any]:
+    """``kind``'s inclusive scan of ``tot`` within each half of length ``h = 2^r`` outward from the boundary and every
+    one of ``queries``' searches, in one loop of ``r + 1`` steps of one gather each: ``(outward, counts)``.
 
-    def step(state: tuple[Any, Any]) -> tuple[Any, Any]:
-        u, d = state
-        if reverse:
-            j, has = pos + d, (h - 1 - k) >= d
-        else:
-            j, has = pos - d, k >= d
-        other = adapter.take(xp, u, xp.broadcast_to(adapter.clip(xp, j, 0, n - 1), u.shape))
-        return xp.where(has, comb(other, u), u), d * 2
+    - ``outward``: in a left half, the totals from the entry to the half's end; in a right half, from the half's
+      start to the entry (the tests read no other sums), by doubling over offsets ``d = 1, 2, ..., h`` that stay
+      inside the half (``k``: each entry's offset in it; the last step, at ``d = h``, moves nothing).
+    - ``counts[i]``: per entry, how many of the ``h`` sorted values of ``queries[i] = (seq, start, strict)`` from
+      ``start`` on are below its ``v`` (``strict``: ``<``, else ``<=``), by a branchless binary search from the bit
+      ``h`` down.
+    """
+    n = v.shape[-1]
+    seqs = xp.stack([q[0] for q in queries])
+    starts = xp.stack([xp.broadcast_to(q[1], v.shape) for q in queries])
+    strict = xp.stack([xp.broadcast_to(q[2], v.shape) for q in queries])
+    left = (pos // h) % 2 == 0
+    toward = xp.where(left, xp.ones_like(pos), -xp.ones_like(pos))  # each entry reads the one d nearer the boundary
+    room = xp.where(left, h - 1 - k, k)  # how far it may read inside its half
+
+    def step(state: tuple[Any, Any, Any, Any]) -> tuple[Any, Any, Any, Any]:
+        u, c, d, bit = state
+        other = adapter.take(xp, u, xp.broadcast_to(adapter.clip(xp, pos + toward * d, 0, n - 1), u.shape))
+        u = xp.where(room >= d, kind.comb(xp, other, u), u)
+        cand = c + bit
+        probe = adapter.take(xp, seqs, adapter.clip(xp, starts + cand - 1, 0, n - 1))
+        below = xp.where(strict, probe < v, probe <= v)
+        return u, xp.where((cand <= h) & below, cand, c), d * 2, bit // 2
 
     one = xp.asarray(1, dtype=pos.dtype, device=_device(pos))
-    return adapter.repeat(xp, step, (a, one), r, steps, like=(k, h), differentiated=False)[0]
-
-
-def _count_below(xp: Any, adapter: Any, v: Any, start: Any, h: Any, r: Any, strict: Any, steps: int, seq: Any = None) -> Any:
-    """Per entry, how many of the ``h = 2^r`` sorted values of ``seq`` (default ``v``) from ``start`` on are below
-    its ``v`` (``strict``: ``<``, else ``<=``): a branchless binary search from the bit ``h`` down, ``r + 1`` steps
-    of one gather each."""
-    n = v.shape[-1]
-    seq = v if seq is None else seq
-
-    def step(state: tuple[Any, Any]) -> tuple[Any, Any]:
-        c, bit = state
-        cand = c + bit
-        probe = adapter.take(xp, seq, adapter.clip(xp, start + cand - 1, 0, n - 1))
-        below = xp.where(strict, probe < v, probe <= v)
-        return xp.where((cand <= h) & below, cand, c), bit // 2
-
-    dev = _device(v)
-    c = xp.zeros(v.shape, dtype=start.dtype, device=dev)
-    return adapter.repeat(xp, step, (c, h), r + 1, steps, like=(v, start), differentiated=False)[0]
-
-
-def _scan(xp: Any, adapter: Any, kind: Any, a: Any, pos: Any, k: Any, h: Any, r: Any, steps: int, reverse: bool) -> Any:
-    """``kind``'s inclusive scan within each half (backward when ``reverse``); ``kind`` None: a count (sum of ints)."""
-    comb = (lambda u, t: u + t) if kind is None else (lambda u, t: kind.comb(xp, u, t))
-    return _within_halves(xp, adapter, comb, a, pos, k, h, r, steps, reverse)
+    c = xp.zeros(starts.shape, dtype=starts.dtype, device=_device(pos))
+    u, c, _, _ = adapter.repeat(xp, step, (tot, c, one, h), r + 1, steps, like=(k, h, v), differentiated=False)
+    return u, c
 
 
 def _halves_round(xp: Any, adapter: Any, kind: Any, v: Any, data: tuple[Any, ...], h: int) -> Any:
@@ -122,10 +116,11 @@ def _halves_round(xp: Any, adapter: Any, kind: Any, v: Any, data: tuple[Any, ...
     # every total and both halves in one array, so each scan and lookup is one call
     tot = xp.stack(kind.stats(xp, vv, dd, centre))
     count = tot.shape[0]
-    edge = xp.full(tot.shape[:-1] + (1,), kind.identity, dtype=v.dtype, device=dev)
-    # pre[k]: the totals of each half's first k entries; suf[j]: of its entries from j on
-    pre = xp.concat([edge, kind.cum(xp, adapter, tot, False)], axis=-1)[..., 1, :]
-    suf = xp.concat([kind.cum(xp, adapter, tot, True), edge], axis=-1)[..., 0, :]
+    edge = xp.full(tot.shape[:-2] + (1,), kind.identity, dtype=v.dtype, device=dev)
+    # pre[k]: the totals of the right half's first k entries; suf[j]: of the left half's entries from j on (the
+    # sums that run outward from the boundary, the only ones the tests read)
+    pre = xp.concat([edge, kind.cum(xp, adapter, tot[..., 1, :], False)], axis=-1)
+    suf = xp.concat([kind.cum(xp, adapter, tot[..., 0, :], True), edge], axis=-1)
     left, right = vv[..., 0, :], vv[..., 1, :]
     c = None if centre is None else centre[..., 0, :]
 
@@ -175,7 +170,8 @@ def _halves_round(xp: Any, adapter: Any, kind: Any, v: Any, data: tuple[Any, ...
 
 def _round(xp: Any, adapter: Any, kind: Any, v: Any, data: tuple[Any, ...], h: Any, r: Any, steps: int) -> Any:
     """One round of the loop (``h = 2^r`` an array): :func:`_halves_round`'s tests on positions, every array
-    row-shaped; its scans and searches take the ``r`` or ``r + 1`` steps a half of ``h`` entries needs."""
+    row-shaped; its scans and searches are one loop of the ``r + 1`` steps a half of ``h`` entries needs
+    (:func:`_sweep`), and each half's count of pooling entries a difference of one cumulative sum (integers: exact)."""
     n = v.shape[-1]
     dev = _device(v)
     idx = index_dtype(xp, dev)
@@ -189,46 +185,48 @@ def _round(xp: Any, adapter: Any, kind: Any, v: Any, data: tuple[Any, ...], h: A
     tot = xp.stack(kind.stats(xp, v, data, centre))
     count = tot.shape[0]
     ident = kind.identity
-    fwd = _scan(xp, adapter, kind, tot, pos, k, h, r, steps, False)  # from each half's start to the entry
-    bwd = _scan(xp, adapter, kind, tot, pos, k, h, r, steps, True)  # from the entry to its half's end
+    # the searches: the other half's values below each entry (a left one's R < L, a right one's L <= R); the own
+    # half's entries beyond each entry's whole block, for a kind that needs it (L: <=, R: <); and, for a kind with
+    # ``signs``, the entries of each half whose data lie below the entry's value
+    queries = [(v, other, left)]
+    if kind.whole_blocks:
+        queries.append((v, half_start, ~left))
+    if kind.signs:
+        true = xp.ones(v.shape, dtype=xp.bool, device=dev)
+        queries += [(data[0], other, true), (data[0], half_start, true)]
+    outward, found = _sweep(xp, adapter, kind, tot, v, pos, k, h, r, steps, queries)
 
-    def at(sums: Any, i: Any, some: Any) -> tuple[Any, ...]:
-        got = adapter.take(xp, sums, xp.broadcast_to(adapter.clip(xp, i, 0, n - 1), sums.shape))
+    def at(i: Any, some: Any) -> tuple[Any, ...]:
+        got = adapter.take(xp, outward, xp.broadcast_to(adapter.clip(xp, i, 0, n - 1), outward.shape))
         got = xp.where(some, got, ident)
         return tuple(got[s, ...] for s in range(count))
 
-    # the searches for the entries below each value (``kind.signs``: within a half, ``<``)
-    true = xp.ones(v.shape, dtype=xp.bool, device=dev) if kind.signs else None
-
-    def prefix(first: Any, size: Any) -> Any:
-        """``sum_S f'(v)`` over the ``size`` entries from ``first`` on (a right half's prefix)."""
+    def test(first: Any, bound: Any, prefix: Any, under: Any) -> Any:
+        """``sum_S f'(v)`` over a right half's ``bound`` first entries from ``first`` on where ``prefix``, else
+        ``-sum_S f'(v)`` over a left half from ``first`` on, its first ``bound`` entries left out; ``under``: how
+        many of the half's data lie below v (``kind.signs``)."""
+        whole = at(xp.where(prefix, first + bound - 1, first + bound), xp.where(prefix, bound > 0, bound < h))
         lower = None
-        if kind.signs:  # and over those of them whose data lie below v (data rows are sorted)
-            cut = xp.minimum(size, _count_below(xp, adapter, v, first, h, r, true, steps, seq=data[0]))
-            lower = at(fwd, first + cut - 1, cut > 0)
-        return kind.below(xp, at(fwd, first + size - 1, size > 0), v, centre, lower)
+        if kind.signs:  # and over those of S's entries whose data lie below v (data rows are sorted)
+            cut = xp.where(prefix, xp.minimum(bound, under), xp.maximum(bound, under))
+            part = at(xp.where(prefix, first + cut - 1, first + cut), xp.where(prefix, cut > 0, cut < h))
+            lower = tuple(xp.where(prefix, b, a - b) for a, b in zip(whole, part))
+        return xp.where(prefix, kind.below(xp, whole, v, centre, lower), kind.above(xp, whole, v, centre, lower))
 
-    def suffix(first: Any, skip: Any) -> Any:
-        """``-sum_S f'(v)`` over the half from ``first`` on, its first ``skip`` entries left out (a left half's suffix)."""
-        whole, lower = at(bwd, first + skip, skip < h), None
-        if kind.signs:
-            cut = xp.maximum(skip, _count_below(xp, adapter, v, first, h, r, true, steps, seq=data[0]))
-            lower = tuple(a - b for a, b in zip(whole, at(bwd, first + cut, cut < h)))
-        return kind.above(xp, whole, v, centre, lower)
-
-    # the other half's values below each entry: a left one's prefix of R (< L), a right one's suffix of L (> R)
-    c = _count_below(xp, adapter, v, other, h, r, left, steps)
-    cross = xp.where(left, prefix(other, c), suffix(other, c))
+    under_other, under_own = (found[-2, ...], found[-1, ...]) if kind.signs else (None, None)
+    # a left entry's prefix of R (< L), a right one's suffix of L (> R)
+    cross = test(other, found[0, ...], left, under_other)
     # the own half's entries beyond each entry, away from the boundary: after it in L, before it in R (after or
     # before its whole block, for a kind that needs it)
-    own = _count_below(xp, adapter, v, half_start, h, r, ~left, steps) if kind.whole_blocks else None  # L: <=, R: <
-    after, before = (own, own) if kind.whole_blocks else (k + 1, k)
-    beyond = xp.where(left, suffix(half_start, after), prefix(half_start, before))
+    beyond = test(half_start, found[1, ...] if kind.whole_blocks else xp.where(left, k + 1, k), ~left, under_own)
     pools = (cross > beyond) & (cross > ident)
-    counts = _scan(xp, adapter, None, xp.astype(pools, idx), pos, k, h, r, steps, False)
-    start = h - adapter.take(xp, counts, seg + h - 1)  # the pool: left[start:] + right[:stop]
-    stop = adapter.take(xp, counts, seg + 2 * h - 1)
-    sums = tuple(kind.comb(xp, a, b) for a, b in zip(at(bwd, seg + start, start < h), at(fwd, seg + h + stop - 1, stop > 0)))
+    # each half's count of pooling entries, from the row's running count (one column of 0 before it)
+    running = xp.cumulative_sum(xp.astype(pools, idx), axis=-1)
+    running = xp.concat([xp.zeros(v.shape[:-1] + (1,), dtype=idx, device=dev), running], axis=-1)
+    middle = adapter.take(xp, running, seg + h)
+    start = h - (middle - adapter.take(xp, running, seg))  # the pool: left[start:] + right[:stop]
+    stop = adapter.take(xp, running, seg + 2 * h) - middle
+    sums = tuple(kind.comb(xp, a, b) for a, b in zip(at(seg + start, start < h), at(seg + h + stop - 1, stop > 0)))
     pooled = kind.value(xp, sums, adapter.take(xp, v, seg + h - 1), centre)
     inner = pos - seg
     return xp.where((inner >= start) & (inner < h + stop), pooled, v)
