@@ -21,11 +21,10 @@ tests). A round costs O(n log n); no n x n anything.
   that run outward from the boundary, the ones the tests read) and every
   search of a round are one loop (:func:`_sweep`) of one gather per step,
   as many steps as a half of ``h`` entries needs (``log2 h`` + 1: O(n
-  log^2 n) in all), and each test reads its sums with one gather. The loops run in a custom rule's forward, which no
-  autodiff traces: on JAX they are ``while`` loops (the adapter's
-  ``repeat(differentiated=False)``), which stop at that count and which
-  ``jax.grad`` leaves whole. Each loop is a program section that the
-  compiler handles on its own, so a round has one.
+  log^2 n) in all), and each test reads its sums with one gather. The
+  loops run in a custom rule's forward, which no autodiff traces: on JAX
+  they are ``while`` loops (the adapter's ``repeat(differentiated=False)``),
+  which stop at that count and which ``jax.grad`` leaves whole.
 """
 
 from __future__ import annotations
@@ -55,14 +54,15 @@ def merge_lengths(n: int) -> tuple[int, ...]:
     return (big // 4, big // 2, n) if big >= SHORT_MERGE_FROM else (n,)
 
 
-def _sweep(xp: Any, adapter: Any, kind: Any, tot: Any, v: Any, pos: Any, k: Any, h: Any, r: Any, steps: int,
-           queries: list[tuple[Any, Any, Any]]) -> tuple[Any, Any]:
+def _sweep(xp: Any, adapter: Any, kind: Any, tot: Any, v: Any, pos: Any, k: Any, left: Any, h: Any, r: Any,
+           steps: int, queries: list[tuple[Any, Any, Any]]) -> tuple[Any, Any]:
     """``kind``'s inclusive scan of ``tot`` within each half of length ``h = 2^r`` outward from the boundary and every
     one of ``queries``' searches, in one loop of ``r + 1`` steps of one gather each: ``(outward, counts)``.
 
     - ``outward``: in a left half, the totals from the entry to the half's end; in a right half, from the half's
       start to the entry (the tests read no other sums), by doubling over offsets ``d = 1, 2, ..., h`` that stay
-      inside the half (``k``: each entry's offset in it; the last step, at ``d = h``, moves nothing).
+      inside the half (``k``: each entry's offset in it, ``left``: whether it is a left half; the last step, at
+      ``d = h``, moves nothing).
     - ``counts[i]``: per entry, how many of the ``h`` sorted values of ``queries[i] = (seq, start, strict)`` from
       ``start`` on are below its ``v`` (``strict``: ``<``, else ``<=``), by a branchless binary search from the bit
       ``h`` down.
@@ -71,7 +71,6 @@ def _sweep(xp: Any, adapter: Any, kind: Any, tot: Any, v: Any, pos: Any, k: Any,
     seqs = xp.stack([q[0] for q in queries])
     starts = xp.stack([xp.broadcast_to(q[1], v.shape) for q in queries])
     strict = xp.stack([xp.broadcast_to(q[2], v.shape) for q in queries])
-    left = (pos // h) % 2 == 0
     toward = xp.where(left, xp.ones_like(pos), -xp.ones_like(pos))  # each entry reads the one d nearer the boundary
     room = xp.where(left, h - 1 - k, k)  # how far it may read inside its half
 
@@ -194,7 +193,7 @@ def _round(xp: Any, adapter: Any, kind: Any, v: Any, data: tuple[Any, ...], h: A
     if kind.signs:
         true = xp.ones(v.shape, dtype=xp.bool, device=dev)
         queries += [(data[0], other, true), (data[0], half_start, true)]
-    outward, found = _sweep(xp, adapter, kind, tot, v, pos, k, h, r, steps, queries)
+    outward, found = _sweep(xp, adapter, kind, tot, v, pos, k, left, h, r, steps, queries)
 
     def at(i: Any, some: Any) -> tuple[Any, ...]:
         got = adapter.take(xp, outward, xp.broadcast_to(adapter.clip(xp, i, 0, n - 1), outward.shape))
