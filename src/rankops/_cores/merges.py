@@ -54,38 +54,53 @@ def merge_lengths(n: int) -> tuple[int, ...]:
     return (big // 4, big // 2, n) if big >= SHORT_MERGE_FROM else (n,)
 
 
-def _sweep(xp: Any, adapter: Any, kind: Any, tot: Any, v: Any, pos: Any, k: Any, left: Any, h: Any, r: Any,
-           steps: int, queries: list[tuple[Any, Any, Any]]) -> tuple[Any, Any]:
+def _places(xp: Any, shape: tuple[int, ...], h: Any, dev: Any) -> tuple[Any, Any, Any, Any, Any]:
+    """Per entry of rows of ``shape`` in the round of half-length ``h = 2^r`` (an array): ``(pos, k, left,
+    half_start, seg)``, its position, its offset in its half, whether that is a left half, the half's first entry
+    and the segment's. Bit operations on ``h``, which a compiler copies into each kernel that reads them (a division
+    or remainder it computes once, in a kernel of its own; passed into a loop, an array of its own)."""
+    pos = xp.broadcast_to(xp.arange(shape[-1], dtype=h.dtype, device=dev), shape)
+    k = xp.bitwise_and(pos, h - 1)
+    half_start = pos - k
+    left = xp.bitwise_and(pos, h) == 0
+    return pos, k, left, half_start, half_start - xp.where(left, xp.zeros_like(h), h)
+
+
+def _sweep(xp: Any, adapter: Any, kind: Any, tot: Any, v: Any, h: Any, r: Any, steps: int,
+           queries: list[tuple[Any, bool, Any]]) -> tuple[Any, Any]:
     """``kind``'s inclusive scan of ``tot`` within each half of length ``h = 2^r`` outward from the boundary and every
     one of ``queries``' searches, in one loop of ``r + 1`` steps of one gather each: ``(outward, counts)``.
 
     - ``outward``: in a left half, the totals from the entry to the half's end; in a right half, from the half's
       start to the entry (the tests read no other sums), by doubling over offsets ``d = 1, 2, ..., h`` that stay
-      inside the half (``k``: each entry's offset in it, ``left``: whether it is a left half; the last step, at
-      ``d = h``, moves nothing).
-    - ``counts[i]``: per entry, how many of the ``h`` sorted values of ``queries[i] = (seq, start, strict)`` from
-      ``start`` on are below its ``v`` (``strict``: ``<``, else ``<=``), by a branchless binary search from the bit
-      ``h`` down.
+      inside the half (the last step, at ``d = h``, moves nothing).
+    - ``counts[i]``: per entry, how many of the ``h`` sorted values of ``queries[i] = (seq, other, strict)`` in the
+      other half (``other``) or its own are below its ``v`` (``strict(left)``: ``<`` where True, else ``<=``), by a
+      branchless binary search from the bit ``h`` down.
+
+    Positions are computed in the step from ``h`` (:func:`_places`), so that the loop carries only the data.
     """
     n = v.shape[-1]
+    dev = _device(v)
     seqs = xp.stack([q[0] for q in queries])
-    starts = xp.stack([xp.broadcast_to(q[1], v.shape) for q in queries])
-    strict = xp.stack([xp.broadcast_to(q[2], v.shape) for q in queries])
-    toward = xp.where(left, xp.ones_like(pos), -xp.ones_like(pos))  # each entry reads the one d nearer the boundary
-    room = xp.where(left, h - 1 - k, k)  # how far it may read inside its half
 
     def step(state: tuple[Any, Any, Any, Any]) -> tuple[Any, Any, Any, Any]:
         u, c, d, bit = state
-        other = adapter.take(xp, u, xp.broadcast_to(adapter.clip(xp, pos + toward * d, 0, n - 1), u.shape))
-        u = xp.where(room >= d, kind.comb(xp, other, u), u)
+        pos, k, left, half_start, _ = _places(xp, v.shape, h, dev)
+        # each entry reads the one d nearer the boundary, as far as its half reaches
+        near = xp.where(left, pos + d, pos - d)
+        other = adapter.take(xp, u, xp.broadcast_to(adapter.clip(xp, near, 0, n - 1), u.shape))
+        u = xp.where(xp.where(left, h - 1 - k, k) >= d, kind.comb(xp, other, u), u)
+        starts = xp.stack([xp.where(left, half_start + h, half_start - h) if q[1] else half_start for q in queries])
+        strict = xp.stack([q[2](left) for q in queries])
         cand = c + bit
         probe = adapter.take(xp, seqs, adapter.clip(xp, starts + cand - 1, 0, n - 1))
         below = xp.where(strict, probe < v, probe <= v)
         return u, xp.where((cand <= h) & below, cand, c), d * 2, bit // 2
 
-    one = xp.asarray(1, dtype=pos.dtype, device=_device(pos))
-    c = xp.zeros(starts.shape, dtype=starts.dtype, device=_device(pos))
-    u, c, _, _ = adapter.repeat(xp, step, (tot, c, one, h), r + 1, steps, like=(k, h, v), differentiated=False)
+    one = xp.asarray(1, dtype=h.dtype, device=dev)
+    c = xp.zeros((len(queries),) + tuple(v.shape), dtype=h.dtype, device=dev)
+    u, c, _, _ = adapter.repeat(xp, step, (tot, c, one, h), r + 1, steps, like=(h, v), differentiated=False)
     return u, c
 
 
@@ -170,65 +185,79 @@ def _halves_round(xp: Any, adapter: Any, kind: Any, v: Any, data: tuple[Any, ...
 def _round(xp: Any, adapter: Any, kind: Any, v: Any, data: tuple[Any, ...], h: Any, r: Any, steps: int) -> Any:
     """One round of the loop (``h = 2^r`` an array): :func:`_halves_round`'s tests on positions, every array
     row-shaped; its scans and searches are one loop of the ``r + 1`` steps a half of ``h`` entries needs
-    (:func:`_sweep`), and each half's count of pooling entries a difference of one cumulative sum (integers: exact)."""
+    (:func:`_sweep`), each half's count of pooling entries one sum per half (integers: exact), and the reads at
+    positions that the same step knows stacked into one gather each, as every gather ends a compiled kernel."""
     n = v.shape[-1]
     dev = _device(v)
     idx = index_dtype(xp, dev)
-    pos = xp.broadcast_to(xp.arange(n, dtype=idx, device=dev), v.shape)
-    k = pos % h  # offset in the half
-    half_start = pos - k
-    left = (pos // h) % 2 == 0
-    seg = pos - pos % (2 * h)  # the segment's first entry
+    pos, k, left, half_start, seg = _places(xp, v.shape, h, dev)
     other = xp.where(left, half_start + h, half_start - h)  # the other half's first entry
-    centre = adapter.take(xp, data[0], seg + h - 1) if kind.centred else None
+    # the boundary entry's value and, for a kind with sums of powers, its data (the sums' centre)
+    edge = _gather(xp, adapter, xp.stack([v, data[0]] if kind.centred else [v]), [seg + h - 1])[0]
+    centre = edge[1, ...] if kind.centred else None
     tot = xp.stack(kind.stats(xp, v, data, centre))
     count = tot.shape[0]
     ident = kind.identity
     # the searches: the other half's values below each entry (a left one's R < L, a right one's L <= R); the own
     # half's entries beyond each entry's whole block, for a kind that needs it (L: <=, R: <); and, for a kind with
     # ``signs``, the entries of each half whose data lie below the entry's value
-    queries = [(v, other, left)]
+    queries: list[tuple[Any, bool, Any]] = [(v, True, lambda left: left)]
     if kind.whole_blocks:
-        queries.append((v, half_start, ~left))
+        queries.append((v, False, lambda left: ~left))
     if kind.signs:
-        true = xp.ones(v.shape, dtype=xp.bool, device=dev)
-        queries += [(data[0], other, true), (data[0], half_start, true)]
-    outward, found = _sweep(xp, adapter, kind, tot, v, pos, k, left, h, r, steps, queries)
+        queries += [(data[0], True, xp.ones_like), (data[0], False, xp.ones_like)]
+    outward, found = _sweep(xp, adapter, kind, tot, v, h, r, steps, queries)
 
-    def at(i: Any, some: Any) -> tuple[Any, ...]:
-        got = adapter.take(xp, outward, xp.broadcast_to(adapter.clip(xp, i, 0, n - 1), outward.shape))
-        got = xp.where(some, got, ident)
-        return tuple(got[s, ...] for s in range(count))
+    def at(spans: list[tuple[Any, Any]]) -> list[tuple[Any, ...]]:
+        """The sums over each span ``(last, some)`` (its entry nearest the boundary; ``some``: it holds any)."""
+        got = _gather(xp, adapter, outward, [adapter.clip(xp, i, 0, n - 1) for i, _ in spans])
+        return [tuple(xp.where(some, g[s, ...], ident) for s in range(count)) for g, (_, some) in zip(got, spans)]
 
-    def test(first: Any, bound: Any, prefix: Any, under: Any) -> Any:
-        """``sum_S f'(v)`` over a right half's ``bound`` first entries from ``first`` on where ``prefix``, else
-        ``-sum_S f'(v)`` over a left half from ``first`` on, its first ``bound`` entries left out; ``under``: how
-        many of the half's data lie below v (``kind.signs``)."""
-        whole = at(xp.where(prefix, first + bound - 1, first + bound), xp.where(prefix, bound > 0, bound < h))
-        lower = None
-        if kind.signs:  # and over those of S's entries whose data lie below v (data rows are sorted)
-            cut = xp.where(prefix, xp.minimum(bound, under), xp.maximum(bound, under))
-            part = at(xp.where(prefix, first + cut - 1, first + cut), xp.where(prefix, cut > 0, cut < h))
-            lower = tuple(xp.where(prefix, b, a - b) for a, b in zip(whole, part))
+    def spans(first: Any, bound: Any, prefix: Any, under: Any) -> list[tuple[Any, Any]]:
+        """A test's spans: a right half's ``bound`` first entries from ``first`` on where ``prefix``, else a left
+        half from ``first`` on, its first ``bound`` entries left out; and for a kind with ``signs`` the part of it
+        whose data lie below v (``under`` of the half's data do; data rows are sorted)."""
+        cuts = [bound] + ([xp.where(prefix, xp.minimum(bound, under), xp.maximum(bound, under))] if kind.signs else [])
+        return [(xp.where(prefix, first + c - 1, first + c), xp.where(prefix, c > 0, c < h)) for c in cuts]
+
+    def test(sums: list[tuple[Any, ...]], prefix: Any) -> Any:
+        """``sum_S f'(v)`` over a prefix's span, else ``-sum_S f'(v)`` over a suffix's (:func:`spans`)."""
+        whole, lower = sums[0], None
+        if kind.signs:
+            lower = tuple(xp.where(prefix, b, a - b) for a, b in zip(whole, sums[1]))
         return xp.where(prefix, kind.below(xp, whole, v, centre, lower), kind.above(xp, whole, v, centre, lower))
 
     under_other, under_own = (found[-2, ...], found[-1, ...]) if kind.signs else (None, None)
-    # a left entry's prefix of R (< L), a right one's suffix of L (> R)
-    cross = test(other, found[0, ...], left, under_other)
-    # the own half's entries beyond each entry, away from the boundary: after it in L, before it in R (after or
-    # before its whole block, for a kind that needs it)
-    beyond = test(half_start, found[1, ...] if kind.whole_blocks else xp.where(left, k + 1, k), ~left, under_own)
+    # a left entry's prefix of R (< L), a right one's suffix of L (> R); and the own half's entries beyond each
+    # entry, away from the boundary: after it in L, before it in R (after or before its whole block, for a kind
+    # that needs it)
+    cross_spans = spans(other, found[0, ...], left, under_other)
+    beyond = found[1, ...] if kind.whole_blocks else xp.where(left, k + 1, k)
+    sums = at(cross_spans + spans(half_start, beyond, ~left, under_own))
+    cross, beyond = test(sums[:len(cross_spans)], left), test(sums[len(cross_spans):], ~left)
     pools = (cross > beyond) & (cross > ident)
-    # each half's count of pooling entries, from the row's running count (one column of 0 before it)
-    running = xp.cumulative_sum(xp.astype(pools, idx), axis=-1)
-    running = xp.concat([xp.zeros(v.shape[:-1] + (1,), dtype=idx, device=dev), running], axis=-1)
-    middle = adapter.take(xp, running, seg + h)
-    start = h - (middle - adapter.take(xp, running, seg))  # the pool: left[start:] + right[:stop]
-    stop = adapter.take(xp, running, seg + 2 * h) - middle
-    sums = tuple(kind.comb(xp, a, b) for a, b in zip(at(seg + start, start < h), at(seg + h + stop - 1, stop > 0)))
-    pooled = kind.value(xp, sums, adapter.take(xp, v, seg + h - 1), centre)
+    # each half's count of pooling entries (one slot per half; the slots past the row's halves stay unread)
+    pair = xp.bitwise_right_shift(seg, r)
+    line = xp.arange(n, dtype=idx, device=dev)
+    counts = adapter.segment_totals(xp, xp.bitwise_and(line, h - 1) == 0, xp.bitwise_right_shift(line, r),
+                                    xp.minimum(line * h, n - 1), xp.astype(pools, idx))
+    start, stop = (c[0, ...] for c in _gather(xp, adapter, counts[None, ...], [pair, pair + 1]))
+    start = h - start  # the pool: left[start:] + right[:stop]
+    ends = at([(seg + start, start < h), (seg + h + stop - 1, stop > 0)])
+    pooled = kind.value(xp, tuple(kind.comb(xp, a, b) for a, b in zip(*ends)), edge[0, ...], centre)
     inner = pos - seg
     return xp.where((inner >= start) & (inner < h + stop), pooled, v)
+
+
+def _gather(xp: Any, adapter: Any, a: Any, indices: list[Any]) -> list[Any]:
+    """For each of ``indices`` (row-shaped), the entries of the arrays stacked on ``a``'s first axis at it: one
+    gather for all."""
+    size, shape = a.shape[0], a.shape
+    if len(indices) == 1:
+        return [adapter.take(xp, a, xp.broadcast_to(indices[0], shape))]
+    got = adapter.take(xp, xp.concat([a] * len(indices), axis=0),
+                       xp.concat([xp.broadcast_to(i, shape) for i in indices], axis=0))
+    return [got[j * size:(j + 1) * size, ...] for j in range(len(indices))]
 
 
 def merge_rounds(xp: Any, adapter: Any, kind: Any, v: Any, data: tuple[Any, ...]) -> Any:

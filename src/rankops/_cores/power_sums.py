@@ -288,9 +288,12 @@ def merge_fit(xp: Any, v: Any, y: Any, w: Any, *, q: float) -> tuple[Any]:
     # compute them; at q = 3 in the one branch that pools over blocks (the other merges the entries)
     shared = None if kind.signs else block_form(xp, adapter, starts, y, w)
 
-    def fit(count: int) -> Any:
+    def rows(count: int) -> tuple[Any, tuple[Any, ...], Any]:
         blocks = shared if shared is not None else block_form(xp, adapter, starts, y, w)
-        values, data, index = _one_per_block(xp, adapter, v, y, blocks, ordinal, count)
+        return _one_per_block(xp, adapter, v, y, blocks, ordinal, count)
+
+    def fit(count: int) -> Any:
+        values, data, index = rows(count)
         fitted = pool_blocks(xp, adapter, values, data, kind) if kind.signs else merge_blocks(xp, adapter, values, data, q)
         return adapter.take(xp, fitted, index)
 
@@ -302,11 +305,20 @@ def merge_fit(xp: Any, v: Any, y: Any, w: Any, *, q: float) -> tuple[Any]:
     if kind.signs:
         short = pooled_blocks_length(n)
         return (adapter.shortcut(xp, most <= short, lambda: fit(short), entries),)
+    # the rows of blocks are built once, at the longest length, and each length's program merges their first entries:
+    # the rest are padding (past every row's last block), which the program hands back as it found it
+    values, data, index = rows(n)
+
+    def merged(count: int) -> Any:
+        if count == n:
+            return merge_blocks(xp, adapter, values, data, q)
+        fitted = merge_blocks(xp, adapter, values[..., :count], tuple(a[..., :count] for a in data), q)
+        return xp.concat([fitted, values[..., count:]], axis=-1)
 
     def shortest(lengths: tuple[int, ...]) -> Any:
         """The fit over rows of the first of ``lengths`` that holds the blocks (the last holds any)."""
         if len(lengths) == 1:
-            return fit(lengths[0])
-        return adapter.shortcut(xp, most <= lengths[0], lambda: fit(lengths[0]), lambda: shortest(lengths[1:]))
+            return merged(lengths[0])
+        return adapter.shortcut(xp, most <= lengths[0], lambda: merged(lengths[0]), lambda: shortest(lengths[1:]))
 
-    return (shortest(merge_lengths(n)),)
+    return (adapter.take(xp, shortest(merge_lengths(n)), index),)

@@ -204,6 +204,10 @@ class Jax(PortableAdapter):
         flat, read = _segment_slots(starts, g)
         return read(jax.ops.segment_sum(jnp.reshape(g, (-1,)), flat, num_segments=g.size, indices_are_sorted=True))
 
+    def segment_totals(self, xp: Any, starts: Any, group: Any, heads: Any, g: Any) -> Any:
+        # one scatter-add into a slot per segment, from the entries' segments as given (no running count)
+        return jnp.zeros(g.shape[:-1] + (heads.shape[0],), dtype=g.dtype).at[..., group].add(g, mode="promise_in_bounds")
+
     def segment_logsumexp(self, xp: Any, starts: Any, g: Any) -> Any:
         flat, read = _segment_slots(starts, g)
         top = jax.ops.segment_max(jnp.reshape(g, (-1,)), flat, num_segments=g.size, indices_are_sorted=True)
@@ -385,7 +389,9 @@ def _segment_slots(starts: Any, g: Any) -> tuple[Any, Any]:
     """``(flat, read)``: each entry's slot in a flat array of ``g.size`` (one per segment, rows apart; ``starts``
     broadcasts against ``g``), and ``read(slots)``, each entry's slot value in ``g``'s shape."""
     shape, n = g.shape, g.shape[-1]
-    ids = jnp.cumsum(jnp.broadcast_to(starts, shape), axis=-1, dtype=jnp.int32) - 1
+    # the running count of starts at their own shape, then broadcast: one program's segmented sums over the same
+    # segments then share one count (a compiler merges equal operations, not a count of each broadcast)
+    ids = jnp.broadcast_to(jnp.cumsum(jnp.astype(starts, jnp.int32), axis=-1) - 1, shape)
     ids = ids + n * jnp.reshape(jnp.arange(g.size // n, dtype=jnp.int32), shape[:-1] + (1,))
     flat = jnp.reshape(ids, (-1,))
 
