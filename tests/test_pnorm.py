@@ -614,7 +614,7 @@ def test_under_jit_the_merge_rounds_count_every_entry():
 def test_under_jit_the_merge_rounds_over_blocks_take_the_shortest_rows_that_hold_them(monkeypatch):
     """Under ``jax.jit`` the merge rounds over the blocks cannot count them: on a long row (here from 64 entries, as
     from 1024 in use) they run over rows of a quarter or a half of its padded length, the first that holds every
-    row's blocks, else over all n (``merges.merge_lengths``). Each route equals the sequential PAV, after one pooling
+    row's blocks, else over the whole padded length (``merges.merge_lengths``). Each route equals the sequential PAV, after one pooling
     round that left drops; the quarter alone, forced where the blocks need the half, does not."""
     jax = pytest.importorskip("jax")
     import jax.numpy as jnp
@@ -624,7 +624,7 @@ def test_under_jit_the_merge_rounds_over_blocks_take_the_shortest_rows_that_hold
     from rankops._lib._adapters import get_adapter
 
     monkeypatch.setattr(merges, "SHORT_MERGE_FROM", 64)
-    assert (merges.merge_lengths(64), merges.merge_lengths(40), merges.merge_lengths(32)) == ((16, 32, 64), (16, 32, 40), (32,))
+    assert (merges.merge_lengths(64), merges.merge_lengths(40), merges.merge_lengths(32)) == ((16, 32, 64), (16, 32, 64), (32,))
 
     def fit(a: Any, b: Any) -> Any:
         xp = array_namespace(a)

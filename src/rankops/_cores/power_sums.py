@@ -305,12 +305,13 @@ def merge_fit(xp: Any, v: Any, y: Any, w: Any, *, q: float) -> tuple[Any]:
     if kind.signs:
         short = pooled_blocks_length(n)
         return (adapter.shortcut(xp, most <= short, lambda: fit(short), entries),)
-    # the rows of blocks are built once, at the longest length, and each length's program merges their first entries:
-    # the rest are padding (past every row's last block), which the program hands back as it found it
-    values, data, index = rows(n)
+    # the rows of blocks are built once, at the longest length, and each length's program merges their first
+    # entries: the rest are padding (past every row's last block), which the program hands back as it found it
+    big = merge_lengths(n)[-1]
+    values, data, index = rows(big)
 
     def merged(count: int) -> Any:
-        if count == n:
+        if count == big:
             return merge_blocks(xp, adapter, values, data, q)
         fitted = merge_blocks(xp, adapter, values[..., :count], tuple(a[..., :count] for a in data), q)
         return xp.concat([fitted, values[..., count:]], axis=-1)
