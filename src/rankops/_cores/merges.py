@@ -21,7 +21,8 @@ tests). A round costs O(n log n); no n x n anything.
   that run outward from the boundary, the ones the tests read) and every
   search of a round are one loop (:func:`_sweep`) of one gather per step,
   as many steps as a half of ``h`` entries needs (``log2 h`` + 1: O(n
-  log^2 n) in all), and each test reads its sums with one gather. The
+  log^2 n) in all), and both tests read their sums with one gather (a
+  compiled program ends a kernel at each gather). The
   loops run in a custom rule's forward, which no autodiff traces: on JAX
   they are ``while`` loops (the adapter's ``repeat(differentiated=False)``),
   which stop at that count and which ``jax.grad`` leaves whole.
