@@ -56,16 +56,18 @@ def merge_lengths(n: int) -> tuple[int, ...]:
     return (big // 4, big // 2, big) if big >= SHORT_MERGE_FROM else (big,)
 
 
-def _places(xp: Any, shape: tuple[int, ...], h: Any, dev: Any) -> tuple[Any, Any, Any, Any, Any]:
+def _places(xp: Any, shape: tuple[int, ...], h: Any, dev: Any) -> tuple[Any, Any, Any, Any, Any, Any]:
     """Per entry of rows of ``shape`` in the round of half-length ``h = 2^r`` (an array): ``(pos, k, left,
-    half_start, seg)``, its position, its offset in its half, whether that is a left half, the half's first entry
-    and the segment's. Bit operations on ``h``, which a compiler copies into each kernel that reads them (a division
-    or remainder it computes once, in a kernel of its own; passed into a loop, an array of its own)."""
+    half_start, seg, other)``, its position, its offset in its half, whether that is a left half, the half's first
+    entry, the segment's and the other half's. Bit operations on ``h``, which a compiler copies into each kernel that
+    reads them (a division or remainder it computes once, in a kernel of its own; passed into a loop, an array of its
+    own)."""
     pos = xp.broadcast_to(xp.arange(shape[-1], dtype=h.dtype, device=dev), shape)
     k = xp.bitwise_and(pos, h - 1)
     half_start = pos - k
     left = xp.bitwise_and(pos, h) == 0
-    return pos, k, left, half_start, half_start - xp.where(left, xp.zeros_like(h), h)
+    other = xp.where(left, half_start + h, half_start - h)
+    return pos, k, left, half_start, xp.where(left, half_start, other), other
 
 
 def _sweep(xp: Any, adapter: Any, kind: Any, tot: Any, v: Any, h: Any, r: Any, steps: int,
@@ -88,12 +90,12 @@ def _sweep(xp: Any, adapter: Any, kind: Any, tot: Any, v: Any, h: Any, r: Any, s
 
     def step(state: tuple[Any, Any, Any, Any]) -> tuple[Any, Any, Any, Any]:
         u, c, d, bit = state
-        pos, k, left, half_start, _ = _places(xp, v.shape, h, dev)
+        pos, k, left, half_start, _, other_half = _places(xp, v.shape, h, dev)
         # each entry reads the one d nearer the boundary, as far as its half reaches
         near = xp.where(left, pos + d, pos - d)
         other = adapter.take(xp, u, xp.broadcast_to(adapter.clip(xp, near, 0, n - 1), u.shape))
         u = xp.where(xp.where(left, h - 1 - k, k) >= d, kind.comb(xp, other, u), u)
-        starts = xp.stack([xp.where(left, half_start + h, half_start - h) if q[1] else half_start for q in queries])
+        starts = xp.stack([other_half if q[1] else half_start for q in queries])
         strict = xp.stack([q[2](left) for q in queries])
         cand = c + bit
         probe = adapter.take(xp, seqs, adapter.clip(xp, starts + cand - 1, 0, n - 1))
@@ -192,8 +194,7 @@ def _round(xp: Any, adapter: Any, kind: Any, v: Any, data: tuple[Any, ...], h: A
     n = v.shape[-1]
     dev = _device(v)
     idx = index_dtype(xp, dev)
-    pos, k, left, half_start, seg = _places(xp, v.shape, h, dev)
-    other = xp.where(left, half_start + h, half_start - h)  # the other half's first entry
+    pos, k, left, half_start, seg, other = _places(xp, v.shape, h, dev)
     # the boundary entry's value and, for a kind with sums of powers, its data (the sums' centre)
     edge = _gather(xp, adapter, xp.stack([v, data[0]] if kind.centred else [v]), [seg + h - 1])[0]
     centre = edge[1, ...] if kind.centred else None
@@ -239,12 +240,12 @@ def _round(xp: Any, adapter: Any, kind: Any, v: Any, data: tuple[Any, ...], h: A
     cross, beyond = test(sums[:len(cross_spans)], left), test(sums[len(cross_spans):], ~left)
     pools = (cross > beyond) & (cross > ident)
     # each half's count of pooling entries (one slot per half; the slots past the row's halves stay unread)
+    line, line_k = _places(xp, (n,), h, dev)[:2]
+    counts = adapter.segment_totals(xp, line_k == 0, xp.bitwise_right_shift(line, r), xp.minimum(line * h, n - 1),
+                                    xp.astype(pools, idx))
     pair = xp.bitwise_right_shift(seg, r)
-    line = xp.arange(n, dtype=idx, device=dev)
-    counts = adapter.segment_totals(xp, xp.bitwise_and(line, h - 1) == 0, xp.bitwise_right_shift(line, r),
-                                    xp.minimum(line * h, n - 1), xp.astype(pools, idx))
-    start, stop = (c[0, ...] for c in _gather(xp, adapter, counts[None, ...], [pair, pair + 1]))
-    start = h - start  # the pool: left[start:] + right[:stop]
+    in_left, stop = (c[0, ...] for c in _gather(xp, adapter, counts[None, ...], [pair, pair + 1]))
+    start = h - in_left  # the pool: left[start:] + right[:stop]
     ends = at([(seg + start, start < h), (seg + h + stop - 1, stop > 0)])
     pooled = kind.value(xp, tuple(kind.comb(xp, a, b) for a, b in zip(*ends)), edge[0, ...], centre)
     inner = pos - seg
@@ -255,8 +256,6 @@ def _gather(xp: Any, adapter: Any, a: Any, indices: list[Any]) -> list[Any]:
     """For each of ``indices`` (row-shaped), the entries of the arrays stacked on ``a``'s first axis at it: one
     gather for all."""
     size, shape = a.shape[0], a.shape
-    if len(indices) == 1:
-        return [adapter.take(xp, a, xp.broadcast_to(indices[0], shape))]
     got = adapter.take(xp, xp.concat([a] * len(indices), axis=0),
                        xp.concat([xp.broadcast_to(i, shape) for i in indices], axis=0))
     return [got[j * size:(j + 1) * size, ...] for j in range(len(indices))]
