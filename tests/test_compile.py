@@ -1,8 +1,10 @@
 """torch.compile(fullgraph=True) beyond the conformance variant (conformance/test_compiled.py): ties, losses, options, the early exit.
 
-Compiled code keeps the cores' data-dependent loops: the pooling rounds and
-the Sinkhorn iterations run as torch's ``while_loop`` (stopping where eager
-stops) where no gradient flows through them; a differentiated Sinkhorn loop
+Compiled code keeps the cores' data-dependent loops: the pooling rounds (on
+a GPU: on a CPU a permutahedron's or isotonic fit is one ``rankops::eager``
+node, its rounds and windows eager code) and the Sinkhorn iterations run as
+torch's ``while_loop`` (stopping where eager stops) where no gradient flows
+through them; a differentiated Sinkhorn loop
 is replayed eagerly by its backward (``rankops::eager``), as is the
 conjugate gradient of the implicit backward. A sorting network's layers are
 one ``scan`` in the forward graph, its backward one ``rankops::eager`` node.
@@ -344,12 +346,76 @@ def test_compiled_network_matrix_has_eager_gradient_at_many_blocks():
     _assert_compiled_is_eager(f, x0)
 
 
+_FITS = {
+    "soft_rank[permutahedron]": ("isotonic:_pooled_fit", CASES["soft_rank[permutahedron]"]),
+    "soft_rank[permutahedron, kl]": ("isotonic:_pooled_fit", lambda x: rankops.soft_rank(x, method="permutahedron", regularization="kl")),
+    "soft_sort[permutahedron]": ("isotonic:_pooled_fit", CASES["soft_sort[permutahedron]"]),
+    "isotonic_regression": ("isotonic:_pooled_fit", CASES["isotonic_regression"]),
+    "soft_rank[permutahedron, lp]": ("pnorm:fitted_blocks", CASES["soft_rank[permutahedron, lp]"]),
+    "soft_sort[permutahedron, lp, p=3/2]": ("pnorm:fitted_blocks", lambda x: rankops.soft_sort(
+        x, method="permutahedron", regularization="lp", p=1.5)),
+}
+_X_FIT = torch.tensor([[0.3, -1.2, 2.5, 0.7, 0.7, 1.9], [3.0, 2.0, 1.0, 0.0, -1.0, 0.5]], dtype=torch.float64)
+
+
+def _loops_and_eager_nodes(f, x0):
+    """The loop ops (``while_loop``, ``cond``) and the functions of the ``rankops::eager`` nodes in the graphs dynamo
+    captures of ``f``'s forward and backward (subgraphs included), compiling nothing."""
+    found = []
+
+    def record(gm, example_inputs):
+        for m in gm.modules():
+            if isinstance(m, torch.fx.GraphModule):
+                for node in m.graph.nodes:
+                    if node.op == "call_function" and str(node.target) in ("while_loop", "cond"):
+                        found.append(str(node.target))
+                    elif node.op == "call_function" and str(node.target) == "rankops.eager":
+                        found.append(node.args[0].removeprefix("rankops._cores."))
+        return gm.forward
+
+    _value_and_grad(torch.compile(f, fullgraph=True, backend=record), x0)
+    return found
+
+
+@pytest.mark.parametrize("name", list(_FITS))
+def test_a_cpu_graph_runs_the_fit_as_one_eager_node(name, monkeypatch):
+    """On a CPU a permutahedron's (and isotonic regression's) fit is one ``rankops::eager`` node, whose rounds and
+    windows read values as eager code does; where reading values does not pay (a GPU, ``windows.pays`` False) its
+    pooling rounds are a ``while_loop`` of the graph and the merge rounds an eager node behind a ``cond``."""
+    from rankops._cores import windows
+
+    fit, f = _FITS[name]
+    torch._dynamo.reset()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        assert _loops_and_eager_nodes(f, _X_FIT) == [fit]
+        monkeypatch.setattr(windows, "pays", lambda v: False)
+        torch._dynamo.reset()
+        on_gpu = _loops_and_eager_nodes(f, _X_FIT)
+    assert "while_loop" in on_gpu and fit not in on_gpu, on_gpu
+
+
 @pytest.mark.compiled
-def test_compiled_merge_rounds_on_a_row_past_the_pooling_cap():
+@pytest.mark.parametrize("name", list(_FITS))
+def test_compiled_fit_loops_where_reading_does_not_pay(name, monkeypatch):
+    """The fit's pooling rounds compiled (a GPU's graph: ``windows.pays`` False) give eager's values and gradients."""
+    from rankops._cores import windows
+
+    monkeypatch.setattr(windows, "pays", lambda v: False)
+    _assert_compiled_is_eager(_FITS[name][1], _X_FIT)
+
+
+@pytest.mark.compiled
+@pytest.mark.parametrize("pays", [True, False])
+def test_compiled_merge_rounds_on_a_row_past_the_pooling_cap(pays, monkeypatch):
     """A row that pools one block per round (1, 2, ..., 30, -1000: 30 rounds, past the cap of 4 ceil(log2 31) = 20)
-    finishes in the merge rounds, which compiled code runs eagerly in one op (rankops::eager): scipy's fit."""
+    finishes in the merge rounds, which a GPU's compiled code runs eagerly in one op (rankops::eager) after its
+    compiled pooling rounds (``pays`` False), and a CPU's in the eager node of the whole fit: scipy's fit."""
     from scipy.optimize import isotonic_regression
 
+    from rankops._cores import windows
+
+    monkeypatch.setattr(windows, "pays", lambda v: pays)
     y = torch.tensor([[*range(1, 31), -1000.0], [float(v) for v in range(31)]], dtype=torch.float64)
     want = torch.tensor([isotonic_regression(r).x for r in y.numpy()], dtype=torch.float64)
     torch._dynamo.reset()
@@ -379,14 +445,14 @@ def test_the_closed_forms_read_their_inputs_few_times_once_inlined():
     """The p-norm's closed forms stay small once inductor inlines every value into each of its uses: guards around
     each power of Cardano's root read its inputs 1,075,347 times so (and its fused kernel took minutes to generate:
     the default p = 4/3 rank did not compile in 15 minutes), the top-k's binary search with lo, hi and their midpoint
-    2,657,203 times at n = 1000, doubling with each step. Now 169, and 113 growing by a few reads per step."""
+    2,657,203 times at n = 1000, doubling with each step. Now 137, and 113 growing by a few reads per step."""
     import array_api_compat.torch as xp
 
     from rankops._cores.breakpoints import search_breakpoints
     from rankops._cores.powers import cubic_root
     from rankops._lib._adapters import get_adapter
 
-    assert _inlined_reads(lambda p, q: cubic_root(xp, p, q), torch.rand(4, 8), torch.randn(4, 8)) <= 200
+    assert _inlined_reads(lambda p, q: cubic_root(xp, p, q), torch.rand(4, 8), torch.randn(4, 8)) <= 150
     reads = []
     for n in (1000, 100_000):
         top = torch.arange(n).expand(3, n)

@@ -368,22 +368,22 @@ def fit(xp: Any, adapter: Any, y: Any, w: Any = None, kind: str = "l2") -> Any:
     if w is not None:
         y, w = broadcast_arrays(xp, y, w)
     v, yw = KINDS[kind].single(xp, y, w), xp.stack([y, xp.ones_like(y) if w is None else w])
-    return v if y.shape[-1] == 1 else _pooled_fit(xp, adapter, kind, v, yw, unit=w is None)
+    return v if y.shape[-1] == 1 else windows.eager_on_cpu(xp, adapter, _pooled_fit, (v, yw), kind=kind, unit=w is None)[0]
 
 
-def _pooled_fit(xp: Any, adapter: Any, kind: str, v: Any, yw: Any, rounds: int | None = None, windows_first: bool = True,
-                unit: bool = False) -> Any:
-    """The fit from the one-entry values ``v`` (or pooled blocks of them): pooling rounds, then either windows around
-    the last drops (:mod:`.windows`: the KL loss, on a CPU backend that reads values now) or the merge rounds. ``yw``
-    stacks the row and its weights (``unit``: ones)."""
+def _pooled_fit(xp: Any, v: Any, yw: Any, *, kind: str, rounds: int = 0, windows_first: bool = True,
+                unit: bool = False) -> tuple[Any]:
+    """``(the fit,)`` from the one-entry values ``v`` (or pooled blocks of them): pooling rounds, then either windows
+    around the last drops (:mod:`.windows`: the KL loss, on a CPU backend that reads values now) or the merge rounds.
+    ``yw`` stacks the row and its weights (``unit``: ones). Called by name (:meth:`eagerly`)."""
+    adapter = get_adapter(xp)
     # the windows pool for as many rounds as their whole rows would: a chain the rounds finish there, they finish here
     rounds = rounds or PER_LEVEL * (v.shape[-1] - 1).bit_length()
-    # the merge rounds, a fallback few rows take, run eagerly even in a compiled graph (one op): compiled, they
-    # were most of the kernels of every permutahedron and isotonic call, and of its compile time
-    return pool_then_merge(xp, adapter, KINDS[kind], v, yw, lambda u, unsettled: adapter.eagerly(
+    # the merge rounds, a fallback few rows take, are one eager op of a compiled graph even where the fit is not
+    return (pool_then_merge(xp, adapter, KINDS[kind], v, yw, lambda u, unsettled: adapter.eagerly(
         xp, _merged, (u, yw[1, ...]), like=(0,), kind=kind)[0], rounds=rounds, unit=unit,
-        finish=(lambda values, data: _pooled_fit(xp, adapter, kind, values, xp.stack(data), rounds, False))
-        if windows_first and KINDS[kind].snowballs else None)
+        finish=(lambda values, data: _pooled_fit(xp, values, xp.stack(data), kind=kind, rounds=rounds, windows_first=False)[0])
+        if windows_first and KINDS[kind].snowballs else None),)
 
 
 def pool_then_merge(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, merge: Callable[[Any, Any], Any], per_level: int = PER_LEVEL,

@@ -71,6 +71,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from .._lib._adapters import get_adapter
 from .._lib._compat import broadcast_arrays
 from .._lib._numerics import safe_divide
 from . import isotonic, windows
@@ -266,12 +267,30 @@ def project(xp: Any, adapter: Any, z: Any, w: Any, q: float, valid: Any = None, 
         w = xp.where(valid, w, 0.0)
     # the decreasing fit is the increasing fit of the reversed row, reversed
     y, wf = xp.flip(z, axis=-1), xp.flip(w, axis=-1)
-    yw = xp.stack([y, wf])
     n = z.shape[-1]
     e = 1.0 / (q - 1.0)
     v0 = y - (odd_power(xp, wf, e) if signed else power(xp, wf, e))  # one-entry blocks
-    v = v0
+    v, d, t = windows.eager_on_cpu(xp, adapter, fitted_blocks, (v0, y, wf), like=(0, 0, 0), q=q, signed=signed,
+                                   masked=valid is not None)
+    starts = isotonic.block_starts(xp, v)
+    a = d + t if signed else xp.clip(d + t, 0.0, None)
+    mu = odd_power(xp, a, q - 1.0) if signed else power(xp, a, q - 1.0)
+    dphi = xp.ones_like(a) if q == 2.0 else (q - 1.0) * power(xp, xp.abs(a), q - 2.0)
+    share = safe_divide(xp, dphi, isotonic.block_sums(xp, adapter, starts, dphi))
+    # back in z's order: a block's start is its first entry in that order (the reversed block's last)
+    ends = isotonic.block_starts(xp, xp.flip(v, axis=-1))
+    return xp.flip(mu, axis=-1), xp.flip(share, axis=-1), ends
+
+
+def fitted_blocks(xp: Any, v0: Any, y: Any, wf: Any, *, q: float, signed: bool, masked: bool) -> tuple[Any, Any, Any]:
+    """``(v, d, t)``: the isotonic fit of :func:`project`'s one-entry values ``v0`` (rows ``y``, weights ``wf``,
+    increasing order; ``masked``: a masked tail), by pooling rounds, windows or merge rounds as the backend allows,
+    and its blocks' roots (:func:`_solved`); called by name (:meth:`eagerly`)."""
+    adapter = get_adapter(xp)
     rules = (_SignedRules if signed else _Rules)(q)
+    yw = xp.stack([y, wf])
+    n = v0.shape[-1]
+    v = v0
     if n > 1:
         # rows whose blocks form by long chains would take up to n pooling rounds; where the loss has power sums (q =
         # 2, 4, 5, 6, and 3 where every block's entries lie above its value) the rows left after the pooling go to the
@@ -292,7 +311,7 @@ def project(xp: Any, adapter: Any, z: Any, w: Any, q: float, valid: Any = None, 
                 stall_blocks=0 if blocks else short,
                 finish=None if entries_only else lambda values, data: merge_blocks(xp, adapter, values, data, q) if blocks
                 else pool_blocks(xp, adapter, values, data, PowerSums(q)), sums=PowerSums(q))
-        elif q == 3.0 and valid is None and windows.readable_on_cpu(adapter, v0, yw):
+        elif q == 3.0 and not masked and windows.readable_on_cpu(adapter, v0, yw):
             # the sort's ranks step evenly, so its blocks have a block form after all: on a CPU the rounds over blocks,
             # the passes and the windows finish its chains (:class:`.power_sums.SteppedSignedSums`); elsewhere it pools
             sums = SteppedSignedSums()
@@ -300,15 +319,8 @@ def project(xp: Any, adapter: Any, z: Any, w: Any, q: float, valid: Any = None, 
                                          finish=lambda values, data: pool_blocks(xp, adapter, values, data, sums))
         else:
             v, _, _ = isotonic.pool_runs(xp, adapter, rules, v0, yw, n)
-    starts = isotonic.block_starts(xp, v)
-    _, d, t = _solved(xp, adapter, rules, starts, y, wf, signed)
-    a = d + t if signed else xp.clip(d + t, 0.0, None)
-    mu = odd_power(xp, a, q - 1.0) if signed else power(xp, a, q - 1.0)
-    dphi = xp.ones_like(a) if q == 2.0 else (q - 1.0) * power(xp, xp.abs(a), q - 2.0)
-    share = safe_divide(xp, dphi, isotonic.block_sums(xp, adapter, starts, dphi))
-    # back in z's order: a block's start is its first entry in that order (the reversed block's last)
-    ends = isotonic.block_starts(xp, xp.flip(v, axis=-1))
-    return xp.flip(mu, axis=-1), xp.flip(share, axis=-1), ends
+    _, d, t = _solved(xp, adapter, rules, isotonic.block_starts(xp, v), y, wf, signed)
+    return v, d, t
 
 
 def _solved(xp: Any, adapter: Any, rules: _Rules, starts: Any, y: Any, w: Any, signed: bool) -> tuple[Any, Any, Any]:

@@ -39,7 +39,7 @@ from typing import Any, Callable
 from .._lib._compat import device as _device, on_cpu
 from .blocks import Blocks, find_drops, pool_rounds, take_in_range
 
-__all__ = ["finish", "pool_and_finish", "few_blocks", "drops_left", "pays", "readable_on_cpu", "rows_of", "FEWEST", "GROWTH", "RADIUS", "SHARE", "SHORTEST"]
+__all__ = ["eager_on_cpu", "finish", "pool_and_finish", "few_blocks", "drops_left", "pays", "readable_on_cpu", "rows_of", "FEWEST", "GROWTH", "RADIUS", "SHARE", "SHORTEST"]
 
 RADIUS = 16  # blocks on either side of a drop in the first windows
 GROWTH = 16  # a window too small grows by this factor (each try is a fit of its own: few tries)
@@ -62,6 +62,17 @@ def pays(v: Any) -> bool:
     """Whether the windows pay for ``v``: on a CPU, where a pooling round costs in proportion to n. On a GPU a round
     is a few kernel launches whatever n, and the windows' own launches and reads would add to them."""
     return on_cpu(v)
+
+
+def eager_on_cpu(xp: Any, adapter: Any, fn: Callable[..., Any], arrays: tuple[Any, ...], like: tuple[int, ...] = (0,),
+                 **params: Any) -> tuple[Any, ...]:
+    """``fn(xp, *arrays, **params)`` (as :meth:`eagerly`'s ``like``), a fit whose rounds read values where that pays
+    (:func:`pays`): there a compiled graph runs it as one eager node (:meth:`eagerly`), in which its rounds and
+    windows read values as eager code does. Compiled, their loops held about half the kernels of a permutahedron's
+    graph and ran no faster than eager code; on a GPU they stay in the graph, their rounds fused."""
+    if pays(arrays[0]):
+        return adapter.eagerly(xp, fn, arrays, like=like, **params)
+    return tuple(fn(xp, *arrays, **params))
 
 
 def readable_on_cpu(adapter: Any, *arrays: Any) -> bool:
