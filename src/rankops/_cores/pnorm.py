@@ -267,7 +267,6 @@ def project(xp: Any, adapter: Any, z: Any, w: Any, q: float, valid: Any = None, 
         w = xp.where(valid, w, 0.0)
     # the decreasing fit is the increasing fit of the reversed row, reversed
     y, wf = xp.flip(z, axis=-1), xp.flip(w, axis=-1)
-    n = z.shape[-1]
     e = 1.0 / (q - 1.0)
     v0 = y - (odd_power(xp, wf, e) if signed else power(xp, wf, e))  # one-entry blocks
     v, d, t = windows.eager_on_cpu(xp, adapter, fitted_blocks, (v0, y, wf), like=(0, 0, 0), q=q, signed=signed,
