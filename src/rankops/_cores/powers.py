@@ -92,18 +92,15 @@ def cubic_root(xp: Any, p: Any, q: Any) -> Any:
     value into each of its uses, so the formula reads each value as few
     times as it can (a guard reads its argument twice, ``x * x`` twice):
     guards around each power had inductor walk thousands of copies of it.
-    It multiplies by ``1 / s`` and ``1 / A`` where it would divide by them:
-    a compiled program computes a division that several values read in a
-    kernel of its own.
     """
     s = get_adapter(xp).stop_gradient(xp, xp.maximum(xp.sqrt(p), xp.abs(q) ** (1.0 / 3.0)))
     some = s > 0
-    r = 1.0 / xp.where(some, s, xp.ones_like(s))
-    r2 = xp.square(r)  # one read where r * r takes two
-    ps = xp.where(some, p * r2, xp.ones_like(s))
-    qs = q * (r2 * r)
+    s = xp.where(some, s, xp.ones_like(s))
+    s2 = xp.square(s)  # one read where s * s takes two
+    ps = xp.where(some, p / s2, xp.ones_like(s))
+    qs = q / (s2 * s)
     a = (xp.abs(qs) / 2.0 + xp.sqrt(xp.square(qs) / 4.0 + xp.square(ps) * ps / 27.0)) ** (1.0 / 3.0)
-    b = ps / 3.0 * (1.0 / a)
+    b = ps / 3.0 / a
     return xp.where(some, -qs / (xp.square(a) + ps / 3.0 + xp.square(b)) * s, xp.zeros_like(s))
 
 
