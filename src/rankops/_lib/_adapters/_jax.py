@@ -30,7 +30,8 @@ def _jitted(fn: Any) -> Any:
     return jax.jit(fn, static_argnums=(0,))
 
 
-# linear_scan's block: the scan within one unrolls log2 of it levels, whatever the row's length
+# linear_scan's block: rows up to it take one associative scan (log2 of it levels, unrolled), longer ones a loop of
+# this many steps within blocks of it and one of doubling steps over the blocks, whatever the row's length
 _SCAN_BLOCK = 32
 
 
@@ -55,6 +56,20 @@ def _doubling_scan(a: Any, b: Any) -> Any:
 
     steps = max((m - 1).bit_length(), 0)
     return jax.lax.fori_loop(0, steps, step, varying((a, b, jnp.asarray(1)), a))[1] if steps else b
+
+
+def _within_blocks(a: Any, b: Any) -> tuple[Any, Any]:
+    """The maps of :func:`_compose` composed from the start of each block (the last axis) to each entry, as pairs
+    ``(a, b)``: one ``lax.scan`` over the block's positions, every block at once. XLA unrolls an associative scan's
+    levels, each a few kernels of its own; the loop's body is one, and its steps do the same O(n) work."""
+
+    def step(carry: tuple[Any, Any], link: tuple[Any, Any]) -> tuple[tuple[Any, Any], tuple[Any, Any]]:
+        composed = _compose(carry, link)
+        return composed, composed
+
+    first = jnp.moveaxis(a, -1, 0), jnp.moveaxis(b, -1, 0)
+    start = varying((jnp.ones_like(first[1][0]), jnp.zeros_like(first[1][0])), a, b)  # the identity map
+    return tuple(jnp.moveaxis(c, 0, -1) for c in jax.lax.scan(step, start, first)[1])  # type: ignore[return-value]
 
 
 class Jax(PortableAdapter):
@@ -131,8 +146,9 @@ class Jax(PortableAdapter):
         return jax.lax.stop_gradient(x)
 
     def linear_scan(self, xp: Any, a: Any, b: Any, *, reverse: bool = False, overwrite_b: bool = False) -> Any:
-        """``lax.associative_scan`` of the affine maps within blocks of :data:`_SCAN_BLOCK` entries, then one loop over
-        the blocks: O(n) work, and a program that does not grow with n (XLA unrolls the scan's log n levels)."""
+        """The affine maps composed by ``lax.associative_scan`` in a row of at most :data:`_SCAN_BLOCK` entries;
+        in a longer one within blocks of that many (:func:`_within_blocks`), then by doubling over the blocks: O(n)
+        work, and a program that does not grow with n (XLA would unroll an associative scan's log n levels)."""
         # each entry's own link to the entry it follows (none for the first one)
         zero = jnp.zeros_like(b[..., :1])
         a = jnp.concatenate([a, zero] if reverse else [zero, a], axis=-1)
@@ -148,7 +164,7 @@ class Jax(PortableAdapter):
             # padded entries come last: links of 1 and values of 0 change nothing before them
             pa = jnp.reshape(jnp.pad(a, pad, constant_values=1), shape)
             pb = jnp.reshape(jnp.pad(b, pad), shape)
-            pa, pb = jax.lax.associative_scan(_compose, (pa, pb), axis=b.ndim)  # within blocks, from each block's start
+            pa, pb = _within_blocks(pa, pb)
             # the value each block ends with: the blocks' own maps composed in order, one loop of doubling steps
             ends = _doubling_scan(pa[..., -1], pb[..., -1])
             before = jnp.concatenate([jnp.zeros_like(ends[..., :1]), ends[..., :-1]], axis=-1)  # what enters each block
