@@ -61,7 +61,7 @@ def _doubling_scan(a: Any, b: Any) -> Any:
 def _within_blocks(a: Any, b: Any) -> tuple[Any, Any]:
     """The maps of :func:`_compose` composed from the start of each block (the last axis) to each entry, as pairs
     ``(a, b)``: one ``lax.scan`` over the block's positions, every block at once. XLA unrolls an associative scan's
-    levels, each a few kernels of its own; the loop's body is one, and its steps do the same O(n) work."""
+    levels, each a few kernels of its own; the loop's body is a few kernels, once, for the same O(n) work."""
 
     def step(carry: tuple[Any, Any], link: tuple[Any, Any]) -> tuple[tuple[Any, Any], tuple[Any, Any]]:
         composed = _compose(carry, link)
