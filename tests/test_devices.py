@@ -117,4 +117,4 @@ def _check_shard_map(report: dict, sharded: list[str]) -> None:
     for method in sharded:
         assert isinstance(report[method], list), (method, report[method])
         value_error, grad_error, spec = report[method]
-        assert value_error <= 1e-12 and grad_error <= 1e-10 and spec.startswith(("P('b'", "PartitionSpec('b'")), (method, report[method])
+        assert value_error <= 1e-12 and grad_error <= 1e-11 and spec.startswith(("P('b'", "PartitionSpec('b'")), (method, report[method])

@@ -67,9 +67,9 @@ def _within_blocks(a: Any, b: Any) -> tuple[Any, Any]:
         composed = _compose(carry, link)
         return composed, composed
 
-    first = jnp.moveaxis(a, -1, 0), jnp.moveaxis(b, -1, 0)
-    start = varying((jnp.ones_like(first[1][0]), jnp.zeros_like(first[1][0])), a, b)  # the identity map
-    return tuple(jnp.moveaxis(c, 0, -1) for c in jax.lax.scan(step, start, first)[1])  # type: ignore[return-value]
+    identity = varying((jnp.ones_like(b[..., 0]), jnp.zeros_like(b[..., 0])), a, b)
+    by_position = jnp.moveaxis(a, -1, 0), jnp.moveaxis(b, -1, 0)
+    return tuple(jnp.moveaxis(c, 0, -1) for c in jax.lax.scan(step, identity, by_position)[1])  # type: ignore[return-value]
 
 
 class Jax(PortableAdapter):
