@@ -365,8 +365,9 @@ def test_rows_past_the_pooling_cap_finish_in_the_merge_rounds(monkeypatch):
         np.testing.assert_allclose(rankops.soft_sort(x, method="permutahedron", regularization="lp", p=4.0 / 3.0, strength=0.5),
                                    _sort_reference(x, 4.0 / 3.0, 0.5), rtol=1e-10, atol=1e-9 * np.abs(x).max())
     # windows on: the sort (64 entries, under windows.SHORTEST) and the p = 1.25 and 1.2 ranks merge, the other ranks
-    # finish in windows (p = 3/2's chain by one extension of its run of drops); windows off: all five merge
-    assert calls == [5.0, 6.0, 4.0, 3.0, 4.0, 5.0, 6.0, 4.0], calls
+    # finish in windows (p = 3/2's chain by one extension of its run of drops); windows off: p = 3/2's chain ends in
+    # the pooling rounds' extensions (rankops._cores.extensions), the other four merge
+    assert calls == [5.0, 6.0, 4.0, 4.0, 5.0, 6.0, 4.0], calls
 
 
 def test_snowballing_rows_at_p_past_the_closed_forms_leave_the_pooling_rounds(monkeypatch):
@@ -696,6 +697,81 @@ def test_under_jit_the_p_three_halves_fit_pools_over_its_blocks_where_they_fit_a
     monkeypatch.setattr(type(get_adapter(jnp)), "shortcut", lambda self, xp, holds, fast, general: fast())
     np.testing.assert_allclose(mu(fits)[0], want[fits], rtol=1e-10, atol=1e-9 * np.abs(want).max())
     assert not np.allclose(mu(spills)[0], want[spills], rtol=1e-3)
+
+
+def _chain_problems() -> list[tuple[np.ndarray, np.ndarray, bool]]:
+    """``(z, w, signed)`` rows (decreasing, the projection's order) whose pooling rounds snowball at p = 3/2: the
+    rank's row evenly spaced at the slope of ``w^(1/2)`` halfway along it (its first half takes in one entry per
+    round), and a sort's geometric row at strength 0.5 (weights of either sign: the data)."""
+    n = 128
+    chain = -np.sort(-0.5 * 64.0 ** -0.5 * np.arange(1.0, n + 1.0))
+    rank = (np.stack([chain, 1.5 * chain]), np.broadcast_to(np.arange(n, 0, -1.0), (2, n)), False)
+    x = 1.3 ** np.arange(64.0) * np.random.default_rng(9).uniform(0.9, 1.1, size=(2, 64))
+    sort = (np.broadcast_to(np.arange(64, 0, -1.0) / 0.5, x.shape), -np.sort(x, axis=-1), True)
+    return [rank, sort]
+
+
+@pytest.mark.parametrize("name", CPU_BACKENDS)
+def test_extensions_finish_snowballing_chains_within_a_few_rounds(name):
+    """Where the pooling rounds cannot stop to read values (``jax.jit``, a GPU), a round after one in which a row's
+    drops stopped halving pools its first drops further, block by block to either side while the next block
+    violates the pool (``rankops._cores.extensions``): the p = 3/2 rank's chain of 128 entries and the sort's
+    geometric row settle within 8 rounds, where the rounds alone leave them unsettled, and each fit equals the
+    sequential PAV."""
+    from array_api_compat import array_namespace
+
+    from rankops._cores import extensions, isotonic, pnorm, powers
+    from rankops._lib._adapters import get_adapter
+
+    def fit(a: Any, b: Any, signed: bool, extended: bool) -> tuple[Any, Any]:
+        xp = array_namespace(a)
+        y, w = xp.flip(a, axis=-1), xp.flip(b, axis=-1)
+        rules = (pnorm._SignedRules if signed else pnorm._Rules)(3.0)
+        v, unsettled, _ = isotonic.pool_runs(xp, get_adapter(xp), rules, y - powers.odd_power(xp, w, 0.5), xp.stack([y, w]),
+                                             8, extend=extensions.for_exponent(3.0, signed) if extended else None)
+        return xp.flip(v, axis=-1), xp.any(unsettled)
+
+    to, run = on_backend(name)
+    for z, w, signed in _chain_problems():
+        want = np.stack([_pav_projection(a, b, 1.5) for a, b in zip(z, w)])
+        args = to(np.ascontiguousarray(z)), to(np.ascontiguousarray(w))
+        assert bool(np.asarray(run(lambda a, b: fit(a, b, signed, False), *args)[1])), signed
+        v, unsettled = run(lambda a, b: fit(a, b, signed, True), *args)
+        assert not bool(np.asarray(unsettled)), signed
+        d = z - np.asarray(v)
+        np.testing.assert_allclose(np.sign(d) * d * d, want, rtol=1e-10, atol=1e-9 * np.abs(want).max())
+
+
+def test_extended_rounds_equal_the_papers_pav_on_rows_of_many_chains():
+    """Rows of clusters far apart (chains that meet, drops on both sides of one block) at p = 3/2, rank and sort:
+    pooled to the end with the extensions, the fit equals the sequential PAV, on NumPy and under ``jax.jit``; and
+    the operators under ``jax.jit`` (where the extensions serve) equal it too."""
+    import array_api_compat.numpy as xp
+
+    from rankops._cores import extensions, isotonic, pnorm, powers
+    from rankops._lib._adapters import get_adapter
+
+    jax = pytest.importorskip("jax")
+    for n in (9, 60, 200):
+        x = _chained_rows(n, n)
+        for signed in (False, True):
+            if signed:
+                z, w = np.broadcast_to(np.arange(n, 0, -1.0) / 0.3, x.shape), -np.sort(x, axis=-1) - 5.0
+            else:
+                z, w = -np.sort(-x, axis=-1), np.broadcast_to(np.arange(n, 0, -1.0) * 3.0, x.shape)
+            y, wf = np.ascontiguousarray(z[:, ::-1]), np.ascontiguousarray(w[:, ::-1])
+            rules = (pnorm._SignedRules if signed else pnorm._Rules)(3.0)
+            v, unsettled, _ = isotonic.pool_runs(xp, get_adapter(xp), rules, y - powers.odd_power(xp, wf, 0.5), np.stack([y, wf]),
+                                                 n, extend=extensions.for_exponent(3.0, signed))
+            assert not unsettled.any()
+            d = z - v[:, ::-1]
+            want = np.stack([_pav_projection(a, b, 1.5) for a, b in zip(z, w)])
+            np.testing.assert_allclose(np.sign(d) * d * d, want, rtol=1e-10, atol=1e-9 * np.abs(want).max())
+    x = _chained_rows(3, 200)
+    opts = {"method": "permutahedron", "regularization": "lp", "p": 1.5, "strength": 0.7}
+    np.testing.assert_allclose(jax.jit(lambda a: rankops.soft_rank(a, **opts))(x), _rank_reference(x, 1.5, 0.7), rtol=1e-10, atol=1e-9)
+    np.testing.assert_allclose(jax.jit(lambda a: rankops.soft_sort(a, **opts))(x), _sort_reference(x, 1.5, 0.7), rtol=1e-10,
+                               atol=1e-9 * np.abs(x).max())
 
 
 def test_a_snowballing_row_leaves_the_pooling_rounds_when_its_drops_stop_halving():

@@ -202,33 +202,28 @@ PER_LEVEL = 4  # pooling rounds per ceil(log2 n) before the merge rounds (:func:
 
 def pool_runs(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, max_rounds: int, merge_cost: float = 0.0, leave: int = 0,
               merge_all: bool = False, starts: Any = None, stall_blocks: int = 0, unit: bool = False,
-              patience: int = 0) -> tuple[Any, Any, bool]:
+              patience: int = 0, extend: Any = None) -> tuple[Any, Any, bool]:
     """Pool every maximal run of strictly decreasing blocks at once, for up to ``max_rounds`` rounds.
 
-    Adjacent violators end in one block of the solution (the PAV argument),
-    so a whole decreasing run of blocks may pool at once (for either loss: the
-    lemma holds for any separable convex one whose blocks take their minimising
-    value, Best & Chakravarti 1990); a row is settled
-    when no block is above its successor. Soft ranks at ``strength=1`` settle
-    in 1-2 rounds, at the default softness in about ``log2 n`` (l2) or up to
-    twice that (kl); adversarial rows need O(n): those go on to the merge
-    rounds. The result is blocks of pooled values with the same isotonic fit
-    as ``v``.
+    Adjacent violators end in one block of the solution (the PAV argument), so a whole decreasing run of blocks may
+    pool at once (for either loss: the lemma holds for any separable convex one whose blocks take their minimising
+    value, Best & Chakravarti 1990); a row is settled when no block is above its successor. Soft ranks at
+    ``strength=1`` settle in 1-2 rounds, at the default softness in about ``log2 n`` (l2) or up to twice that (kl);
+    adversarial rows need O(n): those go on to the merge rounds. The result is blocks of pooled values with the same
+    isotonic fit as ``v``.
 
-    ``merge_cost`` > 0 (a caller whose merge rounds run over the blocks, one entry
-    each) also stops a row once its drops stop halving each round and its rounds
-    have cost ``merge_cost K log2 K / n`` rounds' worth (``K`` its blocks): what
-    the merge rounds over its blocks would cost, in pooling rounds. A chain that
-    snowballs (a block taking one neighbour per round) leaves a few drops for up
-    to n rounds; the drops of a row that is settling fall geometrically.
-    ``merge_all``: the merge rounds cannot count the blocks (``jax.jit``), and a
-    row pools ``merge_cost log2 n`` rounds before it stalls out, whatever its
-    blocks (the p = 4/3 rank of 10^5 entries settles in about 16 at the default
-    softness). ``stall_blocks`` > 0: only with at most that many blocks.
+    ``merge_cost`` > 0 (a caller whose merge rounds run over the blocks, one entry each) also stops a row once its
+    drops stop halving each round and its rounds have cost ``merge_cost K log2 K / n`` rounds' worth (``K`` its
+    blocks): what the merge rounds over its blocks would cost, in pooling rounds. A chain that snowballs (a block
+    taking one neighbour per round) leaves a few drops for up to n rounds; the drops of a row that is settling fall
+    geometrically. ``merge_all``: the merge rounds cannot count the blocks (``jax.jit``), and a row pools ``merge_cost
+    log2 n`` rounds before it stalls out, whatever its blocks (the p = 4/3 rank of 10^5 entries settles in about 16 at
+    the default softness). ``stall_blocks`` > 0: only with at most that many blocks.
 
     ``leave`` > 0 (a caller that finishes the last drops itself,
     :mod:`.windows`): a row also stops once it holds at most ``leave`` drops
     and they stopped halving (a snowballing chain; a settling row goes on), after at least ``patience`` rounds.
+    ``extend`` (:class:`.extensions.Extension`): pools chains that snowball on, after each round.
     ``starts``: True where a segment of ``v`` begins (default: every entry). ``w``: the data
     ``rules.pooled`` reads (``"l2"``, ``"kl"``: the row and its weights stacked; ``unit``: those are ones).
 
@@ -245,7 +240,7 @@ def pool_runs(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, max_rounds: int
     def count(a: Any) -> Any:
         return xp.sum(xp.astype(a, v.dtype), axis=-1, keepdims=True)
 
-    counted = bool(merge_cost or leave)  # the state carries the drops of the last two rounds and the rounds spent
+    counted = bool(merge_cost or leave or extend)  # the state carries the drops of the last two rounds and the rounds spent
 
     # on a CPU, where values can be read now, a round solves only the segments that took in a block (rules whose solve
     share = getattr(rules, "compact_share", 0.0)  # costs enough per entry; ``compact_share``: the share where it pays)
@@ -262,6 +257,8 @@ def pool_runs(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, max_rounds: int
         # one value per segment, its first entry's: a power may round apart at two entries of equal input (torch's CPU
         # kernels: vectorized body, scalar tail), and a segment split 1 ulp apart stays two (l2, kl: sums, one log)
         u = u if rules in (_L2, _KL) else adapter.segment_first(xp, starts, u)
+        if extend is not None:  # given the drops of the last two rounds and the rounds spent: it gates itself
+            u, starts = extend.after_round(xp, adapter, u, starts, weights, *state[3:])
         down = drops(u)
         if not counted:
             return u, starts, down
@@ -388,10 +385,11 @@ def _pooled_fit(xp: Any, v: Any, yw: Any, *, kind: str, rounds: int = 0, windows
 
 def pool_then_merge(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, merge: Callable[[Any, Any], Any], per_level: int = PER_LEVEL,
                     merge_cost: float = 0.0, finish: Callable[[Any, Any], Any] | None = None, rounds: int | None = None,
-                    sums: Any = None, stall_blocks: int = 0, unit: bool = False) -> Any:
+                    sums: Any = None, stall_blocks: int = 0, unit: bool = False, extend: Any = None) -> Any:
     """``v`` pooled by :func:`pool_runs` for up to ``rounds`` (default ``per_level ceil(log2 n)``) rounds
-    (``merge_cost``, ``stall_blocks``, ``unit`` as there), then ``merge(v, unsettled)`` (the caller's merge rounds; ``unsettled`` True on the rows
-    the pooling left) unless every row settled, which a backend that reads the flag skips.
+    (``merge_cost``, ``stall_blocks``, ``unit``, ``extend`` as there), then ``merge(v, unsettled)`` (the caller's
+    merge rounds; ``unsettled`` True on the rows the pooling left) unless every row settled, which a backend that
+    reads the flag skips.
 
     ``finish(values, data)`` (a fit of 2-D rows of block values and their statistics, ``rules.block_data``): on a
     backend that reads values now, on a CPU (:func:`.windows.pays`), the rounds stop where a row holds few drops,
@@ -419,7 +417,7 @@ def pool_then_merge(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, merge: Ca
     # compiled torch graph does): elsewhere they run over every entry of the row
     merge_all = bool(merge_cost) and not adapter.reads_in_eager_node(v)
     v, unsettled, stopped_early = pool_runs(xp, adapter, rules, v, w, rounds, merge_cost, merge_all=merge_all,
-                                            stall_blocks=stall_blocks, unit=unit)
+                                            stall_blocks=stall_blocks, unit=unit, extend=extend)
     if stopped_early:  # the loop read that every row settled: no second read
         return v
     return adapter.unless(xp, ~xp.any(unsettled), lambda u: merge(u, unsettled), v)

@@ -51,7 +51,12 @@ block at a time, then rounds (a chain that takes one block per round, hundreds
 of rounds at n = 10^5, is one extension there). At q = 5 and 6 (no block
 form: ``ENTRY_MERGES``) rows go on to merge rounds over the entries, each
 pool's root by Newton's method on its moments. For any other q the loss has
-no such sums, and the pooling rounds run until every row settles. The output
+no such sums, and the pooling rounds run until every row settles. Where the
+rounds cannot read values (``jax.jit``, a GPU), at q = 3 (the rank, and the
+sort's evenly stepped ranks) a round after one in which a row's drops
+stopped halving pools its first drops on, block by block to either side
+(:mod:`.extensions`): a chain that snowballs ends within a few rounds, and
+the rows seldom reach the merge rounds. The output
 is written from ``d + t`` per block, never as ``z - v``: a one-entry block
 gives ``w_i`` itself.
 
@@ -76,6 +81,7 @@ from .._lib._compat import broadcast_arrays
 from .._lib._numerics import safe_divide
 from . import isotonic, windows
 from .breakpoints import search_breakpoints
+from .extensions import for_exponent
 from .power_sums import PowerSums, SteppedSignedSums, block_form, centred, merge_blocks, merge_fit, pool_blocks, pooled_blocks_length
 from .powers import falling_newton, moment_root, odd_power, power, signed_square_root
 from .subsets import Subset
@@ -290,6 +296,7 @@ def fitted_blocks(xp: Any, v0: Any, y: Any, wf: Any, *, q: float, signed: bool, 
     yw = xp.stack([y, wf])
     n = v0.shape[-1]
     v = v0
+    extend = for_exponent(q, signed)
     if n > 1:
         # rows whose blocks form by long chains would take up to n pooling rounds; where the loss has power sums (q =
         # 2, 4, 5, 6, and 3 where every block's entries lie above its value) the rows left after the pooling go to the
@@ -309,7 +316,7 @@ def fitted_blocks(xp: Any, v0: Any, y: Any, wf: Any, *, q: float, signed: bool, 
                 merge_cost=ENTRY_MERGE_COST if entries_only else 1.0 if blocks or short < n else 0.0,
                 stall_blocks=0 if blocks else short,
                 finish=None if entries_only else lambda values, data: merge_blocks(xp, adapter, values, data, q) if blocks
-                else pool_blocks(xp, adapter, values, data, PowerSums(q)), sums=PowerSums(q))
+                else pool_blocks(xp, adapter, values, data, PowerSums(q)), sums=PowerSums(q), extend=extend)
         elif q == 3.0 and not masked and windows.readable_on_cpu(adapter, v0, yw):
             # the sort's ranks step evenly, so its blocks have a block form after all: on a CPU the rounds over blocks,
             # the passes and the windows finish its chains (:class:`.power_sums.SteppedSignedSums`); elsewhere it pools
@@ -317,7 +324,7 @@ def fitted_blocks(xp: Any, v0: Any, y: Any, wf: Any, *, q: float, signed: bool, 
             v = isotonic.pool_then_merge(xp, adapter, rules, v0, yw, lambda u, unsettled: u, rounds=n, sums=sums,
                                          finish=lambda values, data: pool_blocks(xp, adapter, values, data, sums))
         else:
-            v, _, _ = isotonic.pool_runs(xp, adapter, rules, v0, yw, n)
+            v, _, _ = isotonic.pool_runs(xp, adapter, rules, v0, yw, n, extend=extend)
     _, d, t = _solved(xp, adapter, rules, isotonic.block_starts(xp, v), y, wf, signed)
     return v, d, t
 

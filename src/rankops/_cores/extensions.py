@@ -1,0 +1,152 @@
+"""Chains of violators pooled in one step, in arrays of fixed shapes: pooling rounds that finish snowballing chains
+where they cannot stop to read how many drops are left (``jax.jit``, a GPU).
+
+A pooling round (:func:`.isotonic.pool_runs`) pools every run of drops at
+once, and most rows settle within a few rounds; but a row may end on a
+few chains that snowball, a block taking one neighbour per round: the
+p = 3/2 soft rank of 10^5 normal entries at strength 0.1 ends on one over
+about 1,200 blocks, the p = 3/2 soft sort at the default softness on four
+over about 190. Where values can be read now, on a CPU, :mod:`.windows`
+finishes such rows. Elsewhere, in each round once a row's drops stopped
+halving, :class:`Extension` takes the first :data:`DROPS` drops of each row
+and pools each with its neighbours block by block, to the right while the
+pool stands above the block that follows it and to the left while it
+stands below the block before it, within a window of blocks.
+
+Each such pool is a sequence of steps of pool-adjacent-violators (the two
+blocks of the drop first, then each block that violates the pool), so the
+fit is the same whatever order they come in (Best & Chakravarti 1990), and
+pools that share no block may be taken together. A pool's value comes from
+its blocks' size, weight, mean and centred moments (``sums``:
+:class:`.power_sums.PowerSums`, exact along such steps, where a pool keeps
+every entry above its value; :meth:`Extension.form`). A window that ends inside a chain
+takes it to its last block; the next round goes on.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._lib._compat import device as _device, index_dtype
+from .power_sums import PowerSums, SteppedSignedSums
+
+__all__ = ["Extension", "for_exponent", "DROPS", "SPAN"]
+
+DROPS = 4  # drops per row that a round extends, each to both sides
+SPAN = 4  # a window holds n / (SPAN DROPS) blocks: its 2 DROPS windows together half a row's length
+
+
+def for_exponent(q: float, signed: bool) -> Extension | None:
+    """The extension of the p-norm fit's pooling rounds (:mod:`.pnorm`) at q = 3, whose merge rounds take no blocks (a
+    test splits a block by its data): a range of blocks' size, weight, mean and second moment give its pool's value
+    along the steps of pool-adjacent-violators (:class:`.power_sums.PowerSums`; for the sort, whose weights have
+    either sign, by its evenly stepped ranks, :class:`.power_sums.SteppedSignedSums`). At q = 2 and 4 the merge
+    rounds over the blocks finish such rows for less."""
+    if q != 3.0:
+        return None
+    return Extension(SteppedSignedSums() if signed else PowerSums(q))
+
+
+class Extension:
+    """The pooling rounds' extension of chains (:func:`.isotonic.pool_runs`'s ``extend``) for a loss whose pools
+    ``sums`` values from their blocks' size, weight, mean and centred moments (:meth:`form`)."""
+
+    def __init__(self, sums: Any) -> None:
+        self.sums = sums
+
+    def form(self, xp: Any, adapter: Any, starts: Any, data: Any) -> tuple[Any, ...]:
+        """Each segment's block form ``(mean, W, m, M2, M3)`` per entry (``starts``: True where one begins; moments
+        past the loss's degree are 0), from ``data``, the rounds' weights ``(y, w)`` stacked: two segmented sums, one
+        for the segments' means and one for the sums about them."""
+        y, w = data[0, ...], data[1, ...]
+        total = adapter.segment_sum(xp, starts, xp.stack([y, xp.ones_like(y)]))
+        centre = total[0, ...] / total[1, ...]
+        s = adapter.segment_sum(xp, starts, xp.stack(self.sums.stats(xp, None, (y, w), centre)))
+        m = s[1, ...]
+        shift = s[2, ...] / m
+        zero = xp.zeros_like(m)
+        m2 = s[3, ...] - shift * s[2, ...] if s.shape[0] > 3 else zero
+        m3 = s[4, ...] - 3.0 * shift * s[3, ...] + 2.0 * shift * shift * s[2, ...] if s.shape[0] > 4 else zero
+        return centre + shift, s[0, ...], m, m2, m3
+
+    def after_round(self, xp: Any, adapter: Any, u: Any, starts: Any, data: Any, before: Any, now: Any,
+                    spent: Any) -> tuple[Any, Any]:
+        """``(u, starts)`` after a pooling round (``before``, ``now``: each row's drops after the last two rounds;
+        ``spent``: the rounds spent), pooled on where a row's drops stopped halving (:meth:`__call__`); a backend that
+        reads the flag skips the rest (under ``jax.jit``, a branch)."""
+        chains = xp.any((spent > 0) & (now > 0) & (2.0 * now > before))
+        return adapter.unless(xp, ~chains, lambda us: self(xp, adapter, *us, data), (u, starts), in_loop=True)
+
+    def __call__(self, xp: Any, adapter: Any, u: Any, starts: Any, data: Any) -> tuple[Any, Any]:
+        """``(u, starts)`` with the first :data:`DROPS` drops of each row pooled to the right and to the left (each a
+        window of its own: the windows an axis, each with its side), the pools that share no block kept."""
+        n = u.shape[-1]
+        dev = _device(u)
+        idx = index_dtype(xp, dev)
+        drops = min(DROPS, n - 1)
+        width = min(max(-(-n // (SPAN * drops)), 16), n)  # blocks
+        ordinal = xp.cumulative_sum(xp.astype(starts, idx), axis=-1) - 1  # each entry's block, from 0
+        # the first drops of each row: the boundaries (i between entries i and i + 1) where their count reaches 1, 2, ...
+        counted = xp.cumulative_sum(xp.astype(u[..., :-1] > u[..., 1:], idx), axis=-1)
+        wanted = xp.broadcast_to(xp.arange(1, drops + 1, dtype=idx, device=dev), u.shape[:-1] + (drops,))
+        at = adapter.searchsorted(xp, counted, wanted, side="left")
+        real = xp.concat([at, at], axis=-1) < n - 1
+        boundary = xp.clip(at, 0, n - 2)
+        right = xp.arange(2 * drops, device=dev) < drops  # the windows' sides: the drops rightward, then leftward
+        # each window's base block (left of its drop; right of it, leftward), its blocks from there to its side and the
+        # block past them, and the block after the base; their first entries by one search of the ordinals (n past the
+        # row's last block, 0 before its first)
+        base = xp.concat([adapter.take(xp, ordinal, boundary), adapter.take(xp, ordinal, boundary + 1)], axis=-1)
+        step = xp.arange(width + 1, dtype=idx, device=dev)
+        block = base[..., None] + xp.where(right[:, None], step, -step)
+        queries = xp.concat([block, base[..., None] + 1], axis=-1)
+        flat = queries.shape[:-2] + (2 * drops * (width + 2),)
+        first = xp.reshape(adapter.searchsorted(xp, ordinal, xp.reshape(queries, flat), side="left"), queries.shape)
+        inside = (block >= 0) & (block <= ordinal[..., -1:, None])
+        gathered = xp.reshape(xp.clip(first[..., :-1], 0, n - 1), flat[:-1] + (2 * drops * (width + 1),))
+
+        def gather(a: Any) -> Any:
+            return xp.reshape(adapter.take(xp, a, gathered), block.shape)
+
+        blocks = tuple(gather(a) for a in self.form(xp, adapter, starts, data))
+        value = gather(u)
+        centre = blocks[0][..., :1]
+        terms = xp.stack(self.sums.stats(xp, None, tuple(a[..., :width] for a in blocks), centre))
+        totals = xp.cumulative_sum(xp.where(inside[..., :width], terms, xp.zeros_like(terms)), axis=-1)
+        pooled = self.sums.value(xp, tuple(totals[i, ...] for i in range(totals.shape[0])), centre, centre)
+        # the pool of the blocks up to each takes the next block only if that block violates it: up to the first that
+        # does not, or all of a window that holds none such (the next round goes on)
+        after = value[..., 1:]
+        violates = inside[..., 1:] & xp.where(right[:, None], pooled > after, pooled < after)
+        size = xp.sum(xp.astype(xp.cumulative_sum(xp.astype(~violates, idx), axis=-1) == 0, idx), axis=-1)
+        size = xp.clip(size, None, width - 1)
+        level = xp.reshape(adapter.take(xp, pooled, size[..., None]), size.shape)
+        # the pool's entries: from the base block's first to the last before the block past it (leftward: from the
+        # first of its last block to the base block's last)
+        reached = xp.reshape(adapter.take(xp, first, xp.where(right, size + 1, size)[..., None]), size.shape)
+        begin = xp.where(right, first[..., 0], reached)
+        stop = xp.where(right, reached, first[..., -1]) - 1
+        return _levelled(xp, u, starts, right, real & (size > 0), size, begin, stop, level)
+
+
+def _levelled(xp: Any, u: Any, starts: Any, right: Any, valid: Any, size: Any, begin: Any, stop: Any,
+              level: Any) -> tuple[Any, Any]:
+    """``(u, starts)`` with the pools from ``begin`` to ``stop`` (entries; ``right``: their side; ``size``: the blocks
+    each took past its base) at their ``level``, each one block: of the ``valid`` pools, those that hold their own
+    base alone among their side's (its first entry, or its last leftward: so the pools of a side share no block)
+    and that meet no such pool of the other side that took more blocks (on a tie, the rightward one is kept)."""
+    base = xp.where(right, begin, stop)
+    side = right[:, None] == right[None, :]
+    holders = xp.sum(xp.astype(side & valid[..., None, :] & (begin[..., None, :] <= base[..., :, None])
+                               & (stop[..., None, :] >= base[..., :, None]), begin.dtype), axis=-1)
+    alone = valid & (holders == 1)
+    meets = (begin[..., :, None] <= stop[..., None, :]) & (begin[..., None, :] <= stop[..., :, None])
+    larger = (size[..., None, :] > size[..., :, None]) | ((size[..., None, :] == size[..., :, None]) & right[None, :])
+    keep = alone & ~xp.any(~side & meets & larger & alone[..., None, :], axis=-1)
+    at = xp.astype(xp.arange(u.shape[-1], device=_device(u)), begin.dtype)
+    inner = xp.zeros_like(starts)
+    for j in range(begin.shape[-1]):  # a few pools, each an elementwise pass (no array of pools by entries)
+        taken = keep[..., j:j + 1] & (at >= begin[..., j:j + 1]) & (at <= stop[..., j:j + 1])
+        u = xp.where(taken, level[..., j:j + 1], u)
+        inner = inner | (taken & (at > begin[..., j:j + 1]))
+    return u, starts & ~inner
