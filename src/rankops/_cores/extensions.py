@@ -17,10 +17,11 @@ Each such pool is a sequence of steps of pool-adjacent-violators (the two
 blocks of the drop first, then each block that violates the pool), so the
 fit is the same whatever order they come in (Best & Chakravarti 1990), and
 pools that share no block may be taken together. A pool's value comes from
-its blocks' size, weight, mean and centred moments (``sums``:
-:class:`.power_sums.PowerSums`, exact along such steps, where a pool keeps
-every entry above its value; :meth:`Extension.form`). A window that ends inside a chain
-takes it to its last block; the next round goes on.
+its blocks' size, weight, mean and centred moments (:meth:`Extension.form`;
+``sums``: :class:`.power_sums.PowerSums`, exact along such steps, where a
+pool keeps every entry above its value, or for the sort's evenly stepped
+ranks :class:`.power_sums.SteppedSignedSums`). A window that ends inside a
+chain takes it to its last block; the next round goes on.
 """
 
 from __future__ import annotations
