@@ -132,18 +132,33 @@ class Extension:
 
 def _levelled(xp: Any, u: Any, starts: Any, right: Any, valid: Any, size: Any, begin: Any, stop: Any,
               level: Any) -> tuple[Any, Any]:
-    """``(u, starts)`` with the pools from ``begin`` to ``stop`` (entries; ``right``: their side; ``size``: the blocks
-    each took past its base) at their ``level``, each one block: of the ``valid`` pools, those that hold their own
-    base alone among their side's (its first entry, or its last leftward: so the pools of a side share no block)
-    and that meet no such pool of the other side that took more blocks (on a tie, the rightward one is kept)."""
+    """``(u, starts)`` with the pools from ``begin`` to ``stop`` (entries; the first half of the last axis rightward,
+    the second leftward: ``right``; ``size``: the blocks each took past its base) at their ``level``, each one block:
+    of the ``valid`` pools, those that hold their own base alone among their side's (its first entry, or its last
+    leftward: so the pools of a side share no block) and that meet no such pool of the other side that took more
+    blocks (on a tie, the rightward one is kept). The sides are halves, not a mask of the pools: a compiled torch
+    graph folds such a mask into its index arithmetic, where inductor cannot compare two of them."""
+    half = begin.shape[-1] // 2
     base = xp.where(right, begin, stop)
-    side = right[:, None] == right[None, :]
-    holders = xp.sum(xp.astype(side & valid[..., None, :] & (begin[..., None, :] <= base[..., :, None])
-                               & (stop[..., None, :] >= base[..., :, None]), begin.dtype), axis=-1)
-    alone = valid & (holders == 1)
-    meets = (begin[..., :, None] <= stop[..., None, :]) & (begin[..., None, :] <= stop[..., :, None])
-    larger = (size[..., None, :] > size[..., :, None]) | ((size[..., None, :] == size[..., :, None]) & right[None, :])
-    keep = alone & ~xp.any(~side & meets & larger & alone[..., None, :], axis=-1)
+
+    def among(d: Any, e: Any) -> Any:
+        """Pool by pool of ``d`` (a slice of the last axis), pool by pool of ``e``: whether ``e``'s holds ``d``'s base,
+        and whether the two meet."""
+        holds = valid[..., None, e] & (begin[..., None, e] <= base[..., d, None]) & (
+            stop[..., None, e] >= base[..., d, None])
+        meets = (begin[..., d, None] <= stop[..., None, e]) & (begin[..., None, e] <= stop[..., d, None])
+        return holds, meets
+
+    rightward, leftward = slice(None, half), slice(half, None)
+    alone = valid & xp.concat([xp.sum(xp.astype(among(d, d)[0], begin.dtype), axis=-1) == 1
+                               for d in (rightward, leftward)], axis=-1)
+    # a rightward pool gives way to a leftward one that took more blocks, a leftward one to a rightward one that took
+    # as many or more
+    left_wins = among(rightward, leftward)[1] & alone[..., None, leftward] & (
+        size[..., None, leftward] > size[..., rightward, None])
+    right_wins = among(leftward, rightward)[1] & alone[..., None, rightward] & (
+        size[..., None, rightward] >= size[..., leftward, None])
+    keep = alone & ~xp.concat([xp.any(left_wins, axis=-1), xp.any(right_wins, axis=-1)], axis=-1)
     at = xp.astype(xp.arange(u.shape[-1], device=_device(u)), begin.dtype)
     inner = xp.zeros_like(starts)
     for j in range(begin.shape[-1]):  # a few pools, each an elementwise pass (no array of pools by entries)
