@@ -17,7 +17,7 @@ Each such pool is a sequence of steps of pool-adjacent-violators (the two
 blocks of the drop first, then each block that violates the pool), so the
 fit is the same whatever order they come in (Best & Chakravarti 1990), and
 pools that share no block may be taken together. A pool's value comes from
-its blocks' size, weight, mean and centred moments (:meth:`Extension.form`;
+its blocks' size, weight, mean and centred moments (:func:`.power_sums.block_form`;
 ``sums``: :class:`.power_sums.PowerSums`, exact along such steps, where a
 pool keeps every entry above its value, or for the sort's evenly stepped
 ranks :class:`.power_sums.SteppedSignedSums`). A window that ends inside a
@@ -29,7 +29,7 @@ from __future__ import annotations
 from typing import Any
 
 from .._lib._compat import device as _device, index_dtype
-from .power_sums import PowerSums, SteppedSignedSums
+from .power_sums import PowerSums, SteppedSignedSums, block_form
 
 __all__ = ["Extension", "for_exponent", "DROPS", "SPAN"]
 
@@ -50,32 +50,15 @@ def for_exponent(q: float, signed: bool) -> Extension | None:
 
 class Extension:
     """The pooling rounds' extension of chains (:func:`.isotonic.pool_runs`'s ``extend``) for a loss whose pools
-    ``sums`` values from their blocks' size, weight, mean and centred moments (:meth:`form`)."""
+    ``sums`` values from their blocks' size, weight, mean and centred moments (:func:`.power_sums.block_form` of the
+    rounds' weights, the row and its weights stacked)."""
 
     def __init__(self, sums: Any) -> None:
         self.sums = sums
 
-    def form(self, xp: Any, adapter: Any, starts: Any, data: Any) -> tuple[Any, ...]:
-        """Each segment's block form ``(mean, W, m, M2, M3)`` per entry (``starts``: True where one begins; moments
-        past the loss's degree are 0), from ``data``, the rounds' weights ``(y, w)`` stacked: two segmented sums, one
-        for the segments' means and one for the sums about them."""
-        y, w = data[0, ...], data[1, ...]
-        total = adapter.segment_sum(xp, starts, xp.stack([y, xp.ones_like(y)]))
-        centre = total[0, ...] / total[1, ...]
-        s = adapter.segment_sum(xp, starts, xp.stack(self.sums.stats(xp, None, (y, w), centre)))
-        m = s[1, ...]
-        shift = s[2, ...] / m
-        zero = xp.zeros_like(m)
-        m2 = s[3, ...] - shift * s[2, ...] if s.shape[0] > 3 else zero
-        m3 = s[4, ...] - 3.0 * shift * s[3, ...] + 2.0 * shift * shift * s[2, ...] if s.shape[0] > 4 else zero
-        return centre + shift, s[0, ...], m, m2, m3
-
-    def after_round(self, xp: Any, adapter: Any, u: Any, starts: Any, data: Any, before: Any, now: Any,
-                    spent: Any) -> tuple[Any, Any]:
-        """``(u, starts)`` after a pooling round (``before``, ``now``: each row's drops after the last two rounds;
-        ``spent``: the rounds spent), pooled on where a row's drops stopped halving (:meth:`__call__`); a backend that
-        reads the flag skips the rest (under ``jax.jit``, a branch)."""
-        chains = xp.any((spent > 0) & (now > 0) & (2.0 * now > before))
+    def after_round(self, xp: Any, adapter: Any, u: Any, starts: Any, data: Any, chains: Any) -> tuple[Any, Any]:
+        """``(u, starts)`` after a pooling round, pooled on (:meth:`__call__`) where the 0-d ``chains`` holds (some
+        row's drops stopped halving); a backend that reads the flag skips the rest (under ``jax.jit``, a branch)."""
         return adapter.unless(xp, ~chains, lambda us: self(xp, adapter, *us, data), (u, starts), in_loop=True)
 
     def __call__(self, xp: Any, adapter: Any, u: Any, starts: Any, data: Any) -> tuple[Any, Any]:
@@ -109,7 +92,7 @@ class Extension:
         def gather(a: Any) -> Any:
             return xp.reshape(adapter.take(xp, a, gathered), block.shape)
 
-        blocks = tuple(gather(a) for a in self.form(xp, adapter, starts, data))
+        blocks = tuple(gather(a) for a in block_form(xp, adapter, starts, data[0, ...], data[1, ...]))
         value = gather(u)
         centre = blocks[0][..., :1]
         terms = xp.stack(self.sums.stats(xp, None, tuple(a[..., :width] for a in blocks), centre))

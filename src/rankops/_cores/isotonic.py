@@ -220,12 +220,11 @@ def pool_runs(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, max_rounds: int
     log2 n`` rounds before it stalls out, whatever its blocks (the p = 4/3 rank of 10^5 entries settles in about 16 at
     the default softness). ``stall_blocks`` > 0: only with at most that many blocks.
 
-    ``leave`` > 0 (a caller that finishes the last drops itself,
-    :mod:`.windows`): a row also stops once it holds at most ``leave`` drops
-    and they stopped halving (a snowballing chain; a settling row goes on), after at least ``patience`` rounds.
-    ``extend`` (:class:`.extensions.Extension`): pools chains that snowball on, after each round.
-    ``starts``: True where a segment of ``v`` begins (default: every entry). ``w``: the data
-    ``rules.pooled`` reads (``"l2"``, ``"kl"``: the row and its weights stacked; ``unit``: those are ones).
+    ``leave`` > 0 (a caller that finishes the last drops itself, :mod:`.windows`): a row also stops once it holds at
+    most ``leave`` drops and they stopped halving (a snowballing chain; a settling row goes on), after at least
+    ``patience`` rounds. ``extend`` (:class:`.extensions.Extension`): pools chains that snowball on, after each round.
+    ``starts``: True where a segment of ``v`` begins (default: every entry). ``w``: the data ``rules.pooled`` reads
+    (``"l2"``, ``"kl"``: the row and its weights stacked; ``unit``: those are ones).
 
     Returns ``(v, unsettled, stopped_early)``: ``unsettled`` is True on the
     rows that still hold a drop, and ``stopped_early`` True when the loop was
@@ -233,12 +232,14 @@ def pool_runs(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, max_rounds: int
     no ``merge_cost``): nothing left to read.
     """
 
-    def drops(u: Any) -> Any:
-        # between neighbours (n - 1 of them): True where a block is above its successor
+    def drops(u: Any) -> Any:  # between neighbours (n - 1 of them): True where a block is above its successor
         return u[..., :-1] > u[..., 1:]
 
     def count(a: Any) -> Any:
         return xp.sum(xp.astype(a, v.dtype), axis=-1, keepdims=True)
+
+    def stopped_halving(before: Any, now: Any) -> Any:  # per row: drops after the last round, the round before
+        return 2.0 * now > before
 
     counted = bool(merge_cost or leave or extend)  # the state carries the drops of the last two rounds and the rounds spent
 
@@ -257,8 +258,9 @@ def pool_runs(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, max_rounds: int
         # one value per segment, its first entry's: a power may round apart at two entries of equal input (torch's CPU
         # kernels: vectorized body, scalar tail), and a segment split 1 ulp apart stays two (l2, kl: sums, one log)
         u = u if rules in (_L2, _KL) else adapter.segment_first(xp, starts, u)
-        if extend is not None:  # given the drops of the last two rounds and the rounds spent: it gates itself
-            u, starts = extend.after_round(xp, adapter, u, starts, weights, *state[3:])
+        if extend is not None:  # after a round in which some row's drops stopped halving
+            before, now, spent = state[3:]
+            u, starts = extend.after_round(xp, adapter, u, starts, weights, xp.any((spent > 0) & (now > 0) & stopped_halving(before, now)))
         down = drops(u)
         if not counted:
             return u, starts, down
@@ -270,7 +272,7 @@ def pool_runs(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, max_rounds: int
         if not counted:
             return xp.any(state[2], axis=-1)
         _, starts, _, before, now, spent = state
-        stalled = 2.0 * now > before  # the drops stopped halving
+        stalled = stopped_halving(before, now)
         if merge_cost:
             blocks = xp.full_like(spent, n) if merge_all else count(starts)
             stalled = stalled & (spent * n >= merge_cost * blocks * xp.log2(blocks))
