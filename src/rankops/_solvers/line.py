@@ -92,7 +92,7 @@ def line_plan_vjp(
     warm = power >= 1.0 and x.shape[-1] > 1 and y.shape[-1] > 1
     if not both_marginals_held(opts):
         s, unit_back, scale = squash(xp, x, _support(log_a, supported))
-        init = grid_potentials(xp, s, log_a, log_b, h, y) if warm else None
+        init = _differentiable_start(xp, s, log_a, log_b, y, power=power) if warm else None
         # unrolled, or a learnable epsilon: the cost formed and handed to the solver, whose pullback takes the plan's.
         # The differences are recomputed in the pullback, and the cost is passed without a name:
         # neither stays alive through the solve (each is a whole (..., n, m) array).
@@ -150,8 +150,9 @@ def _warm_start(xp: Any, s: Any, log_a: Any, log_b: Any, y: Any, *, power: float
     (:meth:`eagerly`): O(n log n) work of a sort, binary searches and
     cumulative sums, whose compiled kernels (a dozen, several of them gathers
     that generate long C++) would add to every compile and save nothing next
-    to the (n, m) iterations. Autodiff never reads them: this serves the
-    implicit path only, whose gradient does not depend on the start.
+    to the (n, m) iterations. The implicit path's gradient does not depend
+    on the start; the unrolled one's flows through it by a backward node of
+    its own (:func:`_differentiable_start`).
     """
     batch = np.broadcast_shapes(tuple(s.shape[:-1]), tuple(log_a.shape[:-1]), tuple(log_b.shape[:-1]))  # shapes only
     n, m = s.shape[-1], log_b.shape[-1]
@@ -160,6 +161,43 @@ def _warm_start(xp: Any, s: Any, log_a: Any, log_b: Any, y: Any, *, power: float
     if y is not None:
         arrays += (y,)
     return get_adapter(xp).eagerly(xp, scaled_grid_start, arrays, like=(0, 2), power=power, eps=eps)  # type: ignore[return-value]
+
+
+def _differentiable_start(xp: Any, s: Any, log_a: Any, log_b: Any, y: Any, *, power: float) -> tuple[Any, Any]:
+    """:func:`grid_potentials` of ``|d| ** power``, through which the unrolled gradient flows (the iterations start
+    there). Under ``torch.compile`` it is one eager node (:func:`_warm_start`), as on the implicit path, and its
+    backward another, which runs it again under autograd (:func:`grid_start_vjp`): the graph then holds none of its
+    sorts, searches and gathers, whose kernels took as long to compile as the rest of the unrolled sort's forward."""
+    arrays = (s, log_a, log_b) + (() if y is None else (y,))
+    adapter = get_adapter(xp)
+    if not adapter.replays_loops(arrays):
+        return grid_potentials(xp, s, log_a, log_b, cost_fns(xp, power)[0], y)
+
+    def forward(xp_: Any, *a: Any) -> tuple[tuple[Any, Any], tuple[Any, ...]]:
+        return _warm_start(xp_, a[0], a[1], a[2], a[3] if len(a) > 3 else None, power=power, eps=1.0), a
+
+    def backward(xp_: Any, res: tuple[Any, ...], cts: tuple[Any, ...]) -> tuple[Any, ...]:
+        batch = np.broadcast_shapes(*(tuple(a.shape[:-1]) for a in res[:3]))
+        sizes = (res[0].shape[-1], res[2].shape[-1])
+        cts = tuple(xp_.zeros(batch + (size,), dtype=res[0].dtype, device=_device(res[0])) if ct is None else ct
+                    for ct, size in zip(cts, sizes))
+        return adapter.eagerly(xp_, grid_start_vjp, (*res, *cts), like=tuple(range(len(res))), power=power)
+
+    init, _ = custom_backward(xp, forward, backward, arrays, names=None, n_diff=2, linear=False)
+    return init[0], init[1]
+
+
+def grid_start_vjp(xp: Any, *arrays: Any, power: float) -> tuple[Any, ...]:
+    """The gradients of ``(s, log_a, log_b[, y])`` (``arrays``, then the cotangents of ``(f, g)``) through
+    :func:`grid_potentials`, by running it again under the backend's autodiff: :func:`_differentiable_start`'s
+    backward node."""
+    *inputs, ct_f, ct_g = arrays
+
+    def run(s: Any, log_a: Any, log_b: Any, y: Any = None) -> tuple[Any, Any]:
+        return scaled_grid_start(xp, s, log_a, log_b, y, power=power, eps=1.0)
+
+    _, _, pull = get_adapter(xp).autodiff_vjp(run, list(inputs), lambda outs: outs)
+    return tuple(pull((ct_f, ct_g)))
 
 
 def scaled_grid_start(xp: Any, s: Any, log_a: Any, log_b: Any, y: Any = None, *, power: float, eps: float) -> tuple[Any, Any]:
