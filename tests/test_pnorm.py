@@ -774,6 +774,59 @@ def test_extended_rounds_equal_the_papers_pav_on_rows_of_many_chains():
                                atol=1e-9 * np.abs(x).max())
 
 
+def test_extensions_keep_pools_that_share_no_block_each_at_its_value():
+    """Every round's extensions (``extensions.Extension``) leave each block (``starts``) at one value, its entries'
+    pool's, and within a block of the sequential PAV (steps of pool-adjacent-violators), so that the rounds may stop
+    after any of them: on rows of near drops, where a drop's pool to the right and the next one's to the left meet
+    (and each drop's two pools share its two blocks), among which only one of any two pools that meet is kept (the
+    one that took more blocks). Written both, they would leave a block at two values, which the blocks the fit reads
+    from the values (``isotonic.block_starts``) would split."""
+    import array_api_compat.numpy as xp
+
+    from rankops._cores import extensions, isotonic, pnorm, powers
+    from rankops._lib._adapters import get_adapter
+
+    adapter, seen = get_adapter(xp), []
+
+    class Recorded(extensions.Extension):
+        def __call__(self, xp: Any, adapter: Any, u: Any, starts: Any, data: Any) -> tuple[Any, Any]:
+            out = super().__call__(xp, adapter, u, starts, data)
+            seen.append(out)
+            return out
+
+    rng = np.random.default_rng(0)
+    met = 0
+    for trial in range(48):
+        n, signed = int(rng.integers(8, 60)), trial % 2 == 1
+        if trial % 4 < 2:  # clusters far apart, tight within
+            x = rng.choice([0.0, 3.0, 10.0, 30.0], size=(4, n)) + rng.normal(size=(4, n)) * rng.choice([0.01, 0.3, 2.0], size=(4, 1))
+        else:  # gaps of heavy-tailed sizes
+            x = np.cumsum(rng.exponential(size=(4, n)) ** 3, axis=-1)
+        scale = 10.0 ** rng.uniform(-1.5, 1.0)
+        if signed:
+            z, w = np.broadcast_to(np.arange(n, 0, -1.0) / scale, x.shape), -np.sort(x, axis=-1)
+        else:
+            z, w = -np.sort(-x, axis=-1), np.broadcast_to(np.arange(n, 0, -1.0) * scale, x.shape)
+        y, wf = np.ascontiguousarray(z[:, ::-1]), np.ascontiguousarray(w[:, ::-1])
+        rules = (pnorm._SignedRules if signed else pnorm._Rules)(3.0)
+        extension = Recorded(extensions.for_exponent(3.0, signed).sums)
+        seen.clear()
+        v, unsettled, _ = isotonic.pool_runs(xp, adapter, rules, y - powers.odd_power(xp, wf, 0.5), np.stack([y, wf]), n,
+                                             extend=extension)
+        mu = np.stack([_pav_projection(a, b, 1.5) for a, b in zip(z, w)])
+        want = (z - np.sign(mu) * np.sqrt(np.abs(mu)))[:, ::-1]  # the PAV's fit, in the rounds' increasing order
+        d = z - v[:, ::-1]
+        np.testing.assert_allclose(np.sign(d) * d * d, mu, rtol=1e-10, atol=1e-9 * np.abs(mu).max())
+        tol = 1e-9 * (np.abs(want).max() + 1.0)
+        for u, starts in seen:
+            inner = ~starts[:, 1:]
+            np.testing.assert_array_equal(u[:, 1:][inner], u[:, :-1][inner])
+            np.testing.assert_allclose(u, rules.pooled(xp, adapter, starts, None, np.stack([y, wf]), False), rtol=1e-9, atol=tol)
+            assert np.all(np.abs(want[:, 1:] - want[:, :-1])[inner] <= tol)
+        met += len(seen)
+    assert met >= 20  # the extensions ran (the rows' drops stopped halving)
+
+
 def test_a_snowballing_row_leaves_the_pooling_rounds_when_its_drops_stop_halving():
     """``merge_cost``: the rank's row of the test above at p = 4/3 takes in one entry per pooling round (one drop for
     up to n rounds); it leaves after a few rounds, with the drop left for the merge rounds. A row whose drops fall
