@@ -171,7 +171,7 @@ def _differentiable_start(xp: Any, s: Any, log_a: Any, log_b: Any, y: Any, *, po
     arrays = (s, log_a, log_b) + (() if y is None else (y,))
     adapter = get_adapter(xp)
     if not adapter.replays_loops(arrays):
-        return grid_potentials(xp, s, log_a, log_b, cost_fns(xp, power)[0], y)
+        return _grid_potentials(xp, adapter, s, log_a, log_b, cost_fns(xp, power)[0], y)
 
     def forward(xp_: Any, *a: Any) -> tuple[tuple[Any, Any], tuple[Any, ...]]:
         return _warm_start(xp_, a[0], a[1], a[2], a[3] if len(a) > 3 else None, power=power, eps=1.0), a
@@ -321,7 +321,12 @@ def grid_potentials(xp: Any, s: Any, log_a: Any, log_b: Any, cost: Callable[[Any
     its two extreme solutions. Their mean, feasible too, lies nearer the
     entropic potentials than either (which sit inside the polytope).
     """
-    adapter = get_adapter(xp)
+    return _grid_potentials(xp, get_adapter(xp), s, log_a, log_b, cost, y)
+
+
+def _grid_potentials(xp: Any, adapter: PortableAdapter, s: Any, log_a: Any, log_b: Any, cost: Callable[[Any], Any],
+                     y: Any = None) -> tuple[Any, Any]:
+    """:func:`grid_potentials` with the caller's adapter."""
     n, m = s.shape[-1], log_b.shape[-1]
     batch = np.broadcast_shapes(tuple(s.shape[:-1]), tuple(log_a.shape[:-1]), tuple(log_b.shape[:-1]))  # shapes only
     s = xp.broadcast_to(s, batch + (n,))
