@@ -711,6 +711,28 @@ def _chain_problems() -> list[tuple[np.ndarray, np.ndarray, bool]]:
     return [rank, sort]
 
 
+def _extended_fit(xp: Any, z: Any, w: Any, signed: bool, rounds: int, extend: Any) -> tuple[Any, Any]:
+    """``(v, unsettled)``: the p = 3/2 fit of ``(z, w)`` (rows decreasing, the projection's order; ``signed``: the
+    sort's weights of either sign) after ``rounds`` pooling rounds with the extensions ``extend`` (None: none), ``v``
+    in that order."""
+    from rankops._cores import isotonic, pnorm, powers
+    from rankops._lib._adapters import get_adapter
+
+    y, wf = xp.flip(z, axis=-1), xp.flip(w, axis=-1)
+    rules = (pnorm._SignedRules if signed else pnorm._Rules)(3.0)
+    v, unsettled, _ = isotonic.pool_runs(xp, get_adapter(xp), rules, y - powers.odd_power(xp, wf, 0.5), xp.stack([y, wf]),
+                                         rounds, extend=extend)
+    return xp.flip(v, axis=-1), unsettled
+
+
+def _assert_equals_pav(z: np.ndarray, w: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """``v`` (the p = 3/2 fit of :func:`_extended_fit`) gives the sequential PAV's projection; returns that ``mu``."""
+    mu = np.stack([_pav_projection(a, b, 1.5) for a, b in zip(z, w)])
+    d = z - v
+    np.testing.assert_allclose(np.sign(d) * d * d, mu, rtol=1e-10, atol=1e-9 * np.abs(mu).max())
+    return mu
+
+
 @pytest.mark.parametrize("name", CPU_BACKENDS)
 def test_extensions_finish_snowballing_chains_within_a_few_rounds(name):
     """Where the pooling rounds cannot stop to read values (``jax.jit``, a GPU), a round after one in which a row's
@@ -720,26 +742,20 @@ def test_extensions_finish_snowballing_chains_within_a_few_rounds(name):
     sequential PAV."""
     from array_api_compat import array_namespace
 
-    from rankops._cores import extensions, isotonic, pnorm, powers
-    from rankops._lib._adapters import get_adapter
+    from rankops._cores import extensions
 
     def fit(a: Any, b: Any, signed: bool, extended: bool) -> tuple[Any, Any]:
         xp = array_namespace(a)
-        y, w = xp.flip(a, axis=-1), xp.flip(b, axis=-1)
-        rules = (pnorm._SignedRules if signed else pnorm._Rules)(3.0)
-        v, unsettled, _ = isotonic.pool_runs(xp, get_adapter(xp), rules, y - powers.odd_power(xp, w, 0.5), xp.stack([y, w]),
-                                             8, extend=extensions.for_exponent(3.0, signed) if extended else None)
-        return xp.flip(v, axis=-1), xp.any(unsettled)
+        v, unsettled = _extended_fit(xp, a, b, signed, 8, extensions.for_exponent(3.0, signed) if extended else None)
+        return v, xp.any(unsettled)
 
     to, run = on_backend(name)
     for z, w, signed in _chain_problems():
-        want = np.stack([_pav_projection(a, b, 1.5) for a, b in zip(z, w)])
         args = to(np.ascontiguousarray(z)), to(np.ascontiguousarray(w))
         assert bool(np.asarray(run(lambda a, b: fit(a, b, signed, False), *args)[1])), signed
         v, unsettled = run(lambda a, b: fit(a, b, signed, True), *args)
         assert not bool(np.asarray(unsettled)), signed
-        d = z - np.asarray(v)
-        np.testing.assert_allclose(np.sign(d) * d * d, want, rtol=1e-10, atol=1e-9 * np.abs(want).max())
+        _assert_equals_pav(z, w, np.asarray(v))
 
 
 def test_extended_rounds_equal_the_papers_pav_on_rows_of_many_chains():
@@ -748,8 +764,7 @@ def test_extended_rounds_equal_the_papers_pav_on_rows_of_many_chains():
     the operators under ``jax.jit`` (where the extensions serve) equal it too."""
     import array_api_compat.numpy as xp
 
-    from rankops._cores import extensions, isotonic, pnorm, powers
-    from rankops._lib._adapters import get_adapter
+    from rankops._cores import extensions
 
     jax = pytest.importorskip("jax")
     for n in (9, 60, 200):
@@ -759,14 +774,9 @@ def test_extended_rounds_equal_the_papers_pav_on_rows_of_many_chains():
                 z, w = np.broadcast_to(np.arange(n, 0, -1.0) / 0.3, x.shape), -np.sort(x, axis=-1) - 5.0
             else:
                 z, w = -np.sort(-x, axis=-1), np.broadcast_to(np.arange(n, 0, -1.0) * 3.0, x.shape)
-            y, wf = np.ascontiguousarray(z[:, ::-1]), np.ascontiguousarray(w[:, ::-1])
-            rules = (pnorm._SignedRules if signed else pnorm._Rules)(3.0)
-            v, unsettled, _ = isotonic.pool_runs(xp, get_adapter(xp), rules, y - powers.odd_power(xp, wf, 0.5), np.stack([y, wf]),
-                                                 n, extend=extensions.for_exponent(3.0, signed))
+            v, unsettled = _extended_fit(xp, z, w, signed, n, extensions.for_exponent(3.0, signed))
             assert not unsettled.any()
-            d = z - v[:, ::-1]
-            want = np.stack([_pav_projection(a, b, 1.5) for a, b in zip(z, w)])
-            np.testing.assert_allclose(np.sign(d) * d * d, want, rtol=1e-10, atol=1e-9 * np.abs(want).max())
+            _assert_equals_pav(z, w, v)
     x = _chained_rows(3, 200)
     opts = {"method": "permutahedron", "regularization": "lp", "p": 1.5, "strength": 0.7}
     np.testing.assert_allclose(jax.jit(lambda a: rankops.soft_rank(a, **opts))(x), _rank_reference(x, 1.5, 0.7), rtol=1e-10, atol=1e-9)
@@ -783,7 +793,7 @@ def test_extensions_keep_pools_that_share_no_block_each_at_its_value():
     from the values (``isotonic.block_starts``) would split."""
     import array_api_compat.numpy as xp
 
-    from rankops._cores import extensions, isotonic, pnorm, powers
+    from rankops._cores import extensions, pnorm
     from rankops._lib._adapters import get_adapter
 
     adapter, seen = get_adapter(xp), []
@@ -807,21 +817,16 @@ def test_extensions_keep_pools_that_share_no_block_each_at_its_value():
             z, w = np.broadcast_to(np.arange(n, 0, -1.0) / scale, x.shape), -np.sort(x, axis=-1)
         else:
             z, w = -np.sort(-x, axis=-1), np.broadcast_to(np.arange(n, 0, -1.0) * scale, x.shape)
-        y, wf = np.ascontiguousarray(z[:, ::-1]), np.ascontiguousarray(w[:, ::-1])
-        rules = (pnorm._SignedRules if signed else pnorm._Rules)(3.0)
-        extension = Recorded(extensions.for_exponent(3.0, signed).sums)
         seen.clear()
-        v, unsettled, _ = isotonic.pool_runs(xp, adapter, rules, y - powers.odd_power(xp, wf, 0.5), np.stack([y, wf]), n,
-                                             extend=extension)
-        mu = np.stack([_pav_projection(a, b, 1.5) for a, b in zip(z, w)])
+        v, _ = _extended_fit(xp, z, w, signed, n, Recorded(extensions.for_exponent(3.0, signed).sums))
+        mu = _assert_equals_pav(z, w, v)
         want = (z - np.sign(mu) * np.sqrt(np.abs(mu)))[:, ::-1]  # the PAV's fit, in the rounds' increasing order
-        d = z - v[:, ::-1]
-        np.testing.assert_allclose(np.sign(d) * d * d, mu, rtol=1e-10, atol=1e-9 * np.abs(mu).max())
         tol = 1e-9 * (np.abs(want).max() + 1.0)
+        rules, yw = (pnorm._SignedRules if signed else pnorm._Rules)(3.0), np.stack([z[:, ::-1], w[:, ::-1]])
         for u, starts in seen:
             inner = ~starts[:, 1:]
             np.testing.assert_array_equal(u[:, 1:][inner], u[:, :-1][inner])
-            np.testing.assert_allclose(u, rules.pooled(xp, adapter, starts, None, np.stack([y, wf]), False), rtol=1e-9, atol=tol)
+            np.testing.assert_allclose(u, rules.pooled(xp, adapter, starts, None, yw, False), rtol=1e-9, atol=tol)
             assert np.all(np.abs(want[:, 1:] - want[:, :-1])[inner] <= tol)
         met += len(seen)
     assert met >= 20  # the extensions ran (the rows' drops stopped halving)
