@@ -70,6 +70,29 @@ def bisection(past, lo, hi):
     return mid
 
 
+def dykstra_decreasing(s, weights, steps=2000):
+    """``argmin over v_1 >= ... >= v_n of sum_i weights_i (s_i - v_i)^2`` per row, by Dykstra's alternating projections
+    (Boyle & Dykstra 1986), the GPU route of Sander et al. 2023: the order constraints split into those of the pairs
+    (1, 2), (3, 4), ... and of (2, 3), (4, 5), ...; a projection onto either set averages (weighted) each pair that
+    violates its constraint, and each set keeps the correction Dykstra's method adds back before projecting onto it
+    again. ``steps``: projections onto both sets; their iterates converge to the projection onto the intersection."""
+    v = np.array(s, dtype=np.float64)
+    u = np.broadcast_to(np.asarray(weights, dtype=np.float64), v.shape)
+    n = v.shape[-1]
+    corrections = [np.zeros_like(v), np.zeros_like(v)]
+    for _ in range(steps):
+        for first in (0, 1):
+            moved = v + corrections[first]
+            i = np.arange(first, n - 1, 2)
+            left, right, wl, wr = moved[..., i], moved[..., i + 1], u[..., i], u[..., i + 1]
+            pooled = (wl * left + wr * right) / (wl + wr)
+            v = moved.copy()
+            v[..., i] = np.where(left < right, pooled, left)
+            v[..., i + 1] = np.where(left < right, pooled, right)
+            corrections[first] = moved - v
+    return v
+
+
 def central_difference(f, x, direction, h=1e-6):
     """Directional derivative of scalar ``f`` at ``x`` along ``direction``."""
     return (f(x + h * direction) - f(x - h * direction)) / (2 * h)

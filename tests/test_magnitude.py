@@ -2,8 +2,9 @@
 
 Against float64 references computed here: the paper's code formulation
 (sequential pool-adjacent-violators on the sorted magnitudes with the
-weights of the top-k polytope, each block's value by bisection), and a
-generic constrained solve of the conjugate problem over the top-k polytope;
+weights of the top-k polytope, each block's value by bisection), the limit
+of its Dykstra iterations (p = 2), and a generic constrained solve of the
+conjugate problem over the top-k polytope;
 gradients against central differences; the limits and the homogeneity the
 formula implies.
 """
@@ -17,7 +18,7 @@ from scipy.optimize import minimize
 import rankops
 
 from .backends import CPU_BACKENDS, assert_autodiff_equals_vjp, on_backend
-from .reference import bisection, central_vjp
+from .reference import bisection, central_vjp, dykstra_decreasing
 
 PS = [2.0, 1.5, 4.0 / 3.0, 1.25]
 
@@ -73,6 +74,26 @@ def test_values_equal_the_papers_pav(name, p):
     k = np.array([3.0, 2.5, 1.0, 10.6])
     got = run(lambda a, b: rankops.soft_topk_magnitude(a, b, strength=0.3, **_lp(p)), to(x), to(k))
     np.testing.assert_allclose(np.asarray(got), _reference(x, k, 0.3, p), rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("strength", [0.1, 0.5, 2.0])
+def test_l2_values_are_the_limit_of_the_papers_dykstra_iterations(strength):
+    """The paper's GPU route for p = 2: the fit of ``s / u`` with weights ``u = 1 + strength w`` (``s`` the sorted
+    magnitudes, ``w`` the top-k polytope's vertex; the PAV formulation's loss at q = 2, completed to a square) by
+    Dykstra's alternating projections, run here to their limit; the output ``sign(x) (1 + strength) (s - v) /
+    strength`` in the row's order."""
+    x = _rows(6, (5, 12))
+    k = np.array([1.0, 3.0, 4.5, 11.0, 2.2])
+    n = x.shape[-1]
+    order = np.argsort(-np.abs(x), axis=-1, kind="stable")
+    s = np.take_along_axis(np.abs(x), order, axis=-1)
+    u = 1.0 + strength * np.clip(k[:, None] - np.arange(n), 0.0, 1.0)
+    v = dykstra_decreasing(s / u, u)
+    assert np.all(np.diff(v, axis=-1) <= 1e-12)  # the iterations reached the order constraints
+    ref = np.empty_like(x)
+    np.put_along_axis(ref, order, (1.0 + strength) * (s - v) / strength, axis=-1)
+    out = rankops.soft_topk_magnitude(x, k, strength=strength)
+    np.testing.assert_allclose(out, np.sign(x) * ref, rtol=0, atol=1e-12 * np.abs(x).max())
 
 
 @pytest.mark.parametrize("p", [2.0, 1.5, 4.0 / 3.0, 1.25])

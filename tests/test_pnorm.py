@@ -4,8 +4,9 @@
 ``soft_topk_mask(method="permutahedron", ...)`` against float64 references
 computed here: the paper's sequential pool-adjacent-violators with each
 block's root found by bisection, and, for the top-k polytope, a generic
-constrained solve of the primal problem; gradients against central
-differences; the limits the paper states.
+constrained solve of the primal problem and (l2) the limit of the paper's
+Dykstra iterations; gradients against central differences; the limits the
+paper states.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import rankops
 from rankops._cores import windows
 
 from .backends import CPU_BACKENDS, assert_autodiff_equals_vjp, on_backend
-from .reference import bisection, central_vjp
+from .reference import bisection, central_vjp, dykstra_decreasing
 
 PS = [2.0, 1.5, 4.0 / 3.0, 1.25]
 
@@ -137,6 +138,25 @@ def test_topk_mask_is_the_generic_convex_solution(p):
                        options={"ftol": 1e-16, "maxiter": 1000})
         mask = rankops.soft_topk_mask(z, k, method="permutahedron", regularization="lp", p=p, strength=1.0)
         np.testing.assert_allclose(mask, res.x, atol=1e-7)
+
+
+@pytest.mark.parametrize("strength", [0.3, 1.0, 3.0])
+def test_l2_topk_mask_is_the_limit_of_the_papers_dykstra_iterations(strength):
+    """The paper's GPU route for the l2 mask: the decreasing fit of ``s - strength w`` (``s`` the sorted row, ``w``
+    the top-k polytope's vertex) by Dykstra's alternating projections, run here to their limit, then ``(s - v) /
+    strength`` in the row's order."""
+    x = _rows(5, (6, 13))
+    k = np.array([1.0, 2.5, 4.0, 6.2, 12.5, 3.0])
+    n = x.shape[-1]
+    order = np.argsort(-x, axis=-1, kind="stable")
+    s = np.take_along_axis(x, order, axis=-1)
+    w = np.clip(k[:, None] - np.arange(n), 0.0, 1.0)
+    v = dykstra_decreasing(s - strength * w, np.ones(n))
+    assert np.all(np.diff(v, axis=-1) <= 1e-12)  # the iterations reached the order constraints
+    ref = np.empty_like(x)
+    np.put_along_axis(ref, order, (s - v) / strength, axis=-1)
+    mask = rankops.soft_topk_mask(x, k, method="permutahedron", regularization="l2", strength=strength)
+    np.testing.assert_allclose(mask, ref, rtol=0, atol=1e-12)
 
 
 @pytest.mark.parametrize("p", [1.5, 4.0 / 3.0])
