@@ -196,6 +196,32 @@ def test_autodiff_hosts_agree_with_the_rule(name):
     assert_autodiff_equals_vjp(name, rankops.soft_topk_magnitude, x, k, ct, **opts)
 
 
+def test_slope_in_k_at_a_whole_k_where_no_entry_blends():
+    """At k = 3 the row keeps 5, -4 and 3 exactly and sets the rest to 0 (nothing blends). Past it, the entry 1 starts
+    to blend with a share k - 3 of the mask, and its output ``(a - theta) + ...`` with ``a - theta ~ share^(1/(q-1))``:
+    for l2 a kink in k (slope 30/13 below, 1.3 above), for p < 2 an infinite slope from above, the right difference
+    quotient growing as ``h^(1/(q-1) - 1)`` (10x per 100x smaller h at p = 3/2, 100^(2/3) at p = 4/3). The value stays
+    continuous, and the gradient there is the slope from below."""
+    x = np.array([[5.0, -4.0, 3.0, 1.0, 0.5, -0.2]])
+    for p, growth in ((2.0, None), (1.5, 10.0), (4.0 / 3.0, 100.0 ** (2.0 / 3.0))):
+        opts = {"strength": 0.3, **_lp(p)}
+
+        def total(k: float) -> float:
+            return float(rankops.soft_topk_magnitude(x, k, **opts).sum())
+
+        np.testing.assert_allclose(rankops.soft_topk_magnitude(x, 3.0, **opts), [[5.0, -4.0, 3.0, 0.0, 0.0, 0.0]], rtol=1e-15,
+                                   atol=0.0)  # the third exactly kept, or at the blend's end (share 1) up to rounding
+        _, vjp = rankops.vjp(rankops.soft_topk_magnitude, x, np.array([3.0]), **opts)
+        below = (total(3.0) - total(3.0 - 1e-7)) / 1e-7
+        np.testing.assert_allclose(vjp(np.ones_like(x))[1], [below], rtol=1e-6)
+        above = [(total(3.0 + h) - total(3.0)) / h for h in (1e-4, 1e-6)]
+        assert abs(total(3.0 + 1e-8) - total(3.0)) < 1e-3  # continuous
+        if growth is None:
+            np.testing.assert_allclose([below, above[1]], [30.0 / 13.0, 1.3], rtol=1e-5)
+        else:
+            np.testing.assert_allclose(above[1] / above[0], growth, rtol=0.05)  # the blend's linear part aside
+
+
 def test_masked_rows_are_their_valid_entries():
     x = _rows(7, (3, 10))
     mask = np.ones_like(x, dtype=bool)

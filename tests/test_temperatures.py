@@ -25,6 +25,15 @@ CASES = {
     "soft_sort[permutahedron-kl]": (rankops.soft_sort, (), {"method": "permutahedron", "regularization": "kl"}, "strength", 5.0),
     "soft_sort[permutahedron-kl-desc]": (rankops.soft_sort, (), {"method": "permutahedron", "regularization": "kl", "descending": True},
                                          "strength", 5.0),
+    # the p-norm regularizer (Sander et al. 2023): the sort is homogeneous with real exponents (x eps^(q-1))
+    "soft_rank[permutahedron-lp]": (rankops.soft_rank, (), {"method": "permutahedron", "regularization": "lp"}, "strength", 0.7),
+    "soft_sort[permutahedron-lp]": (rankops.soft_sort, (), {"method": "permutahedron", "regularization": "lp"}, "strength", 3.0),
+    "soft_sort[permutahedron-lp-3/2-desc]": (rankops.soft_sort, (), {"method": "permutahedron", "regularization": "lp", "p": 1.5,
+                                                                     "descending": True}, "strength", 3.0),
+    "soft_sort[permutahedron-lp-1.25]": (rankops.soft_sort, (), {"method": "permutahedron", "regularization": "lp", "p": 1.25},
+                                         "strength", 3.0),
+    "soft_topk_mask[permutahedron-lp]": (rankops.soft_topk_mask, (2.5,), {"method": "permutahedron", "regularization": "lp"},
+                                         "strength", 0.7),
     "soft_rank[lapsum]": (rankops.soft_rank, (), {"method": "lapsum"}, "alpha", 0.6),
     "soft_sort[lapsum]": (rankops.soft_sort, (), {"method": "lapsum"}, "alpha", 0.6),
     "soft_topk_mask[lapsum]": (rankops.soft_topk_mask, (2.5,), {"method": "lapsum"}, "alpha", 0.6),
@@ -57,7 +66,8 @@ def test_array_temperature_value_and_gradient(case):
     assert_allclose(grads[0], rankops.vjp(fn, X, *args, **options, **{name: t})[1](ct)[0], rtol=1e-12, atol=1e-14)
 
 
-@pytest.mark.parametrize("case", ["soft_rank[permutahedron]", "soft_sort[permutahedron-kl]", "soft_sort[lapsum]", "soft_sort[diffsort]"])
+@pytest.mark.parametrize("case", ["soft_rank[permutahedron]", "soft_sort[permutahedron-kl]", "soft_sort[permutahedron-lp-3/2-desc]",
+                                  "soft_sort[lapsum]", "soft_sort[diffsort]"])
 def test_array_temperature_under_torch_and_jax(case):
     torch = pytest.importorskip("torch")
     jax = pytest.importorskip("jax")

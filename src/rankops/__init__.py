@@ -18,7 +18,7 @@ from .transport import soft_cdf, soft_quantile, soft_quantile_normalize, soft_qu
 from .multivariate import multivariate_cdf_quantile_maps
 from .magnitude import soft_topk_magnitude
 
-from . import losses  # noqa: E402  (rankops.losses.spearman_loss, ...: built on the operators above)
+from . import losses  # noqa: E402, F401  (rankops.losses.spearman_loss, ...: built on the operators above)
 from . import metrics  # noqa: E402, F401  (rankops.metrics.ndcg, ...: the exact metrics the ranking losses relax)
 
 __version__ = "0.1.0.dev0"

@@ -132,13 +132,10 @@ class PermutahedronOptions(Options):
     @classmethod
     def parse_for(cls, options: dict[str, Any], where: str, *, sort: bool = False) -> Any:
         """The options, with ``p`` only beside ``regularization="lp"``, softness for it where calibrated (p in [4/3, 2];
-        below, the default is ``strength=1``), and a number for the strength of its soft sort (``sort``)."""
+        below, the default is ``strength=1``)."""
         lp = options.get("regularization") == "lp"
         if "p" in options and not lp:
             raise ValueError(f"{where}: p is the exponent of regularization='lp', got regularization={options.get('regularization', 'l2')!r}")
-        if lp and sort and is_array(options.get("strength")):
-            raise ValueError(f"{where}: the p-norm soft sort takes a number for strength (a learnable 0-d array is "
-                             "not supported by it yet)")
         opts, _ = cls.parse(options, where, softness=DEFAULT_SOFTNESS)
         if lp and opts.softness is not None and not calibrated(permutahedron.softness_key("lp", opts.p, "sort" if sort else "rank")):
             if options.get("softness") is not None:

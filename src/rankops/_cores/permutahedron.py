@@ -233,10 +233,15 @@ def _block_average(xp: Any, adapter: Any, starts: Any, s: Any, g: Any, regulariz
     return share * isotonic.block_sums(xp, adapter, starts, g)
 
 
-def _homogeneity(params: dict[str, Any], opts: Any) -> tuple[int, int] | None:
-    """``(p, k)`` of :mod:`.tempered`: ranks see ``x / eps``; the l2 sort is jointly homogeneous; the KL sort is neither."""
+def _homogeneity(params: dict[str, Any], opts: Any) -> tuple[float, float] | None:
+    """``(p, k)`` of :mod:`.tempered`: ranks see ``x / eps``; the l2 sort is jointly homogeneous, and the p-norm sort
+    too, in ``x eps^(q-1)`` (``mu = (z - v)^(q-1)``: ``P(rho / eps, x) = eps^(1-q) P(rho, x eps^(q-1))``); the KL sort
+    is neither."""
     if params["output"] == "rank":
         return -1, 0
+    if opts.regularization == "lp":
+        e = pnorm.exponent(opts.p) - 1.0
+        return e, -e
     return (1, -1) if opts.regularization == "l2" else None
 
 

@@ -3,12 +3,14 @@ r"""A temperature that is an array: learnable, traced, and differentiated, for o
 Several operators depend on their temperature ``t`` only through a rescaled
 input, up to a rescaled output:
 
-    value(x; t) = t**k * value(x * t**p; 1),    p = +-1,
+    value(x; t) = t**k * value(x * t**p; 1),
 
 LapSum's rank and top-k mask (``x / alpha``: p = -1, k = 0) and its sort
 (k = 1); the permutahedron's rank (``x / strength``) and its l2 sort
 (``P(rho / eps, -x) = P(rho, -eps x) / eps``: p = 1, k = -1, the
-projection being jointly homogeneous); a sorting network's rank and matrix
+projection being jointly homogeneous) and its p-norm sort (Sander et al.
+2023: ``mu = (z - v)^(q-1)``, so ``P(c z, c^(q-1) w) = c^(q-1) P(z, w)``
+and p = q - 1, k = 1 - q, real exponents); a sorting network's rank and matrix
 (``f(steepness (b - a))``: p = 1, k = 0) and its sort (convex combinations
 of x: k = -1). The rule below runs the core at temperature 1 on the
 rescaled input when ``t`` is an array; backends with autodiff differentiate the
@@ -32,10 +34,16 @@ from .._lib._compat import is_array
 __all__ = ["tempered"]
 
 
+def _power(t: Any, e: float) -> Any:
+    """``t**e``; a quotient or ``t`` itself for ``e = -1, 1`` (no power's rounding where the exponent is whole)."""
+    return t if e == 1 else 1.0 / t if e == -1 else t**e
+
+
 def tempered(
     name: str, powers: Callable[[dict[str, Any], Any], tuple[int, int] | None]
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Decorator of a core rule homogeneous in the option ``name``; ``powers(params, opts) -> (p, k)`` as in the module docstring.
+    """Decorator of a core rule homogeneous in the option ``name``; ``powers(params, opts) -> (p, k)`` as in the module docstring
+    (real numbers).
 
     ``powers`` returns None for a call that is not homogeneous: the rule then gets the array itself.
     """
@@ -49,9 +57,9 @@ def tempered(
                 return rule(xp, x, opts, **params)
             p, k = pk
             t = xp.astype(t, x.dtype)
-            scale = t if p == 1 else 1.0 / t
+            scale = _power(t, p)
             outs, back = rule(xp, x * scale, dataclasses.replace(opts, **{name: 1.0}), **params)
-            out_scale = None if k == 0 else (t if k == 1 else 1.0 / t)
+            out_scale = None if k == 0 else _power(t, k)
             value = outs[0] if out_scale is None else outs[0] * out_scale
 
             def pullback(cts: tuple[Any, ...]) -> dict[str, Any]:
