@@ -92,3 +92,45 @@ def test_the_issues_call_compiles():
     jnp = jax.numpy
     f = jax.jit(lambda v, s: rankops.soft_rank(v, method="permutahedron", strength=s))
     assert_allclose(np.asarray(f(jnp.arange(3.0), 2.0)), [1.5, 2.0, 2.5], rtol=1e-6)
+
+
+# every public temperature that takes an array, beside those above: SoftSort's tau and power, NeuralSort's tau,
+# Sinkhorn's epsilon (and the solver's), a learnable softness
+OUTSIDE_CASES = {
+    **{case: CASES[case] for case in ("soft_rank[permutahedron]", "soft_sort[permutahedron-kl]", "soft_sort[permutahedron-lp]",
+                                      "soft_topk_mask[lapsum]", "soft_rank[diffsort]", "diffsort")},
+    "soft_rank[softsort]": (rankops.soft_rank, (), {"method": "softsort"}, "tau", 0.5),
+    "softsort-power": (rankops.softsort, (), {}, "power", 1.0),
+    "soft_sort[neuralsort]": (rankops.soft_sort, (), {"method": "neuralsort"}, "tau", 0.5),
+    "soft_rank[sinkhorn]": (rankops.soft_rank, (), {"method": "sinkhorn"}, "epsilon", 0.1),
+    "soft_rank[lapsum-softness]": (rankops.soft_rank, (), {"method": "lapsum"}, "softness", 1.0),
+}
+
+
+@pytest.mark.parametrize("value", [-1.0, 0.0, np.nan, np.inf])
+@pytest.mark.parametrize("case", list(OUTSIDE_CASES))
+def test_array_temperature_outside_the_positive_reals_gives_nan(case, value):
+    """As a Python number such a temperature raises ValueError; as an array it is not read (under jit it has no
+    value), and every output is NaN, never a plausible row (a negative strength would reverse the ranks, NaN gave
+    hard ones)."""
+    fn, args, options, name, t = OUTSIDE_CASES[case]
+    with pytest.raises(ValueError, match=f"{name} must be a finite number > 0"):
+        fn(X, *args, **options, **{name: value})
+    out = fn(X, *args, **options, **{name: np.asarray(value)})
+    assert np.isnan(out).all()
+    grads = rankops.vjp(fn, X, *args, **options, **{name: np.asarray(value)})[1](_cotangent(out))
+    assert all(np.all(g == 0) for g in grads), grads  # as autodiff through NaN outputs: 0, as for a non-finite row
+    assert np.isfinite(fn(X, *args, **options, **{name: np.asarray(t)})).all()  # the guard keeps a valid value's
+
+
+def test_array_temperature_outside_the_positive_reals_gives_nan_under_jit_and_autograd():
+    torch = pytest.importorskip("torch")
+    jax = pytest.importorskip("jax")
+    f = jax.jit(lambda v, s: rankops.soft_rank(v, method="permutahedron", regularization="lp", strength=s))
+    assert np.isnan(np.asarray(f(jax.numpy.asarray(X), -0.7))).all()
+    assert np.isfinite(np.asarray(f(jax.numpy.asarray(X), 0.7))).all()
+    s = torch.tensor(-0.5, dtype=torch.float64, requires_grad=True)
+    out = rankops.soft_sort(torch.asarray(X), method="softsort", tau=s)
+    assert torch.isnan(out).all()
+    out.sum().backward()  # the loss is NaN; the backward runs, and gives 0
+    assert s.grad == 0

@@ -16,6 +16,7 @@ never array data: a check that read data would sync the device and break
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import numbers
 from typing import Any, Callable, Iterable, Mapping, TypeVar
@@ -23,7 +24,7 @@ from typing import Any, Callable, Iterable, Mapping, TypeVar
 from ._compat import concrete_number, is_array
 
 __all__ = [
-    "Options", "option", "positive_scalar", "python_number", "choice", "boolean", "positive_count", "optional_count", "known_options",
+    "Options", "option", "positive_scalar", "within_positive_reals", "python_number", "choice", "boolean", "positive_count", "optional_count", "known_options",
 ]
 
 T = TypeVar("T", bound="Options")
@@ -104,8 +105,9 @@ class Options:
 def positive_scalar(value: Any, name: str) -> Any:
     """A strictly positive finite real (``tau``, ``epsilon``, ``power``).
 
-    A 0-d array (a learnable temperature, say) is accepted unchecked: reading
-    its value would sync the device and break ``jax.jit``.
+    A 0-d array (a learnable temperature, say) is accepted unread: reading
+    its value would sync the device and break ``jax.jit``; a value outside
+    makes the operator's outputs NaN (:func:`within_positive_reals`).
     """
     if is_array(value):
         if getattr(value, "ndim", None) != 0:
@@ -116,6 +118,28 @@ def positive_scalar(value: Any, name: str) -> Any:
     if not (math.isfinite(value) and value > 0):
         raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
     return float(value)
+
+
+def within_positive_reals(xp: Any, opts: Any) -> tuple[Any, Any]:
+    """``(opts, outside)``: ``outside`` a 0-d boolean array, True where one of ``opts``' array fields checked by
+    :func:`positive_scalar` (a learnable temperature) is not a finite number > 0, the values that raise
+    ``ValueError`` as Python numbers, and each such field set to 1 there, so that the method computes on a valid
+    value (no division by 0, no log of a negative) and the caller makes its outputs NaN; ``outside`` None where no
+    such field holds an array. Computed on the arrays, never reading their values."""
+    if not isinstance(opts, Options):
+        return opts, None
+    # the mapping, not dataclasses.fields: torch.compile traces it (Options.parse)
+    names = [name for name, f in opts.__dataclass_fields__.items()
+             if f.metadata.get("check") is positive_scalar and is_array(getattr(opts, name))]
+    if not names:
+        return opts, None
+    safe, outside = {}, []
+    for name in names:
+        t = getattr(opts, name)
+        bad = ~((t > 0) & xp.isfinite(t))
+        safe[name] = xp.where(bad, xp.ones_like(t), t)
+        outside.append(bad)
+    return dataclasses.replace(opts, **safe), functools.reduce(lambda a, b: a | b, outside)
 
 
 def python_number(check: Callable[[Any, str], Any], context: str = "") -> Callable[[Any, str], Any]:

@@ -20,7 +20,8 @@ from typing import Any, Callable, Mapping
 
 from array_api_compat import is_dask_namespace, is_jax_namespace
 
-from .._compat import is_torch_namespace
+from .._compat import device, is_torch_namespace
+from .._options import within_positive_reals
 
 from ._generic import PORTABLE, PortableAdapter
 from . import _tape
@@ -73,16 +74,34 @@ class Core:
         self.__doc__ = rule.__doc__
 
     def __call__(self, xp: Any, x: Any, opts: Any, **params: Any) -> tuple[Any, ...]:
-        return self.rule(xp, x, opts, **params)[0]
+        return self.vjp(xp, x, opts, **params)[0]
 
     def vjp(self, xp: Any, x: Any, opts: Any, **params: Any) -> tuple[tuple[Any, ...], Callable[..., dict[str, Any]]]:
-        return self.rule(xp, x, opts, **params)
+        # a temperature given as an array is not read (a device sync, and no value under jit): where it is not a
+        # finite number > 0, the method runs at 1 and its floating outputs are NaN, not a plausible row
+        opts, outside = within_positive_reals(xp, opts)
+        outs, back = self.rule(xp, x, opts, **params)
+        if outside is None:
+            return outs, back
+
+        def pullback(cts: tuple[Any, ...]) -> dict[str, Any]:
+            # the cotangents dropped, as autodiff drops them through the NaN outputs: every gradient 0
+            return back(tuple(c if c is None else xp.where(outside, xp.zeros_like(c), c) for c in cts))
+
+        return tuple(_nan_where(xp, outside, o) for o in outs), pullback
 
     def select(self, outs: tuple[Any, ...], wanted: tuple[str, ...]) -> tuple[Any, ...]:
         return tuple(outs[self.outputs.index(w)] for w in wanted)
 
     def __repr__(self) -> str:
         return f"<rankops core {self.__name__}>"
+
+
+def _nan_where(xp: Any, outside: Any, a: Any) -> Any:
+    """``a`` with NaN where ``outside`` (0-d) holds, if ``a`` is a floating array (counts and flags are kept)."""
+    if a is None or not xp.isdtype(a.dtype, ("real floating", "complex floating")):
+        return a
+    return xp.where(outside, xp.asarray(float("nan"), dtype=a.dtype, device=device(a)), a)
 
 
 def core(*, output_shapes: Callable[..., dict[str, Any]], **kwargs: Any) -> Callable[[Callable[..., Any]], Core]:
