@@ -294,3 +294,32 @@ def test_hostile_rows_raise_no_numpy_warning_and_leave_the_others_alone(spec):
             v_i, f_i = rankops.vjp(fun, HOSTILE[i : i + 1], *alone, **options)
             assert_allclose(value[i : i + 1], v_i, rtol=1e-12, atol=1e-300, equal_nan=True)
             assert_allclose(grad[i : i + 1], f_i(np.ones(1))[0], rtol=1e-9, atol=1e-300, equal_nan=True)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+@pytest.mark.parametrize("spec", [s for s in LOSS_SPECS if s.name not in ("losses.topk_loss", "losses.topk_cross_entropy")],
+                         ids=lambda s: s.name)  # those two take integer class labels, never NaN
+def test_a_non_finite_target_makes_its_row_nan_quietly(spec, bad):
+    """A NaN target (relevance, second argument) has no place in an order or a gain: its row's loss is NaN, with
+    gradient 0 there, no NumPy warning, and the other rows as without it. An infinite target is still ordered: the
+    rank losses keep a number, a gain or a residual scale it makes infinite gives NaN, and the pinball loss (exact
+    arithmetic) is inf. At a masked entry it changes nothing."""
+    fun, args, opts = spec.call(X, {"k": 2, "q": 0.3}, None)
+    opts = {k: v for k, v in opts.items() if k not in ("k", "q")}
+    target = np.array(args[0], dtype=float)
+    spoiled = target.copy()
+    spoiled[0, 2] = bad
+    clean_value = fun(X, target, *args[1:], **opts)
+    value, vjp_fn = rankops.vjp(fun, X, spoiled, *args[1:], **opts)
+    assert_allclose(value[1:], clean_value[1:], rtol=1e-12)
+    grad = vjp_fn(np.ones(value.shape))[0]
+    if np.isnan(bad):
+        assert np.isnan(value[0]), value
+    if np.isnan(value[0]):
+        assert np.all(grad[0] == 0), grad
+    elif np.isinf(value[0]):  # the pinball loss, exact arithmetic: inf on an infinite residual
+        assert spec.name == "losses.pinball_loss", value
+    if "mask" in inspect.signature(fun).parameters:
+        mask = np.ones(X.shape, dtype=bool)
+        mask[0, 2] = False
+        assert_allclose(fun(X, spoiled, *args[1:], mask=mask, **opts), fun(X, target, *args[1:], mask=mask, **opts), rtol=1e-12)

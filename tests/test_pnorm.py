@@ -249,6 +249,21 @@ def test_masked_rows_are_their_valid_entries():
     assert np.isnan(short).all()  # k above the 6 valid entries: a NaN row
 
 
+@pytest.mark.parametrize("regularization", ["l2", "lp"])
+@pytest.mark.parametrize("fn", [rankops.soft_topk_mask, rankops.soft_topk_magnitude])
+def test_a_per_row_k_outside_its_range_gives_a_nan_row_quietly(fn, regularization):
+    """A per-row k that is NaN, 0 or less, or above n makes its row NaN (gradient 0), without a NumPy warning (the
+    suite turns rankops' RuntimeWarnings into errors: a NaN k once reached an integer cast), the others as alone."""
+    x = _rows(8, (5, 6))
+    k = np.array([np.nan, 0.0, -1.0, 7.0, 2.5])
+    opts = {"strength": 0.5, "regularization": regularization} | ({"method": "permutahedron"} if fn is rankops.soft_topk_mask else {})
+    value, vjp = rankops.vjp(fn, x, k, **opts)
+    assert np.isnan(value[:4]).all() and np.isfinite(value[4]).all()
+    np.testing.assert_allclose(value[4], fn(x[4:], k[4:], **opts)[0], rtol=1e-14)
+    dx, dk = vjp(np.ones_like(x))
+    assert np.all(dx[:4] == 0) and np.all(dk[:4] == 0)
+
+
 def test_the_papers_figure_is_smooth_for_p_below_two():
     """x(s) = (3, 1, -1 + s, s), k = 2 (Sander et al., Fig. 1): the mask of entries 2 and 3 is continuous in s for
     every regularizer; its derivative in s jumps for l2 (piecewise linear) and is continuous for p = 4/3."""

@@ -202,13 +202,13 @@ def valid_first(xp: Any, adapter: Any, x: Any, mask: Any, *, descending: bool = 
 
 def row_k(xp: Any, x: Any, k_array: tuple[Any, ...], k: Any, count: Any) -> tuple[Any, Any]:
     """A top-k operator's ``(k, outside)`` per row, shaped ``(..., 1)``: ``k_array`` (a per-row k, the forward's
-    argument) or the number ``k``; ``outside`` where k is not in (0, count] (``count``: n, or n_v with a mask),
+    argument) or the number ``k``; ``outside`` where k is not in (0, count] or is NaN (``count``: n, or n_v with a mask),
     where k is then 1/2, so that the row computes quietly before it is made NaN."""
     if k_array:
         k = xp.astype(k_array[0], x.dtype)[..., None]
     else:
         k = xp.full(x.shape[:-1] + (1,), k, dtype=x.dtype, device=_device(x))
-    outside = (k <= 0) | (k > count)
+    outside = ~((k > 0) & (k <= count))  # a NaN k too
     return xp.where(outside, 0.5, k), outside
 
 

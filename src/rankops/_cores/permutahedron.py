@@ -322,16 +322,16 @@ class _TopK:
         value = xp.where(outside, math.nan, adapter.take(xp, mu, inverse))
         # the position whose weight k moves (k - floor k on it): the k-gradient is its block's
         at = xp.astype(adapter.clip(xp, xp.floor(k), 0, n - 1), index_dtype(xp, _device(x)))
-        return (value,), (starts, order, inverse, xp.where(outside, 0.0, value), share, at)
+        return (value,), (starts, order, inverse, xp.where(outside, 0.0, value), share, at, outside)
 
     def bwd(self, xp: Any, res: tuple[Any, ...], cts: tuple[Any, ...]) -> tuple[Any, ...]:
         (ct,) = cts
         none = masked.trailing_grads(self.ordered, self.masked)
         if ct is None:  # torch: the output unused
             return (None,) * (1 + (self.k is None)) + none
-        starts, order, inverse, value, share, at = res
+        starts, order, inverse, value, share, at, outside = res
         adapter = get_adapter(xp)
-        ct = xp.astype(ct, value.dtype, copy=False)
+        ct = xp.where(outside, 0.0, xp.astype(ct, value.dtype, copy=False))  # a NaN row's: gradient 0
         g = adapter.take(xp, ct * pnorm.slope(xp, value, self.q), order)
         g = g - share * isotonic.block_sums(xp, adapter, starts, g)
         dx = adapter.take(xp, g, inverse) / self.strength

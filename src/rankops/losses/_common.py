@@ -120,12 +120,22 @@ def _rankdata(xp: Any, t: Any) -> Any:
     adapter = get_adapter(xp)
     below = adapter.searchsorted(xp, s, t, side="left")
     upto = adapter.searchsorted(xp, s, t, side="right")
-    return xp.astype(below + upto + 1, t.dtype) / 2
+    return xp.where(xp.any(xp.isnan(t), axis=-1, keepdims=True), math.nan, xp.astype(below + upto + 1, t.dtype) / 2)
 
 
 def rankdata(xp: Any, t: Any) -> Any:
-    """``scipy.stats.rankdata`` (ties averaged, 1-based) along the last axis: ``(#{< t} + #{<= t} + 1) / 2``; no gradient."""
+    """``scipy.stats.rankdata`` (ties averaged, 1-based) along the last axis: ``(#{< t} + #{<= t} + 1) / 2``; no gradient.
+    A row holding a NaN has no ranks: NaN, as SciPy's (``nan_policy="propagate"``); +-inf ranks first or last."""
     return get_adapter(xp).rows(xp, _rankdata, t, dtype=t.dtype)
+
+
+def nan_targets(xp: Any, t: Any, valid: Any, finite: bool = False) -> tuple[Any, Any]:
+    """``(t, bad)``: the targets with every NaN (``finite``: every non-finite value) set to 0, so that no arithmetic on
+    them warns, and per row whether a valid entry held one (``valid``: a mask, or None): such a row's loss is NaN, as a
+    row with a non-finite score is."""
+    wrong = ~xp.isfinite(t) if finite else xp.isnan(t)
+    bad = xp.any(wrong if valid is None else wrong & valid, axis=-1)
+    return xp.where(wrong, xp.zeros_like(t), t), bad
 
 
 def _pearson(xp: Any, a: Any, b: Any, valid: Any = None) -> Any:

@@ -9,7 +9,7 @@ from .._lib._compat import Array
 from ..kernels import soft_kendall_tau
 from ..sorting import soft_rank
 from .._lib._docs import fill_doc
-from ._common import MASK, RANK_METHOD, per_row_returns, DEFAULT_METHOD, _pearson, in_float32, rankdata, row_mask, rows, with_mask
+from ._common import MASK, RANK_METHOD, per_row_returns, DEFAULT_METHOD, _pearson, in_float32, nan_targets, rankdata, row_mask, rows, with_mask
 
 __all__ = ["spearman_loss", "soft_spearman", "kendall_loss"]
 
@@ -46,10 +46,11 @@ def spearman_loss(pred: Array, target: Array, /, *, mask: Array | None = None, a
     xp, axis, (p, t) = rows("losses.spearman_loss", axis, {"pred": pred, "target": target}, also=with_mask(mask))
     m = row_mask(xp, mask, pred, axis)
     r = soft_rank(p, method=method, mask=m, **options)
-    t = xp.astype(t, r.dtype)
+    # a NaN target has no rank: the row's loss is NaN, with gradient 0 (its ranks are not formed from it)
+    t, bad = nan_targets(xp, xp.astype(t, r.dtype), m)
     if m is not None:  # the valid targets' ranks among themselves: the others rank above them all
         t = xp.where(m, t, xp.full_like(t, math.inf))
-    return 1 - _pearson(xp, r, rankdata(xp, t), m)
+    return xp.where(bad, math.nan, 1 - _pearson(xp, r, rankdata(xp, t), m))
 
 
 @in_float32
@@ -79,7 +80,10 @@ def soft_spearman(x: Array, y: Array, /, *, mask: Array | None = None, axis: int
     """
     xp, axis, (xr, yr) = rows("losses.soft_spearman", axis, {"x": x, "y": y}, also=with_mask(mask))
     m = row_mask(xp, mask, x, axis)
-    return _pearson(xp, soft_rank(xr, method=method, mask=m, **options), soft_rank(yr, method=method, mask=m, **options), m)
+    # a non-finite entry of either row gives that side NaN ranks: the row's correlation is NaN, with gradient 0 (the
+    # ranks set to 0 first, so that Pearson's formula multiplies no NaN into the other side's gradient)
+    (a, bad_a), (b, bad_b) = (nan_targets(xp, soft_rank(v, method=method, mask=m, **options), m) for v in (xr, yr))
+    return xp.where(bad_a | bad_b, math.nan, _pearson(xp, a, b, m))
 
 
 # tanh(_SHARP * d) rounds to exactly 1 in float64 for every rank gap d >= 1/2

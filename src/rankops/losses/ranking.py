@@ -18,7 +18,7 @@ from ..sinkhorn import SOLVER_OPTIONS, TransportOptions, sinkhorn, with_epsilon
 from ..sorting import soft_rank
 from .._lib._docs import fill_doc
 from ._lists import check_gain, gains, ideal_dcg
-from ._common import MASK, RANK_METHOD, per_row_returns, DEFAULT_METHOD, _one_hot, _row_count, at_label, class_labels, in_float32, row_mask, rows, with_mask
+from ._common import MASK, RANK_METHOD, per_row_returns, DEFAULT_METHOD, _one_hot, _row_count, at_label, class_labels, in_float32, nan_targets, row_mask, rows, with_mask
 
 __all__ = ["topk_loss", "ndcg_loss", "permutation_loss", "MATRIX_METHODS"]
 
@@ -122,8 +122,10 @@ def ndcg_loss(scores: Array, relevance: Array, /, k: int | None = None, *, mask:
     n = s.shape[-1]
     k = n if k is None else _row_count(n, k)
     powered = check_gain(gain)
-    g = gains(xp, xp.astype(rel, s.dtype), powered)
     m = row_mask(xp, mask, scores, axis)
+    # a NaN or infinite relevance has no gain to weigh (2^inf / its ideal DCG): the list's loss is NaN
+    rel, bad = nan_targets(xp, xp.astype(rel, s.dtype), m, finite=True)
+    g = gains(xp, rel, powered)
     r = soft_rank(s, axis=-1, descending=True, method=method, mask=m, **options)
     if m is not None:  # padding: no gain, and a rank of 1 where the operator gives 0 (no log2(1) = 0 to divide by)
         g = xp.where(m, g, xp.zeros_like(g))
@@ -132,7 +134,7 @@ def ndcg_loss(scores: Array, relevance: Array, /, k: int | None = None, *, mask:
     dcg = xp.sum(g * cut / xp.log2(1 + r), axis=-1)
     idcg = ideal_dcg(xp, g, None, k)  # g is 0 on the padding
     some = idcg > 0
-    loss = 1 - xp.where(some, dcg / xp.where(some, idcg, xp.ones_like(idcg)), xp.zeros_like(dcg))
+    loss = xp.where(bad, math.nan, 1 - xp.where(some, dcg / xp.where(some, idcg, xp.ones_like(idcg)), xp.zeros_like(dcg)))
     return loss if m is None else xp.where(xp.any(m, axis=-1), loss, math.nan)
 
 
@@ -226,13 +228,14 @@ def permutation_loss(scores: Array, target: Array, /, *, mask: Array | None = No
     n = s.shape[-1]
     m = row_mask(xp, mask, scores, axis)
     log_p = _log_matrix(xp, s, method, options, m)
+    t, bad = nan_targets(xp, t, m)  # a NaN target has no place in the true order: the list's loss is NaN
     if m is None:
         # the true matrix: row i one-hot at the i-th largest target
         hit = _one_hot(xp, xp.argsort(t, axis=-1, descending=True, stable=True), n)
-        return -xp.sum(xp.where(hit, log_p, xp.zeros_like(log_p)), axis=(-2, -1)) / n
+        return xp.where(bad, math.nan, -xp.sum(xp.where(hit, log_p, xp.zeros_like(log_p)), axis=(-2, -1)) / n)
     # the valid targets' order (they sort first), in the first n_v rows
     t = xp.where(m, xp.astype(t, s.dtype), xp.full(t.shape, -math.inf, dtype=s.dtype, device=_device(s)))
     hit = _one_hot(xp, xp.argsort(t, axis=-1, descending=True, stable=True), n) & masked.prefix(xp, m)[..., :, None]
     count = xp.sum(xp.astype(m, s.dtype), axis=-1)
     total = -xp.sum(xp.where(hit, log_p, xp.zeros_like(log_p)), axis=(-2, -1))
-    return xp.where(count > 0, total / xp.where(count > 0, count, xp.ones_like(count)), math.nan)
+    return xp.where((count > 0) & ~bad, total / xp.where(count > 0, count, xp.ones_like(count)), math.nan)

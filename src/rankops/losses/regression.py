@@ -10,7 +10,7 @@ from ..sorting import soft_sort
 from ..transport import soft_quantile
 from .._lib._adapters import get_adapter
 from .._lib._docs import fill_doc
-from ._common import MASK, per_row_returns, _level, in_float32, row_mask, rows, with_mask
+from ._common import MASK, per_row_returns, _level, in_float32, nan_targets, row_mask, rows, with_mask
 
 __all__ = ["quantile_loss", "pinball_loss"]
 
@@ -55,7 +55,13 @@ def quantile_loss(pred: Array, target: Array, q: float, /, *, mask: Array | None
     xp, axis, (p, t) = rows("losses.quantile_loss", axis, {"pred": pred, "target": target}, also=with_mask(mask))
     q = _level(q)
     m = row_mask(xp, mask, pred, axis)
-    r = xp.abs(t - p)
+    # a non-finite target makes the row's residuals' scale infinite, as a non-finite prediction does: NaN, gradient 0
+    t, bad = nan_targets(xp, t, m, finite=True)
+    return xp.where(bad, math.nan, _residual_quantile(xp, xp.abs(t - p), q, m, method, options))
+
+
+def _residual_quantile(xp: Any, r: Any, q: float, m: Any, method: str, options: dict[str, Any]) -> Any:
+    """The soft quantile at level ``q`` of each row's residuals ``r`` (``m``: a mask, or None) by ``method``."""
     if method == "sinkhorn":
         return soft_quantile(r, q, mask=m, **options)
     srt = soft_sort(r, method=method, mask=m, **options)
@@ -101,10 +107,11 @@ def pinball_loss(pred: Array, target: Array, q: float, /, *, mask: Array | None 
     xp, axis, (p, t) = rows("losses.pinball_loss", axis, {"pred": pred, "target": target}, also=with_mask(mask))
     q = _level(q)
     m = row_mask(xp, mask, pred, axis)
+    t, bad = nan_targets(xp, t, m)  # a NaN target: a NaN loss with gradient 0 (an infinite one: inf, exactly)
     r = t - p
     check = xp.maximum(q * r, (q - 1) * r)
     if m is None:
-        return xp.mean(check, axis=-1)
+        return xp.where(bad, math.nan, xp.mean(check, axis=-1))
     count = xp.sum(xp.astype(m, check.dtype), axis=-1)
     total = xp.sum(xp.where(m, check, xp.zeros_like(check)), axis=-1)
-    return xp.where(count > 0, total / xp.where(count > 0, count, xp.ones_like(count)), math.nan)
+    return xp.where((count > 0) & ~bad, total / xp.where(count > 0, count, xp.ones_like(count)), math.nan)
