@@ -58,6 +58,30 @@ def test_kernels_equal_pair_counts_with_ties(backend_name, algorithm):
     assert_allclose(gram, _gram(x, x, lambda c, d: (c - d) / 55), atol=1e-12)  # y defaults to x
 
 
+@pytest.mark.parametrize("backend_name", CPU_BACKENDS)
+@pytest.mark.parametrize("algorithm", ["signs", "merges"])
+def test_a_vector_holding_a_nan_has_nan_kernel_values(backend_name, algorithm):
+    """NaN compares False with everything, so its pairs counted as neither concordant nor discordant would give a
+    plausible kernel value: the vector's row and column are NaN instead (SciPy's kendalltau is NaN too), and every
+    other value is the clean one; an infinity is ordered (a number)."""
+    if backend_name == "dask" and algorithm == "merges":
+        pytest.skip("Dask takes signs (test_dask_is_lazy_and_takes_signs)")
+    to, run = on_backend(backend_name)
+    rng = np.random.default_rng(3)
+    x, y = rng.normal(size=(4, 7)), rng.normal(size=(3, 7))
+    x[1, 2], y[2, 0], x[3, 5] = np.nan, np.nan, np.inf
+
+    def both(a, b):
+        return rankops.kendall_kernel(a, b, algorithm=algorithm), rankops.mallows_kernel(a, b, lam=0.3, algorithm=algorithm)
+
+    for got, f in zip((np.asarray(v) for v in run(both, to(x), to(y))), (lambda c, d: (c - d) / 21, lambda c, d: np.exp(-0.3 * d))):
+        nan = np.zeros((4, 3), dtype=bool)
+        nan[1, :], nan[:, 2] = True, True
+        assert np.isnan(got[nan]).all()
+        assert_allclose(got[~nan], _gram(x, y, f)[~nan], rtol=1e-12, atol=1e-12)
+    assert np.isnan(kendalltau(x[1], y[0]).statistic)
+
+
 @pytest.mark.parametrize("p", [2, 3, 17, 64, 130])
 def test_algorithms_agree_and_equal_scipy_without_ties(p):
     rng = np.random.default_rng(p)

@@ -40,8 +40,9 @@ def _vectors(a: Any, axis: Any, name: str, where: str, also: dict[str, Any] | No
     return prepare(a, axis=axis, name=name, one_axis_for=where, arrays=also)
 
 
-def _counts(x: Any, y: Any, axis: Any, algorithm: str, where: str) -> tuple[Any, Any, Any, Any, int]:
-    """``(xp, n_c - n_d, n_c + n_d, output dtype, p)`` between the vectors of ``x`` and ``y`` (default ``x``)."""
+def _counts(x: Any, y: Any, axis: Any, algorithm: str, where: str) -> tuple[Any, Any, Any, Any, int, Any]:
+    """``(xp, n_c - n_d, n_c + n_d, output dtype, p, unordered)`` between the vectors of ``x`` and ``y`` (default
+    ``x``); ``unordered``: True for the pairs of vectors of which one holds a NaN."""
     algorithm = choice(*_ALGORITHMS)(algorithm, "algorithm")
     px = _vectors(x, axis, "x", where, None if y is None else {"y": y})
     xp, adapter, xv, out = px.xp, px.adapter, px.x, px.out_dtype
@@ -63,7 +64,9 @@ def _counts(x: Any, y: Any, axis: Any, algorithm: str, where: str) -> tuple[Any,
         raise ValueError("algorithm='merges' gathers along rows, which Dask arrays cannot; use 'signs' (what 'auto' picks on Dask)")
     merges = algorithm == "merges" or (algorithm == "auto" and p > kendall.SIGNS_UP_TO and not adapter.lazy)
     dot, both = adapter.compiled(kendall.by_merges if merges else kendall.by_signs)(xp, xv, yv)
-    return xp, dot, both, out, p
+    # a vector holding a NaN has no order: its kernel values are NaN, not the counts of its comparisons (all False)
+    unordered = xp.any(xp.isnan(xv), axis=-1)[..., :, None] | xp.any(xp.isnan(yv), axis=-1)[..., None, :]
+    return xp, dot, both, out, p, unordered
 
 
 def _broadcast(a: tuple[int, ...], b: tuple[int, ...]) -> list[int]:
@@ -108,7 +111,8 @@ def kendall_kernel(x: Array, y: Array | None = None, /, *, axis: int = -1, algor
     -------
     array
         Shape ``(..., N, M)``, values in [-1, 1] (0 for p = 1: no pairs),
-        the floating dtype of the inputs (integers: the default float). Constant in ``x`` and ``y``
+        the floating dtype of the inputs (integers: the default float); NaN
+        for a vector holding a NaN. Constant in ``x`` and ``y``
         between ties: no useful gradient (see :func:`soft_kendall_tau`).
 
     Examples
@@ -120,8 +124,8 @@ def kendall_kernel(x: Array, y: Array | None = None, /, *, axis: int = -1, algor
            [-1.        ,  1.        , -0.33333333],
            [ 0.33333333, -0.33333333,  1.        ]])
     """
-    xp, dot, _, out, p = _counts(x, y, axis, algorithm, "kendall_kernel")
-    k = dot / max(p * (p - 1) / 2, 1)  # p = 1: no pairs, 0
+    xp, dot, _, out, p, unordered = _counts(x, y, axis, algorithm, "kendall_kernel")
+    k = xp.where(unordered, math.nan, dot / max(p * (p - 1) / 2, 1))  # p = 1: no pairs, 0
     return k if k.dtype == out else xp.astype(k, out)
 
 
@@ -150,7 +154,7 @@ def mallows_kernel(x: Array, y: Array | None = None, /, *, lam: float = 1.0, axi
     Returns
     -------
     array
-        Shape ``(..., N, M)``, values in (0, 1].
+        Shape ``(..., N, M)``, values in (0, 1]; NaN for a vector holding a NaN.
 
     Examples
     --------
@@ -162,8 +166,8 @@ def mallows_kernel(x: Array, y: Array | None = None, /, *, lam: float = 1.0, axi
            [0.6065, 0.3679, 1.    ]])
     """
     lam = python_number(_non_negative)(lam, "lam")
-    xp, dot, both, out, _ = _counts(x, y, axis, algorithm, "mallows_kernel")
-    k = xp.exp(-lam * ((both - dot) / 2))
+    xp, dot, both, out, _, unordered = _counts(x, y, axis, algorithm, "mallows_kernel")
+    k = xp.where(unordered, math.nan, xp.exp(-lam * ((both - dot) / 2)))
     return k if k.dtype == out else xp.astype(k, out)
 
 
