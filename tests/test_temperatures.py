@@ -134,3 +134,21 @@ def test_array_temperature_outside_the_positive_reals_gives_nan_under_jit_and_au
     assert torch.isnan(out).all()
     out.sum().backward()  # the loss is NaN; the backward runs, and gives 0
     assert s.grad == 0
+
+
+@pytest.mark.parametrize("eps", [0.1, -0.1, np.nan])
+def test_the_solver_takes_an_array_epsilon_and_reports_one_outside_as_not_converged(eps):
+    """rankops.sinkhorn with a 0-d array epsilon: the plan of the same number where it is valid; NaN potentials and
+    plan, a NaN error and converged False where not (the solver's iteration count, a number, is kept)."""
+    rng = np.random.default_rng(4)
+    cost, a, b = rng.random((4, 3)), np.full(4, 0.25), np.full(3, 1 / 3)
+    result = rankops.sinkhorn(cost, a, b, epsilon=np.asarray(eps))
+    if eps > 0:
+        number = rankops.sinkhorn(cost, a, b, epsilon=eps)
+        assert_allclose(result.plan, number.plan, rtol=1e-14)
+        assert result.converged and result.n_iter == number.n_iter
+    else:
+        assert all(np.isnan(v).all() for v in (result.plan, result.f, result.g, result.error))
+        assert not result.converged
+        _, info = rankops.soft_rank(X, epsilon=np.asarray(eps), return_info=True)
+        assert np.isnan(info.error).all() and not info.converged.any()

@@ -16,11 +16,12 @@ with the backend's autodiff.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable, Mapping
 
 from array_api_compat import is_dask_namespace, is_jax_namespace
 
-from .._compat import device, is_torch_namespace
+from .._compat import device, is_array, is_torch_namespace
 from .._options import within_positive_reals
 
 from ._generic import PORTABLE, PortableAdapter
@@ -98,8 +99,11 @@ class Core:
 
 
 def _nan_where(xp: Any, outside: Any, a: Any) -> Any:
-    """``a`` with NaN where ``outside`` (0-d) holds, if ``a`` is a floating array (counts and flags are kept)."""
-    if a is None or not xp.isdtype(a.dtype, ("real floating", "complex floating")):
+    """``a`` with NaN where ``outside`` (0-d) holds, if ``a`` is a floating array or a float (a solver's error read
+    eagerly); counts and flags, arrays or Python numbers, are kept."""
+    if isinstance(a, float):
+        return float(xp.where(outside, math.nan, a))
+    if not is_array(a) or not xp.isdtype(a.dtype, ("real floating", "complex floating")):
         return a
     return xp.where(outside, xp.asarray(float("nan"), dtype=a.dtype, device=device(a)), a)
 
