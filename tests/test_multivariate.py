@@ -98,3 +98,14 @@ def test_bad_arguments():
     torch = pytest.importorskip("torch")
     with pytest.raises(TypeError, match="arrays from different namespaces cannot be mixed"):
         cdf(torch.ones(2, dtype=torch.float64))
+
+
+def test_a_sample_holding_a_nan_gives_nan_maps_quietly():
+    """Its default epsilon (0.05 times the mean squared distance) is NaN: every map value is NaN, without a NumPy
+    warning (an error in this suite) and without a ValueError about an epsilon the caller did not pass."""
+    x = np.random.default_rng(2).normal(size=(20, 2))
+    cdf, quantile = rankops.multivariate_cdf_quantile_maps(x)
+    assert np.isfinite(cdf(x[:3])).all()
+    x[3, 1] = np.nan
+    cdf, quantile = rankops.multivariate_cdf_quantile_maps(x)
+    assert np.isnan(cdf(x[:3])).all() and np.isnan(quantile(np.full((2, 2), 0.5))).all()

@@ -151,6 +151,8 @@ def multivariate_cdf_quantile_maps(
     if epsilon is None:
         if get_adapter(xp).lazy:
             raise TypeError("epsilon must be given as a number for Dask inputs (its default reads the distances)")
-        epsilon = DEFAULT_EPSILON_SCALE * xp.mean(cost)
+        # an array on every backend (NumPy's mean is a scalar, which would be checked as a number): a sample holding a
+        # NaN, or of one point, then gives NaN maps rather than an error about an epsilon the caller did not pass
+        epsilon = xp.asarray(DEFAULT_EPSILON_SCALE * xp.mean(cost), dtype=dtype, device=_device(x))
     res = sinkhorn(cost, weights, target_weights, epsilon=epsilon, max_iter=max_iter, tol=tol, implicit=True)
     return _entropic_map(xp, y, res.g, epsilon, d), _entropic_map(xp, x, res.f, epsilon, d)
