@@ -467,3 +467,16 @@ def test_topk_cross_entropy_errors():
         losses.topk_cross_entropy(s, lab * 1.0, [1.0])
     with pytest.raises(TypeError, match="unexpected option"):
         losses.topk_cross_entropy(s, lab, [1.0], tau=0.1)
+
+
+def test_quantile_loss_reports_a_nan_target_row_as_not_solved():
+    """With return_info=True (Sinkhorn) a row whose target holds a NaN has a NaN loss and is reported not converged,
+    its error NaN; the other rows keep their values and reports."""
+    rng = np.random.default_rng(9)
+    pred, target = rng.normal(size=(3, 6)), rng.normal(size=(3, 6))
+    clean, clean_info = rankops.losses.quantile_loss(pred, target, 0.5, return_info=True)
+    target[0, 1] = np.nan
+    value, info = rankops.losses.quantile_loss(pred, target, 0.5, return_info=True)
+    assert np.isnan(value[0]) and np.isnan(info.error[0]) and not info.converged[0]
+    np.testing.assert_allclose(value[1:], clean[1:], rtol=1e-12)
+    np.testing.assert_array_equal(info.converged[1:], clean_info.converged[1:])

@@ -40,7 +40,7 @@ def _power(t: Any, e: float) -> Any:
 
 
 def tempered(
-    name: str, powers: Callable[[dict[str, Any], Any], tuple[int, int] | None]
+    name: str, powers: Callable[[dict[str, Any], Any], tuple[float, float] | None]
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorator of a core rule homogeneous in the option ``name``; ``powers(params, opts) -> (p, k)`` as in the module docstring
     (real numbers).

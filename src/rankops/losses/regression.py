@@ -57,7 +57,12 @@ def quantile_loss(pred: Array, target: Array, q: float, /, *, mask: Array | None
     m = row_mask(xp, mask, pred, axis)
     # a non-finite target makes the row's residuals' scale infinite, as a non-finite prediction does: NaN, gradient 0
     t, bad = nan_targets(xp, t, m, finite=True)
-    return xp.where(bad, math.nan, _residual_quantile(xp, xp.abs(t - p), q, m, method, options))
+    out = _residual_quantile(xp, xp.abs(t - p), q, m, method, options)
+    if isinstance(out, tuple):  # (value, SinkhornInfo), return_info=True: such a row's problem is not reported solved
+        value, info = out
+        return xp.where(bad, math.nan, value), info._replace(converged=info.converged & ~bad,
+                                                              error=xp.where(bad, math.nan, info.error))
+    return xp.where(bad, math.nan, out)
 
 
 def _residual_quantile(xp: Any, r: Any, q: float, m: Any, method: str, options: dict[str, Any]) -> Any:
