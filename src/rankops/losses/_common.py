@@ -129,13 +129,13 @@ def rankdata(xp: Any, t: Any) -> Any:
     return get_adapter(xp).rows(xp, _rankdata, t, dtype=t.dtype)
 
 
-def nan_targets(xp: Any, t: Any, valid: Any, finite: bool = False) -> tuple[Any, Any]:
-    """``(t, bad)``: the targets with every NaN (``finite``: every non-finite value) set to 0, so that no arithmetic on
-    them warns, and per row whether a valid entry held one (``valid``: a mask, or None): such a row's loss is NaN, as a
-    row with a non-finite score is."""
-    wrong = ~xp.isfinite(t) if finite else xp.isnan(t)
+def without_nan(xp: Any, a: Any, valid: Any, finite: bool = False) -> tuple[Any, Any]:
+    """``(a, bad)``: ``a`` (targets, or soft ranks) with every NaN (``finite``: every non-finite value) set to 0, so that
+    no arithmetic on it warns or carries a NaN into a gradient, and per row whether a valid entry held one (``valid``: a
+    mask, or None): the caller makes such a row's loss NaN, as a row with a non-finite score is."""
+    wrong = ~xp.isfinite(a) if finite else xp.isnan(a)
     bad = xp.any(wrong if valid is None else wrong & valid, axis=-1)
-    return xp.where(wrong, xp.zeros_like(t), t), bad
+    return xp.where(wrong, xp.zeros_like(a), a), bad
 
 
 def _pearson(xp: Any, a: Any, b: Any, valid: Any = None) -> Any:

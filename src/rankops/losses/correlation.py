@@ -9,7 +9,7 @@ from .._lib._compat import Array
 from ..kernels import soft_kendall_tau
 from ..sorting import soft_rank
 from .._lib._docs import fill_doc
-from ._common import MASK, RANK_METHOD, per_row_returns, DEFAULT_METHOD, _pearson, in_float32, nan_targets, rankdata, row_mask, rows, with_mask
+from ._common import MASK, RANK_METHOD, per_row_returns, DEFAULT_METHOD, _pearson, in_float32, without_nan, rankdata, row_mask, rows, with_mask
 
 __all__ = ["spearman_loss", "soft_spearman", "kendall_loss"]
 
@@ -47,7 +47,7 @@ def spearman_loss(pred: Array, target: Array, /, *, mask: Array | None = None, a
     m = row_mask(xp, mask, pred, axis)
     r = soft_rank(p, method=method, mask=m, **options)
     # a NaN target has no rank: the row's loss is NaN, with gradient 0 (its ranks are not formed from it)
-    t, bad = nan_targets(xp, xp.astype(t, r.dtype), m)
+    t, bad = without_nan(xp, xp.astype(t, r.dtype), m)
     if m is not None:  # the valid targets' ranks among themselves: the others rank above them all
         t = xp.where(m, t, xp.full_like(t, math.inf))
     return xp.where(bad, math.nan, 1 - _pearson(xp, r, rankdata(xp, t), m))
@@ -82,7 +82,7 @@ def soft_spearman(x: Array, y: Array, /, *, mask: Array | None = None, axis: int
     m = row_mask(xp, mask, x, axis)
     # a non-finite entry of either row gives that side NaN ranks: the row's correlation is NaN, with gradient 0 (the
     # ranks set to 0 first, so that Pearson's formula multiplies no NaN into the other side's gradient)
-    (a, bad_a), (b, bad_b) = (nan_targets(xp, soft_rank(v, method=method, mask=m, **options), m) for v in (xr, yr))
+    (a, bad_a), (b, bad_b) = (without_nan(xp, soft_rank(v, method=method, mask=m, **options), m) for v in (xr, yr))
     return xp.where(bad_a | bad_b, math.nan, _pearson(xp, a, b, m))
 
 

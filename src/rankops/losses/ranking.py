@@ -18,7 +18,7 @@ from ..sinkhorn import SOLVER_OPTIONS, TransportOptions, sinkhorn, with_epsilon
 from ..sorting import soft_rank
 from .._lib._docs import fill_doc
 from ._lists import check_gain, gains, ideal_dcg
-from ._common import MASK, RANK_METHOD, per_row_returns, DEFAULT_METHOD, _one_hot, _row_count, at_label, class_labels, in_float32, nan_targets, row_mask, rows, with_mask
+from ._common import MASK, RANK_METHOD, per_row_returns, DEFAULT_METHOD, _one_hot, _row_count, at_label, class_labels, in_float32, without_nan, row_mask, rows, with_mask
 
 __all__ = ["topk_loss", "ndcg_loss", "permutation_loss", "MATRIX_METHODS"]
 
@@ -124,7 +124,7 @@ def ndcg_loss(scores: Array, relevance: Array, /, k: int | None = None, *, mask:
     powered = check_gain(gain)
     m = row_mask(xp, mask, scores, axis)
     # a NaN or infinite relevance has no gain to weigh (2^inf / its ideal DCG): the list's loss is NaN
-    rel, bad = nan_targets(xp, xp.astype(rel, s.dtype), m, finite=True)
+    rel, bad = without_nan(xp, xp.astype(rel, s.dtype), m, finite=True)
     g = gains(xp, rel, powered)
     r = soft_rank(s, axis=-1, descending=True, method=method, mask=m, **options)
     if m is not None:  # padding: no gain, and a rank of 1 where the operator gives 0 (no log2(1) = 0 to divide by)
@@ -228,7 +228,7 @@ def permutation_loss(scores: Array, target: Array, /, *, mask: Array | None = No
     n = s.shape[-1]
     m = row_mask(xp, mask, scores, axis)
     log_p = _log_matrix(xp, s, method, options, m)
-    t, bad = nan_targets(xp, t, m)  # a NaN target has no place in the true order: the list's loss is NaN
+    t, bad = without_nan(xp, t, m)  # a NaN target has no place in the true order: the list's loss is NaN
     if m is None:
         # the true matrix: row i one-hot at the i-th largest target
         hit = _one_hot(xp, xp.argsort(t, axis=-1, descending=True, stable=True), n)

@@ -10,7 +10,7 @@ from ..sorting import soft_sort
 from ..transport import soft_quantile
 from .._lib._adapters import get_adapter
 from .._lib._docs import fill_doc
-from ._common import MASK, per_row_returns, _level, in_float32, nan_targets, row_mask, rows, with_mask
+from ._common import MASK, per_row_returns, _level, in_float32, without_nan, row_mask, rows, with_mask
 
 __all__ = ["quantile_loss", "pinball_loss"]
 
@@ -56,7 +56,7 @@ def quantile_loss(pred: Array, target: Array, q: float, /, *, mask: Array | None
     q = _level(q)
     m = row_mask(xp, mask, pred, axis)
     # a non-finite target makes the row's residuals' scale infinite, as a non-finite prediction does: NaN, gradient 0
-    t, bad = nan_targets(xp, t, m, finite=True)
+    t, bad = without_nan(xp, t, m, finite=True)
     out = _residual_quantile(xp, xp.abs(t - p), q, m, method, options)
     if isinstance(out, tuple):  # (value, SinkhornInfo), return_info=True: such a row's problem is not reported solved
         value, info = out
@@ -112,7 +112,7 @@ def pinball_loss(pred: Array, target: Array, q: float, /, *, mask: Array | None 
     xp, axis, (p, t) = rows("losses.pinball_loss", axis, {"pred": pred, "target": target}, also=with_mask(mask))
     q = _level(q)
     m = row_mask(xp, mask, pred, axis)
-    t, bad = nan_targets(xp, t, m)  # a NaN target: a NaN loss with gradient 0 (an infinite one: inf, exactly)
+    t, bad = without_nan(xp, t, m)  # a NaN target: a NaN loss with gradient 0 (an infinite one: inf, exactly)
     r = t - p
     check = xp.maximum(q * r, (q - 1) * r)
     if m is None:
