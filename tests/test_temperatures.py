@@ -14,6 +14,8 @@ from numpy.testing import assert_allclose
 
 import rankops
 
+from .backends import CPU_BACKENDS, on_backend
+
 X = np.random.default_rng(0).normal(size=(3, 7))
 CT = np.random.default_rng(1).normal(size=(3, 7))
 
@@ -152,3 +154,16 @@ def test_the_solver_takes_an_array_epsilon_and_reports_one_outside_as_not_conver
         assert not result.converged
         _, info = rankops.soft_rank(X, epsilon=np.asarray(eps), return_info=True)
         assert np.isnan(info.error).all() and not info.converged.any()
+
+
+@pytest.mark.parametrize("backend_name", CPU_BACKENDS)
+def test_array_temperatures_on_every_cpu_backend(backend_name):
+    """The p-norm sort's array strength equals the number's (float32 on JAX), and a temperature outside the finite
+    positive reals gives NaN there too, under jit on JAX."""
+    to, run = on_backend(backend_name)
+    opts = {"method": "permutahedron", "regularization": "lp", "p": 1.5}
+    number = rankops.soft_sort(X, strength=3.0, **opts)
+    got = np.asarray(run(lambda v, s: rankops.soft_sort(v, strength=s, **opts), to(X), to(np.asarray(3.0))))
+    assert_allclose(got, number, rtol=2e-6, atol=2e-6)
+    bad = np.asarray(run(lambda v, s: rankops.soft_rank(v, method="lapsum", alpha=s), to(X), to(np.asarray(-0.5))))
+    assert np.isnan(bad).all()
