@@ -332,7 +332,7 @@ def sort_core(xp: Any, x: Any, opts: Any, *, descending: bool, mask: Any = None,
 @core(output_shapes=same_shape, batched={"k": (), "mask": (0,)})
 @masked.zeros_masked_input
 @finite_rows
-@softened(_softness_key, lambda opts, params: False, lambda opts, params: 1)
+@softened(_softness_key, lambda opts, params: False, lambda opts, params: 1, top=lambda params: params["k"])
 @tempered("alpha", lambda params, opts: (-1, 0))
 def topk_core(xp: Any, x: Any, opts: Any, *, k: Any, mask: Any = None, order: Any = None) -> Any:
     """``F((x_i - b)/alpha)`` with ``R(b) = n - k``; ``mask``: ``R(b) = n_v - k``, R over the valid entries

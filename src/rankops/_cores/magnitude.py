@@ -55,7 +55,7 @@ from typing import Any
 
 from .._lib._adapters import core, get_adapter, rebuilt, same_shape
 from .._lib._compat import is_array
-from .._lib._numerics import safe_divide
+from .._lib._numerics import centred_within, safe_divide
 from . import masked
 from .breakpoints import search_breakpoints
 from .finite import finite_rows
@@ -99,8 +99,7 @@ def _blend_root(xp: Any, adapter: Any, a: Any, blend: Any, rest: Any, eps: float
     """
     count = xp.sum(xp.astype(blend, a.dtype), axis=-1, keepdims=True)
     m = xp.where(count > 0, count, xp.ones_like(count))
-    mean = xp.sum(xp.where(blend, a, 0.0), axis=-1, keepdims=True) / m
-    d = xp.where(blend, a - mean, 0.0)
+    mean, d = centred_within(xp, a, blend, m)
     e = eps ** (q - 1.0) * rest  # the right side's slope in theta
     if q == 2.0:
         t = e * mean / (m + e)

@@ -37,7 +37,7 @@ from typing import Any
 
 from .._lib._adapters import core, get_adapter, rebuilt, same_shape
 from .._lib._compat import index_dtype, is_array, device as _device
-from .._lib._numerics import safe_divide
+from .._lib._numerics import exact_centre, safe_divide
 from . import isotonic, masked, pnorm
 from .finite import finite_rows
 from .power_sums import stepped_mean
@@ -66,10 +66,7 @@ class _Projection:
         adapter = get_adapter(xp)
         strength_array, order, mask = masked.trailing(rest, self.ordered, self.masked)
         strength = strength_array[0] if strength_array else self.strength
-        if self.output == "rank":
-            z = (-x if self.descending else x) / strength
-        else:
-            z = x if self.descending else -x
+        z = -x if self.descending != (self.output == "sort") else x  # sorted as the rank's z / strength sorts
         if mask is None:
             s, order = masked.sorted_rows(xp, adapter, z, order, descending=True)
             rho, weight = _rho(xp, x), None
@@ -82,6 +79,11 @@ class _Projection:
             k = xp.arange(x.shape[-1], dtype=row.count.dtype, device=_device(x))
             rho = xp.astype(xp.clip(row.count - k, 0, None), x.dtype)
             weight = xp.astype(row.valid, x.dtype)
+        if self.output == "rank":
+            # the rank is invariant under a shift of the row: from its midrange where that is exact (the masked tail
+            # holds the last valid entry), before the division, which would round each entry of a row far from 0
+            # by a unit in the last place of z (float32 ranks of 1000 + normal noise at strength 1e-3: 0.05 off)
+            s = (s - exact_centre(xp, s[..., -1:], s[..., :1])) / strength
         inverse = adapter.invert_permutation(xp, order)
         if self.regularization == "lp":
             valid = None if weight is None else weight > 0
@@ -308,15 +310,18 @@ class _TopK:
     def fwd(self, xp: Any, x: Any, *rest: Any) -> tuple[tuple[Any], tuple[Any, ...]]:
         adapter = get_adapter(xp)
         k_array, order, mask = masked.trailing(rest, self.ordered, self.masked)
-        z = x / self.strength
         n = x.shape[-1]
+        # sorted as x / strength sorts (strength > 0)
         if mask is None:
-            s, order = masked.sorted_rows(xp, adapter, z, order, descending=True)
+            s, order = masked.sorted_rows(xp, adapter, x, order, descending=True)
             valid, count = None, n
         else:
-            row = masked.valid_first(xp, adapter, z, mask, descending=True, order=order)
+            row = masked.valid_first(xp, adapter, x, mask, descending=True, order=order)
             s, order, valid, count = row.s, row.order, row.valid, xp.astype(row.count, x.dtype)
         k, outside = masked.row_k(xp, x, k_array, self.k, count)
+        # from the row's ceil(k)-th largest entry, before the division: the threshold lies within 1 below it
+        # (pnorm.capped), so the entries that blend keep their differences to a unit in their own last place
+        s = (s - adapter.take(xp, s, _kth_place(xp, k, _device(x)))) / self.strength
         mu, share, starts = pnorm.capped(xp, adapter, s, k, self.q, valid)
         inverse = adapter.invert_permutation(xp, order)
         value = xp.where(outside, math.nan, adapter.take(xp, mu, inverse))
@@ -342,10 +347,16 @@ class _TopK:
         return (dx, adapter.take(xp, spread, at)[..., 0]) + none
 
 
+def _kth_place(xp: Any, k: Any, dev: Any) -> Any:
+    """The place ``ceil(k) - 1`` of each row's ``ceil(k)``-th largest entry in a row sorted decreasing, for ``k`` of shape
+    ``(..., 1)`` in (0, count] (:func:`.masked.row_k`)."""
+    return xp.astype(xp.ceil(k) - 1.0, index_dtype(xp, dev))
+
+
 @core(output_shapes=same_shape, batched={"k": (), "mask": (0,)})
 @masked.zeros_masked_input
 @finite_rows
-@softened(_softness_key, lambda opts, params: False, lambda opts, params: -1)
+@softened(_softness_key, lambda opts, params: False, lambda opts, params: -1, top=lambda params: params["k"])
 @tempered("strength", lambda params, opts: (-1, 0))
 def topk_core(xp: Any, x: Any, opts: Any, *, k: Any, mask: Any = None, order: Any = None) -> Any:
     """The sparse top-k mask: the projection of ``x / strength`` onto the top-k polytope (l2 or p-norm regularized);

@@ -78,7 +78,7 @@ from typing import Any
 
 from .._lib._adapters import get_adapter
 from .._lib._compat import broadcast_arrays
-from .._lib._numerics import safe_divide
+from .._lib._numerics import centred_within, safe_divide
 from . import isotonic, windows
 from .breakpoints import search_breakpoints
 from .extensions import for_exponent
@@ -160,7 +160,7 @@ def _signed_shift(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, q: float) 
     ``[-D - (W-/|B|)^(1/(q-1)), D + (W+/|B|)^(1/(q-1))]`` (``D = sum_B |d|``): Newton's step where it stays inside
     the bracket, else the bracket's midpoint; at q = 3 and 4 (:func:`.powers.signed_square_root`; ``phi(u) = u^3``)
     and for a one-entry block, closed forms. ``y`` increases along each block (the sort's ranks)."""
-    m, total_w, mean, d = centred(xp, adapter, starts, y, w)
+    m, total_w, mean, d = centred(xp, adapter, starts, y, w, about_first=True)
     e = 1.0 / (q - 1.0)
     alone = odd_power(xp, total_w, e)
     if q == 2.0:
@@ -374,9 +374,14 @@ def capped(xp: Any, adapter: Any, s: Any, k: Any, q: float, valid: Any = None) -
     of shape ``(..., 1)``, in (0, n_v]; ``valid``: False on a masked tail.
     Returns ``(mu, share, starts)`` as :func:`project` (the free entries one
     block, every other entry a block of its own).
+
+    ``tau`` lies in ``(s_c - 1, s_c)`` for ``c = ceil k`` (at or above ``s_c``
+    fewer than ``c`` entries are above 0, sum below k; at or below ``s_c - 1``
+    the first ``c`` are 1, sum above k; a k whose free set is empty excepted):
+    ``s`` taken from its ``c``-th entry (the caller's, before any rescaling)
+    holds the entries that blend within 1 of 0, where ``s`` and ``s - 1`` stay
+    apart and their differences exact, whatever the row's scale.
     """
-    # from the row's largest entry: the breakpoints s and s - 1 stay apart near the threshold, whatever the scale
-    s = s - s[..., :1]
     if valid is not None:
         # below every threshold: tau >= min(valid s) - 1 (there S = n_v >= k), so a masked entry stays at 0
         low = xp.min(xp.where(valid, s, xp.full_like(s, float("inf"))), axis=-1, keepdims=True)
@@ -401,8 +406,7 @@ def capped(xp: Any, adapter: Any, s: Any, k: Any, q: float, valid: Any = None) -
     # the free entries' block: their mean, centred moments and the root t = mean - tau
     count = xp.sum(xp.astype(free, s.dtype), axis=-1, keepdims=True)
     m = xp.where(count > 0, count, xp.ones_like(count))
-    mean = xp.sum(xp.where(free, s, 0.0), axis=-1, keepdims=True) / m
-    d = xp.where(free, s - mean, 0.0)
+    mean, d = centred_within(xp, s, free, m)
     rest = k - xp.sum(xp.astype(ones, s.dtype), axis=-1, keepdims=True)
     starts = ~free | xp.concat([xp.ones_like(free[..., :1]), ~free[..., :-1]], axis=-1)
     t = _free_root(xp, adapter, d, free, rest, m, q)

@@ -116,6 +116,18 @@ def safe_divide(xp: Any, num: Any, den: Any) -> Any:
     return xp.where(den > 0, q, xp.zeros_like(q))
 
 
+def centred_within(xp: Any, a: Any, members: Any, m: Any) -> tuple[Any, Any]:
+    """``(mean, d)`` along the last axis: the mean of ``a``'s members (``members`` True; ``m`` their count, at least
+    1) and ``d = a - mean`` on them, 0 elsewhere, in two passes. The first pass's mean rounds at its own magnitude, and
+    ``d`` from it sums to ``m`` times that rounding, not 0: a root in closed form, which takes the centred values to
+    sum to 0, carries the sum into every entry (float32 entries near 1000 lost a thousandth). The second pass takes
+    their mean out, at the magnitude of the members' spread."""
+    first = xp.sum(xp.where(members, a, 0.0), axis=-1, keepdims=True) / m
+    d = xp.where(members, a - first, 0.0)
+    residual = xp.sum(d, axis=-1, keepdims=True) / m
+    return first + residual, xp.where(members, d - residual, 0.0)
+
+
 def checked_weights(xp: Any, w: Any) -> tuple[Any, Any]:
     """``(w, valid)``: weights along the last axis with the rows outside their domain (a negative or non-finite
     entry, or all zero) replaced by ones, and the flag (``(..., 1)``) of the rows that were inside.
