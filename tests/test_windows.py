@@ -501,7 +501,9 @@ def test_rounds_over_blocks_gather_with_one_kernel_on_torch(monkeypatch):
     more). The p = 3/2 rank at strength 0.1, B = 20, n = 1000, whose rows finish over their blocks: 1,453 kernels
     forward+backward with ``xp.take``, 1,051 with the gathers; 1,054 since the final solve centres each block on its
     first entry (a float32 accuracy fix, :func:`.power_sums.centred`); 1,060 since each extension pass reads whether
-    a run filled its window (``windows._extend_each_run``, one read a pass). The ceiling is today's count: a change that adds
+    a run filled its window (``windows._extend_each_run``, one read a pass); 1,069 since a rank at a strength other than 1
+    takes the row from its exact midrange before the division (a float32 accuracy fix, ``permutahedron._Projection``;
+    nine kernels on (B, 1) arrays). The ceiling is today's count: a change that adds
     kernels to these eager CPU paths fails here and says why (or lowers it)."""
     torch = pytest.importorskip("torch")
     from benchmarks.gpu import _count
@@ -517,4 +519,4 @@ def test_rounds_over_blocks_gather_with_one_kernel_on_torch(monkeypatch):
 
     kernels, _, _ = _count(torch, both)
     assert calls, "the rounds over blocks were not taken"
-    assert kernels <= 1060, f"{kernels} kernels per call (ceiling 1060)"
+    assert kernels <= 1069, f"{kernels} kernels per call (ceiling 1069)"
