@@ -55,7 +55,7 @@ from typing import Any
 
 from .._lib._adapters import core, get_adapter, rebuilt, same_shape
 from .._lib._compat import is_array
-from .._lib._numerics import centred_within, safe_divide
+from .._lib._numerics import centred_within, exact_centre, safe_divide
 from . import masked
 from .breakpoints import search_breakpoints
 from .finite import finite_rows
@@ -65,33 +65,35 @@ from .powers import cubic_root, falling_newton, power
 __all__ = ["magnitude_core"]
 
 
-def _kept_from(xp: Any, adapter: Any, a: Any, eps: float, q: float) -> Any:
-    """The threshold ``theta`` below which an entry of magnitude ``a`` is kept: ``theta + eps theta^(p-1) = a``.
+def _kept_band(xp: Any, adapter: Any, a: Any, eps: float, q: float) -> Any:
+    """``eps r``, the width of the blending band of an entry of magnitude ``a`` at the threshold ``theta = a - eps r``
+    below which it is kept: ``theta + eps theta^(p-1) = a``.
 
     With ``r = theta^(p-1)`` (so ``theta = r^(q-1)``): ``r^(q-1) + eps r = a``,
     linear (q = 2), quadratic (q = 3), a depressed cubic (q = 4), else
     convex and increasing in r: Newton's iterates fall monotonically from the
-    upper bound ``min(a / eps, a^(1/(q-1)))``.
+    upper bound ``min(a / eps, a^(1/(q-1)))``. The caller subtracts the band
+    from ``a`` about its own centre: ``theta`` itself would round at its own
+    magnitude.
     """
     if q == 2.0:
-        return a / (1.0 + eps)
+        return eps * a / (1.0 + eps)
     if q == 3.0:
-        r = 2.0 * a / (eps + power(xp, eps * eps + 4.0 * a, 0.5))
-        return r * r
+        return eps * (2.0 * a / (eps + power(xp, eps * eps + 4.0 * a, 0.5)))
     if q == 4.0:
-        r = cubic_root(xp, xp.full_like(a, eps), -a)
-        return r * r * r
+        return eps * cubic_root(xp, xp.full_like(a, eps), -a)
 
     def newton(r: Any) -> Any:
         h = power(xp, r, q - 1.0) + eps * r - a
         return xp.clip(r - h / ((q - 1.0) * power(xp, r, q - 2.0) + eps), 0.0, None)
 
     start = xp.minimum(a / eps, power(xp, a, 1.0 / (q - 1.0)))
-    return power(xp, falling_newton(xp, adapter, newton, start, q, like=(a,)), q - 1.0)
+    return eps * falling_newton(xp, adapter, newton, start, q, like=(a,))
 
 
-def _blend_root(xp: Any, adapter: Any, a: Any, blend: Any, rest: Any, eps: float, q: float) -> tuple[Any, Any]:
-    """``(theta, a - theta)`` on the blending set: the root of ``sum_blend ((a_i - theta) / eps)^(q-1) = theta rest``.
+def _blend_root(xp: Any, adapter: Any, a: Any, centre: Any, blend: Any, rest: Any, eps: float, q: float) -> tuple[Any, Any]:
+    """``(theta, a - theta)`` on the blending set: the root of ``sum_blend ((a_i - theta) / eps)^(q-1) = theta rest``,
+    for magnitudes ``centre + a`` (``a`` taken about the row's ``centre``).
 
     In ``t = mean(a) - theta`` with the blending entries' centred values ``d``
     and moments ``M2``, ``M3`` (no difference of close numbers), the equation
@@ -99,7 +101,8 @@ def _blend_root(xp: Any, adapter: Any, a: Any, blend: Any, rest: Any, eps: float
     """
     count = xp.sum(xp.astype(blend, a.dtype), axis=-1, keepdims=True)
     m = xp.where(count > 0, count, xp.ones_like(count))
-    mean, d = centred_within(xp, a, blend, m)
+    about, d = centred_within(xp, a, blend, m)
+    mean = centre + about
     e = eps ** (q - 1.0) * rest  # the right side's slope in theta
     if q == 2.0:
         t = e * mean / (m + e)
@@ -113,7 +116,7 @@ def _blend_root(xp: Any, adapter: Any, a: Any, blend: Any, rest: Any, eps: float
         # Jensen: m t^(q-1) <= e (mean - t) <= e mean at the root; and theta >= 0
         start = xp.minimum(mean, power(xp, e * mean / m, 1.0 / (q - 1.0)))
         t = falling_root(xp, adapter, blend, d, e * mean, e, start, q)
-    return mean - t, xp.where(blend, xp.clip(d + t, 0.0, None), 0.0)
+    return centre + (about - t), xp.where(blend, xp.clip(d + t, 0.0, None), 0.0)
 
 
 def threshold(xp: Any, adapter: Any, a: Any, k: Any, eps: float, q: float) -> tuple[Any, Any, Any, Any, Any]:
@@ -127,26 +130,32 @@ def threshold(xp: Any, adapter: Any, a: Any, k: Any, eps: float, q: float) -> tu
     rounding to one number.
     """
     n = a.shape[-1]
+    # about the row's midrange where that is exact: the breakpoints near the threshold then keep their differences to a
+    # unit in their own last place, where theta would round at its own (6e-5 near 1000 in float32, which the blending
+    # slope, 3000 at p = 4/3 and eps = 0.1, made 0.26 where an entry sat on the edge of being kept)
+    centre = exact_centre(xp, xp.min(a, axis=-1, keepdims=True), xp.max(a, axis=-1, keepdims=True))
+    ac = a - centre
     # unsorted here (a is x's own order): one stable sort of both rows, not adapter.merge_descending's merge
-    breaks, order = adapter.sort_order(xp, xp.concat([a, _kept_from(xp, adapter, a, eps, q)], axis=-1), descending=True)
+    breaks, order = adapter.sort_order(xp, xp.concat([ac, ac - _kept_band(xp, adapter, a, eps, q)], axis=-1), descending=True)
     place = adapter.invert_permutation(xp, order)
     # arrays of their own, not views of place: see the search
     top, bottom = xp.asarray(place[..., :n], copy=True), xp.asarray(place[..., n:], copy=True)
 
     def total(j: Any) -> Any:
         """The share sum at ``theta = breaks[j]``: 1 for an entry kept there, its share for one blending."""
-        theta = adapter.take(xp, breaks, j)
+        about = adapter.take(xp, breaks, j)  # theta - centre
+        theta = centre + about
         positive = theta > 0
         scale = eps * power(xp, xp.where(positive, theta, 1.0), 1.0 / (q - 1.0))
         between = (top < j) & (bottom > j) & positive
-        share = power(xp, xp.clip((a - theta) / scale, 0.0, 1.0), q - 1.0)
+        share = power(xp, xp.clip((ac - about) / scale, 0.0, 1.0), q - 1.0)
         return xp.sum(xp.where(bottom <= j, 1.0, xp.where(between, share, 0.0)), axis=-1, keepdims=True)
 
     # whole: fewer than k entries are non-zero (at the largest a every entry is 0, below k)
     kept, blend, whole = search_breakpoints(xp, adapter, top, bottom, total, k)
     kept = kept | whole
     rest = k - xp.sum(xp.astype(kept, a.dtype), axis=-1, keepdims=True)
-    theta, gap = _blend_root(xp, adapter, a, blend, rest, eps, q)
+    theta, gap = _blend_root(xp, adapter, ac, centre, blend, rest, eps, q)
     return xp.where(whole, 0.0, theta), gap, blend, kept, rest
 
 
