@@ -104,18 +104,29 @@ def _blend_root(xp: Any, adapter: Any, a: Any, centre: Any, blend: Any, rest: An
     about, d = centred_within(xp, a, blend, m)
     mean = centre + about
     e = eps ** (q - 1.0) * rest  # the right side's slope in theta
+    # the closed forms at the scale of their root, Jensen's bound (e mean / m)^(1/(q-1)), taken as a product of powers:
+    # e mean itself overflows float32 where the root does not (e = 1e10 and mean = 3e29 at p = 4/3, strength 1e4)
+    e_root = 1.0 / (q - 1.0)
+    s = power(xp, e, e_root) * power(xp, mean / m, e_root)
+    scaled = (s > 0) & (s < math.inf)
+    s = xp.where(scaled, s, 1.0)
     if q == 2.0:
-        t = e * mean / (m + e)
-    elif q == 3.0:
-        c = xp.clip(e * mean - xp.sum(d * d, axis=-1, keepdims=True), 0.0, None)
-        t = 2.0 * c / (e + power(xp, e * e + 4.0 * m * c, 0.5))
-    elif q == 4.0:
+        t = mean * (e / (m + e))
+    elif q == 3.0:  # m t^2 + e t - c = 0, in t / s
+        es = e / s
+        c = xp.clip(es * (mean / s) - xp.sum(d * d, axis=-1, keepdims=True) / s / s, 0.0, None)
+        t = s * (2.0 * c / (es + power(xp, es * es + 4.0 * m * c, 0.5)))
+    elif q == 4.0:  # t^3 + P t + Q = 0, P = (3 M2 + e) / m, Q = (M3 - e mean) / m, in t / s (the root is homogeneous)
         m2, m3 = xp.sum(d * d, axis=-1, keepdims=True), xp.sum(d * d * d, axis=-1, keepdims=True)
-        t = cubic_root(xp, (3.0 * m2 + e) / m, (m3 - e * mean) / m)
+        es = e / s
+        t = s * cubic_root(xp, (3.0 * (m2 / s / s) + es / s) / m, (m3 / s / s / s - es * (mean / s) / s) / m)
     else:
-        # Jensen: m t^(q-1) <= e (mean - t) <= e mean at the root; and theta >= 0
-        start = xp.minimum(mean, power(xp, e * mean / m, 1.0 / (q - 1.0)))
-        t = falling_root(xp, adapter, blend, d, e * mean, e, start, q)
+        # in t / s: sum (d / s + t / s)^(q-1) = e' (mean / s - t / s), e' = e / s^(q-2) (as powers of e and mean / m);
+        # Jensen: m t^(q-1) <= e (mean - t) <= e mean at the root (t / s at most 1); and theta >= 0
+        e_s = xp.where(scaled, power(xp, e, e_root) * power(xp, xp.where(scaled, mean / m, 1.0), (2.0 - q) * e_root), e)
+        c_s = e_s * (mean / s)
+        start = xp.minimum(mean / s, power(xp, c_s / m, e_root))
+        t = s * falling_root(xp, adapter, blend, d / s, c_s, e_s, start, q)
     return centre + (about - t), xp.where(blend, xp.clip(d + t, 0.0, None), 0.0)
 
 
