@@ -212,6 +212,14 @@ def row_k(xp: Any, x: Any, k_array: tuple[Any, ...], k: Any, count: Any) -> tupl
     return xp.where(outside, 0.5, k), outside
 
 
+def kth_largest(xp: Any, adapter: Any, s: Any, k: Any, count: Any, *, descending: bool) -> Any:
+    """Each row's ``ceil(k)``-th largest valid entry of ``s``, sorted with its ``count`` valid entries first (decreasing
+    where ``descending``, else increasing), for ``k`` as :func:`row_k` gives it (in (0, count])."""
+    c = xp.ceil(k)
+    place = c - 1.0 if descending else count - c
+    return adapter.take(xp, s, xp.astype(place, index_dtype(xp, _device(s))))
+
+
 def short_rows(xp: Any, value: Any, mask: Any, k: Any) -> Any:
     """A masked top-k's value NaN throughout (masked entries included) on the rows with fewer than k valid entries."""
     count = valid_count(xp, value, mask)

@@ -322,7 +322,7 @@ class _TopK:
         k, outside = masked.row_k(xp, x, k_array, self.k, count)
         # from the row's ceil(k)-th largest entry, before the division: the threshold lies within 1 below it
         # (pnorm.capped), so the entries that blend keep their differences to a unit in their own last place
-        s = (s - adapter.take(xp, s, _kth_place(xp, k, _device(x)))) / self.strength
+        s = (s - masked.kth_largest(xp, adapter, s, k, count, descending=True)) / self.strength
         mu, share, starts = pnorm.capped(xp, adapter, s, k, self.q, valid)
         inverse = adapter.invert_permutation(xp, order)
         value = xp.where(outside, math.nan, adapter.take(xp, mu, inverse))
@@ -346,12 +346,6 @@ class _TopK:
         # d mu_i / d W_B = share_i on the block B that holds position floor(k)
         spread = isotonic.block_sums(xp, adapter, starts, adapter.take(xp, ct, order) * share)
         return (dx, adapter.take(xp, spread, at)[..., 0]) + none
-
-
-def _kth_place(xp: Any, k: Any, dev: Any) -> Any:
-    """The place ``ceil(k) - 1`` of each row's ``ceil(k)``-th largest entry in a row sorted decreasing, for ``k`` of shape
-    ``(..., 1)`` in (0, count] (:func:`.masked.row_k`)."""
-    return xp.astype(xp.ceil(k) - 1.0, index_dtype(xp, dev))
 
 
 @core(output_shapes=same_shape, batched={"k": (), "mask": (0,)})

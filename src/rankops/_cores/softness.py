@@ -42,7 +42,7 @@ from .._lib._adapters import get_adapter
 from .._lib._compat import index_dtype, is_array, device as _device
 from .._lib._numerics import exact_centre
 from . import _calibration, _calibration_sorts
-from .masked import valid_first
+from .masked import kth_largest, row_k, valid_first
 
 # every calibration by key: the ranks' (and Sinkhorn's) tables, then the soft sorts' (one grid)
 GRID = _calibration.GRID
@@ -259,16 +259,6 @@ def output_is_sort(opts: Any, params: dict[str, Any]) -> bool:
     return bool(params["output"] == "sort")
 
 
-def _kth_largest(xp: Any, adapter: Any, srt: Any, count: Any, k: Any, sign: int) -> Any:
-    """Each row's ``ceil(k)``-th largest valid entry, in the units of ``srt`` (:func:`softened`'s sorted row: ``x``
-    ascending where ``sign > 0``, ``-x`` where ``sign < 0``, valid entries first, ``count`` of them); ``k`` a number or
-    an array per row, the largest entry's place where it is not in (0, count] (the operator makes that row NaN)."""
-    k = xp.astype(k, srt.dtype)[..., None] if is_array(k) else xp.full(srt.shape[:-1] + (1,), k, dtype=srt.dtype, device=_device(srt))
-    c = xp.ceil(xp.where((k > 0) & (k <= count), k, 1.0))
-    place = c - 1.0 if sign < 0 else count - c
-    return adapter.take(xp, srt, xp.astype(place, index_dtype(xp, _device(srt))))
-
-
 def softened(
     key: Callable[[Any, dict[str, Any]], str],
     in_units: Callable[[Any, dict[str, Any]], bool],
@@ -339,7 +329,9 @@ def softened(
             # the centre carries no gradient (``srt`` is a stopped copy), which for an output invariant under the
             # shift is its exact derivative (a float32 top-k mask of 1000 + normal noise: 0.011 off unshifted, 6e-5)
             if top is not None and sign is not None:
-                centre = _kth_largest(xp, adapter, srt, count, top(params), sign)
+                k = top(params)
+                k, _ = row_k(xp, srt, (k,) if is_array(k) else (), k, count)  # a k outside (0, count]: the largest
+                centre = kth_largest(xp, adapter, srt, k, count, descending=sign < 0)
             else:
                 centre = exact_centre(xp, srt[..., :1], srt[..., -1:]) if shifts(opts, params) else 0.0
             centre = -centre if is_array(centre) and sign is not None and sign < 0 else centre  # srt sorts -x
