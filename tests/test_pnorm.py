@@ -990,3 +990,69 @@ def _tied_float32_rows() -> np.ndarray:
 @functools.cache
 def _tied_rows_reference(p: float) -> np.ndarray:
     return _rank_reference(_tied_float32_rows().astype(np.float64), p, 0.147)
+
+
+
+def _one_block_rows() -> np.ndarray:
+    """Rows of 160 at six scales: at strength 1 the smallest are one block (p = 3/2, 4/3), a larger one a block with
+    a few entries at its ends, and the largest many blocks."""
+    return np.random.default_rng(3).normal(size=(6, 160)) * np.array([0.05, 0.2, 0.5, 1.0, 3.0, 10.0])[:, None]
+
+
+def _spied_guesses(monkeypatch: Any) -> list:
+    """The ``(fitted, start, v0)`` of every ``one_block.guessed_fit`` call, as NumPy arrays."""
+    from rankops._cores import one_block
+
+    seen = []
+    real = one_block.guessed_fit
+
+    def spy(xp, adapter, v0, *rest):
+        out = real(xp, adapter, v0, *rest)
+        seen.append(tuple(np.asarray(a) for a in (out[0], out[1], v0)))
+        return out
+
+    monkeypatch.setattr(one_block, "guessed_fit", spy)
+    return seen
+
+
+@pytest.mark.parametrize("name", [b for b in CPU_BACKENDS if b != "jax"])
+def test_rows_guessed_as_one_block_equal_the_papers_pav(name, monkeypatch):
+    """Where values can be read now, on a CPU, a batch whose one-entry values mostly drop is first guessed row by row
+    as one block with one-entry tails (``one_block.guessed_fit``): a row whose guess passes the optimality check
+    skips the rounds, a row whose block alone is one block of its own fit goes to the rounds with it pooled, the
+    rest from their one-entry values. Each kind is in this batch (the spy sees them); the values equal the
+    sequential PAV."""
+    seen = _spied_guesses(monkeypatch)
+    to, run = on_backend(name)
+    x = _one_block_rows()
+    for p in (1.5, 4.0 / 3.0):
+        seen.clear()
+        got = run(lambda a: rankops.soft_rank(a, method="permutahedron", strength=1.0, **_lp(p)), to(x))
+        np.testing.assert_allclose(np.asarray(got), _rank_reference(x, p, 1.0), rtol=1e-10, atol=1e-10)
+        fitted, start, v0 = seen[0]
+        pooled = np.sum(start != v0, axis=-1)
+        assert fitted[:3].all() and not fitted[4:].any(), fitted
+        assert (pooled[~fitted] > 100).any() and (pooled[~fitted] == 0).any(), pooled
+
+
+@pytest.mark.parametrize("name", ["numpy", "torch"])
+def test_float32_rows_guessed_as_one_block_are_the_rounds_fit(name, monkeypatch):
+    """In float32 at 10^4 entries the check's rounding margin still takes the rows that are one block: every row of
+    the p = 3/2 rank at strength 1 and one of the p = 4/3 rank's; another p = 4/3 row goes to the rounds with a
+    block of 9,873 entries pooled. Every row is at least as near its float64 fit as the rounds alone bring it
+    (``one_block.DROPPING`` above 1: no guess): the same partition, its roots from sums in another order on torch
+    (the final solve's subsets follow the whole batch's blocks)."""
+    from rankops._cores import one_block
+
+    seen = _spied_guesses(monkeypatch)
+    to, _ = on_backend(name)
+    x = np.random.default_rng(5).normal(size=(4, 10**4)).astype(np.float32) * np.array([1, 2, 3, 5], dtype=np.float32)[:, None]
+    for p in (1.5, 4.0 / 3.0):
+        rank = lambda a: np.asarray(rankops.soft_rank(to(a), method="permutahedron", strength=1.0, **_lp(p)))  # noqa: E731
+        guessed, exact = rank(x), rank(x.astype(np.float64))
+        with monkeypatch.context() as m:
+            m.setattr(one_block, "DROPPING", 2.0)
+            rounds = rank(x)
+        assert np.all(np.abs(guessed - exact).max(axis=-1) <= np.abs(rounds - exact).max(axis=-1)), p
+    pooled = np.sum(seen[-2][1] != seen[-2][2], axis=-1)  # the p = 4/3 guess's (the last call gave up at once)
+    assert seen[0][0].all() and seen[-2][0].tolist() == [True, False, False, False] and pooled[1] > 9000, (seen, pooled)

@@ -503,7 +503,9 @@ def test_rounds_over_blocks_gather_with_one_kernel_on_torch(monkeypatch):
     first entry (a float32 accuracy fix, :func:`.power_sums.centred`); 1,060 since each extension pass reads whether
     a run filled its window (``windows._extend_each_run``, one read a pass); 1,069 since a rank at a strength other than 1
     takes the row from its exact midrange before the division (a float32 accuracy fix, ``permutahedron._Projection``;
-    nine kernels on (B, 1) arrays). The ceiling is today's count: a change that adds
+    nine kernels on (B, 1) arrays); 1,077 since a batch whose one-entry values mostly drop is guessed as one block a row
+    (``one_block.guessed_fit``, whose gate, the share of drops, is eight kernels where it is not taken, as here). The
+    ceiling is today's count: a change that adds
     kernels to these eager CPU paths fails here and says why (or lowers it)."""
     torch = pytest.importorskip("torch")
     from benchmarks.gpu import _count
@@ -519,4 +521,4 @@ def test_rounds_over_blocks_gather_with_one_kernel_on_torch(monkeypatch):
 
     kernels, _, _ = _count(torch, both)
     assert calls, "the rounds over blocks were not taken"
-    assert kernels <= 1069, f"{kernels} kernels per call (ceiling 1069)"
+    assert kernels <= 1077, f"{kernels} kernels per call (ceiling 1077)"

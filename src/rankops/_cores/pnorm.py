@@ -42,23 +42,22 @@ as soon as its chains snowball (:func:`.isotonic.pool_runs`' ``merge_cost``;
 under ``jax.jit``, where the rounds cannot count the blocks, once it has
 pooled for ``log2 n`` rounds: ``merge_all``); at q = 3 they start from the
 one-entry values (:func:`.power_sums.merge_fit`). Where values can be read
-now, on a CPU, the rounds run over the blocks in their moment form, shrinking
-to the blocks left (:func:`.blocks.pool_rounds`, where few are left after the
-first round), a row stops once its last drops stop halving, and
-:mod:`.windows` finishes it: at q = 2 and 4 by the merge rounds; at q = 3
+now, on a CPU, a rank's row that is one block with one-entry ends (strength
+1, as a rule) is guessed and proved so (:mod:`.one_block`); else the rounds
+run over the blocks in their moment form, shrinking to the blocks left
+(:func:`.blocks.pool_rounds`), a row stops once its last drops stop halving,
+and :mod:`.windows` finishes it: at q = 2 and 4 by the merge rounds; at q = 3
 (whose merge tests split a block by its data) by runs of drops extended a
-block at a time, then rounds (a chain that takes one block per round, hundreds
-of rounds at n = 10^5, is one extension there). At q = 5 and 6 (no block
-form: ``ENTRY_MERGES``) rows go on to merge rounds over the entries, each
-pool's root by Newton's method on its moments. For any other q the loss has
-no such sums, and the pooling rounds run until every row settles. Where the
-rounds cannot read values (``jax.jit``, a GPU), at q = 3 (the rank, and the
-sort's evenly stepped ranks) a round after one in which a row's drops
-stopped halving pools its first drops on, block by block to either side
-(:mod:`.extensions`): a chain that snowballs ends within a few rounds, and
-the rows seldom reach the merge rounds. The output
-is written from ``d + t`` per block, never as ``z - v``: a one-entry block
-gives ``w_i`` itself.
+block at a time, then rounds (a chain that takes one block per round is one
+extension there). At q = 5 and 6 (no block form: ``ENTRY_MERGES``) rows go
+on to merge rounds over the entries, each pool's root by Newton's method on
+its moments. For any other q the loss has no such sums, and the pooling
+rounds run until every row settles. Where the rounds cannot read values
+(``jax.jit``, a GPU), at q = 3 (the rank, and the sort's evenly stepped
+ranks) a round after one in which a row's drops stopped halving pools its
+first drops on, block by block to either side (:mod:`.extensions`): a chain
+that snowballs ends within a few rounds. The output is written from ``d +
+t`` per block, never as ``z - v``: a one-entry block gives ``w_i`` itself.
 
 :func:`capped` (the top-k mask, ``w = (1, ..., 1, k - floor k, 0, ...)``)
 needs no rounds: the top-k polytope's projection has one free block (its
@@ -79,7 +78,7 @@ from typing import Any
 from .._lib._adapters import get_adapter
 from .._lib._compat import broadcast_arrays
 from .._lib._numerics import centred_within, safe_divide
-from . import isotonic, windows
+from . import isotonic, one_block, windows
 from .breakpoints import search_breakpoints
 from .extensions import for_exponent
 from .power_sums import PowerSums, SteppedSignedSums, block_form, centred, merge_blocks, merge_fit, pool_blocks, pooled_blocks_length
@@ -222,15 +221,13 @@ class _Rules:
 
     @staticmethod
     def block_data(xp: Any, adapter: Any, starts: Any, yw: Any, v: Any) -> tuple[Any, ...]:
-        """Each entry's block in :func:`.power_sums.block_form`, as 2-D rows (:mod:`.windows`, whose merge rounds
-        then fit the blocks: this loss is block-compressible by its moments)."""
+        """Each entry's block in :func:`.power_sums.block_form`, as 2-D rows (:mod:`.windows`: block-compressible)."""
         return block_form(xp, adapter, starts, *(windows.rows_of(xp, yw[i, ...], v) for i in (0, 1)))
 
     @staticmethod
     def pad(xp: Any, low: Any, data: tuple[Any, ...]) -> tuple[Any, tuple[Any, ...]]:
         """An entry before a row whose values are at least ``low`` (its first block's statistics ``data``) that never
-        moves a fit: that value, which is no drop, and nothing to add to a pool that takes it (no size, no weight: all
-        its sums are 0), at the first block's mean, from which the merge rounds' sums run as from the block's own."""
+        moves a fit: that value (no drop), with all its sums 0, at the first block's mean (the sums' centre)."""
         return low, (data[0], 0.0, 0.0, 0.0, 0.0)
 
 
@@ -289,10 +286,18 @@ def project(xp: Any, adapter: Any, z: Any, w: Any, q: float, valid: Any = None, 
 
 def fitted_blocks(xp: Any, v0: Any, y: Any, wf: Any, *, q: float, signed: bool, masked: bool) -> tuple[Any, Any, Any]:
     """``(v, d, t)``: the isotonic fit of :func:`project`'s one-entry values ``v0`` (rows ``y``, weights ``wf``,
-    increasing order; ``masked``: a masked tail), by pooling rounds, windows or merge rounds as the backend allows,
-    and its blocks' roots (:func:`_solved`); called by name (:meth:`eagerly`)."""
+    increasing order; ``masked``: a masked tail), by pooling rounds, windows or merge rounds as the backend allows
+    (after a guess where values can be read now: :func:`.one_block.guessed_first`), and its blocks' roots; by name."""
     adapter = get_adapter(xp)
     rules = (_SignedRules if signed else _Rules)(q)
+    if signed or masked or not windows.readable_on_cpu(adapter, v0, y, wf):
+        return _fitted(xp, adapter, rules, v0, y, wf, q, signed, masked)
+    return one_block.guessed_first(xp, adapter, v0, y, wf, q, lambda *rows: _fitted(xp, adapter, rules, *rows, q, False, False),
+                                   lambda starts, y, wf: _solved(xp, adapter, rules, starts, y, wf, False))
+
+
+def _fitted(xp: Any, adapter: Any, rules: _Rules, v0: Any, y: Any, wf: Any, q: float, signed: bool, masked: bool) -> tuple[Any, Any, Any]:
+    """:func:`fitted_blocks` by the rounds."""
     yw = xp.stack([y, wf])
     n = v0.shape[-1]
     v = v0
