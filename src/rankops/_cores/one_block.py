@@ -1,4 +1,4 @@
-r"""An isotonic fit guessed as one block with one-entry tails, and the optimality check that proves a guess.
+r"""An isotonic fit guessed as one block between short blocks at its ends, and the optimality check that proves it.
 
 For the increasing fit of separable convex losses ``f_i`` (here the p-norm
 rank's, :mod:`.pnorm`: ``f_i(v) = (1/q) |y_i - v|^q + w_i v``), a partition
@@ -12,22 +12,23 @@ fit if and only if (Best & Chakravarti 1990; Robertson, Wright & Dykstra
    otherwise).
 
 Both are O(n) array operations. At strength 1 the p = 3/2 rank of a row is
-one block and the p = 4/3 rank one block between a few one-entry blocks at
-its ends (whose ``f'`` at the block's value has one sign: a prefix below it,
-``f' > 0``, a suffix above it, ``f' < 0``), where the pooling rounds take
-one neighbour at a time; the same holds for long rows at strength 0.1. So
-the tails are found from the signs of ``f'`` at the block's value, the
-block's value again on what is left, a few times, and a row whose guess
-passes the check (with a margin for rounding: a row within rounding of
-another partition is no guess) is fitted. The others go to the rounds, with
-the block pooled where it passes the check alone (a block of its own fit is
-reached by pool-adjacent-violators' steps inside it, so the whole row's fit
-holds it in one block; a p = 4/3 row whose end blocks are not all one entry
-at strength 1). A batch whose rows are far from one block (few drops between
-their one-entry values, or a first block of less than half a row) gives up
-after a few operations.
+one block, and the p = 4/3 rank one block between a few blocks of one or two
+entries at its ends; the same holds for long rows at strength 0.1. The
+pooling rounds reach such a block one neighbour at a time. Its ends follow
+from the fit's threshold form: the entries fitted at or above a value t are
+the suffix that minimises ``Phi_t(k) = sum_(i >= k) f'_i(t)``, and at the
+block's own value both its first entry and the one past its last minimise
+it. So the block's value on the whole row gives its ends, its value on
+those ends gives them again, a few times; each end is split into the
+decreasing runs of its one-entry values (one pooling round's blocks), and a
+row whose guess passes the check (with a margin for rounding: a row within
+rounding of another partition is no guess) is fitted. The others go to the
+rounds, with the block pooled where it passes the check alone (a block of
+its own fit is reached by pool-adjacent-violators' steps inside it, so the
+whole row's fit holds it in one block). A batch whose rows are far from one
+block (few drops between their one-entry values, or a first block of less
+than half a row) gives up after a few operations.
 """
-
 from __future__ import annotations
 
 from typing import Any, Callable
@@ -38,9 +39,9 @@ from .powers import moment_root, odd_power
 
 __all__ = ["guessed_first", "guessed_fit", "fit_rows", "GUESSES", "DROPPING", "SHORTEST"]
 
-GUESSES = 4  # the tails found again from the block's new value at most this often
+GUESSES = 4  # the ends found again from the block's new value at most this often
 # a batch is guessed where a row's one-entry values drop between at least this share of their neighbours: the weights'
-# steps outrun the data's. Rows that were one block (with tails) dropped at 0.76-1 of them (p = 3/2, 4/3, 5/4 ranks
+# steps outrun the data's. Rows that were one block (with ends) dropped at 0.76-1 of them (p = 3/2, 4/3, 5/4 ranks
 # of normal rows, n = 200 to 10^5, strength 0.01 to 10 and the default), the others at 0.86 at most, and the default
 # softness's and strength 0.1's rows of 1000 at 0.55 at most, which skip the guess for a few operations
 DROPPING = 0.75
@@ -63,12 +64,12 @@ def guessed_first(xp: Any, adapter: Any, v0: Any, y: Any, w: Any, q: float, fit:
 def guessed_fit(xp: Any, adapter: Any, v0: Any, y: Any, w: Any, q: float,
                 solve: Callable[[Any], tuple[Any, Any, Any]]) -> tuple[Any, Any, Any, Any, Any]:
     """``(fitted, start, v, d, t)`` for rows ``y`` (weights ``w``, one-entry values ``v0``, increasing order, 2-D),
-    each guessed as one block with one-entry tails. ``fitted``: per row, whether its guess is the fit (then ``v``,
+    each guessed as one block between short blocks at its ends. ``fitted``: per row, whether its guess is the fit (then ``v``,
     ``d``, ``t`` as :func:`.pnorm.fitted_blocks` returns them); ``start``: values to pool from, ``v0`` with the block
     pooled where it is one block of its own fit (its suffixes hold), which a fit of the whole row then holds in one
     block (pooling it first is a sequence of pool-adjacent-violators' steps); ``solve(starts)``: ``(mean, d, t)`` of
     the blocks that ``starts`` begins (the fit's own solve, so that a fitted row's numbers are those the rounds would
-    end on). Reads values: a row whose block holds less than half of it after its first tails is given up."""
+    end on). Reads values: a batch none of whose blocks holds half its row after the first ends is given up."""
     n = y.shape[-1]
     no = xp.zeros(y.shape[:-1], dtype=xp.bool)
     if not bool(xp.any(xp.mean(xp.astype(v0[..., 1:] < v0[..., :-1], y.dtype), axis=-1) >= DROPPING)):
@@ -80,30 +81,53 @@ def guessed_fit(xp: Any, adapter: Any, v0: Any, y: Any, w: Any, q: float,
     for i in range(GUESSES + 1):
         inside = (pos >= first) & (pos <= last)
         level = _level(xp, adapter, y, w, q, inside, first, solve)  # the block's value
-        slope = w - odd_power(xp, y - level, q - 1.0)  # f'_i there
-        # the tails: the longest prefix with f' > 0 and suffix with f' < 0
-        below = xp.sum(xp.astype(xp.cumulative_sum(xp.astype(slope <= 0, idx), axis=-1) == 0, idx), axis=-1, keepdims=True)
-        above = xp.sum(xp.astype(xp.flip(xp.cumulative_sum(xp.astype(xp.flip(slope, axis=-1) >= 0, idx), axis=-1), axis=-1)
-                                 == 0, idx), axis=-1, keepdims=True)
-        new_first, new_last = xp.minimum(below, n - 1), xp.maximum(n - 1 - above, below)
+        new_first, new_last = _ends(xp, y, w, q, level, pos, (first + last) // 2)
         if i == GUESSES or bool(xp.all((new_first == first) & (new_last == last))):
             break
         if i == 0 and not bool(xp.any(2 * (new_last - new_first + 1) >= n)):
             return no, v0, v0, v0, v0
         first, last = new_first, new_last
-    mean, d, t = solve((pos <= first) | (pos > last))
-    v, a = mean - t, d + t
     inside = (pos >= first) & (pos <= last)
-    slope = xp.where(inside, w - odd_power(xp, a, q - 1.0), 0.0)
-    # a suffix sum's rounding: a few units in the last place of its terms' magnitudes and of the largest partial sum
+    whole = not bool(xp.any(~inside))  # every row one block: its sums are the row's
+    starts = pos == first
+    if not whole:  # the ends: each decreasing run of one-entry values one block (a pooling round's)
+        drop = xp.concat([xp.zeros_like(inside[..., :1]), v0[..., 1:] < v0[..., :-1]], axis=-1)
+        joins = drop & (((pos <= first) & (pos > 0)) | (pos > last + 1))  # with the entry before it, in the same end
+        starts = starts | (~inside & ~joins)
+    mean, d, t = solve(starts)
+    v, a = mean - t, d + t
+    # each block's suffix sums of f' at its value (and of its terms' sizes), from the row's running sums: the block's
+    # total less the sum before the entry
+    terms = xp.stack([w - odd_power(xp, a, q - 1.0), w + odd_power(xp, xp.abs(d) + xp.abs(t), q - 1.0)])
+    running = xp.cumulative_sum(terms, axis=-1) - terms  # before each entry
+    if whole:
+        suffix = xp.sum(terms, axis=-1, keepdims=True) - running
+    else:
+        suffix = adapter.segment_sum(xp, starts, terms) - (running - adapter.segment_first(xp, starts, running))
+    # a suffix sum's rounding: a few units in the last place of its terms' magnitudes and of the largest running sum
     # (the sums run one entry at a time); a suffix within it of 0 might split the block, and the row goes to the rounds
-    size = xp.where(inside, w + odd_power(xp, xp.abs(d) + xp.abs(t), q - 1.0), 0.0)
-    suffix, scale = (xp.flip(xp.cumulative_sum(xp.flip(s, axis=-1), axis=-1), axis=-1) for s in (slope, size))
-    margin = 8.0 * xp.finfo(y.dtype).eps * (scale + xp.max(xp.abs(suffix), axis=-1, keepdims=True))
-    one = xp.all(xp.where(inside & (pos > first), suffix >= margin, True) & xp.where(inside, a >= 0, True), axis=-1,
-                 keepdims=True)
+    margin = 8.0 * xp.finfo(y.dtype).eps * (suffix[1, ...] + xp.max(xp.abs(running[0, ...]), axis=-1, keepdims=True))
+    suffix = suffix[0, ...]
+    holds = (starts | (suffix >= margin)) & (a >= 0)
+    one = xp.all(holds | ~inside, axis=-1, keepdims=True)
     rises = xp.all(v[..., 1:] >= v[..., :-1], axis=-1)
-    return one[..., 0] & rises, xp.where(one & inside, v, v0), v, d, t
+    return xp.all(holds, axis=-1) & rises, xp.where(one & inside, v, v0), v, d, t
+
+
+def _ends(xp: Any, y: Any, w: Any, q: float, level: Any, pos: Any, mid: Any) -> tuple[Any, Any]:
+    """The first and last entries of each row's block at ``level`` (an entry ``mid`` inside it): by the threshold
+    form of the fit (the entries fitted at or above a value t are the suffix that minimises the sum of ``f'_i(t)``
+    over it), the first minimiser of the suffix sums ``Phi(k)`` at or before ``mid``, and the last after it less one
+    (at the block's own value both ends minimise: its sum is 0, its suffixes' at least 0)."""
+    slope = w - odd_power(xp, y - level, q - 1.0)
+    phi = xp.flip(xp.cumulative_sum(xp.flip(slope, axis=-1), axis=-1), axis=-1)  # Phi(k), k = 0..n-1; Phi(n) = 0
+    phi = xp.concat([phi, xp.zeros_like(phi[..., :1])], axis=-1)
+    every = xp.concat([pos, pos[..., -1:] + 1], axis=-1)
+    big = xp.asarray(float("inf"), dtype=phi.dtype)
+    first = xp.argmin(xp.where(every <= mid, phi, big), axis=-1, keepdims=True)
+    after = xp.flip(xp.where(every > mid, phi, big), axis=-1)
+    last = (phi.shape[-1] - 1) - xp.argmin(after, axis=-1, keepdims=True) - 1
+    return xp.astype(first, pos.dtype), xp.astype(xp.maximum(last, first), pos.dtype)
 
 
 def fit_rows(xp: Any, rows: tuple[Any, ...], fit: Callable[..., tuple[Any, ...]], guess: Callable[..., tuple[Any, ...]]) -> tuple[Any, ...]:

@@ -42,8 +42,8 @@ as soon as its chains snowball (:func:`.isotonic.pool_runs`' ``merge_cost``;
 under ``jax.jit``, where the rounds cannot count the blocks, once it has
 pooled for ``log2 n`` rounds: ``merge_all``); at q = 3 they start from the
 one-entry values (:func:`.power_sums.merge_fit`). Where values can be read
-now, on a CPU, a rank's row that is one block with one-entry ends (strength
-1, as a rule) is guessed and proved so (:mod:`.one_block`); else the rounds
+now, on a CPU, a rank's row that is one block between short end blocks
+(strength 1) is guessed and proved so (:mod:`.one_block`); else the rounds
 run over the blocks in their moment form, shrinking to the blocks left
 (:func:`.blocks.pool_rounds`), a row stops once its last drops stop halving,
 and :mod:`.windows` finishes it: at q = 2 and 4 by the merge rounds; at q = 3
