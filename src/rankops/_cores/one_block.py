@@ -64,19 +64,19 @@ def guessed_first(xp: Any, adapter: Any, v0: Any, y: Any, w: Any, q: float, fit:
 def guessed_fit(xp: Any, adapter: Any, v0: Any, y: Any, w: Any, q: float,
                 solve: Callable[[Any], tuple[Any, Any, Any]]) -> tuple[Any, Any, Any, Any, Any]:
     """``(fitted, start, v, d, t)`` for rows ``y`` (weights ``w``, one-entry values ``v0``, increasing order, 2-D),
-    each guessed as one block between short blocks at its ends. ``fitted``: per row, whether its guess is the fit (then ``v``,
-    ``d``, ``t`` as :func:`.pnorm.fitted_blocks` returns them); ``start``: values to pool from, ``v0`` with the block
+    each guessed as one block between short blocks at its ends. ``fitted``: per row, whether its guess is the fit
+    (then ``v``, ``d``, ``t`` as :func:`.pnorm.fitted_blocks` returns them); ``start``: values to pool from, ``v0`` with the block
     pooled where it is one block of its own fit (its suffixes hold), which a fit of the whole row then holds in one
     block (pooling it first is a sequence of pool-adjacent-violators' steps); ``solve(starts)``: ``(mean, d, t)`` of
     the blocks that ``starts`` begins (the fit's own solve, so that a fitted row's numbers are those the rounds would
     end on). Reads values: a batch none of whose blocks holds half its row after the first ends is given up."""
-    n = y.shape[-1]
-    no = xp.zeros(y.shape[:-1], dtype=xp.bool)
+    n, dev = y.shape[-1], _device(y)
+    no = xp.zeros(y.shape[:-1], dtype=xp.bool, device=dev)
     if not bool(xp.any(xp.mean(xp.astype(v0[..., 1:] < v0[..., :-1], y.dtype), axis=-1) >= DROPPING)):
         return no, v0, v0, v0, v0
-    idx = index_dtype(xp, _device(y))
-    pos = xp.arange(n, dtype=idx, device=_device(y))[None, :]
-    first = xp.zeros(y.shape[:-1] + (1,), dtype=idx)  # the block: entries first..last
+    idx = index_dtype(xp, dev)
+    pos = xp.arange(n, dtype=idx, device=dev)[None, :]
+    first = xp.zeros(y.shape[:-1] + (1,), dtype=idx, device=dev)  # the block: entries first..last
     last = xp.full_like(first, n - 1)
     for i in range(GUESSES + 1):
         inside = (pos >= first) & (pos <= last)
@@ -123,7 +123,7 @@ def _ends(xp: Any, y: Any, w: Any, q: float, level: Any, pos: Any, mid: Any) -> 
     phi = xp.flip(xp.cumulative_sum(xp.flip(slope, axis=-1), axis=-1), axis=-1)  # Phi(k), k = 0..n-1; Phi(n) = 0
     phi = xp.concat([phi, xp.zeros_like(phi[..., :1])], axis=-1)
     every = xp.concat([pos, pos[..., -1:] + 1], axis=-1)
-    big = xp.asarray(float("inf"), dtype=phi.dtype)
+    big = xp.asarray(float("inf"), dtype=phi.dtype, device=_device(phi))
     first = xp.argmin(xp.where(every <= mid, phi, big), axis=-1, keepdims=True)
     after = xp.flip(xp.where(every > mid, phi, big), axis=-1)
     last = (phi.shape[-1] - 1) - xp.argmin(after, axis=-1, keepdims=True) - 1
