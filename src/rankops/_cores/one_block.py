@@ -34,8 +34,9 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from .._lib._compat import device as _device, index_dtype
+from .._lib._numerics import centred_within
 from .blocks import take_in_range
-from .powers import moment_root, odd_power
+from .powers import odd_power
 
 __all__ = ["guessed_first", "guessed_fit", "fit_rows", "GUESSES", "DROPPING", "SHORTEST"]
 
@@ -49,39 +50,42 @@ SHORTEST = 128  # shorter rows pool to the end for less than the guess's few doz
 
 
 def guessed_first(xp: Any, adapter: Any, v0: Any, y: Any, w: Any, q: float, fit: Callable[..., tuple[Any, Any, Any]],
-                  solve: Callable[[Any, Any, Any], tuple[Any, Any, Any]]) -> tuple[Any, Any, Any]:
+                  solve: Callable[[Any, Any, Any], tuple[Any, Any, Any]], root: Callable[..., Any]) -> tuple[Any, Any, Any]:
     """``(v, d, t)`` of the fit of one-entry values ``v0`` (rows ``y``, weights ``w``, increasing order, the last
     axis): each row of at least :data:`SHORTEST` entries guessed (:func:`guessed_fit`, ``solve(starts, y, w)`` its
-    solve), the others by ``fit(v0, y, w)`` (2-D rows) from the guess's start (:func:`fit_rows`). Reads values."""
+    solve, ``root`` its block's root), the others by ``fit(v0, y, w)`` (2-D rows) from the guess's start
+    (:func:`fit_rows`). Reads values."""
     n, shape = v0.shape[-1], v0.shape
     if n < SHORTEST:
         return fit(v0, y, w)
     out = fit_rows(xp, tuple(xp.reshape(a, (-1, n)) for a in (v0, y, w)), fit,
-                   lambda v0, y, w: guessed_fit(xp, adapter, v0, y, w, q, lambda starts: solve(starts, y, w)))
+                   lambda v0, y, w: guessed_fit(xp, adapter, v0, y, w, q, lambda starts: solve(starts, y, w), root))
     return tuple(xp.reshape(a, shape) for a in out)
 
 
-def guessed_fit(xp: Any, adapter: Any, v0: Any, y: Any, w: Any, q: float,
-                solve: Callable[[Any], tuple[Any, Any, Any]]) -> tuple[Any, Any, Any, Any, Any]:
+def guessed_fit(xp: Any, adapter: Any, v0: Any, y: Any, w: Any, q: float, solve: Callable[[Any], tuple[Any, Any, Any]],
+                root: Callable[..., Any]) -> tuple[Any, Any, Any, Any, Any]:
     """``(fitted, start, v, d, t)`` for rows ``y`` (weights ``w``, one-entry values ``v0``, increasing order, 2-D),
     each guessed as one block between short blocks at its ends. ``fitted``: per row, whether its guess is the fit
     (then ``v``, ``d``, ``t`` as :func:`.pnorm.fitted_blocks` returns them); ``start``: values to pool from, ``v0`` with the block
     pooled where it is one block of its own fit (its suffixes hold), which a fit of the whole row then holds in one
     block (pooling it first is a sequence of pool-adjacent-violators' steps); ``solve(starts)``: ``(mean, d, t)`` of
     the blocks that ``starts`` begins (the fit's own solve, so that a fitted row's numbers are those the rounds would
-    end on). Reads values: a batch none of whose blocks holds half its row after the first ends is given up."""
+    end on); ``root(d, members, total_w, m)``: the root ``t`` of one block per row (``d`` centred on its ``members``,
+    ``m`` of them, ``total_w`` their weight; :func:`.pnorm.capped`'s). Reads values: a batch none of whose blocks holds half its row after the first ends is given up."""
     n, dev = y.shape[-1], _device(y)
     no = xp.zeros(y.shape[:-1], dtype=xp.bool, device=dev)
-    if not bool(xp.any(xp.mean(xp.astype(v0[..., 1:] < v0[..., :-1], y.dtype), axis=-1) >= DROPPING)):
+    drops = v0[..., 1:] < v0[..., :-1]
+    if not bool(xp.any(xp.mean(xp.astype(drops, y.dtype), axis=-1) >= DROPPING)):
         return no, v0, v0, v0, v0
     idx = index_dtype(xp, dev)
-    pos = xp.arange(n, dtype=idx, device=dev)[None, :]
+    every = xp.arange(n + 1, dtype=idx, device=dev)[None, :]  # the suffixes' first entries, n the empty one
+    pos = every[..., :n]
     first = xp.zeros(y.shape[:-1] + (1,), dtype=idx, device=dev)  # the block: entries first..last
     last = xp.full_like(first, n - 1)
     for i in range(GUESSES + 1):
         inside = (pos >= first) & (pos <= last)
-        level = _level(xp, adapter, y, w, q, inside, first, solve)  # the block's value
-        new_first, new_last = _ends(xp, y, w, q, level, pos, (first + last) // 2)
+        new_first, new_last = _ends(xp, y, w, q, _level(xp, y, w, inside, root), every, (first + last) // 2)
         if i == GUESSES or bool(xp.all((new_first == first) & (new_last == last))):
             break
         if i == 0 and not bool(xp.any(2 * (new_last - new_first + 1) >= n)):
@@ -91,7 +95,7 @@ def guessed_fit(xp: Any, adapter: Any, v0: Any, y: Any, w: Any, q: float,
     whole = not bool(xp.any(~inside))  # every row one block: its sums are the row's
     starts = pos == first
     if not whole:  # the ends: each decreasing run of one-entry values one block (a pooling round's)
-        drop = xp.concat([xp.zeros_like(inside[..., :1]), v0[..., 1:] < v0[..., :-1]], axis=-1)
+        drop = xp.concat([xp.zeros_like(inside[..., :1]), drops], axis=-1)
         joins = drop & (((pos <= first) & (pos > 0)) | (pos > last + 1))  # with the entry before it, in the same end
         starts = starts | (~inside & ~joins)
     mean, d, t = solve(starts)
@@ -114,20 +118,20 @@ def guessed_fit(xp: Any, adapter: Any, v0: Any, y: Any, w: Any, q: float,
     return xp.all(holds, axis=-1) & rises, xp.where(one & inside, v, v0), v, d, t
 
 
-def _ends(xp: Any, y: Any, w: Any, q: float, level: Any, pos: Any, mid: Any) -> tuple[Any, Any]:
-    """The first and last entries of each row's block at ``level`` (an entry ``mid`` inside it): by the threshold
+def _ends(xp: Any, y: Any, w: Any, q: float, level: Any, every: Any, mid: Any) -> tuple[Any, Any]:
+    """The first and last entries of each row's block at ``level`` (an entry ``mid`` inside it; ``every``: the places
+    0..n of the suffix sums): by the threshold
     form of the fit (the entries fitted at or above a value t are the suffix that minimises the sum of ``f'_i(t)``
     over it), the first minimiser of the suffix sums ``Phi(k)`` at or before ``mid``, and the last after it less one
     (at the block's own value both ends minimise: its sum is 0, its suffixes' at least 0)."""
     slope = w - odd_power(xp, y - level, q - 1.0)
     phi = xp.flip(xp.cumulative_sum(xp.flip(slope, axis=-1), axis=-1), axis=-1)  # Phi(k), k = 0..n-1; Phi(n) = 0
     phi = xp.concat([phi, xp.zeros_like(phi[..., :1])], axis=-1)
-    every = xp.concat([pos, pos[..., -1:] + 1], axis=-1)
     big = xp.asarray(float("inf"), dtype=phi.dtype, device=_device(phi))
     first = xp.argmin(xp.where(every <= mid, phi, big), axis=-1, keepdims=True)
     after = xp.flip(xp.where(every > mid, phi, big), axis=-1)
     last = (phi.shape[-1] - 1) - xp.argmin(after, axis=-1, keepdims=True) - 1
-    return xp.astype(first, pos.dtype), xp.astype(xp.maximum(last, first), pos.dtype)
+    return xp.astype(first, every.dtype), xp.astype(xp.maximum(last, first), every.dtype)
 
 
 def fit_rows(xp: Any, rows: tuple[Any, ...], fit: Callable[..., tuple[Any, ...]], guess: Callable[..., tuple[Any, ...]]) -> tuple[Any, ...]:
@@ -145,18 +149,9 @@ def fit_rows(xp: Any, rows: tuple[Any, ...], fit: Callable[..., tuple[Any, ...]]
     return tuple(xp.where(fitted[:, None], g, take_in_range(xp, r, place, axis=0)) for g, r in zip(guessed, rest))
 
 
-def _level(xp: Any, adapter: Any, y: Any, w: Any, q: float, inside: Any, first: Any,
-           solve: Callable[[Any], tuple[Any, Any, Any]]) -> Any:
-    """The value of each row's block (``inside``, from ``first`` on), from its moments about its first entry: row
-    sums where the root has a closed form (q = 2, 3, 4; :func:`.powers.moment_root`), else ``solve``'s."""
-    if q not in (2.0, 3.0, 4.0):
-        mean, _, t = solve(~inside | (xp.arange(y.shape[-1], dtype=first.dtype, device=_device(y))[None, :] == first))
-        return adapter.take(xp, mean - t, first)
-    low = adapter.take(xp, y, first)
+def _level(xp: Any, y: Any, w: Any, inside: Any, root: Callable[..., Any]) -> Any:
+    """The value of each row's block (``inside``): its mean less the ``root`` of its centred entries (two passes,
+    :func:`.._lib._numerics.centred_within`)."""
     m = xp.sum(xp.astype(inside, y.dtype), axis=-1, keepdims=True)
-    c = xp.where(inside, y - low, 0.0)
-    shift = xp.sum(c, axis=-1, keepdims=True) / m
-    d = xp.where(inside, c - shift, 0.0)
-    total_w = xp.sum(xp.where(inside, w, 0.0), axis=-1, keepdims=True)
-    moments = (xp.sum(d * d, axis=-1, keepdims=True),) + ((xp.sum(d * d * d, axis=-1, keepdims=True),) if q == 4.0 else ())
-    return low + shift - (total_w / m if q == 2.0 else moment_root(xp, q, total_w, m, *moments))
+    mean, d = centred_within(xp, y, inside, m)
+    return mean - root(d, inside, xp.sum(xp.where(inside, w, 0.0), axis=-1, keepdims=True), m)

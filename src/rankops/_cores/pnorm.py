@@ -293,7 +293,7 @@ def fitted_blocks(xp: Any, v0: Any, y: Any, wf: Any, *, q: float, signed: bool, 
     if signed or masked or not windows.readable_on_cpu(adapter, v0, y, wf):
         return _fitted(xp, adapter, rules, v0, y, wf, q, signed, masked)
     return one_block.guessed_first(xp, adapter, v0, y, wf, q, lambda *rows: _fitted(xp, adapter, rules, *rows, q, False, False),
-                                   lambda starts, y, wf: _solved(xp, adapter, rules, starts, y, wf, False))
+                                   lambda s, y, wf: _solved(xp, adapter, rules, s, y, wf, False), lambda *b: _free_root(xp, adapter, *b, q))
 
 
 def _fitted(xp: Any, adapter: Any, rules: _Rules, v0: Any, y: Any, wf: Any, q: float, signed: bool, masked: bool) -> tuple[Any, Any, Any]:
