@@ -1057,6 +1057,36 @@ def test_float32_rows_guessed_as_one_block_are_the_rounds_fit(name, monkeypatch)
     assert seen[0][0].all() and seen[-2][0].tolist() == [True, True, False, False] and pooled[2] > 9000, (seen, pooled)
 
 
+def test_a_block_pooled_before_the_rounds_stays_one_block_through_their_first(monkeypatch):
+    """The rounds' first pass over the entries starts from the blocks its values already hold (runs of equal values):
+    the block a guess pooled (the p = 4/3 row of 10^4 entries above that pools 9,234) is still one block after it,
+    where a first round of one-entry segments would solve each of its entries alone again and undo the pool."""
+    from rankops._cores import isotonic
+
+    seen = _spied_guesses(monkeypatch)
+    first_rounds = []
+    real = isotonic.pool_runs
+
+    def spy(xp, adapter, rules, v, w, max_rounds, *args, **kwargs):
+        out = real(xp, adapter, rules, v, w, max_rounds, *args, **kwargs)
+        if max_rounds == 1:
+            first_rounds.append(np.asarray(out[0]))
+        return out
+
+    monkeypatch.setattr(isotonic, "pool_runs", spy)
+    x = np.random.default_rng(5).normal(size=(4, 10**4)).astype(np.float32) * np.array([1, 2, 3, 5], dtype=np.float32)[:, None]
+    rankops.soft_rank(x, method="permutahedron", strength=1.0, **_lp(4.0 / 3.0))
+    fitted, start, v0 = seen[-1]
+    pooled = (start != v0) & ~fitted[:, None]
+    rows = np.flatnonzero(pooled.any(axis=-1))
+    assert rows.size and first_rounds, (fitted, rows)
+    after = first_rounds[-1]  # the rounds run on the rows left, in order
+    assert after.shape[0] == np.sum(~fitted)
+    for row in rows:
+        block = after[np.sum(~fitted[:row]), pooled[row]]
+        assert block.size > 9000 and np.all(block == block[0]), (row, np.unique(block).size)
+
+
 def test_guessed_rows_equal_the_rounds_on_random_rows(monkeypatch):
     """Seeded random batches (row lengths 128 to 400, p in {3/2, 4/3, 1.25}, strengths 0.5 to 20, where rows are one
     block or near it, rows at mixed scales and shifts, with ties): the rank with the guess equals the rank by the rounds alone (``one_block.DROPPING``

@@ -405,8 +405,8 @@ def pool_then_merge(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, merge: Ca
     rounds = rounds or per_level * (n - 1).bit_length()
     if finish is not None and windows.readable_on_cpu(adapter, v) and n >= getattr(rules, "shortest", windows.SHORTEST):
         begun = None
-        if sums is not None:  # a round over the entries, then the rest over the blocks where few are left
-            v, unsettled, _ = pool_runs(xp, adapter, rules, v, w, 1)
+        if sums is not None:  # a round from v's blocks (a guess's pool stays one), then over the blocks where few are left
+            v, unsettled, _ = pool_runs(xp, adapter, rules, v, w, 1, starts=block_starts(xp, v))
             rounds, begun = rounds - 1, block_starts(xp, v)
             if bool(xp.any(unsettled)) and windows.few_blocks(xp, rules, begun):
                 return windows.pool_and_finish(xp, adapter, rules, v, w, finish, sums, rounds)
