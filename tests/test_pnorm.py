@@ -1059,7 +1059,7 @@ def test_float32_rows_guessed_as_one_block_are_the_rounds_fit(name, monkeypatch)
 
 def test_a_block_pooled_before_the_rounds_stays_one_block_through_their_first(monkeypatch):
     """The rounds' first pass over the entries starts from the blocks its values already hold (runs of equal values):
-    the block a guess pooled (the p = 4/3 row of 10^4 entries above that pools 9,234) is still one block after it,
+    the block a guess pooled (in float32, the p = 4/3 row of 10^4 entries above pools 9,873) is still one block after it,
     where a first round of one-entry segments would solve each of its entries alone again and undo the pool."""
     from rankops._cores import isotonic
 
