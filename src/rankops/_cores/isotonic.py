@@ -387,9 +387,9 @@ def _pooled_fit(xp: Any, v: Any, yw: Any, *, kind: str, rounds: int = 0, windows
 
 def pool_then_merge(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, merge: Callable[[Any, Any], Any], per_level: int = PER_LEVEL,
                     merge_cost: float = 0.0, finish: Callable[[Any, Any], Any] | None = None, rounds: int | None = None,
-                    sums: Any = None, stall_blocks: int = 0, unit: bool = False, extend: Any = None) -> Any:
+                    sums: Any = None, stall_blocks: int = 0, unit: bool = False, extend: Any = None, starts: Any = None) -> Any:
     """``v`` pooled by :func:`pool_runs` for up to ``rounds`` (default ``per_level ceil(log2 n)``) rounds
-    (``merge_cost``, ``stall_blocks``, ``unit``, ``extend`` as there), then ``merge(v, unsettled)`` (the caller's
+    (``merge_cost``, ``stall_blocks``, ``unit``, ``extend``, ``starts`` as there), then ``merge(v, unsettled)`` (the caller's
     merge rounds; ``unsettled`` True on the rows the pooling left) unless every row settled, which a backend that
     reads the flag skips.
 
@@ -404,9 +404,9 @@ def pool_then_merge(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, merge: Ca
     n = v.shape[-1]
     rounds = rounds or per_level * (n - 1).bit_length()
     if finish is not None and windows.readable_on_cpu(adapter, v) and n >= getattr(rules, "shortest", windows.SHORTEST):
-        begun = None
-        if sums is not None:  # a round from v's blocks (a guess's pool stays one), then over the blocks where few are left
-            v, unsettled, _ = pool_runs(xp, adapter, rules, v, w, 1, starts=block_starts(xp, v))
+        begun = starts
+        if sums is not None:  # a round, then over the blocks where few are left
+            v, unsettled, _ = pool_runs(xp, adapter, rules, v, w, 1, starts=starts)
             rounds, begun = rounds - 1, block_starts(xp, v)
             if bool(xp.any(unsettled)) and windows.few_blocks(xp, rules, begun):
                 return windows.pool_and_finish(xp, adapter, rules, v, w, finish, sums, rounds)
@@ -419,7 +419,7 @@ def pool_then_merge(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, merge: Ca
     # compiled torch graph does): elsewhere they run over every entry of the row
     merge_all = bool(merge_cost) and not adapter.reads_in_eager_node(v)
     v, unsettled, stopped_early = pool_runs(xp, adapter, rules, v, w, rounds, merge_cost, merge_all=merge_all,
-                                            stall_blocks=stall_blocks, unit=unit, extend=extend)
+                                            starts=starts, stall_blocks=stall_blocks, unit=unit, extend=extend)
     if stopped_early:  # the loop read that every row settled: no second read
         return v
     return adapter.unless(xp, ~xp.any(unsettled), lambda u: merge(u, unsettled), v)

@@ -51,13 +51,13 @@ and :mod:`.windows` finishes it: at q = 2 and 4 by the merge rounds; at q = 3
 block at a time, then rounds (a chain that takes one block per round is one
 extension there). At q = 5 and 6 (no block form: ``ENTRY_MERGES``) rows go
 on to merge rounds over the entries, each pool's root by Newton's method on
-its moments. For any other q the loss has no such sums, and the pooling
-rounds run until every row settles. Where the rounds cannot read values
-(``jax.jit``, a GPU), at q = 3 (the rank, and the sort's evenly stepped
-ranks) a round after one in which a row's drops stopped halving pools its
-first drops on, block by block to either side (:mod:`.extensions`): a chain
-that snowballs ends within a few rounds. The output is written from ``d +
-t`` per block, never as ``z - v``: a one-entry block gives ``w_i`` itself.
+its moments. For any other q the loss has no such sums: on a CPU the rows
+left go to threshold splits (:mod:`.splits`), elsewhere they pool on. Where
+the rounds cannot read values (``jax.jit``, a GPU), at q = 3 (the rank, the
+sort's evenly stepped ranks) a round after one in which a row's drops
+stopped halving pools its first drops on, block by block to either side
+(:mod:`.extensions`): a snowballing chain ends within a few rounds. The
+output is written from ``d + t`` per block, never as ``z - v``.
 
 :func:`capped` (the top-k mask, ``w = (1, ..., 1, k - floor k, 0, ...)``)
 needs no rounds: the top-k polytope's projection has one free block (its
@@ -78,7 +78,7 @@ from typing import Any
 from .._lib._adapters import get_adapter
 from .._lib._compat import broadcast_arrays
 from .._lib._numerics import centred_within, safe_divide
-from . import isotonic, one_block, windows
+from . import isotonic, one_block, splits, windows
 from .breakpoints import search_breakpoints
 from .extensions import for_exponent
 from .power_sums import PowerSums, SteppedSignedSums, block_form, centred, merge_blocks, merge_fit, pool_blocks, pooled_blocks_length
@@ -208,9 +208,9 @@ class _Rules:
 
     def __init__(self, q: float) -> None:
         self.q = q
-        # the cubic's root (q = 4) and Newton's steps (q without a closed form) cost enough per entry that a pooling
-        # round solves only the segments that changed once they are at most a quarter of the entries
-        # (:func:`.isotonic.pool_runs`); a mean (q = 2) or a square root (q = 3) costs less than the gathers
+        # the cubic's root (q = 4) and Newton's steps (no closed form) cost enough per entry that a pooling round
+        # solves only the segments that changed once they are at most a quarter of the entries; a mean (q = 2) or a
+        # square root (q = 3) costs less than the gathers (:func:`.isotonic.pool_runs`)
         self.compact_share = 0.0 if q in (2.0, 3.0) else 0.25
         self.block_share = 0.55 if q in (2.0, 3.0) else 0.7  # where rounds over blocks pay (windows.few_blocks)
 
@@ -292,44 +292,46 @@ def fitted_blocks(xp: Any, v0: Any, y: Any, wf: Any, *, q: float, signed: bool, 
     rules = (_SignedRules if signed else _Rules)(q)
     if signed or masked or not windows.readable_on_cpu(adapter, v0, y, wf):
         return _fitted(xp, adapter, rules, v0, y, wf, q, signed, masked)
-    return one_block.guessed_first(xp, adapter, v0, y, wf, q, lambda *rows: _fitted(xp, adapter, rules, *rows, q, False, False),
+    return one_block.guessed_first(xp, adapter, v0, y, wf, q, lambda v, y, wf: _fitted(xp, adapter, rules, v, y, wf, q, False, False,
+                                                                                        isotonic.block_starts(xp, v)),
                                    lambda s, y, wf: _solved(xp, adapter, rules, s, y, wf, False), lambda *b: _free_root(xp, adapter, *b, q))
 
 
-def _fitted(xp: Any, adapter: Any, rules: _Rules, v0: Any, y: Any, wf: Any, q: float, signed: bool, masked: bool) -> tuple[Any, Any, Any]:
-    """:func:`fitted_blocks` by the rounds."""
-    yw = xp.stack([y, wf])
-    n = v0.shape[-1]
-    v = v0
-    extend = for_exponent(q, signed)
+def _fitted(xp: Any, adapter: Any, rules: _Rules, v0: Any, y: Any, wf: Any, q: float, signed: bool, masked: bool,
+            starts: Any = None) -> tuple[Any, Any, Any]:
+    """:func:`fitted_blocks` by the rounds, from the segments that ``starts`` begins (a block a guess pooled in ``v0``
+    stays pooled; default: one-entry segments)."""
+    yw, n = xp.stack([y, wf]), v0.shape[-1]
+    v, extend = v0, for_exponent(q, signed)
     if n > 1:
-        # rows whose blocks form by long chains would take up to n pooling rounds; where the loss has power sums (q =
-        # 2, 4, 5, 6, and 3 where every block's entries lie above its value) the rows left after the pooling go to the
-        # merge rounds (:func:`.power_sums.merge_fit`), and the settled rows keep their pooled values
+        # rows whose blocks form by long chains would take up to n pooling rounds: the rows the pooling leaves go to
+        # merge rounds where the loss has power sums (q = 2, 4, 5, 6, and 3 where every block's entries lie above its
+        # value: :func:`.power_sums.merge_fit`), else on a CPU to threshold splits (:mod:`.splits`)
         entries_only = q in ENTRY_MERGES and not signed
         if q in (2.0, 4.0) or (q == 3.0 and not signed) or entries_only:
-            # over blocks, the merge rounds finish a snowballing chain for less than its pooling rounds would cost
-            # (:func:`.isotonic.pool_runs`'s ``merge_cost``): rows form such chains already at n = 1000 at q = 4. At
-            # q = 3 under jax.jit a row whose blocks fit in a short row stalls out to pool over them (merge_fit)
+            # over blocks, merge rounds finish a snowballing chain (rows at q = 4 form them at n = 1000) for less than
+            # its pooling; at q = 3 under jax.jit a row whose blocks fit in a short row stalls out to pool over them
             blocks = q in (2.0, 4.0)
             short = pooled_blocks_length(n) if q == 3.0 and not adapter.reads_in_eager_node(v0) else n
-            # where values can be read now, on a CPU, the few drops the pooling rounds leave are fitted in windows of
-            # blocks (:mod:`.windows`) by the same merge rounds (q = 3: pooling rounds over the blocks' moments): at the
-            # default softness a row of 1000 leaves about one drop, which merge rounds over all its blocks would not
+            # on a CPU the few drops the pooling leaves are fitted in windows of blocks (:mod:`.windows`) by the same
+            # merge rounds (q = 3: pooling rounds over the blocks' moments): a row of 1000 leaves about one drop
             v = isotonic.pool_then_merge(xp, adapter, rules, v0, yw, lambda u, unsettled: xp.where(
                 unsettled[..., None], adapter.eagerly(xp, merge_fit, (u, y, wf), like=(0,), q=q)[0], u),
                 merge_cost=ENTRY_MERGE_COST if entries_only else 1.0 if blocks or short < n else 0.0,
                 stall_blocks=0 if blocks else short,
                 finish=None if entries_only else lambda values, data: merge_blocks(xp, adapter, values, data, q) if blocks
-                else pool_blocks(xp, adapter, values, data, PowerSums(q)), sums=PowerSums(q), extend=extend)
+                else pool_blocks(xp, adapter, values, data, PowerSums(q)), sums=PowerSums(q), extend=extend, starts=starts)
         elif q == 3.0 and not masked and windows.readable_on_cpu(adapter, v0, yw):
             # the sort's ranks step evenly, so its blocks have a block form after all: on a CPU the rounds over blocks,
             # the passes and the windows finish its chains (:class:`.power_sums.SteppedSignedSums`); elsewhere it pools
             sums = SteppedSignedSums()
             v = isotonic.pool_then_merge(xp, adapter, rules, v0, yw, lambda u, unsettled: u, rounds=n, sums=sums,
-                                         finish=lambda values, data: pool_blocks(xp, adapter, values, data, sums))
+                                         finish=lambda values, data: pool_blocks(xp, adapter, values, data, sums), starts=starts)
+        elif windows.readable_on_cpu(adapter, v0, yw):
+            v = isotonic.pool_then_merge(xp, adapter, rules, v0, yw, lambda u, left: splits.fit_left(
+                xp, adapter, rules, _SignedRules(q), u, y, wf, q, left), merge_cost=splits.COST, starts=starts, extend=extend)
         else:
-            v, _, _ = isotonic.pool_runs(xp, adapter, rules, v0, yw, n, extend=extend)
+            v, _, _ = isotonic.pool_runs(xp, adapter, rules, v0, yw, n, starts=starts, extend=extend)
     _, d, t = _solved(xp, adapter, rules, isotonic.block_starts(xp, v), y, wf, signed)
     return v, d, t
 
@@ -337,11 +339,9 @@ def _fitted(xp: Any, adapter: Any, rules: _Rules, v0: Any, y: Any, wf: Any, q: f
 def _solved(xp: Any, adapter: Any, rules: _Rules, starts: Any, y: Any, w: Any, signed: bool) -> tuple[Any, Any, Any]:
     """:func:`_shift` (``signed``: :func:`_signed_shift`) over the blocks that ``starts`` begins. Where values can be
     read now, on a CPU, and at most ``rules.compact_share`` of the entries lie in blocks of several, the root is solved
-    over those entries alone (:class:`.subsets.Subset`), and a one-entry block takes its closed form (``mean = y``,
-    ``d = 0``, ``t = phi^-1(w)``): a soft sort's rows are mostly one-entry blocks, whose roots would otherwise take
-    Newton's steps."""
-    q = rules.q
-    shift = _signed_shift if signed else lambda *a: _shift(*a, step=1.0, about_first=True)  # w: rho reversed, step 1
+    over those alone (:class:`.subsets.Subset`), a one-entry block in closed form (``mean = y``, ``d = 0``, ``t =
+    phi^-1(w)``): a soft sort's rows are mostly one-entry blocks, whose roots would otherwise take Newton's steps."""
+    q, shift = rules.q, _signed_shift if signed else lambda *a: _shift(*a, step=1.0, about_first=True)  # w: rho reversed, step 1
     # both arrays: a soft sort's y (the ranks) is a constant even where its weights (the data) are traced
     if not (rules.compact_share > 0 and windows.readable_on_cpu(adapter, y, w)):
         return shift(xp, adapter, starts, y, w, q)
