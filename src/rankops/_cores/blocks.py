@@ -31,6 +31,13 @@ def take_in_range(xp: Any, a: Any, index: Any, axis: int = 0) -> Any:
     return get_adapter(xp).select(xp, a, index, axis)
 
 
+def put_rows(xp: Any, flagged: Any, part: Any, rest: Any) -> Any:
+    """``rest`` (2-D) with its ``flagged`` rows replaced by ``part``'s, which holds one for each of them in order (as
+    :func:`take_in_range` of ``rest`` at ``xp.nonzero(flagged)[0]`` lists them)."""
+    place = xp.clip(xp.cumulative_sum(xp.astype(flagged, index_dtype(xp, _device(rest)))) - 1, 0, None)
+    return xp.where(flagged[:, None], take_in_range(xp, part, place, axis=0), rest)
+
+
 def find_drops(value: Any, first: Any) -> Any:
     """True between two blocks of one row (``first``: each block's row's first block) where the first is above the
     second."""

@@ -35,7 +35,7 @@ from typing import Any, Callable
 
 from .._lib._compat import device as _device, index_dtype
 from .._lib._numerics import centred_within
-from .blocks import take_in_range
+from .blocks import put_rows, take_in_range
 from .powers import odd_power
 
 __all__ = ["guessed_first", "guessed_fit", "fit_rows", "GUESSES", "DROPPING", "SHORTEST"]
@@ -145,8 +145,7 @@ def fit_rows(xp: Any, rows: tuple[Any, ...], fit: Callable[..., tuple[Any, ...]]
         return fit(*rows)
     left = xp.nonzero(~fitted)[0]
     rest = fit(*(take_in_range(xp, r, left, axis=0) for r in rows))
-    place = xp.clip(xp.cumulative_sum(xp.astype(~fitted, left.dtype)) - 1, 0, None)
-    return tuple(xp.where(fitted[:, None], g, take_in_range(xp, r, place, axis=0)) for g, r in zip(guessed, rest))
+    return tuple(put_rows(xp, ~fitted, r, g) for g, r in zip(guessed, rest))
 
 
 def _level(xp: Any, y: Any, w: Any, inside: Any, root: Callable[..., Any]) -> Any:

@@ -25,7 +25,7 @@ from typing import Any
 
 from .._lib._compat import device as _device
 from . import isotonic
-from .blocks import take_in_range
+from .blocks import put_rows, take_in_range
 from .powers import odd_power
 from .subsets import Subset
 
@@ -93,5 +93,4 @@ def fit_left(xp: Any, adapter: Any, rules: Any, roots: Any, v: Any, y: Any, w: A
     starts = xp.where(fitted[:, None], starts, isotonic.block_starts(xp, sub[0]))
     start = xp.where(fitted[:, None], adapter.segment_first(xp, starts, rules.pooled(xp, adapter, starts, None, yw, False)), sub[0])
     fit, _, _ = isotonic.pool_runs(xp, adapter, rules, start, yw, n, starts=starts)
-    place = xp.clip(xp.cumulative_sum(xp.astype(left, rows.dtype)) - 1, 0, None)
-    return xp.reshape(xp.where(left[:, None], take_in_range(xp, fit, place, axis=0), v), shape)
+    return xp.reshape(put_rows(xp, left, fit, v), shape)
