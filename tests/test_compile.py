@@ -463,3 +463,25 @@ def test_the_closed_forms_read_their_inputs_few_times_once_inlined():
 
         reads.append(_inlined_reads(search, top, bottom, torch.full((3, 1), 2.0)))
     assert reads[0] <= 200 and reads[1] <= reads[0] + 100, reads
+
+
+@pytest.mark.compiled
+def test_compiled_threshold_splits_run_in_one_eager_node_where_reading_does_not_pay(monkeypatch):
+    """At p = 1.4 (no power sums) a row the pooling rounds leave goes to threshold splits: in a GPU's graph
+    (``windows.pays`` False) one ``rankops::eager`` node behind the rounds' ``cond`` (traced into the graph, their
+    levels' loops took the compile from 12 s to 70 s), with eager's values and gradients."""
+    from rankops._cores import windows
+
+    monkeypatch.setattr(windows, "pays", lambda v: False)
+    e = 0.4
+    i = torch.arange(1.0, 65.0, dtype=torch.float64)
+    x = torch.stack([e * 32.0 ** (e - 1.0) * i, torch.linspace(-1.0, 1.0, 64, dtype=torch.float64) ** 3])
+
+    def f(a):
+        return rankops.soft_rank(a, method="permutahedron", regularization="lp", p=1.4, strength=1.0)
+
+    torch._dynamo.reset()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        assert "pnorm:_split_fit" in _loops_and_eager_nodes(f, x)
+    _assert_compiled_is_eager(f, x)

@@ -51,10 +51,9 @@ and :mod:`.windows` finishes it: at q = 2 and 4 by the merge rounds; at q = 3
 block at a time, then rounds (a chain that takes one block per round is one
 extension there). At q = 5 and 6 (no block form: ``ENTRY_MERGES``) rows go
 on to merge rounds over the entries, each pool's root by Newton's method on
-its moments. For any other q the loss has no such sums: on a CPU the rows
-left go to threshold splits (:mod:`.splits`), elsewhere they pool on. Where
-the rounds cannot read values (``jax.jit``, a GPU), at q = 3 (the rank, the
-sort's evenly stepped ranks) a round after one in which a row's drops
+its moments; at any other q (no such sums) to threshold splits (:mod:`.splits`).
+Where the rounds cannot read values (``jax.jit``, a GPU), at q = 3 (the rank,
+the sort's evenly stepped ranks) a round after one in which a row's drops
 stopped halving pools its first drops on, block by block to either side
 (:mod:`.extensions`): a snowballing chain ends within a few rounds. The
 output is written from ``d + t`` per block, never as ``z - v``.
@@ -153,12 +152,12 @@ def _per_block(xp: Any, adapter: Any, starts: Any, root: Any, total_w: Any, m: A
 _SIGNED_STEPS, _SIGNED_ROUND = 60, 2  # at worst, then converge quadratically; steps between looks at whether a root moves
 
 
-def _signed_shift(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, q: float) -> tuple[Any, Any, Any]:
+def _signed_shift(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, q: float, near: Any = None) -> tuple[Any, Any, Any]:
     """:func:`_shift` for ``sum_B phi(y_i - v) = W_B`` with ``phi(u) = sign(u) |u|^(q-1)``, terms of either sign
     (the soft sort: its weights are the data). ``h(t) = sum_B phi(d_i + t) - W_B`` increases in t and lies in
     ``[-D - (W-/|B|)^(1/(q-1)), D + (W+/|B|)^(1/(q-1))]`` (``D = sum_B |d|``): Newton's step where it stays inside
-    the bracket, else the bracket's midpoint; at q = 3 and 4 (:func:`.powers.signed_square_root`; ``phi(u) = u^3``)
-    and for a one-entry block, closed forms. ``y`` increases along each block (the sort's ranks)."""
+    the bracket, else its midpoint (the start, or a value ``near`` the root); at q = 3 and 4 (``phi(u) = u^3``:
+    :func:`.powers.signed_square_root`) and for a one-entry block, closed forms. ``y`` increases along each block."""
     m, total_w, mean, d = centred(xp, adapter, starts, y, w, about_first=True)
     e = 1.0 / (q - 1.0)
     alone = odd_power(xp, total_w, e)
@@ -174,7 +173,7 @@ def _signed_shift(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, q: float) 
         spread = adapter.segment_sum(xp, starts, xp.abs(d))
         lo = -spread - power(xp, xp.clip(-total_w / m, 0.0, None), e)
         hi = spread + power(xp, xp.clip(total_w / m, 0.0, None), e)
-        start = xp.where(m == 1, alone, (lo + hi) / 2.0)
+        start = xp.where(m == 1, alone, (lo + hi) / 2.0 if near is None else xp.clip(mean - near, lo, hi))
 
         def newton(state: tuple[Any, Any, Any]) -> tuple[Any, Any, Any]:
             t, lo, hi = state
@@ -304,9 +303,8 @@ def _fitted(xp: Any, adapter: Any, rules: _Rules, v0: Any, y: Any, wf: Any, q: f
     yw, n = xp.stack([y, wf]), v0.shape[-1]
     v, extend = v0, for_exponent(q, signed)
     if n > 1:
-        # rows whose blocks form by long chains would take up to n pooling rounds: the rows the pooling leaves go to
-        # merge rounds where the loss has power sums (q = 2, 4, 5, 6, and 3 where every block's entries lie above its
-        # value: :func:`.power_sums.merge_fit`), else on a CPU to threshold splits (:mod:`.splits`)
+        # rows whose blocks form by long chains would take up to n pooling rounds: the rows the pooling leaves go to merge
+        # rounds where the loss has power sums (q = 2, 4, 5, 6; 3 with blocks above their values), else to threshold splits
         entries_only = q in ENTRY_MERGES and not signed
         if q in (2.0, 4.0) or (q == 3.0 and not signed) or entries_only:
             # over blocks, merge rounds finish a snowballing chain (rows at q = 4 form them at n = 1000) for less than
@@ -327,13 +325,16 @@ def _fitted(xp: Any, adapter: Any, rules: _Rules, v0: Any, y: Any, wf: Any, q: f
             sums = SteppedSignedSums()
             v = isotonic.pool_then_merge(xp, adapter, rules, v0, yw, lambda u, unsettled: u, rounds=n, sums=sums,
                                          finish=lambda values, data: pool_blocks(xp, adapter, values, data, sums), starts=starts)
-        elif windows.readable_on_cpu(adapter, v0, yw):
-            v = isotonic.pool_then_merge(xp, adapter, rules, v0, yw, lambda u, left: splits.fit_left(
-                xp, adapter, rules, _SignedRules(q), u, y, wf, q, left), merge_cost=splits.COST, starts=starts, extend=extend)
-        else:
-            v, _, _ = isotonic.pool_runs(xp, adapter, rules, v0, yw, n, starts=starts, extend=extend)
+        else:  # a compiled torch graph runs the splits in one eager node, whose levels solve only the segments left
+            v = isotonic.pool_then_merge(xp, adapter, rules, v0, yw, lambda u, left: adapter.eagerly(
+                xp, _split_fit, (u, y, wf, left), like=(0,), q=q)[0], merge_cost=splits.cost(adapter, v0), starts=starts, extend=extend)
     _, d, t = _solved(xp, adapter, rules, isotonic.block_starts(xp, v), y, wf, signed)
     return v, d, t
+
+
+def _split_fit(xp: Any, v: Any, y: Any, w: Any, left: Any, *, q: float) -> tuple[Any]:
+    """:func:`.splits.fit_left` of the rows ``left`` of :func:`_fitted`'s rounds, each segment's root by :func:`_signed_shift`."""
+    return (splits.fit_left(xp, get_adapter(xp), _Rules(q), lambda *a, **k: _signed_shift(*a, q, **k), v, y, w, q, left),)
 
 
 def _solved(xp: Any, adapter: Any, rules: _Rules, starts: Any, y: Any, w: Any, signed: bool) -> tuple[Any, Any, Any]:
@@ -349,8 +350,7 @@ def _solved(xp: Any, adapter: Any, rules: _Rules, starts: Any, y: Any, w: Any, s
     several = Subset(xp, ~(starts & ends))
     if several.share() > rules.compact_share:
         return shift(xp, adapter, starts, y, w, q)
-    e = 1.0 / (q - 1.0)
-    alone = odd_power(xp, w, e) if signed else power(xp, w, e)
+    alone = (odd_power if signed else power)(xp, w, 1.0 / (q - 1.0))
     if several.size == 0:
         return y, xp.zeros_like(y), alone
     mean, d, t = shift(xp, adapter, several.take(starts), several.take(y), several.take(w), q)

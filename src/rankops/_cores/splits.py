@@ -23,74 +23,110 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._lib._compat import device as _device
+from .._lib._compat import accumulation_dtype, device as _device
 from . import isotonic
 from .blocks import put_rows, take_in_range
-from .powers import odd_power
+from .._lib._numerics import safe_divide
+from .powers import odd_power, power
 from .subsets import Subset
 
-__all__ = ["split_starts", "fit_left", "COST", "LEVELS"]
+__all__ = ["split_starts", "fit_left", "cost", "LEVELS"]
 
 # the pooling rounds' ``merge_cost`` before the splits (:func:`.isotonic.pool_runs`): at the default softness a row of
 # 1000 settles in its rounds for less than its splits would cost, a chain that snowballs leaves them within ten
 COST = 8.0
+# where the rounds cannot count the blocks (``merge_all``): ``TRACED_COST log2 n`` rounds before a row stalls out
+TRACED_COST = 2.0
 LEVELS = 4  # levels per ceil(log2 n) before a row is left to the pooling rounds (a tree of blocks that deep is lopsided)
-_ROUNDING = 64.0  # a suffix sum below 0 by at most this many units in the last place of its terms' sum is 0
 
 
-def split_starts(xp: Any, adapter: Any, rules: Any, y: Any, w: Any, q: float) -> tuple[Any, Any]:
+def cost(adapter: Any, v: Any) -> float:
+    """The pooling rounds' ``merge_cost`` before the splits: :data:`COST` where the rounds count a row's blocks
+    (:meth:`reads_in_eager_node`), else :data:`TRACED_COST`."""
+    return COST if adapter.reads_in_eager_node(v) else TRACED_COST
+
+
+def split_starts(xp: Any, adapter: Any, shift: Any, y: Any, w: Any, q: float) -> tuple[Any, Any]:
     """``(starts, fitted)`` for rows ``y``, weights ``w`` (increasing order, the last axis) of the p-norm loss
     ``f_i(v) = |y_i - v|^q / q + w_i v`` (``f'_i(v) = w_i - phi(y_i - v)``, ``phi(u) = sign(u) |u|^(q-1)``):
-    ``starts`` True where a block of the fit begins, found by threshold splits with ``rules.pooled`` a segment's root
-    (roots of either sign of their terms); ``fitted`` per row, False where it took more than :data:`LEVELS` ``log2 n``
-    levels (its ``starts`` then mean nothing). A segment that a level does not split is a block: the next level
-    solves only the entries of those it split (:class:`.subsets.Subset`). Reads values."""
+    ``starts`` True where a block of the fit begins, found by threshold splits; ``fitted`` per row, False where it
+    took more than :data:`LEVELS` ``log2 n`` levels (its ``starts`` then mean nothing). ``shift(xp, adapter,
+    starts, y, w)``: a segment's root (terms of either sign) as ``(mean, d, t)``, ``d + t`` each entry's ``y_i - v``.
+    Where values can be read now, the next level solves only the entries of the segments a level split
+    (:class:`.subsets.Subset`: a segment it did not split is a block); elsewhere every level runs over every entry,
+    until none splits."""
     n = y.shape[-1]
-    yw = xp.astype(xp.stack([y, w]), xp.float64)
+    yw = xp.astype(xp.stack([y, w]), accumulation_dtype(xp, y))
     starts = xp.broadcast_to(xp.arange(n, device=_device(y)) == 0, y.shape)
     open_ = xp.ones(y.shape, dtype=xp.bool, device=_device(y))  # entries of the segments still to test
-    for _ in range(LEVELS * (n - 1).bit_length() + 1):
-        part = Subset(xp, open_)
+    # the first level only solves the whole rows (``primed`` False): one call of ``shift`` for a compiler to trace
+    state, levels = (starts, open_, xp.zeros_like(yw[0, ...]), xp.zeros((), dtype=xp.bool, device=_device(y))), LEVELS * (n - 1).bit_length() + 2
+    if not adapter.is_concrete(y):
+        def level(state: tuple[Any, ...]) -> tuple[Any, ...]:
+            split, was_split, u = _split(xp, adapter, shift, state[0], state[2], yw, q, state[3])
+            return state[0] | (split & state[1]), (was_split | ~state[3]) & state[1], u, xp.ones_like(state[3])
+
+        state = adapter.settle(xp, level, state, lambda old, new: xp.any(new[1]), levels, 1, like=(yw,))
+    for _ in range(levels if adapter.is_concrete(y) else 0):
+        part = Subset(xp, state[1])
         if part.size == 0:
             break
-        s, ys, ws = part.take(starts)[None, :], *part.take(yw)[:, None, :]
-        root = rules.pooled(xp, adapter, s, None, xp.stack([ys, ws]), False)
-        slope = ws - odd_power(xp, ys - root, q - 1.0)
-        # Phi(s) = (the segment's total) - (its sum before s), from one running sum of the row
-        before = xp.cumulative_sum(slope, axis=-1) - slope
-        phi = adapter.segment_sum(xp, s, slope) - (before - adapter.segment_first(xp, s, before))
-        phi = xp.where(s, xp.inf, phi)  # a split needs entries on either side
-        tiny = _ROUNDING * xp.finfo(xp.float64).eps * adapter.segment_sum(xp, s, xp.abs(slope))
-        split = _first_minima(xp, adapter, s, phi) & (phi < -tiny)
-        was_split = adapter.segment_sum(xp, s, xp.astype(split, xp.float64)) > 0
+        split, was_split, u = (a[0, ...] for a in _split(xp, adapter, shift, part.take(state[0])[None, :], part.take(
+            state[2])[None, :], part.take(yw)[:, None, :], q, state[3]))
         no = xp.zeros_like(open_)
-        starts, open_ = starts | part.put(split[0, ...], no), part.put(was_split[0, ...], no)
-    return starts, ~xp.any(open_, axis=-1)
+        state = state[0] | part.put(split, no), part.put(was_split | ~state[3], no), part.put(u, state[2]), xp.ones_like(state[3])
+    return state[0], ~xp.any(state[1], axis=-1)
+
+
+def _split(xp: Any, adapter: Any, shift: Any, s: Any, u: Any, yw: Any, q: float, primed: Any) -> tuple[Any, Any, Any]:
+    """``(split, was_split, u)`` for the segments that ``s`` begins, ``u = y - v`` at each one's root: True where a
+    new block starts (each segment's first minimiser of its suffix sums ``Phi``, where one is below 0 and the two
+    parts' roots rise across it), and on the entries of a segment so split; ``u`` at the roots of the parts. Not
+    ``primed`` (a 0-d bool; ``u`` not yet solved): no split, ``u`` at the segments' roots."""
+    y, w = yw[0, ...], yw[1, ...]
+    terms = xp.stack([w - odd_power(xp, u, q - 1.0), (q - 1.0) * power(xp, xp.abs(u), q - 2.0, tangent=False)])
+    terms = xp.concat([terms, xp.abs(terms[:1, ...])])  # f'_i at the root, its derivative, |f'_i|
+    # within each segment, in one scan: the sums before each entry, and from it to the segment's end (reversed)
+    links = xp.broadcast_to(xp.astype(~s[..., 1:], u.dtype), terms.shape[:-1] + (u.shape[-1] - 1,))
+    shifted = xp.where(s, 0.0, xp.concat([xp.zeros_like(terms[..., :1]), terms[..., :-1]], axis=-1))
+    sums = adapter.linear_scan(xp, xp.concat([links, xp.flip(links, axis=-1)]), xp.concat([shifted, xp.flip(terms, axis=-1)]))
+    before, after = sums[:3, ...], xp.flip(sums[3:, ...], axis=-1)
+    # Phi at the exact root r, to first order from the root found: the segment's total h = sum f'_i (0 at r) taken
+    # out of each part in proportion to its share of the derivative; from the shorter side in |f'| (its rounding)
+    h, curve = after[0, ...] + before[0, ...], adapter.segment_sum(xp, s, terms[1, ...])
+    phi = xp.where(after[2, ...] <= before[2, ...], after[0, ...] - h * safe_divide(xp, after[1, ...], curve),
+                   h * safe_divide(xp, before[1, ...], curve) - before[0, ...])
+    found = _first_minima(xp, adapter, s, xp.where(s, xp.inf, phi)) & (phi < 0.0) & ~s & primed
+    # a split stands where the parts' roots, each as exact as its value, rise across it (they do wherever Phi < 0),
+    # solved from the segment's root (one number per part); ``u`` from the parts' own differences: no cancellation
+    mean, d, t = shift(xp, adapter, s | found, y, w, near=adapter.segment_first(xp, s | found, y - u))
+    value = mean - t
+    split = found & xp.concat([xp.zeros_like(found[..., :1]), value[..., 1:] > value[..., :-1]], axis=-1)
+    return split, adapter.segment_sum(xp, s, xp.astype(split, u.dtype)) > 0, d + t
 
 
 def _first_minima(xp: Any, adapter: Any, starts: Any, a: Any) -> Any:
-    """True at each segment's first minimum of ``a`` (the last axis): a stable sort by value, then by segment, puts
-    it at the segment's first place (the segments in order, each as long as before)."""
-    pos = xp.astype(xp.arange(a.shape[-1], device=_device(a)), xp.float64)  # exact below 2^53
-    segment = xp.cumulative_sum(xp.astype(starts, xp.int64), axis=-1)
-    by_value = xp.argsort(a, axis=-1, stable=True)
-    order = xp.take_along_axis(by_value, xp.argsort(xp.take_along_axis(segment, by_value, axis=-1), axis=-1, stable=True), axis=-1)
-    return pos == adapter.segment_first(xp, starts, xp.astype(order, xp.float64))
+    """True at each segment's first minimum of ``a`` (the last axis): its position, negated, is the largest among
+    the entries that hold the minimum."""
+    neg = -xp.astype(xp.arange(a.shape[-1], device=_device(a)), a.dtype)  # exact below 2^24 in float32
+    at = adapter.segment_max(xp, starts, -a) == -a
+    return adapter.segment_max(xp, starts, xp.where(at, neg, xp.asarray(-xp.inf, dtype=a.dtype, device=_device(a)))) == neg
 
 
-def fit_left(xp: Any, adapter: Any, rules: Any, roots: Any, v: Any, y: Any, w: Any, q: float, left: Any) -> Any:
+def fit_left(xp: Any, adapter: Any, rules: Any, shift: Any, v: Any, y: Any, w: Any, q: float, left: Any) -> Any:
     """The pooling rounds' values ``v`` (rows ``y``, weights ``w``, ``rules`` the rounds') with the rows flagged
-    ``left`` fitted again by threshold splits (:func:`split_starts`, ``roots`` its rules), then pooled from those
+    ``left`` fitted again by threshold splits (:func:`split_starts`, ``shift`` as there), then pooled from those
     blocks in ``v``'s precision (:func:`.isotonic.pool_runs`: a drop their rounding leaves); a row whose splits do
-    not settle is pooled on from ``v``'s blocks."""
+    not settle is pooled on from ``v``'s blocks. Where the flags cannot be read now, every row is split."""
     shape, n = v.shape, v.shape[-1]
     v, y, w = (xp.reshape(a, (-1, n)) for a in (v, y, w))
     left = xp.reshape(left, (-1,))
-    rows = xp.nonzero(left)[0]
-    sub = tuple(take_in_range(xp, a, rows, axis=0) for a in (v, y, w))
-    starts, fitted = split_starts(xp, adapter, roots, sub[1], sub[2], q)
+    read = adapter.is_concrete(left)
+    rows = xp.nonzero(left)[0] if read else None
+    sub = tuple(take_in_range(xp, a, rows, axis=0) for a in (v, y, w)) if read else (v, y, w)
+    starts, fitted = split_starts(xp, adapter, shift, sub[1], sub[2], q)
     yw = xp.stack(sub[1:])
     starts = xp.where(fitted[:, None], starts, isotonic.block_starts(xp, sub[0]))
     start = xp.where(fitted[:, None], adapter.segment_first(xp, starts, rules.pooled(xp, adapter, starts, None, yw, False)), sub[0])
     fit, _, _ = isotonic.pool_runs(xp, adapter, rules, start, yw, n, starts=starts)
-    return xp.reshape(put_rows(xp, left, fit, v), shape)
+    return xp.reshape(put_rows(xp, left, fit, v) if read else xp.where(left[:, None], fit, v), shape)

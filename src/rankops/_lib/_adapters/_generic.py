@@ -55,7 +55,7 @@ REQUIRED = (
 SPEED_UPS = (
     "sum", "softmax", "logsumexp", "ndtr", "sigmoid", "log_sigmoid", "linear_scan", "scan_links", "cumlogsumexp",
     "cumulative_sum", "searchsorted", "take", "select", "sort_order", "invert_permutation", "merge_descending",
-    "segment_sum", "segment_totals", "segment_first", "segment_logsumexp", "shortcut",
+    "segment_sum", "segment_totals", "segment_first", "segment_max", "segment_logsumexp", "shortcut",
 )
 
 
@@ -189,6 +189,10 @@ class PortableAdapter:
 
     def segment_first(self, xp: Any, starts: Any, g: Any) -> Any:
         return _loops.segment_first(xp, starts, g)
+
+    def segment_max(self, xp: Any, starts: Any, g: Any) -> Any:
+        """Each entry's segment maximum of ``g`` along the last axis; ``starts`` broadcasts against ``g``."""
+        return _loops.segment_max(xp, starts, g)
 
     def segment_logsumexp(self, xp: Any, starts: Any, g: Any) -> Any:
         """Each entry's segment ``log(sum(exp(g)))``, from the segment's maximum (-inf for a segment of -inf only);

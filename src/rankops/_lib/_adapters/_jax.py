@@ -224,6 +224,10 @@ class Jax(PortableAdapter):
         # one scatter-add into a slot per segment, from the entries' segments as given (no running count)
         return jnp.zeros(g.shape[:-1] + (heads.shape[0],), dtype=g.dtype).at[..., group].add(g, mode="promise_in_bounds")
 
+    def segment_max(self, xp: Any, starts: Any, g: Any) -> Any:
+        flat, read = _segment_slots(starts, g)
+        return read(jax.ops.segment_max(jnp.reshape(g, (-1,)), flat, num_segments=g.size, indices_are_sorted=True))
+
     def segment_logsumexp(self, xp: Any, starts: Any, g: Any) -> Any:
         flat, read = _segment_slots(starts, g)
         top = jax.ops.segment_max(jnp.reshape(g, (-1,)), flat, num_segments=g.size, indices_are_sorted=True)

@@ -123,8 +123,7 @@ class Torch(PortableAdapter):
 
     def sort_order(self, xp: Any, x: Any, *, descending: bool = False) -> tuple[Any, Any]:
         # one kernel: the sort already holds the values the gather would fetch (the same bits)
-        s, order = torch.sort(x, dim=-1, descending=descending, stable=True)
-        return s, order
+        return tuple(torch.sort(x, dim=-1, descending=descending, stable=True))
 
     def invert_permutation(self, xp: Any, order: Any) -> Any:
         ranks = torch.arange(order.shape[-1], device=order.device).expand_as(order)
@@ -135,18 +134,19 @@ class Torch(PortableAdapter):
         # each segment summed in index order into its own slot: no cancellation between segments (starts may
         # broadcast against g: stacked sums share one scatter); slots count from 1 (slot 0 stays empty): no shift
         ids = torch.cumsum(starts, dim=-1).expand_as(g)
-        slots = g.new_zeros(g.shape[:-1] + (g.shape[-1] + 1,))
-        return slots.scatter_add(-1, ids, g).gather(-1, ids)
+        return g.new_zeros(g.shape[:-1] + (g.shape[-1] + 1,)).scatter_add(-1, ids, g).gather(-1, ids)
 
     def segment_totals(self, xp: Any, starts: Any, group: Any, heads: Any, g: Any) -> Any:  # a slot per segment
         return g.new_zeros(g.shape[:-1] + (heads.shape[0],)).scatter_add(-1, group.expand_as(g), g)
 
-    def segment_logsumexp(self, xp: Any, starts: Any, g: Any) -> Any:
+    def segment_max(self, xp: Any, starts: Any, g: Any) -> Any:
         ids = torch.cumsum(starts, dim=-1).expand_as(g)  # slots from 1, as segment_sum's
-        slots = g.shape[:-1] + (g.shape[-1] + 1,)
-        # each slot's maximum; 0 where it has none (empty, or -inf only: its terms are then exp(-inf) = 0)
-        top = g.new_full(slots, -torch.inf).scatter_reduce(-1, ids, g, "amax").nan_to_num(neginf=0.0).gather(-1, ids)
-        total = g.new_zeros(slots).scatter_add(-1, ids, torch.exp(g - top))
+        return g.new_full(g.shape[:-1] + (g.shape[-1] + 1,), -torch.inf).scatter_reduce(-1, ids, g, "amax").gather(-1, ids)
+
+    def segment_logsumexp(self, xp: Any, starts: Any, g: Any) -> Any:
+        top = self.segment_max(xp, starts, g).nan_to_num(neginf=0.0)  # 0 for -inf only: its terms are exp(-inf) = 0
+        ids = torch.cumsum(starts, dim=-1).expand_as(g)
+        total = g.new_zeros(g.shape[:-1] + (g.shape[-1] + 1,)).scatter_add(-1, ids, torch.exp(g - top))
         # the log of the entries' totals (at least 1, or 0 for -inf only), not of the slots: most slots are empty
         # (0), whose log is torch's slow path
         return torch.log(total.gather(-1, ids)) + top
