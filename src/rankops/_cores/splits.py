@@ -59,23 +59,25 @@ def split_starts(xp: Any, adapter: Any, shift: Any, y: Any, w: Any, q: float) ->
     yw = xp.astype(xp.stack([y, w]), accumulation_dtype(xp, y))
     starts = xp.broadcast_to(xp.arange(n, device=_device(y)) == 0, y.shape)
     open_ = xp.ones(y.shape, dtype=xp.bool, device=_device(y))  # entries of the segments still to test
-    # the first level only solves the whole rows (``primed`` False): one call of ``shift`` for a compiler to trace
-    state, levels = (starts, open_, xp.zeros_like(yw[0, ...]), xp.zeros((), dtype=xp.bool, device=_device(y))), LEVELS * (n - 1).bit_length() + 2
-    if not adapter.is_concrete(y):
+    # the first level only solves the whole rows (``primed`` False): one call of ``shift`` for a compiler to trace;
+    # the state leads with ``u``, traced wherever the data are (a sort's ``y``, its ranks, is a constant)
+    state = (xp.zeros_like(yw[0, ...]), starts, open_, xp.zeros((), dtype=xp.bool, device=_device(y)))
+    levels, concrete = LEVELS * (n - 1).bit_length() + 2, adapter.is_concrete(y) and adapter.is_concrete(w)
+    if not concrete:
         def level(state: tuple[Any, ...]) -> tuple[Any, ...]:
-            split, was_split, u = _split(xp, adapter, shift, state[0], state[2], yw, q, state[3])
-            return state[0] | (split & state[1]), (was_split | ~state[3]) & state[1], u, xp.ones_like(state[3])
+            split, was_split, u = _split(xp, adapter, shift, state[1], state[0], yw, q, state[3])
+            return u, state[1] | (split & state[2]), (was_split | ~state[3]) & state[2], xp.ones_like(state[3])
 
-        state = adapter.settle(xp, level, state, lambda old, new: xp.any(new[1]), levels, 1, like=(yw,))
-    for _ in range(levels if adapter.is_concrete(y) else 0):
-        part = Subset(xp, state[1])
+        state = adapter.settle(xp, level, state, lambda old, new: xp.any(new[2]), levels, 1, like=(yw,))
+    for _ in range(levels if concrete else 0):
+        part = Subset(xp, state[2])
         if part.size == 0:
             break
-        split, was_split, u = (a[0, ...] for a in _split(xp, adapter, shift, part.take(state[0])[None, :], part.take(
-            state[2])[None, :], part.take(yw)[:, None, :], q, state[3]))
+        split, was_split, u = (a[0, ...] for a in _split(xp, adapter, shift, part.take(state[1])[None, :], part.take(
+            state[0])[None, :], part.take(yw)[:, None, :], q, state[3]))
         no = xp.zeros_like(open_)
-        state = state[0] | part.put(split, no), part.put(was_split | ~state[3], no), part.put(u, state[2]), xp.ones_like(state[3])
-    return state[0], ~xp.any(state[1], axis=-1)
+        state = part.put(u, state[0]), state[1] | part.put(split, no), part.put(was_split | ~state[3], no), xp.ones_like(state[3])
+    return state[1], ~xp.any(state[2], axis=-1)
 
 
 def _split(xp: Any, adapter: Any, shift: Any, s: Any, u: Any, yw: Any, q: float, primed: Any) -> tuple[Any, Any, Any]:
@@ -121,7 +123,7 @@ def fit_left(xp: Any, adapter: Any, rules: Any, shift: Any, v: Any, y: Any, w: A
     shape, n = v.shape, v.shape[-1]
     v, y, w = (xp.reshape(a, (-1, n)) for a in (v, y, w))
     left = xp.reshape(left, (-1,))
-    read = adapter.is_concrete(left)
+    read = all(adapter.is_concrete(a) for a in (v, y, w, left))
     rows = xp.nonzero(left)[0] if read else None
     sub = tuple(take_in_range(xp, a, rows, axis=0) for a in (v, y, w)) if read else (v, y, w)
     starts, fitted = split_starts(xp, adapter, shift, sub[1], sub[2], q)
