@@ -24,9 +24,9 @@ from __future__ import annotations
 from typing import Any
 
 from .._lib._compat import accumulation_dtype, device as _device
+from .._lib._numerics import safe_divide
 from . import isotonic
 from .blocks import put_rows, take_in_range
-from .._lib._numerics import safe_divide
 from .powers import odd_power, power
 from .subsets import Subset
 

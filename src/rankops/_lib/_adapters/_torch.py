@@ -139,13 +139,13 @@ class Torch(PortableAdapter):
     def segment_totals(self, xp: Any, starts: Any, group: Any, heads: Any, g: Any) -> Any:  # a slot per segment
         return g.new_zeros(g.shape[:-1] + (heads.shape[0],)).scatter_add(-1, group.expand_as(g), g)
 
-    def segment_max(self, xp: Any, starts: Any, g: Any) -> Any:
-        ids = torch.cumsum(starts, dim=-1).expand_as(g)  # slots from 1, as segment_sum's
+    def segment_max(self, xp: Any, starts: Any, g: Any, ids: Any = None) -> Any:  # ids: the slots, if counted already
+        ids = torch.cumsum(starts, dim=-1).expand_as(g) if ids is None else ids  # slots from 1, as segment_sum's
         return g.new_full(g.shape[:-1] + (g.shape[-1] + 1,), -torch.inf).scatter_reduce(-1, ids, g, "amax").gather(-1, ids)
 
     def segment_logsumexp(self, xp: Any, starts: Any, g: Any) -> Any:
-        top = self.segment_max(xp, starts, g).nan_to_num(neginf=0.0)  # 0 for -inf only: its terms are exp(-inf) = 0
         ids = torch.cumsum(starts, dim=-1).expand_as(g)
+        top = self.segment_max(xp, starts, g, ids).nan_to_num(neginf=0.0)  # 0 for -inf only: its terms are exp(-inf) = 0
         total = g.new_zeros(g.shape[:-1] + (g.shape[-1] + 1,)).scatter_add(-1, ids, torch.exp(g - top))
         # the log of the entries' totals (at least 1, or 0 for -inf only), not of the slots: most slots are empty
         # (0), whose log is torch's slow path
