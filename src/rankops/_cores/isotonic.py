@@ -440,9 +440,9 @@ def block_starts(xp: Any, v: Any) -> Any:
     return xp.concat([first, v[..., 1:] != v[..., :-1]], axis=-1)
 
 
-def block_sums(xp: Any, adapter: Any, starts: Any, g: Any) -> Any:
-    """Each entry's block total of ``g`` (the adapter's segmented sum: no cancellation between blocks)."""
-    return adapter.segment_sum(xp, starts, g)
+def block_sums(xp: Any, adapter: Any, starts: Any, g: Any, *, precise: bool = False) -> Any:
+    """Each entry's block total of ``g`` (the adapter's segmented sum, ``precise`` as its: no cancellation between blocks)."""
+    return adapter.segment_sum(xp, starts, g, precise=precise)
 
 
 def block_first(xp: Any, adapter: Any, starts: Any, g: Any) -> Any:

@@ -59,8 +59,8 @@ from .._lib._numerics import centred_within, exact_centre, safe_divide
 from . import masked
 from .breakpoints import search_breakpoints
 from .finite import finite_rows
-from .pnorm import exponent_of, falling_root
-from .powers import cubic_root, falling_newton, power
+from .pnorm import exponent_of
+from .powers import cubic_root, falling_newton, falling_root, power
 
 __all__ = ["magnitude_core"]
 

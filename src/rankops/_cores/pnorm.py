@@ -81,10 +81,10 @@ from . import isotonic, one_block, splits, windows
 from .breakpoints import search_breakpoints
 from .extensions import for_exponent
 from .power_sums import PowerSums, SteppedSignedSums, block_form, centred, merge_blocks, merge_fit, pool_blocks, pooled_blocks_length
-from .powers import falling_newton, moment_root, odd_power, power, signed_square_root
+from .powers import falling_newton, falling_root, moment_root, odd_power, power, signed_square_root
 from .subsets import Subset
 
-__all__ = ["exponent", "project", "capped", "slope", "falling_root", "exponent_of", "ENTRY_MERGES"]
+__all__ = ["exponent", "project", "capped", "slope", "exponent_of", "ENTRY_MERGES"]
 
 
 def exponent(p: float) -> float:
@@ -114,12 +114,15 @@ def _shift(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, q: float, tangent
         return mean, d, _per_block(xp, adapter, starts, lambda *a: moment_root(xp, q, *a, tangent=tangent),
                                    total_w, m, moments[0, ...], moments[1, ...], tangent=tangent)
 
+    share = total_w / m  # the residual as sum_B (phi(a_i) - W_B / |B|): a scatter-add adds one entry at a time, and
+    # terms of W_B / |B|'s size round at W_B's (a float32 soft block of 10^5 ranks: all 5 off); centred, at their spread's
+
     def newton(t: Any) -> Any:
         a = xp.clip(d + t, 0.0, None)
-        terms = adapter.segment_sum(xp, starts, xp.stack([power(xp, a, q - 1.0), power(xp, a, q - 2.0)]))
-        return t - safe_divide(xp, terms[0, ...] - total_w, (q - 1.0) * terms[1, ...])
+        terms = adapter.segment_sum(xp, starts, xp.stack([power(xp, a, q - 1.0) - share, power(xp, a, q - 2.0)]))
+        return t - safe_divide(xp, terms[0, ...], (q - 1.0) * terms[1, ...])
 
-    start = power(xp, xp.clip(total_w / m, 0.0, None), 1.0 / (q - 1.0))  # Jensen's upper bound
+    start = power(xp, xp.clip(share, 0.0, None), 1.0 / (q - 1.0))  # Jensen's upper bound
     return mean, d, falling_newton(xp, adapter, newton, start, q, like=(d, total_w))
 
 
@@ -171,16 +174,16 @@ def _signed_shift(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, q: float, 
         if q == 3.0:
             return (xp.where(m == 1, alone, signed_square_root(xp, adapter, starts, d, total_w, m)),)
         spread = adapter.segment_sum(xp, starts, xp.abs(d))
-        lo = -spread - power(xp, xp.clip(-total_w / m, 0.0, None), e)
-        hi = spread + power(xp, xp.clip(total_w / m, 0.0, None), e)
+        share = total_w / m  # h summed as sum_B (phi(u_i) - W_B / |B|), as :func:`_shift`'s residual
+        lo, hi = -spread - power(xp, xp.clip(-share, 0.0, None), e), spread + power(xp, xp.clip(share, 0.0, None), e)
         start = xp.where(m == 1, alone, (lo + hi) / 2.0 if near is None else xp.clip(mean - near, lo, hi))
 
         def newton(state: tuple[Any, Any, Any]) -> tuple[Any, Any, Any]:
             t, lo, hi = state
             u = d + t
-            terms = adapter.segment_sum(xp, starts, xp.stack([odd_power(xp, u, q - 1.0),
+            terms = adapter.segment_sum(xp, starts, xp.stack([odd_power(xp, u, q - 1.0) - share,
                                                              (q - 1.0) * power(xp, xp.abs(u), q - 2.0)]))
-            h = terms[0, ...] - total_w
+            h = terms[0, ...]
             lo, hi = xp.where(h < 0, t, lo), xp.where(h < 0, hi, t)
             step = t - safe_divide(xp, h, terms[1, ...])
             # the bracket closed: a root at its end (a one-entry block's, or a closed form's start) is kept
@@ -436,15 +439,3 @@ def _free_root(xp: Any, adapter: Any, d: Any, free: Any, total_w: Any, m: Any, q
         return moment_root(xp, q, total_w, m, m2, xp.sum(d * d * d, axis=-1, keepdims=True))
     return falling_root(xp, adapter, free, d, total_w, 0.0, power(xp, xp.clip(total_w, 0.0, None) / m, 1.0 / (q - 1.0)), q)
 
-
-def falling_root(xp: Any, adapter: Any, free: Any, d: Any, c: Any, e: Any, start: Any, q: float) -> Any:
-    """The root t of ``sum_free (d_i + t)^(q-1) = c - e t`` over each row (``e >= 0``) by Newton's method from an upper bound ``start``: the left side minus the right is convex and
-    increasing, so the iterates fall monotonically (:func:`.powers.falling_newton`)."""
-
-    def newton(t: Any) -> Any:
-        a = xp.where(free, xp.clip(d + t, 0.0, None), 0.0)
-        h = xp.sum(power(xp, a, q - 1.0), axis=-1, keepdims=True) - (c - e * t)
-        slope = (q - 1.0) * xp.sum(power(xp, a, q - 2.0), axis=-1, keepdims=True) + e
-        return t - safe_divide(xp, h, slope)
-
-    return falling_newton(xp, adapter, newton, start, q, like=(d,))

@@ -8,7 +8,7 @@ from typing import Any
 from .._lib._adapters import get_adapter
 from .._lib._numerics import safe_divide
 
-__all__ = ["newton_steps", "falling_newton", "power", "odd_power", "cubic_root", "moment_root", "signed_square_root", "stepped_signed_square_root"]
+__all__ = ["newton_steps", "falling_newton", "falling_root", "power", "odd_power", "cubic_root", "moment_root", "signed_square_root", "stepped_signed_square_root"]
 
 
 def newton_steps(q: float) -> int:
@@ -30,6 +30,20 @@ def falling_newton(xp: Any, adapter: Any, step: Any, start: Any, q: float, like:
         return xp.any(old[0] - new[0] > ulps)
 
     return adapter.settle(xp, lambda state: (step(state[0]),), (start,), moved, newton_steps(q), 2, like=like)[0]
+
+
+def falling_root(xp: Any, adapter: Any, free: Any, d: Any, c: Any, e: Any, start: Any, q: float) -> Any:
+    """The root t of ``sum_free (d_i + t)^(q-1) = c - e t`` over each row (``e >= 0``) by Newton's method from an upper
+    bound ``start``: the left side minus the right is convex and increasing, so the iterates fall monotonically
+    (:func:`falling_newton`)."""
+
+    def newton(t: Any) -> Any:
+        a = xp.where(free, xp.clip(d + t, 0.0, None), 0.0)
+        h = xp.sum(power(xp, a, q - 1.0), axis=-1, keepdims=True) - (c - e * t)
+        slope = (q - 1.0) * xp.sum(power(xp, a, q - 2.0), axis=-1, keepdims=True) + e
+        return t - safe_divide(xp, h, slope)
+
+    return falling_newton(xp, adapter, newton, start, q, like=(d,))
 
 
 def power(xp: Any, a: Any, e: float, *, tangent: bool = True) -> Any:

@@ -96,8 +96,13 @@ def accumulation_dtype(xp: Any, x: Any) -> Any:
     long sequential accumulation over ``x`` keeps its precision in (NumPy's prefix sums and its sums over an axis
     other than the last add one entry at a time; torch's CPU kernels accumulate float32 in double). A GPU's
     reductions combine in trees, where float64 may cost many times float32."""
+    return wide_dtype(xp, x) if on_cpu(x) else x.dtype
+
+
+def wide_dtype(xp: Any, x: Any) -> Any:
+    """float64 for a narrower real float ``x`` whose device has it (any device), else ``x``'s own dtype."""
     dtype = x.dtype
-    if not xp.isdtype(dtype, "real floating") or dtype == xp.float64 or not on_cpu(x):
+    if not xp.isdtype(dtype, "real floating") or dtype == xp.float64:
         return dtype
     try:
         wide = "float64" in xp.__array_namespace_info__().dtypes(device=device(x), kind="real floating")

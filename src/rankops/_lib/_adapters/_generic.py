@@ -29,15 +29,32 @@ from typing import Any, Callable
 import numpy as np
 
 from .. import _loops, _numerics
-from .._compat import accumulation_dtype, device as _device
+from .._compat import accumulation_dtype, device as _device, wide_dtype
 
-__all__ = ["PortableAdapter", "PORTABLE", "REQUIRED", "SPEED_UPS", "scatter"]
+__all__ = ["PortableAdapter", "PORTABLE", "REQUIRED", "SPEED_UPS", "precise_segment_sum", "scatter"]
 
 
 def scatter(cts: tuple[Any, ...], wanted: tuple[str, ...], names: tuple[str, ...]) -> tuple[Any, ...]:
     """Cotangents of the ``wanted`` outputs laid out over all of a core's outputs (None: zero)."""
     by_name = dict(zip(wanted, cts))
     return tuple(by_name.get(name) for name in names)
+
+
+def precise_segment_sum(scattered: Any, xp: Any, starts: Any, g: Any) -> Any:
+    """A scatter-add's segmented sum (``scattered(xp, starts, g)``) made ``precise`` (:meth:`PortableAdapter.segment_sum`).
+
+    A scatter-add adds a segment's entries one at a time (a GPU's atomics, in
+    any order), so its error grows with the segment's length: a float32 soft
+    block of 10^5 ranks, summed so, moves every rank by 0.15. Here the sum
+    runs in float64 where the device has it (:func:`.._compat.wide_dtype`: a
+    scatter is bound by memory, not arithmetic, on a GPU as well), else by
+    the portable scans, which combine entries by doubling and round as a
+    pairwise sum (O(log n) units).
+    """
+    wide = wide_dtype(xp, g)
+    if wide == g.dtype:
+        return _loops.segment_sum(xp, starts, g)
+    return xp.astype(scattered(xp, starts, xp.astype(g, wide)), g.dtype)
 
 
 # The protocol in two parts. REQUIRED: what a backend whose arrays differ from an eager, autodiff-free library's
@@ -178,8 +195,10 @@ class PortableAdapter:
         place = self.invert_permutation(xp, order)
         return -merged, place[..., :n], place[..., n:]
 
-    def segment_sum(self, xp: Any, starts: Any, g: Any) -> Any:
-        """Each entry's segment total of ``g`` along the last axis; ``starts`` (True where a segment begins) broadcasts against ``g``."""
+    def segment_sum(self, xp: Any, starts: Any, g: Any, *, precise: bool = False) -> Any:
+        """Each entry's segment total of ``g`` along the last axis; ``starts`` (True where a segment begins) broadcasts
+        against ``g``. ``precise``: an error that does not grow with the segment's length, for a sum that writes an
+        output (:func:`precise_segment_sum`); the scans here always round so."""
         return _loops.segment_sum(xp, starts, g)
 
     def segment_totals(self, xp: Any, starts: Any, group: Any, heads: Any, g: Any) -> Any:

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import jax.scipy.special
 
 from .._compat import index_dtype
-from ._generic import PortableAdapter
+from ._generic import PortableAdapter, precise_segment_sum
 from ._jax_autodiff import iterate, transposed, varying, with_forward_rule
 
 __all__ = ["Jax", "ADAPTER"]
@@ -215,7 +215,9 @@ class Jax(PortableAdapter):
     def compiled(self, fn: Any) -> Any:
         return _jitted(fn)
 
-    def segment_sum(self, xp: Any, starts: Any, g: Any) -> Any:
+    def segment_sum(self, xp: Any, starts: Any, g: Any, *, precise: bool = False) -> Any:
+        if precise:
+            return precise_segment_sum(self.segment_sum, xp, starts, g)
         # one scatter-add into a slot per segment (4-5x XLA's two scans at n = 10^4), read back by gather
         flat, read = _segment_slots(starts, g)
         return read(jax.ops.segment_sum(jnp.reshape(g, (-1,)), flat, num_segments=g.size, indices_are_sorted=True))

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from .. import _loops
-from ._generic import PortableAdapter
+from ._generic import PortableAdapter, precise_segment_sum
 from ._torch_autograd import custom_function, in_transform, mapped, plain, searchable
 
 __all__ = ["Torch", "ADAPTER"]
@@ -48,9 +48,7 @@ class Torch(PortableAdapter):
         return x.detach()
 
     def cumlogsumexp(self, xp: Any, z: Any, *, reverse: bool = False) -> Any:
-        if reverse:
-            return torch.flip(torch.logcumsumexp(torch.flip(z, (-1,)), dim=-1), (-1,))
-        return torch.logcumsumexp(z, dim=-1)
+        return torch.flip(torch.logcumsumexp(torch.flip(z, (-1,)), dim=-1), (-1,)) if reverse else torch.logcumsumexp(z, dim=-1)
 
     def sum(self, xp: Any, a: Any, axis: int, *, keepdims: bool = False) -> Any:
         return torch.sum(a, dim=axis, keepdim=keepdims)  # a CPU accumulates float32 in double, a GPU in trees
@@ -130,10 +128,11 @@ class Torch(PortableAdapter):
         # out of place: torch.func.vmap has a batching rule for scatter, none for scatter_
         return torch.empty_like(order).scatter(-1, order, ranks)
 
-    def segment_sum(self, xp: Any, starts: Any, g: Any) -> Any:
-        # each segment summed in index order into its own slot: no cancellation between segments (starts may
-        # broadcast against g: stacked sums share one scatter); slots count from 1 (slot 0 stays empty): no shift
-        ids = torch.cumsum(starts, dim=-1).expand_as(g)
+    def segment_sum(self, xp: Any, starts: Any, g: Any, *, precise: bool = False) -> Any:
+        if precise:  # float64 on a CPU
+            return precise_segment_sum(self.segment_sum, xp, starts, g)
+        # each segment summed in index order into its own slot, from 1 (slot 0 stays empty): no cancellation between them
+        ids = torch.cumsum(starts, dim=-1).expand_as(g)  # starts may broadcast against g: stacked sums share one scatter
         return g.new_zeros(g.shape[:-1] + (g.shape[-1] + 1,)).scatter_add(-1, ids, g).gather(-1, ids)
 
     def segment_totals(self, xp: Any, starts: Any, group: Any, heads: Any, g: Any) -> Any:  # a slot per segment
