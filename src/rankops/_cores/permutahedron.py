@@ -92,7 +92,7 @@ class _Projection:
                 mu, share, starts = pnorm.project(xp, adapter, s, rho, self.q, valid)
                 value = adapter.take(xp, mu, inverse)
             else:  # rho / strength projected onto the permutahedron of the sorted row: weights of either sign
-                mu, share, starts = pnorm.project(xp, adapter, rho / strength, s, self.q, valid, signed=True)
+                mu, share, starts = _signed_projection(xp, adapter, rho, s, strength, self.q, valid)
                 value = mu if self.descending else -mu
             return (value,), self._saved(s, starts, order, inverse, value, share, rho, strength_array)
         # On a one-entry block the projection is the hard value, and it comes out exactly:
@@ -173,6 +173,20 @@ class _Projection:
         spread = _block_average(xp, adapter, starts, xp.broadcast_to(rho / eps, s.shape), ct, "kl", weight)
         d_eps = -xp.sum((spread - ct) * rho) / (eps * eps)
         return dx, -d_eps if self.descending else d_eps
+
+
+def _signed_projection(xp: Any, adapter: Any, rho: Any, s: Any, strength: Any, q: float, valid: Any) -> tuple[Any, Any, Any]:
+    """:func:`.pnorm.project` of ``rho / strength`` onto the permutahedron of ``s`` (signed), by its homogeneity
+    ``P(c z, c^(q-1) w) = c^(q-1) P(z, w)``: for ``strength = 2^e r`` (r in [1, 2)), ``P(rho / 2^e, s r^(q-1)) /
+    r^(q-1)`` (the same shares and blocks). ``rho / 2^e`` is exact where ``rho / strength`` rounds every rank, and a
+    long row's differences of ranks with it: in float32 at n = 3 x 10^4 and strength 10, by 1e-3 of themselves, and
+    the first values of the sort by 2e-4."""
+    if is_array(strength):
+        return pnorm.project(xp, adapter, rho / strength, s, q, valid, signed=True)
+    r, e = math.frexp(strength)  # r in [1/2, 1): a power of two (r = 1/2) scales nothing
+    scale = (2.0 * r) ** (q - 1.0)
+    mu, share, starts = pnorm.project(xp, adapter, rho * 2.0 ** (1 - e), s * scale if scale != 1.0 else s, q, valid, signed=True)
+    return (mu / scale if scale != 1.0 else mu), share, starts
 
 
 def _kl_terms(xp: Any, y: Any, log_w: Any, weight: Any) -> tuple[Any, Any]:
