@@ -165,10 +165,12 @@ class SteppedSignedSums(PowerSums):
         return stepped_signed_square_root(xp, total_w, m, m2)
 
 
-def centred(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, step: float | None = None, about_first: bool = False) -> tuple[Any, Any, Any, Any]:
+def centred(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, step: float | None = None, about_first: bool = False,
+            precise: bool = False) -> tuple[Any, Any, Any, Any]:
     """``(|B|, W_B, mean_B(y), d = y - mean_B(y))`` per entry of each block B (``starts``: True where one begins),
-    from one segmented sum (``d`` exactly 0 on a one-entry block). ``step``: ``w`` changes by it from each entry of
-    a block to the next (the rank's weights, ``rho`` reversed), and ``W_B`` is in closed form (:func:`stepped_mean`).
+    from one segmented sum (``d`` exactly 0 on a one-entry block; ``precise`` as ``adapter.segment_sum``'s). ``step``:
+    ``w`` changes by it from each entry of a block to the next (the rank's weights, ``rho`` reversed), and ``W_B`` is
+    in closed form (:func:`stepped_mean`).
 
     ``about_first`` (a solve whose output is written from ``d``): the sums
     run over ``y`` less its block's first entry, so that ``d`` is as exact
@@ -184,7 +186,7 @@ def centred(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, step: float | No
         y = y - first
     elif step is not None:
         w_first = isotonic.block_first(xp, adapter, starts, w)
-    sums = adapter.segment_sum(xp, starts, xp.stack([xp.ones_like(y), y] + ([w] if step is None else [])))
+    sums = adapter.segment_sum(xp, starts, xp.stack([xp.ones_like(y), y] + ([w] if step is None else [])), precise=precise)
     m = sums[0, ...]
     total_w = sums[2, ...] if step is None else m * stepped_mean(w_first, m, step)
     shift = sums[1, ...] / m
