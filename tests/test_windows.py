@@ -506,7 +506,8 @@ def test_rounds_over_blocks_gather_with_one_kernel_on_torch(monkeypatch):
     nine kernels on (B, 1) arrays); 1,077 since a batch whose one-entry values mostly drop is guessed as one block a row
     (``one_block.guessed_fit``, whose gate, the share of drops, is eight kernels where it is not taken, as here); 1,079
     since the rounds' first pass starts from the blocks the values already hold (two kernels: a guess's pooled block
-    had been split into its entries again). The ceiling is today's count: a change that adds
+    had been split into its entries again); 1,087 since the final solve's block sums are precise (float64 on a CPU,
+    casts either side: a float32 accuracy fix for long tied blocks, :meth:`.PortableAdapter.segment_sum`). The ceiling is today's count: a change that adds
     kernels to these eager CPU paths fails here and says why (or lowers it)."""
     torch = pytest.importorskip("torch")
     from benchmarks.gpu import _count
@@ -522,4 +523,4 @@ def test_rounds_over_blocks_gather_with_one_kernel_on_torch(monkeypatch):
 
     kernels, _, _ = _count(torch, both)
     assert calls, "the rounds over blocks were not taken"
-    assert kernels <= 1079, f"{kernels} kernels per call (ceiling 1079)"
+    assert kernels <= 1087, f"{kernels} kernels per call (ceiling 1087)"
