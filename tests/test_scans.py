@@ -113,6 +113,27 @@ def test_segment_sums_and_firsts(backend_name):
     assert_allclose(stacked[1], -3.0 * sums, rtol=1e-12, atol=1e-9)
 
 
+@pytest.mark.parametrize("backend_name", ["torch", "jax"])
+@pytest.mark.parametrize("wide", [True, False], ids=["float64", "no-float64"])
+def test_precise_float32_segment_sums_keep_long_segments_within_units(backend_name, wide, monkeypatch):
+    """A scatter-add sums a float32 segment one entry at a time: 41-54 units off on a segment of 5 x 10^4 entries in
+    [0.5, 1) (torch). ``precise=True`` sums in float64 where the device has it, else in two levels of pieces within
+    chunks of about sqrt(n) entries (``no-float64``, the route of JAX's default and of a GPU without it): within 2."""
+    from rankops._lib._adapters import _generic
+
+    if not wide:
+        monkeypatch.setattr(_generic, "wide_dtype", lambda xp, g: g.dtype)
+    xp, adapter, to, back = on_backend(backend_name)
+    n, eps = 100_000, np.finfo(np.float32).eps
+    g = np.random.default_rng(0).uniform(0.5, 1.0, size=(2, 1, n)).astype(np.float32)
+    starts = np.zeros((1, n), dtype=bool)
+    starts[0, [0, 10, n // 2]] = True
+    want = get_adapter(np).segment_sum(np, starts, g.astype(np.float64))
+    plain, precise = (back(adapter.segment_sum(xp, to(starts), to(g), precise=p)).astype(np.float64) for p in (False, True))
+    assert np.max(np.abs(precise - want) / want) < 2 * eps
+    assert np.max(np.abs(plain - want) / want) > 8 * eps  # the scatter's own rounding, which the test would not see
+
+
 @pytest.mark.parametrize("backend_name", CPU_BACKENDS)
 def test_segment_first_of_a_computed_row_is_one_value_per_segment(backend_name):
     """The pooling rounds' one value per segment, for a ``g`` computed in the same program (the p = 4/3 root of a

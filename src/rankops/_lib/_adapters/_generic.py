@@ -47,14 +47,20 @@ def precise_segment_sum(scattered: Any, xp: Any, starts: Any, g: Any) -> Any:
     any order), so its error grows with the segment's length: a float32 soft
     block of 10^5 ranks, summed so, moves every rank by 0.15. Here the sum
     runs in float64 where the device has it (:func:`.._compat.wide_dtype`: a
-    scatter is bound by memory, not arithmetic, on a GPU as well), else by
-    the portable scans, which combine entries by doubling and round as a
-    pairwise sum (O(log n) units).
+    scatter is bound by memory, not arithmetic, on a GPU as well), else in
+    two levels: each segment's pieces within chunks of about sqrt(n) entries,
+    then the pieces' totals, so that no running sum takes more than about
+    2 sqrt(n) terms (two scatters, where scans by doubling would unroll log2 n
+    steps into a compiled program).
     """
     wide = wide_dtype(xp, g)
-    if wide == g.dtype:
-        return _loops.segment_sum(xp, starts, g)
-    return xp.astype(scattered(xp, starts, xp.astype(g, wide)), g.dtype)
+    if wide != g.dtype:
+        return xp.astype(scattered(xp, starts, xp.astype(g, wide)), g.dtype)
+    n = g.shape[-1]
+    chunk = 1 << ((n - 1).bit_length() + 1) // 2
+    cut = starts | (xp.arange(n, device=_device(g)) % chunk == 0)  # a piece: a segment's entries in one chunk
+    pieces = scattered(xp, cut, g)
+    return scattered(xp, starts, xp.where(cut, pieces, xp.zeros_like(pieces)))  # each piece's total once: zeros add exactly
 
 
 # The protocol in two parts. REQUIRED: what a backend whose arrays differ from an eager, autodiff-free library's
