@@ -116,7 +116,7 @@ def _shift(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, q: float, tangent
                                    total_w, m, moments[0, ...], moments[1, ...], tangent=tangent)
 
     share = total_w / m  # the residual as sum_B (phi(a_i) - W_B / |B|): a scatter-add adds one entry at a time, and
-    # terms of W_B / |B|'s size round at W_B's (a float32 soft block of 10^5 ranks: all 5 off); centred, at their spread's
+    # terms of W_B / |B|'s size round at W_B's (a float32 soft block of 10^5 ranks: all 5 off); centred, at their spread's size
 
     def newton(t: Any) -> Any:
         a = xp.clip(d + t, 0.0, None)
