@@ -26,6 +26,16 @@ def _far_row(n: int, seed: int = 0, offset: float = 1000.0) -> np.ndarray:
     return (np.random.default_rng(seed).normal(size=(2, n)) + offset).astype(np.float32)
 
 
+def _on_backend_or_f32(name: str, monkeypatch) -> tuple:
+    """:func:`on_backend`; ``"jax-f32"``: JAX on the precise sums' route of a device without float64 (the two levels
+    of ``_generic.precise_segment_sum``, JAX's default), ``wide_dtype`` patched to the input's dtype."""
+    if name == "jax-f32":
+        from rankops._lib._adapters import _generic
+
+        monkeypatch.setattr(_generic, "wide_dtype", lambda xp, g: g.dtype)
+    return on_backend(name.split("-")[0])
+
+
 def _bisect(total, low: np.ndarray, high: np.ndarray, target: np.ndarray, steps: int = 200) -> np.ndarray:
     """The root of ``total(t) = target`` per row, ``total`` decreasing in t, within ``[low, high]``."""
     for _ in range(steps):
@@ -209,12 +219,8 @@ def test_float32_magnitudes_whose_threshold_equation_overflows(name, p, k):
 @pytest.mark.parametrize("options", [dict(regularization="lp", p=1.7, strength=0.1), dict(regularization="kl", strength=10.0)],
                          ids=["p=1.7", "kl"])
 def test_float32_permutahedron_ranks_of_one_long_soft_block(name, options, monkeypatch):
-    if name == "jax-f32":
-        from rankops._lib._adapters import _generic
-
-        monkeypatch.setattr(_generic, "wide_dtype", lambda xp, g: g.dtype)
     x = np.random.default_rng(6).normal(size=(1, 30_000)).astype(np.float32)
-    to, run = on_backend(name.split("-")[0])
+    to, run = _on_backend_or_f32(name, monkeypatch)
     options = dict(method="permutahedron", **options)
     got = np.asarray(run(lambda v: rankops.soft_rank(v, **options), to(x)), dtype=np.float64)
     want = rankops.soft_rank(x.astype(np.float64), **options)
@@ -227,12 +233,8 @@ def test_float32_permutahedron_ranks_of_one_long_soft_block(name, options, monke
 @pytest.mark.parametrize("name", BACKENDS + ["jax", "jax-f32"])
 @pytest.mark.parametrize("p", [1.5, 4.0 / 3.0], ids=["p=3/2", "p=4/3"])
 def test_float32_p_norm_ranks_of_long_tied_rows(name, p, monkeypatch):
-    if name == "jax-f32":
-        from rankops._lib._adapters import _generic
-
-        monkeypatch.setattr(_generic, "wide_dtype", lambda xp, g: g.dtype)
     x = np.random.default_rng(1).integers(0, 50, size=(1, 10_000)).astype(np.float32)
-    to, run = on_backend(name.split("-")[0])
+    to, run = _on_backend_or_f32(name, monkeypatch)
     options = dict(method="permutahedron", regularization="lp", p=p)
     got = np.asarray(run(lambda v: rankops.soft_rank(v, **options), to(x)), dtype=np.float64)
     want = rankops.soft_rank(x.astype(np.float64), **options)

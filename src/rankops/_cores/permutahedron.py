@@ -178,14 +178,13 @@ class _Projection:
         return dx, -d_eps if self.descending else d_eps
 
 
-def _signed_projection(xp: Any, adapter: Any, rho: Any, s: Any, strength: Any, q: float, valid: Any) -> tuple[Any, Any, Any]:
+def _signed_projection(xp: Any, adapter: Any, rho: Any, s: Any, strength: float, q: float, valid: Any) -> tuple[Any, Any, Any]:
     """:func:`.pnorm.project` of ``rho / strength`` onto the permutahedron of ``s`` (signed), by its homogeneity
     ``P(c z, c^(q-1) w) = c^(q-1) P(z, w)``: for ``strength = 2^e r`` (r in [1, 2)), ``P(rho / 2^e, s r^(q-1)) /
     r^(q-1)`` (the same shares and blocks). ``rho / 2^e`` is exact where ``rho / strength`` rounds every rank, and a
     long row's differences of ranks with it: in float32 at n = 3 x 10^4 and strength 10, by 1e-3 of themselves, and
-    the first values of the sort by 2e-4."""
-    if is_array(strength):
-        return pnorm.project(xp, adapter, rho / strength, s, q, valid, signed=True)
+    the first values of the sort by 2e-4. ``strength`` is a number: an array one reaches this sort at 1, by the same
+    homogeneity (:func:`_homogeneity`)."""
     r, e = math.frexp(strength)  # r in [1/2, 1): a power of two (r = 1/2) scales nothing
     scale = (2.0 * r) ** (q - 1.0)
     mu, share, starts = pnorm.project(xp, adapter, rho * 2.0 ** (1 - e), s * scale if scale != 1.0 else s, q, valid, signed=True)

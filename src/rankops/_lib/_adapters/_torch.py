@@ -129,7 +129,7 @@ class Torch(PortableAdapter):
         return torch.empty_like(order).scatter(-1, order, ranks)
 
     def segment_sum(self, xp: Any, starts: Any, g: Any, *, precise: bool = False) -> Any:
-        if precise:  # float64 on a CPU
+        if precise:  # float64 where the device has it, else two levels
             return precise_segment_sum(self.segment_sum, xp, starts, g)
         # each segment summed in index order into its own slot, from 1 (slot 0 stays empty): no cancellation between them
         ids = torch.cumsum(starts, dim=-1).expand_as(g)  # starts may broadcast against g: stacked sums share one scatter
