@@ -338,3 +338,16 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
         return
     same_group = nextitem is not None and jax_scope(nextitem.nodeid) == scope
     release_compiled_programs(MAPPINGS_WITHIN_A_GROUP if same_group else MAPPINGS_BETWEEN_GROUPS)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """With ``RANKOPS_FAILURE_LOG`` set: append each failure's traceback to that file as the failure happens.
+
+    pytest writes tracebacks only in its final summary, which a run stopped by
+    a time limit (``.ci/gpu``'s steps) never reaches; under pytest-xdist this
+    hook runs in the controlling process, so one file gathers every worker's.
+    """
+    path = os.environ.get("RANKOPS_FAILURE_LOG")
+    if path and report.failed:
+        with open(path, "a", encoding="utf-8") as log:
+            log.write(f"=== {report.nodeid} ({report.when})\n{report.longreprtext}\n\n")
