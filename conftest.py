@@ -344,10 +344,12 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     """With ``RANKOPS_FAILURE_LOG`` set: append each failure's traceback to that file as the failure happens.
 
     pytest writes tracebacks only in its final summary, which a run stopped by
-    a time limit (``.ci/gpu``'s steps) never reaches; under pytest-xdist this
-    hook runs in the controlling process, so one file gathers every worker's.
+    a time limit (``.ci/gpu``'s steps) never reaches. Under pytest-xdist the
+    hook runs in each worker and again in the controlling process for the
+    report the worker sends: only the controller writes, so each failure is
+    written once and one file gathers every worker's.
     """
     path = os.environ.get("RANKOPS_FAILURE_LOG")
-    if path and report.failed:
+    if path and report.failed and "PYTEST_XDIST_WORKER" not in os.environ:
         with open(path, "a", encoding="utf-8") as log:
             log.write(f"=== {report.nodeid} ({report.when})\n{report.longreprtext}\n\n")
