@@ -75,6 +75,9 @@ import pytest  # noqa: E402
 from conformance.memory import MAPPINGS_BETWEEN_GROUPS, MAPPINGS_WITHIN_A_GROUP, release_compiled_programs  # noqa: E402
 from rankops._lib._backends import BACKENDS, device_label, get_backend  # noqa: E402
 
+# each failure's traceback written as it happens, where RANKOPS_FAILURE_LOG names a file (.ci/gpu sets it)
+pytest_plugins = ("conformance.failure_log",)
+
 
 def _xla_takes_test_flags() -> bool:
     """Whether this jaxlib's XLA starts with ``_TEST_XLA_FLAGS``: the answer of the probe started on this module's
@@ -338,18 +341,3 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
         return
     same_group = nextitem is not None and jax_scope(nextitem.nodeid) == scope
     release_compiled_programs(MAPPINGS_WITHIN_A_GROUP if same_group else MAPPINGS_BETWEEN_GROUPS)
-
-
-def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    """With ``RANKOPS_FAILURE_LOG`` set: append each failure's traceback to that file as the failure happens.
-
-    pytest writes tracebacks only in its final summary, which a run stopped by
-    a time limit (``.ci/gpu``'s steps) never reaches. Under pytest-xdist the
-    hook runs in each worker and again in the controlling process for the
-    report the worker sends: only the controller writes, so each failure is
-    written once and one file gathers every worker's.
-    """
-    path = os.environ.get("RANKOPS_FAILURE_LOG")
-    if path and report.failed and "PYTEST_XDIST_WORKER" not in os.environ:
-        with open(path, "a", encoding="utf-8") as log:
-            log.write(f"=== {report.nodeid} ({report.when})\n{report.longreprtext}\n\n")

@@ -177,6 +177,29 @@ def test_gpu_check_runs_here_in_its_cpu_mode(tmp_path):
     assert "| soft_rank[permutahedron] | " in (tmp_path / "benchmarks_gpu.md").read_text()
 
 
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
+def test_failure_log_holds_each_failure_once(tmp_path, workers):
+    """``RANKOPS_FAILURE_LOG`` (``conformance/failure_log.py``, which ``.ci/gpu`` sets): each failure's traceback is in
+    the file once, under pytest-xdist too (its hook runs in the worker and again in the controller)."""
+    if workers and importlib.util.find_spec("xdist") is None:
+        pytest.skip("pytest-xdist is not installed")
+    planted = tmp_path / "test_planted.py"
+    planted.write_text("def test_passes():\n    assert True\n\n\n"
+                       "def test_fails():\n    assert 1 + 1 == 3, 'planted failure'\n\n\n"
+                       "def test_fails_too():\n    raise ValueError('planted error')\n")
+    log = tmp_path / "failures.txt"
+    env = {**os.environ, "RANKOPS_FAILURE_LOG": str(log), "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    env.pop("PYTEST_XDIST_WORKER", None)  # this test may itself run in a worker
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "conformance.failure_log", "-p", "no:cacheprovider",
+                           *workers, str(planted)], cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 1 and "2 failed, 1 passed" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
+    entries = log.read_text().split("=== ")[1:]
+    assert sorted(entry.splitlines()[0] for entry in entries) == ["test_planted.py::test_fails (call)",
+                                                                    "test_planted.py::test_fails_too (call)"], entries
+    text = log.read_text()
+    assert "planted failure" in text and "ValueError: planted error" in text and "assert 1 + 1 == 3" in text, text
+
+
 def test_jax_compile_script_prints_its_tables():
     """``benchmarks.jax_compile --quick``: a compile time per method and length, and KL against L2 on both backends
     (torch's also without the windows)."""

@@ -378,19 +378,28 @@ def _loops_and_eager_nodes(f, x0):
 
 
 @pytest.mark.parametrize("name", list(_FITS))
-def test_a_cpu_graph_runs_the_fit_as_one_eager_node(name, monkeypatch):
+def test_a_cpu_graph_runs_the_fit_as_one_eager_node(name):
     """On a CPU a permutahedron's (and isotonic regression's) fit is one ``rankops::eager`` node, whose rounds and
-    windows read values as eager code does; where reading values does not pay (a GPU, ``windows.pays`` False) its
-    pooling rounds are a ``while_loop`` of the graph and the merge rounds an eager node behind a ``cond``."""
-    from rankops._cores import windows
-
+    windows read values as eager code does."""
     fit, f = _FITS[name]
     torch._dynamo.reset()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         assert _loops_and_eager_nodes(f, _X_FIT) == [fit]
-        monkeypatch.setattr(windows, "pays", lambda v: False)
-        torch._dynamo.reset()
+
+
+# each fit's graph traced once more (1-4 s each): isotonic regression's in the default run, every fit's under -m compiled
+@pytest.mark.parametrize("name", [n if n == "isotonic_regression" else pytest.param(n, marks=pytest.mark.compiled) for n in _FITS])
+def test_a_gpu_graph_loops_over_the_pooling_rounds(name, monkeypatch):
+    """Where reading values does not pay (a GPU, ``windows.pays`` False) a fit's pooling rounds are a ``while_loop``
+    of the graph and the merge rounds an eager node behind a ``cond``."""
+    from rankops._cores import windows
+
+    fit, f = _FITS[name]
+    monkeypatch.setattr(windows, "pays", lambda v: False)
+    torch._dynamo.reset()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
         on_gpu = _loops_and_eager_nodes(f, _X_FIT)
     assert "while_loop" in on_gpu and fit not in on_gpu, on_gpu
 

@@ -32,8 +32,28 @@ PS = [2.0, 1.5, 4.0 / 3.0, 1.25]
 def _root(z: np.ndarray, w: np.ndarray, q: float) -> float:
     """The v with ``sum sign(z - v) |z - v|^(q-1) = sum w`` (bisection to the last bit; w of either sign)."""
     total = w.sum()
+
+    def past(v: float) -> bool:
+        return np.sum(np.sign(z - v) * np.abs(z - v) ** (q - 1)) <= total
+
+    # Newton's steps from the root of the block's mean (exact for one entry) find the few ulps that the bisection then
+    # halves to the last bit (a reference PAV solves thousands of blocks: about 12 evaluations each instead of 95);
+    # the whole bracket where they do not
+    v = float(np.mean(z) - np.sign(total) * abs(total / z.size) ** (1 / (q - 1)))
+    for _ in range(40):
+        r = z - v
+        slope = (q - 1) * np.sum(np.abs(r) ** (q - 2))
+        if not slope > 0:
+            break
+        step = (np.sum(np.sign(r) * np.abs(r) ** (q - 1)) - total) / slope
+        v += step
+        if not abs(step) > 4 * abs(np.spacing(v)):
+            break
+    lo, hi = v - 8 * abs(np.spacing(v)), v + 8 * abs(np.spacing(v))
+    if np.isfinite(v) and not past(lo) and past(hi):
+        return bisection(past, lo, hi)
     reach = abs(total / z.size) ** (1 / (q - 1)) + 1.0
-    return bisection(lambda v: np.sum(np.sign(z - v) * np.abs(z - v) ** (q - 1)) <= total, z.min() - reach, z.max() + reach)
+    return bisection(past, z.min() - reach, z.max() + reach)
 
 
 def _pav_projection(z: np.ndarray, w: np.ndarray, p: float) -> np.ndarray:
@@ -1145,25 +1165,43 @@ def test_threshold_splits_give_the_blocks_of_the_papers_pav(name):
     to, run = on_backend(name)
     xp = array_namespace(to(np.zeros(1)))
     adapter = get_adapter(xp)
-    rng = np.random.default_rng(21)
     pooled = collections.Counter()
     for p in (1.4, 1.7, 1.25):
         q = pnorm.exponent(p)
-        for scale in (0.1, 1.0, 30.0):
-            n = 120
-            y = np.sort(rng.normal(size=(3, n)) * scale, axis=-1)
-            rank_w = np.arange(1.0, n + 1.0)[None, :].repeat(3, axis=0)
-            sort_y = np.arange(1.0, n + 1.0)[None, :].repeat(3, axis=0) * scale
-            sort_w = rng.normal(size=(3, n))
-            for kind, yy, ww in (("rank", y, rank_w), ("sort", sort_y, sort_w)):
-                starts, fitted = run(lambda a, b: splits.split_starts(xp, adapter, lambda *s, **k: pnorm._signed_shift(*s, q, **k), a, b, q),
-                                     to(yy), to(ww))
-                assert np.all(np.asarray(fitted))
-                want = np.stack([_increasing_pav_blocks(a, b, q) for a, b in zip(yy, ww)])
-                assert np.array_equal(np.asarray(starts), want), (p, scale, np.sum(np.asarray(starts) != want))
-                pooled[p, kind, "pools"] += int(want.size - want.sum())
-                pooled[p, kind, "split rows"] += int(np.sum(want.sum(axis=-1) > 1))
+        # every scale and kind in one call (rows are independent): one program per p under jit
+        kinds, yy, ww = _threshold_split_rows(p)
+        starts, fitted = run(lambda a, b: splits.split_starts(xp, adapter, lambda *s, **k: pnorm._signed_shift(*s, q, **k), a, b, q),
+                             to(yy), to(ww))
+        assert np.all(np.asarray(fitted))
+        want = _remembered_pav_blocks(yy.tobytes(), ww.tobytes(), yy.shape, q)
+        assert np.array_equal(np.asarray(starts), want), (p, np.sum(np.asarray(starts) != want, axis=-1))
+        for kind in ("rank", "sort"):
+            rows = want[kinds == kind]
+            pooled[p, kind, "pools"] += int(rows.size - rows.sum())
+            pooled[p, kind, "split rows"] += int(np.sum(rows.sum(axis=-1) > 1))
     assert len(pooled) == 12 and min(pooled.values()) > 0, pooled  # pools and splits at each p, either kind
+
+
+def _threshold_split_rows(p: float, n: int = 120) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(kind of each row, y, w): at scales 0.1, 1 and 30, three rows of a rank's kind (y sorted normal scores, w the
+    weights 1..n) and three of a sort's (y the stepped ranks, w normal data of either sign); the same rows on every
+    backend."""
+    rng = np.random.default_rng(int(p * 100))
+    kinds, ys, ws = [], [], []
+    for scale in (0.1, 1.0, 30.0):
+        steps = np.arange(1.0, n + 1.0)[None, :].repeat(3, axis=0)
+        ys += [np.sort(rng.normal(size=(3, n)) * scale, axis=-1), steps * scale]
+        ws += [steps, rng.normal(size=(3, n))]
+        kinds += ["rank"] * 3 + ["sort"] * 3
+    return np.array(kinds), np.concatenate(ys), np.concatenate(ws)
+
+
+@functools.lru_cache(maxsize=None)
+def _remembered_pav_blocks(y_bytes: bytes, w_bytes: bytes, shape: tuple[int, ...], q: float) -> np.ndarray:
+    """:func:`_increasing_pav_blocks` of each row, remembered by the rows' bytes: each backend's check asks for the
+    same rows."""
+    y, w = np.frombuffer(y_bytes).reshape(shape), np.frombuffer(w_bytes).reshape(shape)
+    return np.stack([_increasing_pav_blocks(a, b, q) for a, b in zip(y, w)])
 
 
 @pytest.mark.parametrize("name", ["numpy", "jax"])
