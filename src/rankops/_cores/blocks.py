@@ -19,7 +19,7 @@ import dataclasses
 from typing import Any
 
 from .._lib._adapters import get_adapter
-from .._lib._compat import device as _device, index_dtype
+from .._lib._compat import cumulative_sum, device as _device, index_dtype
 
 __all__ = ["Blocks", "find_drops", "combined", "regroup", "pool_rounds", "take_in_range"]
 
@@ -34,7 +34,7 @@ def take_in_range(xp: Any, a: Any, index: Any, axis: int = 0) -> Any:
 def put_rows(xp: Any, flagged: Any, part: Any, rest: Any) -> Any:
     """``rest`` (2-D) with its ``flagged`` rows replaced by ``part``'s, which holds one for each of them in order (as
     :func:`take_in_range` of ``rest`` at ``xp.nonzero(flagged)[0]`` lists them)."""
-    place = xp.clip(xp.cumulative_sum(xp.astype(flagged, index_dtype(xp, _device(rest)))) - 1, 0, None)
+    place = xp.clip(cumulative_sum(xp, xp.astype(flagged, index_dtype(xp, _device(rest)))) - 1, 0, None)
     return xp.where(flagged[:, None], take_in_range(xp, part, place, axis=0), rest)
 
 
@@ -59,7 +59,7 @@ class Blocks:
 
     def of_entries(self, xp: Any) -> Any:
         """Each flattened entry's block (an index into ``value``), from ``starts``."""
-        return xp.cumulative_sum(xp.astype(self.starts, self.idx)) - 1
+        return cumulative_sum(xp, xp.astype(self.starts, self.idx)) - 1
 
     @classmethod
     def of(cls, xp: Any, adapter: Any, rules: Any, v: Any, w: Any) -> Blocks:
@@ -138,7 +138,7 @@ def regroup(xp: Any, adapter: Any, sums: Any, table: Any, starts: Any, value: An
     ``value`` holds at its first block (None: the value they give, :meth:`.power_sums.PowerSums.block_value`); only
     those are combined (as one row), and a block alone keeps its column."""
     dev, idx = _device(table), index_dtype(xp, _device(table))
-    group = xp.cumulative_sum(xp.astype(starts, idx)) - 1
+    group = cumulative_sum(xp, xp.astype(starts, idx)) - 1
     heads = xp.nonzero(starts)[0]
     several = ~(starts & xp.concat([starts[1:], xp.ones((1,), dtype=xp.bool, device=dev)]))
     at = xp.nonzero(several)[0]
@@ -147,12 +147,12 @@ def regroup(xp: Any, adapter: Any, sums: Any, table: Any, starts: Any, value: An
     part = take_in_range(xp, starts, at)
     firsts = xp.nonzero(part)[0]
     taken = take_in_range(xp, table, at, axis=-1)
-    data = combined(xp, adapter, sums, part, xp.cumulative_sum(xp.astype(part, idx)) - 1, firsts,
+    data = combined(xp, adapter, sums, part, cumulative_sum(xp, xp.astype(part, idx)) - 1, firsts,
                     tuple(taken[i, ...] for i in range(1, 6)))
     pooled = xp.stack([sums.block_value(xp, data) if value is None else take_in_range(xp, value, take_in_range(xp, at, firsts)), *data])
     # each new block: its group's (the groups of several in order), or the block it was
     changed = take_in_range(xp, several, heads)
-    place = xp.clip(xp.cumulative_sum(xp.astype(changed, idx)) - 1, 0, None)
+    place = xp.clip(cumulative_sum(xp, xp.astype(changed, idx)) - 1, 0, None)
     return xp.where(changed, take_in_range(xp, pooled, place, axis=-1), take_in_range(xp, table, heads, axis=-1)), heads, group
 
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._lib._compat import device as _device, index_dtype
+from .._lib._compat import cumulative_sum, device as _device, index_dtype
 from .power_sums import PowerSums, SteppedSignedSums, block_form
 
 __all__ = ["Extension", "for_exponent", "DROPS", "SPAN"]
@@ -69,9 +69,9 @@ class Extension:
         idx = index_dtype(xp, dev)
         drops = min(DROPS, n - 1)
         width = min(max(-(-n // (SPAN * drops)), 16), n)  # blocks
-        ordinal = xp.cumulative_sum(xp.astype(starts, idx), axis=-1) - 1  # each entry's block, from 0
+        ordinal = cumulative_sum(xp, xp.astype(starts, idx)) - 1  # each entry's block, from 0
         # the first drops of each row: the boundaries (i between entries i and i + 1) where their count reaches 1, 2, ...
-        counted = xp.cumulative_sum(xp.astype(u[..., :-1] > u[..., 1:], idx), axis=-1)
+        counted = cumulative_sum(xp, xp.astype(u[..., :-1] > u[..., 1:], idx))
         wanted = xp.broadcast_to(xp.arange(1, drops + 1, dtype=idx, device=dev), u.shape[:-1] + (drops,))
         at = adapter.searchsorted(xp, counted, wanted, side="left")
         real = xp.concat([at, at], axis=-1) < n - 1
@@ -96,13 +96,13 @@ class Extension:
         value = gather(u)
         centre = blocks[0][..., :1]
         terms = xp.stack(self.sums.stats(xp, None, tuple(a[..., :width] for a in blocks), centre))
-        totals = xp.cumulative_sum(xp.where(inside[..., :width], terms, xp.zeros_like(terms)), axis=-1)
+        totals = cumulative_sum(xp, xp.where(inside[..., :width], terms, xp.zeros_like(terms)))
         pooled = self.sums.value(xp, tuple(totals[i, ...] for i in range(totals.shape[0])), centre, centre)
         # the pool of the blocks up to each takes the next block only if that block violates it: up to the first that
         # does not, or all of a window that holds none such (the next round goes on)
         after = value[..., 1:]
         violates = inside[..., 1:] & xp.where(right[:, None], pooled > after, pooled < after)
-        size = xp.sum(xp.astype(xp.cumulative_sum(xp.astype(~violates, idx), axis=-1) == 0, idx), axis=-1)
+        size = xp.sum(xp.astype(cumulative_sum(xp, xp.astype(~violates, idx)) == 0, idx), axis=-1)
         size = xp.clip(size, None, width - 1)
         level = xp.reshape(adapter.take(xp, pooled, size[..., None]), size.shape)
         # the pool's entries: from the base block's first to the last before the block past it (leftward: from the

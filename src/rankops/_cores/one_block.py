@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from .._lib._compat import device as _device, index_dtype
+from .._lib._compat import cumulative_sum, device as _device, index_dtype
 from .._lib._numerics import centred_within
 from .blocks import put_rows, take_in_range
 from .powers import odd_power
@@ -103,7 +103,7 @@ def guessed_fit(xp: Any, adapter: Any, v0: Any, y: Any, w: Any, q: float, solve:
     # each block's suffix sums of f' at its value (and of its terms' sizes), from the row's running sums: the block's
     # total less the sum before the entry
     terms = xp.stack([w - odd_power(xp, a, q - 1.0), w + odd_power(xp, xp.abs(d) + xp.abs(t), q - 1.0)])
-    running = xp.cumulative_sum(terms, axis=-1) - terms  # before each entry
+    running = cumulative_sum(xp, terms) - terms  # before each entry
     if whole:
         suffix = xp.sum(terms, axis=-1, keepdims=True) - running
     else:
@@ -125,7 +125,7 @@ def _ends(xp: Any, y: Any, w: Any, q: float, level: Any, every: Any, mid: Any) -
     over it), the first minimiser of the suffix sums ``Phi(k)`` at or before ``mid``, and the last after it less one
     (at the block's own value both ends minimise: its sum is 0, its suffixes' at least 0)."""
     slope = w - odd_power(xp, y - level, q - 1.0)
-    phi = xp.flip(xp.cumulative_sum(xp.flip(slope, axis=-1), axis=-1), axis=-1)  # Phi(k), k = 0..n-1; Phi(n) = 0
+    phi = xp.flip(cumulative_sum(xp, xp.flip(slope, axis=-1)), axis=-1)  # Phi(k), k = 0..n-1; Phi(n) = 0
     phi = xp.concat([phi, xp.zeros_like(phi[..., :1])], axis=-1)
     big = xp.asarray(float("inf"), dtype=phi.dtype, device=_device(phi))
     first = xp.argmin(xp.where(every <= mid, phi, big), axis=-1, keepdims=True)

@@ -6,7 +6,7 @@ import math
 from typing import Any
 
 from .._lib._adapters import get_adapter
-from .._lib._compat import device as _device, index_dtype
+from .._lib._compat import cumulative_sum, device as _device, index_dtype
 from .._lib._numerics import safe_divide
 from . import isotonic
 from .merges import merge_lengths, padded_length
@@ -285,7 +285,7 @@ def merge_fit(xp: Any, v: Any, y: Any, w: Any, *, q: float) -> tuple[Any]:
     if kind.degree > 3 or (kind.signs and (empty or concrete or pooled_blocks_length(n) == n)):
         return (entries(),)
     starts = isotonic.block_starts(xp, v)
-    ordinal = xp.cumulative_sum(xp.astype(starts, index_dtype(xp, _device(v))), axis=-1)
+    ordinal = cumulative_sum(xp, xp.astype(starts, index_dtype(xp, _device(v))))
     # the blocks' moments: at q = 2 and 4 before the choice between the rows' lengths below, whose branches would each
     # compute them; at q = 3 in the one branch that pools over blocks (the other merges the entries)
     shared = None if kind.signs else block_form(xp, adapter, starts, y, w)

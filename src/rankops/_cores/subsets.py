@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .._lib._compat import cumulative_sum
 from .blocks import take_in_range
 
 __all__ = ["Subset"]
@@ -51,5 +52,5 @@ class Subset:
         batch (``part``, one per chosen entry in :meth:`take`'s order): with segments' first entries chosen, each
         entry its segment's."""
         xp = self.xp
-        place = xp.clip(xp.cumulative_sum(xp.astype(self.chosen, self.at.dtype)) - 1, 0, None)
+        place = xp.clip(cumulative_sum(xp, xp.astype(self.chosen, self.at.dtype)) - 1, 0, None)
         return xp.reshape(take_in_range(xp, part, place), self.shape)

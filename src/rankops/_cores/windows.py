@@ -36,7 +36,7 @@ from __future__ import annotations
 import math
 from typing import Any, Callable
 
-from .._lib._compat import device as _device, on_cpu
+from .._lib._compat import cumulative_sum, device as _device, on_cpu
 from .blocks import Blocks, find_drops, pool_rounds, take_in_range
 
 __all__ = ["eager_on_cpu", "finish", "pool_and_finish", "few_blocks", "drops_left", "pays", "readable_on_cpu", "rows_of", "FEWEST", "GROWTH", "RADIUS", "SHARE", "SHORTEST"]
@@ -259,7 +259,7 @@ def _pool_each_run(xp: Any, adapter: Any, sums: Any, value: Any, data: tuple[Any
     def outward(index: Any, inside: Any) -> tuple[Any, ...]:
         """The sums over the blocks from ``s`` to each of ``index`` (cumulative along the range; 0 outside it)."""
         terms = sums.stats(xp, None, tuple(_gather(xp, a, index) for a in data), centre)
-        return tuple(xp.cumulative_sum(xp.where(inside, t, 0.0), axis=-1) for t in terms)
+        return tuple(cumulative_sum(xp, xp.where(inside, t, 0.0)) for t in terms)
 
     zero = xp.zeros_like(centre)
     lefts = tuple(xp.concat([zero, t], axis=-1) for t in outward(left, left_in))  # j = s (nothing), s - 1, ...
@@ -337,7 +337,7 @@ def _extend_each_run(xp: Any, adapter: Any, sums: Any, value: Any, data: Any, fi
         width = min(width * GROWTH, cap, int(xp.max(take_in_range(xp, reach, todo))) + 1)
         again = _extension(xp, adapter, sums, value, data, *(take_in_range(xp, a, todo) for a in (base, reach, length)),
                            width, rightward, idx)
-        slot = xp.clip(xp.cumulative_sum(xp.astype(whole, idx)) - 1, 0, None)  # each run's place among those tried
+        slot = xp.clip(cumulative_sum(xp, xp.astype(whole, idx)) - 1, 0, None)  # each run's place among those tried
         size, level, whole = (xp.where(whole, take_in_range(xp, a, slot), b) for a, b in zip(again, (size, level, whole)))
     begin, stop = (start, start + size) if rightward else (end - size, end)
     # how many pools hold each run's own first block (last, leftward): only an earlier run's (a later one's) besides;
@@ -359,7 +359,7 @@ def _extension(xp: Any, adapter: Any, sums: Any, value: Any, data: Any, base: An
     index = xp.clip(index, 0, value.shape[0] - 1)
     centre = take_in_range(xp, data[0], base)[:, None]
     terms = sums.stats(xp, None, tuple(_gather(xp, a, index) for a in data), centre)
-    pooled = sums.value(xp, tuple(xp.cumulative_sum(xp.where(inside, t, 0.0), axis=-1) for t in terms), centre, centre)
+    pooled = sums.value(xp, tuple(cumulative_sum(xp, xp.where(inside, t, 0.0)) for t in terms), centre, centre)
     # the next block past each prefix, and whether the pool takes it: the run's own blocks always
     nxt = xp.clip(index + 1 if rightward else index - 1, 0, value.shape[0] - 1)
     has_next = step + 1 <= reach[:, None]
@@ -367,6 +367,6 @@ def _extension(xp: Any, adapter: Any, sums: Any, value: Any, data: Any, base: An
     violates = (pooled > beyond) if rightward else (pooled < beyond)
     going = (step < length[:, None]) | (has_next & violates)
     # the prefix's length: the steps before the first that stops (one past the last step at the width's end)
-    taken = xp.sum(xp.astype(xp.cumulative_sum(xp.astype(~going, idx), axis=-1) == 0, idx), axis=-1)
+    taken = xp.sum(xp.astype(cumulative_sum(xp, xp.astype(~going, idx)) == 0, idx), axis=-1)
     size = xp.clip(taken, None, width - 1)
     return size, xp.reshape(adapter.take(xp, pooled, size[:, None]), (-1,)), taken == width

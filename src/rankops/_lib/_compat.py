@@ -17,7 +17,7 @@ import numpy as np
 # the public operators take and return, in the caller's namespace.
 Array: TypeAlias = Any
 
-__all__ = ["Array", "is_array", "namespace", "device", "is_torch_namespace", "real_float_dtypes", "normalize_axis", "normalize_axes", "index_dtype", "default_float", "broadcast_arrays", "concrete_number"]
+__all__ = ["Array", "is_array", "namespace", "device", "is_torch_namespace", "real_float_dtypes", "normalize_axis", "normalize_axes", "index_dtype", "default_float", "broadcast_arrays", "concrete_number", "cumulative_sum"]
 
 
 # torch.compile traces array-api-compat's type tests (each behind functools.lru_cache) with a warning per call
@@ -39,6 +39,14 @@ def is_torch_namespace(xp: Any) -> bool:
 def device(x: Any) -> Any:
     """The device of the array ``x`` (``array_api_compat.device``)."""
     return x.device if _is_torch_tensor(x) else array_api_compat.device(x)
+
+
+def cumulative_sum(xp: Any, x: Any, axis: int = -1) -> Any:
+    """``xp.cumulative_sum(x, axis=axis)``; torch's own ``cumsum`` for a torch tensor: array-api-compat's looks up the
+    namespace again through its cached type tests, which ``torch.compile`` traces with a warning per call site."""
+    if _is_torch_tensor(x):
+        return sys.modules["torch"].cumsum(x, dim=axis)
+    return xp.cumulative_sum(x, axis=axis)
 
 
 def is_array(value: Any) -> bool:
