@@ -41,6 +41,9 @@ SMOOTH = [o for o in CASES if o.fd_gradient]
 STRAIGHT_THROUGH = [o for o in CASES if not o.fd_gradient]
 
 
+# on JAX, test_jit_vmap_grad_matches_eager_grad checks its eager gradient against the same central differences: this
+# check's own program per operator there is exhaustive
+@pytest.mark.variants_on_jax(op=())
 @pytest.mark.parametrize("op", SMOOTH, ids=lambda o: o.name)
 def test_gradient_matches_central_differences(autodiff_backend, device, op):
     """The backend's gradient of <w, op(x)> along a random direction against central differences of the float64 NumPy operator."""
@@ -83,7 +86,8 @@ def test_vmap_matches_batch(jax_backend, op):
 
 
 def test_jit_vmap_grad_matches_eager_grad(jax_backend, op):
-    """``jit(vmap(grad))``, a training step's transformations at once, over the leading batch axis: the eager batch's values and gradient."""
+    """``jit(vmap(grad))``, a training step's transformations at once, over the leading batch axis: the eager batch's values and
+    gradient, and that gradient against central differences (test_gradient_matches_central_differences' check on JAX)."""
     import jax
     import jax.numpy as jnp
 
@@ -99,6 +103,10 @@ def test_jit_vmap_grad_matches_eager_grad(jax_backend, op):
     expected, expected_values = jax.grad(loss, has_aux=True)(x, w)
     assert_allclose(np.asarray(values), np.asarray(expected_values), rtol=1e-12, atol=1e-12)
     assert_allclose(np.asarray(got), np.asarray(expected), rtol=1e-10, atol=1e-12)
+    if op.fd_gradient:  # the eager gradient along a random direction against central differences of the NumPy operator
+        v, h, wn = np.random.default_rng(3).normal(size=SHAPE), 1e-5, np.asarray(w)
+        fd = (np.sum(np.asarray(op(np.asarray(x) + h * v, **kw)) * wn) - np.sum(np.asarray(op(np.asarray(x) - h * v, **kw)) * wn)) / (2 * h)
+        assert_allclose(np.sum(np.asarray(expected) * v), fd, rtol=1e-6, atol=1e-8)
 
 
 # the option variants (descending, block sizes, ...) take the same transforms' code paths: theirs are exhaustive
