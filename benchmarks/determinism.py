@@ -45,7 +45,11 @@ def probe(f: Callable[[Any], Any], x: Any, ct: Any, calls: int) -> tuple[int, in
     of ``f``'s jitted value and gradient on ``x``, called ``calls`` times."""
     import jax
 
-    step = jax.jit(lambda v, c: (lambda out, pull: (out, pull(c)[0]))(*jax.vjp(f, v)))
+    def value_and_gradient(v: Any, c: Any) -> tuple[Any, Any]:
+        out, pull = jax.vjp(f, v)
+        return out, pull(c)[0]
+
+    step = jax.jit(value_and_gradient)
     jax.block_until_ready(step(x, ct))  # compiled once, outside the timing
     results, times = [], []
     for _ in range(calls):

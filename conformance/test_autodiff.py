@@ -54,9 +54,14 @@ def test_gradient_matches_central_differences(autodiff_backend, device, op):
     v = rng.normal(size=x.shape)
     kw = converged(op)
     _, g = _loss_and_grad(backend, device, lambda v: op(v, **kw), x, w)
-    h = 1e-5
+    _assert_matches_central_differences(g, op, kw, x, w, v)
 
-    def loss(z):  # the same operator on NumPy (values agree across backends: test_contract)
+
+def _assert_matches_central_differences(g, op, kw, x, w, v, h=1e-5):
+    """``<g, v>``, a gradient of ``<w, op(x)>`` along ``v``, against central differences of the same operator on
+    float64 NumPy (values agree across backends: test_contract)."""
+
+    def loss(z):
         return float(np.sum(np.asarray(op(z, **kw)) * w))
 
     fd = (loss(x + h * v) - loss(x - h * v)) / (2 * h)
@@ -103,10 +108,9 @@ def test_jit_vmap_grad_matches_eager_grad(jax_backend, op):
     expected, expected_values = jax.grad(loss, has_aux=True)(x, w)
     assert_allclose(np.asarray(values), np.asarray(expected_values), rtol=1e-12, atol=1e-12)
     assert_allclose(np.asarray(got), np.asarray(expected), rtol=1e-10, atol=1e-12)
-    if op.fd_gradient:  # the eager gradient along a random direction against central differences of the NumPy operator
-        v, h, wn = np.random.default_rng(3).normal(size=SHAPE), 1e-5, np.asarray(w)
-        fd = (np.sum(np.asarray(op(np.asarray(x) + h * v, **kw)) * wn) - np.sum(np.asarray(op(np.asarray(x) - h * v, **kw)) * wn)) / (2 * h)
-        assert_allclose(np.sum(np.asarray(expected) * v), fd, rtol=1e-6, atol=1e-8)
+    if op.fd_gradient:  # the eager gradient along a random direction
+        _assert_matches_central_differences(np.asarray(expected), op, kw, np.asarray(x), np.asarray(w),
+                                            np.random.default_rng(3).normal(size=SHAPE))
 
 
 # the option variants (descending, block sizes, ...) take the same transforms' code paths: theirs are exhaustive

@@ -72,6 +72,12 @@ def _value_and_grad(f, x0):
     return y.detach(), g
 
 
+def _cached_call_warnings(caught: list) -> list[str]:
+    """Dynamo's warnings of a call into a ``functools.lru_cache`` (array-api-compat's type tests, which the cores keep
+    torch tensors from: ``_compat.namespace``, ``_compat.cumulative_sum``)."""
+    return [str(w.message)[:200] for w in caught if "lru_cache" in str(w.message)]
+
+
 def _assert_compiled_is_eager(f, x0):
     """``f`` compiled whole gives eager's value and gradient of its sum."""
     torch._dynamo.reset()
@@ -99,7 +105,7 @@ def test_compiles_whole_with_eager_values_and_gradients(name):
         eager = _value_and_grad(f, x0)
     # Dynamo warns once per call site into a functools.lru_cache (array-api-compat's type tests): the cores
     # tell torch tensors apart before those tests, so a compiled call prints none
-    assert not [str(w.message)[:120] for w in caught if "lru_cache" in str(w.message)]
+    assert not _cached_call_warnings(caught)
     torch.testing.assert_close(compiled[0], eager[0], rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(compiled[1], eager[1], rtol=1e-10, atol=1e-12)
 
@@ -387,12 +393,6 @@ def test_a_cpu_graph_runs_the_fit_as_one_eager_node(name):
         warnings.simplefilter("always")
         assert _loops_and_eager_nodes(f, _X_FIT) == [fit]
     assert not _cached_call_warnings(caught)
-
-
-def _cached_call_warnings(caught: list) -> list[str]:
-    """Dynamo's warnings of a call into a ``functools.lru_cache`` (array-api-compat's type tests, which the cores keep
-    torch tensors from: ``_compat.namespace``, ``_compat.cumulative_sum``)."""
-    return [str(w.message)[:200] for w in caught if "lru_cache" in str(w.message)]
 
 
 # each fit's graph traced once more (1-4 s each): isotonic regression's in the default run, every fit's under -m compiled

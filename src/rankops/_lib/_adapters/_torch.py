@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from .. import _loops
+from .._compat import cumulative_sum
 from ._generic import PortableAdapter, precise_segment_sum
 from ._torch_autograd import custom_function, in_transform, mapped, plain, searchable
 
@@ -54,8 +55,7 @@ class Torch(PortableAdapter):
         return torch.sum(a, dim=axis, keepdim=keepdims)  # a CPU accumulates float32 in double, a GPU in trees
 
     def cumulative_sum(self, xp: Any, z: Any, *, reverse: bool = False) -> Any:
-        # torch's own: array-api-compat's looks up the namespace again, which torch.compile traces with warnings
-        return torch.flip(torch.cumsum(torch.flip(z, (-1,)), dim=-1), (-1,)) if reverse else torch.cumsum(z, dim=-1)
+        return torch.flip(cumulative_sum(xp, torch.flip(z, (-1,))), (-1,)) if reverse else cumulative_sum(xp, z)
 
     def linear_scan(self, xp: Any, a: Any, b: Any, *, reverse: bool = False, overwrite_b: bool = False) -> Any:
         """The doubling scan written in place into one buffer: per step one product, one add and the next
