@@ -1,6 +1,9 @@
 """GPU readiness: what each operator asks of a device, and the time table a user with a GPU runs.
 
-Two tables, both printed by ``python -m benchmarks.gpu``:
+Two tables, both printed by ``python -m benchmarks.gpu``, the time table
+first (a call that a time limit stops keeps the rows printed so far; the
+census prints each operator's row as it is counted, and its seconds on
+stderr):
 
 1. **census** (torch, on the GPU when there is one, else the CPU): per
    operator and method, forward and forward+backward at B = 20, n = 1000,
@@ -30,8 +33,11 @@ from __future__ import annotations
 import argparse
 import collections
 import importlib.util
+import itertools
+import sys
+import time
 import warnings
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -110,7 +116,7 @@ def _graph_breaks(torch: Any, f: Callable[[Any], Any], x: Any) -> str:
         return type(e).__name__
 
 
-def census(batch: int, n: int, compile_check: bool) -> list[str]:
+def census(batch: int, n: int, compile_check: bool) -> Iterator[str]:
     import torch
 
     import rankops
@@ -120,19 +126,21 @@ def census(batch: int, n: int, compile_check: bool) -> list[str]:
     gen = torch.Generator().manual_seed(0)
     x0 = torch.randn(batch, n, generator=gen).to(device)
     small = torch.randn(batch, 16, generator=gen).to(device)
-    lines = [
-        f"census on torch {device}, B = {batch}, n = {n}, float32 (kernels: computing aten ops; views apart; syncs: host reads)",
-        "",
-        "| operator | fwd kernels | fwd+bwd kernels | fwd+bwd views | fwd syncs | fwd+bwd syncs | graph breaks |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
-    ]
+    yield f"census on torch {device}, B = {batch}, n = {n}, float32 (kernels: computing aten ops; views apart; syncs: host reads)"
+    yield ""
+    yield "| operator | fwd kernels | fwd+bwd kernels | fwd+bwd views | fwd syncs | fwd+bwd syncs | graph breaks |"
+    yield "| --- | --- | --- | --- | --- | --- | --- |"
     for name, f in _torch_operators(torch, rankops).items():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
+            start = time.perf_counter()
             fwd, total = per_call(torch, f, x0)
+            counted = time.perf_counter()
             breaks = _graph_breaks(torch, f, small) if compile_check else "-"
-        lines.append(f"| {name} | {fwd[0]} | {total[0]} | {total[1]} | {fwd[2]} | {total[2]} | {breaks} |")
-    return lines
+        # where a GPU call's minutes go (the counts, or dynamo's tracing), apart from the table
+        print(f"census {name}: counted in {counted - start:.1f} s, graph breaks in {time.perf_counter() - counted:.1f} s",
+              file=sys.stderr, flush=True)
+        yield f"| {name} | {fwd[0]} | {total[0]} | {total[1]} | {fwd[2]} | {total[2]} | {breaks} |"
 
 
 def _contenders(batch: int, n: int) -> dict[str, dict[str, Callable[[], Any]]]:
@@ -210,16 +218,19 @@ def _contenders(batch: int, n: int) -> dict[str, dict[str, Callable[[], Any]]]:
     return backends
 
 
-def timings(batch: int, n: int, repeats: int) -> list[str]:
-    lines = [f"soft_rank forward+backward, B = {batch}, n = {n}, float32: median of {repeats} interleaved repeats (ms)", ""]
-    lines += ["| device | contender | ms | / rankops permutahedron |", "| --- | --- | --- | --- |"]
+def timings(batch: int, n: int, repeats: int) -> Iterator[str]:
+    yield f"soft_rank forward+backward, B = {batch}, n = {n}, float32: median of {repeats} interleaved repeats (ms)"
+    yield ""
+    yield "| device | contender | ms | / rankops permutahedron |"
+    yield "| --- | --- | --- | --- |"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # convergence notes of the Sinkhorn rows at default tol are not the point here
         for backend, row in _contenders(batch, n).items():
+            start = time.perf_counter()
             ms = {k: 1e3 * v for k, v in interleaved_medians(row, repeats).items()}
+            print(f"time {backend}: measured in {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
             ref = ms["rankops permutahedron"]
-            lines += [f"| {backend} | {name} | {t:.3g} | {t / ref:.2f} |" for name, t in ms.items()]
-    return lines
+            yield from (f"| {backend} | {name} | {t:.3g} | {t / ref:.2f} |" for name, t in ms.items())
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -232,9 +243,11 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.quick:
         args.batch, args.n, args.repeats, args.no_compile = 4, 64, 2, True
+    lines = timings(args.batch, args.n, args.repeats)
     if importlib.util.find_spec("torch"):
-        print("\n".join(census(args.batch, args.n, not args.no_compile)), end="\n\n", flush=True)
-    print("\n".join(timings(args.batch, args.n, args.repeats)), flush=True)
+        lines = itertools.chain(lines, [""], census(args.batch, args.n, not args.no_compile))
+    for line in lines:  # each row as it is measured
+        print(line, flush=True)
 
 
 if __name__ == "__main__":

@@ -39,21 +39,34 @@ def test_agrees_with_numpy(backend, device, op):
     assert_allclose(got, expected, **TOL["float64"])
 
 
+def _assert_rows_equal(got, want, in_fixed_order):
+    """Bit for bit where the device adds in a fixed order; on a GPU, to 16 ulps of each row's largest magnitude: its
+    scatter-adds are atomics, whose order, and so a segmented sum's last bits, vary from call to call
+    (docs/reliability.md, "Determinism on a GPU")."""
+    if in_fixed_order or not np.issubdtype(want.dtype, np.floating):
+        assert_array_equal(got, want)
+        return
+    scale = np.max(np.abs(np.nan_to_num(want, posinf=0.0, neginf=0.0)), axis=-1, keepdims=True, initial=1.0)
+    assert_allclose(got / scale, want / scale, rtol=0, atol=16 * np.finfo(want.dtype).eps)
+
+
 def test_batch_rows_independent(backend, op):
-    """Each row's output is a function of that row alone: rows swapped in from another batch keep their outputs, bit for bit; a NaN stays in its row."""
+    """Each row's output is a function of that row alone: rows swapped in from another batch keep their outputs, bit for bit (to a few ulps on a GPU); a NaN stays in its row."""
     x, y = _data(SHAPE, seed=2), _data(SHAPE, seed=3) * 3.0
+    in_fixed_order = backend.adds_in_fixed_order(backend.asarray(x))
     out_x, out_y = (backend.to_numpy(op(backend.asarray(a))) for a in (x, y))
     mine = (np.arange(int(np.prod(SHAPE[:-1]))) % 2 == 0).reshape(SHAPE[:-1])  # every other row from x, the rest from y
     for rows in (mine, ~mine):
         mixed = backend.to_numpy(op(backend.asarray(np.where(rows[..., None], x, y))))
-        assert_array_equal(mixed[rows], out_x[rows])
-        assert_array_equal(mixed[~rows], out_y[~rows])
+        _assert_rows_equal(mixed[rows], out_x[rows], in_fixed_order)
+        _assert_rows_equal(mixed[~rows], out_y[~rows], in_fixed_order)
     x_nan = x.copy()
     x_nan[1, 0, 3] = np.nan
     with_nan = backend.to_numpy(op(backend.asarray(x_nan)))
     keep = np.ones(SHAPE[:-1], dtype=bool)
     keep[1, 0] = False
-    assert_array_equal(with_nan[keep], out_x[keep])
+    _assert_rows_equal(with_nan[keep], out_x[keep], in_fixed_order)
+    assert np.all(np.isnan(with_nan[1, 0]))
 
 
 def test_input_not_mutated(backend, device, op):

@@ -175,11 +175,14 @@ def test_gpu_check_runs_here_in_its_cpu_mode(tmp_path):
     assert re.search(r"conformance/test_backends\.py::\S+ PASSED", log), log[-3000:]
     assert (tmp_path / "junit.xml").stat().st_size > 0
     assert "| soft_rank[permutahedron] | " in (tmp_path / "benchmarks_gpu.md").read_text()
-    # the determinism probe, without and with XLA's deterministic ops: on a CPU one result per operator, rows equal
+    # the determinism probe, without and with JAX's and torch's deterministic modes: on a CPU one result per operator
+    # and framework, rows equal
     determinism = (tmp_path / "determinism.md").read_text()
-    assert determinism.count("determinism on ") == 2 and "--xla_gpu_deterministic_ops=true" in determinism, determinism
-    rows = re.findall(r"^\| ([^|]+?) \| (\d+) \| (\d+) \| (\d+) \| ", determinism, flags=re.M)
-    assert len(rows) == 8 and all(r[1:] == ("1", "1", "0") for r in rows), determinism
+    assert determinism.count("determinism, defaults") == 1 and determinism.count("determinism, deterministic") == 1
+    assert "--xla_gpu_deterministic_ops=true" in determinism and "use_deterministic_algorithms(True)" in determinism
+    rows = re.findall(r"^\| (jax|torch) cpu( \(scans\))?: ([^|]+?) \| (\d+) \| (\d+) \| (\d+) \| ", determinism,
+                      flags=re.M)
+    assert len(rows) == 24 and all(r[3:] == ("1", "1", "0") for r in rows), determinism
 
 
 @pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
