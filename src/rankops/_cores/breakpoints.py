@@ -41,7 +41,8 @@ def search_breakpoints(xp: Any, adapter: Any, top: Any, bottom: Any, total: Any,
         return below + xp.astype(short, below.dtype) * step, step // 2
 
     device = _device(top)
-    start = (xp.zeros(top.shape[:-1] + (1,), dtype=top.dtype, device=device), xp.asarray(1 << (steps - 1), dtype=top.dtype, device=device))
+    # a power, not a shift: torch 2.11's symbolic shapes cannot shift by a symbol (every size a symbol under compile)
+    start = (xp.zeros(top.shape[:-1] + (1,), dtype=top.dtype, device=device), xp.asarray(2 ** (steps - 1), dtype=top.dtype, device=device))
     below, _ = adapter.repeat(xp, lift, start, steps, steps, like=(top, bottom, k), differentiated=False)
     hi = adapter.clip(xp, below + 1, None, 2 * n)
     whole = hi >= 2 * n

@@ -271,7 +271,8 @@ def _polish(
     """
     # a constant: under torch.compile(dynamic=True) a float read from a module is a symbol, which a while_loop's body
     # may not close over
-    target = concrete_number(max(tol * tol, POLISHED[xp.finfo(c.dtype).bits >= 64]))
+    # the index an int, not a bool: torch 2.11's dynamo refuses a tuple indexed by a bool (an exception in the trace)
+    target = concrete_number(max(tol * tol, POLISHED[int(xp.finfo(c.dtype).bits >= 64)]))
     a, b = xp.exp(log_a), xp.exp(log_b)
 
     def due(err: Any) -> Any:
