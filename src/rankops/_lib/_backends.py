@@ -15,7 +15,6 @@ from typing import Any, Callable
 import numpy as np
 
 from ._adapters import get_adapter
-from ._compat import device
 
 __all__ = ["Backend", "BACKENDS", "device_label", "get_backend"]
 
@@ -67,15 +66,6 @@ class Backend:
 
     def to_numpy(self, x: Any) -> np.ndarray:
         return self._to_numpy(x)
-
-    def adds_in_fixed_order(self, x: Any) -> bool:
-        """Whether sums of arrays on ``x``'s device add their terms in one order on every call: not on a GPU (CuPy,
-        torch CUDA, JAX's GPU), whose scatter-adds are atomics, so that a segmented sum's last bits may differ from
-        one call, or one batch, to the next (docs/reliability.md, "Determinism on a GPU")."""
-        if self.name == "cupy":
-            return False
-        where = device(x)  # torch.device's type, a JAX device's platform; NumPy's, Dask's and array-api-strict's CPU
-        return getattr(where, "type", getattr(where, "platform", "cpu")) == "cpu"
 
 
 def _importable(module: str) -> Callable[[], str | None]:
