@@ -238,9 +238,12 @@ def _sorted_values(xp: Any, adapter: Any, starts: Any, sol: Any, y: Any, s: Any,
 
     Rounding can split a block, and a part's own means are not its block's:
     the pooling rounds under ``jax.jit`` leave a KL block of 3 x 10^4 soft
-    entries as two runs 1 ulp apart (the closed form of one run 0.6 off), and
-    joining blocks that close would pool distinct ones as well (a row at the
-    default softness holds many within a few ulps of y). A masked entry
+    entries as two runs 1 ulp apart (the closed form of one run 0.6 off).
+    Neighbouring runs within ``eps`` times their size are taken as one block
+    (a wider margin pools distinct blocks: a row at the default softness
+    holds many within a few ulps of ``y``: joined at 16 ulps, n = 3 x 10^4
+    came out 4.5e-5 of its largest value off, against 3e-7), and an entry whose closed form strays from the direct one by
+    more than 16 ulps of ``max |y|`` keeps the direct one. A masked entry
     (``weight`` 0), out of the objective, keeps the direct form, and ``s``
     where it is a block alone (the KL's fit puts it at -inf).
     """
