@@ -241,11 +241,12 @@ def _sorted_values(xp: Any, adapter: Any, starts: Any, sol: Any, y: Any, s: Any,
     entries as two runs 1 ulp apart (the closed form of one run 0.6 off).
     Neighbouring runs within ``eps`` times their size are taken as one block
     (a wider margin pools distinct blocks: a row at the default softness
-    holds many within a few ulps of ``y``: joined at 16 ulps, n = 3 x 10^4
-    came out 4.5e-5 of its largest value off, against 3e-7), and an entry whose closed form strays from the direct one by
-    more than 16 ulps of ``max |y|`` keeps the direct one. A masked entry
-    (``weight`` 0), out of the objective, keeps the direct form, and ``s``
-    where it is a block alone (the KL's fit puts it at -inf).
+    holds many within a few ulps of ``y``, and joined at 16 ulps a row of
+    3 x 10^4 came out 4.5e-5 of its largest value off, against 3e-7), and an
+    entry whose closed form strays from the direct one by more than 16 ulps
+    of ``max |y|`` keeps the direct one. A masked entry (``weight`` 0), out
+    of the objective, keeps the direct form, and ``s`` where it is a block
+    alone (the KL's fit puts it at -inf).
     """
     d = sol - y
     after, before = sol[..., 1:], sol[..., :-1]
