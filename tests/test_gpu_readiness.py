@@ -40,7 +40,7 @@ CEILINGS = {
     # constant with the cotangent, which JAX cannot transpose into forward mode): 45 -> 48; the value written as s
     # itself on one-entry blocks (exact whatever XLA's rounding of y = w - s in another fusion): + 5; and only where
     # sol - y is that rounding (a block its fit's roundings split 1 ulp apart keeps its soft value): + 6; the values as
-    # each block's closed form (``permutahedron._sorted_values``: y = rho / strength - s rounds every rank of a long
+    # each block's closed form (``block_values.sorted_values``: y = rho / strength - s rounds every rank of a long
     # row, 2e-4 to 4e-4 off at n = 3 x 10^4 in float32), its runs within an ulp joined and the direct form kept where
     # they disagree: + 31 net
     "soft_sort[permutahedron]": (lambda x: rankops.soft_sort(x, method="permutahedron", strength=1.0), 97, 1),

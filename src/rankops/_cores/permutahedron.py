@@ -39,6 +39,7 @@ from .._lib._adapters import core, get_adapter, rebuilt, same_shape
 from .._lib._compat import index_dtype, is_array, device as _device
 from .._lib._numerics import exact_centre, safe_divide
 from . import isotonic, masked, pnorm
+from .block_values import sorted_values
 from .finite import finite_rows
 from .power_sums import stepped_mean
 from .softness import output_is_sort, softened
@@ -104,7 +105,7 @@ class _Projection:
         # rho on a one-entry block, bit-equal on tied entries), the sort as (sol - y) - s.
         if self.output == "sort":
             w = rho / strength
-            y = w - s  # both fits hold w - s on one-entry blocks: only their blocks are used (_pooled_sorts)
+            y = w - s  # both fits hold w - s on one-entry blocks: only their blocks are used (.block_values)
         if self.output == "rank" and self.regularization == "l2":
             # only the blocks of sol are used: those of the decreasing fit of s - rho are the
             # increasing fit's of rho - s (the fit negated)
@@ -121,7 +122,7 @@ class _Projection:
             ranks, share = _pooled_ranks(xp, adapter, starts, s, rho, self.regularization, weight)
             value = adapter.take(xp, ranks, inverse)
         else:
-            value = _sorted_values(xp, adapter, starts, sol, y, s, rho, strength, self.regularization, weight)
+            value = sorted_values(xp, adapter, starts, sol, y, s, rho, strength, self.regularization, weight)
             value = value if self.descending else -value
         # the rank's backward needs each entry's share of its block, which the forward has at hand
         share = share if self.output == "rank" else None
@@ -228,72 +229,6 @@ def _pooled_ranks(xp: Any, adapter: Any, starts: Any, s: Any, rho: Any, regulari
         return mean_rho + (d - total * inv), weight * inv
     share = shape / total if weight is None else safe_divide(xp, shape, total)
     return (count * mean_rho) * share, share
-
-
-def _sorted_values(xp: Any, adapter: Any, starts: Any, sol: Any, y: Any, s: Any, rho: Any, strength: Any,
-                   regularization: str, weight: Any = None) -> Any:
-    """The soft sort (decreasing, as ``s``) from the fit ``sol`` of ``y = rho / strength - s`` and its blocks
-    (``starts``): each block's closed form (:func:`_pooled_sorts`) where it agrees with the direct ``s - (sol - y)`` to
-    the rounding of ``y``, else the direct form.
-
-    Rounding can split a block, and a part's own means are not its block's:
-    the pooling rounds under ``jax.jit`` leave a KL block of 3 x 10^4 soft
-    entries as two runs 1 ulp apart (the closed form of one run 0.6 off).
-    Neighbouring runs within ``eps`` times their size are taken as one block
-    (a wider margin pools distinct blocks: a row at the default softness
-    holds many within a few ulps of ``y``, and joined at 16 ulps a row of
-    3 x 10^4 came out 4.5e-5 of its largest value off, against 3e-7), and an
-    entry whose closed form strays from the direct one by more than 16 ulps
-    of ``max |y|`` keeps the direct one. A masked entry (``weight`` 0), out
-    of the objective, keeps the direct form, and ``s`` where it is a block
-    alone (the KL's fit puts it at -inf).
-    """
-    d = sol - y
-    after, before = sol[..., 1:], sol[..., :-1]
-    if weight is not None and regularization == "kl":  # a masked entry's fit is -inf: no gap from it
-        after, before = (xp.where(xp.isfinite(a), a, 0.0) for a in (after, before))
-    near = xp.abs(after - before) <= xp.finfo(d.dtype).eps * xp.abs(before)
-    joined = starts & ~xp.concat([xp.zeros_like(starts[..., :1]), near], axis=-1)
-    exact = _pooled_sorts(xp, adapter, joined, s, rho, strength, regularization, weight)
-    kept = xp.abs(exact + d - s) <= 16.0 * xp.finfo(d.dtype).eps * xp.max(xp.abs(y), axis=-1, keepdims=True)
-    if weight is not None:
-        last = xp.ones(starts.shape[:-1] + (1,), dtype=xp.bool, device=_device(starts))
-        alone = starts & xp.concat([starts[..., 1:], last], axis=-1)
-        d = xp.where(alone & (weight == 0), 0.0, d)
-        kept = kept & (weight > 0)
-    return xp.where(kept, exact, s - d)
-
-
-def _pooled_sorts(xp: Any, adapter: Any, starts: Any, s: Any, rho: Any, strength: Any, regularization: str,
-                  weight: Any = None) -> Any:
-    """The sort projection on each block (decreasing, as ``s``): ``mean_B(s) + (rho - mean_B(rho)) / strength`` (l2),
-    ``LSE_B(s) + log softmax_B(rho / strength)`` (kl), the fitted blocks' values.
-
-    These equal ``s - (sol - y)`` with ``y = rho / strength - s`` and ``sol``
-    the fit, but are written on ``s - s_first`` and on ``k = rho_first - rho``
-    (0, 1, 2, ... over a block, whose means and log-sums have closed forms):
-    ``y`` holds ``rho / strength``, which rounds every rank of a long row (in
-    float32 at n = 3 x 10^4 and strength 10, by 1e-4), and the direct form
-    carries that rounding into every value. A one-entry block is exactly
-    ``s`` here. ``weight``: 0 on a masked tail, which counts in no sum (the
-    caller keeps its entries).
-    """
-    first = isotonic.block_first(xp, adapter, starts, xp.stack([s, xp.broadcast_to(rho, s.shape)]))
-    d = xp.where(starts, 0.0, s - first[0, ...])
-    k = first[1, ...] - rho  # steps from the block's first entry: rho falls by one over its valid entries
-    one = xp.ones_like(s) if weight is None else weight
-    # l2: a block's total of its spread, of the spread's size; kl: its shares, whose running sum's error grows with the
-    # block's length (as the rank's, :func:`_pooled_ranks`)
-    sums = isotonic.block_sums(xp, adapter, starts, xp.stack([one, one * (d if regularization == "l2" else xp.exp(d))]),
-                               precise=regularization == "kl")
-    count, total = sums[0, ...], sums[1, ...]
-    if weight is not None:  # a block of masked entries only: no values (the caller keeps theirs)
-        count, total = (xp.where(count > 0, a, xp.ones_like(a)) for a in (count, total))
-    if regularization == "l2":
-        return first[0, ...] + total / count + (0.5 * (count - 1.0) - k) / strength
-    # sum over the block of exp(-j / strength), j = 0 .. m - 1: (1 - r^m) / (1 - r) for r = exp(-1 / strength)
-    log_total = xp.log(xp.expm1(-count / strength) / xp.expm1(xp.zeros_like(count) - 1.0 / strength))
-    return first[0, ...] + xp.log(total) - k / strength - log_total
 
 
 def _block_average(xp: Any, adapter: Any, starts: Any, s: Any, g: Any, regularization: str, weight: Any = None) -> Any:
