@@ -39,10 +39,10 @@ CEILINGS = {
     # the backward's block shares and the cotangent's block sums are two segmented sums (one stacked sum mixed a
     # constant with the cotangent, which JAX cannot transpose into forward mode): 45 -> 48; the value written as s
     # itself on one-entry blocks (exact whatever XLA's rounding of y = w - s in another fusion): + 5; and only where
-    # sol - y is that rounding (a block its fit's roundings split 1 ulp apart keeps its soft value): + 6; the values as
-    # each block's closed form (``block_values.sorted_values``: y = rho / strength - s rounds every rank of a long
-    # row, 2e-4 to 4e-4 off at n = 3 x 10^4 in float32), its runs within an ulp joined and the direct form kept where
-    # they disagree: + 31 net
+    # sol - y is that rounding (a block its fit's roundings split 1 ulp apart keeps its soft value): + 6. Those two
+    # tests then gave way to each block's closed form (``block_values.sorted_values``: y = rho / strength - s rounds
+    # every rank of a long row, 2e-4 to 4e-4 off at n = 3 x 10^4 in float32; a one-entry block exactly s), its runs
+    # within an ulp joined and the direct form kept where the two disagree: 66 -> 97
     "soft_sort[permutahedron]": (lambda x: rankops.soft_sort(x, method="permutahedron", strength=1.0), 97, 1),
     "soft_rank[lapsum]": (lambda x: rankops.soft_rank(x, method="lapsum", alpha=1.0), 89, 0),
     "soft_sort[lapsum]": (lambda x: rankops.soft_sort(x, method="lapsum", alpha=1.0), 221, 0),

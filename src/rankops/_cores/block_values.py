@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._lib._compat import device as _device, is_array
+from .._lib._compat import is_array
 from . import isotonic, windows
-from .subsets import Subset
+from .subsets import Subset, one_entry_blocks
 
 __all__ = ["sorted_values", "pooled_sorts", "SORT_SHARE"]
 
@@ -48,9 +48,7 @@ def sorted_values(xp: Any, adapter: Any, starts: Any, sol: Any, y: Any, s: Any, 
     exact = _closed_forms(xp, adapter, joined, s, rho, strength, regularization, weight)
     kept = xp.abs(exact + d - s) <= 16.0 * xp.finfo(d.dtype).eps * xp.max(xp.abs(y), axis=-1, keepdims=True)
     if weight is not None:
-        last = xp.ones(starts.shape[:-1] + (1,), dtype=xp.bool, device=_device(starts))
-        alone = starts & xp.concat([starts[..., 1:], last], axis=-1)
-        d = xp.where(alone & (weight == 0), 0.0, d)
+        d = xp.where(one_entry_blocks(xp, starts) & (weight == 0), 0.0, d)
         kept = kept & (weight > 0)
     return xp.where(kept, exact, s - d)
 
@@ -65,8 +63,7 @@ def _closed_forms(xp: Any, adapter: Any, starts: Any, s: Any, rho: Any, strength
     strength 1 a row of 10^5 normal entries holds few, and its segmented sums over the whole row cost a third of
     the call."""
     if weight is None and not is_array(strength) and windows.readable_on_cpu(adapter, s):
-        last = xp.ones(starts.shape[:-1] + (1,), dtype=xp.bool, device=_device(starts))
-        several = Subset(xp, ~(starts & xp.concat([starts[..., 1:], last], axis=-1)))
+        several = Subset(xp, ~one_entry_blocks(xp, starts))
         if several.share() <= SORT_SHARE:
             if several.size == 0:
                 return s

@@ -82,7 +82,7 @@ from .breakpoints import search_breakpoints
 from .extensions import for_exponent
 from .power_sums import PowerSums, SteppedSignedSums, block_form, centred, merge_blocks, merge_fit, pool_blocks, pooled_blocks_length
 from .powers import falling_newton, falling_root, moment_root, odd_power, power, signed_square_root
-from .subsets import Subset
+from .subsets import Subset, one_entry_blocks
 
 __all__ = ["exponent", "project", "capped", "slope", "exponent_of", "ENTRY_MERGES"]
 
@@ -351,8 +351,7 @@ def _solved(xp: Any, adapter: Any, rules: _Rules, starts: Any, y: Any, w: Any, s
     # both arrays: a soft sort's y (the ranks) is a constant even where its weights (the data) are traced
     if not (rules.compact_share > 0 and windows.readable_on_cpu(adapter, y, w)):
         return shift(xp, adapter, starts, y, w, q)
-    ends = xp.concat([starts[..., 1:], xp.ones_like(starts[..., :1])], axis=-1)
-    several = Subset(xp, ~(starts & ends))
+    several = Subset(xp, ~one_entry_blocks(xp, starts))
     if several.share() > rules.compact_share:
         return shift(xp, adapter, starts, y, w, q)
     alone = (odd_power if signed else power)(xp, w, 1.0 / (q - 1.0))

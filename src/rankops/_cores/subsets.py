@@ -15,7 +15,7 @@ from typing import Any
 from .._lib._compat import cumulative_sum
 from .blocks import take_in_range
 
-__all__ = ["Subset"]
+__all__ = ["Subset", "one_entry_blocks"]
 
 
 class Subset:
@@ -54,3 +54,8 @@ class Subset:
         xp = self.xp
         place = xp.clip(cumulative_sum(xp, xp.astype(self.chosen, self.at.dtype)) - 1, 0, None)
         return xp.reshape(take_in_range(xp, part, place), self.shape)
+
+
+def one_entry_blocks(xp: Any, starts: Any) -> Any:
+    """True on an entry that is a block alone: it begins one (``starts``) and the next entry begins another."""
+    return starts & xp.concat([starts[..., 1:], xp.ones_like(starts[..., :1])], axis=-1)
