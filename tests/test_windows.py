@@ -524,3 +524,99 @@ def test_rounds_over_blocks_gather_with_one_kernel_on_torch(monkeypatch):
     kernels, _, _ = _count(torch, both)
     assert calls, "the rounds over blocks were not taken"
     assert kernels <= 1087, f"{kernels} kernels per call (ceiling 1087)"
+
+
+def _q3_runs_after_one_round(rng: np.random.Generator, rows: int) -> tuple[list[tuple[np.ndarray, np.ndarray, list]], ...]:
+    """Rows of the p = 3/2 rank's increasing fit (y: sorted normal scores over a strength of 0.01 to 3, some tied;
+    w: ranks 1..n) after one pooling round: each row's blocks as ``(first entry, end, value)``, true q = 3 roots."""
+    from .test_pnorm import _root
+
+    out = []
+    for _ in range(rows):
+        n = int(rng.integers(20, 60))
+        x = rng.normal(size=n)
+        if rng.random() < 0.3:
+            x = np.round(x * 3.0) / 3.0
+        y = np.sort(x) / rng.choice([0.01, 0.1, 0.3, 1.0, 3.0])
+        w = np.arange(1.0, n + 1.0)
+        v0 = y - np.sqrt(w)
+        parts, i = [], 0
+        while i < n:  # one round: every run of one-entry values each above the next pools
+            j = i
+            while j < n - 1 and v0[j] > v0[j + 1]:
+                j += 1
+            parts.append((i, j + 1, _root(y[i:j + 1], w[i:j + 1], 3.0)))
+            i = j + 1
+        out.append((y, w, parts))
+    return out
+
+
+def _window_fit(y: np.ndarray, w: np.ndarray, parts: list) -> list:
+    """Sequential pool-adjacent-violators from the blocks ``parts`` (true q = 3 roots), as ``(first, end, value)``."""
+    from .test_pnorm import _root
+
+    fit: list = []
+    for a, b, v in parts:
+        while fit and fit[-1][2] > v:
+            a = fit.pop()[0]
+            v = _root(y[a:b], w[a:b], 3.0)
+        fit.append((a, b, v))
+    return fit
+
+
+def test_min_max_pass_at_q3_equals_the_fit_of_each_runs_window(monkeypatch):
+    """One min-max pass (``windows._pool_each_run``) at q = 3, the p = 3/2 rank's, over 150 rows after one pooling
+    round, one call for the batch (NumPy, float64): every run of drops that the pass pools ends as the block that
+    sequential pool-adjacent-violators (true roots) fits over the blocks between its neighbouring runs, at that
+    block's value to 1e-12, and most runs are pooled. Each range's value there is its moments' root bounded by its
+    first datum (``Blocks.low``); the moments' root alone, which stands above a range's value where some of its
+    data lie below it, sets a wrong level in some of these runs."""
+    import array_api_compat.numpy as xp
+
+    from rankops._cores.power_sums import PowerSums
+
+    monkeypatch.setattr(windows, "RADIUS", 64)  # every run's window reaches its neighbouring runs (rows of < 60)
+    rng = np.random.default_rng(7)
+    rows = _q3_runs_after_one_round(rng, 150)
+    blocks = [(r, a, b, v) for r, (_, _, parts) in enumerate(rows) for a, b, v in parts]
+    value = np.array([v for _, _, _, v in blocks])
+    data = []
+    for r, a, b, _ in blocks:
+        y, w = rows[r][0][a:b], rows[r][1][a:b]
+        d = y - y.mean()
+        data.append((y.mean(), w.sum(), float(b - a), np.sum(d * d), np.sum(d ** 3)))
+    data = tuple(np.array(c) for c in zip(*data))
+    low = np.array([rows[r][0][a] for r, a, _, _ in blocks])
+    row = np.array([r for r, _, _, _ in blocks])
+    first = np.searchsorted(row, row, side="left")
+    last = np.searchsorted(row, row, side="right") - 1
+    down = (value[:-1] > value[1:]) & (row[:-1] == row[1:])
+
+    def one_pass(low: Any) -> tuple[int, int, int]:
+        """(runs pooled, of them at the window fit's block and value, runs)"""
+        got = windows._pool_each_run(xp, get_adapter(xp), PowerSums(3.0), value, data, first, last, down, np.int64, low)
+        start, end, lo, hi = (np.asarray(a) for a in windows._runs(xp, down, first, last))
+        pooled = right = 0
+        for s, e, a, b in zip(start, end, lo, hi):
+            if np.array_equal(got[s:e + 1], value[s:e + 1]):
+                continue  # left out of this pass: its pool met another run's
+            pooled += 1
+            r = row[s]
+            y, w = rows[r][0], rows[r][1]
+            window = [blk[1:] for blk in blocks[a:b + 1]]
+            fit = _window_fit(y, w, window)
+            at = blocks[s][1]
+            fa, fb, level = next(f for f in fit if f[0] <= at < f[1])
+            inside = [i for i in range(a, b + 1) if fa <= blocks[i][1] < fb]
+            begin, stop = s, e  # the pool: the blocks around the run at its level (a neighbouring run's pool may
+            while begin > a and got[begin - 1] == got[s]:  # reach into the window)
+                begin -= 1
+            while stop < b and got[stop + 1] == got[s]:
+                stop += 1
+            right += inside == list(range(begin, stop + 1)) and bool(np.isclose(got[s], level, rtol=1e-12, atol=1e-12))
+        return pooled, right, start.size
+
+    pooled, right, runs = one_pass(low)
+    assert right == pooled and pooled >= runs // 2, (pooled, right, runs)
+    pooled, right, _ = one_pass(None)
+    assert right < pooled, "the moments' root alone set every level right: the bound was not tried"

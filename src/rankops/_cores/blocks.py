@@ -48,7 +48,8 @@ def find_drops(value: Any, first: Any) -> Any:
 class Blocks:
     """The blocks of a batch of rows, one entry each along one axis: value, statistics (``rules.block_data``: a
     tuple), and its row's first and last block; ``starts`` (the entries' flattened block starts) spreads them back;
-    ``idx`` the index dtype."""
+    ``idx`` the index dtype; ``low`` each block's first datum where the rules give the data (``rules.block_low``: the
+    p-norm rank's at q = 3, whose rows increase), else None."""
 
     value: Any
     data: tuple[Any, ...]
@@ -56,6 +57,16 @@ class Blocks:
     row_last: Any
     starts: Any
     idx: Any
+    low: Any = None
+
+    def table(self, xp: Any) -> Any:
+        """The blocks' values and statistics, one column each: value, the block form's five, then ``low`` (if any)."""
+        return xp.stack([self.value, *self.data, *(() if self.low is None else (self.low,))])
+
+    def from_table(self, table: Any, **changes: Any) -> Blocks:
+        """These blocks with the columns of a :meth:`table` (regrouped) and ``changes``."""
+        return dataclasses.replace(self, value=table[0, ...], data=tuple(table[i, ...] for i in range(1, 6)),
+                                   low=table[6, ...] if table.shape[0] > 6 else None, **changes)
 
     def of_entries(self, xp: Any) -> Any:
         """Each flattened entry's block (an index into ``value``), from ``starts``."""
@@ -69,21 +80,25 @@ class Blocks:
         first = xp.ones((rows.shape[0], 1), dtype=xp.bool, device=_device(v))
         starts = xp.concat([first, rows[:, 1:] != rows[:, :-1]], axis=-1)
         data = rules.block_data(xp, adapter, starts, w, v)
+        low = getattr(rules, "block_low", lambda *a: None)(xp, w, v)
         starts = xp.reshape(starts, (-1,))
         heads = xp.nonzero(starts)[0]
         first, last = _row_ends(xp, adapter, heads // n, idx)
-        return cls(value=take_in_range(xp, xp.reshape(v, (-1,)), heads), data=tuple(take_in_range(xp, xp.reshape(a, (-1,)), heads) for a in data),
-                   row_first=first, row_last=last, starts=starts, idx=idx)
+
+        def at_heads(a: Any) -> Any:
+            return take_in_range(xp, xp.reshape(a, (-1,)), heads)
+
+        return cls(value=at_heads(v), data=tuple(at_heads(a) for a in data), row_first=first, row_last=last, starts=starts,
+                   idx=idx, low=None if low is None else at_heads(low))
 
     def regrouped(self, xp: Any, adapter: Any, sums: Any, starts: Any, value: Any, owner: Any) -> tuple[Blocks, Any]:
         """``(blocks, owner)``: the groups of consecutive blocks that ``starts`` begins (within rows) as blocks
         (:func:`regroup`, ``value`` the groups' values, per block); ``owner``: each block of a former grouping (these
         blocks: None) in its group now."""
-        table, heads, group = regroup(xp, adapter, sums, xp.stack([self.value, *self.data]), starts, value)
+        table, heads, group = regroup(xp, adapter, sums, self.table(xp), starts, value)
         first, last = (take_in_range(xp, group, take_in_range(xp, a, heads)) for a in (self.row_first, self.row_last))
         owner = group if owner is None else take_in_range(xp, group, owner)
-        return dataclasses.replace(self, value=table[0, ...], data=tuple(table[i, ...] for i in range(1, 6)), row_first=first,
-                                   row_last=last), owner
+        return self.from_table(table, row_first=first, row_last=last), owner
 
     def with_owner(self, xp: Any, of_entries: Any, owner: Any) -> Blocks:
         """These blocks, their entries' starts from ``owner`` (each former block's block) and the former blocks'
@@ -105,7 +120,7 @@ def pool_rounds(xp: Any, adapter: Any, sums: Any, blocks: Blocks, leave: int, ro
     """The pooling rounds of :func:`.isotonic.pool_runs` over ``blocks`` (:func:`_pool_round`), the arrays shrinking
     to the blocks left. They stop once no drop is left, or at most ``leave`` in all and fewer than half as many as a
     round before (a chain that snowballs), or after ``rounds`` rounds."""
-    table = xp.stack([blocks.value, *blocks.data])  # each block's value and statistics, one column per block
+    table = blocks.table(xp)
     row, owner, before = blocks.row_first, None, 0  # row: any number shared by a row's blocks alone
     for _ in range(rounds):
         down = find_drops(table[0, ...], row)
@@ -117,9 +132,7 @@ def pool_rounds(xp: Any, adapter: Any, sums: Any, blocks: Blocks, leave: int, ro
     if owner is None:
         return blocks
     first, last = _row_ends(xp, adapter, row, blocks.idx)
-    pooled = Blocks(value=table[0, ...], data=tuple(table[i, ...] for i in range(1, 6)), row_first=first, row_last=last,
-                     starts=blocks.starts, idx=blocks.idx)
-    return pooled.with_owner(xp, blocks.of_entries(xp), owner)
+    return blocks.from_table(table, row_first=first, row_last=last).with_owner(xp, blocks.of_entries(xp), owner)
 
 
 def _pool_round(xp: Any, adapter: Any, sums: Any, table: Any, row: Any, down: Any, owner: Any) -> tuple[Any, Any, Any]:
@@ -135,8 +148,9 @@ def regroup(xp: Any, adapter: Any, sums: Any, table: Any, starts: Any, value: An
     """``(table, heads, group)``: the groups of consecutive blocks that ``starts`` begins (``table``: each block's value
     and statistics, one column each) as the columns of a new table, each group's first block (``heads``) and each
     block's group. A group of several blocks takes their statistics combined (:func:`combined`) and the value
-    ``value`` holds at its first block (None: the value they give, :meth:`.power_sums.PowerSums.block_value`); only
-    those are combined (as one row), and a block alone keeps its column."""
+    ``value`` holds at its first block (None: the value they give, :meth:`.power_sums.PowerSums.block_value`), and
+    its first block's ``low`` (a seventh row, :class:`Blocks`); only those are combined (as one row), and a block
+    alone keeps its column."""
     dev, idx = _device(table), index_dtype(xp, _device(table))
     group = cumulative_sum(xp, xp.astype(starts, idx)) - 1
     heads = xp.nonzero(starts)[0]
@@ -147,9 +161,10 @@ def regroup(xp: Any, adapter: Any, sums: Any, table: Any, starts: Any, value: An
     part = take_in_range(xp, starts, at)
     firsts = xp.nonzero(part)[0]
     taken = take_in_range(xp, table, at, axis=-1)
-    data = combined(xp, adapter, sums, part, cumulative_sum(xp, xp.astype(part, idx)) - 1, firsts,
-                    tuple(taken[i, ...] for i in range(1, 6)))
-    pooled = xp.stack([sums.block_value(xp, data) if value is None else take_in_range(xp, value, take_in_range(xp, at, firsts)), *data])
+    data = combined(xp, adapter, sums, part, cumulative_sum(xp, xp.astype(part, idx)) - 1, firsts, tuple(xp.unstack(taken[1:6, ...])))
+    first_value = sums.block_value(xp, data) if value is None else take_in_range(xp, value, take_in_range(xp, at, firsts))
+    low = () if table.shape[0] == 6 else (take_in_range(xp, taken[6, ...], firsts),)  # the group's first block's
+    pooled = xp.stack([first_value, *data, *low])
     # each new block: its group's (the groups of several in order), or the block it was
     changed = take_in_range(xp, several, heads)
     place = xp.clip(cumulative_sum(xp, xp.astype(changed, idx)) - 1, 0, None)
@@ -163,6 +178,6 @@ def combined(xp: Any, adapter: Any, sums: Any, starts: Any, group: Any, heads: A
     total = adapter.segment_totals(xp, starts, group, heads, xp.stack([m * mean, m]))
     centre = total[0, ...] / total[1, ...]
     terms = sums.stats(xp, None, data, take_in_range(xp, centre, group))
-    moments = terms[3:] if len(terms) > 3 else (data[3], data[4])  # q = 2 reads no moments
-    combined = adapter.segment_totals(xp, starts, group, heads, xp.stack([terms[0], terms[1], *moments]))
-    return (centre, *(combined[i, ...] for i in range(4)))
+    combined = xp.unstack(adapter.segment_totals(xp, starts, group, heads, xp.stack([terms[0], terms[1], *terms[3:]])))
+    # the moments past the loss's degree are not read: 0
+    return (centre, *combined, *(xp.zeros_like(centre),) * (4 - len(combined)))

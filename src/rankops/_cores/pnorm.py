@@ -46,10 +46,12 @@ now, on a CPU, a rank's row that is one block between short end blocks
 (strength 1) is guessed and proved so (:mod:`.one_block`); else the rounds
 run over the blocks in their moment form, shrinking to the blocks left
 (:func:`.blocks.pool_rounds`), a row stops once its last drops stop halving,
-and :mod:`.windows` finishes it: at q = 2 and 4 by the merge rounds; at q = 3
-(whose merge tests split a block by its data) by runs of drops extended a
-block at a time, then rounds (a chain that takes one block per round is one
-extension there). At q = 5 and 6 (no block form: ``ENTRY_MERGES``) rows go
+and :mod:`.windows` finishes it: each run of drops pooled to its end in one
+pass (the min-max formula over the blocks near it; at q = 3, whose moments
+give a range's value only where its data lie above it, bounded by each
+range's first datum), then windows around the drops left, fitted by the
+merge rounds at q = 2 and 4 (at q = 3 a merge test splits a block by its
+data) and by pooling rounds at q = 3. At q = 5 and 6 (no block form: ``ENTRY_MERGES``) rows go
 on to merge rounds over the entries, each pool's root by Newton's method on
 its moments; at any other q (no such sums) to threshold splits (:mod:`.splits`).
 Where the rounds cannot read values (``jax.jit``, a GPU), at q = 3 (the rank,
@@ -216,6 +218,7 @@ class _Rules:
         # square root (q = 3) costs less than the gathers (:func:`.isotonic.pool_runs`)
         self.compact_share = 0.0 if q in (2.0, 3.0) else 0.25
         self.block_share = 0.55 if q in (2.0, 3.0) else 0.7  # where rounds over blocks pay (windows.few_blocks)
+        self.lows = q == 3.0  # the blocks' first data bound the min-max passes' ranges (windows._pool_each_run)
 
     def pooled(self, xp: Any, adapter: Any, starts: Any, u: Any, yw: Any, unit: bool) -> Any:
         # these values only place the blocks (the output is solved again on them): no tangent is read
@@ -226,6 +229,10 @@ class _Rules:
     def block_data(xp: Any, adapter: Any, starts: Any, yw: Any, v: Any) -> tuple[Any, ...]:
         """Each entry's block in :func:`.power_sums.block_form`, as 2-D rows (:mod:`.windows`: block-compressible)."""
         return block_form(xp, adapter, starts, *(windows.rows_of(xp, yw[i, ...], v) for i in (0, 1)))
+
+    def block_low(self, xp: Any, yw: Any, v: Any) -> Any:
+        """Each entry's datum as 2-D rows (at q = 3, :class:`.blocks.Blocks`' ``low``), else None."""
+        return windows.rows_of(xp, yw[0, ...], v) if self.lows else None
 
     @staticmethod
     def pad(xp: Any, low: Any, data: tuple[Any, ...]) -> tuple[Any, tuple[Any, ...]]:
@@ -240,6 +247,7 @@ class _SignedRules(_Rules):
     def __init__(self, q: float) -> None:
         super().__init__(q)
         self.compact_share = 0.0 if q == 2.0 else 0.25
+        self.lows = False  # data of either sign: no min-max passes at q = 3 (power_sums.SteppedSignedSums' own)
 
     def pooled(self, xp: Any, adapter: Any, starts: Any, u: Any, yw: Any, unit: bool) -> Any:
         mean, _, t = _signed_shift(xp, adapter, starts, yw[0, ...], yw[1, ...], self.q)

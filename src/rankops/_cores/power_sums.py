@@ -52,6 +52,8 @@ class PowerSums:
         d = mean - centre
         if self.degree == 1:
             return w, m, m * d
+        if self.degree == 2:  # the third moment is not read
+            return w, m, m * d, m2 + m * d * d
         return w, m, m * d, m2 + m * d * d, m3 + 3.0 * d * m2 + m * d * d * d
 
     # plain sums, scanned and combined as "l2"'s are
