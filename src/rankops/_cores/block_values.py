@@ -28,10 +28,15 @@ def sorted_values(xp: Any, adapter: Any, starts: Any, sol: Any, y: Any, s: Any, 
     the rounding of ``y``, else the direct form.
 
     Rounding can split a block, and a part's own means are not its block's:
-    the pooling rounds under ``jax.jit`` leave a KL block of 3 x 10^4 soft
-    entries as two runs 1 ulp apart (the closed form of one run 0.6 off).
-    Neighbouring runs within ``eps`` times their size are taken as one block
-    (a wider margin pools distinct blocks: a row at the default softness
+    under ``jax.jit`` the KL fit of a tied row of 3 x 10^4 leaves a block as
+    two runs 1 ulp apart (the closed form of one run 0.6 off; 4e-6 of the
+    largest value without what follows, 6e-8 with it). The merge rounds'
+    tests split it (:mod:`.merges`, ``_round``): an entry's test sums its
+    own block's later entries, each 0 in exact arithmetic but not in the
+    KL's logs, so entries of one value test apart. Tests that skip the own
+    block (``whole_blocks``) keep it whole, for 4-36% more of the KL's time
+    under ``jit``. Instead, neighbouring runs within ``eps`` times their size
+    are taken as one block (a wider margin pools distinct blocks: a row at the default softness
     holds many within a few ulps of ``y``, and joined at 16 ulps a row of
     3 x 10^4 came out 4.5e-5 of its largest value off, against 3e-7), and an
     entry whose closed form strays from the direct one by more than 16 ulps
