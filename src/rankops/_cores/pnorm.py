@@ -47,13 +47,13 @@ now, on a CPU, a rank's row that is one block between short end blocks
 run over the blocks in their moment form, shrinking to the blocks left
 (:func:`.blocks.pool_rounds`), a row stops once its last drops stop halving,
 and :mod:`.windows` finishes it: each run of drops pooled to its end in one
-pass (the min-max formula over the blocks near it; at q = 3, whose moments
-give a range's value only where its data lie above it, bounded by each
-range's first datum), then windows around the drops left, fitted by the
-merge rounds at q = 2 and 4 (at q = 3 a merge test splits a block by its
-data) and by pooling rounds at q = 3. At q = 5 and 6 (no block form: ``ENTRY_MERGES``) rows go
-on to merge rounds over the entries, each pool's root by Newton's method on
-its moments; at any other q (no such sums) to threshold splits (:mod:`.splits`).
+pass (the min-max formula over the blocks near it; at q = 3, whose moments give
+a range's value only where its data lie above it, bounded by each range's first
+datum), then windows around the drops left, fitted by merge rounds at q = 2 and
+4 and by pooling rounds at q = 3 (whose merge tests split a block by its data).
+At q = 5 and 6 (no block form: ``ENTRY_MERGES``) rows go on to merge rounds
+over the entries, each pool's root by Newton's method on its moments; at any
+other q (no such sums) to threshold splits (:mod:`.splits`).
 Where the rounds cannot read values (``jax.jit``, a GPU), at q = 3 (the rank,
 the sort's evenly stepped ranks) a round after one in which a row's drops
 stopped halving pools its first drops on, block by block to either side
@@ -247,7 +247,7 @@ class _SignedRules(_Rules):
     def __init__(self, q: float) -> None:
         super().__init__(q)
         self.compact_share = 0.0 if q == 2.0 else 0.25
-        self.lows = False  # data of either sign: no min-max passes at q = 3 (power_sums.SteppedSignedSums' own)
+        self.lows = False  # the sort's sums (power_sums.SteppedSignedSums) give any range's value: no bound needed
 
     def pooled(self, xp: Any, adapter: Any, starts: Any, u: Any, yw: Any, unit: bool) -> Any:
         mean, _, t = _signed_shift(xp, adapter, starts, yw[0, ...], yw[1, ...], self.q)
