@@ -573,6 +573,7 @@ def test_min_max_pass_at_q3_equals_the_fit_of_each_runs_window(monkeypatch):
     data lie below it, sets a wrong level in some of these runs."""
     import array_api_compat.numpy as xp
 
+    from rankops._cores.blocks import Blocks
     from rankops._cores.power_sums import PowerSums
 
     monkeypatch.setattr(windows, "RADIUS", 64)  # every run's window reaches its neighbouring runs (rows of < 60)
@@ -594,7 +595,7 @@ def test_min_max_pass_at_q3_equals_the_fit_of_each_runs_window(monkeypatch):
 
     def one_pass(low: Any) -> tuple[int, int, int]:
         """(runs pooled, of them at the window fit's block and value, runs)"""
-        got = windows._pool_each_run(xp, get_adapter(xp), PowerSums(3.0), value, data, first, last, down, np.int64, low)
+        got = windows._pool_each_run(xp, get_adapter(xp), PowerSums(3.0), Blocks(value, data, first, last, None, np.int64, low), down)
         start, end, lo, hi = (np.asarray(a) for a in windows._runs(xp, down, first, last))
         pooled = right = 0
         for s, e, a, b in zip(start, end, lo, hi):

@@ -21,7 +21,9 @@ from typing import Any
 from .._lib._adapters import get_adapter
 from .._lib._compat import cumulative_sum, device as _device, index_dtype
 
-__all__ = ["Blocks", "find_drops", "combined", "regroup", "pool_rounds", "take_in_range"]
+__all__ = ["Blocks", "find_drops", "combined", "regroup", "pool_rounds", "take_in_range", "LOW_ROW"]
+
+LOW_ROW = 6  # a table's rows (:meth:`Blocks.table`): value, the block form's five, then ``low`` where there is one
 
 
 def take_in_range(xp: Any, a: Any, index: Any, axis: int = 0) -> Any:
@@ -65,8 +67,8 @@ class Blocks:
 
     def from_table(self, table: Any, **changes: Any) -> Blocks:
         """These blocks with the columns of a :meth:`table` (regrouped) and ``changes``."""
-        return dataclasses.replace(self, value=table[0, ...], data=tuple(table[i, ...] for i in range(1, 6)),
-                                   low=table[6, ...] if table.shape[0] > 6 else None, **changes)
+        return dataclasses.replace(self, value=table[0, ...], data=tuple(table[i, ...] for i in range(1, LOW_ROW)),
+                                   low=table[LOW_ROW, ...] if table.shape[0] > LOW_ROW else None, **changes)
 
     def of_entries(self, xp: Any) -> Any:
         """Each flattened entry's block (an index into ``value``), from ``starts``."""
@@ -161,9 +163,10 @@ def regroup(xp: Any, adapter: Any, sums: Any, table: Any, starts: Any, value: An
     part = take_in_range(xp, starts, at)
     firsts = xp.nonzero(part)[0]
     taken = take_in_range(xp, table, at, axis=-1)
-    data = combined(xp, adapter, sums, part, cumulative_sum(xp, xp.astype(part, idx)) - 1, firsts, tuple(xp.unstack(taken[1:6, ...])))
+    data = combined(xp, adapter, sums, part, cumulative_sum(xp, xp.astype(part, idx)) - 1, firsts,
+                    tuple(xp.unstack(taken[1:LOW_ROW, ...])))
     first_value = sums.block_value(xp, data) if value is None else take_in_range(xp, value, take_in_range(xp, at, firsts))
-    low = () if table.shape[0] == 6 else (take_in_range(xp, taken[6, ...], firsts),)  # the group's first block's
+    low = () if table.shape[0] == LOW_ROW else (take_in_range(xp, taken[LOW_ROW, ...], firsts),)  # the group's first block's
     pooled = xp.stack([first_value, *data, *low])
     # each new block: its group's (the groups of several in order), or the block it was
     changed = take_in_range(xp, several, heads)

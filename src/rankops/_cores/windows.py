@@ -37,7 +37,7 @@ import math
 from typing import Any, Callable
 
 from .._lib._compat import cumulative_sum, device as _device, on_cpu
-from .blocks import Blocks, find_drops, pool_rounds, take_in_range
+from .blocks import LOW_ROW, Blocks, find_drops, pool_rounds, take_in_range
 
 __all__ = ["eager_on_cpu", "finish", "pool_and_finish", "few_blocks", "drops_left", "pays", "readable_on_cpu", "rows_of", "FEWEST", "GROWTH", "RADIUS", "SHARE", "SHORTEST"]
 
@@ -220,7 +220,7 @@ def _pool_runs_of_drops(xp: Any, adapter: Any, sums: Any, blocks: Blocks, down: 
         if extend:
             fitted = _extend_each_run(xp, adapter, sums, value, data, first, last, down, current.idx, rightward=i % 2 == 0)
         else:
-            fitted = _pool_each_run(xp, adapter, sums, value, data, first, last, down, current.idx, current.low)
+            fitted = _pool_each_run(xp, adapter, sums, current, down)
         one = xp.ones((1,), dtype=xp.bool, device=_device(value))
         starts = xp.concat([one, (fitted[1:] != fitted[:-1]) | (first[1:] != first[:-1])])
         current, owner = current.regrouped(xp, adapter, sums, starts, fitted, owner)
@@ -230,9 +230,8 @@ def _pool_runs_of_drops(xp: Any, adapter: Any, sums: Any, blocks: Blocks, down: 
     return current.with_owner(xp, blocks.of_entries(xp), owner), down
 
 
-def _pool_each_run(xp: Any, adapter: Any, sums: Any, value: Any, data: tuple[Any, ...], first: Any, last: Any,
-                   down: Any, idx: Any, low: Any = None) -> Any:
-    """Every block's value after one pass: each run of drops whose pool meets no other run's pooled.
+def _pool_each_run(xp: Any, adapter: Any, sums: Any, blocks: Blocks, down: Any) -> Any:
+    """Every block's value after one pass over ``blocks``: each run of drops whose pool meets no other run's pooled.
 
     The pool's value is the min-max formula's (Robertson, Wright & Dykstra
     1988, Thm. 1.4.4) at the run's first block ``s``: ``max over j <= s of
@@ -260,9 +259,10 @@ def _pool_each_run(xp: Any, adapter: Any, sums: Any, value: Any, data: tuple[Any
     float64 on 1,500 runs: the same level in each, where ``v~`` alone was
     wrong in 4% of them.
     """
+    value, data, low, idx = blocks.value, blocks.data, blocks.low, blocks.idx
     dev = _device(value)
     no = xp.zeros((1,), dtype=xp.bool, device=dev)
-    start, end, lo, hi = _runs(xp, down, first, last)
+    start, end, lo, hi = _runs(xp, down, blocks.row_first, blocks.row_last)
     big = value.shape[0]
     width = int(xp.max(end - start)) + RADIUS + 1
     left = start[:, None] - xp.arange(1, RADIUS + 1, dtype=idx, device=dev)[None, :]  # blocks s - 1, s - 2, ...
@@ -271,11 +271,11 @@ def _pool_each_run(xp: Any, adapter: Any, sums: Any, value: Any, data: tuple[Any
     left, right = xp.clip(left, 0, None), xp.clip(right, None, big - 1)
     # every block either side of each run in one gather: value, statistics (and ``low``), one row each
     inside = xp.concat([left_in, right_in], axis=-1)
-    table = xp.stack([value, *data, *(() if low is None else (low,))])
+    table = blocks.table(xp)
     index = xp.concat([left, right], axis=-1)
     near = xp.reshape(take_in_range(xp, table, xp.reshape(index, (-1,)), axis=-1), (table.shape[0],) + index.shape)
     centre = take_in_range(xp, data[0], start)[:, None]
-    terms = sums.stats(xp, None, tuple(xp.unstack(near[1:6, ...])), centre)
+    terms = sums.stats(xp, None, tuple(xp.unstack(near[1:LOW_ROW, ...])), centre)
     terms = xp.where(inside, xp.stack(terms), 0.0)
     # the sums over the blocks from ``s`` to each one, running outward from it: j = s (nothing), s - 1, ...; k = s, ...
     lefts = cumulative_sum(xp, terms[..., :RADIUS])
@@ -285,7 +285,7 @@ def _pool_each_run(xp: Any, adapter: Any, sums: Any, value: Any, data: tuple[Any
     if low is not None:
         # a range's moments give its value where its entries lie above it; elsewhere its first datum stands in (below
         # its value there, so the formula's level is the fit's: :meth:`Blocks.low`)
-        pooled = xp.minimum(pooled, xp.concat([take_in_range(xp, low, start)[:, None], near[6, :, :RADIUS]], axis=-1)[:, :, None])
+        pooled = xp.minimum(pooled, xp.concat([take_in_range(xp, low, start)[:, None], near[LOW_ROW, :, :RADIUS]], axis=-1)[:, :, None])
     lowest = xp.min(xp.where(right_in[:, None, :], pooled, math.inf), axis=-1)
     j_in = xp.concat([xp.ones_like(left_in[:, :1]), left_in], axis=-1)
     level = xp.max(xp.where(j_in, lowest, -math.inf), axis=-1)
