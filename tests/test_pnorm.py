@@ -21,7 +21,7 @@ import pytest
 from scipy.optimize import minimize
 
 import rankops
-from rankops._cores import windows
+from rankops._cores import block_roots, windows
 
 from .backends import CPU_BACKENDS, assert_autodiff_equals_vjp, on_backend
 from .reference import bisection, central_vjp, dykstra_decreasing
@@ -397,8 +397,8 @@ def test_merge_rounds_over_pooled_blocks_equal_the_papers_pav(name, counts):
 
 def test_rows_past_the_pooling_cap_finish_in_the_merge_rounds(monkeypatch):
     """Rows that need more than 4 log2 n pooling rounds go on to the merge rounds (counted here; on a CPU, rows of 128
-    entries or more to the windows, but at p = 1.25, whose blocks have no form of a few moments, to the merge rounds
-    over the entries), and the soft rank and sort still equal the sequential PAV.
+    entries or more to the windows, but at p = 1.2, whose min-max passes would need roots of ranges whose fifth powers
+    change sign, to the merge rounds over the entries), and the soft rank and sort still equal the sequential PAV.
 
     The rank's row is evenly spaced at the slope of ``w^(1/(q-1))`` halfway along it: the one-entry values fall, then
     rise slowly, and the pooled first half takes in one entry per round; the sort's rises geometrically."""
@@ -419,10 +419,11 @@ def test_rows_past_the_pooling_cap_finish_in_the_merge_rounds(monkeypatch):
         x = 1.3 ** np.arange(64.0) * np.random.default_rng(9).uniform(0.9, 1.1, size=(2, 64))
         np.testing.assert_allclose(rankops.soft_sort(x, method="permutahedron", regularization="lp", p=4.0 / 3.0, strength=0.5),
                                    _sort_reference(x, 4.0 / 3.0, 0.5), rtol=1e-10, atol=1e-9 * np.abs(x).max())
-    # windows on: the sort (64 entries, under windows.SHORTEST) and the p = 1.25 and 1.2 ranks merge, the other ranks
-    # finish in windows (p = 3/2's chain by one extension of its run of drops); windows off: p = 3/2's chain ends in
-    # the pooling rounds' extensions (rankops._cores.extensions), the other four merge
-    assert calls == [5.0, 6.0, 4.0, 4.0, 5.0, 6.0, 4.0], calls
+    # windows on: the sort (64 entries, under windows.SHORTEST) and the p = 1.2 rank merge, the other ranks finish in
+    # windows (p = 3/2's chain by one extension of its run of drops, p = 1.25's by the min-max passes, its ranges
+    # bounded by their first data as p = 3/2's); windows off: p = 3/2's chain ends in the pooling rounds' extensions
+    # (rankops._cores.extensions), the other four merge
+    assert calls == [6.0, 4.0, 4.0, 5.0, 6.0, 4.0], calls
 
 
 def test_snowballing_rows_at_p_past_the_closed_forms_leave_the_pooling_rounds(monkeypatch):
@@ -464,7 +465,7 @@ def _mostly_settled_rows(p: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 @pytest.mark.parametrize("q", [3.0, 4.0])
 def test_signed_block_roots_where_terms_change_sign(q, monkeypatch):
-    """The soft sort's block equation ``sum_B sign(y_i - v) |y_i - v|^(q-1) = W_B`` (``pnorm._signed_shift``; ``y``
+    """The soft sort's block equation ``sum_B sign(y_i - v) |y_i - v|^(q-1) = W_B`` (``block_roots.signed_shift``; ``y``
     the ranks, equally spaced, ``w`` data of either sign) on 300 blocks of 1 to 12 entries, whose roots leave terms of
     both signs, or all positive, or all negative: each block's ``v = mean - t`` equals the bisection root to 1e-12 in float64, from closed
     forms, without a Newton step (the safeguarded steps, 60 at most, each a segmented sum over the entries, were run
@@ -473,7 +474,6 @@ def test_signed_block_roots_where_terms_change_sign(q, monkeypatch):
     from each block's size, weight and second moment alone (``power_sums.SteppedSignedSums``, the blocks' route)."""
     import array_api_compat.numpy as xp
 
-    from rankops._cores import pnorm
     from rankops._lib._adapters import get_adapter
 
     adapter = get_adapter(xp)
@@ -485,7 +485,7 @@ def test_signed_block_roots_where_terms_change_sign(q, monkeypatch):
     w = 3.0 * rng.normal(size=y.size) + np.repeat(rng.choice([-40.0, 0.0, 0.0, 40.0], size=sizes.size), sizes)
     starts = np.zeros(y.size, dtype=bool)
     starts[np.concatenate([[0], np.cumsum(sizes)[:-1]])] = True
-    mean, _, t = pnorm._signed_shift(xp, adapter, starts, y, w, q)
+    mean, _, t = block_roots.signed_shift(xp, adapter, starts, y, w, q)
     got, kinds = np.asarray(mean - t), collections.Counter()
     if q == 3.0:  # the same roots from each block's size, weight and second moment alone (its ranks step evenly)
         from rankops._cores.power_sums import SteppedSignedSums, block_form
@@ -507,21 +507,20 @@ def test_solves_over_the_blocks_that_changed_equal_the_papers_pav(name, monkeypa
     are at most a quarter of the entries (:func:`rankops._cores.isotonic.pool_runs`), and the final solve only the
     blocks of several entries, a one-entry block taking its closed form (``pnorm._solved``): the cubic (p = 4/3) and
     Newton's method (p = 1.25), for the sort (weights of either sign) and the rank; the rank's cubic roots on the
-    first entries of its blocks of several entries alone (``pnorm._per_block``). Values equal the sequential PAV, the sort's gradient central
+    first entries of its blocks of several entries alone (``block_roots.per_block``). Values equal the sequential PAV, the sort's gradient central
     differences; the spies see solves over fewer entries than the batch's, and roots over fewer than their blocks'."""
-    from rankops._cores import pnorm
 
     solved = []
-    for fn in ("_shift", "_signed_shift"):
-        real = getattr(pnorm, fn)
-        monkeypatch.setattr(pnorm, fn, lambda xp, adapter, starts, y, *rest, real=real, **kw: solved.append(math.prod(y.shape))
+    for fn in ("shift", "signed_shift"):
+        real = getattr(block_roots, fn)
+        monkeypatch.setattr(block_roots, fn, lambda xp, adapter, starts, y, *rest, real=real, **kw: solved.append(math.prod(y.shape))
                             or real(xp, adapter, starts, y, *rest, **kw))
     roots = []  # (entries the cubic was solved on, entries of the blocks they stand for)
-    monkeypatch.setattr(pnorm, "BLOCK_ENTRIES", 0)  # these rows are short
+    monkeypatch.setattr(block_roots, "BLOCK_ENTRIES", 0)  # these rows are short
     # rows this long may pool over their blocks after the first round (windows.pool_and_finish), solving no entries
     monkeypatch.setattr(windows, "SHORTEST", 10**6)
-    per_block = pnorm._per_block
-    monkeypatch.setattr(pnorm, "_per_block", lambda xp, adapter, starts, root, *totals, **kw: per_block(
+    per_block = block_roots.per_block
+    monkeypatch.setattr(block_roots, "per_block", lambda xp, adapter, starts, root, *totals, **kw: per_block(
         xp, adapter, starts, lambda *a: roots.append((math.prod(a[0].shape), math.prod(starts.shape))) or root(*a), *totals,
         **kw))
     to, run = on_backend(name)
@@ -538,7 +537,7 @@ def test_solves_over_the_blocks_that_changed_equal_the_papers_pav(name, monkeypa
         np.testing.assert_allclose(np.asarray(got), ranks, rtol=1e-10, atol=1e-10)
         assert min(solved, default=0) < x.size, solved
         # the cubic's root on each block's first entry alone, where blocks are at most half the entries
-        assert p != 4.0 / 3.0 or any(k <= n * pnorm.BLOCK_SHARE for k, n in roots), roots
+        assert p != 4.0 / 3.0 or any(k <= n * block_roots.BLOCK_SHARE for k, n in roots), roots
         if name == "numpy":
             small = x[:, :40]
             ct = np.random.default_rng(8).normal(size=small.shape)
@@ -1170,7 +1169,7 @@ def test_threshold_splits_give_the_blocks_of_the_papers_pav(name):
         q = pnorm.exponent(p)
         # every scale and kind in one call (rows are independent): one program per p under jit
         kinds, yy, ww = _threshold_split_rows(p)
-        starts, fitted = run(lambda a, b: splits.split_starts(xp, adapter, lambda *s, **k: pnorm._signed_shift(*s, q, **k), a, b, q),
+        starts, fitted = run(lambda a, b: splits.split_starts(xp, adapter, lambda *s, **k: block_roots.signed_shift(*s, q, **k), a, b, q),
                              to(yy), to(ww))
         assert np.all(np.asarray(fitted))
         want = _remembered_pav_blocks(yy.tobytes(), ww.tobytes(), yy.shape, q)
@@ -1225,13 +1224,13 @@ def test_threshold_splits_without_float64_find_the_splits_of_a_long_blocks_short
     npx = array_namespace(y)
 
     def outputs(starts):
-        _, d, t = pnorm._signed_shift(npx, get_adapter(npx), starts, y, w, q)
+        _, d, t = block_roots.signed_shift(npx, get_adapter(npx), starts, y, w, q)
         return np.abs(d + t) ** (q - 1.0)
 
-    want = outputs(splits.split_starts(npx, get_adapter(npx), lambda *a, **k: pnorm._signed_shift(*a, q, **k), y, w, q)[0])
+    want = outputs(splits.split_starts(npx, get_adapter(npx), lambda *a, **k: block_roots.signed_shift(*a, q, **k), y, w, q)[0])
     xp = array_namespace(to(np.zeros(1)))
     monkeypatch.setattr(splits, "accumulation_dtype", lambda xp, a: a.dtype)
-    starts, fitted = run(lambda a, b: splits.split_starts(xp, get_adapter(xp), lambda *s, **k: pnorm._signed_shift(*s, q, **k), a, b, q),
+    starts, fitted = run(lambda a, b: splits.split_starts(xp, get_adapter(xp), lambda *s, **k: block_roots.signed_shift(*s, q, **k), a, b, q),
                          to(y.astype(np.float32)), to(w.astype(np.float32)))
     assert np.all(np.asarray(fitted))
     np.testing.assert_allclose(outputs(np.asarray(starts)), want, rtol=0, atol=4 * np.finfo(np.float32).eps * n)

@@ -181,7 +181,8 @@ def _pnorm_reference(rows: str, output: str, p: float, strength: float) -> np.nd
 # same path at q = 2); at p = 3/2 (q = 3) the blocks are pooled by the passes and by pooling rounds: the rank's, whose
 # entries lie above their pools' values, and the sort's, whose ranks step evenly (power_sums.SteppedSignedSums)
 @pytest.mark.parametrize("backend_name", [b for b in CPU_BACKENDS if b != "jax"])
-@pytest.mark.parametrize(("p", "output"), [(p, o) for p in (4.0 / 3.0, 2.0, 1.5) for o in ("rank", "sort", "descending sort")])
+@pytest.mark.parametrize(("p", "output"), [(p, o) for p in (4.0 / 3.0, 2.0, 1.5) for o in ("rank", "sort", "descending sort")]
+                         + [(1.25, "rank")])
 def test_pnorm_windows_equal_the_papers_pav(forced, backend_name, p, output, monkeypatch):
     """Windows from the first stalled round, one block wide and doubling: on NumPy against the sequential PAV of
     Sander et al. (tests/test_pnorm.py's reference, float64), on the other backends against NumPy; rows of 2 to 23
@@ -212,7 +213,7 @@ def test_pnorm_windows_equal_the_papers_pav(forced, backend_name, p, output, mon
             assert_allclose(run(_pnorm_rows(rows), strength), want, rtol=1e-10, atol=1e-10,
                             err_msg=f"{passes} passes, strength {strength}, {rows} rows, route {route}")
     else:  # the reference is Python loops: once, on NumPy
-        strength = 0.7 if (p, output) == (1.5, "rank") else 3.0  # the p = 3/2 rank's rows stall at the lower one
+        strength = 0.7 if (p, output) in ((1.5, "rank"), (1.25, "rank")) else 3.0  # these ranks' rows stall at the lower one
         for x in (_pnorm_rows("spread"), _pnorm_rows("chained")[:3], _pnorm_rows("pairs")):
             assert_allclose(backend.to_numpy(run(backend.asarray(x), strength)), np.asarray(run(x, strength)), rtol=1e-12,
                             atol=1e-12)
@@ -220,11 +221,12 @@ def test_pnorm_windows_equal_the_papers_pav(forced, backend_name, p, output, mon
 
 
 @pytest.mark.parametrize(("p", "output"), [(4.0 / 3.0, "rank"), (4.0 / 3.0, "sort"), (4.0 / 3.0, "masked rank"),
-                                           (1.5, "rank"), (1.5, "masked rank")])
+                                           (1.5, "rank"), (1.5, "masked rank"), (1.25, "rank")])
 def test_pnorm_permutahedron_with_and_without_windows(p, output, monkeypatch):
     """p = 4/3 and 3/2 at the default softness (rows of 1000 end on about one drop each at p = 4/3) and at strength
-    0.1 (at p = 3/2, runs of drops that chains extend over hundreds of blocks), torch float64: values and gradients
-    with the windows against the merge rounds over every block (p = 4/3) or every entry (p = 3/2)."""
+    0.1 (at p = 3/2, runs of drops that chains extend over hundreds of blocks), p = 5/4 (no default softness) at
+    strength 1 (rows of a block of 500-700 and 200 more: the min-max passes finish them) and 0.1, torch float64:
+    values and gradients with the windows against the merge rounds over every block (p = 4/3) or every entry."""
     torch = pytest.importorskip("torch")
     rng = np.random.default_rng(3)
     x = torch.asarray(rng.normal(size=(8, 1000)))
@@ -232,7 +234,7 @@ def test_pnorm_permutahedron_with_and_without_windows(p, output, monkeypatch):
     calls = []
     finished = windows._finished
     monkeypatch.setattr(windows, "_finished", lambda *a: calls.append(1) or finished(*a))
-    for extra in ({}, {"strength": 0.1}):
+    for extra in ({"strength": 1.0} if p == 1.25 else {}, {"strength": 0.1}):
         kwargs = dict(method="permutahedron", regularization="lp", p=p, **extra)
         if output == "masked rank":
             kwargs["mask"] = torch.asarray(rng.uniform(size=(8, 1000)) > 1 / 3)
@@ -434,7 +436,7 @@ def test_extension_pass_tries_a_short_window_first(rightward, radius, growth, mo
     assert sum(runs * width for runs, width in tries) < 1200, tries
 
 
-@pytest.mark.parametrize("q", [2.0, 3.0, 4.0])
+@pytest.mark.parametrize("q", [2.0, 3.0, 4.0, 5.0])
 def test_pooling_rounds_over_blocks_equal_the_rounds_over_entries(q):
     """``blocks.pool_rounds`` (the p-norm rank's pooling rounds over blocks whose arrays shrink each round) against
     ``isotonic.pool_runs`` over the entries (each segment solved from its entries, ``pnorm._Rules``), after each of the
@@ -526,9 +528,9 @@ def test_rounds_over_blocks_gather_with_one_kernel_on_torch(monkeypatch):
     assert kernels <= 1087, f"{kernels} kernels per call (ceiling 1087)"
 
 
-def _q3_runs_after_one_round(rng: np.random.Generator, rows: int) -> tuple[list[tuple[np.ndarray, np.ndarray, list]], ...]:
-    """Rows of the p = 3/2 rank's increasing fit (y: sorted normal scores over a strength of 0.01 to 3, some tied;
-    w: ranks 1..n) after one pooling round: each row's blocks as ``(first entry, end, value)``, true q = 3 roots."""
+def _runs_after_one_round(rng: np.random.Generator, rows: int, q: float) -> list[tuple[np.ndarray, np.ndarray, list]]:
+    """Rows of the p-norm rank's increasing fit (y: sorted normal scores over a strength of 0.01 to 3, some tied;
+    w: ranks 1..n) after one pooling round: each row's blocks as ``(first entry, end, value)``, true roots at q."""
     from .test_pnorm import _root
 
     out = []
@@ -539,38 +541,39 @@ def _q3_runs_after_one_round(rng: np.random.Generator, rows: int) -> tuple[list[
             x = np.round(x * 3.0) / 3.0
         y = np.sort(x) / rng.choice([0.01, 0.1, 0.3, 1.0, 3.0])
         w = np.arange(1.0, n + 1.0)
-        v0 = y - np.sqrt(w)
+        v0 = y - w ** (1.0 / (q - 1.0))
         parts, i = [], 0
         while i < n:  # one round: every run of one-entry values each above the next pools
             j = i
             while j < n - 1 and v0[j] > v0[j + 1]:
                 j += 1
-            parts.append((i, j + 1, _root(y[i:j + 1], w[i:j + 1], 3.0)))
+            parts.append((i, j + 1, _root(y[i:j + 1], w[i:j + 1], q)))
             i = j + 1
         out.append((y, w, parts))
     return out
 
 
-def _window_fit(y: np.ndarray, w: np.ndarray, parts: list) -> list:
-    """Sequential pool-adjacent-violators from the blocks ``parts`` (true q = 3 roots), as ``(first, end, value)``."""
+def _window_fit(y: np.ndarray, w: np.ndarray, parts: list, q: float) -> list:
+    """Sequential pool-adjacent-violators from the blocks ``parts`` (true roots at q), as ``(first, end, value)``."""
     from .test_pnorm import _root
 
     fit: list = []
     for a, b, v in parts:
         while fit and fit[-1][2] > v:
             a = fit.pop()[0]
-            v = _root(y[a:b], w[a:b], 3.0)
+            v = _root(y[a:b], w[a:b], q)
         fit.append((a, b, v))
     return fit
 
 
-def test_min_max_pass_at_q3_equals_the_fit_of_each_runs_window(monkeypatch):
-    """One min-max pass (``windows._pool_each_run``) at q = 3, the p = 3/2 rank's, over 150 rows after one pooling
-    round, one call for the batch (NumPy, float64): every run of drops that the pass pools ends as the block that
-    sequential pool-adjacent-violators (true roots) fits over the blocks between its neighbouring runs, at that
-    block's value to 1e-12, and most runs are pooled. Each range's value there is its moments' root bounded by its
-    first datum (``Blocks.low``); the moments' root alone, which stands above a range's value where some of its
-    data lie below it, sets a wrong level in some of these runs."""
+@pytest.mark.parametrize("q", [3.0, 5.0])
+def test_min_max_pass_at_even_degrees_equals_the_fit_of_each_runs_window(monkeypatch, q):
+    """One min-max pass (``windows._pool_each_run``) at q = 3 and 5, the p = 3/2 and 5/4 ranks', over 150 rows after
+    one pooling round, one call for the batch (NumPy, float64): every run of drops that the pass pools ends as the
+    block that sequential pool-adjacent-violators (true roots) fits over the blocks between its neighbouring runs, at
+    that block's value to 1e-12, and most runs are pooled. Each range's value there is its moments' root (at q = 5,
+    Newton's steps on its quartic) bounded by its first datum (``Blocks.low``); the moments' root alone, which stands
+    above a range's value where some of its data lie below it, sets a wrong level in some of these runs."""
     import array_api_compat.numpy as xp
 
     from rankops._cores.blocks import Blocks
@@ -578,14 +581,14 @@ def test_min_max_pass_at_q3_equals_the_fit_of_each_runs_window(monkeypatch):
 
     monkeypatch.setattr(windows, "RADIUS", 64)  # every run's window reaches its neighbouring runs (rows of < 60)
     rng = np.random.default_rng(7)
-    rows = _q3_runs_after_one_round(rng, 150)
+    rows = _runs_after_one_round(rng, 150, q)
     blocks = [(r, a, b, v) for r, (_, _, parts) in enumerate(rows) for a, b, v in parts]
     value = np.array([v for _, _, _, v in blocks])
     data = []
     for r, a, b, _ in blocks:
         y, w = rows[r][0][a:b], rows[r][1][a:b]
         d = y - y.mean()
-        data.append((y.mean(), w.sum(), float(b - a), np.sum(d * d), np.sum(d ** 3)))
+        data.append((y.mean(), w.sum(), float(b - a), *(np.sum(d ** k) for k in range(2, max(3, int(q) - 1) + 1))))
     data = tuple(np.array(c) for c in zip(*data))
     low = np.array([rows[r][0][a] for r, a, _, _ in blocks])
     row = np.array([r for r, _, _, _ in blocks])
@@ -595,7 +598,7 @@ def test_min_max_pass_at_q3_equals_the_fit_of_each_runs_window(monkeypatch):
 
     def one_pass(low: Any) -> tuple[int, int, int]:
         """(runs pooled, of them at the window fit's block and value, runs)"""
-        got = windows._pool_each_run(xp, get_adapter(xp), PowerSums(3.0), Blocks(value, data, first, last, None, np.int64, low), down)
+        got = windows._pool_each_run(xp, get_adapter(xp), PowerSums(q), Blocks(value, data, first, last, None, np.int64, low), down)
         start, end, lo, hi = (np.asarray(a) for a in windows._runs(xp, down, first, last))
         pooled = right = 0
         for s, e, a, b in zip(start, end, lo, hi):
@@ -605,7 +608,7 @@ def test_min_max_pass_at_q3_equals_the_fit_of_each_runs_window(monkeypatch):
             r = row[s]
             y, w = rows[r][0], rows[r][1]
             window = [blk[1:] for blk in blocks[a:b + 1]]
-            fit = _window_fit(y, w, window)
+            fit = _window_fit(y, w, window, q)
             at = blocks[s][1]
             fa, fb, level = next(f for f in fit if f[0] <= at < f[1])
             inside = [i for i in range(a, b + 1) if fa <= blocks[i][1] < fb]

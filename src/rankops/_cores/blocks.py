@@ -21,9 +21,7 @@ from typing import Any
 from .._lib._adapters import get_adapter
 from .._lib._compat import cumulative_sum, device as _device, index_dtype
 
-__all__ = ["Blocks", "find_drops", "combined", "regroup", "pool_rounds", "take_in_range", "LOW_ROW"]
-
-LOW_ROW = 6  # a table's rows (:meth:`Blocks.table`): value, the block form's five, then ``low`` where there is one
+__all__ = ["Blocks", "find_drops", "combined", "regroup", "pool_rounds", "take_in_range"]
 
 
 def take_in_range(xp: Any, a: Any, index: Any, axis: int = 0) -> Any:
@@ -51,7 +49,7 @@ class Blocks:
     """The blocks of a batch of rows, one entry each along one axis: value, statistics (``rules.block_data``: a
     tuple), and its row's first and last block; ``starts`` (the entries' flattened block starts) spreads them back;
     ``idx`` the index dtype; ``low`` each block's first datum where the rules give the data (``rules.block_low``: the
-    p-norm rank's at q = 3, whose rows increase), else None."""
+    p-norm rank's at q = 3 and 5, whose rows increase), else None."""
 
     value: Any
     data: tuple[Any, ...]
@@ -61,14 +59,20 @@ class Blocks:
     idx: Any
     low: Any = None
 
+    @property
+    def low_row(self) -> int:
+        """The row of ``low`` in a :meth:`table`, past the value's and the statistics' (the sums' ``form``)."""
+        return 1 + len(self.data)
+
     def table(self, xp: Any) -> Any:
-        """The blocks' values and statistics, one column each: value, the block form's five, then ``low`` (if any)."""
+        """The blocks' values and statistics, one column each: value, the block form's rows, then ``low`` (if any)."""
         return xp.stack([self.value, *self.data, *(() if self.low is None else (self.low,))])
 
     def from_table(self, table: Any, **changes: Any) -> Blocks:
         """These blocks with the columns of a :meth:`table` (regrouped) and ``changes``."""
-        return dataclasses.replace(self, value=table[0, ...], data=tuple(table[i, ...] for i in range(1, LOW_ROW)),
-                                   low=table[LOW_ROW, ...] if table.shape[0] > LOW_ROW else None, **changes)
+        low = self.low_row
+        return dataclasses.replace(self, value=table[0, ...], data=tuple(table[i, ...] for i in range(1, low)),
+                                   low=table[low, ...] if table.shape[0] > low else None, **changes)
 
     def of_entries(self, xp: Any) -> Any:
         """Each flattened entry's block (an index into ``value``), from ``starts``."""
@@ -151,9 +155,10 @@ def regroup(xp: Any, adapter: Any, sums: Any, table: Any, starts: Any, value: An
     and statistics, one column each) as the columns of a new table, each group's first block (``heads``) and each
     block's group. A group of several blocks takes their statistics combined (:func:`combined`) and the value
     ``value`` holds at its first block (None: the value they give, :meth:`.power_sums.PowerSums.block_value`), and
-    its first block's ``low`` (a seventh row, :class:`Blocks`); only those are combined (as one row), and a block
-    alone keeps its column."""
+    its first block's ``low`` (the row past the statistics, :class:`Blocks`); only those are combined (as one row), and
+    a block alone keeps its column."""
     dev, idx = _device(table), index_dtype(xp, _device(table))
+    low_row = 1 + sums.form
     group = cumulative_sum(xp, xp.astype(starts, idx)) - 1
     heads = xp.nonzero(starts)[0]
     several = ~(starts & xp.concat([starts[1:], xp.ones((1,), dtype=xp.bool, device=dev)]))
@@ -164,9 +169,9 @@ def regroup(xp: Any, adapter: Any, sums: Any, table: Any, starts: Any, value: An
     firsts = xp.nonzero(part)[0]
     taken = take_in_range(xp, table, at, axis=-1)
     data = combined(xp, adapter, sums, part, cumulative_sum(xp, xp.astype(part, idx)) - 1, firsts,
-                    tuple(xp.unstack(taken[1:LOW_ROW, ...])))
+                    tuple(xp.unstack(taken[1:low_row, ...])))
     first_value = sums.block_value(xp, data) if value is None else take_in_range(xp, value, take_in_range(xp, at, firsts))
-    low = () if table.shape[0] == LOW_ROW else (take_in_range(xp, taken[LOW_ROW, ...], firsts),)  # the group's first block's
+    low = () if table.shape[0] == low_row else (take_in_range(xp, taken[low_row, ...], firsts),)  # the group's first block's
     pooled = xp.stack([first_value, *data, *low])
     # each new block: its group's (the groups of several in order), or the block it was
     changed = take_in_range(xp, several, heads)
@@ -175,12 +180,13 @@ def regroup(xp: Any, adapter: Any, sums: Any, table: Any, starts: Any, value: An
 
 
 def combined(xp: Any, adapter: Any, sums: Any, starts: Any, group: Any, heads: Any, data: tuple[Any, ...]) -> tuple[Any, ...]:
-    """The block form ``(mean, W, m, M2, M3)`` of each group of blocks (``starts``: True where one begins, ``group``
-    each block's, ``heads`` their first blocks), one per group: the moments about the group's mean, summed."""
+    """The block form ``(mean, W, m, M2, ..., M_k)`` (``sums.form`` numbers) of each group of blocks (``starts``: True
+    where one begins, ``group`` each block's, ``heads`` their first blocks), one per group: the moments about the
+    group's mean, summed."""
     mean, m = data[0], data[2]
     total = adapter.segment_totals(xp, starts, group, heads, xp.stack([m * mean, m]))
     centre = total[0, ...] / total[1, ...]
     terms = sums.stats(xp, None, data, take_in_range(xp, centre, group))
     combined = xp.unstack(adapter.segment_totals(xp, starts, group, heads, xp.stack([terms[0], terms[1], *terms[3:]])))
     # the moments past the loss's degree are not read: 0
-    return (centre, *combined, *(xp.zeros_like(centre),) * (4 - len(combined)))
+    return (centre, *combined, *(xp.zeros_like(centre),) * (sums.form - 1 - len(combined)))

@@ -46,14 +46,14 @@ now, on a CPU, a rank's row that is one block between short end blocks
 (strength 1) is guessed and proved so (:mod:`.one_block`); else the rounds
 run over the blocks in their moment form, shrinking to the blocks left
 (:func:`.blocks.pool_rounds`), a row stops once its last drops stop halving,
-and :mod:`.windows` finishes it: each run of drops pooled to its end in one
-pass (the min-max formula over the blocks near it; at q = 3, whose moments give
-a range's value only where its data lie above it, bounded by each range's first
-datum), then windows around the drops left, fitted by merge rounds at q = 2 and
-4 and by pooling rounds at q = 3 (whose merge tests split a block by its data).
-At q = 5 and 6 (no block form: ``ENTRY_MERGES``) rows go on to merge rounds
-over the entries, each pool's root by Newton's method on its moments; at any
-other q (no such sums) to threshold splits (:mod:`.splits`).
+and :mod:`.windows` finishes it (q = 2 to 5): each run of drops pooled to its
+end in one pass (the min-max formula over the blocks near it; at q = 3 and 5,
+whose moments give a range's value only where its data lie above it, bounded by
+its first datum), then windows around the drops left, fitted by merge rounds at
+q = 2 and 4, by pooling rounds at q = 3 and 5 (whose merge tests split a block
+by its data). Elsewhere, and at q = 6, rows go on to merge rounds over the
+entries (``ENTRY_MERGES``), at q = 5 and 6 each pool's root by Newton's method
+on its moments; at any other q (no such sums) to threshold splits (:mod:`.splits`).
 Where the rounds cannot read values (``jax.jit``, a GPU), at q = 3 (the rank,
 the sort's evenly stepped ranks) a round after one in which a row's drops
 stopped halving pools its first drops on, block by block to either side
@@ -73,17 +73,16 @@ The Jacobian is block-wise: with ``phi'_i = (q - 1)(z_i - v_B)^(q-2)``,
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from .._lib._adapters import get_adapter
 from .._lib._compat import broadcast_arrays
 from .._lib._numerics import centred_within, safe_divide
-from . import isotonic, one_block, splits, windows
+from . import block_roots, isotonic, one_block, splits, windows
 from .breakpoints import search_breakpoints
 from .extensions import for_exponent
-from .power_sums import PowerSums, SteppedSignedSums, block_form, centred, merge_blocks, merge_fit, pool_blocks, pooled_blocks_length
-from .powers import falling_newton, falling_root, moment_root, odd_power, power, signed_square_root
+from .power_sums import PowerSums, SteppedSignedSums, block_form, merge_blocks, merge_fit, pool_blocks, pooled_blocks_length
+from .powers import falling_root, moment_root, odd_power, power
 from .subsets import Subset, one_entry_blocks
 
 __all__ = ["exponent", "project", "capped", "slope", "exponent_of", "ENTRY_MERGES"]
@@ -102,110 +101,11 @@ def exponent_of(opts: Any) -> float:
     return exponent(opts.p) if opts.regularization == "lp" else 2.0
 
 
-def _shift(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, q: float, tangent: bool = True, step: float | None = None,
-           about_first: bool = False, precise: bool = False) -> tuple[Any, Any, Any]:
-    """``(mean, d, t)`` per entry: ``mean_B(y)``, ``d = y - mean_B(y)``, ``t = mean_B(y) - v_B`` for the block root ``v_B``
-    (one number per block). ``tangent``: as for :func:`.powers.power`; ``step``, ``about_first``: as for
-    :func:`.power_sums.centred`; ``precise``: its sums and the moments' as ``adapter.segment_sum``'s (an output's)."""
-    m, total_w, mean, d = centred(xp, adapter, starts, y, w, step, about_first, precise)
-    if q == 2.0:
-        return mean, d, total_w / m
-    if q == 3.0:
-        return mean, d, moment_root(xp, q, total_w, m, adapter.segment_sum(xp, starts, d * d, precise=precise), tangent=tangent)
-    if q == 4.0:
-        moments = adapter.segment_sum(xp, starts, xp.stack([d * d, d * d * d]), precise=precise)
-        return mean, d, _per_block(xp, adapter, starts, lambda *a: moment_root(xp, q, *a, tangent=tangent),
-                                   total_w, m, moments[0, ...], moments[1, ...], tangent=tangent)
-
-    share = total_w / m  # the residual as sum_B (phi(a_i) - W_B / |B|): a scatter-add adds one entry at a time, and
-    # terms of W_B / |B|'s size round at W_B's (a float32 soft block of 10^5 ranks: all 5 off); centred, at their spread's size
-
-    def newton(t: Any) -> Any:
-        a = xp.clip(d + t, 0.0, None)
-        terms = adapter.segment_sum(xp, starts, xp.stack([power(xp, a, q - 1.0) - share, power(xp, a, q - 2.0)]))
-        return t - safe_divide(xp, terms[0, ...], (q - 1.0) * terms[1, ...])
-
-    start = power(xp, xp.clip(share, 0.0, None), 1.0 / (q - 1.0))  # Jensen's upper bound
-    return mean, d, falling_newton(xp, adapter, newton, start, q, like=(d, total_w))
-
-
-# q past 4 whose rows go on to merge rounds over the entries' power sums (p = 1.25, 1.2; higher degrees cancel too
-# much), which cost about 1.5 log2 n pooling rounds: ``merge_cost`` 3 at the default softness's K ~ n / 2 blocks
-ENTRY_MERGES, ENTRY_MERGE_COST = (5.0, 6.0), 3.0
-
-BLOCK_SHARE, BLOCK_ENTRIES = 0.5, 1 << 15  # :func:`_per_block`'s gate (below it, the gathers cost more than the cubic)
-
-
-def _per_block(xp: Any, adapter: Any, starts: Any, root: Any, total_w: Any, m: Any, *moments: Any, tangent: bool) -> Any:
-    """The cubic's ``root(total_w, m, *moments)`` of arrays that hold one number per block (``starts``: True where one
-    begins): where values can be read now, on a CPU, in a batch of at least ``BLOCK_ENTRIES`` entries whose blocks of
-    several have first entries at most ``BLOCK_SHARE`` of them, on those alone (:class:`.subsets.Subset`), spread over
-    their blocks, and a one-entry block in closed form ``W^(1/3)``; elsewhere on every entry."""
-    totals = (total_w, m, *moments)
-    if math.prod(starts.shape) < BLOCK_ENTRIES or not windows.readable_on_cpu(adapter, starts, *totals):
-        return root(*totals)
-    several = m > 1
-    firsts = Subset(xp, starts & several)
-    if firsts.share() > BLOCK_SHARE:
-        return root(*totals)
-    alone = power(xp, xp.clip(total_w, 0.0, None), 1.0 / 3.0, tangent=tangent)
-    if firsts.size == 0:
-        return alone
-    return xp.where(several, firsts.spread(root(*(firsts.take(a) for a in totals))), alone)
-
-
-# safeguarded Newton steps for a block equation whose terms change sign (the soft sort's): each halves the bracket
-_SIGNED_STEPS, _SIGNED_ROUND = 60, 2  # at worst, then converge quadratically; steps between looks at whether a root moves
-
-
-def _signed_shift(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, q: float, near: Any = None) -> tuple[Any, Any, Any]:
-    """:func:`_shift` for ``sum_B phi(y_i - v) = W_B`` with ``phi(u) = sign(u) |u|^(q-1)``, terms of either sign
-    (the soft sort: its weights are the data). ``h(t) = sum_B phi(d_i + t) - W_B`` increases in t and lies in
-    ``[-D - (W-/|B|)^(1/(q-1)), D + (W+/|B|)^(1/(q-1))]`` (``D = sum_B |d|``): Newton's step where it stays inside
-    the bracket, else its midpoint (the start, or a value ``near`` the root); at q = 3 and 4 (``phi(u) = u^3``:
-    :func:`.powers.signed_square_root`) and for a one-entry block, closed forms. ``y`` increases along each block."""
-    m, total_w, mean, d = centred(xp, adapter, starts, y, w, about_first=True)
-    e = 1.0 / (q - 1.0)
-    alone = odd_power(xp, total_w, e)
-    if q == 2.0:
-        return mean, d, total_w / m
-
-    def roots(_: Any) -> tuple[Any]:
-        if q == 4.0:  # phi(u) = u^3 whatever u's sign: the cubic in the block's moments is its equation itself
-            mo = adapter.segment_sum(xp, starts, xp.stack([d * d, d * d * d]))
-            return (xp.where(m == 1, alone, moment_root(xp, q, total_w, m, mo[0, ...], mo[1, ...])),)
-        if q == 3.0:
-            return (xp.where(m == 1, alone, signed_square_root(xp, adapter, starts, d, total_w, m)),)
-        spread = adapter.segment_sum(xp, starts, xp.abs(d))
-        share = total_w / m  # h summed as sum_B (phi(u_i) - W_B / |B|), as :func:`_shift`'s residual
-        lo, hi = -spread - power(xp, xp.clip(-share, 0.0, None), e), spread + power(xp, xp.clip(share, 0.0, None), e)
-        start = xp.where(m == 1, alone, (lo + hi) / 2.0 if near is None else xp.clip(mean - near, lo, hi))
-
-        def newton(state: tuple[Any, Any, Any]) -> tuple[Any, Any, Any]:
-            t, lo, hi = state
-            u = d + t
-            terms = adapter.segment_sum(xp, starts, xp.stack([odd_power(xp, u, q - 1.0) - share,
-                                                             (q - 1.0) * power(xp, xp.abs(u), q - 2.0)]))
-            h = terms[0, ...]
-            lo, hi = xp.where(h < 0, t, lo), xp.where(h < 0, hi, t)
-            step = t - safe_divide(xp, h, terms[1, ...])
-            # the bracket closed: a root at its end (a one-entry block's, or a closed form's start) is kept
-            return xp.where((step >= lo) & (step <= hi) & (terms[1, ...] > 0), step, (lo + hi) / 2.0), lo, hi
-
-        # one loop (a compiled backend traces the step once), not the steps unrolled into the pooling round's body, in
-        # rounds of a few steps until no root moves by more than a few units in its last place
-        ulps = 8.0 * xp.finfo(d.dtype).eps * (spread + xp.abs(start))
-
-        def moved(old: tuple[Any, Any, Any], new: tuple[Any, Any, Any]) -> Any:
-            return xp.any(xp.abs(new[0] - old[0]) > ulps)
-
-        t, _, _ = adapter.settle(xp, newton, (start, lo, hi), moved, _SIGNED_STEPS, _SIGNED_ROUND, like=(d, total_w))
-        return (xp.where(m == 1, alone, t),)
-
-    # a batch of one-entry blocks (a soft sort's rows at strength 1 and below, as a rule) has every root in closed form:
-    # where the flag is read now, or under jax.jit (a branch), the rest is skipped (called in the pooling loop's body)
-    return mean, d, adapter.unless(xp, xp.all(m == 1), roots, (alone,), in_loop=True)[0]
-
+# q past 4 whose rows go on to merge rounds over the entries' power sums where no windows finish them (p = 1.25, 1.2;
+# higher degrees cancel too much), costing about 1.5 log2 n pooling rounds (``merge_cost`` 3 at K ~ n / 2 blocks); the
+# q whose rows the windows finish on a CPU: not 6, whose min-max passes would read roots of ranges whose fifth powers
+# change sign, unbracketed (:func:`.power_sums.falling_moment_root`; q = 3 and 5 bound those by their first datum)
+ENTRY_MERGES, ENTRY_MERGE_COST, WINDOWED = (5.0, 6.0), 3.0, (2.0, 3.0, 4.0, 5.0)
 
 class _Rules:
     """The pooling rounds' rule (:func:`.isotonic.pool_runs`) for this loss: a segment's value from its entries
@@ -218,31 +118,31 @@ class _Rules:
         # square root (q = 3) costs less than the gathers (:func:`.isotonic.pool_runs`)
         self.compact_share = 0.0 if q in (2.0, 3.0) else 0.25
         self.block_share = 0.55 if q in (2.0, 3.0) else 0.7  # where rounds over blocks pay (windows.few_blocks)
-        self.lows = q == 3.0  # the blocks' first data bound the min-max passes' ranges (windows._pool_each_run)
+        self.lows = q in (3.0, 5.0)  # the blocks' first data bound the min-max passes' ranges (windows._pool_each_run)
 
     def pooled(self, xp: Any, adapter: Any, starts: Any, u: Any, yw: Any, unit: bool) -> Any:
         # these values only place the blocks (the output is solved again on them): no tangent is read
-        mean, _, t = _shift(xp, adapter, starts, yw[0, ...], yw[1, ...], self.q, tangent=False)
+        mean, _, t = block_roots.shift(xp, adapter, starts, yw[0, ...], yw[1, ...], self.q, tangent=False)
         return mean - t  # one number per segment: its entries stay one block
 
-    @staticmethod
-    def block_data(xp: Any, adapter: Any, starts: Any, yw: Any, v: Any) -> tuple[Any, ...]:
+    def block_data(self, xp: Any, adapter: Any, starts: Any, yw: Any, v: Any) -> tuple[Any, ...]:
         """Each entry's block in :func:`.power_sums.block_form`, as 2-D rows (:mod:`.windows`: block-compressible)."""
-        return block_form(xp, adapter, starts, *(windows.rows_of(xp, yw[i, ...], v) for i in (0, 1)))
+        return block_form(xp, adapter, starts, *(windows.rows_of(xp, yw[i, ...], v) for i in (0, 1)), highest=max(3, round(self.q) - 1))
 
     def block_low(self, xp: Any, yw: Any, v: Any) -> Any:
-        """Each entry's datum as 2-D rows (at q = 3, :class:`.blocks.Blocks`' ``low``), else None."""
+        """Each entry's datum as 2-D rows (at q = 3 and 5, :class:`.blocks.Blocks`' ``low``), else None."""
         return windows.rows_of(xp, yw[0, ...], v) if self.lows else None
 
     @staticmethod
     def pad(xp: Any, low: Any, data: tuple[Any, ...]) -> tuple[Any, tuple[Any, ...]]:
         """An entry before a row whose values are at least ``low`` (its first block's statistics ``data``) that never
         moves a fit: that value (no drop), with all its sums 0, at the first block's mean (the sums' centre)."""
-        return low, (data[0], 0.0, 0.0, 0.0, 0.0)
+        return low, (data[0],) + (0.0,) * (len(data) - 1)
 
 
 class _SignedRules(_Rules):
-    """:class:`_Rules` for weights of either sign (:func:`_signed_shift`: Newton's steps where q is not 2, 3 or 4)."""
+    """:class:`_Rules` for weights of either sign (:func:`.block_roots.signed_shift`: Newton's steps where q is not 2, 3
+    or 4)."""
 
     def __init__(self, q: float) -> None:
         super().__init__(q)
@@ -250,7 +150,7 @@ class _SignedRules(_Rules):
         self.lows = False  # the sort's sums (power_sums.SteppedSignedSums) give any range's value: no bound needed
 
     def pooled(self, xp: Any, adapter: Any, starts: Any, u: Any, yw: Any, unit: bool) -> Any:
-        mean, _, t = _signed_shift(xp, adapter, starts, yw[0, ...], yw[1, ...], self.q)
+        mean, _, t = block_roots.signed_shift(xp, adapter, starts, yw[0, ...], yw[1, ...], self.q)
         return mean - t
 
 
@@ -264,12 +164,12 @@ def project(xp: Any, adapter: Any, z: Any, w: Any, q: float, valid: Any = None, 
     set below every block value of the valid ones: each stays a block of its
     own (no drop among equal values, none from the last valid block) with mu 0.
     ``signed``: ``w`` of either sign (the soft sort's data), each block's
-    equation solved by :func:`_signed_shift`, and ``mu = phi(z - v)`` signed.
+    equation solved by :func:`.block_roots.signed_shift`, and ``mu = phi(z - v)`` signed.
     """
     z, w = broadcast_arrays(xp, z, w)
     if valid is not None:
         # every block value of the valid entries is at least min z - W^(1/(q-1)) (t_B <= (W_B / |B|)^(1/(q-1))),
-        # with signed weights at least min z - spread(z) - (sum |w|)^(1/(q-1)) (the bracket of _signed_shift)
+        # with signed weights at least min z - spread(z) - (sum |w|)^(1/(q-1)) (the bracket of block_roots.signed_shift)
         big, small = xp.full_like(z, float("inf")), xp.full_like(z, -float("inf"))
         far = xp.min(xp.where(valid, z, big), axis=-1, keepdims=True)
         top = xp.max(xp.where(valid, z, small), axis=-1, keepdims=True)
@@ -316,21 +216,22 @@ def _fitted(xp: Any, adapter: Any, rules: _Rules, v0: Any, y: Any, wf: Any, q: f
     v, extend = v0, for_exponent(q, signed)
     if n > 1:
         # rows whose blocks form by long chains would take up to n pooling rounds: the rows the pooling leaves go to merge
-        # rounds where the loss has power sums (q = 2, 4, 5, 6; 3 with blocks above their values), else to threshold splits
+        # rounds (or windows) where the loss has power sums (q = 2 to 6, 3 with blocks above their values), else to splits
         entries_only = q in ENTRY_MERGES and not signed
         if q in (2.0, 4.0) or (q == 3.0 and not signed) or entries_only:
             # over blocks, merge rounds finish a snowballing chain (rows at q = 4 form them at n = 1000) for less than
             # its pooling; at q = 3 under jax.jit a row whose blocks fit in a short row stalls out to pool over them
             blocks = q in (2.0, 4.0)
             short = pooled_blocks_length(n) if q == 3.0 and not adapter.reads_in_eager_node(v0) else n
-            # on a CPU the few drops the pooling leaves are fitted in windows of blocks (:mod:`.windows`) by the same
-            # merge rounds (q = 3: pooling rounds over the blocks' moments): a row of 1000 leaves about one drop
+            # on a CPU the few drops the pooling leaves are fitted in windows of blocks (:mod:`.windows`) by the same merge
+            # rounds (q = 3, 5: pooling rounds over the blocks' moments): a row of 1000 leaves about one drop
+            sums = PowerSums(q)
             v = isotonic.pool_then_merge(xp, adapter, rules, v0, yw, lambda u, unsettled: xp.where(
                 unsettled[..., None], adapter.eagerly(xp, merge_fit, (u, y, wf), like=(0,), q=q)[0], u),
-                merge_cost=ENTRY_MERGE_COST if entries_only else 1.0 if blocks or short < n else 0.0,
-                stall_blocks=0 if blocks else short,
-                finish=None if entries_only else lambda values, data: merge_blocks(xp, adapter, values, data, q) if blocks
-                else pool_blocks(xp, adapter, values, data, PowerSums(q)), sums=PowerSums(q), extend=extend, starts=starts)
+                merge_cost=ENTRY_MERGE_COST if entries_only else 1.0 if blocks or short < n else 0.0, stall_blocks=0 if blocks else short,
+                finish=None if q not in WINDOWED else lambda values, data: (pool_blocks(xp, adapter, values, data, sums) if sums.signs
+                                                                           else merge_blocks(xp, adapter, values, data, q)),
+                sums=sums, extend=extend, starts=starts)
         elif q == 3.0 and not masked and windows.readable_on_cpu(adapter, v0, yw):
             # the sort's ranks step evenly, so its blocks have a block form after all: on a CPU the rounds over blocks,
             # the passes and the windows finish its chains (:class:`.power_sums.SteppedSignedSums`); elsewhere it pools
@@ -345,17 +246,20 @@ def _fitted(xp: Any, adapter: Any, rules: _Rules, v0: Any, y: Any, wf: Any, q: f
 
 
 def _split_fit(xp: Any, v: Any, y: Any, w: Any, left: Any, *, q: float) -> tuple[Any]:
-    """:func:`.splits.fit_left` of the rows ``left`` of :func:`_fitted`'s rounds, each segment's root by :func:`_signed_shift`."""
-    return (splits.fit_left(xp, get_adapter(xp), _Rules(q), lambda *a, **k: _signed_shift(*a, q, **k), v, y, w, q, left),)
+    """:func:`.splits.fit_left` of the rows ``left`` of :func:`_fitted`'s rounds, each segment's root by
+    :func:`.block_roots.signed_shift`."""
+    return (splits.fit_left(xp, get_adapter(xp), _Rules(q), lambda *a, **k: block_roots.signed_shift(*a, q, **k), v, y, w, q, left),)
 
 
 def _solved(xp: Any, adapter: Any, rules: _Rules, starts: Any, y: Any, w: Any, signed: bool) -> tuple[Any, Any, Any]:
-    """:func:`_shift` (``signed``: :func:`_signed_shift`) over the blocks that ``starts`` begins. Where values can be
-    read now, on a CPU, and at most ``rules.compact_share`` of the entries lie in blocks of several, the root is solved
-    over those alone (:class:`.subsets.Subset`), a one-entry block in closed form (``mean = y``, ``d = 0``, ``t =
-    phi^-1(w)``): a soft sort's rows are mostly one-entry blocks, whose roots would otherwise take Newton's steps."""
+    """:func:`.block_roots.shift` (``signed``: :func:`.block_roots.signed_shift`) over the blocks that ``starts``
+    begins. Where values can be read now, on a CPU, and at most ``rules.compact_share`` of the entries lie in blocks
+    of several, the root is solved over those alone (:class:`.subsets.Subset`), a one-entry block in closed form
+    (``mean = y``, ``d = 0``, ``t = phi^-1(w)``): a soft sort's rows are mostly one-entry blocks, whose roots would
+    otherwise take Newton's steps."""
     # precise: the output's moments (a float32 scatter-add's running sums moved ranks of tied rows of 3 x 10^4 by 0.24)
-    q, shift = rules.q, _signed_shift if signed else lambda *a: _shift(*a, step=1.0, about_first=True, precise=True)  # w: rho reversed
+    # w: rho reversed
+    q, shift = rules.q, block_roots.signed_shift if signed else lambda *a: block_roots.shift(*a, step=1.0, about_first=True, precise=True)
     # both arrays: a soft sort's y (the ranks) is a constant even where its weights (the data) are traced
     if not (rules.compact_share > 0 and windows.readable_on_cpu(adapter, y, w)):
         return shift(xp, adapter, starts, y, w, q)
@@ -387,7 +291,7 @@ def capped(xp: Any, adapter: Any, s: Any, k: Any, q: float, valid: Any = None) -
     a binary search over them (``ceil(log2 2n)`` evaluations of S, O(n)
     each) finds the interval holding ``tau``, on which the free entries are
     fixed; their equation ``sum_free (s_i - tau)^(q-1) = k - #ones`` is
-    :func:`_shift`'s (closed forms, or Newton). ``s`` sorted decreasing; ``k``
+    :func:`.block_roots.shift`'s (closed forms, or Newton). ``s`` sorted decreasing; ``k``
     of shape ``(..., 1)``, in (0, n_v]; ``valid``: False on a masked tail.
     Returns ``(mu, share, starts)`` as :func:`project` (the free entries one
     block, every other entry a block of its own).
@@ -436,7 +340,7 @@ def capped(xp: Any, adapter: Any, s: Any, k: Any, q: float, valid: Any = None) -
 
 
 def _free_root(xp: Any, adapter: Any, d: Any, free: Any, total_w: Any, m: Any, q: float) -> Any:
-    """:func:`_shift`'s root for the one free block of :func:`capped` (``d`` centred on the free entries, 0
+    """:func:`.block_roots.shift`'s root for the one free block of :func:`capped` (``d`` centred on the free entries, 0
     elsewhere): the same closed forms and Newton steps, as reductions over the row: one block needs no segmented sums
     (a scatter on torch), which cost more than a reduction on every step."""
     if q == 2.0:

@@ -12,7 +12,7 @@ from . import isotonic
 from .merges import merge_lengths, padded_length
 from .powers import falling_newton, moment_root, power, stepped_signed_square_root
 
-__all__ = ["PowerSums", "SteppedSignedSums", "merge_fit", "merge_blocks", "pool_blocks", "block_form", "centred", "stepped_mean", "pooled_blocks_length", "POOLED_BLOCKS_MOST", "POOLED_BLOCKS_FROM"]
+__all__ = ["PowerSums", "falling_moment_root", "SteppedSignedSums", "merge_fit", "merge_blocks", "pool_blocks", "block_form", "centred", "stepped_mean", "pooled_blocks_length", "POOLED_BLOCKS_MOST", "POOLED_BLOCKS_FROM"]
 
 
 class PowerSums:
@@ -23,13 +23,15 @@ class PowerSums:
     set whose data lie below t counts with the opposite sign (``signs``).
 
     An entry of the rows is one datum, ``data = (y, w)``, or a block of data
-    already known to pool, ``data = (mean, W, m, M2, M3)``: its mean, its sums
-    of weights and of entries, and its centred moments, whose power sums about
-    any ``c`` follow by the binomial expansion. Blocks serve q = 2 and 4
-    only: at q = 3 and 5 a test splits a set by its data, which a block's
-    moments cannot do, and a block of q = 6 would need moments up to the
-    fifth. From q = 5 on, a pool's root has no closed form: Newton's method
-    on its moments' polynomial (:meth:`root`).
+    already known to pool, ``data = (mean, W, m, M2, ..., M_k)`` (:attr:`form`
+    numbers, k = max(3, q - 1)): its mean, its sums of weights and of entries,
+    and its centred moments, whose power sums about any ``c`` follow by the
+    binomial expansion. The merge rounds take blocks at q = 2 and 4 only: at
+    q = 3 and 5 a test splits a set by its data, which a block's moments
+    cannot do. Pooling rounds over blocks hold at any q (a pool of
+    pool-adjacent-violators keeps its data above its value). From q = 5 on, a
+    pool's root has no closed form: Newton's method on its moments'
+    polynomial (:meth:`root`).
     """
 
     identity = 0.0
@@ -39,6 +41,7 @@ class PowerSums:
     def __init__(self, q: float) -> None:
         self.degree = int(q) - 1
         self.signs = self.degree % 2 == 0
+        self.form = max(3, self.degree) + 2  # the block form's length: mean, W, m and the moments M2 to M_max(3, q-1)
 
     def stats(self, xp: Any, v: Any, data: tuple[Any, ...], centre: Any) -> tuple[Any, ...]:
         if len(data) == 2:
@@ -48,13 +51,23 @@ class PowerSums:
             for _ in range(self.degree - 1):
                 powers.append(powers[-1] * d)
             return (w, xp.ones_like(d), *powers)
-        mean, w, m, m2, m3 = data
+        mean, w, m, m2, m3, *higher = data
         d = mean - centre
         if self.degree == 1:
             return w, m, m * d
         if self.degree == 2:  # the third moment is not read
             return w, m, m * d, m2 + m * d * d
-        return w, m, m * d, m2 + m * d * d, m3 + 3.0 * d * m2 + m * d * d * d
+        if self.degree == 3:
+            return w, m, m * d, m2 + m * d * d, m3 + 3.0 * d * m2 + m * d * d * d
+        # sum_B (y - c)^j = sum_i C(j, i) M_i d^(j - i) (M_0 = m, M_1 = 0), in Horner's form in d
+        central = (m, 0.0, m2, m3, *higher)
+        sums = [w, m]
+        for j in range(1, self.degree + 1):
+            total = central[0]
+            for i in range(1, j + 1):
+                total = total * d + (math.comb(j, i) * central[i] if i > 1 else 0.0)
+            sums.append(total)
+        return tuple(sums)
 
     # plain sums, scanned and combined as "l2"'s are
     cum = staticmethod(isotonic.KINDS["l2"].cum)
@@ -84,14 +97,14 @@ class PowerSums:
         return -self.below(xp, sums, ref, centre, lower)
 
     def root(self, xp: Any, total_w: Any, m: Any, m2: Any, m3: Any, *higher: Any) -> Any:
-        """The root ``t`` of :func:`.pnorm._shift` of a pool from its weight, size and centred moments ``m2``, ``m3``
+        """The root ``t`` of :func:`.block_roots.shift` of a pool from its weight, size and centred moments ``m2``, ``m3``
         and (from q = 5 on) the ``higher`` ones (every entry of a pool above its value: the unsigned problem's
         blocks). A pool's value only places the blocks (the output is solved again on them): no tangent is read."""
         if self.degree == 1:
             return total_w / m
         if self.degree <= 3:
             return moment_root(xp, self.degree + 1.0, total_w, m, m2, m3 if self.degree == 3 else None, tangent=False)
-        return _falling_moment_root(xp, self.degree, total_w, m, (m2, m3, *higher))
+        return falling_moment_root(xp, self.degree, total_w, m, (m2, m3, *higher))
 
     def value(self, xp: Any, sums: tuple[Any, ...], fallback: Any, centre: Any) -> Any:
         """A pool's value, ``mean - t`` (:meth:`root`), its moments centred on the pool's mean from the sums."""
@@ -108,18 +121,18 @@ class PowerSums:
 
     def block_value(self, xp: Any, data: tuple[Any, ...]) -> Any:
         """The value of each block of :func:`block_form`'s ``data``: its mean less its :meth:`root`."""
-        mean, total_w, m, m2, m3 = data
-        return mean - self.root(xp, total_w, m, m2, m3)
+        mean, total_w, m, *moments = data
+        return mean - self.root(xp, total_w, m, *moments)
 
     def pooled(self, xp: Any, adapter: Any, starts: Any, u: Any, data: Any, unit: bool) -> Any:
         """The pooling rounds' rule (:func:`.isotonic.pool_runs`) over rows of blocks, one entry each (``data`` stacks
-        :func:`block_form`'s five): each segment's value from its blocks' moments combined about the segment's mean
+        :func:`block_form`'s :attr:`form` rows): each segment's value from its blocks' moments combined about the segment's mean
         (exact where every entry of the segment lies above its value, as in every pool of pool-adjacent-violators
         here); a segment of padding alone (no entries) keeps its value ``u``."""
         mean, m = data[0, ...], data[2, ...]
         total = adapter.segment_sum(xp, starts, xp.stack([m * mean, m]))
         centre = total[0, ...] / xp.where(total[1, ...] > 0, total[1, ...], 1.0)
-        terms = self.stats(xp, None, tuple(data[i, ...] for i in range(5)), centre)[:self.degree + 2]
+        terms = self.stats(xp, None, tuple(data[i, ...] for i in range(self.form)), centre)[:self.degree + 2]
         sums = adapter.segment_sum(xp, starts, xp.stack(terms))
         return self.value(xp, tuple(sums[i, ...] for i in range(len(terms))), u, centre)
 
@@ -133,23 +146,31 @@ def _about(sums: tuple[Any, ...], s: Any, degree: int) -> Any:
     return total
 
 
-def _falling_moment_root(xp: Any, degree: int, total_w: Any, m: Any, moments: tuple[Any, ...]) -> Any:
+def falling_moment_root(xp: Any, degree: int, total_w: Any, m: Any, moments: tuple[Any, ...]) -> Any:
     """The root ``t`` of ``P(t) = sum_B (d_i + t)^degree = W`` from the block's size and centred moments ``moments =
     (M_2, ..., M_degree)`` (``M_1 = 0``): ``P(t) = m t^degree + sum_k C(degree, k) M_k t^(degree-k)``. Every term is
     nonnegative at the root, so P is convex and increasing from there, and Newton's method from Jensen's upper bound
     ``(W / m)^(1/degree)`` falls to the root monotonically (:func:`.powers.newton_steps` steps, as for a block
-    solved over its entries)."""
+    solved over its entries). It starts from a tighter bound, the power means' ``mean (d + t)^degree >= (mean (d +
+    t)^2)^(degree/2) = (M_2 / m + t^2)^(degree/2)`` at the root: ``t^2 <= (W / m)^(2/degree) - M_2 / m``, which a
+    block whose data spread takes far below Jensen's (the spread is where the steps fall slowly)."""
     adapter = get_adapter(xp)
-    coefficients = (m, 0.0, *(math.comb(degree, k) * mk for k, mk in zip(range(2, degree + 1), moments)))
+    # P - W and P' by their coefficients from t^degree down, each t^(degree-1) term 0 (M_1 = 0): set once per root
+    c = [m, 0.0, *(math.comb(degree, k) * mk for k, mk in zip(range(2, degree + 1), moments))]
+    c[-1] = c[-1] - total_w
+    slope = [(degree - k) * ck for k, ck in enumerate(c[:-1])]
+
+    def horner(coefficients: list[Any], t: Any) -> Any:
+        value = coefficients[0] * t
+        for ck in coefficients[2:]:
+            value = value * t + ck
+        return value
 
     def step(t: Any) -> Any:
-        value, slope = coefficients[0], 0.0
-        for c in coefficients[1:]:  # Horner's form for P and P' together
-            slope = slope * t + value
-            value = value * t + c
-        return t - safe_divide(xp, value - total_w, slope)
+        return t - safe_divide(xp, horner(c, t), horner(slope, t))
 
-    start = power(xp, xp.clip(total_w / m, 0.0, None), 1.0 / degree, tangent=False)
+    mean_square = power(xp, xp.clip(total_w / m, 0.0, None), 2.0 / degree, tangent=False)
+    start = xp.sqrt(xp.clip(mean_square - moments[0] / m, 0.0, None))
     return falling_newton(xp, adapter, step, start, degree + 1.0, like=(start,))
 
 
@@ -203,17 +224,21 @@ def stepped_mean(first: Any, m: Any, step: float) -> Any:
     return first + (0.5 * step) * (m - 1.0)
 
 
-def block_form(xp: Any, adapter: Any, starts: Any, y: Any, w: Any) -> tuple[Any, Any, Any, Any, Any]:
+def block_form(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, highest: int = 3) -> tuple[Any, ...]:
     """Each entry's block (``starts``: True where one begins) in :class:`PowerSums`' block form ``(mean, W, m, M2,
-    M3)``: the block's mean, total weight, size and centred moments."""
+    ..., M_highest)``: the block's mean, total weight, size and centred moments (``highest``: its :attr:`PowerSums.form`
+    less 2)."""
     m, total_w, mean, d = centred(xp, adapter, starts, y, w)
-    moments = adapter.segment_sum(xp, starts, xp.stack([d * d, d * d * d]))
-    return mean, total_w, m, moments[0, ...], moments[1, ...]
+    powers = [d * d]
+    for _ in range(highest - 2):
+        powers.append(powers[-1] * d)
+    moments = adapter.segment_sum(xp, starts, xp.stack(powers))
+    return (mean, total_w, m, *(moments[i, ...] for i in range(highest - 1)))
 
 
 def merge_blocks(xp: Any, adapter: Any, values: Any, data: tuple[Any, ...], q: float) -> Any:
     """The merge rounds' fit of rows of blocks, one entry each (``values``, ``data`` in :func:`block_form`)."""
-    return isotonic.merge_rows(xp, adapter, PowerSums(q), values, data, (None, 0.0, 0.0, 0.0, 0.0))
+    return isotonic.merge_rows(xp, adapter, PowerSums(q), values, data, (None,) + (0.0,) * (len(data) - 1))
 
 
 def pool_blocks(xp: Any, adapter: Any, values: Any, data: tuple[Any, ...], sums: PowerSums) -> Any:
@@ -232,7 +257,7 @@ def _one_per_block(xp: Any, adapter: Any, v: Any, y: Any, blocks: tuple[Any, ...
     nothing and sit at the row's largest value (they never pool, :func:`.isotonic.merge_rows`)."""
     n = v.shape[-1]
     dev = _device(v)
-    mean, total_w, m, m2, m3 = blocks
+    mean, *sums = blocks
     # each block's first entry (n past the row's last block)
     wanted = xp.broadcast_to(xp.arange(1, count + 1, dtype=ordinal.dtype, device=dev), v.shape[:-1] + (count,))
     first = adapter.searchsorted(xp, ordinal, wanted, side="left")
@@ -244,8 +269,7 @@ def _one_per_block(xp: Any, adapter: Any, v: Any, y: Any, blocks: tuple[Any, ...
 
     zero = xp.zeros((), dtype=v.dtype, device=dev)
     values = gather(v, xp.max(v, axis=-1, keepdims=True))
-    data = (gather(mean, xp.max(y, axis=-1, keepdims=True)), gather(total_w, zero), gather(m, zero), gather(m2, zero),
-            gather(m3, zero))
+    data = (gather(mean, xp.max(y, axis=-1, keepdims=True)), *(gather(a, zero) for a in sums))
     return values, data, ordinal - 1
 
 
@@ -269,7 +293,8 @@ def merge_fit(xp: Any, v: Any, y: Any, w: Any, *, q: float) -> tuple[Any]:
     blocks by the row with most blocks; one that cannot (``jax.jit``) by the first of :func:`.merges.merge_lengths`
     that holds every row's blocks (:meth:`shortcut`).
 
-    At q = 5 and 6 a block has no form of a few moments: the merge rounds run over the entries (one-entry values).
+    At q = 5 and 6 the merge rounds run over the entries (one-entry values): at q = 5 a test splits a block by its
+    data, and blocks of q = 6 would carry moments up to the fifth, which cancel more.
     At q = 3 a merge test splits a block by its data, so the merge rounds start from the one-entry values. Where
     the blocks cannot be counted, rows of :func:`pooled_blocks_length` or fewer blocks pool over their blocks to
     the end instead (:func:`pool_blocks`, which their moments allow at any q): at most ``L - 1`` rounds over rows

@@ -1,0 +1,137 @@
+"""Each block's root of the p-norm regularized fit (:mod:`.pnorm`), from its entries.
+
+For a block B of data ``y`` (``d_i = y_i - mean_B(y)``) and weight ``W_B``,
+the root ``t = mean_B(y) - v_B`` of ``sum_B phi(d_i + t) = W_B``,
+``phi(u) = u |u|^(q-2)``: :func:`shift` where every term is nonnegative at
+the root (the rank's blocks, and the top-k polytope's free block), in
+closed form at q = 2, 3 and 4, by Newton's steps on the block's centred
+moments at q = 5 and 6 and over its entries at any other q, each falling
+from an upper bound; :func:`signed_shift` where terms change sign (the soft
+sort's), by closed forms at q = 3 and 4 and safeguarded Newton's steps
+elsewhere. :func:`per_block` solves a root once per block where that pays.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from .._lib._numerics import safe_divide
+from . import windows
+from .power_sums import centred, falling_moment_root
+from .powers import falling_newton, moment_root, odd_power, power, signed_square_root
+from .subsets import Subset
+
+__all__ = ["shift", "signed_shift", "per_block", "BLOCK_SHARE", "BLOCK_ENTRIES"]
+
+
+def shift(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, q: float, tangent: bool = True, step: float | None = None,
+          about_first: bool = False, precise: bool = False) -> tuple[Any, Any, Any]:
+    """``(mean, d, t)`` per entry: ``mean_B(y)``, ``d = y - mean_B(y)``, ``t = mean_B(y) - v_B`` for the block root ``v_B``
+    (one number per block). ``tangent``: as for :func:`.powers.power`; ``step``, ``about_first``: as for
+    :func:`.power_sums.centred`; ``precise``: its sums and the moments' as ``adapter.segment_sum``'s (an output's)."""
+    m, total_w, mean, d = centred(xp, adapter, starts, y, w, step, about_first, precise)
+    if q == 2.0:
+        return mean, d, total_w / m
+    if q == 3.0:
+        return mean, d, moment_root(xp, q, total_w, m, adapter.segment_sum(xp, starts, d * d, precise=precise), tangent=tangent)
+    if q == 4.0:
+        moments = adapter.segment_sum(xp, starts, xp.stack([d * d, d * d * d]), precise=precise)
+        return mean, d, per_block(xp, adapter, starts, lambda *a: moment_root(xp, q, *a, tangent=tangent),
+                                  total_w, m, moments[0, ...], moments[1, ...], q=q, tangent=tangent)
+    if q in (5.0, 6.0):  # Newton's steps on the block's moments, summed once (a step over its entries sums them all)
+        powers = [d * d]
+        for _ in range(int(q) - 3):
+            powers.append(powers[-1] * d)
+        moments = adapter.segment_sum(xp, starts, xp.stack(powers), precise=precise)
+        return mean, d, per_block(xp, adapter, starts, lambda w, m, *a: falling_moment_root(xp, int(q) - 1, w, m, a),
+                                  total_w, m, *(moments[i, ...] for i in range(len(powers))), q=q, tangent=tangent)
+
+    share = total_w / m  # the residual as sum_B (phi(a_i) - W_B / |B|): a scatter-add adds one entry at a time, and
+    # terms of W_B / |B|'s size round at W_B's (a float32 soft block of 10^5 ranks: all 5 off); centred, at their spread's size
+
+    def newton(t: Any) -> Any:
+        a = xp.clip(d + t, 0.0, None)
+        terms = adapter.segment_sum(xp, starts, xp.stack([power(xp, a, q - 1.0) - share, power(xp, a, q - 2.0)]))
+        return t - safe_divide(xp, terms[0, ...], (q - 1.0) * terms[1, ...])
+
+    start = power(xp, xp.clip(share, 0.0, None), 1.0 / (q - 1.0))  # Jensen's upper bound
+    if q > 3.0:  # the power means' tighter one (power_sums.falling_moment_root): t^2 <= (W/|B|)^(2/(q-1)) - M2/|B|
+        spread = adapter.segment_sum(xp, starts, d * d) / m
+        start = power(xp, xp.clip(start * start - spread, 0.0, None), 0.5, tangent=tangent)
+    return mean, d, falling_newton(xp, adapter, newton, start, q, like=(d, total_w))
+
+
+BLOCK_SHARE, BLOCK_ENTRIES = 0.5, 1 << 15  # :func:`per_block`'s gate (below it, the gathers cost more than the cubic)
+
+
+def per_block(xp: Any, adapter: Any, starts: Any, root: Any, total_w: Any, m: Any, *moments: Any, q: float, tangent: bool) -> Any:
+    """A block's ``root(total_w, m, *moments)`` (the cubic's, or Newton's steps) of arrays that hold one number per
+    block (``starts``: True where one begins): where values can be read now, on a CPU, in a batch of at least
+    ``BLOCK_ENTRIES`` entries whose blocks of several have first entries at most ``BLOCK_SHARE`` of them, on those
+    alone (:class:`.subsets.Subset`), spread over their blocks, and a one-entry block in closed form ``W^(1/(q-1))``;
+    elsewhere on every entry."""
+    totals = (total_w, m, *moments)
+    if math.prod(starts.shape) < BLOCK_ENTRIES or not windows.readable_on_cpu(adapter, starts, *totals):
+        return root(*totals)
+    several = m > 1
+    firsts = Subset(xp, starts & several)
+    if firsts.share() > BLOCK_SHARE:
+        return root(*totals)
+    alone = power(xp, xp.clip(total_w, 0.0, None), 1.0 / (q - 1.0), tangent=tangent)
+    if firsts.size == 0:
+        return alone
+    return xp.where(several, firsts.spread(root(*(firsts.take(a) for a in totals))), alone)
+
+
+# safeguarded Newton steps for a block equation whose terms change sign (the soft sort's): each halves the bracket
+_SIGNED_STEPS, _SIGNED_ROUND = 60, 2  # at worst, then converge quadratically; steps between looks at whether a root moves
+
+
+def signed_shift(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, q: float, near: Any = None) -> tuple[Any, Any, Any]:
+    """:func:`shift` for ``sum_B phi(y_i - v) = W_B`` with ``phi(u) = sign(u) |u|^(q-1)``, terms of either sign
+    (the soft sort: its weights are the data). ``h(t) = sum_B phi(d_i + t) - W_B`` increases in t and lies in
+    ``[-D - (W-/|B|)^(1/(q-1)), D + (W+/|B|)^(1/(q-1))]`` (``D = sum_B |d|``): Newton's step where it stays inside
+    the bracket, else its midpoint (the start, or a value ``near`` the root); at q = 3 and 4 (``phi(u) = u^3``:
+    :func:`.powers.signed_square_root`) and for a one-entry block, closed forms. ``y`` increases along each block."""
+    m, total_w, mean, d = centred(xp, adapter, starts, y, w, about_first=True)
+    e = 1.0 / (q - 1.0)
+    alone = odd_power(xp, total_w, e)
+    if q == 2.0:
+        return mean, d, total_w / m
+
+    def roots(_: Any) -> tuple[Any]:
+        if q == 4.0:  # phi(u) = u^3 whatever u's sign: the cubic in the block's moments is its equation itself
+            mo = adapter.segment_sum(xp, starts, xp.stack([d * d, d * d * d]))
+            return (xp.where(m == 1, alone, moment_root(xp, q, total_w, m, mo[0, ...], mo[1, ...])),)
+        if q == 3.0:
+            return (xp.where(m == 1, alone, signed_square_root(xp, adapter, starts, d, total_w, m)),)
+        spread = adapter.segment_sum(xp, starts, xp.abs(d))
+        share = total_w / m  # h summed as sum_B (phi(u_i) - W_B / |B|), as :func:`shift`'s residual
+        lo, hi = -spread - power(xp, xp.clip(-share, 0.0, None), e), spread + power(xp, xp.clip(share, 0.0, None), e)
+        start = xp.where(m == 1, alone, (lo + hi) / 2.0 if near is None else xp.clip(mean - near, lo, hi))
+
+        def newton(state: tuple[Any, Any, Any]) -> tuple[Any, Any, Any]:
+            t, lo, hi = state
+            u = d + t
+            terms = adapter.segment_sum(xp, starts, xp.stack([odd_power(xp, u, q - 1.0) - share,
+                                                             (q - 1.0) * power(xp, xp.abs(u), q - 2.0)]))
+            h = terms[0, ...]
+            lo, hi = xp.where(h < 0, t, lo), xp.where(h < 0, hi, t)
+            step = t - safe_divide(xp, h, terms[1, ...])
+            # the bracket closed: a root at its end (a one-entry block's, or a closed form's start) is kept
+            return xp.where((step >= lo) & (step <= hi) & (terms[1, ...] > 0), step, (lo + hi) / 2.0), lo, hi
+
+        # one loop (a compiled backend traces the step once), not the steps unrolled into the pooling round's body, in
+        # rounds of a few steps until no root moves by more than a few units in its last place
+        ulps = 8.0 * xp.finfo(d.dtype).eps * (spread + xp.abs(start))
+
+        def moved(old: tuple[Any, Any, Any], new: tuple[Any, Any, Any]) -> Any:
+            return xp.any(xp.abs(new[0] - old[0]) > ulps)
+
+        t, _, _ = adapter.settle(xp, newton, (start, lo, hi), moved, _SIGNED_STEPS, _SIGNED_ROUND, like=(d, total_w))
+        return (xp.where(m == 1, alone, t),)
+
+    # a batch of one-entry blocks (a soft sort's rows at strength 1 and below, as a rule) has every root in closed form:
+    # where the flag is read now, or under jax.jit (a branch), the rest is skipped (called in the pooling loop's body)
+    return mean, d, adapter.unless(xp, xp.all(m == 1), roots, (alone,), in_loop=True)[0]
