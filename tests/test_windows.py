@@ -182,7 +182,7 @@ def _pnorm_reference(rows: str, output: str, p: float, strength: float) -> np.nd
 # entries lie above their pools' values, and the sort's, whose ranks step evenly (power_sums.SteppedSignedSums)
 @pytest.mark.parametrize("backend_name", [b for b in CPU_BACKENDS if b != "jax"])
 @pytest.mark.parametrize(("p", "output"), [(p, o) for p in (4.0 / 3.0, 2.0, 1.5) for o in ("rank", "sort", "descending sort")]
-                         + [(1.25, "rank")])
+                         + [(1.25, "rank"), (1.2, "rank")])
 def test_pnorm_windows_equal_the_papers_pav(forced, backend_name, p, output, monkeypatch):
     """Windows from the first stalled round, one block wide and doubling: on NumPy against the sequential PAV of
     Sander et al. (tests/test_pnorm.py's reference, float64), on the other backends against NumPy; rows of 2 to 23
@@ -213,7 +213,7 @@ def test_pnorm_windows_equal_the_papers_pav(forced, backend_name, p, output, mon
             assert_allclose(run(_pnorm_rows(rows), strength), want, rtol=1e-10, atol=1e-10,
                             err_msg=f"{passes} passes, strength {strength}, {rows} rows, route {route}")
     else:  # the reference is Python loops: once, on NumPy
-        strength = 0.7 if (p, output) in ((1.5, "rank"), (1.25, "rank")) else 3.0  # these ranks' rows stall at the lower one
+        strength = 0.7 if (p, output) in ((1.5, "rank"), (1.25, "rank"), (1.2, "rank")) else 3.0  # these ranks' rows stall there
         for x in (_pnorm_rows("spread"), _pnorm_rows("chained")[:3], _pnorm_rows("pairs")):
             assert_allclose(backend.to_numpy(run(backend.asarray(x), strength)), np.asarray(run(x, strength)), rtol=1e-12,
                             atol=1e-12)
@@ -221,20 +221,22 @@ def test_pnorm_windows_equal_the_papers_pav(forced, backend_name, p, output, mon
 
 
 @pytest.mark.parametrize(("p", "output"), [(4.0 / 3.0, "rank"), (4.0 / 3.0, "sort"), (4.0 / 3.0, "masked rank"),
-                                           (1.5, "rank"), (1.5, "masked rank"), (1.25, "rank")])
+                                           (1.5, "rank"), (1.5, "masked rank"), (1.25, "rank"), (1.2, "rank")])
 def test_pnorm_permutahedron_with_and_without_windows(p, output, monkeypatch):
     """p = 4/3 and 3/2 at the default softness (rows of 1000 end on about one drop each at p = 4/3) and at strength
-    0.1 (at p = 3/2, runs of drops that chains extend over hundreds of blocks), p = 5/4 (no default softness) at
-    strength 1 (rows of a block of 500-700 and 200 more: the min-max passes finish them) and 0.1, torch float64:
-    values and gradients with the windows against the merge rounds over every block (p = 4/3) or every entry."""
+    0.1 (at p = 3/2, runs of drops that chains extend over hundreds of blocks), p = 5/4 and 6/5 (no default softness)
+    at strength 1 (rows of a block of 500-700 and 200 more: the min-max passes finish them, at p = 6/5 the extensions
+    and the windows, with no min-max pass: its ranges' roots are not bracketed) and 0.1, torch float64: values and
+    gradients with the windows against the merge rounds over every block (p = 4/3) or every entry."""
     torch = pytest.importorskip("torch")
     rng = np.random.default_rng(3)
     x = torch.asarray(rng.normal(size=(8, 1000)))
     ct = torch.asarray(rng.normal(size=(8, 1000)))
-    calls = []
-    finished = windows._finished
+    calls, passes = [], []
+    finished, min_max = windows._finished, windows._pool_each_run
     monkeypatch.setattr(windows, "_finished", lambda *a: calls.append(1) or finished(*a))
-    for extra in ({"strength": 1.0} if p == 1.25 else {}, {"strength": 0.1}):
+    monkeypatch.setattr(windows, "_pool_each_run", lambda *a: passes.append(1) or min_max(*a))
+    for extra in ({"strength": 1.0} if p < 4.0 / 3.0 else {}, {"strength": 0.1}):
         kwargs = dict(method="permutahedron", regularization="lp", p=p, **extra)
         if output == "masked rank":
             kwargs["mask"] = torch.asarray(rng.uniform(size=(8, 1000)) > 1 / 3)
@@ -256,6 +258,7 @@ def test_pnorm_permutahedron_with_and_without_windows(p, output, monkeypatch):
             assert_allclose(with_windows[0], rounds_only[0], rtol=1e-10, atol=1e-10)
             assert_allclose(with_windows[1], rounds_only[1], rtol=1e-9, atol=1e-9)
     assert calls, "the windows were not taken"
+    assert bool(passes) == (p != 1.2), f"{len(passes)} min-max passes at p = {p}"
 
 
 @pytest.mark.parametrize("passes", [windows.PASSES, 0], ids=["runs pooled first", "windows only"])
@@ -436,7 +439,7 @@ def test_extension_pass_tries_a_short_window_first(rightward, radius, growth, mo
     assert sum(runs * width for runs, width in tries) < 1200, tries
 
 
-@pytest.mark.parametrize("q", [2.0, 3.0, 4.0, 5.0])
+@pytest.mark.parametrize("q", [2.0, 3.0, 4.0, 5.0, 6.0])
 def test_pooling_rounds_over_blocks_equal_the_rounds_over_entries(q):
     """``blocks.pool_rounds`` (the p-norm rank's pooling rounds over blocks whose arrays shrink each round) against
     ``isotonic.pool_runs`` over the entries (each segment solved from its entries, ``pnorm._Rules``), after each of the

@@ -46,13 +46,13 @@ now, on a CPU, a rank's row that is one block between short end blocks
 (strength 1) is guessed and proved so (:mod:`.one_block`); else the rounds
 run over the blocks in their moment form, shrinking to the blocks left
 (:func:`.blocks.pool_rounds`), a row stops once its last drops stop halving,
-and :mod:`.windows` finishes it (q = 2 to 5): each run of drops pooled to its
+and :mod:`.windows` finishes it (q = 2 to 6): each run of drops pooled to its
 end in one pass (the min-max formula over the blocks near it; at q = 3 and 5,
 whose moments give a range's value only where its data lie above it, bounded by
-its first datum), then windows around the drops left, fitted by merge rounds at
-q = 2 and 4, by pooling rounds at q = 3 and 5 (whose merge tests split a block
-by its data). Elsewhere, and at q = 6, rows go on to merge rounds over the
-entries (``ENTRY_MERGES``), at q = 5 and 6 each pool's root by Newton's method
+its first datum; none at q = 6), then windows around the drops left, fitted by
+merge rounds at q = 2, 4 and 6, by pooling rounds at q = 3 and 5 (whose merge
+tests split a block by its data). Elsewhere rows at q = 5 and 6 go on to merge
+rounds over the entries (``ENTRY_MERGES``), each pool's root by Newton's method
 on its moments; at any other q (no such sums) to threshold splits (:mod:`.splits`).
 Where the rounds cannot read values (``jax.jit``, a GPU), at q = 3 (the rank,
 the sort's evenly stepped ranks) a round after one in which a row's drops
@@ -102,10 +102,8 @@ def exponent_of(opts: Any) -> float:
 
 
 # q past 4 whose rows go on to merge rounds over the entries' power sums where no windows finish them (p = 1.25, 1.2;
-# higher degrees cancel too much), costing about 1.5 log2 n pooling rounds (``merge_cost`` 3 at K ~ n / 2 blocks); the
-# q whose rows the windows finish on a CPU: not 6, whose min-max passes would read roots of ranges whose fifth powers
-# change sign, unbracketed (:func:`.power_sums.falling_moment_root`; q = 3 and 5 bound those by their first datum)
-ENTRY_MERGES, ENTRY_MERGE_COST, WINDOWED = (5.0, 6.0), 3.0, (2.0, 3.0, 4.0, 5.0)
+# higher degrees cancel too much), costing about 1.5 log2 n pooling rounds (``merge_cost`` 3 at K ~ n / 2 blocks)
+ENTRY_MERGES, ENTRY_MERGE_COST = (5.0, 6.0), 3.0
 
 class _Rules:
     """The pooling rounds' rule (:func:`.isotonic.pool_runs`) for this loss: a segment's value from its entries
@@ -229,8 +227,8 @@ def _fitted(xp: Any, adapter: Any, rules: _Rules, v0: Any, y: Any, wf: Any, q: f
             v = isotonic.pool_then_merge(xp, adapter, rules, v0, yw, lambda u, unsettled: xp.where(
                 unsettled[..., None], adapter.eagerly(xp, merge_fit, (u, y, wf), like=(0,), q=q)[0], u),
                 merge_cost=ENTRY_MERGE_COST if entries_only else 1.0 if blocks or short < n else 0.0, stall_blocks=0 if blocks else short,
-                finish=None if q not in WINDOWED else lambda values, data: (pool_blocks(xp, adapter, values, data, sums) if sums.signs
-                                                                           else merge_blocks(xp, adapter, values, data, q)),
+                finish=lambda values, data: (pool_blocks(xp, adapter, values, data, sums) if sums.signs
+                                             else merge_blocks(xp, adapter, values, data, q)),
                 sums=sums, extend=extend, starts=starts)
         elif q == 3.0 and not masked and windows.readable_on_cpu(adapter, v0, yw):
             # the sort's ranks step evenly, so its blocks have a block form after all: on a CPU the rounds over blocks,

@@ -42,6 +42,10 @@ class PowerSums:
         self.degree = int(q) - 1
         self.signs = self.degree % 2 == 0
         self.form = max(3, self.degree) + 2  # the block form's length: mean, W, m and the moments M2 to M_max(3, q-1)
+        # whether any range of blocks has its value from its moments (q = 2, 4: closed forms whatever its terms' signs)
+        # or one bounded by its first datum (q = 3, 5: windows._pool_each_run); at q = 6 Newton's steps from above need
+        # every term nonnegative at the root, which a range need not have
+        self.ranges = self.degree <= 3 or self.signs
 
     def stats(self, xp: Any, v: Any, data: tuple[Any, ...], centre: Any) -> tuple[Any, ...]:
         if len(data) == 2:

@@ -198,8 +198,9 @@ EXTENSIONS = 4  # passes that extend runs (:func:`_extend_each_run`) after them
 
 def _pool_runs_of_drops(xp: Any, adapter: Any, sums: Any, blocks: Blocks, down: Any) -> tuple[Blocks, Any]:
     """``(blocks, drops)``: the blocks after the runs of drops (``down``, :func:`.blocks.find_drops`) pooled, one step per run and
-    pass, until none is left or for :data:`PASSES` passes, then :data:`EXTENSIONS` passes that extend every run to
-    one side, right and left in turn (:func:`_extend_each_run`), and the drops left between them.
+    pass, until none is left or for :data:`PASSES` passes (none where ``sums`` give no range's value: ``ranges``), then
+    :data:`EXTENSIONS` passes that extend every run to one side, right and left in turn (:func:`_extend_each_run`), and
+    the drops left between them.
 
     A run of drops (blocks ``s`` to ``e``, each above the next) between an
     increasing part on its left and one on its right ends in one block that
@@ -215,7 +216,9 @@ def _pool_runs_of_drops(xp: Any, adapter: Any, sums: Any, blocks: Blocks, down: 
     if sums.signs and blocks.low is None:
         raise ValueError("the min-max passes at q = 3 and 5 read each block's first datum: rules.block_low")
     current, owner = blocks, None  # owner: each of the given blocks' block in ``current`` (None: the same)
-    for i, extend in enumerate([False] * PASSES + [True] * EXTENSIONS):
+    # the min-max passes read any range's value (or, at q = 3 and 5, a bound by its first datum): not where its moments
+    # give neither (``sums.ranges``)
+    for i, extend in enumerate([False] * (PASSES if sums.ranges else 0) + [True] * EXTENSIONS):
         value, data, first, last = current.value, current.data, current.row_first, current.row_last
         if extend:
             fitted = _extend_each_run(xp, adapter, sums, value, data, first, last, down, current.idx, rightward=i % 2 == 0)
