@@ -19,7 +19,7 @@ from typing import Any
 from .._lib._numerics import safe_divide
 from . import windows
 from .power_sums import centred, falling_moment_root
-from .powers import falling_newton, moment_root, odd_power, power, signed_square_root
+from .powers import falling_newton, falling_start, moment_root, odd_power, power, signed_square_root
 from .subsets import Subset
 
 __all__ = ["shift", "signed_shift", "per_block", "BLOCK_SHARE", "BLOCK_ENTRIES"]
@@ -55,10 +55,10 @@ def shift(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, q: float, tangent:
         terms = adapter.segment_sum(xp, starts, xp.stack([power(xp, a, q - 1.0) - share, power(xp, a, q - 2.0)]))
         return t - safe_divide(xp, terms[0, ...], (q - 1.0) * terms[1, ...])
 
-    start = power(xp, xp.clip(share, 0.0, None), 1.0 / (q - 1.0))  # Jensen's upper bound
-    if q > 3.0:  # the power means' tighter one (power_sums.falling_moment_root): t^2 <= (W/|B|)^(2/(q-1)) - M2/|B|
-        spread = adapter.segment_sum(xp, starts, d * d) / m
-        start = power(xp, xp.clip(start * start - spread, 0.0, None), 0.5, tangent=tangent)
+    if q > 3.0:  # the power means' bound (q - 1 >= 2), else Jensen's
+        start = falling_start(xp, share, adapter.segment_sum(xp, starts, d * d) / m, q - 1.0, tangent=tangent)
+    else:
+        start = power(xp, xp.clip(share, 0.0, None), 1.0 / (q - 1.0))
     return mean, d, falling_newton(xp, adapter, newton, start, q, like=(d, total_w))
 
 

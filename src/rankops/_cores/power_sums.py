@@ -10,7 +10,7 @@ from .._lib._compat import cumulative_sum, device as _device, index_dtype
 from .._lib._numerics import safe_divide
 from . import isotonic
 from .merges import merge_lengths, padded_length
-from .powers import falling_newton, moment_root, power, stepped_signed_square_root
+from .powers import falling_newton, falling_start, moment_root, power, stepped_signed_square_root
 
 __all__ = ["PowerSums", "falling_moment_root", "SteppedSignedSums", "merge_fit", "merge_blocks", "pool_blocks", "block_form", "centred", "stepped_mean", "pooled_blocks_length", "POOLED_BLOCKS_MOST", "POOLED_BLOCKS_FROM"]
 
@@ -153,11 +153,9 @@ def _about(sums: tuple[Any, ...], s: Any, degree: int) -> Any:
 def falling_moment_root(xp: Any, degree: int, total_w: Any, m: Any, moments: tuple[Any, ...]) -> Any:
     """The root ``t`` of ``P(t) = sum_B (d_i + t)^degree = W`` from the block's size and centred moments ``moments =
     (M_2, ..., M_degree)`` (``M_1 = 0``): ``P(t) = m t^degree + sum_k C(degree, k) M_k t^(degree-k)``. Every term is
-    nonnegative at the root, so P is convex and increasing from there, and Newton's method from Jensen's upper bound
-    ``(W / m)^(1/degree)`` falls to the root monotonically (:func:`.powers.newton_steps` steps, as for a block
-    solved over its entries). It starts from a tighter bound, the power means' ``mean (d + t)^degree >= (mean (d +
-    t)^2)^(degree/2) = (M_2 / m + t^2)^(degree/2)`` at the root: ``t^2 <= (W / m)^(2/degree) - M_2 / m``, which a
-    block whose data spread takes far below Jensen's (the spread is where the steps fall slowly)."""
+    nonnegative at the root, so P is convex and increasing from there, and Newton's method from an upper bound
+    (:func:`.powers.falling_start`) falls to the root monotonically (:func:`.powers.newton_steps` steps, as for a
+    block solved over its entries)."""
     adapter = get_adapter(xp)
     # P - W and P' by their coefficients from t^degree down, each t^(degree-1) term 0 (M_1 = 0): set once per root
     c = [m, 0.0, *(math.comb(degree, k) * mk for k, mk in zip(range(2, degree + 1), moments))]
@@ -173,8 +171,7 @@ def falling_moment_root(xp: Any, degree: int, total_w: Any, m: Any, moments: tup
     def step(t: Any) -> Any:
         return t - safe_divide(xp, horner(c, t), horner(slope, t))
 
-    mean_square = power(xp, xp.clip(total_w / m, 0.0, None), 2.0 / degree, tangent=False)
-    start = xp.sqrt(xp.clip(mean_square - moments[0] / m, 0.0, None))
+    start = falling_start(xp, total_w / m, moments[0] / m, degree, tangent=False)
     return falling_newton(xp, adapter, step, start, degree + 1.0, like=(start,))
 
 

@@ -8,7 +8,7 @@ from typing import Any
 from .._lib._adapters import get_adapter
 from .._lib._numerics import safe_divide
 
-__all__ = ["newton_steps", "falling_newton", "falling_root", "power", "odd_power", "cubic_root", "moment_root", "signed_square_root", "stepped_signed_square_root"]
+__all__ = ["newton_steps", "falling_newton", "falling_start", "falling_root", "power", "odd_power", "cubic_root", "moment_root", "signed_square_root", "stepped_signed_square_root"]
 
 
 def newton_steps(q: float) -> int:
@@ -30,6 +30,16 @@ def falling_newton(xp: Any, adapter: Any, step: Any, start: Any, q: float, like:
         return xp.any(old[0] - new[0] > ulps)
 
     return adapter.settle(xp, lambda state: (step(state[0]),), (start,), moved, newton_steps(q), 2, like=like)[0]
+
+
+def falling_start(xp: Any, mean_w: Any, mean_square: Any, k: float, *, tangent: bool = True) -> Any:
+    """An upper bound of the root t of ``mean_B (d_i + t)^k = mean_w`` (``k >= 2``, ``mean_B d = 0``, every term
+    nonnegative at the root) from the block's ``mean_square = mean_B d^2``: by the power means, ``mean (d + t)^k >=
+    (mean (d + t)^2)^(k/2) = (mean_square + t^2)^(k/2)``, so ``t^2 <= mean_w^(2/k) - mean_square``. Jensen's bound
+    ``mean_w^(1/k)`` (``mean_square = 0``) stands far above the root of a block whose data spread, where Newton's
+    steps from above fall slowly. ``tangent``: as for :func:`power`."""
+    return power(xp, xp.clip(power(xp, xp.clip(mean_w, 0.0, None), 2.0 / k, tangent=tangent) - mean_square, 0.0, None),
+                 0.5, tangent=tangent)
 
 
 def falling_root(xp: Any, adapter: Any, free: Any, d: Any, c: Any, e: Any, start: Any, q: float) -> Any:
