@@ -18,7 +18,7 @@ from typing import Any
 
 from .._lib._numerics import safe_divide
 from . import windows
-from .power_sums import centred, falling_moment_root
+from .power_sums import centred, centred_moments, falling_moment_root
 from .powers import falling_newton, falling_start, moment_root, odd_power, power, signed_square_root
 from .subsets import Subset
 
@@ -34,18 +34,13 @@ def shift(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, q: float, tangent:
     if q == 2.0:
         return mean, d, total_w / m
     if q == 3.0:
-        return mean, d, moment_root(xp, q, total_w, m, adapter.segment_sum(xp, starts, d * d, precise=precise), tangent=tangent)
+        return mean, d, moment_root(xp, q, total_w, m, *centred_moments(xp, adapter, starts, d, 2, precise), tangent=tangent)
     if q == 4.0:
-        moments = adapter.segment_sum(xp, starts, xp.stack([d * d, d * d * d]), precise=precise)
         return mean, d, per_block(xp, adapter, starts, lambda *a: moment_root(xp, q, *a, tangent=tangent),
-                                  total_w, m, moments[0, ...], moments[1, ...], q=q, tangent=tangent)
+                                  total_w, m, *centred_moments(xp, adapter, starts, d, 3, precise), q=q, tangent=tangent)
     if q in (5.0, 6.0):  # Newton's steps on the block's moments, summed once (a step over its entries sums them all)
-        powers = [d * d]
-        for _ in range(int(q) - 3):
-            powers.append(powers[-1] * d)
-        moments = adapter.segment_sum(xp, starts, xp.stack(powers), precise=precise)
         return mean, d, per_block(xp, adapter, starts, lambda w, m, *a: falling_moment_root(xp, int(q) - 1, w, m, a),
-                                  total_w, m, *(moments[i, ...] for i in range(len(powers))), q=q, tangent=tangent)
+                                  total_w, m, *centred_moments(xp, adapter, starts, d, int(q) - 1, precise), q=q, tangent=tangent)
 
     share = total_w / m  # the residual as sum_B (phi(a_i) - W_B / |B|): a scatter-add adds one entry at a time, and
     # terms of W_B / |B|'s size round at W_B's (a float32 soft block of 10^5 ranks: all 5 off); centred, at their spread's size
@@ -56,7 +51,7 @@ def shift(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, q: float, tangent:
         return t - safe_divide(xp, terms[0, ...], (q - 1.0) * terms[1, ...])
 
     if q > 3.0:  # the power means' bound (q - 1 >= 2), else Jensen's
-        start = falling_start(xp, share, adapter.segment_sum(xp, starts, d * d) / m, q - 1.0, tangent=tangent)
+        start = falling_start(xp, share, centred_moments(xp, adapter, starts, d, 2)[0] / m, q - 1.0, tangent=tangent)
     else:
         start = power(xp, xp.clip(share, 0.0, None), 1.0 / (q - 1.0))
     return mean, d, falling_newton(xp, adapter, newton, start, q, like=(d, total_w))
@@ -102,8 +97,7 @@ def signed_shift(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, q: float, n
 
     def roots(_: Any) -> tuple[Any]:
         if q == 4.0:  # phi(u) = u^3 whatever u's sign: the cubic in the block's moments is its equation itself
-            mo = adapter.segment_sum(xp, starts, xp.stack([d * d, d * d * d]))
-            return (xp.where(m == 1, alone, moment_root(xp, q, total_w, m, mo[0, ...], mo[1, ...])),)
+            return (xp.where(m == 1, alone, moment_root(xp, q, total_w, m, *centred_moments(xp, adapter, starts, d, 3))),)
         if q == 3.0:
             return (xp.where(m == 1, alone, signed_square_root(xp, adapter, starts, d, total_w, m)),)
         spread = adapter.segment_sum(xp, starts, xp.abs(d))

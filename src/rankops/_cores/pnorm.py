@@ -116,7 +116,10 @@ class _Rules:
         # square root (q = 3) costs less than the gathers (:func:`.isotonic.pool_runs`)
         self.compact_share = 0.0 if q in (2.0, 3.0) else 0.25
         self.block_share = 0.55 if q in (2.0, 3.0) else 0.7  # where rounds over blocks pay (windows.few_blocks)
-        self.lows = q in (3.0, 5.0)  # the blocks' first data bound the min-max passes' ranges (windows._pool_each_run)
+        # the blocks' first data bound the min-max passes' ranges at an even power (windows._pool_each_run: q = 3, 5), and
+        # the blocks carry the moments their sums read (read where blocks have a form: an integer q)
+        sums = PowerSums(q)
+        self.lows, self.highest = sums.signs, sums.form - 2
 
     def pooled(self, xp: Any, adapter: Any, starts: Any, u: Any, yw: Any, unit: bool) -> Any:
         # these values only place the blocks (the output is solved again on them): no tangent is read
@@ -125,7 +128,7 @@ class _Rules:
 
     def block_data(self, xp: Any, adapter: Any, starts: Any, yw: Any, v: Any) -> tuple[Any, ...]:
         """Each entry's block in :func:`.power_sums.block_form`, as 2-D rows (:mod:`.windows`: block-compressible)."""
-        return block_form(xp, adapter, starts, *(windows.rows_of(xp, yw[i, ...], v) for i in (0, 1)), highest=max(3, round(self.q) - 1))
+        return block_form(xp, adapter, starts, *(windows.rows_of(xp, yw[i, ...], v) for i in (0, 1)), highest=self.highest)
 
     def block_low(self, xp: Any, yw: Any, v: Any) -> Any:
         """Each entry's datum as 2-D rows (at q = 3 and 5, :class:`.blocks.Blocks`' ``low``), else None."""

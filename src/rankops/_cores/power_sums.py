@@ -12,7 +12,7 @@ from . import isotonic
 from .merges import merge_lengths, padded_length
 from .powers import falling_newton, falling_start, moment_root, power, stepped_signed_square_root
 
-__all__ = ["PowerSums", "falling_moment_root", "SteppedSignedSums", "merge_fit", "merge_blocks", "pool_blocks", "block_form", "centred", "stepped_mean", "pooled_blocks_length", "POOLED_BLOCKS_MOST", "POOLED_BLOCKS_FROM"]
+__all__ = ["PowerSums", "falling_moment_root", "SteppedSignedSums", "merge_fit", "merge_blocks", "pool_blocks", "block_form", "centred", "centred_moments", "stepped_mean", "pooled_blocks_length", "POOLED_BLOCKS_MOST", "POOLED_BLOCKS_FROM"]
 
 
 class PowerSums:
@@ -225,16 +225,22 @@ def stepped_mean(first: Any, m: Any, step: float) -> Any:
     return first + (0.5 * step) * (m - 1.0)
 
 
+def centred_moments(xp: Any, adapter: Any, starts: Any, d: Any, highest: int, precise: bool = False) -> tuple[Any, ...]:
+    """``(M2, ..., M_highest)`` per entry: its block's sums of ``d^2`` to ``d^highest`` (``d`` centred on each block,
+    ``starts`` True where one begins), in one segmented sum (``precise`` as ``adapter.segment_sum``'s)."""
+    powers = [d * d]
+    for _ in range(highest - 2):
+        powers.append(powers[-1] * d)
+    moments = adapter.segment_sum(xp, starts, xp.stack(powers), precise=precise)
+    return tuple(moments[i, ...] for i in range(highest - 1))
+
+
 def block_form(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, highest: int = 3) -> tuple[Any, ...]:
     """Each entry's block (``starts``: True where one begins) in :class:`PowerSums`' block form ``(mean, W, m, M2,
     ..., M_highest)``: the block's mean, total weight, size and centred moments (``highest``: its :attr:`PowerSums.form`
     less 2)."""
     m, total_w, mean, d = centred(xp, adapter, starts, y, w)
-    powers = [d * d]
-    for _ in range(highest - 2):
-        powers.append(powers[-1] * d)
-    moments = adapter.segment_sum(xp, starts, xp.stack(powers))
-    return (mean, total_w, m, *(moments[i, ...] for i in range(highest - 1)))
+    return (mean, total_w, m, *centred_moments(xp, adapter, starts, d, highest))
 
 
 def merge_blocks(xp: Any, adapter: Any, values: Any, data: tuple[Any, ...], q: float) -> Any:
