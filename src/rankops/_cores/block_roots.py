@@ -47,7 +47,8 @@ def shift(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, q: float, tangent:
 
     def newton(t: Any) -> Any:
         a = xp.clip(d + t, 0.0, None)
-        terms = adapter.segment_sum(xp, starts, xp.stack([power(xp, a, q - 1.0) - share, power(xp, a, q - 2.0)]))
+        slope = power(xp, a, q - 2.0)  # phi(a) = a phi'(a) / (q - 1): one general power a step
+        terms = adapter.segment_sum(xp, starts, xp.stack([a * slope - share, slope]))
         return t - safe_divide(xp, terms[0, ...], (q - 1.0) * terms[1, ...])
 
     if q > 3.0:  # the power means' bound (q - 1 >= 2), else Jensen's

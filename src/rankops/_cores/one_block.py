@@ -13,40 +13,49 @@ fit if and only if (Best & Chakravarti 1990; Robertson, Wright & Dykstra
 
 Both are O(n) array operations. At strength 1 the p = 3/2 rank of a row is
 one block, and the p = 4/3 rank one block between a few blocks of one or two
-entries at its ends; the same holds for long rows at strength 0.1. The
-pooling rounds reach such a block one neighbour at a time. Its ends follow
-from the fit's threshold form: the entries fitted at or above a value t are
-the suffix that minimises ``Phi_t(k) = sum_(i >= k) f'_i(t)``, and at the
-block's own value both its first entry and the one past its last minimise
-it. So the block's value on the whole row gives its ends, its value on
-those ends gives them again, a few times; each end is split into the
-decreasing runs of its one-entry values (one pooling round's blocks), and a
-row whose guess passes the check (with a margin for rounding: a row within
-rounding of another partition is no guess) is fitted. The others go to the
-rounds, with the block pooled where it passes the check alone (a block of
-its own fit is reached by pool-adjacent-violators' steps inside it, so the
-whole row's fit holds it in one block). A batch whose rows are far from one
-block (few drops between their one-entry values, or a first block of less
-than half a row) gives up after a few operations.
+entries at its ends; at strength 0.1 rows of 10^5 hold one block of two
+thirds of the row or more (p = 4/3, 1.35, 1.4, 3/2). The pooling rounds
+reach such a block one neighbour at a time. It follows from the fit's
+threshold form: the entries fitted at or above a value t are the suffix that
+minimises ``Phi_t(k) = sum_(i >= k) f'_i(t)``, whose first minimiser
+``c(t)`` rises with t. The block that holds the row's middle entry is found
+as a search over values: the entries ``low..high-1`` are those fitted
+between two values (``c`` at them), so whole blocks, and their pooled value
+lies between their least and greatest; ``c`` at it cuts them, and the side
+that holds the middle entry is kept. The set shrinks at every step until it
+is one block, whose value cuts it at its own end (both its first entry and
+the one past its last minimise ``Phi``); rows of one block take one step,
+the others a few (three to nine on the rows tried). Each end is split into
+the decreasing runs of its one-entry values (one pooling round's blocks),
+and a row whose guess passes the check (with a margin for rounding: a row within rounding of
+another partition is no guess) is fitted. The others go to the rounds, with
+the block pooled where it passes the check alone (a block of its own fit is
+reached by pool-adjacent-violators' steps inside it, so the whole row's fit
+holds it in one block). A batch whose rows are far from one block (few drops
+between their one-entry values, or a block of less than a quarter of a row)
+gives up after a few operations.
 """
 from __future__ import annotations
 
 from typing import Any, Callable
 
-from .._lib._compat import cumulative_sum, device as _device, index_dtype
-from .._lib._numerics import centred_within
+from .._lib._compat import cumulative_sum, device as _device, index_dtype, wide_dtype
+from .._lib._numerics import centred_within, safe_divide
 from .blocks import put_rows, take_in_range
-from .powers import odd_power
+from .powers import odd_power, power
 
-__all__ = ["guessed_first", "guessed_fit", "fit_rows", "GUESSES", "DROPPING", "SHORTEST"]
+__all__ = ["guessed_first", "guessed_fit", "fit_rows", "DROPPING", "SHORTEST"]
 
-GUESSES = 4  # the ends found again from the block's new value at most this often
 # a batch is guessed where a row's one-entry values drop between at least this share of their neighbours: the weights'
 # steps outrun the data's. Rows that were one block (with ends) dropped at 0.76-1 of them (p = 3/2, 4/3, 5/4 ranks
 # of normal rows, n = 200 to 10^5, strength 0.01 to 10 and the default), the others at 0.86 at most, and the default
-# softness's and strength 0.1's rows of 1000 at 0.55 at most, which skip the guess for a few operations
-DROPPING = 0.75
+# softness's and strength 0.1's rows of 1000 at 0.55 at most, which skip the guess for a few operations. At a q with
+# no closed forms or moments (``DROPPING[1]``) the rounds' alternative, threshold splits, costs more, and rows that
+# hold a block of most of their entries drop at 0.62 (p = 1.35, 10^5 entries, strength 0.1) or 0.67-0.72 (p = 1.3,
+# 1000, the default softness), the default softness's rows at 0.52 at most
+DROPPING = (0.75, 0.55)
 SHORTEST = 128  # shorter rows pool to the end for less than the guess's few dozen operations
+SEARCHES, SMALLEST = 12, 4  # steps at most; a batch whose sets all hold less than 1 / SMALLEST of a row gives up
 
 
 def guessed_first(xp: Any, adapter: Any, v0: Any, y: Any, w: Any, q: float, fit: Callable[..., tuple[Any, Any, Any]],
@@ -72,25 +81,26 @@ def guessed_fit(xp: Any, adapter: Any, v0: Any, y: Any, w: Any, q: float, solve:
     block (pooling it first is a sequence of pool-adjacent-violators' steps); ``solve(starts)``: ``(mean, d, t)`` of
     the blocks that ``starts`` begins (the fit's own solve, so that a fitted row's numbers are those the rounds would
     end on); ``root(d, members, total_w, m)``: the root ``t`` of one block per row (``d`` centred on its ``members``,
-    ``m`` of them, ``total_w`` their weight; :func:`.pnorm.capped`'s). Reads values: a batch none of whose blocks holds half its row after the first ends is given up."""
+    ``m`` of them, ``total_w`` their weight; :func:`.pnorm.capped`'s). Reads values: a batch none of whose sets holds a
+    quarter of its row is given up."""
     n, dev = y.shape[-1], _device(y)
     no = xp.zeros(y.shape[:-1], dtype=xp.bool, device=dev)
     drops = v0[..., 1:] < v0[..., :-1]
-    if not bool(xp.any(xp.mean(xp.astype(drops, y.dtype), axis=-1) >= DROPPING)):
+    if not bool(xp.any(xp.mean(xp.astype(drops, y.dtype), axis=-1) >= DROPPING[0 if float(q).is_integer() else 1])):
         return no, v0, v0, v0, v0
     idx = index_dtype(xp, dev)
     every = xp.arange(n + 1, dtype=idx, device=dev)[None, :]  # the suffixes' first entries, n the empty one
     pos = every[..., :n]
-    first = xp.zeros(y.shape[:-1] + (1,), dtype=idx, device=dev)  # the block: entries first..last
-    last = xp.full_like(first, n - 1)
-    for i in range(GUESSES + 1):
-        inside = (pos >= first) & (pos <= last)
-        new_first, new_last = _ends(xp, y, w, q, _level(xp, y, w, inside, root), every, (first + last) // 2)
-        if i == GUESSES or bool(xp.all((new_first == first) & (new_last == last))):
-            break
-        if i == 0 and not bool(xp.any(2 * (new_last - new_first + 1) >= n)):
-            return no, v0, v0, v0, v0
-        first, last = new_first, new_last
+    low = xp.zeros(y.shape[:-1] + (1,), dtype=idx, device=dev)  # the set: entries low..high-1, whole blocks of the fit
+    high = xp.full_like(low, n)
+    # at a q without closed forms or moments in float64 where the device has it: a set one entry larger than a block of
+    # 10^5 has a value within float32's rounding of the block's, which then cannot cut it, and the threshold splits
+    # that such a row goes to otherwise cost far more than the wider sums (at an integer q the windows finish it)
+    wide = y.dtype if float(q).is_integer() else wide_dtype(xp, y)
+    low, high = _search(xp, xp.astype(y, wide), xp.astype(w, wide), q, root, every, low, high)
+    if not bool(xp.any(SMALLEST * (high - low) >= n)):
+        return no, v0, v0, v0, v0
+    first, last = low, high - 1
     inside = (pos >= first) & (pos <= last)
     whole = not bool(xp.any(~inside))  # every row one block: its sums are the row's
     starts = pos == first
@@ -99,39 +109,80 @@ def guessed_fit(xp: Any, adapter: Any, v0: Any, y: Any, w: Any, q: float, solve:
         joins = drop & (((pos <= first) & (pos > 0)) | (pos > last + 1))  # with the entry before it, in the same end
         starts = starts | (~inside & ~joins)
     mean, d, t = solve(starts)
-    v, a = mean - t, d + t
-    # each block's suffix sums of f' at its value (and of its terms' sizes), from the row's running sums: the block's
-    # total less the sum before the entry
-    terms = xp.stack([w - odd_power(xp, a, q - 1.0), w + odd_power(xp, xp.abs(d) + xp.abs(t), q - 1.0)])
-    running = cumulative_sum(xp, terms) - terms  # before each entry
-    if whole:
-        suffix = xp.sum(terms, axis=-1, keepdims=True) - running
-    else:
-        suffix = adapter.segment_sum(xp, starts, terms) - (running - adapter.segment_first(xp, starts, running))
-    # a suffix sum's rounding: a few units in the last place of its terms' magnitudes and of the largest running sum
-    # (the sums run one entry at a time); a suffix within it of 0 might split the block, and the row goes to the rounds
-    margin = 8.0 * xp.finfo(y.dtype).eps * (suffix[1, ...] + xp.max(xp.abs(running[0, ...]), axis=-1, keepdims=True))
-    suffix = suffix[0, ...]
+    v = mean - t
+    suffix, margin, a = _suffix_sums(xp, adapter, starts, whole, y, w, v, d, t, q, precise=False)
     holds = (starts | (suffix >= margin)) & (a >= 0)
+    # in float32 a long block's sums round by more than their margin, which is no bound there: a block that does not
+    # hold is checked again, precisely
+    unsure = xp.any(inside & ~holds, axis=-1)
+    if wide_dtype(xp, y) != y.dtype and bool(xp.any(unsure)):
+        suffix, margin, a = _suffix_sums(xp, adapter, starts, whole, y, w, v, d, t, q, precise=True)
+        holds = (starts | (suffix >= margin)) & (a >= 0)
     one = xp.all(holds | ~inside, axis=-1, keepdims=True)
     rises = xp.all(v[..., 1:] >= v[..., :-1], axis=-1)
     return xp.all(holds, axis=-1) & rises, xp.where(one & inside, v, v0), v, d, t
 
 
-def _ends(xp: Any, y: Any, w: Any, q: float, level: Any, every: Any, mid: Any) -> tuple[Any, Any]:
-    """The first and last entries of each row's block at ``level`` (an entry ``mid`` inside it; ``every``: the places
-    0..n of the suffix sums): by the threshold
-    form of the fit (the entries fitted at or above a value t are the suffix that minimises the sum of ``f'_i(t)``
-    over it), the first minimiser of the suffix sums ``Phi(k)`` at or before ``mid``, and the last after it less one
-    (at the block's own value both ends minimise: its sum is 0, its suffixes' at least 0)."""
+def _search(xp: Any, y: Any, w: Any, q: float, root: Callable[..., Any], every: Any, low: Any, high: Any) -> tuple[Any, Any]:
+    """Each row's set ``low..high-1`` (whole blocks of the fit, the middle entry among them) cut at its value until it
+    is one block (the module docstring), for at most :data:`SEARCHES` steps; a batch all of whose sets hold less than
+    ``1 / SMALLEST`` of their row stops there."""
+    n, pos = y.shape[-1], every[..., :-1]
+    for _ in range(SEARCHES):
+        cut = _first_at_or_above(xp, y, w, q, _level(xp, y, w, q, (pos >= low) & (pos < high), root), every, low, high)
+        below = cut <= n // 2  # the middle entry is fitted at or above the set's value: the upper part holds it
+        new_low, new_high = xp.where(below, cut, low), xp.where(below, high, cut)
+        if bool(xp.all((new_low == low) & (new_high == high))) or not bool(xp.any(SMALLEST * (new_high - new_low) >= n)):
+            return new_low, new_high
+        low, high = new_low, new_high
+    return low, high
+
+
+def _suffix_sums(xp: Any, adapter: Any, starts: Any, whole: bool, y: Any, w: Any, v: Any, d: Any, t: Any, q: float,
+                 precise: bool) -> tuple[Any, Any, Any]:
+    """``(suffix, margin, a)``: per entry, the sum of ``f'_i`` from it to its block's end at the block's value ``v``
+    (``starts``: True where a block begins; ``whole``: each row one block; ``d + t = y - v``), a bound on that sum's
+    rounding, and ``a = y - v``.
+
+    ``precise``: in float64 (where the device has it), at each block's value
+    taken one Newton step further there: in float32 the running sums of a
+    long row, and the terms at a root found in float32, round by more than
+    the sums that decide (a p = 1.4 row of 10^5 entries at strength 0.1:
+    a bound of 10^4 on sums whose least was 1.2). From a root within
+    float32's rounding the step leaves it within float64's, as the roots'
+    error moves every term of a block alike.
+    """
+    within = (lambda g: xp.sum(g, axis=-1, keepdims=True)) if whole else (lambda g: adapter.segment_sum(xp, starts, g))
+    if precise:
+        wide = wide_dtype(xp, y)
+        y, w, v = (xp.astype(b, wide) for b in (y, w, v))
+        a = y - v
+        slope = xp.ones_like(a) if q == 2.0 else (q - 1.0) * power(xp, xp.abs(a), q - 2.0, tangent=False)
+        totals = within(xp.stack([w - odd_power(xp, a, q - 1.0), slope]))
+        a = a + safe_divide(xp, totals[0, ...], totals[1, ...])  # f' sums to h at t, and its derivative in t to -D
+        # the size of each term: the magnitudes it cancels, and what a's rounding at the size of y and v moves it by
+        size = w + power(xp, xp.abs(a), q - 1.0, tangent=False) + slope * (xp.abs(y) + xp.abs(v))
+    else:
+        a, size = d + t, w + odd_power(xp, xp.abs(d) + xp.abs(t), q - 1.0)
+    terms = xp.stack([w - odd_power(xp, a, q - 1.0), size])
+    running = cumulative_sum(xp, terms) - terms  # before each entry
+    # each suffix sum from the row's running sums: the block's total less the sum before the entry
+    suffix = within(terms) - (running if whole else running - adapter.segment_first(xp, starts, running))
+    # a suffix sum's rounding: a few units in the last place of its terms' sizes and of the largest running sum (the
+    # sums run one entry at a time); a suffix within it of 0 might split the block, and the row goes to the rounds
+    margin = 8.0 * xp.finfo(a.dtype).eps * (suffix[1, ...] + xp.max(xp.abs(running[0, ...]), axis=-1, keepdims=True))
+    return suffix[0, ...], margin, a
+
+
+def _first_at_or_above(xp: Any, y: Any, w: Any, q: float, level: Any, every: Any, low: Any, high: Any) -> Any:
+    """Per row, the first entry fitted at or above ``level`` (``n``: none), known to lie in ``low..high`` (``every``:
+    the places 0..n): the first minimiser there of the suffix sums ``Phi(k) = sum_(i >= k) f'_i(level)``, ``Phi(n) =
+    0``."""
     slope = w - odd_power(xp, y - level, q - 1.0)
-    phi = xp.flip(cumulative_sum(xp, xp.flip(slope, axis=-1)), axis=-1)  # Phi(k), k = 0..n-1; Phi(n) = 0
+    phi = xp.flip(cumulative_sum(xp, xp.flip(slope, axis=-1)), axis=-1)
     phi = xp.concat([phi, xp.zeros_like(phi[..., :1])], axis=-1)
     big = xp.asarray(float("inf"), dtype=phi.dtype, device=_device(phi))
-    first = xp.argmin(xp.where(every <= mid, phi, big), axis=-1, keepdims=True)
-    after = xp.flip(xp.where(every > mid, phi, big), axis=-1)
-    last = (phi.shape[-1] - 1) - xp.argmin(after, axis=-1, keepdims=True) - 1
-    return xp.astype(first, every.dtype), xp.astype(xp.maximum(last, first), every.dtype)
+    return xp.astype(xp.argmin(xp.where((every >= low) & (every <= high), phi, big), axis=-1, keepdims=True), every.dtype)
 
 
 def fit_rows(xp: Any, rows: tuple[Any, ...], fit: Callable[..., tuple[Any, ...]], guess: Callable[..., tuple[Any, ...]]) -> tuple[Any, ...]:
@@ -148,9 +199,19 @@ def fit_rows(xp: Any, rows: tuple[Any, ...], fit: Callable[..., tuple[Any, ...]]
     return tuple(put_rows(xp, ~fitted, r, g) for g, r in zip(guessed, rest))
 
 
-def _level(xp: Any, y: Any, w: Any, inside: Any, root: Callable[..., Any]) -> Any:
-    """The value of each row's block (``inside``): its mean less the ``root`` of its centred entries (two passes,
-    :func:`.._lib._numerics.centred_within`)."""
+def _level(xp: Any, y: Any, w: Any, q: float, inside: Any, root: Callable[..., Any]) -> Any:
+    """The value ``v`` of each row's set (``inside``): the root of ``sum phi(y_i - v) = W`` over it, ``phi(u) = u
+    |u|^(q-2)``, as its mean less the ``root`` of its centred entries (two passes,
+    :func:`.._lib._numerics.centred_within`), then one Newton step on the equation's signed terms: the root takes
+    every term at or above 0 (its entries above the value, as a block of the fit's), which puts the value of a set
+    with entries below it too high, at or past its greatest block's (a search would stop there)."""
     m = xp.sum(xp.astype(inside, y.dtype), axis=-1, keepdims=True)
     mean, d = centred_within(xp, y, inside, m)
-    return mean - root(d, inside, xp.sum(xp.where(inside, w, 0.0), axis=-1, keepdims=True), m)
+    total_w = xp.sum(xp.where(inside, w, 0.0), axis=-1, keepdims=True)
+    t = root(d, inside, total_w, m)
+    if q in (2.0, 4.0):  # a mean, and the cubic in the set's moments: the signed equation's own root
+        return mean - t
+    a = xp.where(inside, d + t, 0.0)
+    h = xp.sum(odd_power(xp, a, q - 1.0), axis=-1, keepdims=True) - total_w
+    slope = xp.ones_like(a) if q == 2.0 else (q - 1.0) * power(xp, xp.abs(a), q - 2.0, tangent=False)
+    return mean - (t - safe_divide(xp, h, xp.sum(xp.where(inside, slope, 0.0), axis=-1, keepdims=True)))

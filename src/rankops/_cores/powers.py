@@ -49,8 +49,9 @@ def falling_root(xp: Any, adapter: Any, free: Any, d: Any, c: Any, e: Any, start
 
     def newton(t: Any) -> Any:
         a = xp.where(free, xp.clip(d + t, 0.0, None), 0.0)
-        h = xp.sum(power(xp, a, q - 1.0), axis=-1, keepdims=True) - (c - e * t)
-        slope = (q - 1.0) * xp.sum(power(xp, a, q - 2.0), axis=-1, keepdims=True) + e
+        r = power(xp, a, q - 2.0)  # a^(q-1) = a a^(q-2): one general power a step
+        h = xp.sum(a * r, axis=-1, keepdims=True) - (c - e * t)
+        slope = (q - 1.0) * xp.sum(r, axis=-1, keepdims=True) + e
         return t - safe_divide(xp, h, slope)
 
     return falling_newton(xp, adapter, newton, start, q, like=(d,))
