@@ -25,7 +25,14 @@ numba on the host, reached through ``jax.pure_callback``;
 4. time of one forward under ``jax.jit`` (ms), float32, both routes, and
    the callback's over rankops' measured in the same run;
 5. whether each route runs under ``jax.jit`` on a batch sharded over two
-   devices (a subprocess with two XLA CPU devices), and where its output lies.
+   devices (a subprocess with two XLA CPU devices), and where its output lies;
+
+and last
+
+6. ``soft_rank`` at p whose ``q = p / (p - 1)`` is no integer (1.4, 1.35,
+   1.3: no closed forms or moments, Newton's steps over the entries and
+   threshold splits), torch, at the default softness and at strength 1 and
+   0.1, at both sizes.
 
 ``--plot PATH`` draws the paper's Figure 1: ``x(s) = (3, 1, -1 + s, s)``,
 k = 2, the sum of mask entries 2 and 3 as s varies, for the hard mask,
@@ -104,6 +111,24 @@ def by_strength(size: tuple[int, int], repeats: int) -> None:
         ms = {k: 1e3 * v for k, v in interleaved_medians(fns, repeats).items()}
         label = "default (softness 1)" if strength is None else f"{strength:g}"
         print(f"| {label} | " + " | ".join(f"{ms[k]:.3g}" for k in REGULARIZERS) + f" | {max(ms.values()) / ms['l2']:.2f} |")
+
+
+OTHER_P = {"l2": {"regularization": "l2"}, **{f"p = {p:g}": {"regularization": "lp", "p": p} for p in (1.4, 1.35, 1.3)}}
+
+
+def other_p(sizes: list[tuple[int, int]], repeats: int) -> None:
+    print("\nsoft_rank forward+backward at p whose q = p / (p - 1) is no integer, torch, float32, median of interleaved "
+          "repeats (ms; last column: / l2 in the same run)\n")
+    print("| B | n | strength | " + " | ".join(OTHER_P) + " | slowest / l2 |")
+    print("|---|---|---|" + "---|" * len(OTHER_P) + "---|")
+    for b, n in sizes:
+        x = np.random.default_rng(0).normal(size=(b, n)).astype(np.float32)
+        for strength in (None, 1.0, 0.1):
+            fns = {name: _step("torch", "soft_rank", opts, x, strength) for name, opts in OTHER_P.items()}
+            ms = {k: 1e3 * v for k, v in interleaved_medians(fns, repeats).items()}
+            label = "default" if strength is None else f"{strength:g}"
+            print(f"| {b} | {n:,} | {label} | " + " | ".join(f"{ms[k]:.3g}" for k in OTHER_P)
+                  + f" | {max(ms.values()) / ms['l2']:.2f} |")
 
 
 def sparsity(sizes: list[tuple[int, int]]) -> None:
@@ -240,6 +265,7 @@ def main(argv: list[str] | None = None) -> None:
     by_strength(sizes[0], 2 if args.quick else args.repeats)
     sparsity(sizes)
     host_callback(sizes, 2 if args.quick else args.repeats)
+    other_p(sizes, 2 if args.quick else args.repeats)
     if args.plot:
         plot(args.plot)
 

@@ -248,6 +248,9 @@ def test_sparse_topk_script_prints_its_tables():
     # the rank by strength: the default 1, 0.1 and 0.01, each with the four regularizers and the ratio
     by_strength = re.findall(r"^\| (1|0\.1|0\.01) \|(?: [\d.e+]+ \|){5}$", proc.stdout, flags=re.M)
     assert by_strength == ["1", "0.1", "0.01"], proc.stdout
+    # the rank at p with no closed forms: both sizes at the default softness and strength 1 and 0.1
+    other = re.findall(r"^\| \d+ \| [\d,]+ \| (default|1|0\.1) \|(?: [\d.e+]+ \|){5}$", proc.stdout, flags=re.M)
+    assert other == ["default", "1", "0.1"] * 2, proc.stdout
     shares = r"^\| soft_topk_(mask|magnitude) \| \d+ \| [\d,]+ \|(?: [\d.]+% / [\d.]+% \|){4}$"
     assert len(re.findall(shares, proc.stdout, flags=re.M)) == 4, proc.stdout
     try:
