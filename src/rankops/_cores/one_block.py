@@ -159,7 +159,8 @@ def _suffix_sums(xp: Any, adapter: Any, starts: Any, whole: bool, y: Any, w: Any
         a = y - v
         slope = xp.ones_like(a) if q == 2.0 else (q - 1.0) * power(xp, xp.abs(a), q - 2.0, tangent=False)
         totals = within(xp.stack([w - odd_power(xp, a, q - 1.0), slope]))
-        a = a + safe_divide(xp, totals[0, ...], totals[1, ...])  # f' sums to h at t, and its derivative in t to -D
+        # Newton's step on each block's equation: its terms' sum (the residual) over their slope in a
+        a = a + safe_divide(xp, totals[0, ...], totals[1, ...])
         # the size of each term: the magnitudes it cancels, and what a's rounding at the size of y and v moves it by
         size = w + power(xp, xp.abs(a), q - 1.0, tangent=False) + slope * (xp.abs(y) + xp.abs(v))
     else:
