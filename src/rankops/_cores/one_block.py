@@ -86,7 +86,8 @@ def guessed_fit(xp: Any, adapter: Any, v0: Any, y: Any, w: Any, q: float, solve:
     n, dev = y.shape[-1], _device(y)
     no = xp.zeros(y.shape[:-1], dtype=xp.bool, device=dev)
     drops = v0[..., 1:] < v0[..., :-1]
-    if not bool(xp.any(xp.mean(xp.astype(drops, y.dtype), axis=-1) >= DROPPING[0 if float(q).is_integer() else 1])):
+    integer, wide = float(q).is_integer(), wide_dtype(xp, y)
+    if not bool(xp.any(xp.mean(xp.astype(drops, y.dtype), axis=-1) >= DROPPING[0 if integer else 1])):
         return no, v0, v0, v0, v0
     idx = index_dtype(xp, dev)
     every = xp.arange(n + 1, dtype=idx, device=dev)[None, :]  # the suffixes' first entries, n the empty one
@@ -96,8 +97,8 @@ def guessed_fit(xp: Any, adapter: Any, v0: Any, y: Any, w: Any, q: float, solve:
     # at a q without closed forms or moments in float64 where the device has it: a set one entry larger than a block of
     # 10^5 has a value within float32's rounding of the block's, which then cannot cut it, and the threshold splits
     # that such a row goes to otherwise cost far more than the wider sums (at an integer q the windows finish it)
-    wide = y.dtype if float(q).is_integer() else wide_dtype(xp, y)
-    low, high = _search(xp, xp.astype(y, wide), xp.astype(w, wide), q, root, every, low, high)
+    searched = y.dtype if integer else wide
+    low, high = _search(xp, xp.astype(y, searched), xp.astype(w, searched), q, root, every, low, high)
     if not bool(xp.any(SMALLEST * (high - low) >= n)):
         return no, v0, v0, v0, v0
     first, last = low, high - 1
@@ -110,13 +111,13 @@ def guessed_fit(xp: Any, adapter: Any, v0: Any, y: Any, w: Any, q: float, solve:
         starts = starts | (~inside & ~joins)
     mean, d, t = solve(starts)
     v = mean - t
-    suffix, margin, a = _suffix_sums(xp, adapter, starts, whole, y, w, v, d, t, q, precise=False)
+    suffix, margin, a = _suffix_sums(xp, adapter, starts, whole, y, w, v, d, t, q)
     holds = (starts | (suffix >= margin)) & (a >= 0)
     # in float32 a long block's sums round by more than their margin, which is no bound there: a block that does not
     # hold is checked again, precisely
     unsure = xp.any(inside & ~holds, axis=-1)
-    if wide_dtype(xp, y) != y.dtype and bool(xp.any(unsure)):
-        suffix, margin, a = _suffix_sums(xp, adapter, starts, whole, y, w, v, d, t, q, precise=True)
+    if wide != y.dtype and bool(xp.any(unsure)):
+        suffix, margin, a = _suffix_sums(xp, adapter, starts, whole, y, w, v, d, t, q, wide=wide)
         holds = (starts | (suffix >= margin)) & (a >= 0)
     one = xp.all(holds | ~inside, axis=-1, keepdims=True)
     rises = xp.all(v[..., 1:] >= v[..., :-1], axis=-1)
@@ -139,33 +140,32 @@ def _search(xp: Any, y: Any, w: Any, q: float, root: Callable[..., Any], every: 
 
 
 def _suffix_sums(xp: Any, adapter: Any, starts: Any, whole: bool, y: Any, w: Any, v: Any, d: Any, t: Any, q: float,
-                 precise: bool) -> tuple[Any, Any, Any]:
+                 wide: Any = None) -> tuple[Any, Any, Any]:
     """``(suffix, margin, a)``: per entry, the sum of ``f'_i`` from it to its block's end at the block's value ``v``
     (``starts``: True where a block begins; ``whole``: each row one block; ``d + t = y - v``), a bound on that sum's
     rounding, and ``a = y - v``.
 
-    ``precise``: in float64 (where the device has it), at each block's value
-    taken one Newton step further there: in float32 the running sums of a
-    long row, and the terms at a root found in float32, round by more than
-    the sums that decide (a p = 1.4 row of 10^5 entries at strength 0.1:
-    a bound of 10^4 on sums whose least was 1.2). From a root within
-    float32's rounding the step leaves it within float64's, as the roots'
-    error moves every term of a block alike.
+    ``wide`` (float64 where the device has it; None: the rows' own dtype):
+    the sums in that dtype, at each block's value taken one Newton step
+    further there: in float32 the running sums of a long row, and the terms
+    at a root found in float32, round by more than the sums that decide (a
+    p = 1.4 row of 10^5 entries at strength 0.1: a bound of 10^4 on sums
+    whose least was 1.2). From a root within float32's rounding the step
+    leaves it within float64's, as the roots' error moves every term of a
+    block alike.
     """
     within = (lambda g: xp.sum(g, axis=-1, keepdims=True)) if whole else (lambda g: adapter.segment_sum(xp, starts, g))
-    if precise:
-        wide = wide_dtype(xp, y)
+    if wide is not None:
         y, w, v = (xp.astype(b, wide) for b in (y, w, v))
-        a = y - v
-        slope = xp.ones_like(a) if q == 2.0 else (q - 1.0) * power(xp, xp.abs(a), q - 2.0, tangent=False)
-        totals = within(xp.stack([w - odd_power(xp, a, q - 1.0), slope]))
-        # Newton's step on each block's equation: its terms' sum (the residual) over their slope in a
-        a = a + safe_divide(xp, totals[0, ...], totals[1, ...])
+        step, slope = _signed_newton_step(xp, within, y - v, w, q)
+        a = y - v + step
+        phi = odd_power(xp, a, q - 1.0)
         # the size of each term: the magnitudes it cancels, and what a's rounding at the size of y and v moves it by
-        size = w + power(xp, xp.abs(a), q - 1.0, tangent=False) + slope * (xp.abs(y) + xp.abs(v))
+        size = w + xp.abs(phi) + slope * (xp.abs(y) + xp.abs(v))
     else:
-        a, size = d + t, w + odd_power(xp, xp.abs(d) + xp.abs(t), q - 1.0)
-    terms = xp.stack([w - odd_power(xp, a, q - 1.0), size])
+        a = d + t
+        phi, size = odd_power(xp, a, q - 1.0), w + odd_power(xp, xp.abs(d) + xp.abs(t), q - 1.0)
+    terms = xp.stack([w - phi, size])
     running = cumulative_sum(xp, terms) - terms  # before each entry
     # each suffix sum from the row's running sums: the block's total less the sum before the entry
     suffix = within(terms) - (running if whole else running - adapter.segment_first(xp, starts, running))
@@ -212,7 +212,15 @@ def _level(xp: Any, y: Any, w: Any, q: float, inside: Any, root: Callable[..., A
     t = root(d, inside, total_w, m)
     if q in (2.0, 4.0):  # a mean, and the cubic in the set's moments: the signed equation's own root
         return mean - t
-    a = xp.where(inside, d + t, 0.0)
-    h = xp.sum(odd_power(xp, a, q - 1.0), axis=-1, keepdims=True) - total_w
+    step, _ = _signed_newton_step(xp, lambda g: xp.sum(g, axis=-1, keepdims=True), xp.where(inside, d + t, 0.0),
+                                  xp.where(inside, w, 0.0), q)
+    return mean - (t + step)
+
+
+def _signed_newton_step(xp: Any, within: Callable[[Any], Any], a: Any, w: Any, q: float) -> tuple[Any, Any]:
+    """``(step, slope)``: one Newton step on each set's equation ``sum phi(a_i) = sum w_i`` (``a = y - v``, ``phi(a) = a
+    |a|^(q-2)`` with its sign; ``within(g)``: each set's sum of ``g``, per entry or per row), the amount every ``a`` of
+    the set rises by (its value falls by), and each term's ``phi'(a)``. An entry with ``a`` and ``w`` 0 adds nothing."""
     slope = xp.ones_like(a) if q == 2.0 else (q - 1.0) * power(xp, xp.abs(a), q - 2.0, tangent=False)
-    return mean - (t - safe_divide(xp, h, xp.sum(xp.where(inside, slope, 0.0), axis=-1, keepdims=True)))
+    totals = within(xp.stack([w - odd_power(xp, a, q - 1.0), slope]))
+    return safe_divide(xp, totals[0, ...], totals[1, ...]), slope
