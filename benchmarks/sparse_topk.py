@@ -82,6 +82,11 @@ def _step(backend: str, op: str, opts: dict, x: np.ndarray, strength: float | No
     return lambda: grad(xj).block_until_ready()
 
 
+def _cells(ms: dict[str, float]) -> str:
+    """A row's times (ms) in their columns' order, then the slowest over l2's: `` a | b | ... | ratio |``."""
+    return " | ".join(f"{v:.3g}" for v in ms.values()) + f" | {max(ms.values()) / ms['l2']:.2f} |"
+
+
 def speed(sizes: list[tuple[int, int]], repeats: int) -> None:
     import torch
 
@@ -95,8 +100,7 @@ def speed(sizes: list[tuple[int, int]], repeats: int) -> None:
             for op in ("soft_rank", "soft_sort", "soft_topk_mask", "soft_topk_magnitude"):
                 fns = {name: _step(backend, op, opts, x) for name, opts in REGULARIZERS.items()}
                 ms = {k: 1e3 * v for k, v in interleaved_medians(fns, repeats).items()}
-                cells = " | ".join(f"{ms[k]:.3g}" for k in REGULARIZERS)
-                print(f"| {backend} | {op} | {b} | {n:,} | {cells} | {max(ms.values()) / ms['l2']:.2f} |")
+                print(f"| {backend} | {op} | {b} | {n:,} | {_cells(ms)}")
 
 
 def by_strength(size: tuple[int, int], repeats: int) -> None:
@@ -110,7 +114,7 @@ def by_strength(size: tuple[int, int], repeats: int) -> None:
         fns = {name: _step("torch", "soft_rank", opts, x, strength) for name, opts in REGULARIZERS.items()}
         ms = {k: 1e3 * v for k, v in interleaved_medians(fns, repeats).items()}
         label = "default (softness 1)" if strength is None else f"{strength:g}"
-        print(f"| {label} | " + " | ".join(f"{ms[k]:.3g}" for k in REGULARIZERS) + f" | {max(ms.values()) / ms['l2']:.2f} |")
+        print(f"| {label} | {_cells(ms)}")
 
 
 OTHER_P = {"l2": {"regularization": "l2"}, **{f"p = {p:g}": {"regularization": "lp", "p": p} for p in (1.4, 1.35, 1.3)}}
@@ -127,8 +131,7 @@ def other_p(sizes: list[tuple[int, int]], repeats: int) -> None:
             fns = {name: _step("torch", "soft_rank", opts, x, strength) for name, opts in OTHER_P.items()}
             ms = {k: 1e3 * v for k, v in interleaved_medians(fns, repeats).items()}
             label = "default" if strength is None else f"{strength:g}"
-            print(f"| {b} | {n:,} | {label} | " + " | ".join(f"{ms[k]:.3g}" for k in OTHER_P)
-                  + f" | {max(ms.values()) / ms['l2']:.2f} |")
+            print(f"| {b} | {n:,} | {label} | {_cells(ms)}")
 
 
 def sparsity(sizes: list[tuple[int, int]]) -> None:
