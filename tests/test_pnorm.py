@@ -1250,6 +1250,19 @@ def test_float32_guess_of_a_long_row_is_checked_in_float64(monkeypatch):
     np.testing.assert_allclose(low, rankops.soft_rank(x, **kw), rtol=0, atol=4 * np.finfo(np.float32).eps * 10**5)
 
 
+def test_float32_guess_one_entry_past_its_block_is_refused():
+    """A p = 1.25 rank (q = 5) of 10^5 scores 1000 + N(0, 1) in float32 at strength 1 is one block of 99,833 entries
+    and 167 one-entry blocks. The float32 search cut a set one entry longer (its value within float32's rounding of the
+    block's), and the check passed it: the running sums of 10^5 terms of 10^5 round by 10^3, the extra entry's own term
+    was -3.5. That entry was pooled into the block, its rank 3.47 off (the float64 rank of the same row: 99,834,
+    exactly its rho). A block's last entry, and the suffix past its first, are now checked on their own terms."""
+    torch = pytest.importorskip("torch")
+    x = torch.tensor((np.random.default_rng(0).normal(size=(2, 10**5))[1:] + 1000).astype(np.float32))
+    kw = dict(method="permutahedron", strength=1.0, **_lp(1.25))
+    low = rankops.soft_rank(x, **kw).double().numpy()
+    np.testing.assert_allclose(low, rankops.soft_rank(x.double(), **kw).numpy(), rtol=0, atol=8 * np.finfo(np.float32).eps * 10**5)
+
+
 def _increasing_pav_blocks(y: np.ndarray, w: np.ndarray, q: float) -> np.ndarray:
     """True where a block of the increasing fit of ``sum (1/q)|y - v|^q + w v`` begins: sequential PAV, each pool's
     root by bisection (:func:`_root`, terms of either sign)."""

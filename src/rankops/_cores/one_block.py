@@ -171,8 +171,18 @@ def _suffix_sums(xp: Any, adapter: Any, starts: Any, whole: bool, y: Any, w: Any
     suffix = within(terms) - (running if whole else running - adapter.segment_first(xp, starts, running))
     # a suffix sum's rounding: a few units in the last place of its terms' sizes and of the largest running sum (the
     # sums run one entry at a time); a suffix within it of 0 might split the block, and the row goes to the rounds
-    margin = 8.0 * xp.finfo(a.dtype).eps * (suffix[1, ...] + xp.max(xp.abs(running[0, ...]), axis=-1, keepdims=True))
-    return suffix[0, ...], margin, a
+    eps = xp.finfo(a.dtype).eps
+    margin = 8.0 * eps * (suffix[1, ...] + xp.max(xp.abs(running[0, ...]), axis=-1, keepdims=True))
+    # the shortest suffixes, which decide whether a set one entry past a block is one (in float32 the running sums of
+    # 10^5 entries round by 10^3, and such a set's last term was -3.5), from their terms alone at the block's value: a
+    # block's last entry, and the suffix past its first entry, 0 less the first's term (the root's rounding moves
+    # the whole block's sum, but one term by no more than its size's rounding)
+    last = xp.concat([starts[..., 1:], xp.ones_like(starts[..., :1])], axis=-1)
+    second = xp.concat([xp.zeros_like(starts[..., :1]), starts[..., :-1]], axis=-1) & ~starts & ~last
+    first = xp.concat([xp.zeros_like(terms[..., :1]), terms[..., :-1]], axis=-1)  # the term before each entry
+    suffix = xp.where(last, terms[0, ...], xp.where(second, -first[0, ...], suffix[0, ...]))
+    margin = xp.where(last, 8.0 * eps * terms[1, ...], xp.where(second, 8.0 * eps * first[1, ...], margin))
+    return suffix, margin, a
 
 
 def _first_at_or_above(xp: Any, y: Any, w: Any, q: float, level: Any, every: Any, low: Any, high: Any) -> Any:
