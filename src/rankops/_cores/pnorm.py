@@ -241,15 +241,18 @@ def _fitted(xp: Any, adapter: Any, rules: _Rules, v0: Any, y: Any, wf: Any, q: f
                                          finish=lambda values, data: pool_blocks(xp, adapter, values, data, sums), starts=starts)
         else:  # a compiled torch graph runs the splits in one eager node, whose levels solve only the segments left
             v = isotonic.pool_then_merge(xp, adapter, rules, v0, yw, lambda u, left: adapter.eagerly(
-                xp, _split_fit, (u, y, wf, left), like=(0,), q=q)[0], merge_cost=splits.cost(adapter, v0), starts=starts, extend=extend)
+                xp, _split_fit, (u, y, wf, left), like=(0,), q=q, signed=signed)[0], merge_cost=splits.cost(adapter, v0), starts=starts,
+                extend=extend)
     _, d, t = _solved(xp, adapter, rules, isotonic.block_starts(xp, v), y, wf, signed)
     return v, d, t
 
 
-def _split_fit(xp: Any, v: Any, y: Any, w: Any, left: Any, *, q: float) -> tuple[Any]:
+def _split_fit(xp: Any, v: Any, y: Any, w: Any, left: Any, *, q: float, signed: bool) -> tuple[Any]:
     """:func:`.splits.fit_left` of the rows ``left`` of :func:`_fitted`'s rounds, each segment's root by
-    :func:`.block_roots.signed_shift`."""
-    return (splits.fit_left(xp, get_adapter(xp), _Rules(q), lambda *a, **k: block_roots.signed_shift(*a, q, **k), v, y, w, q, left),)
+    :func:`.block_roots.signed_shift`, the pooling after them by the rounds' own rule (``signed``: the sort's, whose
+    blocks may hold entries below their value)."""
+    rules = (_SignedRules if signed else _Rules)(q)
+    return (splits.fit_left(xp, get_adapter(xp), rules, lambda *a, **k: block_roots.signed_shift(*a, q, **k), v, y, w, q, left),)
 
 
 def _solved(xp: Any, adapter: Any, rules: _Rules, starts: Any, y: Any, w: Any, signed: bool) -> tuple[Any, Any, Any]:
