@@ -169,20 +169,19 @@ def _suffix_sums(xp: Any, adapter: Any, starts: Any, whole: bool, y: Any, w: Any
     running = cumulative_sum(xp, terms) - terms  # before each entry
     # each suffix sum from the row's running sums: the block's total less the sum before the entry
     suffix = within(terms) - (running if whole else running - adapter.segment_first(xp, starts, running))
-    # a suffix sum's rounding: a few units in the last place of its terms' sizes and of the largest running sum (the
-    # sums run one entry at a time); a suffix within it of 0 might split the block, and the row goes to the rounds
-    eps = xp.finfo(a.dtype).eps
-    margin = 8.0 * eps * (suffix[1, ...] + xp.max(xp.abs(running[0, ...]), axis=-1, keepdims=True))
     # the shortest suffixes, which decide whether a set one entry past a block is one (in float32 the running sums of
     # 10^5 entries round by 10^3, and such a set's last term was -3.5), from their terms alone at the block's value: a
     # block's last entry, and the suffix past its first entry, 0 less the first's term (the root's rounding moves
-    # the whole block's sum, but one term by no more than its size's rounding)
+    # the whole block's sum, but one term by no more than its size's rounding). Each other suffix's size takes in the
+    # largest running sum's (the sums run one entry at a time)
     last = xp.concat([starts[..., 1:], xp.ones_like(starts[..., :1])], axis=-1)
-    second = xp.concat([xp.zeros_like(starts[..., :1]), starts[..., :-1]], axis=-1) & ~starts & ~last
-    first = xp.concat([xp.zeros_like(terms[..., :1]), terms[..., :-1]], axis=-1)  # the term before each entry
-    suffix = xp.where(last, terms[0, ...], xp.where(second, -first[0, ...], suffix[0, ...]))
-    margin = xp.where(last, 8.0 * eps * terms[1, ...], xp.where(second, 8.0 * eps * first[1, ...], margin))
-    return suffix, margin, a
+    second = xp.concat([xp.zeros_like(starts[..., :1]), starts[..., :-1]], axis=-1) & ~starts
+    before = xp.concat([xp.zeros_like(terms[..., :1]), terms[..., :-1]], axis=-1)  # the term before each entry
+    summed = xp.stack([suffix[0, ...], suffix[1, ...] + xp.max(xp.abs(running[0, ...]), axis=-1, keepdims=True)])
+    suffix = xp.where(last, terms, xp.where(second, xp.stack([-before[0, ...], before[1, ...]]), summed))
+    # a suffix sum's rounding: a few units in the last place of its size; a suffix within it of 0 might split the
+    # block, and the row goes to the rounds
+    return suffix[0, ...], 8.0 * xp.finfo(a.dtype).eps * suffix[1, ...], a
 
 
 def _first_at_or_above(xp: Any, y: Any, w: Any, q: float, level: Any, every: Any, low: Any, high: Any) -> Any:

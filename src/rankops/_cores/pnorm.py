@@ -155,6 +155,12 @@ class _SignedRules(_Rules):
         return mean - t
 
 
+def _rules(q: float, signed: bool) -> _Rules:
+    """The pooling rounds' rule for weights of one sign (the rank's, whose blocks hold no entry below their value), or
+    of either sign (``signed``: the sort's)."""
+    return (_SignedRules if signed else _Rules)(q)
+
+
 def project(xp: Any, adapter: Any, z: Any, w: Any, q: float, valid: Any = None, signed: bool = False) -> tuple[Any, Any, Any]:
     """``(mu, share, starts)`` along the last axis, in the sorted order of ``z`` (decreasing; ``w`` the rank's rho,
     ``(n_v, ..., 1)`` then 0, unless ``signed``).
@@ -201,7 +207,7 @@ def fitted_blocks(xp: Any, v0: Any, y: Any, wf: Any, *, q: float, signed: bool, 
     increasing order; ``masked``: a masked tail), by pooling rounds, windows or merge rounds as the backend allows
     (after a guess where values can be read now: :func:`.one_block.guessed_first`), and its blocks' roots; by name."""
     adapter = get_adapter(xp)
-    rules = (_SignedRules if signed else _Rules)(q)
+    rules = _rules(q, signed)
     if signed or masked or not windows.readable_on_cpu(adapter, v0, y, wf):
         return _fitted(xp, adapter, rules, v0, y, wf, q, signed, masked)
     return one_block.guessed_first(xp, adapter, v0, y, wf, q, lambda v, y, wf: _fitted(xp, adapter, rules, v, y, wf, q, False, False,
@@ -251,8 +257,8 @@ def _split_fit(xp: Any, v: Any, y: Any, w: Any, left: Any, *, q: float, signed: 
     """:func:`.splits.fit_left` of the rows ``left`` of :func:`_fitted`'s rounds, each segment's root by
     :func:`.block_roots.signed_shift`, the pooling after them by the rounds' own rule (``signed``: the sort's, whose
     blocks may hold entries below their value)."""
-    rules = (_SignedRules if signed else _Rules)(q)
-    return (splits.fit_left(xp, get_adapter(xp), rules, lambda *a, **k: block_roots.signed_shift(*a, q, **k), v, y, w, q, left),)
+    return (splits.fit_left(xp, get_adapter(xp), _rules(q, signed), lambda *a, **k: block_roots.signed_shift(*a, q, **k), v, y, w, q,
+                            left),)
 
 
 def _solved(xp: Any, adapter: Any, rules: _Rules, starts: Any, y: Any, w: Any, signed: bool) -> tuple[Any, Any, Any]:
