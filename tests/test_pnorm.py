@@ -1289,14 +1289,16 @@ def test_sort_rows_left_to_threshold_splits_equal_the_papers_pav(monkeypatch):
     assert np.diff(got[0]).min() > 0
 
 
-def test_masked_sort_rows_left_to_threshold_splits_equal_their_valid_entries():
+@pytest.mark.parametrize("name", CPU_BACKENDS)
+def test_masked_sort_rows_left_to_threshold_splits_equal_their_valid_entries(name):
     """Masked p = 1.7 soft sorts of 300 entries (80% valid) at the default softness take the threshold splits too: a
-    row was 13% of its largest value off the same call on its valid entries alone, as the pooling after the splits
-    took the rank's rule (see the test above)."""
+    row was 13% of its largest value off the same call on its valid entries alone (NumPy), as the pooling after the
+    splits took the rank's rule (see the test above)."""
     rng = np.random.default_rng(1)
     x, mask = rng.normal(size=(3, 300)), rng.random((3, 300)) < 0.8
     kw = dict(method="permutahedron", **_lp(1.7))
-    got = rankops.soft_sort(x, mask=mask, **kw)
+    to, run = on_backend(name)
+    got = np.asarray(run(lambda v, m: rankops.soft_sort(v, mask=m, **kw), to(x), to(mask)), dtype=np.float64)
     for row, valid, out in zip(x, mask, got):
         want = rankops.soft_sort(row[valid][None], **kw)[0]
         np.testing.assert_allclose(out[:valid.sum()], want, rtol=1e-10, atol=1e-10 * np.abs(want).max())
