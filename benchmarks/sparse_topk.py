@@ -1,6 +1,6 @@
 """Smooth and sparse: the p-norm regularized permutahedron against l2 (Sander et al. 2023).
 
-Prints two tables:
+Prints three tables:
 
 1. time (median of interleaved repeats, ms) of one forward+backward,
    float32: ``soft_rank``, ``soft_sort`` (at p = 1.25 n <= 10^4: see below), ``soft_topk_mask`` and
@@ -10,10 +10,13 @@ Prints two tables:
    on standard normal rows, at B = 20, n = 1000 and B = 1, n = 10^5, on
    torch (eager, one thread) and JAX (``jax.jit``); the last column is the
    time over l2's measured in the same run;
-2. ``soft_rank`` alone at the default (``softness=1``; p = 1.25, which has no
-   softness, at its default ``strength=1``) and at ``strength`` 1, 0.1 and
-   0.01, B = 20, n = 1000, torch: how many pooling rounds its rows need, and
-   so its time against l2's, depends on the strength;
+2. ``soft_rank`` alone across the knob, torch, at both sizes: ``softness``
+   0.3, 1 (the default), 3, 10 and n / 20 (p = 1.25 has no softness: "-"),
+   and ``strength`` 10, 1, 0.1, 0.01 and 0.001; how many pooling rounds a
+   row needs, and so its time, depends on where its blocks form, which each
+   regularizer does at its own knob value. Each size ends with the slowest
+   time of each column over the softness rows and over the strength rows,
+   and their ratio to l2's slowest;
 3. the share of exact zeros and ones of those top-k masks, and of exact zeros
    and entries kept exactly (``x_i``) of the top-k in magnitude (their sparsity).
 
@@ -54,13 +57,15 @@ REGULARIZERS = {"l2": {"regularization": "l2"}, "p = 3/2": {"regularization": "l
                 "p = 4/3": {"regularization": "lp", "p": 4 / 3}, "p = 1.25": {"regularization": "lp", "p": 1.25}}
 
 
-def _step(backend: str, op: str, opts: dict, x: np.ndarray, strength: float | None = 0.1) -> Callable[[], Any]:
-    """One forward+backward of ``sum(op(x) * w)`` on ``backend``, ready to time (``strength`` None: the default)."""
+def _step(backend: str, op: str, opts: dict, x: np.ndarray, strength: float | None = 0.1, softness: float | None = None) -> Callable[[], Any]:
+    """One forward+backward of ``sum(op(x) * w)`` on ``backend``, ready to time (``strength`` and ``softness`` None: the
+    default)."""
     import rankops
 
     k = max(1, x.shape[-1] // 10)
     w = np.random.default_rng(1).normal(size=x.shape).astype(np.float32)
-    kw = {"method": "permutahedron", **opts, **({} if strength is None else {"strength": strength})}
+    kw = {"method": "permutahedron", **opts, **({} if strength is None else {"strength": strength}),
+          **({} if softness is None else {"softness": softness})}
 
     def value(a: Any) -> Any:
         if op == "soft_topk_mask":
@@ -82,18 +87,25 @@ def _step(backend: str, op: str, opts: dict, x: np.ndarray, strength: float | No
     return lambda: grad(xj).block_until_ready()
 
 
-def _cells(ms: dict[str, float]) -> str:
-    """A row's times (ms) in their columns' order, then the slowest over l2's: `` a | b | ... | ratio |``."""
-    return " | ".join(f"{v:.3g}" for v in ms.values()) + f" | {max(ms.values()) / ms['l2']:.2f} |"
+def _cells(ms: dict[str, float], columns: Any = None) -> str:
+    """A row's times (ms) in ``columns``' order (default: ``ms``'), "-" where ``ms`` has none, then the slowest over
+    l2's: `` a | b | ... | ratio |``."""
+    return " | ".join(f"{ms[k]:.3g}" if k in ms else "-" for k in (columns or ms)) + f" | {max(ms.values()) / ms['l2']:.2f} |"
+
+
+def _head(title: str, lead: tuple[str, ...], columns: Any) -> None:
+    """A table's title, then its header: the ``lead`` columns, one per regularizer in ``columns``, and the ratio."""
+    print(title + "\n")
+    print("| " + " | ".join((*lead, *columns)) + " | slowest / l2 |")
+    print("|" + "---|" * (len(lead) + len(columns) + 1))
 
 
 def speed(sizes: list[tuple[int, int]], repeats: int) -> None:
     import torch
 
     torch.set_num_threads(1)
-    print("forward+backward, float32, strength=0.1, median of interleaved repeats (ms; last column: / l2 in the same run)\n")
-    print("| backend | operator | B | n | " + " | ".join(REGULARIZERS) + " | slowest / l2 |")
-    print("|---|---|---|---|" + "---|" * len(REGULARIZERS) + "---|")
+    _head("forward+backward, float32, strength=0.1, median of interleaved repeats (ms; last column: / l2 in the same run)",
+          ("backend", "operator", "B", "n"), REGULARIZERS)
     for b, n in sizes:
         x = np.random.default_rng(0).normal(size=(b, n)).astype(np.float32)
         for backend in ("torch", "jax"):
@@ -103,28 +115,35 @@ def speed(sizes: list[tuple[int, int]], repeats: int) -> None:
                 print(f"| {backend} | {op} | {b} | {n:,} | {_cells(ms)}")
 
 
-def by_strength(size: tuple[int, int], repeats: int) -> None:
-    b, n = size
-    print(f"\nsoft_rank forward+backward by strength, torch, B = {b}, n = {n:,}, float32, median of interleaved repeats "
-          "(ms; last column: / l2 in the same run)\n")
-    print("| strength | " + " | ".join(REGULARIZERS) + " | slowest / l2 |")
-    print("|---|" + "---|" * len(REGULARIZERS) + "---|")
-    x = np.random.default_rng(0).normal(size=(b, n)).astype(np.float32)
-    for strength in (None, 1.0, 0.1, 0.01):
-        fns = {name: _step("torch", "soft_rank", opts, x, strength) for name, opts in REGULARIZERS.items()}
-        ms = {k: 1e3 * v for k, v in interleaved_medians(fns, repeats).items()}
-        label = "default (softness 1)" if strength is None else f"{strength:g}"
-        print(f"| {label} | {_cells(ms)}")
+def by_knob(sizes: list[tuple[int, int]], repeats: int) -> None:
+    import torch
+
+    torch.set_num_threads(1)
+    _head("\nsoft_rank forward+backward across the knob, torch, float32, median of interleaved repeats (ms; last column: "
+          "/ l2 in the same row; the slowest rows: each column's slowest over the rows above, over l2's)", ("B", "n", "knob"),
+          REGULARIZERS)
+    for b, n in sizes:
+        x = np.random.default_rng(0).normal(size=(b, n)).astype(np.float32)
+        knobs = [("softness", s) for s in dict.fromkeys((0.3, 1.0, 3.0, 10.0, n / 20))] + [("strength", e) for e in (10.0, 1.0, 0.1, 0.01, 0.001)]
+        slowest: dict[str, dict[str, float]] = {"softness": {}, "strength": {}}
+        for name, value in knobs:
+            # p = 1.25 has no softness (no calibration below p = 4/3): its cell is left empty
+            regs = {k: o for k, o in REGULARIZERS.items() if name == "strength" or k != "p = 1.25"}
+            fns = {k: _step("torch", "soft_rank", o, x, **{"strength": None, name: value}) for k, o in regs.items()}
+            ms = {k: 1e3 * v for k, v in interleaved_medians(fns, repeats).items()}
+            for k, v in ms.items():
+                slowest[name][k] = max(slowest[name].get(k, 0.0), v)
+            print(f"| {b} | {n:,} | {name} {value:g} | {_cells(ms, REGULARIZERS)}")
+        for name, ms in slowest.items():
+            print(f"| {b} | {n:,} | slowest, {name} | {_cells(ms, REGULARIZERS)}")
 
 
 OTHER_P = {"l2": {"regularization": "l2"}, **{f"p = {p:g}": {"regularization": "lp", "p": p} for p in (1.4, 1.35, 1.3)}}
 
 
 def other_p(sizes: list[tuple[int, int]], repeats: int) -> None:
-    print("\nsoft_rank forward+backward at p whose q = p / (p - 1) is no integer, torch, float32, median of interleaved "
-          "repeats (ms; last column: / l2 in the same run)\n")
-    print("| B | n | strength | " + " | ".join(OTHER_P) + " | slowest / l2 |")
-    print("|---|---|---|" + "---|" * len(OTHER_P) + "---|")
+    _head("\nsoft_rank forward+backward at p whose q = p / (p - 1) is no integer, torch, float32, median of interleaved "
+          "repeats (ms; last column: / l2 in the same run)", ("B", "n", "strength"), OTHER_P)
     for b, n in sizes:
         x = np.random.default_rng(0).normal(size=(b, n)).astype(np.float32)
         for strength in (None, 1.0, 0.1):
@@ -265,7 +284,7 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     sizes = [(2, 200), (1, 2000)] if args.quick else [(20, 1000), (1, 100_000)]
     speed(sizes, 2 if args.quick else args.repeats)
-    by_strength(sizes[0], 2 if args.quick else args.repeats)
+    by_knob(sizes, 2 if args.quick else args.repeats)
     sparsity(sizes)
     host_callback(sizes, 2 if args.quick else args.repeats)
     other_p(sizes, 2 if args.quick else args.repeats)
