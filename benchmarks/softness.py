@@ -93,14 +93,15 @@ KEYS = {
     "lapsum": Key(lambda z, T: rankops.soft_rank(z, method="lapsum", alpha=T), _LONG),
     "permutahedron-l2": Key(lambda z, T: rankops.soft_rank(z, method="permutahedron", strength=T), _LONG),
     "permutahedron-kl": Key(lambda z, T: rankops.soft_rank(z, method="permutahedron", regularization="kl", strength=T), _LONG[:-2]),
-    # the p-norm regularizer at q = p / (p - 1) = 3 and 4 (p = 3/2, 4/3); q = 2 is "l2"'s table
+    # the p-norm regularizer at q = p / (p - 1) = 3, 4, 5 and 6 (p = 3/2, 4/3, 5/4, 6/5); q = 2 is "l2"'s table
     **{f"permutahedron-lp-{q}": Key(lambda z, T, q=q: rankops.soft_rank(z, method="permutahedron", regularization="lp",
-                                                                        p=q / (q - 1.0), strength=T), _LONG) for q in (3, 4)},
+                                                                        p=q / (q - 1.0), strength=T), _LONG) for q in (3, 4, 5, 6)},
     "permutahedron-sort-l2": Key(_permutahedron_sort(), _LONG, _SORT_GRID, inverse=True),
     "permutahedron-sort-kl": Key(_permutahedron_sort(regularization="kl"), _LONG[:-2], _SORT_GRID, inverse=True),
-    # the p-norm sort's blur needs far larger V at large n (and its long rows are slow there)
-    **{f"permutahedron-sort-lp-{q}": Key(_permutahedron_sort(regularization="lp", p=q / (q - 1.0)), _LONG[:-2], (-3.0, 15.0, 37),
-                                         inverse=True) for q in (3, 4)},
+    # the p-norm sort's blur needs far larger V at large n (and its long rows are slow there), the more so the larger q
+    # (q = 6 blurs a row of 10^4 by 33 places at V = 1e15)
+    **{f"permutahedron-sort-lp-{q}": Key(_permutahedron_sort(regularization="lp", p=q / (q - 1.0)), _LONG[:-2],
+                                         (-3.0, 15.0, 37) if q <= 4 else (-3.0, 21.0, 49), inverse=True) for q in (3, 4, 5, 6)},
     "softsort-1": Key(lambda z, T: rankops.soft_rank(z, method="softsort", tau=T), _SHORT),
     "softsort-2": Key(lambda z, T: rankops.soft_rank(z, method="softsort", tau=T**2, power=2), _SHORT),
     "neuralsort": Key(lambda z, T: rankops.soft_rank(z, method="neuralsort", tau=T), _SHORT),
@@ -113,11 +114,11 @@ KEYS = {
 }
 DISTRIBUTIONS = ("normal", "uniform", "lognormal", "clustered")
 METHODS = ("sinkhorn", "softsort", "neuralsort", "permutahedron", "lapsum", "diffsort")
-# the tables' rows: each method at its defaults, then the p-norm permutahedron at the calibrated q = 3, 4 and at a p
-# between them (its table blended from theirs)
+# the tables' rows: each method at its defaults, then the p-norm permutahedron at the calibrated q = 3, 4 and 5 and at
+# a p between them (its table blended from theirs)
 VARIANTS = tuple((m, m, {}) for m in METHODS) + tuple(
     (f"permutahedron, lp, p = {label}", "permutahedron", {"regularization": "lp", "p": p})
-    for label, p in (("3/2", 1.5), ("1.4", 1.4), ("4/3", 4.0 / 3.0)))
+    for label, p in (("3/2", 1.5), ("1.4", 1.4), ("4/3", 4.0 / 3.0), ("5/4", 1.25)))
 
 
 def sample(dist: str, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:

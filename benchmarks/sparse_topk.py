@@ -11,8 +11,7 @@ Prints three tables:
    torch (eager, one thread) and JAX (``jax.jit``); the last column is the
    time over l2's measured in the same run;
 2. ``soft_rank`` alone across the knob, torch, at both sizes: ``softness``
-   0.3, 1 (the default), 3, 10 and n / 20 (p = 1.25 has no softness: "-"),
-   and ``strength`` 10, 1, 0.1, 0.01 and 0.001; how many pooling rounds a
+   0.3, 1 (the default), 3, 10 and n / 20, and ``strength`` 10, 1, 0.1, 0.01 and 0.001; how many pooling rounds a
    row needs, and so its time, depends on where its blocks form, which each
    regularizer does at its own knob value. Each size ends with the slowest
    time of each column over the softness rows and over the strength rows,
@@ -87,10 +86,9 @@ def _step(backend: str, op: str, opts: dict, x: np.ndarray, strength: float | No
     return lambda: grad(xj).block_until_ready()
 
 
-def _cells(ms: dict[str, float], columns: Any = None) -> str:
-    """A row's times (ms) in ``columns``' order (default: ``ms``'), "-" where ``ms`` has none, then the slowest over
-    l2's: `` a | b | ... | ratio |``."""
-    return " | ".join(f"{ms[k]:.3g}" if k in ms else "-" for k in (columns or ms)) + f" | {max(ms.values()) / ms['l2']:.2f} |"
+def _cells(ms: dict[str, float]) -> str:
+    """A row's times (ms) in their columns' order, then the slowest over l2's: `` a | b | ... | ratio |``."""
+    return " | ".join(f"{v:.3g}" for v in ms.values()) + f" | {max(ms.values()) / ms['l2']:.2f} |"
 
 
 def _head(title: str, lead: tuple[str, ...], columns: Any) -> None:
@@ -127,15 +125,13 @@ def by_knob(sizes: list[tuple[int, int]], repeats: int) -> None:
         knobs = [("softness", s) for s in dict.fromkeys((0.3, 1.0, 3.0, 10.0, n / 20))] + [("strength", e) for e in (10.0, 1.0, 0.1, 0.01, 0.001)]
         slowest: dict[str, dict[str, float]] = {"softness": {}, "strength": {}}
         for name, value in knobs:
-            # p = 1.25 has no softness (no calibration below p = 4/3): its cell is left empty
-            regs = {k: o for k, o in REGULARIZERS.items() if name == "strength" or k != "p = 1.25"}
-            fns = {k: _step("torch", "soft_rank", o, x, **{"strength": None, name: value}) for k, o in regs.items()}
+            fns = {k: _step("torch", "soft_rank", o, x, **{"strength": None, name: value}) for k, o in REGULARIZERS.items()}
             ms = {k: 1e3 * v for k, v in interleaved_medians(fns, repeats).items()}
             for k, v in ms.items():
                 slowest[name][k] = max(slowest[name].get(k, 0.0), v)
-            print(f"| {b} | {n:,} | {name} {value:g} | {_cells(ms, REGULARIZERS)}")
+            print(f"| {b} | {n:,} | {name} {value:g} | {_cells(ms)}")
         for name, ms in slowest.items():
-            print(f"| {b} | {n:,} | slowest, {name} | {_cells(ms, REGULARIZERS)}")
+            print(f"| {b} | {n:,} | slowest, {name} | {_cells(ms)}")
 
 
 OTHER_P = {"l2": {"regularization": "l2"}, **{f"p = {p:g}": {"regularization": "lp", "p": p} for p in (1.4, 1.35, 1.3)}}

@@ -200,8 +200,8 @@ for value in (1.0, 0.5, 2.5, float("nan")):
     each(_LP, f"p={value}", ValueError, r"p must lie in \(1, 2\]", regularization="lp", p=value)
 each(_LP, "p-str", TypeError, r"p must be a real number in \(1, 2\]", regularization="lp", p="4/3")
 each(_LP, "p-without-lp", ValueError, r"p is the exponent of regularization='lp', got regularization='l2'", p=1.5)
-each(_LP, "lp-softness", ValueError, r"softness is calibrated for regularization='lp' with p in \[4/3, 2\], got p=1.25: pass strength=",
-     regularization="lp", p=1.25, softness=1.0)
+each(_LP, "lp-softness", ValueError, r"softness is calibrated for regularization='lp' with p in \[6/5, 2\], got p=1.1: pass strength=",
+     regularization="lp", p=1.1, softness=1.0)
 for k in (0.0, 3.5, -1.0, float("nan")):
     case(f"soft_topk_mask[permutahedron]-k={k}", lambda k=k: rankops.soft_topk_mask(X, k, method="permutahedron"), ValueError,
          r"soft_topk_mask\(method='permutahedron'\): k must lie in the interval \(0, n\] = \(0, 3\]")

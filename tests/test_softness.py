@@ -58,11 +58,12 @@ def test_blur_is_about_softness(method):
     _check_band(method, n, tuple(BAND), (lo, n / 20), rows=_rows(n), seed=0)
 
 
-# the p-norm permutahedron: q = p / (p - 1) = 3 and 4 measured, p = 1.4 and 1.75 read from tables blended in p. Its
+# the p-norm permutahedron: q = p / (p - 1) = 3, 4, 5 and 6 measured (p = 1.25: q = 5), p = 1.4, 1.75 and 1.22 read
+# from tables blended in p. Its
 # blur is set by where a row's gaps lie, not by one scale (docs/softness.md, "Limits"): normal rows hold the bands
 # (on rows of 1000 and more below the pooling threshold, as "l2"'s), the others a factor 3 up to n = 100 (2.6
 # measured), and drift beyond it on longer rows
-P_NORMS = (1.5, 4.0 / 3.0, 1.4, 1.75)
+P_NORMS = (1.5, 4.0 / 3.0, 1.4, 1.75, 1.25, 1.22)
 WIDE = dict.fromkeys(BAND, 3.0)
 
 
@@ -88,7 +89,8 @@ def test_a_sort_softens_as_softness_grows(method, options):
     assert blurs[0] < 0.6, blurs
 
 
-@pytest.mark.parametrize("options", ({}, {"regularization": "kl"}, {"regularization": "lp"}), ids=("l2", "kl", "lp"))
+@pytest.mark.parametrize("options", ({}, {"regularization": "kl"}, {"regularization": "lp"}, {"regularization": "lp", "p": 1.25},
+                                     {"regularization": "lp", "p": 1.2}), ids=("l2", "kl", "lp", "lp-1.25", "lp-1.2"))
 def test_permutahedron_sort_blur_is_about_softness(options):
     """The permutahedron's sort reads tables of its own (docs/softness.md, "Sorts"): normal rows hold the bands."""
     rng = np.random.default_rng(12)
@@ -99,12 +101,12 @@ def test_permutahedron_sort_blur_is_about_softness(options):
 
 
 def test_the_p_norm_below_its_calibration_keeps_strength_as_its_default():
-    """Below p = 4/3 there is no table: softness= is an error (tests/test_errors.py) and the default is strength=1; at
+    """Below p = 6/5 there is no table: softness= is an error (tests/test_errors.py) and the default is strength=1; at
     and above it the default is softness=1, as for the other regularizers."""
     x = np.random.default_rng(5).standard_normal((3, 50)) * 100.0
     lp = {"method": "permutahedron", "regularization": "lp"}
-    assert_allclose(rankops.soft_rank(x, p=1.25, **lp), rankops.soft_rank(x, p=1.25, strength=1.0, **lp), rtol=0, atol=0)
-    for p in (4.0 / 3.0, 1.75):
+    assert_allclose(rankops.soft_rank(x, p=1.1, **lp), rankops.soft_rank(x, p=1.1, strength=1.0, **lp), rtol=0, atol=0)
+    for p in (1.2, 1.25, 4.0 / 3.0, 1.75):
         assert_allclose(rankops.soft_rank(x, p=p, **lp), rankops.soft_rank(x, p=p, softness=1.0, **lp), rtol=0, atol=0)
         assert 0.5 <= blur("permutahedron", x, 1.0, p=p, regularization="lp") <= 2.0
 

@@ -224,7 +224,7 @@ def test_pnorm_windows_equal_the_papers_pav(forced, backend_name, p, output, mon
                                            (1.5, "rank"), (1.5, "masked rank"), (1.25, "rank"), (1.2, "rank")])
 def test_pnorm_permutahedron_with_and_without_windows(p, output, monkeypatch):
     """p = 4/3 and 3/2 at the default softness (rows of 1000 end on about one drop each at p = 4/3) and at strength
-    0.1 (at p = 3/2, runs of drops that chains extend over hundreds of blocks), p = 5/4 and 6/5 (no default softness)
+    0.1 (at p = 3/2, runs of drops that chains extend over hundreds of blocks), p = 5/4 and 6/5
     at strength 1 (rows of a block of 500-700 and 200 more: the min-max passes finish them, at p = 6/5 the extensions
     and the windows, with no min-max pass: its ranges' roots are not bracketed) and 0.1, torch float64: values and
     gradients with the windows against the merge rounds over every block (p = 4/3) or every entry."""

@@ -148,8 +148,9 @@ SECTIONS = {
             ``method="permutahedron"``: quadratic or entropic regularisation,
             or ``"lp"``: the p-norm
             regulariser ``(1/p) sum |mu_i|^p`` of Sander et al. 2023 (smooth
-            where ``"l2"`` has kinks: docs/fast-methods.md); pass
-            ``strength`` with it (softness is not calibrated for it yet).
+            where ``"l2"`` has kinks: docs/fast-methods.md); ``softness`` is
+            calibrated for p in [6/5, 2] (its default ``softness=1``), below
+            that pass ``strength`` (default 1.0).
         p : float in (1, 2], default 4/3
             ``regularization="lp"``: the exponent (``p = 2`` is ``"l2"``).
         alpha : float or 0-d array

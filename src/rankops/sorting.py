@@ -30,7 +30,7 @@ from typing import Any, Callable
 
 from ._cores import diffsort, lapsum, masked, permutahedron
 from ._cores.permutation import dense_core, stream_core
-from ._cores.softness import calibrated
+from ._cores.softness import calibrated, lowest_calibrated_p
 from ._cores.transport import rank_core, sort_core, topk_core
 from ._docstrings import SECTIONS, methods_section
 from ._lib._calls import Call, Prepared, operator, prepare
@@ -131,17 +131,18 @@ class PermutahedronOptions(Options):
 
     @classmethod
     def parse_for(cls, options: dict[str, Any], where: str, *, sort: bool = False) -> Any:
-        """The options, with ``p`` only beside ``regularization="lp"``, softness for it where calibrated (p in [4/3, 2];
-        below, the default is ``strength=1``)."""
+        """The options, with ``p`` only beside ``regularization="lp"``, softness for it where calibrated (p from
+        ``lowest_calibrated_p`` to 2; below, the default is ``strength=1``)."""
         lp = options.get("regularization") == "lp"
         if "p" in options and not lp:
             raise ValueError(f"{where}: p is the exponent of regularization='lp', got regularization={options.get('regularization', 'l2')!r}")
         opts, _ = cls.parse(options, where, softness=DEFAULT_SOFTNESS)
-        if lp and opts.softness is not None and not calibrated(permutahedron.softness_key("lp", opts.p, "sort" if sort else "rank")):
+        key = permutahedron.softness_key("lp", opts.p, "sort" if sort else "rank") if lp else None
+        if key is not None and opts.softness is not None and not calibrated(key):
             if options.get("softness") is not None:
-                raise ValueError(f"{where}: softness is calibrated for regularization='lp' with p in [4/3, 2], got "
-                                 f"p={opts.p!r}: pass strength= (the scale of x at which entries blend)")
-            opts = dataclasses.replace(opts, softness=None)  # no table below 4/3: the default is strength=1
+                raise ValueError(f"{where}: softness is calibrated for regularization='lp' with p in [{lowest_calibrated_p(key)}, 2], "
+                                 f"got p={opts.p!r}: pass strength= (the scale of x at which entries blend)")
+            opts = dataclasses.replace(opts, softness=None)  # no table below it: the default is strength=1
         return opts
 
 

@@ -34,6 +34,7 @@ are those of the row's valid entries.
 from __future__ import annotations
 
 import dataclasses
+import fractions
 import functools
 import math
 from typing import Any, Callable
@@ -48,7 +49,7 @@ from .masked import kth_largest, row_k, valid_first
 GRID = _calibration.GRID
 LENGTHS = {**_calibration.LENGTHS, **_calibration_sorts.LENGTHS}
 
-__all__ = ["softened", "length", "sinkhorn_epsilon", "row_scale", "reads_deviation", "calibrated", "output_is_sort"]
+__all__ = ["softened", "length", "sinkhorn_epsilon", "row_scale", "reads_deviation", "calibrated", "lowest_calibrated_p", "output_is_sort"]
 
 
 # the p-norm permutahedron's keys (its ranks', its sorts'): the conjugate exponent q = p / (p - 1) follows the prefix;
@@ -76,6 +77,14 @@ def calibrated(key: str) -> bool:
     """Whether softness has a calibration for ``key`` (a method and the options that change its blur)."""
     tables = _lp_tables(key)
     return key in LENGTHS or (tables is not None and _exponent(key) <= max(tables))
+
+
+def lowest_calibrated_p(key: str) -> str:
+    """The smallest p whose softness the p-norm family of ``key`` calibrates (its largest measured q, ``q / (q - 1)``),
+    as a fraction: ``"6/5"``."""
+    tables = _lp_tables(key)
+    assert tables is not None  # a p-norm key
+    return str(fractions.Fraction(max(tables) / (max(tables) - 1.0)).limit_denominator(100))
 
 
 def _tables(key: str) -> tuple[tuple[tuple[tuple[float, ...], ...], float], ...]:
