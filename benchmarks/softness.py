@@ -114,11 +114,12 @@ KEYS = {
 }
 DISTRIBUTIONS = ("normal", "uniform", "lognormal", "clustered")
 METHODS = ("sinkhorn", "softsort", "neuralsort", "permutahedron", "lapsum", "diffsort")
-# the tables' rows: each method at its defaults, then the p-norm permutahedron at the calibrated q = 3, 4 and 5 and at
-# a p between them (its table blended from theirs)
+# the tables' rows: each method at its defaults, the p-norm permutahedron at the calibrated q = 3, 4 and 5 and at a p
+# between them (its table blended from theirs), then the KL permutahedron
 VARIANTS = tuple((m, m, {}) for m in METHODS) + tuple(
     (f"permutahedron, lp, p = {label}", "permutahedron", {"regularization": "lp", "p": p})
-    for label, p in (("3/2", 1.5), ("1.4", 1.4), ("4/3", 4.0 / 3.0), ("5/4", 1.25)))
+    for label, p in (("3/2", 1.5), ("1.4", 1.4), ("4/3", 4.0 / 3.0), ("5/4", 1.25))) + (
+    ("permutahedron, kl", "permutahedron", {"regularization": "kl"}),)
 
 
 def sample(dist: str, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
