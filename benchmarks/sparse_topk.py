@@ -11,11 +11,12 @@ Prints three tables:
    torch (eager, one thread) and JAX (``jax.jit``); the last column is the
    time over l2's measured in the same run;
 2. ``soft_rank`` alone across the knob, torch, at both sizes: ``softness``
-   0.3, 1 (the default), 3, 10 and n / 20, and ``strength`` 10, 1, 0.1, 0.01 and 0.001; how many pooling rounds a
-   row needs, and so its time, depends on where its blocks form, which each
-   regularizer does at its own knob value. Each size ends with the slowest
-   time of each column over the softness rows and over the strength rows,
-   and their ratio to l2's slowest;
+   0.3, 1 (the default), 3, 10 and n / 20, and ``strength`` 10, 1, 0.1,
+   0.01 and 0.001; how many pooling rounds a row needs, and so its time,
+   depends on where its blocks form, which each regularizer does at its own
+   knob value. Each size ends with the slowest time of each column over the
+   softness rows and over the strength rows, and their ratio to l2's
+   slowest;
 3. the share of exact zeros and ones of those top-k masks, and of exact zeros
    and entries kept exactly (``x_i``) of the top-k in magnitude (their sparsity).
 

@@ -59,10 +59,9 @@ def test_blur_is_about_softness(method):
 
 
 # the p-norm permutahedron: q = p / (p - 1) = 3, 4, 5 and 6 measured (p = 1.25: q = 5), p = 1.4, 1.75 and 1.22 read
-# from tables blended in p. Its
-# blur is set by where a row's gaps lie, not by one scale (docs/softness.md, "Limits"): normal rows hold the bands
-# (on rows of 1000 and more below the pooling threshold, as "l2"'s), the others a factor 3 up to n = 100 (2.6
-# measured), and drift beyond it on longer rows
+# from tables blended in p. Its blur is set by where a row's gaps lie, not by one scale (docs/softness.md, "Limits"):
+# normal rows hold the bands (on rows of 1000 and more below the pooling threshold, as "l2"'s), the others a factor 3
+# up to n = 100 (2.6 measured), and drift beyond it on longer rows
 P_NORMS = (1.5, 4.0 / 3.0, 1.4, 1.75, 1.25, 1.22)
 WIDE = dict.fromkeys(BAND, 3.0)
 
