@@ -21,6 +21,7 @@ import pytest
 from scipy.optimize import minimize
 
 import rankops
+from array_api_compat import array_namespace
 from rankops._cores import block_roots, windows
 
 from .backends import CPU_BACKENDS, assert_autodiff_equals_vjp, on_backend
@@ -543,6 +544,42 @@ def test_solves_over_the_blocks_that_changed_equal_the_papers_pav(name, monkeypa
             _, vjp = rankops.vjp(rankops.soft_sort, small, strength=5.0, **opts)
             np.testing.assert_allclose(vjp(ct)[0], central_vjp(lambda a: rankops.soft_sort(a, strength=5.0, **opts), small, ct),
                                        atol=1e-6)
+
+
+@pytest.mark.parametrize("name", CPU_BACKENDS)
+def test_pooling_rounds_at_p_three_halves_give_a_segments_entries_one_value_without_reading_its_first(name):
+    """At q = 2 and 3 a pooling round's values come from each segment's sums by division, subtraction and a square root,
+    correctly rounded in a kernel's vector body and its scalar tail alike, so :func:`.isotonic.pool_runs` reads no first
+    entry's value (``rules.uniform``): the rounds' values equal, bit for bit, those of rounds that read it, on rank-like
+    rows of odd lengths (segments across every vector width's tail), tied and not, in float32 and float64 (JAX: under
+    ``jit``, where XLA fuses the sums' gather with the expression)."""
+    from rankops._cores import isotonic, pnorm
+    from rankops._lib._adapters import get_adapter
+
+    to, run = on_backend(name)
+    rng = np.random.default_rng(12)
+    for q in (2.0, 3.0):
+        for n, ties in ((203, False), (1003, True), (517, True)):
+            for dtype in (np.float32, np.float64):
+                x = rng.integers(0, 25, size=(3, n)) if ties else rng.normal(size=(3, n))
+                # increasing, as the fit's rows, at a scale where their one-entry values drop often
+                y = np.sort(x * (20.0 if q == 2.0 else 1.0), axis=-1).astype(dtype)
+                w = np.broadcast_to(np.arange(1, n + 1, dtype=dtype), y.shape)
+                v0 = y - w ** (1.0 / (q - 1.0))
+                outputs = []
+                for uniform in (True, False):
+                    rules = pnorm._rules(q, False)
+                    assert rules.uniform
+                    rules.uniform = uniform
+
+                    def fit(v: Any, yw: Any, rules: Any = rules) -> Any:
+                        xp = array_namespace(v)
+                        return isotonic.pool_runs(xp, get_adapter(xp), rules, v, yw, 40)[0]
+
+                    outputs.append(np.asarray(run(fit, to(v0), to(np.stack([y, w])))))
+                assert np.array_equal(outputs[0], outputs[1]), (q, n, ties, dtype)
+                # and the rounds pooled: many entries share their block's value
+                assert len(np.unique(outputs[0])) < 0.8 * outputs[0].size, (q, n, ties, dtype)
 
 
 def test_whole_powers_are_products_equal_to_the_power():

@@ -1,24 +1,18 @@
 r"""Exact isotonic regression as array operations: run pooling, then ``ceil(log2 n)`` rounds of parallel merges.
 
-Pool-adjacent-violators is sequential. Here, first, every maximal run of
-strictly decreasing blocks pools at once, for at most ``4 ceil(log2 n)``
-rounds: most rows settle well within them (:func:`pool_runs`). Rows left
-unsettled go through merge rounds: the row is split into segments of 1, 2,
-4, ... entries; at every round each pair of neighbouring segments, both already
-solved, is merged. Merging two increasing solutions ``L`` (left) and ``R``
-(right) changes exactly one block: a suffix of ``L`` and a prefix of ``R`` pool
-into one value ``v*``, and the merged solution is ``min(L, v*)`` on the left,
-``max(R, v*)`` on the right. ``L_j`` pools iff ``sum_(R_i < L_j) w (L_j - R_i)
-> sum_(k > j) w (L_k - L_j)`` (the merged objective decreases past ``L_j``),
-``R_i`` iff the mirror inequality holds; the left-hand side must also be above
-the empty sum, so an entry with nothing to violate never pools on the rounding
-of the right. One search per entry into the other half and sums within the
-halves evaluate every test at once (:mod:`.merges`): a round costs O(n log n)
-work in a fixed number of array operations (``jax.jit`` sees a static graph).
-Sums run outward from the segment boundary, so a small pool is never the
-difference of two large prefix sums. The KL fit's rows (and the l2 soft sort's
-long ones) end on chains that take one neighbour per round for tens of rounds:
-on a CPU that reads values now, :mod:`.windows` fits their last drops.
+Pool-adjacent-violators is sequential. Here, first, every maximal run of strictly decreasing blocks pools at once,
+for at most ``4 ceil(log2 n)`` rounds: most rows settle well within them (:func:`pool_runs`). Rows left unsettled go
+through merge rounds: the row is split into segments of 1, 2, 4, ... entries; at every round each pair of
+neighbouring segments, both already solved, is merged. Merging two increasing solutions ``L`` (left) and ``R``
+(right) changes exactly one block: a suffix of ``L`` and a prefix of ``R`` pool into one value ``v*``, and the
+merged solution is ``min(L, v*)`` on the left, ``max(R, v*)`` on the right. ``L_j`` pools iff ``sum_(R_i < L_j) w
+(L_j - R_i) > sum_(k > j) w (L_k - L_j)`` (the merged objective decreases past ``L_j``), ``R_i`` iff the mirror
+inequality holds; the left-hand side must also be above the empty sum, so an entry with nothing to violate never
+pools on the rounding of the right. One search per entry into the other half and sums within the halves evaluate
+every test at once (:mod:`.merges`): a round costs O(n log n) work in a fixed number of array operations
+(``jax.jit`` sees a static graph). Sums run outward from the segment boundary, so a small pool is never the
+difference of two large prefix sums. The KL fit's rows (and the l2 soft sort's long ones) end on chains that take
+one neighbour per round for tens of rounds: on a CPU that reads values now, :mod:`.windows` fits their last drops.
 
 Two losses share the rounds, each block taking the value that minimises it:
 
@@ -59,6 +53,7 @@ class _L2:
     centred = False  # the merge rounds' sums are of solved values: no boundary to centre them on
     whole_blocks = False  # an equal neighbour adds exactly 0 to a test
     signs = False  # the tests' terms keep their sign across a set
+    uniform = True  # :meth:`pooled` gives a segment's entries the same bits (:func:`pool_runs`)
 
     @staticmethod
     def single(xp: Any, y: Any, w: Any) -> Any:
@@ -131,6 +126,7 @@ class _KL:
     centred = False
     whole_blocks = False
     signs = False
+    uniform = True
 
     @staticmethod
     def single(xp: Any, y: Any, w: Any) -> Any:
@@ -256,8 +252,8 @@ def pool_runs(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, max_rounds: int
         else:
             u = rules.pooled(xp, adapter, starts, u, weights, unit)  # the totals in one segmented sum (one scatter on torch)
         # one value per segment, its first entry's: a power may round apart at two entries of equal input (torch's CPU
-        # kernels: vectorized body, scalar tail), and a segment split 1 ulp apart stays two (l2, kl: sums, one log)
-        u = u if rules in (_L2, _KL) else adapter.segment_first(xp, starts, u)
+        # kernels: vectorized body, scalar tail), and a segment split 1 ulp apart stays two; not where none can (``uniform``)
+        u = u if getattr(rules, "uniform", False) else adapter.segment_first(xp, starts, u)
         if extend is not None:  # after a round in which some row's drops stopped halving
             before, now, spent = state[3:]
             u, starts = extend.after_round(xp, adapter, u, starts, weights, xp.any((spent > 0) & (now > 0) & stopped_halving(before, now)))

@@ -116,6 +116,10 @@ class _Rules:
         # square root (q = 3) costs less than the gathers (:func:`.isotonic.pool_runs`)
         self.compact_share = 0.0 if q in (2.0, 3.0) else 0.25
         self.block_share = 0.55 if q in (2.0, 3.0) else 0.7  # where rounds over blocks pay (windows.few_blocks)
+        # a segment's value from its sums by division, subtraction and a square root at q = 2 and 3, each correctly
+        # rounded (IEEE 754) in a kernel's vector body and its scalar tail alike: every entry of a segment gets the same
+        # bits (:func:`.isotonic.pool_runs` reads no first entry's); the cubic's powers and Newton's steps may not
+        self.uniform = q in (2.0, 3.0)
         # the blocks' first data bound the min-max passes' ranges at an even power (windows._pool_each_run: q = 3, 5), and
         # the blocks carry the moments their sums read (read where blocks have a form: an integer q)
         sums = PowerSums(q)
@@ -148,6 +152,7 @@ class _SignedRules(_Rules):
     def __init__(self, q: float) -> None:
         super().__init__(q)
         self.compact_share = 0.0 if q == 2.0 else 0.25
+        self.uniform = q == 2.0  # the signed square root's sums of products may be contracted differently per entry
         self.lows = False  # the sort's sums (power_sums.SteppedSignedSums) give any range's value: no bound needed
 
     def pooled(self, xp: Any, adapter: Any, starts: Any, u: Any, yw: Any, unit: bool) -> Any:

@@ -33,6 +33,7 @@ O(n) array operations once, and rounds over the windows' blocks only.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any, Callable
 
@@ -224,12 +225,15 @@ def _pool_runs_of_drops(xp: Any, adapter: Any, sums: Any, blocks: Blocks, down: 
             fitted = _extend_each_run(xp, adapter, sums, value, data, first, last, down, current.idx, rightward=i % 2 == 0)
         else:
             fitted = _pool_each_run(xp, adapter, sums, current, down)
+        # a drop between two of the blocks is one between their groups (a group's blocks take one value): where none
+        # is left, the values alone are the fit, and the groups' statistics are not read
+        left = find_drops(fitted, first)
+        if not bool(xp.any(left)):
+            return dataclasses.replace(current, value=fitted).with_owner(xp, blocks.of_entries(xp), owner), left
         one = xp.ones((1,), dtype=xp.bool, device=_device(value))
         starts = xp.concat([one, (fitted[1:] != fitted[:-1]) | (first[1:] != first[:-1])])
         current, owner = current.regrouped(xp, adapter, sums, starts, fitted, owner)
         down = find_drops(current.value, current.row_first)
-        if not bool(xp.any(down)):
-            break
     return current.with_owner(xp, blocks.of_entries(xp), owner), down
 
 
