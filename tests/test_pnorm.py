@@ -582,6 +582,34 @@ def test_pooling_rounds_at_p_three_halves_give_a_segments_entries_one_value_with
                 assert len(np.unique(outputs[0])) < 0.8 * outputs[0].size, (q, n, ties, dtype)
 
 
+@pytest.mark.parametrize("p", [1.5, 4.0 / 3.0])
+def test_under_jit_rows_that_are_one_block_take_the_guess_and_skip_the_rounds(p, monkeypatch):
+    """Under ``jax.jit`` (no value read as the fit runs) a batch whose one-entry values drop often enough is guessed
+    (:func:`rankops._cores.one_block.guessed_in_graph`): at strength 1 every row is one block (with short ends at p =
+    4/3), the guess proves it, and the pooling rounds never run; at strength 0.05 the rows drop too seldom, the guess
+    never runs, and the rounds do. Counted as they run (``jax.debug.callback``: a branch that ``lax.cond`` skips
+    calls nothing); values equal the paper's PAV in float64."""
+    jax = pytest.importorskip("jax")
+    from rankops._cores import one_block, pnorm
+
+    calls: collections.Counter = collections.Counter()
+    for module, name, key in ((pnorm, "_fitted", "rounds"), (one_block, "guessed_fit", "guess")):
+        real = getattr(module, name)
+
+        def spied(xp: Any, *args: Any, real: Any = real, key: str = key, **kwargs: Any) -> Any:
+            jax.debug.callback(lambda: calls.update([key]))
+            return real(xp, *args, **kwargs)
+
+        monkeypatch.setattr(module, name, spied)
+    x = np.random.default_rng(14).normal(size=(3, 1009))  # a length no other test compiles
+    for strength, guessed in ((1.0, True), (0.05, False)):
+        calls.clear()
+        got = jax.jit(lambda a: rankops.soft_rank(a, method="permutahedron", regularization="lp", p=p, strength=strength))(x)
+        jax.effects_barrier()
+        np.testing.assert_allclose(np.asarray(got), _rank_reference(x, p, strength), rtol=1e-9, atol=1e-9)
+        assert (calls["guess"] > 0, calls["rounds"] > 0) == (guessed, not guessed), (strength, calls)
+
+
 def test_whole_powers_are_products_equal_to_the_power():
     """``power`` and ``odd_power`` at whole exponents up to 8 (p = 1 + 1/e: 1.25's q - 1 = 4 in every top-k search
     step) are products: within a few roundings of ``np.power``, exactly 0 at 0, the sign kept for ``odd_power``."""

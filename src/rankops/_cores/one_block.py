@@ -44,7 +44,7 @@ from .._lib._numerics import centred_within, safe_divide
 from .blocks import put_rows, take_in_range
 from .powers import odd_power, power
 
-__all__ = ["guessed_first", "guessed_fit", "fit_rows", "DROPPING", "SHORTEST"]
+__all__ = ["guessed_first", "guessed_in_graph", "guessed_fit", "fit_rows", "DROPPING", "SHORTEST"]
 
 # a batch is guessed where a row's one-entry values drop between at least this share of their neighbours: the weights'
 # steps outrun the data's. Rows that were one block (with ends) dropped at 0.76-1 of them (p = 3/2, 4/3, 5/4 ranks
@@ -72,6 +72,33 @@ def guessed_first(xp: Any, adapter: Any, v0: Any, y: Any, w: Any, q: float, fit:
     return tuple(xp.reshape(a, shape) for a in out)
 
 
+def guessed_in_graph(xp: Any, adapter: Any, v0: Any, y: Any, w: Any, q: float, fit: Callable[..., tuple[Any, Any, Any]],
+                     solve: Callable[[Any, Any, Any], tuple[Any, Any, Any]], root: Callable[..., Any]) -> tuple[Any, Any, Any]:
+    """:func:`guessed_first` where values are not read as the fit runs (``jax.jit``, a GPU): every row guessed
+    (:func:`guessed_fit`, its search a fixed number of steps) where some row's one-entry values drop as often as
+    :data:`DROPPING` asks (``adapter.shortcut``: else straight to ``fit(v0, y, w, pooled=False)``), then ``fit(start,
+    y, w)`` for every row unless all are fitted (``adapter.unless``), each fitted row taking the guess's numbers. A
+    row that is one block then costs the guess's few sums instead of the rounds by which its block takes in one
+    neighbour at a time."""
+    n, shape = v0.shape[-1], v0.shape
+    if n < SHORTEST:
+        return fit(v0, y, w, pooled=False)
+    rows = tuple(xp.reshape(a, (-1, n)) for a in (v0, y, w))
+    drops = rows[0][..., 1:] < rows[0][..., :-1]
+    qualifies = xp.any(xp.mean(xp.astype(drops, y.dtype), axis=-1) >= DROPPING[0 if float(q).is_integer() else 1])
+
+    def guessed() -> tuple[Any, ...]:
+        fitted, start, *numbers = guessed_fit(xp, adapter, *rows, q, lambda starts: solve(starts, *rows[1:]), root)
+
+        def rest(guess: tuple[Any, ...]) -> tuple[Any, ...]:
+            return tuple(xp.where(fitted[:, None], g, f) for g, f in zip(guess, fit(start, *rows[1:])))
+
+        return adapter.unless(xp, xp.all(fitted), rest, tuple(numbers))
+
+    out = adapter.shortcut(xp, qualifies, guessed, lambda: fit(*rows, pooled=False))
+    return tuple(xp.reshape(a, shape) for a in out)
+
+
 def guessed_fit(xp: Any, adapter: Any, v0: Any, y: Any, w: Any, q: float, solve: Callable[[Any], tuple[Any, Any, Any]],
                 root: Callable[..., Any]) -> tuple[Any, Any, Any, Any, Any]:
     """``(fitted, start, v, d, t)`` for rows ``y`` (weights ``w``, one-entry values ``v0``, increasing order, 2-D),
@@ -81,13 +108,14 @@ def guessed_fit(xp: Any, adapter: Any, v0: Any, y: Any, w: Any, q: float, solve:
     block (pooling it first is a sequence of pool-adjacent-violators' steps); ``solve(starts)``: ``(mean, d, t)`` of
     the blocks that ``starts`` begins (the fit's own solve, so that a fitted row's numbers are those the rounds would
     end on); ``root(d, members, total_w, m)``: the root ``t`` of one block per row (``d`` centred on its ``members``,
-    ``m`` of them, ``total_w`` their weight; :func:`.pnorm.capped`'s). Reads values: a batch none of whose sets holds a
-    quarter of its row is given up."""
+    ``m`` of them, ``total_w`` their weight; :func:`.pnorm.capped`'s). Where values can be read now, a batch whose rows
+    drop too seldom, or none of whose sets holds a quarter of its row, is given up; elsewhere every row is guessed."""
     n, dev = y.shape[-1], _device(y)
+    reads = adapter.is_concrete(v0) and adapter.is_concrete(y)
     no = xp.zeros(y.shape[:-1], dtype=xp.bool, device=dev)
     drops = v0[..., 1:] < v0[..., :-1]
     integer, wide = float(q).is_integer(), wide_dtype(xp, y)
-    if not bool(xp.any(xp.mean(xp.astype(drops, y.dtype), axis=-1) >= DROPPING[0 if integer else 1])):
+    if reads and not bool(xp.any(xp.mean(xp.astype(drops, y.dtype), axis=-1) >= DROPPING[0 if integer else 1])):
         return no, v0, v0, v0, v0
     idx = index_dtype(xp, dev)
     every = xp.arange(n + 1, dtype=idx, device=dev)[None, :]  # the suffixes' first entries, n the empty one
@@ -98,12 +126,12 @@ def guessed_fit(xp: Any, adapter: Any, v0: Any, y: Any, w: Any, q: float, solve:
     # 10^5 has a value within float32's rounding of the block's, which then cannot cut it, and the threshold splits
     # that such a row goes to otherwise cost far more than the wider sums (at an integer q the windows finish it)
     searched = y.dtype if integer else wide
-    low, high = _search(xp, xp.astype(y, searched), xp.astype(w, searched), q, root, every, low, high)
-    if not bool(xp.any(SMALLEST * (high - low) >= n)):
+    low, high = _search(xp, adapter, xp.astype(y, searched), xp.astype(w, searched), q, root, every, low, high)
+    if reads and not bool(xp.any(SMALLEST * (high - low) >= n)):
         return no, v0, v0, v0, v0
     first, last = low, high - 1
     inside = (pos >= first) & (pos <= last)
-    whole = not bool(xp.any(~inside))  # every row one block: its sums are the row's
+    whole = reads and not bool(xp.any(~inside))  # every row one block: its sums are the row's
     starts = pos == first
     if not whole:  # the ends: each decreasing run of one-entry values one block (a pooling round's)
         drop = xp.concat([xp.zeros_like(inside[..., :1]), drops], axis=-1)
@@ -116,7 +144,7 @@ def guessed_fit(xp: Any, adapter: Any, v0: Any, y: Any, w: Any, q: float, solve:
     # in float32 a long block's sums round by more than their margin, which is no bound there: a block that does not
     # hold is checked again, precisely
     unsure = xp.any(inside & ~holds, axis=-1)
-    if wide != y.dtype and bool(xp.any(unsure)):
+    if wide != y.dtype and (not reads or bool(xp.any(unsure))):
         suffix, margin, a = _suffix_sums(xp, adapter, starts, whole, y, w, v, d, t, q, wide=wide)
         holds = (starts | (suffix >= margin)) & (a >= 0)
     one = xp.all(holds | ~inside, axis=-1, keepdims=True)
@@ -124,19 +152,24 @@ def guessed_fit(xp: Any, adapter: Any, v0: Any, y: Any, w: Any, q: float, solve:
     return xp.all(holds, axis=-1) & rises, xp.where(one & inside, v, v0), v, d, t
 
 
-def _search(xp: Any, y: Any, w: Any, q: float, root: Callable[..., Any], every: Any, low: Any, high: Any) -> tuple[Any, Any]:
+def _search(xp: Any, adapter: Any, y: Any, w: Any, q: float, root: Callable[..., Any], every: Any, low: Any,
+            high: Any) -> tuple[Any, Any]:
     """Each row's set ``low..high-1`` (whole blocks of the fit, the middle entry among them) cut at its value until it
     is one block (the module docstring), for at most :data:`SEARCHES` steps; a batch all of whose sets hold less than
-    ``1 / SMALLEST`` of their row stops there."""
+    ``1 / SMALLEST`` of their row stops there (where values can be read now: elsewhere every step runs, a set that is
+    one block cutting to itself)."""
     n, pos = y.shape[-1], every[..., :-1]
-    for _ in range(SEARCHES):
+
+    def step(state: tuple[Any, Any]) -> tuple[Any, Any]:
+        low, high = state
         cut = _first_at_or_above(xp, y, w, q, _level(xp, y, w, q, (pos >= low) & (pos < high), root), every, low, high)
         below = cut <= n // 2  # the middle entry is fitted at or above the set's value: the upper part holds it
-        new_low, new_high = xp.where(below, cut, low), xp.where(below, high, cut)
-        if bool(xp.all((new_low == low) & (new_high == high))) or not bool(xp.any(SMALLEST * (new_high - new_low) >= n)):
-            return new_low, new_high
-        low, high = new_low, new_high
-    return low, high
+        return xp.where(below, cut, low), xp.where(below, high, cut)
+
+    def moved(old: tuple[Any, Any], new: tuple[Any, Any]) -> Any:
+        return xp.any((new[0] != old[0]) | (new[1] != old[1])) & xp.any(SMALLEST * (new[1] - new[0]) >= n)
+
+    return tuple(adapter.settle(xp, step, (low, high), moved, SEARCHES, 1, like=(y, w)))
 
 
 def _suffix_sums(xp: Any, adapter: Any, starts: Any, whole: bool, y: Any, w: Any, v: Any, d: Any, t: Any, q: float,

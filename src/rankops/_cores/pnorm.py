@@ -41,9 +41,11 @@ rounds take each pooled block as one entry, so a row leaves the pooling rounds
 as soon as its chains snowball (:func:`.isotonic.pool_runs`' ``merge_cost``;
 under ``jax.jit``, where the rounds cannot count the blocks, once it has
 pooled for ``log2 n`` rounds: ``merge_all``); at q = 3 they start from the
-one-entry values (:func:`.power_sums.merge_fit`). Where values can be read
-now, on a CPU, a rank's row that is one block between short end blocks
-(strength 1) is guessed and proved so (:mod:`.one_block`); else the rounds
+one-entry values (:func:`.power_sums.merge_fit`). A rank's row that is one
+block between short end blocks (strength 1) is guessed and proved so
+(:mod:`.one_block`; under ``jax.jit`` and on a GPU with a fixed search, the
+rounds skipped where every row passes). Where values can be read now, on a
+CPU, the rounds
 run over the blocks in their moment form, shrinking to the blocks left
 (:func:`.blocks.pool_rounds`), a row stops once its last drops stop halving,
 and :mod:`.windows` finishes it (q = 2 to 6): each run of drops pooled to its
@@ -213,11 +215,13 @@ def fitted_blocks(xp: Any, v0: Any, y: Any, wf: Any, *, q: float, signed: bool, 
     (after a guess where values can be read now: :func:`.one_block.guessed_first`), and its blocks' roots; by name."""
     adapter = get_adapter(xp)
     rules = _rules(q, signed)
-    if signed or masked or not windows.readable_on_cpu(adapter, v0, y, wf):
+    if signed or masked or 0 in v0.shape:
         return _fitted(xp, adapter, rules, v0, y, wf, q, signed, masked)
-    return one_block.guessed_first(xp, adapter, v0, y, wf, q, lambda v, y, wf: _fitted(xp, adapter, rules, v, y, wf, q, False, False,
-                                                                                        isotonic.block_starts(xp, v)),
-                                   lambda s, y, wf: _solved(xp, adapter, rules, s, y, wf, False), lambda *b: _free_root(xp, adapter, *b, q))
+    guess = one_block.guessed_first if windows.readable_on_cpu(adapter, v0, y, wf) else one_block.guessed_in_graph
+    # a fit from values that a guess pooled starts from their blocks; from one-entry values, from every entry
+    return guess(xp, adapter, v0, y, wf, q, lambda v, y, wf, pooled=True: _fitted(
+                     xp, adapter, rules, v, y, wf, q, False, False, isotonic.block_starts(xp, v) if pooled else None),
+                 lambda s, y, wf: _solved(xp, adapter, rules, s, y, wf, False), lambda *b: _free_root(xp, adapter, *b, q))
 
 
 def _fitted(xp: Any, adapter: Any, rules: _Rules, v0: Any, y: Any, wf: Any, q: float, signed: bool, masked: bool,
