@@ -76,7 +76,7 @@ def guessed_in_graph(xp: Any, adapter: Any, v0: Any, y: Any, w: Any, q: float, f
                      solve: Callable[[Any, Any, Any], tuple[Any, Any, Any]], root: Callable[..., Any]) -> tuple[Any, Any, Any]:
     """:func:`guessed_first` where values are not read as the fit runs (``jax.jit``, a GPU): every row guessed
     (:func:`guessed_fit`, its search a fixed number of steps) where some row's one-entry values drop as often as
-    :data:`DROPPING` asks (``adapter.shortcut``: else straight to ``fit(v0, y, w, pooled=False)``), then ``fit(start,
+    :data:`DROPPING` asks (``adapter.shortcut``; else no row is fitted and each starts from ``v0``), then ``fit(start,
     y, w)`` for every row unless all are fitted (``adapter.unless``), each fitted row taking the guess's numbers. A
     row that is one block then costs the guess's few sums instead of the rounds by which its block takes in one
     neighbour at a time."""
@@ -87,15 +87,15 @@ def guessed_in_graph(xp: Any, adapter: Any, v0: Any, y: Any, w: Any, q: float, f
     drops = rows[0][..., 1:] < rows[0][..., :-1]
     qualifies = xp.any(xp.mean(xp.astype(drops, y.dtype), axis=-1) >= DROPPING[0 if float(q).is_integer() else 1])
 
-    def guessed() -> tuple[Any, ...]:
-        fitted, start, *numbers = guessed_fit(xp, adapter, *rows, q, lambda starts: solve(starts, *rows[1:]), root)
+    no = xp.zeros(rows[0].shape[:-1], dtype=xp.bool, device=_device(v0))
+    fitted, start, *numbers = adapter.shortcut(xp, qualifies, lambda: guessed_fit(
+        xp, adapter, *rows, q, lambda starts: solve(starts, *rows[1:]), root), lambda: (no, *(rows[0],) * 4))
 
-        def rest(guess: tuple[Any, ...]) -> tuple[Any, ...]:
-            return tuple(xp.where(fitted[:, None], g, f) for g, f in zip(guess, fit(start, *rows[1:])))
+    def rest(guess: tuple[Any, ...]) -> tuple[Any, ...]:
+        return tuple(xp.where(fitted[:, None], g, f) for g, f in zip(guess, fit(start, *rows[1:])))
 
-        return adapter.unless(xp, xp.all(fitted), rest, tuple(numbers))
-
-    out = adapter.shortcut(xp, qualifies, guessed, lambda: fit(*rows, pooled=False))
+    # the rounds traced once (a compiler's time), from the guess's start: the one-entry values where none was taken
+    out = adapter.unless(xp, xp.all(fitted), rest, tuple(numbers))
     return tuple(xp.reshape(a, shape) for a in out)
 
 
