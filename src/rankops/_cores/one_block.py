@@ -87,6 +87,7 @@ def guessed_in_graph(xp: Any, adapter: Any, v0: Any, y: Any, w: Any, q: float, f
     drops = rows[0][..., 1:] < rows[0][..., :-1]
     qualifies = xp.any(xp.mean(xp.astype(drops, y.dtype), axis=-1) >= DROPPING[0 if float(q).is_integer() else 1])
 
+    # either route is a valid start (a guess only saves rounds), so a backend that cannot read the flag takes none
     no = xp.zeros(rows[0].shape[:-1], dtype=xp.bool, device=_device(v0))
     fitted, start, *numbers = adapter.shortcut(xp, qualifies, lambda: guessed_fit(
         xp, adapter, *rows, q, lambda starts: solve(starts, *rows[1:]), root), lambda: (no, *(rows[0],) * 4))

@@ -212,7 +212,8 @@ def project(xp: Any, adapter: Any, z: Any, w: Any, q: float, valid: Any = None, 
 def fitted_blocks(xp: Any, v0: Any, y: Any, wf: Any, *, q: float, signed: bool, masked: bool) -> tuple[Any, Any, Any]:
     """``(v, d, t)``: the isotonic fit of :func:`project`'s one-entry values ``v0`` (rows ``y``, weights ``wf``,
     increasing order; ``masked``: a masked tail), by pooling rounds, windows or merge rounds as the backend allows
-    (after a guess where values can be read now: :func:`.one_block.guessed_first`), and its blocks' roots; by name."""
+    (after a guess: :func:`.one_block.guessed_first` where values can be read now, else
+    :func:`.one_block.guessed_in_graph`), and its blocks' roots; by name."""
     adapter = get_adapter(xp)
     rules = _rules(q, signed)
     if signed or masked or 0 in v0.shape:
