@@ -442,6 +442,18 @@ def test_compiled_fit_loops_where_reading_does_not_pay(name, monkeypatch):
 
 
 @pytest.mark.compiled
+def test_compiled_p_norm_rank_of_rows_long_enough_for_the_guess_where_reading_does_not_pay(monkeypatch):
+    """Rows of 300 (past ``one_block.SHORTEST``) at strength 1, one block each: where reading values does not pay (a
+    GPU's graph) the p-norm rank takes :func:`rankops._cores.one_block.guessed_in_graph`, whose rounds sit behind a
+    ``cond``; compiled whole it gives eager's value and gradient."""
+    from rankops._cores import windows
+
+    monkeypatch.setattr(windows, "pays", lambda v: False)
+    x = torch.randn(2, 300, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    _assert_compiled_is_eager(lambda a: rankops.soft_rank(a, method="permutahedron", regularization="lp", p=1.5, strength=1.0), x)
+
+
+@pytest.mark.compiled
 @pytest.mark.parametrize("pays", [True, False])
 def test_compiled_merge_rounds_on_a_row_past_the_pooling_cap(pays, monkeypatch):
     """A row that pools one block per round (1, 2, ..., 30, -1000: 30 rounds, past the cap of 4 ceil(log2 31) = 20)
