@@ -174,3 +174,27 @@ def test_one_word_for_a_backend():
              if re.search(r"\bhost(s|'s|s')?\b", cpu_side.sub("", line), re.IGNORECASE)
              or re.search(r"\bbackends? (sync|syncs|callback|callbacks)\b", line)]  # the CPU side under the other word
     assert not found, "\n".join(found)
+
+
+def test_iterate_freezes_a_settled_problem_only_while_another_goes_on():
+    """:func:`rankops._lib._loops.iterate` keeps a settled problem's state while others go on (each step adds 1 until
+    the problem reaches its target): targets 3 and 6 end at 3 and 6, the first frozen for the three rounds the second
+    goes on; a lone problem that goes on has nothing to freeze, and the freeze is not called at all."""
+    import array_api_compat.numpy as xp
+
+    from rankops._lib import _loops
+
+    for targets in ([3.0, 6.0], [4.0]):
+        goal = np.array(targets)[:, None]  # a row per problem, as the solvers' states
+        calls = []
+
+        def freeze(xp, done, old, new, calls=calls):
+            calls.append(done.tolist())
+            return _loops.freeze_rows(xp, done, old, new)
+
+        state, _, _ = _loops.iterate(xp, lambda ops, s: (s[0] + 1.0,), goal, (np.zeros_like(goal),),
+                                     error=lambda ops, s: s[0][:, 0] < ops[:, 0], freeze=freeze, max_iter=10, tol=0.0,
+                                     check_every=1)
+        np.testing.assert_array_equal(state[0], goal)
+        # two problems: frozen rounds while the second goes on from 3 to 6; one problem: no call
+        assert ([c for c in calls if any(c)] == [[True, False]] * 3) if len(targets) == 2 else calls == [], calls

@@ -122,6 +122,8 @@ def iterate(
         done = settled(xp, err, tol)
         if early_exit and bool(xp.all(done)):
             return state, min((r + 1) * check_every, max_iter), err
+        if early_exit and math.prod(done.shape) == 1:  # one problem, and it goes on: nothing to freeze
+            done = None
     return state, max_iter, err
 
 
