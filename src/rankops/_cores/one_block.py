@@ -84,8 +84,7 @@ def guessed_in_graph(xp: Any, adapter: Any, v0: Any, y: Any, w: Any, q: float, f
     if n < SHORTEST:
         return fit(v0, y, w, pooled=False)
     rows = tuple(xp.reshape(a, (-1, n)) for a in (v0, y, w))
-    drops = rows[0][..., 1:] < rows[0][..., :-1]
-    qualifies = xp.any(xp.mean(xp.astype(drops, y.dtype), axis=-1) >= DROPPING[0 if float(q).is_integer() else 1])
+    qualifies = _drops_often(xp, rows[0][..., 1:] < rows[0][..., :-1], y.dtype, q)
 
     # either route is a valid start (a guess only saves rounds), so a backend that cannot read the flag takes none
     no = xp.zeros(rows[0].shape[:-1], dtype=xp.bool, device=_device(v0))
@@ -98,6 +97,12 @@ def guessed_in_graph(xp: Any, adapter: Any, v0: Any, y: Any, w: Any, q: float, f
     # the rounds traced once (a compiler's time), from the guess's start: the one-entry values where none was taken
     out = adapter.unless(xp, xp.all(fitted), rest, tuple(numbers))
     return tuple(xp.reshape(a, shape) for a in out)
+
+
+def _drops_often(xp: Any, drops: Any, dtype: Any, q: float) -> Any:
+    """Whether some row's one-entry values drop (``drops``, between neighbours) as often as :data:`DROPPING` asks at
+    ``q``: the batch is guessed (a 0-d bool)."""
+    return xp.any(xp.mean(xp.astype(drops, dtype), axis=-1) >= DROPPING[0 if float(q).is_integer() else 1])
 
 
 def guessed_fit(xp: Any, adapter: Any, v0: Any, y: Any, w: Any, q: float, solve: Callable[[Any], tuple[Any, Any, Any]],
@@ -116,7 +121,7 @@ def guessed_fit(xp: Any, adapter: Any, v0: Any, y: Any, w: Any, q: float, solve:
     no = xp.zeros(y.shape[:-1], dtype=xp.bool, device=dev)
     drops = v0[..., 1:] < v0[..., :-1]
     integer, wide = float(q).is_integer(), wide_dtype(xp, y)
-    if reads and not bool(xp.any(xp.mean(xp.astype(drops, y.dtype), axis=-1) >= DROPPING[0 if integer else 1])):
+    if reads and not bool(_drops_often(xp, drops, y.dtype, q)):
         return no, v0, v0, v0, v0
     idx = index_dtype(xp, dev)
     every = xp.arange(n + 1, dtype=idx, device=dev)[None, :]  # the suffixes' first entries, n the empty one
