@@ -1,4 +1,5 @@
-"""JAX compile time of every method against the row length, and the KL permutahedron's run time against L2's.
+"""JAX compile time of every method against the row length, the KL permutahedron's run time against L2's, and JAX's
+log-cumsum-exp.
 
 First table: seconds to trace, lower and compile ``jax.jit`` of one
 ``soft_rank`` forward and its gradient (``jax.value_and_grad`` of the sum of
@@ -11,6 +12,11 @@ time (median of interleaved repeats, ms, float32) of the permutahedron with
 (``torch.set_num_threads(1)``), at B = 20, n = 1000 and B = 1, n = 10^5;
 eager torch's KL also with its last drops left to the pooling rounds
 (``rankops._cores.windows`` off, as under ``jax.jit``), in the same run.
+Third table: the log-cumsum-exp of the KL fit's merge rounds and extensions
+and of ListMLE (``eps=0``) on JAX, XLA's ``lax.cumlogsumexp`` against the
+adapter's blocked scan (``rankops._lib._adapters._jax_scans``): jitted
+forward time (median of interleaved repeats, ms, float32) and the compile
+seconds of ``jit(grad)`` of a sum of its squares.
 
 Usage: python -m benchmarks.jax_compile [--lengths 10 1000 100000 1000000] [--repeats 7] [--quick] [--kl-only]
 """
@@ -130,6 +136,36 @@ def kl_table(shapes: list[tuple[int, int]], repeats: int) -> list[str]:
     return lines
 
 
+def cumlogsumexp_table(shapes: list[tuple[int, int]], repeats: int) -> list[str]:
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from rankops._lib._adapters._jax_scans import cumlogsumexp
+
+    routes = {"lax.cumlogsumexp": lambda z: jax.lax.cumlogsumexp(z, axis=z.ndim - 1),
+              "blocked scan": lambda z: cumlogsumexp(z, False)}
+    lines = ["| shape | " + " | ".join(f"{r} (ms)" for r in routes) + " | ratio | " + " | ".join(f"{r}, compile (s)" for r in routes) + " |",
+             "| --- |" + " ---: |" * (2 * len(routes) + 1)]
+    for shape in shapes:
+        z = jnp.asarray(np.random.default_rng(0).normal(size=shape).astype(np.float32))
+        runs = {}
+        for name, f in routes.items():
+            g = jax.jit(f)
+            g(z).block_until_ready()
+            runs[name] = lambda g=g: g(z).block_until_ready()
+        medians = interleaved_medians(runs, repeats)
+        compiled = []
+        for f in routes.values():
+            start = time.perf_counter()
+            jax.jit(jax.grad(lambda v, f=f: jnp.sum(f(v) ** 2))).lower(z).compile()
+            compiled.append(time.perf_counter() - start)
+        times = [medians[r] * 1e3 for r in routes]
+        lines.append(f"| {shape} | " + " | ".join(f"{t:.3g}" for t in times) + f" | {times[0] / times[1]:.1f}x | "
+                     + " | ".join(f"{c:.2f}" for c in compiled) + " |")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lengths", type=int, nargs="+", default=[10, 1000, 100_000, 1_000_000])
@@ -145,6 +181,9 @@ def main(argv: list[str] | None = None) -> None:
         print("\n".join(compile_table(lengths)))
     print("\npermutahedron forward+backward, kl against l2: median of interleaved repeats (ms), float32\n")
     print("\n".join(kl_table(shapes, repeats)))
+    scans = [(2, 100)] if args.quick else [(256, 64), (20, 1000), (1, 100_000)]
+    print("\nJAX log-cumsum-exp along the last axis, float32: XLA's against the adapter's blocked scan\n")
+    print("\n".join(cumlogsumexp_table(scans, repeats)))
 
 
 if __name__ == "__main__":

@@ -209,8 +209,8 @@ def test_failure_log_holds_each_failure_once(tmp_path, workers):
 
 
 def test_jax_compile_script_prints_its_tables():
-    """``benchmarks.jax_compile --quick``: a compile time per method and length, and KL against L2 on both backends
-    (torch's also without the windows)."""
+    """``benchmarks.jax_compile --quick``: a compile time per method and length, KL against L2 on both backends
+    (torch's also without the windows), and JAX's log-cumsum-exp by either route."""
     pytest.importorskip("jax")
     pytest.importorskip("torch")
     proc = subprocess.run([sys.executable, "-m", "benchmarks.jax_compile", "--quick"], cwd=ROOT, capture_output=True,
@@ -222,6 +222,8 @@ def test_jax_compile_script_prints_its_tables():
     kl = re.findall(rf"^\| (jax|torch) \| 2 \| 100 \| {number} \| {number} \| {number} \| (- \| -|{number} \| {number}) \|$",
                     proc.stdout, flags=re.M)
     assert sorted(kl) == [("jax", "- | -"), ("torch", kl[-1][1])] and kl[-1][1] != "- | -", proc.stdout  # windows off: torch
+    scans = re.findall(rf"^\| \(2, 100\) \| {number} \| {number} \| {number}x \| {number} \| {number} \|$", proc.stdout, flags=re.M)
+    assert len(scans) == 1, proc.stdout  # the log-cumsum-exp's row
 
 
 def test_compile_time_script_prints_its_table():

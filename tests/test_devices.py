@@ -54,7 +54,7 @@ import rankops
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 mesh = jax.make_mesh((2,), ("b",))
-xn = np.random.default_rng(0).normal(size=(4, 40))  # past _jax._SCAN_BLOCK: the blocked scans
+xn = np.random.default_rng(0).normal(size=(4, 40))  # past _jax_scans.SCAN_BLOCK: the blocked scans
 xs = jax.device_put(jnp.asarray(xn), NamedSharding(mesh, P("b")))
 shard_map = {}
 SHARDED = {"sinkhorn-unrolled": dict(method="sinkhorn", implicit=False)}

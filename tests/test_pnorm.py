@@ -893,11 +893,11 @@ def test_extensions_finish_snowballing_chains_within_a_few_rounds(name):
     sequential PAV."""
     from array_api_compat import array_namespace
 
-    from rankops._cores import extensions
+    from rankops._cores import pnorm
 
     def fit(a: Any, b: Any, signed: bool, extended: bool) -> tuple[Any, Any]:
         xp = array_namespace(a)
-        v, unsettled = _extended_fit(xp, a, b, signed, 8, extensions.for_exponent(3.0, signed) if extended else None)
+        v, unsettled = _extended_fit(xp, a, b, signed, 8, pnorm._extension(3.0, signed) if extended else None)
         return v, xp.any(unsettled)
 
     to, run = on_backend(name)
@@ -915,7 +915,7 @@ def test_extended_rounds_equal_the_papers_pav_on_rows_of_many_chains():
     the operators under ``jax.jit`` (where the extensions serve) equal it too."""
     import array_api_compat.numpy as xp
 
-    from rankops._cores import extensions
+    from rankops._cores import pnorm
 
     jax = pytest.importorskip("jax")
     for n in (9, 60, 200):
@@ -925,7 +925,7 @@ def test_extended_rounds_equal_the_papers_pav_on_rows_of_many_chains():
                 z, w = np.broadcast_to(np.arange(n, 0, -1.0) / 0.3, x.shape), -np.sort(x, axis=-1) - 5.0
             else:
                 z, w = -np.sort(-x, axis=-1), np.broadcast_to(np.arange(n, 0, -1.0) * 3.0, x.shape)
-            v, unsettled = _extended_fit(xp, z, w, signed, n, extensions.for_exponent(3.0, signed))
+            v, unsettled = _extended_fit(xp, z, w, signed, n, pnorm._extension(3.0, signed))
             assert not unsettled.any()
             _assert_equals_pav(z, w, v)
     x = _chained_rows(3, 200)
@@ -969,7 +969,7 @@ def test_extensions_keep_pools_that_share_no_block_each_at_its_value():
         else:
             z, w = -np.sort(-x, axis=-1), np.broadcast_to(np.arange(n, 0, -1.0) * scale, x.shape)
         seen.clear()
-        v, _ = _extended_fit(xp, z, w, signed, n, Recorded(extensions.for_exponent(3.0, signed).sums))
+        v, _ = _extended_fit(xp, z, w, signed, n, Recorded(pnorm._extension(3.0, signed).rule))
         mu = _assert_equals_pav(z, w, v)
         want = (z - np.sign(mu) * np.sqrt(np.abs(mu)))[:, ::-1]  # the PAV's fit, in the rounds' increasing order
         tol = 1e-9 * (np.abs(want).max() + 1.0)

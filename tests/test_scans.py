@@ -75,6 +75,50 @@ def test_jax_linear_scan_gradient_is_the_transposed_scan(n, reverse):
 
 
 @pytest.mark.parametrize("backend_name", CPU_BACKENDS)
+@pytest.mark.parametrize("n", [1, 2, 33, 2048 + 37])  # JAX: one block, then blocks of 32 and their totals
+@pytest.mark.parametrize("reverse", [False, True])
+def test_cumlogsumexp_equals_the_running_logaddexp(backend_name, n, reverse):
+    xp, adapter, to, back = on_backend(backend_name)
+    rng = np.random.default_rng(n)
+    z = rng.normal(size=(3, n)) * 10.0 ** rng.integers(-2, 3, size=(3, n))
+    z[1, ::3] = -np.inf  # entries out of the sums (a masked tail, the KL fit's padding)
+    z[2, :] = -np.inf
+    got = back(run_as_operators(backend_name, lambda v: adapter.cumlogsumexp(xp, v, reverse=reverse), to(z)))
+    flip = (lambda a: a[:, ::-1]) if reverse else (lambda a: a)
+    want = flip(np.logaddexp.accumulate(flip(z), axis=-1))
+    assert_array_equal(np.isneginf(got), np.isneginf(want))
+    finite = np.isfinite(want)
+    assert_allclose(got[finite], want[finite], rtol=1e-12, atol=1e-12 * np.abs(want[finite]).max(initial=0.0))
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_jax_cumlogsumexp_gradient_and_program(reverse):
+    """JAX's blocked ``cumlogsumexp`` under ``jit(grad)``: the gradient of ``sum_k c_k out_k`` is ``sum_(k >= i) c_k
+    exp(z_i - out_k)`` (``<=``, reversed); the program is the same at 10^3 and 10^5 entries (both padded to whole blocks) (no level per doubling of
+    n, as an associative scan over the row would unroll)."""
+    jax = pytest.importorskip("jax")
+    xp, adapter, to, back = on_backend("jax")
+    n = 2048 + 37
+    rng = np.random.default_rng(1)
+    z, c = rng.normal(size=(2, n)) * 3.0, rng.normal(size=(2, n))
+    grad = back(jax.jit(jax.grad(lambda v: (adapter.cumlogsumexp(xp, v, reverse=reverse) * to(c)).sum()))(to(z)))
+    flip = (lambda a: a[:, ::-1]) if reverse else (lambda a: a)
+    out = flip(np.logaddexp.accumulate(flip(z), axis=-1))
+    weight = np.exp(z[:, :, None] - out[:, None, :]) * c[:, None, :]  # [row, i, k]
+    after = np.triu(np.ones((n, n))) if not reverse else np.tril(np.ones((n, n)))  # k >= i (k <= i, reversed)
+    assert_allclose(grad, np.sum(weight * after, axis=-1), rtol=1e-10, atol=1e-12)
+
+    def count(jaxpr):  # equations, those of loop bodies and branches included
+        inner = [getattr(p, "jaxpr", p) for e in jaxpr.eqns for p in e.params.values() if hasattr(p, "eqns") or hasattr(p, "jaxpr")]
+        return len(jaxpr.eqns) + sum(count(j) for j in inner)
+
+    def size(m):
+        return count(jax.make_jaxpr(lambda v: adapter.cumlogsumexp(xp, v, reverse=reverse))(jax.numpy.zeros((2, m))).jaxpr)
+
+    assert size(1000) == size(100_003)
+
+
+@pytest.mark.parametrize("backend_name", CPU_BACKENDS)
 @pytest.mark.parametrize("n", [2, 3, 1000])
 def test_readied_links_scan_as_the_links(backend_name, n):
     """``scan_links`` (torch: every doubling step's products, packed) scans as the plain links do, twice over."""

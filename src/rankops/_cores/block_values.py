@@ -22,10 +22,11 @@ __all__ = ["sorted_values", "pooled_sorts", "SORT_SHARE"]
 
 
 def sorted_values(xp: Any, adapter: Any, starts: Any, sol: Any, y: Any, s: Any, rho: Any, strength: Any,
-                  regularization: str, weight: Any = None) -> Any:
-    """The soft sort (decreasing, as ``s``) from the fit ``sol`` of ``y = rho / strength - s`` and its blocks
-    (``starts``): each block's closed form (:func:`pooled_sorts`) where it agrees with the direct ``s - (sol - y)`` to
-    the rounding of ``y``, else the direct form.
+                  regularization: str, weight: Any = None) -> tuple[Any, Any]:
+    """``(sort, blocks)``: the soft sort (decreasing, as ``s``) from the fit ``sol`` of ``y = rho / strength - s`` and
+    its blocks (``starts``), each block's closed form (:func:`pooled_sorts`) where it agrees with the direct ``s -
+    (sol - y)`` to the rounding of ``y``, else the direct form; and the blocks those forms were written on (True where
+    one begins), which the backward averages over.
 
     Rounding can split a block, and a part's own means are not its block's:
     under ``jax.jit`` the KL fit of a tied row of 3 x 10^4 leaves a block as
@@ -42,7 +43,14 @@ def sorted_values(xp: Any, adapter: Any, starts: Any, sol: Any, y: Any, s: Any, 
     entry whose closed form strays from the direct one by more than 16 ulps
     of ``max |y|`` keeps the direct one. A masked entry (``weight`` 0), out
     of the objective, keeps the direct form, and ``s`` where it is a block
-    alone (the KL's fit puts it at -inf).
+    alone (the KL's fit puts it at -inf). The KL sort's gradient is each
+    block's average (``permutahedron._block_average``) over the runs taken
+    as one here: over the split runs, it was 5.4 off under ``jax.jit`` at
+    the default softness on rows of 2000 normal entries whose float64
+    gradient is at most 4.2 (the values within 3e-7). The l2 sort's keeps
+    the fit's own blocks: two of them may lie that close (float32, 10^4
+    normal entries at the default softness: joined, its gradient was 1.07
+    off, 2.4e-7 apart).
     """
     d = sol - y
     after, before = sol[..., 1:], sol[..., :-1]
@@ -55,7 +63,7 @@ def sorted_values(xp: Any, adapter: Any, starts: Any, sol: Any, y: Any, s: Any, 
     if weight is not None:
         d = xp.where(one_entry_blocks(xp, starts) & (weight == 0), 0.0, d)
         kept = kept & (weight > 0)
-    return xp.where(kept, exact, s - d)
+    return xp.where(kept, exact, s - d), joined
 
 
 SORT_SHARE = 0.5  # _closed_forms solves the blocks of several alone where they hold at most this share of the batch

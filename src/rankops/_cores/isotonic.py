@@ -40,6 +40,7 @@ from .._lib._adapters import get_adapter
 from .._lib._loops import freeze_rows
 from .._lib._numerics import logaddexp
 from . import windows
+from .extensions import Extension, LogSums
 from .merges import merge_rounds, padded_length
 from .subsets import Subset
 
@@ -369,8 +370,9 @@ def fit(xp: Any, adapter: Any, y: Any, w: Any = None, kind: str = "l2") -> Any:
 def _pooled_fit(xp: Any, v: Any, yw: Any, *, kind: str, rounds: int = 0, windows_first: bool = True,
                 unit: bool = False) -> tuple[Any]:
     """``(the fit,)`` from the one-entry values ``v`` (or pooled blocks of them): pooling rounds, then either windows
-    around the last drops (:mod:`.windows`: the KL loss, on a CPU backend that reads values now) or the merge rounds.
-    ``yw`` stacks the row and its weights (``unit``: ones). Called by name (:meth:`eagerly`)."""
+    around the last drops (:mod:`.windows`: the KL loss, on a CPU backend that reads values now) or the merge rounds;
+    elsewhere the KL's rounds pool its snowballing chains on (:mod:`.extensions`). ``yw`` stacks the row and its
+    weights (``unit``: ones). Called by name (:meth:`eagerly`)."""
     adapter = get_adapter(xp)
     # the windows pool for as many rounds as their whole rows would: a chain the rounds finish there, they finish here
     rounds = rounds or PER_LEVEL * (v.shape[-1] - 1).bit_length()
@@ -378,7 +380,8 @@ def _pooled_fit(xp: Any, v: Any, yw: Any, *, kind: str, rounds: int = 0, windows
     return (pool_then_merge(xp, adapter, KINDS[kind], v, yw, lambda u, unsettled: adapter.eagerly(
         xp, _merged, (u, yw[1, ...]), like=(0,), kind=kind)[0], rounds=rounds, unit=unit,
         finish=(lambda values, data: _pooled_fit(xp, values, xp.stack(data), kind=kind, rounds=rounds, windows_first=False)[0])
-        if windows_first and KINDS[kind].snowballs else None),)
+        if windows_first and KINDS[kind].snowballs else None,
+        extend=Extension(LogSums) if windows_first and kind == "kl" else None),)
 
 
 def pool_then_merge(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, merge: Callable[[Any, Any], Any], per_level: int = PER_LEVEL,

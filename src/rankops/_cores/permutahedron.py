@@ -123,7 +123,10 @@ class _Projection:
             ranks, share = _pooled_ranks(xp, adapter, starts, s, rho, self.regularization, weight)
             value = adapter.take(xp, ranks, inverse)
         else:
-            value = sorted_values(xp, adapter, starts, sol, y, s, rho, strength, self.regularization, weight)
+            value, joined = sorted_values(xp, adapter, starts, sol, y, s, rho, strength, self.regularization, weight)
+            # the KL's backward averages over the blocks its values were written on: its fit's logs round one block into
+            # runs 1 ulp apart. The l2 fit's runs that close may be two blocks (a row of 10^4 at the default softness)
+            starts = joined if self.regularization == "kl" else starts
             value = value if self.descending else -value
         # the rank's backward needs each entry's share of its block, which the forward has at hand
         share = share if self.output == "rank" else None

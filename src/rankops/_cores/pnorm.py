@@ -82,7 +82,7 @@ from .._lib._compat import broadcast_arrays
 from .._lib._numerics import centred_within, safe_divide
 from . import block_roots, isotonic, one_block, splits, windows
 from .breakpoints import search_breakpoints
-from .extensions import for_exponent
+from .extensions import Extension
 from .power_sums import PowerSums, SteppedSignedSums, block_form, merge_blocks, merge_fit, pool_blocks, pooled_blocks_length
 from .powers import falling_root, moment_root, odd_power, power
 from .subsets import Subset, one_entry_blocks
@@ -230,7 +230,7 @@ def _fitted(xp: Any, adapter: Any, rules: _Rules, v0: Any, y: Any, wf: Any, q: f
     """:func:`fitted_blocks` by the rounds, from the segments that ``starts`` begins (a block a guess pooled in ``v0``
     stays pooled; default: one-entry segments)."""
     yw, n = xp.stack([y, wf]), v0.shape[-1]
-    v, extend = v0, for_exponent(q, signed)
+    v, extend = v0, _extension(q, signed)
     if n > 1:
         # rows whose blocks form by long chains would take up to n pooling rounds: the rows the pooling leaves go to merge
         # rounds (or windows) where the loss has power sums (q = 2 to 6, 3 with blocks above their values), else to splits
@@ -261,6 +261,16 @@ def _fitted(xp: Any, adapter: Any, rules: _Rules, v0: Any, y: Any, wf: Any, q: f
                 extend=extend)
     _, d, t = _solved(xp, adapter, rules, isotonic.block_starts(xp, v), y, wf, signed)
     return v, d, t
+
+
+def _extension(q: float, signed: bool) -> Extension | None:
+    """The extension of the pooling rounds (:mod:`.extensions`) at q = 3, whose merge rounds take no blocks (a test
+    splits a block by its data): a range of blocks' size, weight, mean and second moment give its pool's value along
+    the steps of pool-adjacent-violators (for the sort, whose weights have either sign, by its evenly stepped ranks).
+    At q = 2 and 4 the merge rounds over the blocks finish such rows for less."""
+    if q != 3.0:
+        return None
+    return Extension(SteppedSignedSums() if signed else PowerSums(q))
 
 
 def _split_fit(xp: Any, v: Any, y: Any, w: Any, left: Any, *, q: float, signed: bool) -> tuple[Any]:

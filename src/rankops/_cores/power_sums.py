@@ -128,6 +128,19 @@ class PowerSums:
         mean, total_w, m, *moments = data
         return mean - self.root(xp, total_w, m, *moments)
 
+    def block_stats(self, xp: Any, adapter: Any, starts: Any, data: Any) -> tuple[Any, ...]:
+        """Each entry's block in :func:`block_form` (``data`` stacks the row and its weights): a range's statistics for
+        :class:`.extensions.Extension`."""
+        return block_form(xp, adapter, starts, data[0, ...], data[1, ...])
+
+    def prefixes(self, xp: Any, adapter: Any, blocks: tuple[Any, ...], inside: Any) -> Any:
+        """The value of each prefix of blocks along the last axis (:class:`.extensions.Extension`'s windows; ``inside``
+        False on the blocks past a row's end): their moments about the first block's mean, summed."""
+        centre = blocks[0][..., :1]
+        terms = xp.stack(self.stats(xp, None, blocks, centre))
+        totals = cumulative_sum(xp, xp.where(inside, terms, xp.zeros_like(terms)))
+        return self.value(xp, tuple(totals[i, ...] for i in range(totals.shape[0])), centre, centre)
+
     def pooled(self, xp: Any, adapter: Any, starts: Any, u: Any, data: Any, unit: bool) -> Any:
         """The pooling rounds' rule (:func:`.isotonic.pool_runs`) over rows of blocks, one entry each (``data`` stacks
         :func:`block_form`'s :attr:`form` rows): each segment's value from its blocks' moments combined about the segment's mean

@@ -13,6 +13,7 @@ import jax.scipy.special
 from .._compat import index_dtype
 from ._generic import PortableAdapter, precise_segment_sum
 from ._jax_autodiff import iterate, transposed, varying, with_forward_rule
+from ._jax_scans import cumlogsumexp, linear_scan
 
 __all__ = ["Jax", "ADAPTER"]
 
@@ -28,48 +29,6 @@ def _compiled(core: Any, opts: Any, static: tuple[tuple[str, Any], ...], outputs
 @functools.lru_cache(maxsize=64)
 def _jitted(fn: Any) -> Any:
     return jax.jit(fn, static_argnums=(0,))
-
-
-# linear_scan's block: rows up to it take one associative scan (log2 of it levels, unrolled), longer ones a loop of
-# this many steps within blocks of it and one of doubling steps over the blocks, whatever the row's length
-_SCAN_BLOCK = 32
-
-
-def _compose(earlier: Any, later: Any) -> Any:
-    """Two affine maps ``z -> b + a z`` applied in order, as pairs ``(a, b)``."""
-    (a1, b1), (a2, b2) = earlier, later
-    return a1 * a2, b2 + a2 * b1
-
-
-def _doubling_scan(a: Any, b: Any) -> Any:
-    """The inclusive scan of :func:`_compose` along the last axis by doubling, in one ``lax.fori_loop``: each step
-    composes every entry with the one ``d`` before it (O(m log m) for m entries; the blocks of a row are few)."""
-    m = b.shape[-1]
-    pos = jnp.arange(m)
-
-    def step(i: Any, state: tuple[Any, Any, Any]) -> tuple[Any, Any, Any]:
-        u, v, d = state
-        has = pos >= d
-        pu, pv = jnp.roll(u, d, axis=-1), jnp.roll(v, d, axis=-1)
-        nu, nv = _compose((pu, pv), (u, v))
-        return jnp.where(has, nu, u), jnp.where(has, nv, v), d * 2
-
-    steps = max((m - 1).bit_length(), 0)
-    return jax.lax.fori_loop(0, steps, step, varying((a, b, jnp.asarray(1)), a))[1] if steps else b
-
-
-def _within_blocks(a: Any, b: Any) -> tuple[Any, Any]:
-    """The maps of :func:`_compose` composed from the start of each block (the last axis) to each entry, as pairs
-    ``(a, b)``: one ``lax.scan`` over the block's positions, every block at once. XLA unrolls an associative scan's
-    levels, each a few kernels of its own; the loop's body is a few kernels, once, for the same O(n) work."""
-
-    def step(carry: tuple[Any, Any], link: tuple[Any, Any]) -> tuple[tuple[Any, Any], tuple[Any, Any]]:
-        composed = _compose(carry, link)
-        return composed, composed
-
-    identity = varying((jnp.ones_like(b[..., 0]), jnp.zeros_like(b[..., 0])), a, b)
-    by_position = jnp.moveaxis(a, -1, 0), jnp.moveaxis(b, -1, 0)
-    return tuple(jnp.moveaxis(c, 0, -1) for c in jax.lax.scan(step, identity, by_position)[1])  # type: ignore[return-value]
 
 
 class Jax(PortableAdapter):
@@ -146,33 +105,10 @@ class Jax(PortableAdapter):
         return jax.lax.stop_gradient(x)
 
     def linear_scan(self, xp: Any, a: Any, b: Any, *, reverse: bool = False, overwrite_b: bool = False) -> Any:
-        """The affine maps composed by ``lax.associative_scan`` in a row of at most :data:`_SCAN_BLOCK` entries;
-        in a longer one within blocks of that many (:func:`_within_blocks`), then by doubling over the blocks: O(n)
-        work, and a program that does not grow with n (XLA would unroll an associative scan's log n levels)."""
-        # each entry's own link to the entry it follows (none for the first one)
-        zero = jnp.zeros_like(b[..., :1])
-        a = jnp.concatenate([a, zero] if reverse else [zero, a], axis=-1)
-        if reverse:
-            a, b = jnp.flip(a, axis=-1), jnp.flip(b, axis=-1)
-        n = b.shape[-1]
-        if n <= _SCAN_BLOCK:
-            out = jax.lax.associative_scan(_compose, (a, b), axis=b.ndim - 1)[1]
-        else:
-            blocks = -(-n // _SCAN_BLOCK)
-            pad = [(0, 0)] * (b.ndim - 1) + [(0, blocks * _SCAN_BLOCK - n)]
-            shape = b.shape[:-1] + (blocks, _SCAN_BLOCK)
-            # padded entries come last: links of 1 and values of 0 change nothing before them
-            pa = jnp.reshape(jnp.pad(a, pad, constant_values=1), shape)
-            pb = jnp.reshape(jnp.pad(b, pad), shape)
-            pa, pb = _within_blocks(pa, pb)
-            # the value each block ends with: the blocks' own maps composed in order, one loop of doubling steps
-            ends = _doubling_scan(pa[..., -1], pb[..., -1])
-            before = jnp.concatenate([jnp.zeros_like(ends[..., :1]), ends[..., :-1]], axis=-1)  # what enters each block
-            out = jnp.reshape(pb + pa * before[..., None], b.shape[:-1] + (blocks * _SCAN_BLOCK,))[..., :n]
-        return jnp.flip(out, axis=-1) if reverse else out
+        return linear_scan(a, b, reverse)  # in blocks: a program that does not grow with n (:mod:`._jax_scans`)
 
     def cumlogsumexp(self, xp: Any, z: Any, *, reverse: bool = False) -> Any:
-        return jax.lax.cumlogsumexp(z, axis=z.ndim - 1, reverse=reverse)
+        return cumlogsumexp(z, reverse)
 
     def searchsorted(self, xp: Any, sorted_seq: Any, values: Any, *, side: str = "left") -> Any:
         batch = values.shape[:-1]
