@@ -12,7 +12,10 @@ time (median of interleaved repeats, ms, float32) of the permutahedron with
 (``torch.set_num_threads(1)``), at B = 20, n = 1000 and B = 1, n = 10^5;
 eager torch's KL also with its last drops left to the pooling rounds
 (``rankops._cores.windows`` off, as under ``jax.jit``), in the same run.
-Third table: the log-cumsum-exp of the KL fit's merge rounds and extensions
+Third table: the permutahedron's soft sort and rank under ``jax.jit`` with
+the pooling rounds' extensions (``rankops._cores.extensions``) and without
+them, each program compiled once and then timed interleaved. Fourth table:
+the log-cumsum-exp of the KL fit's merge rounds and extensions
 and of ListMLE (``eps=0``) on JAX, XLA's ``lax.cumlogsumexp`` against the
 adapter's blocked scan (``rankops._lib._adapters._jax_scans``): jitted
 forward time (median of interleaved repeats, ms, float32) and the compile
@@ -136,6 +139,47 @@ def kl_table(shapes: list[tuple[int, int]], repeats: int) -> list[str]:
     return lines
 
 
+def extensions_table(shapes: list[tuple[int, int]], repeats: int) -> list[str]:
+    """The permutahedron's soft rank and sort (default softness) under ``jax.jit``, forward+backward, with the pooling
+    rounds' extensions and without (``rankops._cores.extensions``: the rows' snowballing chains pooled on), each
+    program traced and compiled once, then timed interleaved."""
+    from unittest import mock
+
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    import rankops
+    from rankops._cores import isotonic
+    from rankops._lib._adapters import _jax
+
+    def fresh() -> None:  # a program traced anew (the adapter's cached jits and JAX's own dropped)
+        _jax._compiled.cache_clear()
+        _jax._jitted.cache_clear()
+        jax.clear_caches()
+
+    lines = ["| operator | regularization | B | n | with (ms) | without (ms) | without / with |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+    for batch, n in shapes:
+        x = jnp.asarray(np.random.default_rng(0).normal(size=(batch, n)).astype(np.float32))
+        for op in ("soft_sort", "soft_rank"):
+            for reg in ("l2", "kl"):
+                runs = {}
+                for name in ("with", "without"):
+                    fresh()
+                    grad = jax.jit(jax.grad(lambda v, op=op, reg=reg: jnp.sum(
+                        getattr(rankops, op)(v, method="permutahedron", regularization=reg) ** 2)))
+                    with mock.patch.object(isotonic, "Extension", (lambda rule: None) if name == "without" else isotonic.Extension):
+                        compiled = grad.lower(x).compile()  # an executable: no later trace, whatever the caches hold
+                    compiled(x).block_until_ready()
+                    runs[name] = lambda compiled=compiled: compiled(x).block_until_ready()
+                fresh()
+                medians = interleaved_medians(runs, repeats)
+                on, off = medians["with"] * 1e3, medians["without"] * 1e3
+                lines.append(f"| {op} | {reg} | {batch} | {n:,} | {on:.3g} | {off:.3g} | {off / on:.2f} |")
+    return lines
+
+
 def cumlogsumexp_table(shapes: list[tuple[int, int]], repeats: int) -> list[str]:
     import jax
     import jax.numpy as jnp
@@ -181,6 +225,8 @@ def main(argv: list[str] | None = None) -> None:
         print("\n".join(compile_table(lengths)))
     print("\npermutahedron forward+backward, kl against l2: median of interleaved repeats (ms), float32\n")
     print("\n".join(kl_table(shapes, repeats)))
+    print("\npermutahedron under jax.jit, forward+backward, the default softness: the pooling rounds' extensions on and off\n")
+    print("\n".join(extensions_table(shapes, repeats)))
     scans = [(2, 100)] if args.quick else [(256, 64), (20, 1000), (1, 100_000)]
     print("\nJAX log-cumsum-exp along the last axis, float32: XLA's against the adapter's blocked scan\n")
     print("\n".join(cumlogsumexp_table(scans, repeats)))

@@ -210,7 +210,8 @@ def test_failure_log_holds_each_failure_once(tmp_path, workers):
 
 def test_jax_compile_script_prints_its_tables():
     """``benchmarks.jax_compile --quick``: a compile time per method and length, KL against L2 on both backends
-    (torch's also without the windows), and JAX's log-cumsum-exp by either route."""
+    (torch's also without the windows), the permutahedron with the rounds' extensions and without, and JAX's
+    log-cumsum-exp by either route."""
     pytest.importorskip("jax")
     pytest.importorskip("torch")
     proc = subprocess.run([sys.executable, "-m", "benchmarks.jax_compile", "--quick"], cwd=ROOT, capture_output=True,
@@ -224,6 +225,8 @@ def test_jax_compile_script_prints_its_tables():
     assert sorted(kl) == [("jax", "- | -"), ("torch", kl[-1][1])] and kl[-1][1] != "- | -", proc.stdout  # windows off: torch
     scans = re.findall(rf"^\| \(2, 100\) \| {number} \| {number} \| {number}x \| {number} \| {number} \|$", proc.stdout, flags=re.M)
     assert len(scans) == 1, proc.stdout  # the log-cumsum-exp's row
+    extended = re.findall(rf"^\| (soft_sort|soft_rank) \| (l2|kl) \| 2 \| 100 \| {number} \| {number} \| {number} \|$", proc.stdout, flags=re.M)
+    assert len(extended) == 4, proc.stdout  # the extensions on and off: each operator and regularization
 
 
 def test_compile_time_script_prints_its_table():

@@ -35,7 +35,7 @@ from typing import Any
 
 from .._lib._compat import cumulative_sum, device as _device, index_dtype
 
-__all__ = ["Extension", "LogSums", "DROPS", "SPAN"]
+__all__ = ["Extension", "LogSums", "MeanSums", "DROPS", "SPAN"]
 
 DROPS = 4  # drops per row that a round extends, each to both sides
 SPAN = 4  # a window holds n / (SPAN DROPS) blocks: its 2 DROPS windows together half a row's length
@@ -120,6 +120,28 @@ class LogSums:
         totals = adapter.cumlogsumexp(xp, xp.where(inside, xp.stack(blocks), -math.inf))
         some = totals[1, ...] > -math.inf  # not an empty prefix (a window past its row's end: its pools are not kept)
         return xp.where(some, totals[0, ...] - xp.where(some, totals[1, ...], 0.0), -math.inf)
+
+
+class MeanSums:
+    """The least-squares loss's rule (:data:`.isotonic.KINDS` ``"l2"``: ``sum_i w_i (v_i - y_i)^2``): a range's value
+    is its weighted mean, so a block's statistics are its mean and weight, and a prefix of blocks sums their weights
+    and their weighted offsets from the first block's mean (no sum of values of the row's size)."""
+
+    @staticmethod
+    def block_stats(xp: Any, adapter: Any, starts: Any, data: Any) -> tuple[Any, Any]:
+        y, w = data[0, ...], data[1, ...]
+        totals = adapter.segment_sum(xp, starts, xp.stack([w * y, w]))
+        some = totals[1, ...] > 0
+        # a block of zero weight (a masked entry) fits any value: its entry's own, as the pooling rounds' plain mean
+        return xp.where(some, totals[0, ...] / xp.where(some, totals[1, ...], 1.0), y), totals[1, ...]
+
+    @staticmethod
+    def prefixes(xp: Any, adapter: Any, blocks: tuple[Any, ...], inside: Any) -> Any:
+        mean, weight = blocks
+        centre = mean[..., :1]
+        totals = cumulative_sum(xp, xp.where(inside, xp.stack([weight * (mean - centre), weight]), 0.0))
+        some = totals[1, ...] > 0
+        return centre + xp.where(some, totals[0, ...] / xp.where(some, totals[1, ...], 1.0), 0.0)
 
 
 def _levelled(xp: Any, u: Any, starts: Any, right: Any, valid: Any, size: Any, begin: Any, stop: Any,

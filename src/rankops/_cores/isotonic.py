@@ -40,7 +40,7 @@ from .._lib._adapters import get_adapter
 from .._lib._loops import freeze_rows
 from .._lib._numerics import logaddexp
 from . import windows
-from .extensions import Extension, LogSums
+from .extensions import Extension, LogSums, MeanSums
 from .merges import merge_rounds, padded_length
 from .subsets import Subset
 
@@ -350,29 +350,30 @@ def merge_rows(xp: Any, adapter: Any, kind: Any, v: Any, data: tuple[Any, ...], 
 
 def _merged(xp: Any, v: Any, w: Any, *, kind: str) -> tuple[Any]:
     """``(merge rounds of v,)``, called by name (:meth:`~.._lib._adapters.PortableAdapter.eagerly`)."""
-    rules = KINDS[kind]
-    return (merge_rows(xp, get_adapter(xp), rules, v, (w,), (rules.identity,)),)
+    return (merge_rows(xp, get_adapter(xp), KINDS[kind], v, (w,), (KINDS[kind].identity,)),)
 
 
-def fit(xp: Any, adapter: Any, y: Any, w: Any = None, kind: str = "l2") -> Any:
+def fit(xp: Any, adapter: Any, y: Any, w: Any = None, kind: str = "l2", chains: bool = False) -> Any:
     """The increasing isotonic fit of ``y`` with weights ``w`` along the last axis (see the module docstring).
 
     ``w`` broadcasts against ``y`` (None: unit weights, ``"l2"`` only); for ``"kl"`` it holds log-weights.
     Rounds that pool whole decreasing runs come first (cheap, and enough for most rows); the merge rounds then
-    finish any row they left unsettled, and are skipped where the backend can tell that none is.
+    finish any row they left unsettled, and are skipped where the backend can tell that none is. ``chains``: rows
+    that end on chains that snowball (the KL's, the l2 soft sort's), pooled on where values are not read (:mod:`.extensions`).
     """
     if w is not None:
         y, w = broadcast_arrays(xp, y, w)
     v, yw = KINDS[kind].single(xp, y, w), xp.stack([y, xp.ones_like(y) if w is None else w])
-    return v if y.shape[-1] == 1 else windows.eager_on_cpu(xp, adapter, _pooled_fit, (v, yw), kind=kind, unit=w is None)[0]
+    return v if y.shape[-1] == 1 else windows.eager_on_cpu(xp, adapter, _pooled_fit, (v, yw), kind=kind, unit=w is None,
+                                                           chains=chains or kind == "kl")[0]
 
 
 def _pooled_fit(xp: Any, v: Any, yw: Any, *, kind: str, rounds: int = 0, windows_first: bool = True,
-                unit: bool = False) -> tuple[Any]:
+                unit: bool = False, chains: bool = False) -> tuple[Any]:
     """``(the fit,)`` from the one-entry values ``v`` (or pooled blocks of them): pooling rounds, then either windows
     around the last drops (:mod:`.windows`: the KL loss, on a CPU backend that reads values now) or the merge rounds;
-    elsewhere the KL's rounds pool its snowballing chains on (:mod:`.extensions`). ``yw`` stacks the row and its
-    weights (``unit``: ones). Called by name (:meth:`eagerly`)."""
+    elsewhere the rounds pool snowballing ``chains`` on (:mod:`.extensions`). ``yw`` stacks the row and its weights
+    (``unit``: ones). Called by name (:meth:`eagerly`)."""
     adapter = get_adapter(xp)
     # the windows pool for as many rounds as their whole rows would: a chain the rounds finish there, they finish here
     rounds = rounds or PER_LEVEL * (v.shape[-1] - 1).bit_length()
@@ -381,7 +382,7 @@ def _pooled_fit(xp: Any, v: Any, yw: Any, *, kind: str, rounds: int = 0, windows
         xp, _merged, (u, yw[1, ...]), like=(0,), kind=kind)[0], rounds=rounds, unit=unit,
         finish=(lambda values, data: _pooled_fit(xp, values, xp.stack(data), kind=kind, rounds=rounds, windows_first=False)[0])
         if windows_first and KINDS[kind].snowballs else None,
-        extend=Extension(LogSums) if windows_first and kind == "kl" else None),)
+        extend=Extension(LogSums if kind == "kl" else MeanSums) if chains else None),)
 
 
 def pool_then_merge(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, merge: Callable[[Any, Any], Any], per_level: int = PER_LEVEL,
@@ -424,11 +425,11 @@ def pool_then_merge(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, merge: Ca
     return adapter.unless(xp, ~xp.any(unsettled), lambda u: merge(u, unsettled), v)
 
 
-def decreasing(xp: Any, adapter: Any, y: Any, w: Any = None, kind: str = "l2") -> Any:
-    """The decreasing fit: for ``"l2"`` the negated increasing fit of ``-y``; for ``"kl"`` (not symmetric under
-    negation) the increasing fit of the reversed row, reversed back."""
+def decreasing(xp: Any, adapter: Any, y: Any, w: Any = None, kind: str = "l2", chains: bool = False) -> Any:
+    """The decreasing fit (``chains`` as :func:`fit`'s): for ``"l2"`` the negated increasing fit of ``-y``; for
+    ``"kl"`` (not symmetric under negation) the increasing fit of the reversed row, reversed back."""
     if kind == "l2":
-        return -fit(xp, adapter, -y, w)
+        return -fit(xp, adapter, -y, w, chains=chains)
     y, w = broadcast_arrays(xp, y, w)
     return xp.flip(fit(xp, adapter, xp.flip(y, axis=-1), xp.flip(w, axis=-1), kind), axis=-1)
 

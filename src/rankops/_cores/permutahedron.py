@@ -115,7 +115,7 @@ class _Projection:
             log_rho = xp.log(rho if weight is None else xp.where(weight > 0, rho, xp.ones_like(rho)))
             sol = isotonic.decreasing(xp, adapter, *_kl_terms(xp, s, log_rho, weight), "kl")
         elif self.regularization == "l2":
-            sol = isotonic.decreasing(xp, adapter, y, weight)
+            sol = isotonic.decreasing(xp, adapter, y, weight, chains=True)
         else:
             sol = isotonic.decreasing(xp, adapter, *_kl_terms(xp, w, s, weight), "kl")
         starts = isotonic.block_starts(xp, sol)
