@@ -98,7 +98,7 @@ def test_jax_cumlogsumexp_gradient_and_program(reverse):
     n, as an associative scan over the row would unroll)."""
     jax = pytest.importorskip("jax")
     xp, adapter, to, back = on_backend("jax")
-    n = 2048 + 37
+    n = 10 * 32 + 17  # 11 blocks: four doubling steps over their totals
     rng = np.random.default_rng(1)
     z, c = rng.normal(size=(2, n)) * 3.0, rng.normal(size=(2, n))
     grad = back(jax.jit(jax.grad(lambda v: (adapter.cumlogsumexp(xp, v, reverse=reverse) * to(c)).sum()))(to(z)))

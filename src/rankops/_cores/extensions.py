@@ -7,7 +7,8 @@ few chains that snowball, a block taking one neighbour per round: the
 p = 3/2 soft rank of 10^5 normal entries at strength 0.1 ends on one over
 about 1,200 blocks, the p = 3/2 soft sort at the default softness on four
 over about 190, the KL soft rank of B = 20 rows of 1000 at the default
-softness takes twice the rounds of ``"l2"``'s. Where values can be read now,
+softness twice the rounds of ``"l2"``'s, and the l2 soft sort of a row of
+10^5 at the default softness 68 and the merge rounds. Where values can be read now,
 on a CPU, :mod:`.windows` finishes such rows. Elsewhere, in each round once
 a row's drops stopped halving, :class:`Extension` takes the first
 :data:`DROPS` drops of each row and pools each with its neighbours block by

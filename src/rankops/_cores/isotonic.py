@@ -11,8 +11,8 @@ inequality holds; the left-hand side must also be above the empty sum, so an ent
 pools on the rounding of the right. One search per entry into the other half and sums within the halves evaluate
 every test at once (:mod:`.merges`): a round costs O(n log n) work in a fixed number of array operations
 (``jax.jit`` sees a static graph). Sums run outward from the segment boundary, so a small pool is never the
-difference of two large prefix sums. The KL fit's rows (and the l2 soft sort's long ones) end on chains that take
-one neighbour per round for tens of rounds: on a CPU that reads values now, :mod:`.windows` fits their last drops.
+difference of two large prefix sums. The KL fit's rows (and the l2 soft sort's) end on chains that take one
+neighbour per round for tens of rounds: :mod:`.windows` fits their last drops on a CPU, :mod:`.extensions` elsewhere.
 
 Two losses share the rounds, each block taking the value that minimises it:
 
