@@ -80,6 +80,17 @@ def seeded_inputs(b: int, n: int):
 # -- parent side -------------------------------------------------------------------
 
 
+def fresh_jax_programs() -> None:
+    """JAX's traced programs dropped (rankops' cached ``jit``s and JAX's own), so that a core patched since traces anew."""
+    import jax
+
+    from rankops._lib._adapters import _jax
+
+    _jax._compiled.cache_clear()
+    _jax._jitted.cache_clear()
+    jax.clear_caches()
+
+
 def ram_kib() -> int | None:
     try:
         with open("/proc/meminfo") as f:  # first line: "MemTotal: <KiB> kB"

@@ -31,6 +31,7 @@ import time
 from fractions import Fraction
 from typing import Any, Callable
 
+from ._common import fresh_jax_programs
 from ._timing import interleaved_medians
 
 METHODS: list[tuple[str, dict[str, Any]]] = [
@@ -151,12 +152,6 @@ def extensions_table(shapes: list[tuple[int, int]], repeats: int) -> list[str]:
 
     import rankops
     from rankops._cores import isotonic
-    from rankops._lib._adapters import _jax
-
-    def fresh() -> None:  # a program traced anew (the adapter's cached jits and JAX's own dropped)
-        _jax._compiled.cache_clear()
-        _jax._jitted.cache_clear()
-        jax.clear_caches()
 
     lines = ["| operator | regularization | B | n | with (ms) | without (ms) | without / with |",
              "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
@@ -166,14 +161,14 @@ def extensions_table(shapes: list[tuple[int, int]], repeats: int) -> list[str]:
             for reg in ("l2", "kl"):
                 runs = {}
                 for name in ("with", "without"):
-                    fresh()
+                    fresh_jax_programs()
                     grad = jax.jit(jax.grad(lambda v, op=op, reg=reg: jnp.sum(
                         getattr(rankops, op)(v, method="permutahedron", regularization=reg) ** 2)))
                     with mock.patch.object(isotonic, "Extension", (lambda rule: None) if name == "without" else isotonic.Extension):
                         compiled = grad.lower(x).compile()  # an executable: no later trace, whatever the caches hold
                     compiled(x).block_until_ready()
                     runs[name] = lambda compiled=compiled: compiled(x).block_until_ready()
-                fresh()
+                fresh_jax_programs()
                 medians = interleaved_medians(runs, repeats)
                 on, off = medians["with"] * 1e3, medians["without"] * 1e3
                 lines.append(f"| {op} | {reg} | {batch} | {n:,} | {on:.3g} | {off:.3g} | {off / on:.2f} |")

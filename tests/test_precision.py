@@ -229,17 +229,6 @@ def test_float32_l2_and_kl_sorts_of_long_rows(name, regularization, strength, ro
     assert np.abs(got - want).max() < 8 * np.finfo(np.float32).eps * np.abs(want).max()
 
 
-def _fresh_jax_programs() -> None:
-    """JAX's traced programs dropped (the adapter's cached ``jit``s and JAX's own), so that a patched core traces anew."""
-    import jax
-
-    from rankops._lib._adapters import _jax
-
-    _jax._compiled.cache_clear()
-    _jax._jitted.cache_clear()
-    jax.clear_caches()
-
-
 # The KL sort's gradient averages each block's cotangent; where values cannot be read (jax.jit, a GPU) its fit's
 # rounds left a block of the float64 fit as runs 1 ulp apart (logs), and the gradient averaged over each run: 9.5 off
 # on these rows, whose float64 gradient is at most 6.9. It now averages over the runs its values take as one block, and
@@ -250,8 +239,10 @@ def test_float32_kl_sort_gradient_where_values_are_not_read(route, monkeypatch, 
 
     if "no extensions" in route:
         monkeypatch.setattr(isotonic, "Extension", lambda rule: None)
-        request.addfinalizer(_fresh_jax_programs)  # none traced without them outlives the test
-        _fresh_jax_programs()
+        from benchmarks._common import fresh_jax_programs
+
+        request.addfinalizer(fresh_jax_programs)  # none traced without them outlives the test
+        fresh_jax_programs()
     if route.startswith("torch"):
         monkeypatch.setattr(windows, "pays", lambda v: False)
     rng = np.random.default_rng(0)

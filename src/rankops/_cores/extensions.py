@@ -35,6 +35,7 @@ import math
 from typing import Any
 
 from .._lib._compat import cumulative_sum, device as _device, index_dtype
+from .._lib._numerics import safe_divide
 
 __all__ = ["Extension", "LogSums", "MeanSums", "DROPS", "SPAN"]
 
@@ -141,8 +142,7 @@ class MeanSums:
         mean, weight = blocks
         centre = mean[..., :1]
         totals = cumulative_sum(xp, xp.where(inside, xp.stack([weight * (mean - centre), weight]), 0.0))
-        some = totals[1, ...] > 0
-        return centre + xp.where(some, totals[0, ...] / xp.where(some, totals[1, ...], 1.0), 0.0)
+        return centre + safe_divide(xp, totals[0, ...], totals[1, ...])
 
 
 def _levelled(xp: Any, u: Any, starts: Any, right: Any, valid: Any, size: Any, begin: Any, stop: Any,

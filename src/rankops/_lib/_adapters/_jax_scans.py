@@ -73,41 +73,38 @@ def _doubling(combine: Combine, parts: tuple[Any, ...]) -> tuple[Any, ...]:
     return tuple(jax.lax.fori_loop(0, steps, step, varying((*parts, jnp.asarray(1)), parts[0]))[:-1]) if steps else parts
 
 
+def _scan(combine: Combine, identity: tuple[float, ...], parts: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The inclusive scan of ``combine`` (associative, ``identity`` its neutral element, one number per part) along the
+    last axis of ``parts``: one ``lax.associative_scan`` in a row of at most :data:`SCAN_BLOCK` entries; in a longer
+    one within blocks (padded at the end with the identity, which changes nothing before it), then over the blocks'
+    totals, each block's entries combined last with what enters it."""
+    n = parts[0].shape[-1]
+    if n <= SCAN_BLOCK:
+        return tuple(jax.lax.associative_scan(combine, parts, axis=parts[0].ndim - 1))
+    blocked = tuple(_in_blocks(p, e) for p, e in zip(parts, identity))
+    within = _within_blocks(combine, tuple(jnp.full_like(b[..., 0], e) for b, e in zip(blocked, identity)), blocked)
+    ends = _doubling(combine, tuple(w[..., -1] for w in within))
+    before = tuple(jnp.concatenate([jnp.full_like(t[..., :1], e), t[..., :-1]], axis=-1) for t, e in zip(ends, identity))
+    out = combine(tuple(b[..., None] for b in before), within)
+    return tuple(jnp.reshape(o, parts[0].shape[:-1] + (-1,))[..., :n] for o in out)
+
+
 def linear_scan(a: Any, b: Any, reverse: bool) -> Any:
     """``z_i = b_i + a_i z_(i-1)`` along the last axis (``a`` the n - 1 links between neighbours; ``reverse``: from
-    the end): the affine maps composed by ``lax.associative_scan`` in a row of at most :data:`SCAN_BLOCK` entries, in
-    blocks in a longer one."""
+    the end): the affine maps ``z -> b + a z`` composed in order (:func:`_scan`)."""
     # each entry's own link to the entry it follows (none for the first one)
     zero = jnp.zeros_like(b[..., :1])
     a = jnp.concatenate([a, zero] if reverse else [zero, a], axis=-1)
     if reverse:
         a, b = jnp.flip(a, axis=-1), jnp.flip(b, axis=-1)
-    n = b.shape[-1]
-    if n <= SCAN_BLOCK:
-        out = jax.lax.associative_scan(_compose, (a, b), axis=b.ndim - 1)[1]
-    else:
-        # padded entries come last: links of 1 and values of 0 change nothing before them
-        pa, pb = _in_blocks(a, 1.0), _in_blocks(b, 0.0)
-        pa, pb = _within_blocks(_compose, (jnp.ones_like(pb[..., 0]), jnp.zeros_like(pb[..., 0])), (pa, pb))
-        # the value each block ends with: the blocks' own maps composed in order
-        ends = _doubling(_compose, (pa[..., -1], pb[..., -1]))[1]
-        before = jnp.concatenate([jnp.zeros_like(ends[..., :1]), ends[..., :-1]], axis=-1)  # what enters each block
-        out = jnp.reshape(pb + pa * before[..., None], b.shape[:-1] + (-1,))[..., :n]
+    out = _scan(_compose, (1.0, 0.0), (a, b))[1]
     return jnp.flip(out, axis=-1) if reverse else out
 
 
 def cumlogsumexp(z: Any, reverse: bool) -> Any:
-    """``log(cumsum(exp(z)))`` along the last axis (``reverse``: from the end), ``logaddexp`` combined within blocks
-    and then over their totals. XLA's own ``lax.cumlogsumexp`` (a ``reduce_window``) costs several times more on a
-    CPU (docs/benchmarks-scripts.md)."""
+    """``log(cumsum(exp(z)))`` along the last axis (``reverse``: from the end), ``logaddexp`` combined by
+    :func:`_scan`. XLA's own ``lax.cumlogsumexp`` (a ``reduce_window``) costs several times more on a CPU
+    (docs/benchmarks-scripts.md)."""
     if reverse:
         return jnp.flip(cumlogsumexp(jnp.flip(z, axis=-1), False), axis=-1)
-    n = z.shape[-1]
-    if n <= SCAN_BLOCK:
-        return jax.lax.associative_scan(jnp.logaddexp, z, axis=z.ndim - 1)
-    # padded entries come last, at -inf: they add nothing to what precedes them
-    blocks = _in_blocks(z, -jnp.inf)
-    (within,) = _within_blocks(_log_sum, (jnp.full_like(blocks[..., 0], -jnp.inf),), (blocks,))
-    (ends,) = _doubling(_log_sum, (within[..., -1],))
-    before = jnp.concatenate([jnp.full_like(ends[..., :1], -jnp.inf), ends[..., :-1]], axis=-1)  # what enters each block
-    return jnp.reshape(jnp.logaddexp(within, before[..., None]), z.shape[:-1] + (-1,))[..., :n]
+    return _scan(_log_sum, (-jnp.inf,), (z,))[0]
