@@ -179,10 +179,12 @@ def regroup(xp: Any, adapter: Any, sums: Any, table: Any, starts: Any, value: An
     first_value = sums.block_value(xp, data) if value is None else take_in_range(xp, value, take_in_range(xp, at, firsts))
     low = () if table.shape[0] == low_row else (take_in_range(xp, taken[low_row, ...], firsts),)  # the group's first block's
     pooled = xp.stack([first_value, *data, *low])
-    # each new block: its group's (the groups of several in order), or the block it was
+    # each new block: its group's (the groups of several in order, placed after the table's columns), or the block it
+    # was; one gather of both by a chosen column, where a choice between two gathers of every row is a branch per number
     changed = take_in_range(xp, several, heads)
-    place = xp.clip(cumulative_sum(xp, xp.astype(changed, idx)) - 1, 0, None)
-    return xp.where(changed, take_in_range(xp, pooled, place, axis=-1), take_in_range(xp, table, heads, axis=-1)), heads, group
+    place = cumulative_sum(xp, xp.astype(changed, idx)) - 1 + table.shape[-1]
+    column = xp.where(changed, place, heads)
+    return take_in_range(xp, xp.concat([table, pooled], axis=-1), column, axis=-1), heads, group
 
 
 def combined(xp: Any, adapter: Any, sums: Any, starts: Any, group: Any, heads: Any, data: tuple[Any, ...]) -> tuple[Any, ...]:
