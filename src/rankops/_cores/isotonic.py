@@ -318,10 +318,13 @@ class _Changed:
         if self.wait > 0:
             self.wait -= 1
             return self.rules.pooled(xp, adapter, starts, u, weights, unit)
-        if not bool(xp.any(joined)):
+        count = int(xp.sum(xp.astype(joined, xp.int32)))
+        if count == 0:
             return u
-        changed = Subset(xp, adapter.segment_sum(xp, starts, xp.astype(joined, u.dtype)) > 0)
-        if changed.share() > self.share:
+        # the entries that joined lie in changed segments: past the share, those hold more, and their sums are not needed
+        changed = None if count > self.share * math.prod(u.shape) else Subset(
+            xp, adapter.segment_sum(xp, starts, xp.astype(joined, u.dtype)) > 0)
+        if changed is None or changed.share() > self.share:
             self.wait, self.backoff = self.backoff, 2 * self.backoff
             return self.rules.pooled(xp, adapter, starts, u, weights, unit)
         return changed.put(self.rules.pooled(xp, adapter, changed.take(starts), changed.take(u), changed.take(weights), unit), u)
