@@ -300,13 +300,12 @@ class _Changed:
     """``rules.pooled`` on the segments that took in a block in a round, every other entry's value kept
     (:class:`.subsets.Subset`).
 
-    A row that settles through a few chains that snowball changes a few
-    segments a round, whose solve (roots and segmented sums per entry, for the
-    p-norm losses) then costs in proportion to them, not to n. Where they hold
-    more than ``share`` of the entries, all are solved (the gathers would cost
-    more than they save), and as big blocks that keep growing stay big, the
-    next 1, 2, 4, ... rounds then solve all without counting. Reads how many
-    entries changed: on a backend that reads values now.
+    A row that settles through a few chains that snowball changes a few segments a round, whose solve (roots and
+    segmented sums per entry, for the p-norm losses) then costs in proportion to them, not to n. Where they hold more
+    than ``share`` of the entries, all are solved (the gathers would cost more than they save; the segments are not
+    counted where the entries that joined a block pass the share alone), and as big blocks that keep growing stay big,
+    the next 1, 2, 4, ... rounds then solve all without counting. Reads how many entries changed: on a backend that
+    reads values now.
     """
 
     def __init__(self, rules: Any, share: float) -> None:
@@ -315,19 +314,17 @@ class _Changed:
 
     def pooled(self, xp: Any, adapter: Any, starts: Any, joined: Any, u: Any, weights: Any, unit: bool) -> Any:
         """``joined``: True on an entry whose block joined its predecessor's this round."""
-        if self.wait > 0:
-            self.wait -= 1
-            return self.rules.pooled(xp, adapter, starts, u, weights, unit)
-        count = int(xp.sum(xp.astype(joined, xp.int32)))
-        if count == 0:
-            return u
-        # the entries that joined lie in changed segments: past the share, those hold more, and their sums are not needed
-        changed = None if count > self.share * math.prod(u.shape) else Subset(
-            xp, adapter.segment_sum(xp, starts, xp.astype(joined, u.dtype)) > 0)
-        if changed is None or changed.share() > self.share:
-            self.wait, self.backoff = self.backoff, 2 * self.backoff
-            return self.rules.pooled(xp, adapter, starts, u, weights, unit)
-        return changed.put(self.rules.pooled(xp, adapter, changed.take(starts), changed.take(u), changed.take(weights), unit), u)
+        if self.wait == 0:
+            count = int(xp.sum(xp.astype(joined, xp.int32)))
+            if count == 0:
+                return u
+            changed = None if count > self.share * math.prod(u.shape) else Subset(
+                xp, adapter.segment_sum(xp, starts, xp.astype(joined, u.dtype)) > 0)
+            if changed is not None and changed.share() <= self.share:
+                return changed.put(self.rules.pooled(xp, adapter, changed.take(starts), changed.take(u), changed.take(weights), unit), u)
+            self.wait, self.backoff = self.backoff + 1, 2 * self.backoff  # this round's solve of all counts as one
+        self.wait -= 1
+        return self.rules.pooled(xp, adapter, starts, u, weights, unit)
 
 
 def merge_rows(xp: Any, adapter: Any, kind: Any, v: Any, data: tuple[Any, ...], pads: tuple[float, ...]) -> Any:
