@@ -133,9 +133,8 @@ class MeanSums:
     def block_stats(xp: Any, adapter: Any, starts: Any, data: Any) -> tuple[Any, Any]:
         y, w = data[0, ...], data[1, ...]
         totals = adapter.segment_sum(xp, starts, xp.stack([w * y, w]))
-        some = totals[1, ...] > 0
         # a block of zero weight (a masked entry) fits any value: its entry's own, as the pooling rounds' plain mean
-        return xp.where(some, totals[0, ...] / xp.where(some, totals[1, ...], 1.0), y), totals[1, ...]
+        return safe_divide(xp, totals[0, ...], totals[1, ...], y), totals[1, ...]
 
     @staticmethod
     def prefixes(xp: Any, adapter: Any, blocks: tuple[Any, ...], inside: Any) -> Any:

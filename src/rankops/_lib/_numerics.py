@@ -110,10 +110,12 @@ def abs_power_slope(xp: Any, d: Any, power: Any) -> Any:
     return xp.where(zero, xp.zeros_like(d), power * xp.where(zero, xp.ones_like(d), d) ** (power - 1.0))
 
 
-def safe_divide(xp: Any, num: Any, den: Any) -> Any:
-    """``num / den`` where ``den > 0``, else 0 (an empty row, column or marginal moves nothing)."""
-    q = num / xp.where(den > 0, den, xp.ones_like(den))
-    return xp.where(den > 0, q, xp.zeros_like(q))
+def safe_divide(xp: Any, num: Any, den: Any, fallback: Any = None) -> Any:
+    """``num / den`` where ``den > 0``, else ``fallback`` (None: 0, as an empty row, column or marginal moves
+    nothing), with no division by a zero ``den`` anywhere."""
+    some = den > 0
+    q = num / xp.where(some, den, xp.ones_like(den))
+    return xp.where(some, q, xp.zeros_like(q) if fallback is None else fallback)
 
 
 def centred_within(xp: Any, a: Any, members: Any, m: Any) -> tuple[Any, Any]:
