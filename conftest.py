@@ -263,14 +263,45 @@ else:
 
         JAX compiles every new function, shape and option set, and compiling is
         most of a JAX test's time: on one worker, the second test to need a
-        compiled function finds it in that worker's cache. Every other test is a
-        unit of its own, as under ``load``. (pytest-xdist's ``--dist loadgroup``
+        compiled function finds it in that worker's cache. Every other test goes
+        with the next few of its test function (``CHUNK``), a unit of work small
+        enough that the workers finish together. (pytest-xdist's ``--dist loadgroup``
         would do this with marks, but it renames node ids in a way pytest 9.2
         no longer reads.)
+
+        The controller shares the two cores with the workers, and pytest-xdist's
+        scope schedule costs it per test: a message to a worker per unit, and a
+        count over every unit a worker has been given (``_pending_of``) after each
+        test, which grows with the run. Units of a few tests, and a worker's
+        finished units dropped from its count, keep both small.
         """
 
+        CHUNK = 16
+
+        def __init__(self, config: pytest.Config, log: Any) -> None:
+            super().__init__(config, log)
+            self._scopes: dict[str, str] = {}
+            self._sizes: dict[str, int] = {}
+
         def _split_scope(self, nodeid: str) -> str:
-            return jax_scope(nodeid) or nodeid
+            scope = self._scopes.get(nodeid)
+            if scope is None:  # first asked in collection order (``schedule``), so the chunks are the same on every call
+                scope = jax_scope(nodeid)
+                if scope is None:
+                    function = nodeid.partition("[")[0]
+                    count = self._sizes[function] = self._sizes.get(function, 0) + 1
+                    scope = f"{function}#{(count - 1) // self.CHUNK}"
+                self._scopes[nodeid] = scope
+            return scope
+
+        def mark_test_complete(self, node: Any, item_index: int, duration: float = 0) -> None:
+            nodeid = self.registered_collections[node][item_index]
+            work = self.assigned_work[node]
+            unit = work[self._split_scope(nodeid)]
+            unit[nodeid] = True
+            if all(unit.values()):
+                del work[self._split_scope(nodeid)]
+            self._reschedule(node)
 
     def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
         return _JaxScopes(config, log) if config.getvalue("dist") == "load" else None

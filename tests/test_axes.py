@@ -106,10 +106,14 @@ def _both(backend, name, axis, seed=0):
 
 
 # The layout is one backend-independent code path (prepare / Prepared): every tuple on NumPy and
-# array-api-strict, the general case (all three axes) on the other backends (JAX compiles per shape).
+# array-api-strict, the general case (all three axes) on the other backends (JAX compiles per shape), and on JAX the
+# operators of test_jax_jit_and_grad alone (every other one under -m exhaustive: two programs each, the same layout code)
 _EVERY_TUPLE = ("numpy", "array_api_strict")
+_ON_JAX = ("soft_rank[sinkhorn]", "soft_sort[topk]", "soft_quantile[levels]", "soft_rank[lapsum]",
+           "soft_topk_mask[lapsum-k-per-row]", "soft_kendall_tau")
 
 
+@pytest.mark.variants_on_jax(name=_ON_JAX)
 @pytest.mark.parametrize("name", CASES)
 def test_tuple_axis_equals_manual_flatten(backend, name):
     for axis in AXES if backend.name in _EVERY_TUPLE else AXES[-1:]:
@@ -274,8 +278,7 @@ def _unflat_torch(torch, out, axis, *, levels=False):
     return torch.movedim(out, -1, axes[0])
 
 
-@pytest.mark.parametrize("name", ["soft_rank[sinkhorn]", "soft_sort[topk]", "soft_quantile[levels]", "soft_rank[lapsum]",
-                                  "soft_topk_mask[lapsum-k-per-row]", "soft_kendall_tau"])
+@pytest.mark.parametrize("name", _ON_JAX)
 def test_jax_jit_and_grad(name):
     jax = pytest.importorskip("jax")
     jnp = jax.numpy

@@ -493,5 +493,7 @@ def test_checks_do_not_read_values_under_jit():
                                       + rankops.soft_rank(x, method="diffsort", steepness=t)),
     }
     for name, f in calls.items():
-        out = jax.jit(f)(x, jnp.asarray(0.5))
-        assert bool(jnp.all(jnp.isfinite(out))), name
+        # reading a traced value raises as the call is traced: no program to compile (the values under array
+        # hyper-parameters are checked by tests/test_temperatures.py, test_transport.py and test_forward_mode.py)
+        out = jax.make_jaxpr(f)(x, jnp.asarray(0.5)).out_avals[0]
+        assert out.shape[0] == x.shape[0] and jnp.issubdtype(out.dtype, jnp.floating), name
