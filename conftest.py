@@ -72,7 +72,12 @@ _FLAGS_PROBE = _ask_whether_xla_takes_test_flags()
 
 import pytest  # noqa: E402
 
-from conformance.memory import MAPPINGS_BETWEEN_GROUPS, MAPPINGS_WITHIN_A_GROUP, release_compiled_programs  # noqa: E402
+from conformance.memory import (  # noqa: E402
+    MAPPINGS_BETWEEN_GROUPS,
+    MAPPINGS_WITHIN_A_GROUP,
+    defer_full_collections,
+    release_compiled_programs,
+)
 from rankops._lib._backends import BACKENDS, device_label, get_backend  # noqa: E402
 
 # each failure's traceback written as it happens, where RANKOPS_FAILURE_LOG names a file (.ci/gpu sets it)
@@ -121,6 +126,9 @@ except ImportError:
 else:
     _start_jax_for_tests(jax)
 
+
+# a test process's full collections only where it drops JAX's programs (conformance/memory.py)
+defer_full_collections()
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # One pytest-xdist worker per core: torch's OpenMP pool would otherwise put two
