@@ -304,11 +304,10 @@ else:
 
         def mark_test_complete(self, node: Any, item_index: int, duration: float = 0) -> None:
             nodeid = self.registered_collections[node][item_index]
-            work = self.assigned_work[node]
-            unit = work[self._split_scope(nodeid)]
-            unit[nodeid] = True
-            if all(unit.values()):
-                del work[self._split_scope(nodeid)]
+            work, scope = self.assigned_work[node], self._split_scope(nodeid)
+            work[scope][nodeid] = True
+            if all(work[scope].values()):
+                del work[scope]
             self._reschedule(node)
 
     def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:

@@ -13,6 +13,7 @@ the softness (computed from the row), the same call in float64.
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 import numpy as np
 import pytest
@@ -22,9 +23,19 @@ import rankops
 from .backends import on_backend
 
 BACKENDS = ["numpy", "torch"]  # the arithmetic is the backends' own: two eager CPU hosts show it
-# JAX's sums in float64 are torch's route, compiled (-m exhaustive); its own route, two float32 levels where a device has
-# no float64 ("jax-f32", JAX's default), runs in the default run
-JAX_ROUTES = [pytest.param("jax", marks=pytest.mark.exhaustive), "jax-f32"]
+
+
+def _on_every_route(cases: list[tuple[str, tuple]], f32_kept: Any = lambda *values: True) -> list:
+    """``pytest.param(name, *values, id=f"{label}-{name}")`` for each case ``(label, values)`` on the eager backends and
+    JAX's two routes. JAX's sums in float64 are torch's route, compiled (-m exhaustive); its own route, two float32
+    levels where a device has no float64 ("jax-f32", JAX's default), runs in the default run where
+    ``f32_kept(*values)`` (a program per option set, the same array code), else under -m exhaustive."""
+    params = []
+    for label, values in cases:
+        for name in BACKENDS + ["jax", "jax-f32"]:
+            kept = name != "jax" and (name != "jax-f32" or f32_kept(*values))
+            params.append(pytest.param(name, *values, id=f"{label}-{name}", marks=() if kept else pytest.mark.exhaustive))
+    return params
 
 
 def _far_row(n: int, seed: int = 0, offset: float = 1000.0) -> np.ndarray:
@@ -216,21 +227,10 @@ def test_float32_p_norm_sorts_of_long_rows_at_a_large_strength(name, p):
 # written as s - (sol - y), carried that rounding (n = 3 x 10^4 in float32, strength 10: 2e-4 to 4e-4 off on every
 # backend; tied rows at the default softness 4e-4 on torch and JAX). They are now each block's closed form, on s -
 # s_first and on the ranks' steps within the block.
-def _long_sort_cases() -> list:
-    """Every case on the eager backends; JAX's float32 route (a program per option set, the same array code for either
-    row) on the tied rows at the default softness, the others ``exhaustive``."""
-    cases = []
-    for rows in ("normal", "tied"):
-        for strength, label in ((10.0, "strength=10"), (None, "default")):
-            for regularization in ("l2", "kl"):
-                for name in BACKENDS + ["jax", "jax-f32"]:
-                    kept = name != "jax" and (name != "jax-f32" or (rows, strength) == ("tied", None))
-                    cases.append(pytest.param(name, regularization, strength, rows, id=f"{rows}-{label}-{regularization}-{name}",
-                                              marks=() if kept else pytest.mark.exhaustive))
-    return cases
-
-
-@pytest.mark.parametrize(("name", "regularization", "strength", "rows"), _long_sort_cases())
+@pytest.mark.parametrize(("name", "regularization", "strength", "rows"), _on_every_route(
+    [(f"{rows}-{label}-{regularization}", (regularization, strength, rows)) for rows in ("normal", "tied")
+     for strength, label in ((10.0, "strength=10"), (None, "default")) for regularization in ("l2", "kl")],
+    f32_kept=lambda regularization, strength, rows: (rows, strength) == ("tied", None)))
 def test_float32_l2_and_kl_sorts_of_long_rows(name, regularization, strength, rows, monkeypatch):
     x, want = _long_sort(rows, regularization, strength)
     to, run = _on_backend_or_f32(name, monkeypatch)
@@ -337,9 +337,8 @@ def test_float32_magnitudes_whose_threshold_equation_overflows(name, p, k):
 # p = 1.7 ranks were 0.075 off, the kl ranks 0.048 (at 10^5: 4.98 and 0.23; NumPy's prefix sums run in float64). The
 # root's terms are now centred on W_B / |B|, and the output's sums run in float64 where the device has it, else in two
 # levels ("jax-f32": the route of a device without float64, JAX's default).
-@pytest.mark.parametrize("name", BACKENDS + JAX_ROUTES)
-@pytest.mark.parametrize("options", [dict(regularization="lp", p=1.7, strength=0.1), dict(regularization="kl", strength=10.0)],
-                         ids=["p=1.7", "kl"])
+@pytest.mark.parametrize(("name", "options"), _on_every_route(
+    [("p=1.7", (dict(regularization="lp", p=1.7, strength=0.1),)), ("kl", (dict(regularization="kl", strength=10.0),))]))
 def test_float32_permutahedron_ranks_of_one_long_soft_block(name, options, monkeypatch):
     x = np.random.default_rng(6).normal(size=(1, 30_000)).astype(np.float32)
     to, run = _on_backend_or_f32(name, monkeypatch)
@@ -352,8 +351,7 @@ def test_float32_permutahedron_ranks_of_one_long_soft_block(name, options, monke
 # Tied rows' blocks are long: the p-norm rank's output sums (the blocks' means and centred moments) ran in float32
 # scatter-adds one entry at a time, and 50 tied values in 10^4 entries at the default softness left ranks 0.011
 # (p = 3/2) and 0.033 (p = 4/3) off on torch and JAX (0.16 and 0.24 at 3 x 10^4). Those sums are now precise.
-@pytest.mark.parametrize("name", BACKENDS + JAX_ROUTES)
-@pytest.mark.parametrize("p", [1.5, 4.0 / 3.0], ids=["p=3/2", "p=4/3"])
+@pytest.mark.parametrize(("name", "p"), _on_every_route([("p=3/2", (1.5,)), ("p=4/3", (4.0 / 3.0,))]))
 def test_float32_p_norm_ranks_of_long_tied_rows(name, p, monkeypatch):
     x = np.random.default_rng(1).integers(0, 50, size=(1, 10_000)).astype(np.float32)
     to, run = _on_backend_or_f32(name, monkeypatch)
@@ -367,8 +365,7 @@ def test_float32_p_norm_ranks_of_long_tied_rows(name, p, monkeypatch):
 # step a float32 scatter-add over the block's entries one at a time: on tied rows of 3 x 10^4 at strength 1, torch and
 # JAX were 0.098 (p = 5/4) and 0.54 (p = 6/5) off (5.3 at 10^5). The steps now run on the block's centred moments,
 # summed once as the output's sums are (precise).
-@pytest.mark.parametrize(("name", "p"), [pytest.param(b, p, id=f"{label}-{b}", marks=pytest.mark.exhaustive if b == "jax" or (b, p) == ("jax-f32", 1.2) else ())
-                                         for p, label in ((1.25, "p=5/4"), (1.2, "p=6/5")) for b in BACKENDS + ["jax", "jax-f32"]])
+@pytest.mark.parametrize(("name", "p"), _on_every_route([("p=5/4", (1.25,)), ("p=6/5", (1.2,))], f32_kept=lambda p: p == 1.25))
 def test_float32_p_norm_ranks_past_the_closed_forms_of_long_tied_rows(name, p, monkeypatch):
     x = (np.round(np.random.default_rng(5).normal(size=(1, 30_000)) * 8.0) / 8.0).astype(np.float32)
     to, run = _on_backend_or_f32(name, monkeypatch)
