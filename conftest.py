@@ -214,6 +214,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """
     for item in items:
         _mark_variants_beyond_the_kept_ones(item)
+        _mark_eager_checks(item)
     markexpr = config.getoption("markexpr") or ""
     opted_out = [m for m in _OPT_IN if m not in markexpr]
     kept, dropped = [], []
@@ -234,10 +235,31 @@ def _mark_variants_beyond_the_kept_ones(item: pytest.Item) -> None:
     """
     marker = item.get_closest_marker("variants_on_jax")
     params = getattr(getattr(item, "callspec", None), "params", {})
-    if marker is None or not any(getattr(params.get(f), "compiles", False) for f in _BACKEND_FIXTURES):
+    if marker is None or not _on_a_compiling_backend(params):
         return
     if any(name in params and params[name] not in kept for name, kept in marker.kwargs.items()):
         item.add_marker(pytest.mark.exhaustive)
+
+
+def _mark_eager_checks(item: pytest.Item) -> None:
+    """``@pytest.mark.eager_backends``: on a backend that compiles per shape and option set (JAX), the check is
+    ``exhaustive``.
+
+    For a check whose point is rankops' own array code, the same on every backend (a rule, a conversion, a numeric
+    reference), which runs on the other backends in the default run: on JAX it compiles programs of its own for what
+    the eager backends already check, while JAX's own routes (``jit``, ``grad``, ``vmap``, the fits that read no
+    values) are conformance's, for every operator, and the default run's tests named for JAX check its transforms.
+    """
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    if item.get_closest_marker("eager_backends") is not None and _on_a_compiling_backend(params):
+        item.add_marker(pytest.mark.exhaustive)
+
+
+def _on_a_compiling_backend(params: dict[str, Any]) -> bool:
+    """Whether a test case's parameters put it on a backend that compiles per shape and option set: a backend
+    fixture's (:data:`_BACKEND_FIXTURES`) or a ``backend_name`` naming JAX (``"jax"``, ``"jax-jit"``, ...)."""
+    return (any(getattr(params.get(f), "compiles", False) for f in _BACKEND_FIXTURES)
+            or str(params.get("backend_name", "")).startswith("jax"))
 
 
 # the parameter ids that name a backend's device, a dtype or a shard, not what a test is about

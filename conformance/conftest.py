@@ -17,7 +17,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     other backends. On JAX every (operator, method) pair's primary variant runs
     every check, and every variant its ``every_variant`` checks (values
     against NumPy); ``pytest -m exhaustive`` runs the rest (.ci/run's second step).
-    A check marked ``eager_backends`` is exhaustive on such a backend for every variant.
+    A check marked ``eager_backends`` is exhaustive on such a backend for every variant (the root conftest).
     So are a ready loss's hostile inputs there (``test_properties``): a loss
     is array arithmetic over the operators, whose own hostile inputs run on
     JAX in the default tier, and its value and gradient on JAX are checked by
@@ -28,9 +28,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         op, backend = params.get("op"), next((params[f] for f in ("backend", "autodiff_backend", "eager_backend", "jax_backend") if f in params), None)
         if not hasattr(backend, "compiles"):  # no backend, or none selected for this fixture (pytest's empty-parameter set)
             backend = None
-        if backend is not None and backend.compiles and item.get_closest_marker("eager_backends"):
-            item.add_marker(pytest.mark.exhaustive)
-            continue
         if backend is not None and backend.compiles and str(getattr(params.get("spec"), "name", "")).startswith("losses."):
             item.add_marker(pytest.mark.exhaustive)
             continue

@@ -43,6 +43,7 @@ def _quiet(fn, *args, **kwargs):
         return fn(*args, **kwargs)
 
 
+@pytest.mark.eager_backends
 @pytest.mark.parametrize("op", OPERATORS)
 def test_return_info_fields_and_value(backend, device, op):
     call, shape = OPERATORS[op]
@@ -61,6 +62,7 @@ def test_return_info_fields_and_value(backend, device, op):
     assert np.all(err <= 1e-3) and np.all(err >= 0)
 
 
+@pytest.mark.eager_backends
 def test_info_follows_the_axis_of_levels(backend):
     x = backend.asarray(X.T)  # operator axis 0
     value, info = _quiet(rankops.soft_quantile, x, backend.asarray(LEVELS), axis=0, epsilon=1e-2, max_iter=4, return_info=True)
@@ -97,6 +99,7 @@ def _reference_error(row, iters, epsilon):
     return np.abs(plan.sum(axis=0) - uniform).sum()
 
 
+@pytest.mark.eager_backends
 def test_unconverged_rows_are_reported_with_their_error(backend, device):
     x = np.concatenate([X[:2], np.full((1, 12), 0.7)])  # a constant row is solved by the first iteration
     xb = backend.asarray(x, device=device)

@@ -40,6 +40,7 @@ def _tied(shape, rng, levels):
     return rng.integers(0, levels, size=shape).astype(np.float64)
 
 
+@pytest.mark.eager_backends
 @pytest.mark.parametrize("backend_name", CPU_BACKENDS)
 @pytest.mark.parametrize("algorithm", ["signs", "merges"])
 def test_kernels_equal_pair_counts_with_ties(backend_name, algorithm):
@@ -58,6 +59,7 @@ def test_kernels_equal_pair_counts_with_ties(backend_name, algorithm):
     assert_allclose(gram, _gram(x, x, lambda c, d: (c - d) / 55), atol=1e-12)  # y defaults to x
 
 
+@pytest.mark.eager_backends
 @pytest.mark.parametrize("backend_name", CPU_BACKENDS)
 @pytest.mark.parametrize("algorithm", ["signs", "merges"])
 def test_a_vector_holding_a_nan_has_nan_kernel_values(backend_name, algorithm):
@@ -127,6 +129,7 @@ def test_gram_matrices_are_positive_semidefinite(lam):
     assert_allclose(m, np.exp(-lam * sq / 4), rtol=1e-12)
 
 
+@pytest.mark.eager_backends
 @pytest.mark.parametrize("backend_name", CPU_BACKENDS)
 def test_batch_axes_axis_and_dtypes(backend_name):
     to, run = on_backend(backend_name)
@@ -185,6 +188,7 @@ def _soft_tau(x: np.ndarray, y: np.ndarray, tau: float) -> np.ndarray:
     return np.sum(np.tanh(dx / tau) * np.tanh(dy / tau), axis=-1) / len(iu[0])
 
 
+@pytest.mark.eager_backends
 @pytest.mark.parametrize("backend_name", CPU_BACKENDS)
 def test_soft_kendall_tau_value_and_limit(backend_name):
     to, run = on_backend(backend_name)
@@ -262,6 +266,7 @@ def test_soft_kendall_tau_axis_broadcast_and_errors():
 # -- SUQUAN ------------------------------------------------------------------------------------
 
 
+@pytest.mark.eager_backends
 @pytest.mark.parametrize("backend_name", CPU_BACKENDS)
 def test_suquan_targets_is_the_cumulative_softmax(backend_name):
     to, _ = on_backend(backend_name)

@@ -260,6 +260,7 @@ def test_each_list_equals_the_reference_on_that_list_alone(name):
     assert_allclose(fun(s, t, mask=mask, **options), _reference(ref, s, t, mask), rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.eager_backends
 @pytest.mark.parametrize("backend_name", CPU_BACKENDS[1:])
 def test_every_loss_on_every_host_equals_numpy(backend_name):
     to, run = on_backend(backend_name)

@@ -31,6 +31,7 @@ def _pearson_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.array([np.corrcoef(u, v)[0, 1] for u, v in zip(a, b)])
 
 
+@pytest.mark.eager_backends
 @pytest.mark.parametrize("backend_name", CPU_BACKENDS)
 @pytest.mark.parametrize("method,opts", METHODS, ids=[m for m, _ in METHODS])
 def test_spearman_loss_is_one_minus_pearson_of_soft_and_hard_ranks(backend_name, method, opts):
@@ -68,6 +69,7 @@ def test_spearman_loss_gradient_equals_central_differences():
     assert_allclose(p.grad.numpy(), fd, rtol=1e-6, atol=1e-9)
 
 
+@pytest.mark.eager_backends
 @pytest.mark.parametrize("backend_name", CPU_BACKENDS)
 def test_topk_loss_equals_the_margin_of_the_labels_soft_rank(backend_name):
     to, run = on_backend(backend_name)
@@ -111,6 +113,7 @@ def _tau_a(x: np.ndarray, y: np.ndarray) -> float:
     return s / (n * (n - 1) / 2)
 
 
+@pytest.mark.eager_backends
 @pytest.mark.parametrize("backend_name", CPU_BACKENDS)
 def test_soft_spearman_is_pearson_of_both_soft_ranks(backend_name):
     to, run = on_backend(backend_name)
@@ -123,6 +126,7 @@ def test_soft_spearman_is_pearson_of_both_soft_ranks(backend_name):
     assert_allclose(hard, [spearmanr(u, v).statistic for u, v in zip(x, y)], atol=1e-9)
 
 
+@pytest.mark.eager_backends
 @pytest.mark.parametrize("backend_name", CPU_BACKENDS)
 def test_kendall_loss_smooths_the_predictions_signs_only(backend_name):
     to, run = on_backend(backend_name)
@@ -153,6 +157,7 @@ def _ndcg_reference(r: np.ndarray, gains: np.ndarray, k: int) -> np.ndarray:
     return 1 - np.where(idcg > 0, dcg / np.where(idcg > 0, idcg, 1), 0)
 
 
+@pytest.mark.eager_backends
 @pytest.mark.parametrize("backend_name", CPU_BACKENDS)
 def test_ndcg_loss_equals_the_formula_on_soft_ranks(backend_name):
     to, run = on_backend(backend_name)
@@ -212,6 +217,7 @@ def _cross_entropy(p: np.ndarray, target: np.ndarray) -> np.ndarray:
     return -(true * np.log(p + np.finfo(np.float64).tiny)).sum(axis=(-2, -1)) / p.shape[-1]
 
 
+@pytest.mark.eager_backends
 @pytest.mark.parametrize("backend_name", CPU_BACKENDS)
 def test_permutation_loss_is_the_cross_entropy_with_the_true_permutation(backend_name):
     to, run = on_backend(backend_name)
@@ -260,6 +266,7 @@ def test_permutation_loss_gradient_equals_central_differences():
 # -- quantile regression: the soft quantile of the residuals, and the pinball baseline ------------
 
 
+@pytest.mark.eager_backends
 @pytest.mark.parametrize("backend_name", CPU_BACKENDS)
 @pytest.mark.parametrize("q", [0.0, 0.3, 0.5, 1.0])
 def test_quantile_loss_hard_limit_is_numpys_quantile_of_abs_residuals(backend_name, q):
@@ -296,6 +303,7 @@ def test_quantile_loss_axis_gradient_and_errors():
             losses.quantile_loss(pred, target, bad)
 
 
+@pytest.mark.eager_backends
 @pytest.mark.parametrize("backend_name", CPU_BACKENDS)
 def test_pinball_loss_equals_scikit_learn(backend_name):
     metrics = pytest.importorskip("sklearn.metrics")
@@ -394,6 +402,7 @@ def _topk_ce_reference(s: np.ndarray, labels: np.ndarray, p_k: list, mode: str, 
     return np.array(out)
 
 
+@pytest.mark.eager_backends
 @pytest.mark.parametrize("backend_name", CPU_BACKENDS)
 @pytest.mark.parametrize("mode", ["sm", "smce", "sort"])
 def test_topk_cross_entropy_equals_the_papers_formula(backend_name, mode):

@@ -42,6 +42,7 @@ def _reference(y, mask, weights=None, increasing=True):
     return out
 
 
+@pytest.mark.eager_backends
 @pytest.mark.parametrize("increasing", [True, False])
 @pytest.mark.parametrize("weighted", [None, "rows", "shared"])
 def test_isotonic_mask_is_the_fit_of_the_valid_entries_alone(backend, increasing, weighted):

@@ -113,6 +113,7 @@ def test_allranks_own_metric_tests():
     assert one(metrics.mrr, [0.5, 0.2], [0.0, 0.0]) == 0.0
 
 
+@pytest.mark.eager_backends
 @pytest.mark.parametrize("backend_name", CPU_BACKENDS[1:] + ["dask"])
 def test_every_metric_on_every_host_equals_numpy(backend_name):
     s, t, mask = _lists(3)

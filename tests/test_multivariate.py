@@ -19,6 +19,7 @@ def _symmetric(d: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate([z, -z]) + centre, centre
 
 
+@pytest.mark.eager_backends
 @pytest.mark.parametrize("d", [1, 2, 3])
 def test_centre_of_a_symmetric_sample_maps_to_one_half_and_back(backend, d):
     x, centre = _symmetric(d)

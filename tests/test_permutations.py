@@ -19,6 +19,7 @@ def _scores(shape, seed=0):
     return np.random.default_rng(seed).normal(size=shape) * 2.0
 
 
+@pytest.mark.eager_backends
 @pytest.mark.parametrize("name", OPS)
 @pytest.mark.parametrize("descending", [True, False])
 @pytest.mark.parametrize("tau", [0.1, 1.0, 7.5])
@@ -30,6 +31,7 @@ def test_matches_paper_formula(backend, device, name, descending, tau):
     assert_allclose(got, formula(s, tau, descending=descending), rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.eager_backends
 @pytest.mark.parametrize("power", [0.5, 2.0, 3.0])
 def test_softsort_power(backend, power):
     s = _scores((4, 6), seed=1)
@@ -37,6 +39,7 @@ def test_softsort_power(backend, power):
     assert_allclose(got, ref.softsort(s, 0.7, power=power), rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.eager_backends
 @pytest.mark.parametrize("name", OPS)
 def test_float32_close_to_float64(backend, name):
     op, formula = OPS[name]
@@ -46,6 +49,7 @@ def test_float32_close_to_float64(backend, name):
     assert_allclose(backend.to_numpy(got), formula(s, 0.5), atol=2e-5)
 
 
+@pytest.mark.eager_backends
 @pytest.mark.parametrize("name", OPS)
 @pytest.mark.parametrize("descending", [True, False])
 def test_unimodal_row_stochastic(backend, name, descending):
@@ -59,6 +63,7 @@ def test_unimodal_row_stochastic(backend, name, descending):
     assert_array_equal(p.argmax(axis=-1), order)
 
 
+@pytest.mark.eager_backends
 @pytest.mark.parametrize("name", OPS)
 def test_permutation_equivariance(backend, name):
     """Prop. 1 of the SoftSort paper: permuting the items permutes P's columns."""
@@ -70,6 +75,7 @@ def test_permutation_equivariance(backend, name):
     assert_allclose(p_perm, p[:, perm], rtol=1e-12, atol=1e-15)
 
 
+@pytest.mark.eager_backends
 @pytest.mark.parametrize("name", OPS)
 @pytest.mark.parametrize("descending", [True, False])
 def test_hard_limit(backend, name, descending):
@@ -79,6 +85,7 @@ def test_hard_limit(backend, name, descending):
     assert_allclose(p, ref.permutation_matrix(s, descending), atol=1e-12)
 
 
+@pytest.mark.eager_backends
 @pytest.mark.parametrize("name", OPS)
 @pytest.mark.parametrize("descending", [True, False])
 def test_hard_forward_is_exact_permutation(backend, name, descending):

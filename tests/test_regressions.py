@@ -301,6 +301,7 @@ def test_implicit_gradient_of_float32_rows_at_the_range_edges(backend, case):
 # are 0). They now compute in float32 and cast the value back, like the operators; bool and
 # integer inputs (which crashed spearman_loss, kendall_loss and the regression losses) are
 # promoted. Found by the property suite's losses (torch, Dask; RANKOPS_PROPERTY_EXPLORE).
+@pytest.mark.eager_backends
 def test_losses_compute_float16_in_float32_and_promote_bool(backend):
     from rankops import losses
 

@@ -36,6 +36,7 @@ def _reference(x, c, epsilon, descending=False, m=None, b=None, topk=None):
     return np.stack(rows).reshape(*c.shape[:-1], -1, *feats)
 
 
+@pytest.mark.eager_backends
 @pytest.mark.parametrize("descending", [False, True])
 def test_matches_reference(backend, device, descending):
     x, c = _data((2, 3), 6, (2, 3))
@@ -47,6 +48,7 @@ def test_matches_reference(backend, device, descending):
     assert_allclose(backend.to_numpy(got), _reference(x, c, 0.05, descending), atol=1e-8)
 
 
+@pytest.mark.eager_backends
 def test_num_targets_and_target_weights(backend):
     x, c = _data((3,), 6, (2,), seed=1)
     b = np.array([0.1, 0.4, 0.3, 0.2])
@@ -58,6 +60,7 @@ def test_num_targets_and_target_weights(backend):
     assert_allclose(got, _reference(x, c, 0.1, m=3), atol=1e-8)
 
 
+@pytest.mark.eager_backends
 @pytest.mark.parametrize("descending", [False, True])
 def test_topk_matches_reference(backend, descending):
     x, c = _data((2,), 7, (3,), seed=2)
@@ -93,6 +96,7 @@ def test_hard_limit_orders_the_vectors_by_the_criterion(descending):
     assert_allclose(top, expected[:, :3] if descending else expected[:, -3:], atol=1e-6)
 
 
+@pytest.mark.eager_backends
 def test_axis_batches_and_feature_axes(backend):
     x, c = _data((2, 3), 5, (2, 2), seed=5)
     last = backend.to_numpy(rankops.sort_with(backend.asarray(x), backend.asarray(c), num_targets=4, epsilon=0.1))

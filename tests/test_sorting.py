@@ -17,6 +17,7 @@ def _x(shape, seed=0):
     return np.random.default_rng(seed).normal(size=shape) * 3.0
 
 
+@pytest.mark.eager_backends
 @pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("descending", [False, True])
 def test_values_match_formula(backend, device, method, descending):
@@ -29,12 +30,14 @@ def test_values_match_formula(backend, device, method, descending):
     assert_allclose(got_rank, ref.rank_from(p), rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.eager_backends
 def test_softsort_power_option(backend):
     x = _x((2, 6), seed=9)
     got = backend.to_numpy(rankops.soft_rank(backend.asarray(x), method="softsort", tau=0.5, power=2))
     assert_allclose(got, ref.rank_from(ref.softsort(x, 0.5, power=2, descending=False)), rtol=1e-10)
 
 
+@pytest.mark.eager_backends
 @pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("descending", [False, True])
 def test_hard_limit_matches_numpy_and_scipy(backend, method, descending):
@@ -62,6 +65,7 @@ def test_converges_as_tau_shrinks(method):
     assert errors[-1] < 1e-6
 
 
+@pytest.mark.eager_backends
 @pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize(("shape", "axis"), [((7, 3), 0), ((2, 7, 3), 1), ((2, 3, 7), -1), ((7,), 0), ((2, 7, 3), -2)])
 def test_axis(backend, method, shape, axis):
@@ -76,6 +80,7 @@ def test_axis(backend, method, shape, axis):
     assert_allclose(got_sort, expected_sort, rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.eager_backends
 @pytest.mark.parametrize("method", METHODS)
 def test_rank_total(backend, method):
     """Ranks sum to n(n+1)/2: each row of P sums to one. (Columns need not, so a
@@ -86,6 +91,7 @@ def test_rank_total(backend, method):
     assert_allclose(r.sum(axis=-1), 9 * 10 / 2, rtol=1e-12)
 
 
+@pytest.mark.eager_backends
 @pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_dtype_preserved(backend, method, dtype):
@@ -113,6 +119,7 @@ def test_float16_computed_in_float32_and_cast_back():
     assert_array_equal(out, expected)
 
 
+@pytest.mark.eager_backends
 @pytest.mark.parametrize("method", METHODS)
 def test_input_not_mutated(backend, method):
     x_np = _x((3, 6))
@@ -122,6 +129,7 @@ def test_input_not_mutated(backend, method):
     assert_array_equal(backend.to_numpy(xb), x_np)
 
 
+@pytest.mark.eager_backends
 @pytest.mark.parametrize("method", METHODS)
 def test_nan_row_leaves_other_rows_untouched(backend, method):
     x = _x((3, 6), seed=8)
@@ -132,6 +140,7 @@ def test_nan_row_leaves_other_rows_untouched(backend, method):
     assert np.all(np.isnan(dirty[1]))
 
 
+@pytest.mark.eager_backends
 @pytest.mark.parametrize("method", METHODS)
 def test_rows_independent(backend, method):
     x = _x((4, 7), seed=10)
@@ -141,6 +150,7 @@ def test_rows_independent(backend, method):
         assert_allclose(batch[i], row, rtol=1e-13)
 
 
+@pytest.mark.eager_backends
 @pytest.mark.parametrize("method", METHODS)
 def test_hard_option_gives_exact_sort_and_rank(backend, method):
     x = _x((3, 7), seed=12)
@@ -149,6 +159,7 @@ def test_hard_option_gives_exact_sort_and_rank(backend, method):
     assert_allclose(backend.to_numpy(rankops.soft_rank(xb, method=method, tau=10.0, hard=True)), rankdata(x, axis=-1), rtol=1e-15)
 
 
+@pytest.mark.eager_backends
 def test_single_element_axis(backend):
     x = backend.asarray(np.array([[2.0], [-1.0]]))
     for method in METHODS:

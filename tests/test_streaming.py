@@ -32,7 +32,7 @@ def _expected(op, method, x, tau, descending, **options):
     return np.einsum("i,...ij->...j", np.arange(1.0, x.shape[-1] + 1), p)
 
 
-@pytest.mark.variants_on_jax(block=(4,), descending=(True,))  # conformance runs the unblocked ascending ones there
+@pytest.mark.eager_backends
 @pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize("method", MATRICES)
 @pytest.mark.parametrize("block", [1, 4, None])
@@ -135,6 +135,7 @@ def test_jax_jit_grad_and_vmap(op, method, descending, options):
     assert_allclose(np.asarray(mapped), want_gx, rtol=1e-9, atol=1e-11)
 
 
+@pytest.mark.eager_backends
 @pytest.mark.parametrize("op, method, descending, options", FEW)
 def test_rule_without_autodiff_matches_torch(backend, op, method, descending, options):
     """rankops.vjp on every backend (its own block-recomputing rule on NumPy, Dask, strict)."""

@@ -25,6 +25,7 @@ METHODS = {
 }
 
 
+@pytest.mark.eager_backends
 @pytest.mark.parametrize("method", METHODS)
 def test_tied_entries_get_equal_ranks_and_finite_gradients(backend, method):
     descending = backend.name == "numpy"  # both directions, without doubling every backend's run

@@ -63,7 +63,7 @@ OPS = {  # on NumPy inputs
 }
 
 
-@pytest.mark.variants_on_jax(shared=(False,))  # shared weights broadcast by the same array code
+@pytest.mark.eager_backends
 @pytest.mark.parametrize("op", ["cdf", "rank", "sort", "quantile"])
 @pytest.mark.parametrize("shared", [False, True], ids=["per-entry", "shared"])
 def test_matches_weighted_reference(backend, op, shared):
@@ -78,6 +78,7 @@ def test_matches_weighted_reference(backend, op, shared):
     assert_allclose(got, _reference(op, X, w, 0.05), atol=1e-8)
 
 
+@pytest.mark.eager_backends
 def test_quantile_normalize_matches_reference(backend):
     targets = np.array([-1.0, 0.0, 0.5, 2.0, 3.0])
     got = rankops.soft_quantile_normalize(backend.asarray(X), backend.asarray(targets), weights=backend.asarray(W), epsilon=0.05,
