@@ -24,6 +24,7 @@ from typing import Any
 from ._lib._adapters import get_adapter
 from ._lib._compat import device as _device, index_dtype
 from ._lib._docs import fill_doc
+from ._lib._numerics import safe_divide
 from .losses._lists import check_cutoff, check_gain, count as check_count, discounts, gains, ideal_dcg, lists, per_list
 from .losses._ranking_docs import LIST_ARGS, list_returns
 
@@ -133,8 +134,7 @@ def ndcg(pred: Any, target: Any, /, k: int | None = None, *, gain: str = "exp", 
     xp, s, t, valid = lists("metrics.ndcg", pred, target, mask, axis, finite="labels")
     k = check_cutoff(s.shape[-1], k)
     idcg = ideal_dcg(xp, xp.where(valid, gains(xp, t, powered), xp.zeros_like(t)), valid, k)
-    some = idcg > 0
-    value = xp.where(some, _dcg(xp, s, t, valid, k, powered) / xp.where(some, idcg, xp.ones_like(idcg)), float(filler_value))
+    value = safe_divide(xp, _dcg(xp, s, t, valid, k, powered), idcg, float(filler_value))
     return per_list(xp, value, valid)
 
 
@@ -184,8 +184,7 @@ def recall_at_k(pred: Any, target: Any, /, k: int, *, mask: Any = None, axis: in
     xp, s, t, valid, relevant = _hits("metrics.recall_at_k", pred, target, mask, axis)
     k = check_count("k", k)
     count = xp.sum(xp.astype(relevant, s.dtype), axis=-1)
-    some = count > 0
-    value = xp.where(some, _top(xp, s, relevant, valid, k) / xp.where(some, count, xp.ones_like(count)), xp.zeros_like(count))
+    value = safe_divide(xp, _top(xp, s, relevant, valid, k), count)
     return per_list(xp, value, valid)
 
 
@@ -233,6 +232,5 @@ def average_precision(pred: Any, target: Any, /, *, mask: Any = None, axis: int 
     upto, upto_relevant = _upto(xp, s, valid), _upto(xp, s, relevant)
     count = xp.sum(xp.astype(relevant, s.dtype), axis=-1)
     total = xp.sum(xp.where(relevant, upto_relevant / xp.maximum(upto, xp.ones_like(upto)), xp.zeros_like(upto)), axis=-1)
-    some = count > 0
-    value = xp.where(some, total / xp.where(some, count, xp.ones_like(count)), xp.zeros_like(count))
+    value = safe_divide(xp, total, count)
     return per_list(xp, value, valid)

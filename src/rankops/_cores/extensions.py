@@ -35,7 +35,7 @@ import math
 from typing import Any
 
 from .._lib._compat import cumulative_sum, device as _device, index_dtype
-from .._lib._numerics import safe_divide
+from .._lib._numerics import safe_divide, safe_log_divide
 
 __all__ = ["Extension", "LogSums", "MeanSums", "DROPS", "SPAN"]
 
@@ -120,8 +120,8 @@ class LogSums:
     @staticmethod
     def prefixes(xp: Any, adapter: Any, blocks: tuple[Any, ...], inside: Any) -> Any:
         totals = adapter.cumlogsumexp(xp, xp.where(inside, xp.stack(blocks), -math.inf))
-        some = totals[1, ...] > -math.inf  # not an empty prefix (a window past its row's end: its pools are not kept)
-        return xp.where(some, totals[0, ...] - xp.where(some, totals[1, ...], 0.0), -math.inf)
+        # -inf for an empty prefix (a window past its row's end: its pools are not kept)
+        return safe_log_divide(xp, totals[0, ...], totals[1, ...], -math.inf)
 
 
 class MeanSums:

@@ -38,7 +38,7 @@ from typing import Any, Callable
 from .._lib._compat import broadcast_arrays, device as _device
 from .._lib._adapters import get_adapter
 from .._lib._loops import freeze_rows
-from .._lib._numerics import logaddexp, safe_divide
+from .._lib._numerics import logaddexp, safe_divide, safe_log_divide
 from . import windows
 from .extensions import Extension, LogSums, MeanSums
 from .merges import merge_rounds, padded_length
@@ -146,9 +146,7 @@ class _KL:
 
     @staticmethod
     def value(xp: Any, sums: tuple[Any, Any], fallback: Any, centre: Any = None) -> Any:
-        num, den = sums
-        some = den > -math.inf
-        return xp.where(some, num - xp.where(some, den, xp.zeros_like(den)), fallback)
+        return safe_log_divide(xp, *sums, fallback)
 
     @staticmethod
     def pooled(xp: Any, adapter: Any, starts: Any, u: Any, yw: Any, unit: bool) -> Any:

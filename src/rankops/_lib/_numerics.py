@@ -118,6 +118,13 @@ def safe_divide(xp: Any, num: Any, den: Any, fallback: Any = None) -> Any:
     return xp.where(some, q, xp.zeros_like(q) if fallback is None else fallback)
 
 
+def safe_log_divide(xp: Any, num: Any, den: Any, fallback: Any) -> Any:
+    """``num - den``, the log of a ratio from the logs of its terms, where ``den > -inf``, else ``fallback``: the
+    log-domain :func:`safe_divide` (an empty sum's log is ``-inf``, and ``-inf - -inf`` is NaN)."""
+    some = den > -math.inf
+    return xp.where(some, num - xp.where(some, den, xp.zeros_like(den)), fallback)
+
+
 def centred_within(xp: Any, a: Any, members: Any, m: Any) -> tuple[Any, Any]:
     """``(mean, d)`` along the last axis: the mean of ``a``'s members (``members`` True; ``m`` their count, at least
     1) and ``d = a - mean`` on them, 0 elsewhere, in two passes. The first pass's mean rounds at its own magnitude, and

@@ -11,6 +11,7 @@ from typing import Any
 
 from .._lib._compat import Array
 from .._lib._docs import fill_doc
+from .._lib._numerics import safe_divide
 from ._common import in_float32
 from ._lists import check_cutoff, flag, lists, log_sigmoid, max_dcg, number, pairs, per_list, positions
 from ._ranking_docs import LIST_ARGS, list_returns
@@ -58,7 +59,7 @@ def ranknet_loss(pred: Array, target: Array, /, *, weight_by_diff: bool = False,
         term = term * xp.abs(t[..., :, None] ** 2 - t[..., None, :] ** 2)
     count = xp.sum(xp.astype(ordered, s.dtype), axis=(-2, -1))
     total = xp.sum(xp.where(ordered, term, xp.zeros_like(term)), axis=(-2, -1))
-    return per_list(xp, total / xp.where(count > 0, count, xp.ones_like(count)), valid)
+    return per_list(xp, safe_divide(xp, total, count), valid)
 
 
 def _weights(xp: Any, scheme: str | None, gain: Any, discount: Any, pos: Any, t: Any, mu: float) -> Any:

@@ -133,8 +133,7 @@ def ndcg_loss(scores: Array, relevance: Array, /, k: int | None = None, *, mask:
     cut = xp.clip(k + 1 - r, 0, 1)
     dcg = xp.sum(g * cut / xp.log2(1 + r), axis=-1)
     idcg = ideal_dcg(xp, g, None, k)  # g is 0 on the padding
-    some = idcg > 0
-    loss = xp.where(bad, math.nan, 1 - xp.where(some, dcg / xp.where(some, idcg, xp.ones_like(idcg)), xp.zeros_like(dcg)))
+    loss = xp.where(bad, math.nan, 1 - safe_divide(xp, dcg, idcg))
     return loss if m is None else xp.where(xp.any(m, axis=-1), loss, math.nan)
 
 
@@ -238,4 +237,4 @@ def permutation_loss(scores: Array, target: Array, /, *, mask: Array | None = No
     hit = _one_hot(xp, xp.argsort(t, axis=-1, descending=True, stable=True), n) & masked.prefix(xp, m)[..., :, None]
     count = xp.sum(xp.astype(m, s.dtype), axis=-1)
     total = -xp.sum(xp.where(hit, log_p, xp.zeros_like(log_p)), axis=(-2, -1))
-    return xp.where((count > 0) & ~bad, total / xp.where(count > 0, count, xp.ones_like(count)), math.nan)
+    return xp.where(bad, math.nan, safe_divide(xp, total, count, math.nan))

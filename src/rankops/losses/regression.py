@@ -10,6 +10,7 @@ from ..sorting import soft_sort
 from ..transport import soft_quantile
 from .._lib._adapters import get_adapter
 from .._lib._docs import fill_doc
+from .._lib._numerics import safe_divide
 from ._common import MASK, per_row_returns, _level, in_float32, without_nan, row_mask, rows, with_mask
 
 __all__ = ["quantile_loss", "pinball_loss"]
@@ -119,4 +120,4 @@ def pinball_loss(pred: Array, target: Array, q: float, /, *, mask: Array | None 
         return xp.where(bad, math.nan, xp.mean(check, axis=-1))
     count = xp.sum(xp.astype(m, check.dtype), axis=-1)
     total = xp.sum(xp.where(m, check, xp.zeros_like(check)), axis=-1)
-    return xp.where((count > 0) & ~bad, total / xp.where(count > 0, count, xp.ones_like(count)), math.nan)
+    return xp.where(bad, math.nan, safe_divide(xp, total, count, math.nan))
