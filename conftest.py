@@ -245,10 +245,11 @@ def _mark_eager_checks(item: pytest.Item) -> None:
     """``@pytest.mark.eager_backends``: on a backend that compiles per shape and option set (JAX), the check is
     ``exhaustive``.
 
-    For a check whose point is rankops' own array code, the same on every backend (a rule, a conversion, a numeric
-    reference), which runs on the other backends in the default run: on JAX it compiles programs of its own for what
-    the eager backends already check, while JAX's own routes (``jit``, ``grad``, ``vmap``, the fits that read no
-    values) are conformance's, for every operator, and the default run's tests named for JAX check its transforms.
+    For a check that the eager backends run in the default run, whose JAX case compiles programs of its own (a row
+    length and option set each): rankops' own array code, the same on every backend (a rule, a conversion, a numeric
+    reference), and the p-norm fits, float32 precisions and regressions on long and hostile rows. In the default run
+    JAX's own routes (``jit``, ``grad``, ``vmap``, the fits that read no values) are conformance's, for every operator,
+    and the tests written for JAX check its transforms (docs/testing.md, "Tiers and time").
     """
     params = getattr(getattr(item, "callspec", None), "params", {})
     if item.get_closest_marker("eager_backends") is not None and _on_a_compiling_backend(params):
@@ -257,9 +258,10 @@ def _mark_eager_checks(item: pytest.Item) -> None:
 
 def _on_a_compiling_backend(params: dict[str, Any]) -> bool:
     """Whether a test case's parameters put it on a backend that compiles per shape and option set: a backend
-    fixture's (:data:`_BACKEND_FIXTURES`) or a ``backend_name`` naming JAX (``"jax"``, ``"jax-jit"``, ...)."""
+    fixture's (:data:`_BACKEND_FIXTURES`), or a backend's name (``backend_name``, or ``name`` in the files that name
+    their hosts so) for JAX: ``"jax"``, or a JAX route such as ``"jax-jit"`` or ``"jax-f32"``."""
     return (any(getattr(params.get(f), "compiles", False) for f in _BACKEND_FIXTURES)
-            or str(params.get("backend_name", "")).startswith("jax"))
+            or any(str(params.get(p, "")).startswith("jax") for p in ("backend_name", "name")))
 
 
 # the parameter ids that name a backend's device, a dtype or a shard, not what a test is about

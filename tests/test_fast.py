@@ -20,6 +20,10 @@ import rankops
 from tests.backends import CPU_BACKENDS, on_backend
 from tests.reference import central_vjp
 
+# on JAX (each row length and option set a program of its own) under -m exhaustive: the default run checks these
+# fits on the eager backends, and JAX's routes through conformance (docs/testing.md, "Tiers and time")
+pytestmark = pytest.mark.eager_backends
+
 RNG = np.random.default_rng(20261123)
 
 

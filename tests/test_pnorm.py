@@ -27,6 +27,10 @@ from rankops._cores import block_roots, windows
 from .backends import CPU_BACKENDS, assert_autodiff_equals_vjp, on_backend
 from .reference import bisection, central_vjp, dykstra_decreasing
 
+# on JAX (each row length and option set a program of its own) under -m exhaustive: the default run checks these fits
+# on the eager backends, and on JAX conformance's p-norm operators (docs/testing.md, "Tiers and time")
+pytestmark = pytest.mark.eager_backends
+
 PS = [2.0, 1.5, 4.0 / 3.0, 1.25]
 
 

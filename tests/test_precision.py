@@ -22,6 +22,10 @@ import rankops
 
 from .backends import on_backend
 
+# on JAX (each row length and option set a program of its own) under -m exhaustive: the default run checks these
+# precisions on NumPy and torch, and JAX's float32 route through conformance (docs/testing.md, "Tiers and time")
+pytestmark = pytest.mark.eager_backends
+
 BACKENDS = ["numpy", "torch"]  # the arithmetic is the backends' own: two eager CPU hosts show it
 
 

@@ -21,6 +21,10 @@ import rankops
 
 from .backends import on_backend
 
+# on JAX (each row length and option set a program of its own) under -m exhaustive: the default run checks these
+# regressions on the eager backends, and JAX's routes through conformance (docs/testing.md, "Tiers and time")
+pytestmark = pytest.mark.eager_backends
+
 
 RANGE_SLACK = 0.5  # conformance/oracle.py: a float64 value beyond half the range may round to +-inf
 
