@@ -198,10 +198,9 @@ def _as(backend, options):
     return {**options, "args": tuple(backend.asarray(a) if isinstance(a, np.ndarray) else a for a in options.get("args", ()))}
 
 
+@pytest.mark.eager_backends  # JAX's in the default run: test_masked_operators_under_jit_vmap_and_grad, conformance/test_masks.py
 @pytest.mark.parametrize("case", METHOD_CASES)
 def test_masked_operator_is_the_operator_on_the_valid_entries_alone(backend, case):
-    if backend.compiles:  # each case a program of its own: JAX's are the five below and conformance/test_masks.py's
-        pytest.skip("JAX: test_masked_operators_under_jit_vmap_and_grad and conformance/test_masks.py (every masked spec)")
     fn, options = METHOD_CASES[case]
     got = backend.to_numpy(_call(fn, backend.asarray(PADDED), _as(backend, options), mask=backend.asarray(MASK)))
     expected = _compacted(fn, options, Y, MASK)
