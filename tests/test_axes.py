@@ -106,14 +106,14 @@ def _both(backend, name, axis, seed=0):
 
 
 # The layout is one backend-independent code path (prepare / Prepared): every tuple on NumPy and
-# array-api-strict, the general case (all three axes) on the other backends (JAX compiles per shape), and on JAX the
-# operators of test_jax_jit_and_grad alone (every other one under -m exhaustive: two programs each, the same layout code)
+# array-api-strict, the general case (all three axes) on the other backends, on JAX under -m exhaustive (two programs
+# each, the same layout code: JAX's own check of tuple axes is test_jax_jit_and_grad, on these operators)
 _EVERY_TUPLE = ("numpy", "array_api_strict")
 _ON_JAX = ("soft_rank[sinkhorn]", "soft_sort[topk]", "soft_quantile[levels]", "soft_rank[lapsum]",
            "soft_topk_mask[lapsum-k-per-row]", "soft_kendall_tau")
 
 
-@pytest.mark.variants_on_jax(name=_ON_JAX)
+@pytest.mark.eager_backends
 @pytest.mark.parametrize("name", CASES)
 def test_tuple_axis_equals_manual_flatten(backend, name):
     for axis in AXES if backend.name in _EVERY_TUPLE else AXES[-1:]:

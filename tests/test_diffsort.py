@@ -209,6 +209,7 @@ def test_nan_row_is_nan_and_alone():
         assert_allclose(np.delete(out, 1, axis=0), clean, rtol=0, atol=0)
 
 
+@pytest.mark.eager_backends
 @pytest.mark.parametrize("distribution", DISTRIBUTIONS)
 def test_float32_shares_keep_their_relative_precision_in_the_tails(backend, distribution):
     """Each wire's two shares, ``1 - f(u)`` kept and ``f(u)`` taken, in float32 against the paper's ``f`` in float64
@@ -234,6 +235,7 @@ def test_float32_shares_keep_their_relative_precision_in_the_tails(backend, dist
         assert np.all(np.abs(got - want) <= bound), f"u = {u[worst]}: {got[worst]} against {want[worst]}"
 
 
+@pytest.mark.eager_backends
 @pytest.mark.parametrize("backend_name", ["numpy", "jax", "torch"])
 @pytest.mark.parametrize("network", ["odd_even", "bitonic"])
 def test_float32_gradients_of_a_row_spread_over_decades_follow_float64(backend_name, network):

@@ -67,6 +67,7 @@ def _rows(seed: int, shape: tuple[int, int]) -> np.ndarray:
     return x
 
 
+@pytest.mark.eager_backends
 @pytest.mark.parametrize(("name", "p"), [(h, p) for h in CPU_BACKENDS for p in PS if h != "jax" or p in (4.0 / 3.0, 1.25)])
 def test_values_equal_the_papers_pav(name, p):
     to, run = on_backend(name)

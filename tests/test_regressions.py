@@ -273,8 +273,6 @@ _RANGE_EDGES = {  # name: (function, row, args, options, compared with the float
 }
 
 
-# on JAX a program per row: the two compared with float64 in the default run, every row under -m exhaustive
-@pytest.mark.variants_on_jax(case=("soft_quantile", "soft_quantize"))
 @pytest.mark.parametrize("case", _RANGE_EDGES)
 def test_implicit_gradient_of_float32_rows_at_the_range_edges(backend, case):
     fun, row, args, options, compared = _RANGE_EDGES[case]

@@ -220,6 +220,7 @@ def test_jax_jit_grad_vmap():
     assert_allclose(np.asarray(d_c), rule_c, atol=1e-8)
 
 
+@pytest.mark.eager_backends
 def test_vjp_on_every_backend(backend, device):
     """rankops.vjp: the backend's autodiff (torch, JAX) or rankops' rule (NumPy, array-api-strict, Dask), same numbers."""
     x, c = _data((2,), 5, (2, 2), seed=16)

@@ -156,6 +156,7 @@ def test_the_solver_takes_an_array_epsilon_and_reports_one_outside_as_not_conver
         assert np.isnan(info.error).all() and not info.converged.any()
 
 
+@pytest.mark.eager_backends
 @pytest.mark.parametrize("backend_name", CPU_BACKENDS)
 def test_array_temperatures_on_every_cpu_backend(backend_name):
     """The p-norm sort's array strength equals the number's (float32 on JAX), and a temperature outside the finite

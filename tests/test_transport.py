@@ -275,7 +275,7 @@ def test_float32_end_levels_read_the_extreme(q):
         assert_allclose(xt.grad.numpy(), g64, atol=1e-3)
 
 
-@pytest.mark.variants_on_jax(dtype=("float32",))  # float64 is torch's route, compiled once more
+@pytest.mark.eager_backends
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_unrolled_gradient_at_level_zero_is_finite(autodiff_backend, dtype):
     """Unrolled autodiff through the solver where the filler's empty side column has weight ~0.

@@ -209,6 +209,7 @@ _WEIGHTED_CALLS = {
 }
 
 
+@pytest.mark.eager_backends
 @pytest.mark.parametrize("backend_name", ["numpy", "torch", "jax"])
 @pytest.mark.parametrize("kind", list(BAD_ROWS))
 def test_weights_outside_the_domain_give_a_nan_row_quietly(backend_name, kind):
