@@ -256,12 +256,16 @@ def _mark_eager_checks(item: pytest.Item) -> None:
         item.add_marker(pytest.mark.exhaustive)
 
 
+# the backends that compile per shape and option set, by name (JAX)
+_COMPILING = {b.name for b in BACKENDS if b.compiles}
+
+
 def _on_a_compiling_backend(params: dict[str, Any]) -> bool:
     """Whether a test case's parameters put it on a backend that compiles per shape and option set: a backend
     fixture's (:data:`_BACKEND_FIXTURES`), or a backend's name (``backend_name``, or ``name`` in the files that name
-    their hosts so) for JAX: ``"jax"``, or a JAX route such as ``"jax-jit"`` or ``"jax-f32"``."""
+    their hosts so), alone or with a route after a hyphen (``"jax"``, ``"jax-jit"``, ``"jax-f32"``)."""
     return (any(getattr(params.get(f), "compiles", False) for f in _BACKEND_FIXTURES)
-            or any(str(params.get(p, "")).startswith("jax") for p in ("backend_name", "name")))
+            or any(str(params.get(p, "")).split("-")[0] in _COMPILING for p in ("backend_name", "name")))
 
 
 # the parameter ids that name a backend's device, a dtype or a shard, not what a test is about
