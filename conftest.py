@@ -235,7 +235,7 @@ def _mark_variants_beyond_the_kept_ones(item: pytest.Item) -> None:
     """
     marker = item.get_closest_marker("variants_on_jax")
     params = getattr(getattr(item, "callspec", None), "params", {})
-    if marker is None or not _on_a_compiling_backend(params):
+    if marker is None or not _on_a_compiling_backend(item):
         return
     if any(name in params and params[name] not in kept for name, kept in marker.kwargs.items()):
         item.add_marker(pytest.mark.exhaustive)
@@ -251,8 +251,7 @@ def _mark_eager_checks(item: pytest.Item) -> None:
     JAX's own routes (``jit``, ``grad``, ``vmap``, the fits that read no values) are conformance's, for every operator,
     and the tests written for JAX check its transforms (docs/testing.md, "Tiers and time").
     """
-    params = getattr(getattr(item, "callspec", None), "params", {})
-    if item.get_closest_marker("eager_backends") is not None and _on_a_compiling_backend(params):
+    if item.get_closest_marker("eager_backends") is not None and _on_a_compiling_backend(item):
         item.add_marker(pytest.mark.exhaustive)
 
 
@@ -260,12 +259,12 @@ def _mark_eager_checks(item: pytest.Item) -> None:
 _COMPILING = {b.name for b in BACKENDS if b.compiles}
 
 
-def _on_a_compiling_backend(params: dict[str, Any]) -> bool:
-    """Whether a test case's parameters put it on a backend that compiles per shape and option set: a backend
-    fixture's (:data:`_BACKEND_FIXTURES`), or a backend's name (``backend_name``, or ``name`` in the files that name
-    their hosts so), alone or with a route after a hyphen (``"jax"``, ``"jax-jit"``, ``"jax-f32"``)."""
-    return (any(getattr(params.get(f), "compiles", False) for f in _BACKEND_FIXTURES)
-            or any(str(params.get(p, "")).split("-")[0] in _COMPILING for p in ("backend_name", "name")))
+def _on_a_compiling_backend(item: pytest.Item) -> bool:
+    """Whether a test case runs on a backend that compiles per shape and option set: its parameter ids name one, as
+    :func:`jax_scope` reads them (a backend fixture's id, ``"jax-cpu:0"``; a backend's name however a test passes it,
+    ``"jax"``, ``"jax-jit"``, ``"p=3/2-jax-f32"``)."""
+    callspec = getattr(item, "callspec", None)
+    return callspec is not None and not _COMPILING.isdisjoint(callspec.id.split("-"))
 
 
 # the parameter ids that name a backend's device, a dtype or a shard, not what a test is about

@@ -373,9 +373,7 @@ def test_merge_rounds_alone_equal_the_papers_pav(name):
             np.testing.assert_allclose(np.sign(d) * np.abs(d) ** (q - 1.0), want, rtol=1e-10, atol=1e-9 * np.abs(want).max())
 
 
-# on JAX (a compile per pooling-round count) one round in the default run, two and three under -m exhaustive
-@pytest.mark.parametrize(("name", "counts"), [(h, (1, 2, 3)) for h in CPU_BACKENDS if h != "jax"]
-                         + [("jax", (1,)), pytest.param("jax", (2, 3), marks=pytest.mark.exhaustive)])
+@pytest.mark.parametrize(("name", "counts"), [(h, (1, 2, 3)) for h in CPU_BACKENDS])
 def test_merge_rounds_over_pooled_blocks_equal_the_papers_pav(name, counts):
     """At q = 2 and 4 the merge rounds start from the pooling rounds' blocks, one entry each (their weight, size, mean
     and centred moments): after 1, 2 or 3 pooling rounds, the fit still equals the sequential PAV. JAX keeps the row's

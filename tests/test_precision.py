@@ -13,7 +13,6 @@ the softness (computed from the row), the same call in float64.
 from __future__ import annotations
 
 import functools
-from typing import Any
 
 import numpy as np
 import pytest
@@ -29,17 +28,11 @@ pytestmark = pytest.mark.eager_backends
 BACKENDS = ["numpy", "torch"]  # the arithmetic is the backends' own: two eager CPU hosts show it
 
 
-def _on_every_route(cases: list[tuple[str, tuple]], f32_kept: Any = lambda *values: True) -> list:
+def _on_every_route(cases: list[tuple[str, tuple]]) -> list:
     """``pytest.param(name, *values, id=f"{label}-{name}")`` for each case ``(label, values)`` on the eager backends and
-    JAX's two routes. JAX's sums in float64 are torch's route, compiled (-m exhaustive); its own route, two float32
-    levels where a device has no float64 ("jax-f32", JAX's default), runs in the default run where
-    ``f32_kept(*values)`` (a program per option set, the same array code), else under -m exhaustive."""
-    params = []
-    for label, values in cases:
-        for name in BACKENDS + ["jax", "jax-f32"]:
-            kept = name != "jax" and (name != "jax-f32" or f32_kept(*values))
-            params.append(pytest.param(name, *values, id=f"{label}-{name}", marks=() if kept else pytest.mark.exhaustive))
-    return params
+    JAX's two routes: its sums in float64 (torch's route, compiled) and its own, two float32 levels where a device has
+    no float64 ("jax-f32", JAX's default); both under -m exhaustive, as every JAX case of this module."""
+    return [pytest.param(name, *values, id=f"{label}-{name}") for label, values in cases for name in BACKENDS + ["jax", "jax-f32"]]
 
 
 def _far_row(n: int, seed: int = 0, offset: float = 1000.0) -> np.ndarray:
@@ -216,8 +209,7 @@ def test_float32_p_norm_sorts_of_long_rows(name):
 # The p-norm soft sort projects rho / strength, and rho / 10 rounds every rank of a long row: their differences were
 # 1e-3 of themselves off at n = 3 x 10^4, and the first values of the sort 2e-4 (3e-4 on JAX). The projection now
 # runs on rho / 2^e, exact, by the sort's homogeneity.
-@pytest.mark.parametrize(("name", "p"), [(b, p) for b in BACKENDS for p in (1.5, 1.7)]
-                         + [("jax", 1.5), pytest.param("jax", 1.7, marks=pytest.mark.exhaustive)])
+@pytest.mark.parametrize(("name", "p"), [(b, p) for b in BACKENDS + ["jax"] for p in (1.5, 1.7)])
 def test_float32_p_norm_sorts_of_long_rows_at_a_large_strength(name, p):
     x = np.random.default_rng(0).normal(size=(1, 30_000)).astype(np.float32)
     to, run = on_backend(name)
@@ -233,8 +225,7 @@ def test_float32_p_norm_sorts_of_long_rows_at_a_large_strength(name, p):
 # s_first and on the ranks' steps within the block.
 @pytest.mark.parametrize(("name", "regularization", "strength", "rows"), _on_every_route(
     [(f"{rows}-{label}-{regularization}", (regularization, strength, rows)) for rows in ("normal", "tied")
-     for strength, label in ((10.0, "strength=10"), (None, "default")) for regularization in ("l2", "kl")],
-    f32_kept=lambda regularization, strength, rows: (rows, strength) == ("tied", None)))
+     for strength, label in ((10.0, "strength=10"), (None, "default")) for regularization in ("l2", "kl")]))
 def test_float32_l2_and_kl_sorts_of_long_rows(name, regularization, strength, rows, monkeypatch):
     x, want = _long_sort(rows, regularization, strength)
     to, run = _on_backend_or_f32(name, monkeypatch)
@@ -369,7 +360,7 @@ def test_float32_p_norm_ranks_of_long_tied_rows(name, p, monkeypatch):
 # step a float32 scatter-add over the block's entries one at a time: on tied rows of 3 x 10^4 at strength 1, torch and
 # JAX were 0.098 (p = 5/4) and 0.54 (p = 6/5) off (5.3 at 10^5). The steps now run on the block's centred moments,
 # summed once as the output's sums are (precise).
-@pytest.mark.parametrize(("name", "p"), _on_every_route([("p=5/4", (1.25,)), ("p=6/5", (1.2,))], f32_kept=lambda p: p == 1.25))
+@pytest.mark.parametrize(("name", "p"), _on_every_route([("p=5/4", (1.25,)), ("p=6/5", (1.2,))]))
 def test_float32_p_norm_ranks_past_the_closed_forms_of_long_tied_rows(name, p, monkeypatch):
     x = (np.round(np.random.default_rng(5).normal(size=(1, 30_000)) * 8.0) / 8.0).astype(np.float32)
     to, run = _on_backend_or_f32(name, monkeypatch)
