@@ -7,6 +7,7 @@ Prints three tables:
    ``soft_topk_magnitude`` (k = n / 10) with
    ``method="permutahedron"``, ``regularization="l2"`` and ``"lp"`` at
    p = 3/2, 4/3 (closed forms) and 1.25 (Newton's method), ``strength=0.1``
+   (the rank and the sort also at the default softness)
    on standard normal rows, at B = 20, n = 1000 and B = 1, n = 10^5, on
    torch (eager, one thread) and JAX (``jax.jit``); the last column is the
    time over l2's measured in the same run;
@@ -103,15 +104,18 @@ def speed(sizes: list[tuple[int, int]], repeats: int) -> None:
     import torch
 
     torch.set_num_threads(1)
-    _head("forward+backward, float32, strength=0.1, median of interleaved repeats (ms; last column: / l2 in the same run)",
-          ("backend", "operator", "B", "n"), REGULARIZERS)
+    _head("forward+backward, float32, median of interleaved repeats (ms; last column: / l2 in the same run)",
+          ("backend", "operator", "B", "n", "knob"), REGULARIZERS)
     for b, n in sizes:
         x = np.random.default_rng(0).normal(size=(b, n)).astype(np.float32)
         for backend in ("torch", "jax"):
             for op in ("soft_rank", "soft_sort", "soft_topk_mask", "soft_topk_magnitude"):
-                fns = {name: _step(backend, op, opts, x) for name, opts in REGULARIZERS.items()}
-                ms = {k: 1e3 * v for k, v in interleaved_medians(fns, repeats).items()}
-                print(f"| {backend} | {op} | {b} | {n:,} | {_cells(ms)}")
+                # the rank's and sort's blocks form where each regularizer's knob puts them: their default softness too
+                for strength in (0.1, None) if op in ("soft_rank", "soft_sort") else (0.1,):
+                    fns = {name: _step(backend, op, opts, x, strength) for name, opts in REGULARIZERS.items()}
+                    ms = {k: 1e3 * v for k, v in interleaved_medians(fns, repeats).items()}
+                    knob = "default softness" if strength is None else f"strength {strength:g}"
+                    print(f"| {backend} | {op} | {b} | {n:,} | {knob} | {_cells(ms)}")
 
 
 def by_knob(sizes: list[tuple[int, int]], repeats: int) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import itertools
 import math
 from typing import Any
 
@@ -780,10 +781,12 @@ def test_under_jit_the_merge_rounds_count_every_entry():
 
 
 def test_under_jit_the_merge_rounds_over_blocks_take_the_shortest_rows_that_hold_them(monkeypatch):
-    """Under ``jax.jit`` the merge rounds over the blocks cannot count them: on a long row (here from 64 entries, as
-    from 1024 in use) they run over rows of a quarter or a half of its padded length, the first that holds every
-    row's blocks, else over the whole padded length (``merges.merge_lengths``). Each route equals the sequential PAV, after one pooling
-    round that left drops; the quarter alone, forced where the blocks need the half, does not."""
+    """Under ``jax.jit`` the merge rounds over the blocks cannot count them: at q = 2 (``regularization="lp", p=2``),
+    on a long row (here from 64 entries, as from 1024 in use), they run over rows of a quarter or a half of its padded
+    length, the first that holds every row's blocks, else over the whole padded length (``merges.merge_lengths``).
+    Each route equals the sequential PAV, after one pooling round that left drops; the quarter alone, forced where
+    the blocks need the half, does not. At q = 4, whose pooling rounds' extensions finish the snowballing chains,
+    the fit traces one merge program, at the padded length."""
     jax = pytest.importorskip("jax")
     import jax.numpy as jnp
     from array_api_compat import array_namespace
@@ -794,29 +797,38 @@ def test_under_jit_the_merge_rounds_over_blocks_take_the_shortest_rows_that_hold
     monkeypatch.setattr(merges, "SHORT_MERGE_FROM", 64)
     assert (merges.merge_lengths(64), merges.merge_lengths(40), merges.merge_lengths(32)) == ((16, 32, 64), (16, 32, 64), (32,))
 
-    def fit(a: Any, b: Any) -> Any:
+    def fit(a: Any, b: Any, q: float) -> Any:
         xp = array_namespace(a)
         y, w = xp.flip(a, axis=-1), xp.flip(b, axis=-1)
-        u, unsettled, _ = isotonic.pool_runs(xp, get_adapter(xp), pnorm._Rules(4.0), y - powers.odd_power(xp, w, 1.0 / 3.0),
+        u, unsettled, _ = isotonic.pool_runs(xp, get_adapter(xp), pnorm._Rules(q), y - powers.odd_power(xp, w, 1.0 / (q - 1.0)),
                                              xp.stack([y, w]), 1)
         blocks = xp.max(xp.sum(xp.astype(isotonic.block_starts(xp, u), xp.int32), axis=-1))
-        return xp.flip(power_sums.merge_fit(xp, u, y, w, q=4.0)[0], axis=-1), blocks, xp.any(unsettled)
+        return xp.flip(power_sums.merge_fit(xp, u, y, w, q=q)[0], axis=-1), blocks, xp.any(unsettled)
 
-    x = _chained_rows(11, 64)
-    z, w = -np.sort(-x, axis=-1), np.broadcast_to(np.arange(64, 0, -1.0) * 3.0, x.shape)
-    want = np.stack([_pav_projection(a, b, 4.0 / 3.0) for a, b in zip(z, w)])
+    x = _chained_rows(10, 64)
+    z, w = -np.sort(-x, axis=-1), np.broadcast_to(np.arange(64, 0, -1.0) * 0.3, x.shape)
+    want = np.stack([_pav_projection(a, b, 2.0) for a, b in zip(z, w)])
 
     def mu(rows: list[int]) -> tuple[np.ndarray, int]:
-        v, blocks, unsettled = jax.jit(lambda a, b: fit(a, b))(jnp.asarray(z[rows]), jnp.asarray(w[rows]))  # traced anew
+        v, blocks, unsettled = jax.jit(lambda a, b: fit(a, b, 2.0))(jnp.asarray(z[rows]), jnp.asarray(w[rows]))  # traced anew
         assert bool(unsettled)
-        return np.sign(z[rows] - v) * np.abs(z[rows] - v) ** 3.0, int(blocks)
+        return z[rows] - v, int(blocks)
 
-    # the most blocks a row keeps after the round: 11 (a quarter holds them), 27 (a half), 61
-    routes = {16: [0, 4], 32: [0, 1, 4], 64: list(range(6))}
+    # the most blocks a row keeps after the round: 14 (a quarter holds them), 26 (a half), 51
+    routes = {16: [0, 5], 32: [0, 2, 5], 64: list(range(6))}
     for length, rows in routes.items():
         got, blocks = mu(rows)
         assert length // 2 < blocks <= length, (length, blocks)
         np.testing.assert_allclose(got, want[rows], rtol=1e-10, atol=1e-9 * np.abs(want).max())
+
+    lengths = []
+    rounds = isotonic.merge_rounds
+    monkeypatch.setattr(isotonic, "merge_rounds", lambda xp, adapter, kind, v, data: lengths.append(v.shape[-1]) or rounds(
+        xp, adapter, kind, v, data))
+    for q, traced in ((2.0, [16, 32, 64]), (4.0, [64])):
+        lengths.clear()
+        jax.make_jaxpr(lambda a, b: fit(a, b, q))(jnp.asarray(z), jnp.asarray(w))
+        assert lengths == traced, (q, lengths)
     monkeypatch.setattr(type(get_adapter(jnp)), "shortcut", lambda self, xp, holds, fast, general: fast())
     np.testing.assert_allclose(mu(routes[16])[0], want[routes[16]], rtol=1e-10, atol=1e-9 * np.abs(want).max())
     assert not np.allclose(mu(routes[32])[0], want[routes[32]], rtol=1e-3)
@@ -866,37 +878,37 @@ def test_under_jit_the_p_three_halves_fit_pools_over_its_blocks_where_they_fit_a
     assert not np.allclose(mu(spills)[0], want[spills], rtol=1e-3)
 
 
-def _chain_problems() -> list[tuple[np.ndarray, np.ndarray, bool]]:
-    """``(z, w, signed)`` rows (decreasing, the projection's order) whose pooling rounds snowball at p = 3/2: the
-    rank's row evenly spaced at the slope of ``w^(1/2)`` halfway along it (its first half takes in one entry per
-    round), and a sort's geometric row at strength 0.5 (weights of either sign: the data)."""
-    n = 128
-    chain = -np.sort(-0.5 * 64.0 ** -0.5 * np.arange(1.0, n + 1.0))
+def _chain_problems(q: float = 3.0) -> list[tuple[np.ndarray, np.ndarray, bool]]:
+    """``(z, w, signed)`` rows (decreasing, the projection's order) whose pooling rounds snowball at ``q`` (3: p = 3/2,
+    4: p = 4/3): the rank's row evenly spaced at the slope of ``w^(1/(q-1))`` halfway along it (its first half takes
+    in one entry per round), and a sort's geometric row at strength 0.5 (weights of either sign: the data)."""
+    n, e = 128, 1.0 / (q - 1.0)
+    chain = -np.sort(-e * 64.0 ** (e - 1.0) * np.arange(1.0, n + 1.0))
     rank = (np.stack([chain, 1.5 * chain]), np.broadcast_to(np.arange(n, 0, -1.0), (2, n)), False)
     x = 1.3 ** np.arange(64.0) * np.random.default_rng(9).uniform(0.9, 1.1, size=(2, 64))
     sort = (np.broadcast_to(np.arange(64, 0, -1.0) / 0.5, x.shape), -np.sort(x, axis=-1), True)
     return [rank, sort]
 
 
-def _extended_fit(xp: Any, z: Any, w: Any, signed: bool, rounds: int, extend: Any) -> tuple[Any, Any]:
-    """``(v, unsettled)``: the p = 3/2 fit of ``(z, w)`` (rows decreasing, the projection's order; ``signed``: the
-    sort's weights of either sign) after ``rounds`` pooling rounds with the extensions ``extend`` (None: none), ``v``
-    in that order."""
+def _extended_fit(xp: Any, z: Any, w: Any, signed: bool, rounds: int, extend: Any, q: float = 3.0) -> tuple[Any, Any]:
+    """``(v, unsettled)``: the fit at ``q`` (3: p = 3/2) of ``(z, w)`` (rows decreasing, the projection's order;
+    ``signed``: the sort's weights of either sign) after ``rounds`` pooling rounds with the extensions ``extend``
+    (None: none), ``v`` in that order."""
     from rankops._cores import isotonic, pnorm, powers
     from rankops._lib._adapters import get_adapter
 
     y, wf = xp.flip(z, axis=-1), xp.flip(w, axis=-1)
-    rules = (pnorm._SignedRules if signed else pnorm._Rules)(3.0)
-    v, unsettled, _ = isotonic.pool_runs(xp, get_adapter(xp), rules, y - powers.odd_power(xp, wf, 0.5), xp.stack([y, wf]),
-                                         rounds, extend=extend)
+    rules = (pnorm._SignedRules if signed else pnorm._Rules)(q)
+    v, unsettled, _ = isotonic.pool_runs(xp, get_adapter(xp), rules, y - powers.odd_power(xp, wf, 1.0 / (q - 1.0)),
+                                         xp.stack([y, wf]), rounds, extend=extend)
     return xp.flip(v, axis=-1), unsettled
 
 
-def _assert_equals_pav(z: np.ndarray, w: np.ndarray, v: np.ndarray) -> np.ndarray:
-    """``v`` (the p = 3/2 fit of :func:`_extended_fit`) gives the sequential PAV's projection; returns that ``mu``."""
-    mu = np.stack([_pav_projection(a, b, 1.5) for a, b in zip(z, w)])
+def _assert_equals_pav(z: np.ndarray, w: np.ndarray, v: np.ndarray, q: float = 3.0) -> np.ndarray:
+    """``v`` (the fit at ``q`` of :func:`_extended_fit`) gives the sequential PAV's projection; returns that ``mu``."""
+    mu = np.stack([_pav_projection(a, b, q / (q - 1.0)) for a, b in zip(z, w)])
     d = z - v
-    np.testing.assert_allclose(np.sign(d) * d * d, mu, rtol=1e-10, atol=1e-9 * np.abs(mu).max())
+    np.testing.assert_allclose(np.sign(d) * np.abs(d) ** (q - 1.0), mu, rtol=1e-10, atol=1e-9 * np.abs(mu).max())
     return mu
 
 
@@ -904,51 +916,54 @@ def _assert_equals_pav(z: np.ndarray, w: np.ndarray, v: np.ndarray) -> np.ndarra
 def test_extensions_finish_snowballing_chains_within_a_few_rounds(name):
     """Where the pooling rounds cannot stop to read values (``jax.jit``, a GPU), a round after one in which a row's
     drops stopped halving pools its first drops further, block by block to either side while the next block
-    violates the pool (``rankops._cores.extensions``): the p = 3/2 rank's chain of 128 entries and the sort's
-    geometric row settle within 8 rounds, where the rounds alone leave them unsettled, and each fit equals the
-    sequential PAV."""
+    violates the pool (``rankops._cores.extensions``): the p = 3/2 and p = 4/3 ranks' chains of 128 entries and
+    the sorts' geometric rows settle within 8 rounds, where the rounds alone leave them unsettled, and each fit
+    equals the sequential PAV."""
     from array_api_compat import array_namespace
 
     from rankops._cores import pnorm
 
-    def fit(a: Any, b: Any, signed: bool, extended: bool) -> tuple[Any, Any]:
+    def fit(a: Any, b: Any, signed: bool, extended: bool, q: float) -> tuple[Any, Any]:
         xp = array_namespace(a)
-        v, unsettled = _extended_fit(xp, a, b, signed, 8, pnorm._extension(3.0, signed) if extended else None)
+        v, unsettled = _extended_fit(xp, a, b, signed, 8, pnorm._extension(q, signed) if extended else None, q)
         return v, xp.any(unsettled)
 
     to, run = on_backend(name)
-    for z, w, signed in _chain_problems():
-        args = to(np.ascontiguousarray(z)), to(np.ascontiguousarray(w))
-        assert bool(np.asarray(run(lambda a, b: fit(a, b, signed, False), *args)[1])), signed
-        v, unsettled = run(lambda a, b: fit(a, b, signed, True), *args)
-        assert not bool(np.asarray(unsettled)), signed
-        _assert_equals_pav(z, w, np.asarray(v))
+    for q in (3.0, 4.0):
+        for z, w, signed in _chain_problems(q):
+            args = to(np.ascontiguousarray(z)), to(np.ascontiguousarray(w))
+            assert bool(np.asarray(run(lambda a, b: fit(a, b, signed, False, q), *args)[1])), (q, signed)
+            v, unsettled = run(lambda a, b: fit(a, b, signed, True, q), *args)
+            assert not bool(np.asarray(unsettled)), (q, signed)
+            _assert_equals_pav(z, w, np.asarray(v), q)
 
 
 def test_extended_rounds_equal_the_papers_pav_on_rows_of_many_chains():
-    """Rows of clusters far apart (chains that meet, drops on both sides of one block) at p = 3/2, rank and sort:
-    pooled to the end with the extensions, the fit equals the sequential PAV, on NumPy and under ``jax.jit``; and
-    the operators under ``jax.jit`` (where the extensions serve) equal it too."""
+    """Rows of clusters far apart (chains that meet, drops on both sides of one block) at p = 3/2 and 4/3, rank and
+    sort: pooled to the end with the extensions on NumPy, the fit equals the sequential PAV; and the operators under
+    ``jax.jit`` (where the extensions serve) equal it too."""
     import array_api_compat.numpy as xp
 
     from rankops._cores import pnorm
 
     jax = pytest.importorskip("jax")
-    for n in (9, 60, 200):
+    for n, q in itertools.product((9, 60, 200), (3.0, 4.0)):
         x = _chained_rows(n, n)
         for signed in (False, True):
             if signed:
                 z, w = np.broadcast_to(np.arange(n, 0, -1.0) / 0.3, x.shape), -np.sort(x, axis=-1) - 5.0
             else:
                 z, w = -np.sort(-x, axis=-1), np.broadcast_to(np.arange(n, 0, -1.0) * 3.0, x.shape)
-            v, unsettled = _extended_fit(xp, z, w, signed, n, pnorm._extension(3.0, signed))
+            v, unsettled = _extended_fit(xp, z, w, signed, n, pnorm._extension(q, signed), q)
             assert not unsettled.any()
-            _assert_equals_pav(z, w, v)
+            _assert_equals_pav(z, w, v, q)
     x = _chained_rows(3, 200)
-    opts = {"method": "permutahedron", "regularization": "lp", "p": 1.5, "strength": 0.7}
-    np.testing.assert_allclose(jax.jit(lambda a: rankops.soft_rank(a, **opts))(x), _rank_reference(x, 1.5, 0.7), rtol=1e-10, atol=1e-9)
-    np.testing.assert_allclose(jax.jit(lambda a: rankops.soft_sort(a, **opts))(x), _sort_reference(x, 1.5, 0.7), rtol=1e-10,
-                               atol=1e-9 * np.abs(x).max())
+    for p in (1.5, 4.0 / 3.0):
+        opts = {"method": "permutahedron", "regularization": "lp", "p": p, "strength": 0.7}
+        np.testing.assert_allclose(jax.jit(lambda a: rankops.soft_rank(a, **opts))(x), _rank_reference(x, p, 0.7), rtol=1e-10,
+                                   atol=1e-9)
+        np.testing.assert_allclose(jax.jit(lambda a: rankops.soft_sort(a, **opts))(x), _sort_reference(x, p, 0.7), rtol=1e-10,
+                                   atol=1e-9 * np.abs(x).max())
 
 
 def test_extensions_keep_pools_that_share_no_block_each_at_its_value():

@@ -49,9 +49,8 @@ def merge_lengths(n: int) -> tuple[int, ...]:
     """The rows' lengths, shortest first, that merge rounds over the blocks of a row of ``n`` may run over where they
     cannot count the blocks (:func:`.power_sums.merge_fit`): the shortest that holds every row's blocks. A quarter
     and a half of the padded length from :data:`SHORT_MERGE_FROM` on, then the padded length (the rows of blocks are
-    built at it, so that no merge program pads them again). The p = 4/3 soft rank of normal
-    scores leaves after its pooling rounds a fifth of 10^5 entries as blocks at strength 0.1, and about half of 1000
-    at the default softness; the merge rounds cost O(n log^2 n)."""
+    built at it, so that no merge program pads them again): the merge rounds cost O(n log^2 n), and a row that stalls
+    out of the pooling rounds may hold a fifth or half of its entries as blocks."""
     big = padded_length(n)
     return (big // 4, big // 2, big) if big >= SHORT_MERGE_FROM else (big,)
 

@@ -57,7 +57,7 @@ tests split a block by its data). Elsewhere rows at q = 5 and 6 go on to merge
 rounds over the entries (``ENTRY_MERGES``), each pool's root by Newton's method
 on its moments; at any other q (no such sums) to threshold splits (:mod:`.splits`).
 Where the rounds cannot read values (``jax.jit``, a GPU), at q = 3 (the rank,
-the sort's evenly stepped ranks) a round after one in which a row's drops
+the sort's evenly stepped ranks) and q = 4 a round after one in which a row's drops
 stopped halving pools its first drops on, block by block to either side
 (:mod:`.extensions`): a snowballing chain ends within a few rounds. The
 output is written from ``d + t`` per block, never as ``z - v``.
@@ -264,13 +264,16 @@ def _fitted(xp: Any, adapter: Any, rules: _Rules, v0: Any, y: Any, wf: Any, q: f
 
 
 def _extension(q: float, signed: bool) -> Extension | None:
-    """The extension of the pooling rounds (:mod:`.extensions`) at q = 3, whose merge rounds take no blocks (a test
-    splits a block by its data): a range of blocks' size, weight, mean and second moment give its pool's value along
-    the steps of pool-adjacent-violators (for the sort, whose weights have either sign, by its evenly stepped ranks).
-    At q = 2 and 4 the merge rounds over the blocks finish such rows for less."""
-    if q != 3.0:
-        return None
-    return Extension(SteppedSignedSums() if signed else PowerSums(q))
+    """The extension of the pooling rounds (:mod:`.extensions`) at q = 3 and 4: a range of blocks' size, weight, mean
+    and centred moments give its pool's value along the steps of pool-adjacent-violators (at q = 3 for the sort,
+    whose weights have either sign, by its evenly stepped ranks; at q = 4, ``phi(u) = u^3``, the cubic in the range's
+    moments whatever their signs). At q = 3 the merge rounds take no blocks (a test splits a block by its data); at
+    q = 4 they do, but a chain pooled on by the extensions ends within a few rounds, each O(n), where the merge
+    rounds over the blocks take O(K log^2 K) for K blocks, which under ``jax.jit`` they cannot count (rows of a fifth
+    or half of n). At q = 2 the merge rounds over the blocks finish such rows."""
+    if q == 3.0:
+        return Extension(SteppedSignedSums() if signed else PowerSums(q))
+    return Extension(PowerSums(q)) if q == 4.0 else None
 
 
 def _split_fit(xp: Any, v: Any, y: Any, w: Any, left: Any, *, q: float, signed: bool) -> tuple[Any]:

@@ -310,8 +310,10 @@ def merge_fit(xp: Any, v: Any, y: Any, w: Any, *, q: float) -> tuple[Any]:
     (:meth:`eagerly`).
 
     At q = 2 and 4 the merge rounds take each block as one entry. A backend that reads values now sizes the rows of
-    blocks by the row with most blocks; one that cannot (``jax.jit``) by the first of :func:`.merges.merge_lengths`
-    that holds every row's blocks (:meth:`shortcut`).
+    blocks by the row with most blocks; one that cannot (``jax.jit``) at q = 2 by the first of
+    :func:`.merges.merge_lengths` that holds every row's blocks (:meth:`shortcut`), at q = 4 by the padded length
+    alone (one program to compile): there the pooling rounds' extensions (:func:`.pnorm._extension`) finish the
+    snowballing chains, and few rows are left to merge.
 
     At q = 5 and 6 the merge rounds run over the entries (one-entry values): at q = 5 a test splits a block by its
     data, and blocks of q = 6 would carry moments up to the fifth, which cancel more.
@@ -371,4 +373,4 @@ def merge_fit(xp: Any, v: Any, y: Any, w: Any, *, q: float) -> tuple[Any]:
             return merged(lengths[0])
         return adapter.shortcut(xp, most <= lengths[0], lambda: merged(lengths[0]), lambda: shortest(lengths[1:]))
 
-    return (adapter.take(xp, shortest(merge_lengths(n)), index),)
+    return (adapter.take(xp, shortest(merge_lengths(n) if q == 2.0 else (big,)), index),)
