@@ -247,9 +247,12 @@ def test_sparse_topk_script_prints_its_tables():
     proc = subprocess.run([sys.executable, "-m", "benchmarks.sparse_topk", "--quick"], cwd=ROOT, capture_output=True,
                           text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = re.findall(r"^\| (torch|jax) \| (soft_rank|soft_sort|soft_topk_mask|soft_topk_magnitude) \| \d+ \| [\d,]+ \|(?: [\d.e+]+ \|){5}$",
-                      proc.stdout, flags=re.M)
-    assert len(rows) == 16, proc.stdout  # quick sizes are both <= 10^4: four operators each
+    rows = re.findall(r"^\| (torch|jax) \| (soft_rank|soft_sort|soft_topk_mask|soft_topk_magnitude) \| \d+ \| [\d,]+ \| "
+                      r"(strength 0\.1|default softness) \|(?: [\d.e+]+ \|){5}$", proc.stdout, flags=re.M)
+    # per backend and size: the rank and the sort at strength 0.1 and the default softness, the masks at strength 0.1
+    knobs = ["strength 0.1", "default softness"]
+    ops = [("soft_rank", k) for k in knobs] + [("soft_sort", k) for k in knobs] + [(op, knobs[0]) for op in ("soft_topk_mask", "soft_topk_magnitude")]
+    assert rows == [(backend, *op) for _ in range(2) for backend in ("torch", "jax") for op in ops], proc.stdout
     # the rank across the knob at both sizes: the softnesses (n / 20 the last, 10 and 100 at the quick sizes), five
     # strengths, and the slowest of each column over either
     knob = re.findall(r"^\| \d+ \| [\d,]+ \| ((?:softness|strength) [\d.e+-]+|slowest, \w+) \|(?: [\d.e+]+ \|){5}$", proc.stdout,
