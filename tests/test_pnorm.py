@@ -966,6 +966,30 @@ def test_extended_rounds_equal_the_papers_pav_on_rows_of_many_chains():
                                    atol=1e-9 * np.abs(x).max())
 
 
+def test_under_jit_rows_from_sixty_four_entries_carry_the_extensions(monkeypatch):
+    """Under ``jax.jit`` the pooling rounds of the p = 3/2 and 4/3 fits carry the extensions on rows of
+    ``pnorm.EXTENDED_FROM`` (64) entries or more; a shorter row pools to the end without them (fewer operations a
+    round, and a smaller program), with the same values (the PAV reference)."""
+    jax = pytest.importorskip("jax")
+    import jax.numpy as jnp
+
+    from rankops._cores import extensions, pnorm
+
+    assert pnorm.EXTENDED_FROM == 64
+    traced = []
+    after_round = extensions.Extension.after_round
+    monkeypatch.setattr(extensions.Extension, "after_round", lambda self, *a: traced.append(a[2].shape[-1]) or after_round(self, *a))
+    for op, p in (("soft_rank", 1.5), ("soft_sort", 4.0 / 3.0)):
+        for n in (63, 64):
+            traced.clear()
+            x = _chained_rows(n, n)[:2]
+            opts = {"method": "permutahedron", "regularization": "lp", "p": p, "strength": 0.7}
+            got = jax.jit(lambda a: getattr(rankops, op)(a, **opts))(jnp.asarray(x))
+            assert traced == ([] if n < 64 else [n]), (op, n, traced)
+            want = (_rank_reference if op == "soft_rank" else _sort_reference)(x, p, 0.7)
+            np.testing.assert_allclose(np.asarray(got), want, rtol=1e-10, atol=1e-9 * np.abs(x).max())
+
+
 def test_extensions_keep_pools_that_share_no_block_each_at_its_value():
     """Every round's extensions (``extensions.Extension``) leave each block (``starts``) at one value, its entries'
     pool's, and within a block of the sequential PAV (steps of pool-adjacent-violators), so that the rounds may stop

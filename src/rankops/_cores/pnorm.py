@@ -59,7 +59,8 @@ on its moments; at any other q (no such sums) to threshold splits (:mod:`.splits
 Where the rounds cannot read values (``jax.jit``, a GPU), at q = 3 (the rank,
 the sort's evenly stepped ranks) and q = 4 a round after one in which a row's drops
 stopped halving pools its first drops on, block by block to either side
-(:mod:`.extensions`): a snowballing chain ends within a few rounds. The
+(:mod:`.extensions`; rows of ``EXTENDED_FROM`` entries or more): a snowballing
+chain ends within a few rounds. The
 output is written from ``d + t`` per block, never as ``z - v``.
 
 :func:`capped` (the top-k mask, ``w = (1, ..., 1, k - floor k, 0, ...)``)
@@ -87,7 +88,7 @@ from .power_sums import PowerSums, SteppedSignedSums, block_form, merge_blocks, 
 from .powers import falling_root, moment_root, odd_power, power
 from .subsets import Subset, one_entry_blocks
 
-__all__ = ["exponent", "project", "capped", "slope", "exponent_of", "ENTRY_MERGES"]
+__all__ = ["exponent", "project", "capped", "slope", "exponent_of", "ENTRY_MERGES", "EXTENDED_FROM"]
 
 
 def exponent(p: float) -> float:
@@ -103,6 +104,9 @@ def exponent_of(opts: Any) -> float:
     return exponent(opts.p) if opts.regularization == "lp" else 2.0
 
 
+# rows of fewer entries pool to the end without the rounds' extensions (:func:`_extension`): their few rounds more
+# cost less than the extensions' operations in each, and the program compiles without the extensions' branch
+EXTENDED_FROM = 64
 # q past 4 whose rows go on to merge rounds over the entries' power sums where no windows finish them (p = 1.25, 1.2;
 # higher degrees cancel too much), costing about 1.5 log2 n pooling rounds (``merge_cost`` 3 at K ~ n / 2 blocks)
 ENTRY_MERGES, ENTRY_MERGE_COST = (5.0, 6.0), 3.0
@@ -230,7 +234,7 @@ def _fitted(xp: Any, adapter: Any, rules: _Rules, v0: Any, y: Any, wf: Any, q: f
     """:func:`fitted_blocks` by the rounds, from the segments that ``starts`` begins (a block a guess pooled in ``v0``
     stays pooled; default: one-entry segments)."""
     yw, n = xp.stack([y, wf]), v0.shape[-1]
-    v, extend = v0, _extension(q, signed)
+    v, extend = v0, _extension(q, signed) if n >= EXTENDED_FROM else None
     if n > 1:
         # rows whose blocks form by long chains would take up to n pooling rounds: the rows the pooling leaves go to merge
         # rounds (or windows) where the loss has power sums (q = 2 to 6, 3 with blocks above their values), else to splits
@@ -264,7 +268,8 @@ def _fitted(xp: Any, adapter: Any, rules: _Rules, v0: Any, y: Any, wf: Any, q: f
 
 
 def _extension(q: float, signed: bool) -> Extension | None:
-    """The extension of the pooling rounds (:mod:`.extensions`) at q = 3 and 4: a range of blocks' size, weight, mean
+    """The extension of the pooling rounds (:mod:`.extensions`) at q = 3 and 4, for rows of :data:`EXTENDED_FROM`
+    entries or more: a range of blocks' size, weight, mean
     and centred moments give its pool's value along the steps of pool-adjacent-violators (at q = 3 for the sort,
     whose weights have either sign, by its evenly stepped ranks; at q = 4, ``phi(u) = u^3``, the cubic in the range's
     moments whatever their signs). At q = 3 the merge rounds take no blocks (a test splits a block by its data); at
