@@ -268,14 +268,14 @@ def _fitted(xp: Any, adapter: Any, rules: _Rules, v0: Any, y: Any, wf: Any, q: f
 
 
 def _extension(q: float, signed: bool) -> Extension | None:
-    """The extension of the pooling rounds (:mod:`.extensions`) at q = 3 and 4, for rows of :data:`EXTENDED_FROM`
-    entries or more: a range of blocks' size, weight, mean
-    and centred moments give its pool's value along the steps of pool-adjacent-violators (at q = 3 for the sort,
-    whose weights have either sign, by its evenly stepped ranks; at q = 4, ``phi(u) = u^3``, the cubic in the range's
-    moments whatever their signs). At q = 3 the merge rounds take no blocks (a test splits a block by its data); at
-    q = 4 they do, but a chain pooled on by the extensions ends within a few rounds, each O(n), where the merge
-    rounds over the blocks take O(K log^2 K) for K blocks, which under ``jax.jit`` they cannot count (rows of a fifth
-    or half of n). At q = 2 the merge rounds over the blocks finish such rows."""
+    """The extension of the pooling rounds (:mod:`.extensions`) at q = 3 and 4 (:func:`_fitted` takes it on rows of
+    :data:`EXTENDED_FROM` entries or more): a range of blocks' size, weight, mean and centred moments give its pool's
+    value along the steps of pool-adjacent-violators (at q = 3 for the sort, whose weights have either sign, by its
+    evenly stepped ranks; at q = 4, ``phi(u) = u^3``, the cubic in the range's moments whatever their signs). At
+    q = 3 the merge rounds take no blocks (a test splits a block by its data); at q = 4 they do, but a chain pooled on
+    by the extensions ends within a few rounds, each O(n), where the merge rounds over the blocks take O(K log^2 K)
+    for K blocks, which under ``jax.jit`` they cannot count (rows of a fifth or half of n). At q = 2 the merge rounds
+    over the blocks finish such rows."""
     if q == 3.0:
         return Extension(SteppedSignedSums() if signed else PowerSums(q))
     return Extension(PowerSums(q)) if q == 4.0 else None
