@@ -785,8 +785,8 @@ def test_under_jit_the_merge_rounds_over_blocks_take_the_shortest_rows_that_hold
     on a long row (here from 64 entries, as from 1024 in use), they run over rows of a quarter or a half of its padded
     length, the first that holds every row's blocks, else over the whole padded length (``merges.merge_lengths``).
     Each route equals the sequential PAV, after one pooling round that left drops; the quarter alone, forced where
-    the blocks need the half, does not. At q = 4, whose pooling rounds' extensions finish the snowballing chains,
-    the fit traces one merge program, at the padded length."""
+    the blocks need the half, does not. The p = 4/3 rank, whose pooling rounds' extensions finish the snowballing
+    chains, traces one merge program, at the padded length; ``"lp"`` at p = 2, without extensions, all three."""
     jax = pytest.importorskip("jax")
     import jax.numpy as jnp
     from array_api_compat import array_namespace
@@ -825,10 +825,10 @@ def test_under_jit_the_merge_rounds_over_blocks_take_the_shortest_rows_that_hold
     rounds = isotonic.merge_rounds
     monkeypatch.setattr(isotonic, "merge_rounds", lambda xp, adapter, kind, v, data: lengths.append(v.shape[-1]) or rounds(
         xp, adapter, kind, v, data))
-    for q, traced in ((2.0, [16, 32, 64]), (4.0, [64])):
+    for p, traced in ((2.0, [16, 32, 64]), (4.0 / 3.0, [64])):
         lengths.clear()
-        jax.make_jaxpr(lambda a, b: fit(a, b, q))(jnp.asarray(z), jnp.asarray(w))
-        assert lengths == traced, (q, lengths)
+        jax.make_jaxpr(lambda a: rankops.soft_rank(a, method="permutahedron", regularization="lp", p=p))(jnp.asarray(x))
+        assert lengths == traced, (p, lengths)
     monkeypatch.setattr(type(get_adapter(jnp)), "shortcut", lambda self, xp, holds, fast, general: fast())
     np.testing.assert_allclose(mu(routes[16])[0], want[routes[16]], rtol=1e-10, atol=1e-9 * np.abs(want).max())
     assert not np.allclose(mu(routes[32])[0], want[routes[32]], rtol=1e-3)

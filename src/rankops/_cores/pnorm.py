@@ -248,7 +248,7 @@ def _fitted(xp: Any, adapter: Any, rules: _Rules, v0: Any, y: Any, wf: Any, q: f
             # rounds (q = 3, 5: pooling rounds over the blocks' moments): a row of 1000 leaves about one drop
             sums = PowerSums(q)
             v = isotonic.pool_then_merge(xp, adapter, rules, v0, yw, lambda u, unsettled: xp.where(
-                unsettled[..., None], adapter.eagerly(xp, merge_fit, (u, y, wf), like=(0,), q=q)[0], u),
+                unsettled[..., None], adapter.eagerly(xp, merge_fit, (u, y, wf), like=(0,), q=q, short_rows=extend is None)[0], u),
                 merge_cost=ENTRY_MERGE_COST if entries_only else 1.0 if blocks or short < n else 0.0, stall_blocks=0 if blocks else short,
                 finish=lambda values, data: (pool_blocks(xp, adapter, values, data, sums) if sums.signs
                                              else merge_blocks(xp, adapter, values, data, q)),

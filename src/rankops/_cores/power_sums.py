@@ -305,15 +305,15 @@ def pooled_blocks_length(n: int) -> int:
     return min(POOLED_BLOCKS_MOST, big // 4) if big >= POOLED_BLOCKS_FROM else n
 
 
-def merge_fit(xp: Any, v: Any, y: Any, w: Any, *, q: float) -> tuple[Any]:
+def merge_fit(xp: Any, v: Any, y: Any, w: Any, *, q: float, short_rows: bool = True) -> tuple[Any]:
     """``(the fit,)`` from ``v``, any pooling of the one-entry values (blocks that the fit keeps whole), called by name
     (:meth:`eagerly`).
 
     At q = 2 and 4 the merge rounds take each block as one entry. A backend that reads values now sizes the rows of
-    blocks by the row with most blocks; one that cannot (``jax.jit``) at q = 2 by the first of
-    :func:`.merges.merge_lengths` that holds every row's blocks (:meth:`shortcut`), at q = 4 by the padded length
-    alone (one program to compile): there the pooling rounds' extensions (:func:`.pnorm._extension`) finish the
-    snowballing chains, and few rows are left to merge.
+    blocks by the row with most blocks; one that cannot (``jax.jit``) by the first of :func:`.merges.merge_lengths`
+    that holds every row's blocks (:meth:`shortcut`), or with ``short_rows`` False by the padded length alone (one
+    program to compile): where the pooling rounds carried extensions (:func:`.pnorm._extension`), which finish the
+    snowballing chains and leave few rows to merge.
 
     At q = 5 and 6 the merge rounds run over the entries (one-entry values): at q = 5 a test splits a block by its
     data, and blocks of q = 6 would carry moments up to the fifth, which cancel more.
@@ -373,4 +373,4 @@ def merge_fit(xp: Any, v: Any, y: Any, w: Any, *, q: float) -> tuple[Any]:
             return merged(lengths[0])
         return adapter.shortcut(xp, most <= lengths[0], lambda: merged(lengths[0]), lambda: shortest(lengths[1:]))
 
-    return (adapter.take(xp, shortest(merge_lengths(n) if q == 2.0 else (big,)), index),)
+    return (adapter.take(xp, shortest(merge_lengths(n) if short_rows else (big,)), index),)
