@@ -6,9 +6,11 @@ the root ``t = mean_B(y) - v_B`` of ``sum_B phi(d_i + t) = W_B``,
 the root (the rank's blocks, and the top-k polytope's free block), in
 closed form at q = 2, 3 and 4, by Newton's steps on the block's centred
 moments at q = 5 and 6 and over its entries at any other q, each falling
-from an upper bound; :func:`signed_shift` where terms change sign (the soft
-sort's), by closed forms at q = 3 and 4 and safeguarded Newton's steps
-elsewhere. :func:`per_block` solves a root once per block where that pays.
+from an upper bound; :func:`signed_shift` where terms change sign, by closed
+forms at q = 3 and 4 and safeguarded Newton's steps elsewhere;
+:func:`sort_shift` for the soft sort's blocks, whose data (its ranks) step
+evenly: at q = 5 and 6 by :mod:`.stepped`. :func:`per_block` solves a root
+once per block where that pays.
 """
 
 from __future__ import annotations
@@ -18,11 +20,12 @@ from typing import Any
 
 from .._lib._numerics import safe_divide
 from . import windows
-from .power_sums import centred, centred_moments, falling_moment_root
+from .power_sums import centred, centred_moments, falling_moment_root, first_and_step
 from .powers import falling_newton, falling_start, moment_root, odd_power, power, signed_square_root
+from .stepped import STEPPED, unit_root
 from .subsets import Subset
 
-__all__ = ["shift", "signed_shift", "per_block", "BLOCK_SHARE", "BLOCK_ENTRIES"]
+__all__ = ["shift", "signed_shift", "sort_shift", "per_block", "BLOCK_SHARE", "BLOCK_ENTRIES"]
 
 
 def shift(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, q: float, tangent: bool = True, step: float | None = None,
@@ -130,3 +133,27 @@ def signed_shift(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, q: float, n
     # a batch of one-entry blocks (a soft sort's rows at strength 1 and below, as a rule) has every root in closed form:
     # where the flag is read now, or under jax.jit (a branch), the rest is skipped (called in the pooling loop's body)
     return mean, d, adapter.unless(xp, xp.all(m == 1), roots, (alone,), in_loop=True)[0]
+
+
+def sort_shift(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, q: float, near: Any = None) -> tuple[Any, Any, Any]:
+    """:func:`signed_shift` for the soft sort, whose blocks' data step evenly (its ranks: exact multiples of a power of
+    two). At q = 5 and 6 (:data:`.stepped.STEPPED`) from each block's size, weight, first datum and step (its first two
+    data's difference, exact): the mean and ``d`` in closed form, exact to one rounding where sums of the data would
+    round at their total, and the root by :func:`.stepped.unit_root` on one number per entry, no segmented sum a step
+    (``near`` unread); at any other q, :func:`signed_shift`."""
+    if q not in STEPPED:
+        return signed_shift(xp, adapter, starts, y, w, q, near)
+    sums = adapter.segment_sum(xp, starts, xp.stack([xp.ones_like(y), w]))
+    m, total_w = sums[0, ...], sums[1, ...]
+    first, step = first_and_step(xp, adapter, starts, y)
+    half = step * ((m - 1.0) / 2.0)
+    several = step > 0  # a block of equal data (step 0) or one entry: every term shares t's sign
+    alone = odd_power(xp, total_w / m, 1.0 / (q - 1.0))
+
+    def roots(_: Any) -> tuple[Any]:
+        c = xp.where(several, step, xp.ones_like(step))
+        tau = unit_root(xp, q, total_w / power(xp, c, q - 1.0), xp.where(several, m, xp.ones_like(m)))
+        return (xp.where(several, c * tau, alone),)
+
+    t = adapter.unless(xp, ~xp.any(several), roots, (alone,), in_loop=True)[0]
+    return first + half, (y - first) - half, t

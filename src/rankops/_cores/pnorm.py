@@ -27,7 +27,8 @@ sign changes and, with ``t = mean_B(z) - v`` and ``d_i = z_i - mean_B(z)``
   with one real root (Cardano's, in a form free of cancellation);
 - any other q: Newton's method from the upper bound ``(W_B / |B|)^(1/(q-1))``
   (Jensen): the equation is convex and increasing in t there, so the
-  iterates decrease monotonically to the root.
+  iterates decrease monotonically to the root; for the soft sort at q = 5
+  and 6, whose terms change sign, on one number per block (:mod:`.stepped`).
 
 :func:`project` (the soft rank and sort) runs the pooling rounds of
 :mod:`.isotonic` (whole decreasing runs at once). Rows whose blocks form by
@@ -53,14 +54,19 @@ end in one pass (the min-max formula over the blocks near it; at q = 3 and 5,
 whose moments give a range's value only where its data lie above it, bounded by
 its first datum; none at q = 6), then windows around the drops left, fitted by
 merge rounds at q = 2, 4 and 6, by pooling rounds at q = 3 and 5 (whose merge
-tests split a block by its data). Elsewhere rows at q = 5 and 6 go on to merge
-rounds over the entries (``ENTRY_MERGES``), each pool's root by Newton's method
-on its moments; at any other q (no such sums) to threshold splits (:mod:`.splits`).
-Where the rounds cannot read values (``jax.jit``, a GPU), at q = 3 (the rank,
-the sort's evenly stepped ranks) and q = 4 a round after one in which a row's drops
-stopped halving pools its first drops on, block by block to either side
-(:mod:`.extensions`; rows of ``EXTENDED_FROM`` entries or more): a snowballing
-chain ends within a few rounds. The
+tests split a block by its data). The soft sort's data are its ranks, which step
+evenly, so at q = 3, 5 and 6 (``STEPPED_SORTS``) any range of its blocks has its
+value from size, weight and second moment (:class:`.power_sums.SteppedSignedSums`;
+at q = 5 and 6 by :mod:`.stepped`'s roots), and its rows finish as the unsigned
+problem's (pooling rounds over the blocks, min-max passes, windows). Elsewhere
+rows of the rank at q = 5 and 6 go on to merge rounds over the entries
+(``ENTRY_MERGES``), each pool's root by Newton's method on its moments; at any
+other q (no such sums) to threshold splits (:mod:`.splits`).
+Where the rounds cannot read values (``jax.jit``, a GPU), at q = 3 and 4 and for
+the sort at q = 5 and 6 (its evenly stepped ranks) a round after one in which a
+row's drops stopped halving pools its first drops on, block by block to either
+side (:mod:`.extensions`; rows of ``EXTENDED_FROM`` entries or more): a
+snowballing chain ends within a few rounds. The
 output is written from ``d + t`` per block, never as ``z - v``.
 
 :func:`capped` (the top-k mask, ``w = (1, ..., 1, k - floor k, 0, ...)``)
@@ -84,7 +90,7 @@ from .._lib._numerics import centred_within, safe_divide
 from . import block_roots, isotonic, one_block, splits, windows
 from .breakpoints import search_breakpoints
 from .extensions import Extension
-from .power_sums import PowerSums, SteppedSignedSums, block_form, merge_blocks, merge_fit, pool_blocks, pooled_blocks_length
+from .power_sums import PowerSums, SteppedSignedSums, block_form, stepped_block_form, merge_blocks, merge_fit, pool_blocks, pooled_blocks_length
 from .powers import falling_root, moment_root, odd_power, power
 from .subsets import Subset, one_entry_blocks
 
@@ -110,6 +116,9 @@ EXTENDED_FROM = 64
 # q past 4 whose rows go on to merge rounds over the entries' power sums where no windows finish them (p = 1.25, 1.2;
 # higher degrees cancel too much), costing about 1.5 log2 n pooling rounds (``merge_cost`` 3 at K ~ n / 2 blocks)
 ENTRY_MERGES, ENTRY_MERGE_COST = (5.0, 6.0), 3.0
+# q whose soft sort's blocks, evenly stepped ranks, have a pool value from their size, weight and second moment
+# (:class:`.power_sums.SteppedSignedSums`): rounds over blocks, passes and windows on a CPU, extensions elsewhere
+STEPPED_SORTS = (3.0, 5.0, 6.0)
 
 class _Rules:
     """The pooling rounds' rule (:func:`.isotonic.pool_runs`) for this loss: a segment's value from its entries
@@ -152,18 +161,26 @@ class _Rules:
 
 
 class _SignedRules(_Rules):
-    """:class:`_Rules` for weights of either sign (:func:`.block_roots.signed_shift`: Newton's steps where q is not 2, 3
-    or 4)."""
+    """:class:`_Rules` for weights of either sign, the soft sort's (:func:`.block_roots.sort_shift`: Newton's steps where
+    q is not 2, 3 or 4, over a block's entries, or on its size and weight alone where its ranks step evenly), whose
+    blocks at ``STEPPED_SORTS`` carry :func:`.power_sums.stepped_block_form`."""
 
     def __init__(self, q: float) -> None:
         super().__init__(q)
         self.compact_share = 0.0 if q == 2.0 else 0.25
         self.uniform = q == 2.0  # the signed square root's sums of products may be contracted differently per entry
         self.lows = False  # the sort's sums (power_sums.SteppedSignedSums) give any range's value: no bound needed
+        if q in STEPPED_SORTS:  # its blocks carry q = 3's form at every q (up to the second moment, whence the step)
+            self.highest = SteppedSignedSums(q).form - 2
 
     def pooled(self, xp: Any, adapter: Any, starts: Any, u: Any, yw: Any, unit: bool) -> Any:
-        mean, _, t = block_roots.signed_shift(xp, adapter, starts, yw[0, ...], yw[1, ...], self.q)
+        mean, _, t = block_roots.sort_shift(xp, adapter, starts, yw[0, ...], yw[1, ...], self.q)
         return mean - t
+
+    def block_data(self, xp: Any, adapter: Any, starts: Any, yw: Any, v: Any) -> tuple[Any, ...]:
+        if self.q not in STEPPED_SORTS:
+            return super().block_data(xp, adapter, starts, yw, v)
+        return stepped_block_form(xp, adapter, starts, *(windows.rows_of(xp, yw[i, ...], v) for i in (0, 1)))
 
 
 def _rules(q: float, signed: bool) -> _Rules:
@@ -181,8 +198,8 @@ def project(xp: Any, adapter: Any, z: Any, w: Any, q: float, valid: Any = None, 
     False on a masked tail (sorted last, ``w`` 0 there), whose entries are
     set below every block value of the valid ones: each stays a block of its
     own (no drop among equal values, none from the last valid block) with mu 0.
-    ``signed``: ``w`` of either sign (the soft sort's data), each block's
-    equation solved by :func:`.block_roots.signed_shift`, and ``mu = phi(z - v)`` signed.
+    ``signed``: ``w`` of either sign (the soft sort's data, ``z`` its ranks), each
+    block's equation solved by :func:`.block_roots.sort_shift`, and ``mu = phi(z - v)`` signed.
     """
     z, w = broadcast_arrays(xp, z, w)
     if valid is not None:
@@ -253,10 +270,10 @@ def _fitted(xp: Any, adapter: Any, rules: _Rules, v0: Any, y: Any, wf: Any, q: f
                 finish=lambda values, data: (pool_blocks(xp, adapter, values, data, sums) if sums.signs
                                              else merge_blocks(xp, adapter, values, data, q)),
                 sums=sums, extend=extend, starts=starts)
-        elif q == 3.0 and not masked and windows.readable_on_cpu(adapter, v0, yw):
+        elif signed and q in STEPPED_SORTS and not masked and windows.readable_on_cpu(adapter, v0, yw):
             # the sort's ranks step evenly, so its blocks have a block form after all: on a CPU the rounds over blocks,
             # the passes and the windows finish its chains (:class:`.power_sums.SteppedSignedSums`); elsewhere it pools
-            sums = SteppedSignedSums()
+            sums = SteppedSignedSums(q)
             v = isotonic.pool_then_merge(xp, adapter, rules, v0, yw, lambda u, unsettled: u, rounds=n, sums=sums,
                                          finish=lambda values, data: pool_blocks(xp, adapter, values, data, sums), starts=starts)
         else:  # a compiled torch graph runs the splits in one eager node, whose levels solve only the segments left
@@ -268,36 +285,37 @@ def _fitted(xp: Any, adapter: Any, rules: _Rules, v0: Any, y: Any, wf: Any, q: f
 
 
 def _extension(q: float, signed: bool) -> Extension | None:
-    """The extension of the pooling rounds (:mod:`.extensions`) at q = 3 and 4 (:func:`_fitted` takes it on rows of
-    :data:`EXTENDED_FROM` entries or more): a range of blocks' size, weight, mean and centred moments give its pool's
-    value along the steps of pool-adjacent-violators (at q = 3 for the sort, whose weights have either sign, by its
-    evenly stepped ranks; at q = 4, ``phi(u) = u^3``, the cubic in the range's moments whatever their signs). At
+    """The extension of the pooling rounds (:mod:`.extensions`) at q = 3 and 4, and for the sort at q = 5 and 6
+    (:func:`_fitted` takes it on rows of :data:`EXTENDED_FROM` entries or more): a range of blocks' size, weight, mean
+    and centred moments give its pool's value along the steps of pool-adjacent-violators (for the sort, whose weights
+    have either sign, by its evenly stepped ranks: :data:`STEPPED_SORTS`; at q = 4, ``phi(u) = u^3``, the cubic in the range's moments whatever their signs). At
     q = 3 the merge rounds take no blocks (a test splits a block by its data); at q = 4 they do, but a chain pooled on
     by the extensions ends within a few rounds, each O(n), where the merge rounds over the blocks take O(K log^2 K)
     for K blocks, which under ``jax.jit`` they cannot count (rows of a fifth or half of n). At q = 2 the merge rounds
     over the blocks finish such rows."""
-    if q == 3.0:
-        return Extension(SteppedSignedSums() if signed else PowerSums(q))
-    return Extension(PowerSums(q)) if q == 4.0 else None
+    if signed and q in STEPPED_SORTS:
+        return Extension(SteppedSignedSums(q))
+    return Extension(PowerSums(q)) if q in (3.0, 4.0) else None
 
 
 def _split_fit(xp: Any, v: Any, y: Any, w: Any, left: Any, *, q: float, signed: bool) -> tuple[Any]:
     """:func:`.splits.fit_left` of the rows ``left`` of :func:`_fitted`'s rounds, each segment's root by
-    :func:`.block_roots.signed_shift`, the pooling after them by the rounds' own rule (``signed``: the sort's, whose
+    :func:`.block_roots.signed_shift` (the sort's: :func:`.block_roots.sort_shift`), the pooling after them by the rounds' own rule (``signed``: the sort's, whose
     blocks may hold entries below their value)."""
-    return (splits.fit_left(xp, get_adapter(xp), _rules(q, signed), lambda *a, **k: block_roots.signed_shift(*a, q, **k), v, y, w, q,
+    shift = block_roots.sort_shift if signed else block_roots.signed_shift
+    return (splits.fit_left(xp, get_adapter(xp), _rules(q, signed), lambda *a, **k: shift(*a, q, **k), v, y, w, q,
                             left),)
 
 
 def _solved(xp: Any, adapter: Any, rules: _Rules, starts: Any, y: Any, w: Any, signed: bool) -> tuple[Any, Any, Any]:
-    """:func:`.block_roots.shift` (``signed``: :func:`.block_roots.signed_shift`) over the blocks that ``starts``
+    """:func:`.block_roots.shift` (``signed``: :func:`.block_roots.sort_shift`) over the blocks that ``starts``
     begins. Where values can be read now, on a CPU, and at most ``rules.compact_share`` of the entries lie in blocks
     of several, the root is solved over those alone (:class:`.subsets.Subset`), a one-entry block in closed form
     (``mean = y``, ``d = 0``, ``t = phi^-1(w)``): a soft sort's rows are mostly one-entry blocks, whose roots would
     otherwise take Newton's steps."""
     # precise: the output's moments (a float32 scatter-add's running sums moved ranks of tied rows of 3 x 10^4 by 0.24)
     # w: rho reversed
-    q, shift = rules.q, block_roots.signed_shift if signed else lambda *a: block_roots.shift(*a, step=1.0, about_first=True, precise=True)
+    q, shift = rules.q, block_roots.sort_shift if signed else lambda *a: block_roots.shift(*a, step=1.0, about_first=True, precise=True)
     # both arrays: a soft sort's y (the ranks) is a constant even where its weights (the data) are traced
     if not (rules.compact_share > 0 and windows.readable_on_cpu(adapter, y, w)):
         return shift(xp, adapter, starts, y, w, q)

@@ -10,9 +10,10 @@ from .._lib._compat import cumulative_sum, device as _device, index_dtype
 from .._lib._numerics import safe_divide
 from . import isotonic
 from .merges import merge_lengths, padded_length
-from .powers import falling_newton, falling_start, moment_root, power, stepped_signed_square_root
+from .powers import falling_newton, falling_start, moment_root, odd_power, power, stepped_signed_square_root
+from .stepped import unit_root
 
-__all__ = ["PowerSums", "falling_moment_root", "SteppedSignedSums", "merge_fit", "merge_blocks", "pool_blocks", "block_form", "centred", "centred_moments", "stepped_mean", "pooled_blocks_length", "POOLED_BLOCKS_MOST", "POOLED_BLOCKS_FROM"]
+__all__ = ["PowerSums", "falling_moment_root", "SteppedSignedSums", "merge_fit", "merge_blocks", "pool_blocks", "block_form", "centred", "centred_moments", "stepped_mean", "stepped_block_form", "first_and_step", "pooled_blocks_length", "POOLED_BLOCKS_MOST", "POOLED_BLOCKS_FROM"]
 
 
 class PowerSums:
@@ -189,17 +190,53 @@ def falling_moment_root(xp: Any, degree: int, total_w: Any, m: Any, moments: tup
 
 
 class SteppedSignedSums(PowerSums):
-    """:class:`PowerSums` at q = 3 for the soft sort's data, whose ``y`` (the ranks) step evenly along a row and whose
-    weights have either sign: any run of entries is a block of evenly stepped data, so its size, weight and second
-    moment give its pool value (:func:`.powers.stepped_signed_square_root`) wherever its terms change sign, and the
-    rounds over blocks, the passes and the windows (:mod:`.windows`) take it as the unsigned problem's blocks."""
+    """:class:`PowerSums` for the soft sort's data at q = 3, 5 and 6, whose ``y`` (the ranks) step evenly along a row
+    and whose weights have either sign: any run of entries is a block of evenly stepped data, so its size, weight and
+    second moment give its pool value (:func:`.powers.stepped_signed_square_root` at q = 3, :func:`.stepped.unit_root`
+    at q = 5 and 6, the step ``c`` from ``M2 = c^2 m (m^2 - 1) / 12``) wherever its terms change sign, and the rounds
+    over blocks, the passes and the windows (:mod:`.windows`) take it as the unsigned problem's blocks. Its sums and
+    block form are q = 3's (up to the second moment) at every q."""
 
-    def __init__(self) -> None:
+    def __init__(self, q: float = 3.0) -> None:
         super().__init__(3.0)
+        self.q = q
         self.signs = False  # a range's moments give its value: the min-max passes hold
 
     def root(self, xp: Any, total_w: Any, m: Any, m2: Any, m3: Any) -> Any:
-        return stepped_signed_square_root(xp, total_w, m, m2)
+        if self.q == 3.0:
+            return stepped_signed_square_root(xp, total_w, m, m2)
+        several = m > 1
+        mm = xp.where(several, m, 2.0 * xp.ones_like(m))
+        c2 = 12.0 * m2 / (mm * (mm * mm - 1.0))
+        several = several & (c2 > 0)
+        c = xp.sqrt(xp.where(several, c2, xp.ones_like(c2)))
+        tau = unit_root(xp, self.q, total_w / power(xp, c, self.q - 1.0), xp.where(several, m, xp.ones_like(m)))
+        # one entry, or equal data (every term shares t's sign): the root of m phi(t) = W
+        return xp.where(several, c * tau, odd_power(xp, total_w / m, 1.0 / (self.q - 1.0)))
+
+    def block_stats(self, xp: Any, adapter: Any, starts: Any, data: Any) -> tuple[Any, ...]:
+        return stepped_block_form(xp, adapter, starts, data[0, ...], data[1, ...])
+
+
+def stepped_block_form(xp: Any, adapter: Any, starts: Any, y: Any, w: Any) -> tuple[Any, ...]:
+    """:func:`block_form` (up to the third moment) of blocks whose data ``y`` step evenly (the soft sort's ranks), in
+    closed form from each block's first datum and step (:func:`first_and_step`): mean ``first + c (m - 1) / 2``,
+    ``M2 = c^2 m (m^2 - 1) / 12``, ``M3 = 0``. A sum of the data rounds at its total (a float32 block of 800 ranks
+    near 5 x 10^4: its mean by about 0.03, where two blocks' values of a p = 1.25 sort of 10^5 stood 0.028 apart), the
+    closed form by one rounding of the mean."""
+    sums = adapter.segment_sum(xp, starts, xp.stack([xp.ones_like(y), w]))
+    m = sums[0, ...]
+    first, c = first_and_step(xp, adapter, starts, y)
+    return first + c * ((m - 1.0) / 2.0), sums[1, ...], m, (c * c) * (m * (m * m - 1.0) / 12.0), xp.zeros_like(m)
+
+
+def first_and_step(xp: Any, adapter: Any, starts: Any, y: Any) -> tuple[Any, Any]:
+    """Each entry's block's first datum and step (the difference of its first two data, exact for ranks times a power
+    of two; 0 on a one-entry block), for blocks whose data step evenly."""
+    goes_on = xp.concat([~starts[..., 1:], xp.zeros_like(starts[..., :1])], axis=-1)  # the next entry is of this block
+    steps = xp.where(goes_on, xp.concat([y[..., 1:] - y[..., :-1], xp.zeros_like(y[..., :1])], axis=-1), 0.0)
+    firsts = isotonic.block_first(xp, adapter, starts, xp.stack([y, steps]))
+    return firsts[0, ...], firsts[1, ...]
 
 
 def centred(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, step: float | None = None, about_first: bool = False,
