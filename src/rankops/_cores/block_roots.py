@@ -21,7 +21,7 @@ from typing import Any
 from .._lib._numerics import safe_divide
 from . import windows
 from .power_sums import centred, centred_moments, falling_moment_root, first_and_step
-from .powers import falling_newton, falling_start, moment_root, odd_power, power, signed_square_root
+from .powers import falling_newton, falling_start, moment_root, odd_power, power, signed_square_root, stepped_signed_square_root
 from .stepped import STEPPED, unit_root
 from .subsets import Subset
 
@@ -137,11 +137,13 @@ def signed_shift(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, q: float, n
 
 def sort_shift(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, q: float, near: Any = None) -> tuple[Any, Any, Any]:
     """:func:`signed_shift` for the soft sort, whose blocks' data step evenly (its ranks: exact multiples of a power of
-    two). At q = 5 and 6 (:data:`.stepped.STEPPED`) from each block's size, weight, first datum and step (its first two
-    data's difference, exact): the mean and ``d`` in closed form, exact to one rounding where sums of the data would
-    round at their total, and the root by :func:`.stepped.unit_root` on one number per entry, no segmented sum a step
-    (``near`` unread); at any other q, :func:`signed_shift`."""
-    if q not in STEPPED:
+    two): at q = 3 to 6 from each block's size, weight, first datum and step (its first two data's difference, exact),
+    the mean and ``d`` in closed form, exact to one rounding where sums of the data would round at their total, and the
+    root from the block's size, weight and second moment ``M2 = c^2 m (m^2 - 1) / 12`` (its odd moments 0): at q = 3
+    :func:`.powers.stepped_signed_square_root`, at q = 4 the cubic's, at q = 5 and 6 :func:`.stepped.unit_root`'s
+    Newton's steps on one number per entry; no segmented sum past the block's size and weight (``near`` unread). At
+    any other q, :func:`signed_shift`."""
+    if q not in (3.0, 4.0) + STEPPED:
         return signed_shift(xp, adapter, starts, y, w, q, near)
     sums = adapter.segment_sum(xp, starts, xp.stack([xp.ones_like(y), w]))
     m, total_w = sums[0, ...], sums[1, ...]
@@ -152,8 +154,13 @@ def sort_shift(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, q: float, nea
 
     def roots(_: Any) -> tuple[Any]:
         c = xp.where(several, step, xp.ones_like(step))
-        tau = unit_root(xp, q, total_w / power(xp, c, q - 1.0), xp.where(several, m, xp.ones_like(m)))
-        return (xp.where(several, c * tau, alone),)
+        if q == 3.0:
+            t = stepped_signed_square_root(xp, total_w, m, (c * c) * (m * (m * m - 1.0) / 12.0))
+        elif q == 4.0:  # phi(u) = u^3: the cubic in the block's moments whatever their signs
+            t = moment_root(xp, q, total_w, m, (c * c) * (m * (m * m - 1.0) / 12.0), xp.zeros_like(m))
+        else:
+            t = c * unit_root(xp, q, total_w / power(xp, c, q - 1.0), xp.where(several, m, xp.ones_like(m)))
+        return (xp.where(several, t, alone),)
 
     t = adapter.unless(xp, ~xp.any(several), roots, (alone,), in_loop=True)[0]
     return first + half, (y - first) - half, t
