@@ -505,38 +505,43 @@ def _mostly_settled_rows(p: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return x, _sort_reference(x, p, 20.0), _rank_reference(x, p, 0.2)
 
 
-@pytest.mark.parametrize("q", [3.0, 4.0])
-def test_signed_block_roots_where_terms_change_sign(q, monkeypatch):
-    """The soft sort's block equation ``sum_B sign(y_i - v) |y_i - v|^(q-1) = W_B`` (``block_roots.signed_shift``; ``y``
-    the ranks, equally spaced, ``w`` data of either sign) on 300 blocks of 1 to 12 entries, whose roots leave terms of
-    both signs, or all positive, or all negative: each block's ``v = mean - t`` equals the bisection root to 1e-12 in float64, from closed
-    forms, without a Newton step (the safeguarded steps, 60 at most, each a segmented sum over the entries, were run
-    on every such batch): at q = 4 (``phi(u) = u^3`` whatever u's sign) the cubic in the block's moments, at q = 3 the
-    quadratic of the stretch between two breakpoints that holds the root (``powers.signed_square_root``), and the same
+@pytest.mark.parametrize("q", [3.0, 4.0, 5.0, 6.0])
+def test_sort_block_roots_where_terms_change_sign(q, monkeypatch):
+    """The soft sort's block equation ``sum_B sign(y_i - v) |y_i - v|^(q-1) = W_B`` (``block_roots.sort_shift``; ``y``
+    the ranks, evenly stepped, ``w`` data of either sign) on 300 blocks of 1 to 12 entries, whose roots leave terms of
+    both signs, or all positive, or all negative: each block's ``v = mean - t`` equals the bisection root to 1e-12 in
+    float64, from its size, weight and step: at q = 3 and 4 in closed form, without a Newton step (the stepped square
+    root; the cubic, ``phi(u) = u^3`` whatever u's sign), at q = 5 and 6 by ``stepped.unit_root``; and the same
     from each block's size, weight and second moment alone (``power_sums.SteppedSignedSums``, the blocks' route)."""
     import array_api_compat.numpy as xp
 
+    from rankops._cores.power_sums import SteppedSignedSums, stepped_block_form
     from rankops._lib._adapters import get_adapter
 
     adapter = get_adapter(xp)
-    monkeypatch.setattr(type(adapter), "settle", lambda *a, **k: pytest.fail(f"Newton's steps at q = {q}"))
+    if q in (3.0, 4.0):
+        monkeypatch.setattr(type(adapter), "settle", lambda *a, **k: pytest.fail(f"Newton's steps at q = {q}"))
     rng = np.random.default_rng(7)
     sizes = rng.integers(1, 13, size=300)
-    y = np.arange(1.0, sizes.sum() + 1.0) / 3.0  # ranks / strength: a step that rounds, blocks whose sum d is not 0
-    # a quarter of the blocks far above 0, a quarter far below: every term of one sign at their roots
-    w = 3.0 * rng.normal(size=y.size) + np.repeat(rng.choice([-40.0, 0.0, 0.0, 40.0], size=sizes.size), sizes)
+    y = np.arange(1.0, sizes.sum() + 1.0) / 4.0  # ranks / strength, strength a power of two (permutahedron._signed_projection)
     starts = np.zeros(y.size, dtype=bool)
     starts[np.concatenate([[0], np.cumsum(sizes)[:-1]])] = True
-    mean, _, t = block_roots.signed_shift(xp, adapter, starts, y, w, q)
+    # each block's weight W_B = h(t) at a t within its half-length (half the blocks: terms of both signs at the root)
+    # or past it either way (a quarter each: every term of one sign), spread over its entries with noise summing to 0
+    w = np.empty_like(y)
+    for a, m in zip(np.flatnonzero(starts), sizes):
+        d, half = y[a:a + m] - y[a:a + m].mean(), (m - 1) / 8.0
+        t = half * rng.uniform(-0.9, 0.9) if rng.uniform() < 0.5 else rng.choice([-1.0, 1.0]) * (half + rng.uniform(0.2, 2.0))
+        noise = rng.normal(size=m)
+        w[a:a + m] = np.sum(np.sign(d + t) * np.abs(d + t) ** (q - 1.0)) / m + (noise - noise.mean())
+    mean, _, t = block_roots.sort_shift(xp, adapter, starts, y, w, q)
     got, kinds = np.asarray(mean - t), collections.Counter()
-    if q == 3.0:  # the same roots from each block's size, weight and second moment alone (its ranks step evenly)
-        from rankops._cores.power_sums import SteppedSignedSums, block_form
-
-        from_moments = np.asarray(SteppedSignedSums().block_value(xp, block_form(xp, adapter, starts, y, w)))
+    # the same roots from each block's size, weight and second moment alone (its ranks step evenly)
+    from_moments = np.asarray(SteppedSignedSums(q if q != 4.0 else 3.0).block_value(xp, stepped_block_form(xp, adapter, starts, y, w)))
     for a, b in zip(np.flatnonzero(starts), np.append(np.flatnonzero(starts)[1:], y.size)):
         want = _root(y[a:b], w[a:b], q)
         np.testing.assert_allclose(got[a:b], want, rtol=0, atol=1e-12 * max(1.0, abs(want)), err_msg=f"block {a}:{b}")
-        if q == 3.0:
+        if q != 4.0:
             np.testing.assert_allclose(from_moments[a:b], want, rtol=0, atol=1e-11 * max(1.0, abs(want)), err_msg=f"{a}:{b}")
         kinds[(bool(np.any(y[a:b] > want)), bool(np.any(y[a:b] < want)))] += b - a > 1
     assert min(kinds[True, True], kinds[True, False], kinds[False, True]) > 40, kinds
@@ -553,7 +558,7 @@ def test_solves_over_the_blocks_that_changed_equal_the_papers_pav(name, monkeypa
     differences; the spies see solves over fewer entries than the batch's, and roots over fewer than their blocks'."""
 
     solved = []
-    for fn in ("shift", "signed_shift"):
+    for fn in ("shift", "sort_shift"):
         real = getattr(block_roots, fn)
         monkeypatch.setattr(block_roots, fn, lambda xp, adapter, starts, y, *rest, real=real, **kw: solved.append(math.prod(y.shape))
                             or real(xp, adapter, starts, y, *rest, **kw))

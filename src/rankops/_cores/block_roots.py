@@ -6,9 +6,8 @@ the root ``t = mean_B(y) - v_B`` of ``sum_B phi(d_i + t) = W_B``,
 the root (the rank's blocks, and the top-k polytope's free block), in
 closed form at q = 2, 3 and 4, by Newton's steps on the block's centred
 moments at q = 5 and 6 and over its entries at any other q, each falling
-from an upper bound; :func:`signed_shift` where terms change sign, by closed
-forms at q = 3 and 4 and safeguarded Newton's steps elsewhere;
-:func:`sort_shift` for the soft sort's blocks, whose data (its ranks) step
+from an upper bound; :func:`signed_shift` where terms change sign, by
+safeguarded Newton's steps; :func:`sort_shift` for the soft sort's blocks, whose data (its ranks) step
 evenly: at q = 5 and 6 by :mod:`.stepped`. :func:`per_block` solves a root
 once per block where that pays.
 """
@@ -21,7 +20,7 @@ from typing import Any
 from .._lib._numerics import safe_divide
 from . import windows
 from .power_sums import centred, centred_moments, falling_moment_root, first_and_step
-from .powers import falling_newton, falling_start, moment_root, odd_power, power, signed_square_root, stepped_signed_square_root
+from .powers import falling_newton, falling_start, moment_root, odd_power, power, stepped_signed_square_root
 from .stepped import STEPPED, unit_root
 from .subsets import Subset
 
@@ -91,8 +90,9 @@ def signed_shift(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, q: float, n
     """:func:`shift` for ``sum_B phi(y_i - v) = W_B`` with ``phi(u) = sign(u) |u|^(q-1)``, terms of either sign
     (the soft sort: its weights are the data). ``h(t) = sum_B phi(d_i + t) - W_B`` increases in t and lies in
     ``[-D - (W-/|B|)^(1/(q-1)), D + (W+/|B|)^(1/(q-1))]`` (``D = sum_B |d|``): Newton's step where it stays inside
-    the bracket, else its midpoint (the start, or a value ``near`` the root); at q = 3 and 4 (``phi(u) = u^3``:
-    :func:`.powers.signed_square_root`) and for a one-entry block, closed forms. ``y`` increases along each block."""
+    the bracket, else its midpoint (the start, or a value ``near`` the root); for a one-entry block, its closed form.
+    ``y`` increases along each block. (The soft sort's blocks at q = 3 to 6 have closed forms or cheaper steps:
+    :func:`sort_shift`.)"""
     m, total_w, mean, d = centred(xp, adapter, starts, y, w, about_first=True)
     e = 1.0 / (q - 1.0)
     alone = odd_power(xp, total_w, e)
@@ -100,10 +100,6 @@ def signed_shift(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, q: float, n
         return mean, d, total_w / m
 
     def roots(_: Any) -> tuple[Any]:
-        if q == 4.0:  # phi(u) = u^3 whatever u's sign: the cubic in the block's moments is its equation itself
-            return (xp.where(m == 1, alone, moment_root(xp, q, total_w, m, *centred_moments(xp, adapter, starts, d, 3))),)
-        if q == 3.0:
-            return (xp.where(m == 1, alone, signed_square_root(xp, adapter, starts, d, total_w, m)),)
         spread = adapter.segment_sum(xp, starts, xp.abs(d))
         share = total_w / m  # h summed as sum_B (phi(u_i) - W_B / |B|), as :func:`shift`'s residual
         lo, hi = -spread - power(xp, xp.clip(-share, 0.0, None), e), spread + power(xp, xp.clip(share, 0.0, None), e)

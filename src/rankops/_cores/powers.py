@@ -8,7 +8,7 @@ from typing import Any
 from .._lib._adapters import get_adapter
 from .._lib._numerics import safe_divide
 
-__all__ = ["newton_steps", "falling_newton", "falling_start", "falling_root", "power", "odd_power", "cubic_root", "moment_root", "signed_square_root", "stepped_signed_square_root"]
+__all__ = ["newton_steps", "falling_newton", "falling_start", "falling_root", "power", "odd_power", "cubic_root", "moment_root", "stepped_signed_square_root"]
 
 
 def newton_steps(q: float) -> int:
@@ -139,32 +139,6 @@ def moment_root(xp: Any, q: float, total_w: Any, m: Any, m2: Any, m3: Any = None
     return cubic_root(xp, 3.0 * m2 / m, (m3 - total_w) / m)
 
 
-def signed_square_root(xp: Any, adapter: Any, starts: Any, d: Any, total_w: Any, m: Any) -> Any:
-    """The root ``t`` of ``h(t) = sum_B (d_i + t) |d_i + t| = W`` (the p = 3/2 soft sort's block equation, terms of
-    either sign) for each block that ``starts`` begins (``m`` its size, ``total_w`` its W, per entry), ``d``
-    increasing along each block.
-
-    ``h`` increases, and its negative terms at any t are a prefix of the block:
-    on each stretch between two of the breakpoints ``t = -d_j`` it is a
-    quadratic. Entry j is negative at the root where ``h(-d_j) > W``, which
-    the block's prefix sums of ``d`` and ``d^2`` give (a segmented scan: no
-    sum across blocks); with k such entries, ``L1``, ``L2`` their sums of
-    ``d`` and ``d^2`` and ``T1``, ``T2`` the block's,
-    ``(m - 2k) t^2 + 2 (T1 - 2 L1) t + T2 - 2 L2 = W``, whose root on its
-    increasing side is taken without cancellation.
-    """
-    ones = xp.ones_like(d)
-    links = xp.astype(~starts[..., 1:], d.dtype)
-    data = xp.stack([ones, d, d * d])
-    before = adapter.linear_scan(xp, xp.broadcast_to(links, (3, *links.shape)), data) - data  # within the block
-    totals = adapter.segment_sum(xp, starts, data[1:, ...])
-    t1, t2 = totals[0, ...], totals[1, ...]
-    at_break = t2 - 2.0 * before[2, ...] + d * (4.0 * before[1, ...] - 2.0 * t1) + (m - 2.0 * before[0, ...]) * d * d
-    negative = xp.astype(at_break > total_w, d.dtype)
-    sums = adapter.segment_sum(xp, starts, xp.stack([negative, negative * d, negative * d * d]))
-    return _rising_root(xp, m - 2.0 * sums[0, ...], 2.0 * (t1 - 2.0 * sums[1, ...]), t2 - 2.0 * sums[2, ...] - total_w)
-
-
 def _rising_root(xp: Any, a: Any, b: Any, c: Any) -> Any:
     """The root of ``a t^2 + b t + c = 0`` on the quadratic's increasing side (``2 a t + b = sqrt(b^2 - 4ac) > 0``
     there), in the form without cancellation for either sign of b: ``-2c / (b + sqrt)`` for b >= 0, else
@@ -174,7 +148,8 @@ def _rising_root(xp: Any, a: Any, b: Any, c: Any) -> Any:
 
 
 def stepped_signed_square_root(xp: Any, total_w: Any, m: Any, m2: Any) -> Any:
-    """:func:`signed_square_root` for a block whose data step evenly (the soft sort's ranks), from its size ``m``,
+    """The root ``t`` of ``h(t) = sum_B (d_i + t) |d_i + t| = W`` (the p = 3/2 soft sort's block equation, terms of
+    either sign, ``h`` increasing) for a block whose data step evenly (the soft sort's ranks), from its size ``m``,
     weight ``W`` and centred second moment ``m2`` alone (their step ``c``: ``m2 = c^2 m (m^2 - 1) / 12``).
 
     With ``M = m - 1`` and ``s = M - 2j``, ``h(-d_j) = c^2 s (s^2 + 3M^2 + 6M + 2) / 12`` (sums of squares of the
