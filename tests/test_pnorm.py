@@ -471,15 +471,15 @@ def test_snowballing_rows_at_p_past_the_closed_forms_leave_the_pooling_rounds(mo
 
 
 def test_sorts_past_the_closed_forms_finish_in_windows_or_extensions(monkeypatch):
-    """The p = 1.25 and 1.2 soft sorts (q = 5, 6) take their blocks' values from size, weight and second moment (the
-    ranks step evenly: ``power_sums.SteppedSignedSums``), as p = 3/2's: on a CPU the windows finish the rows their
-    pooling rounds leave, and without the windows (a GPU's route, and ``jax.jit``'s) the rounds' extensions do; the
-    threshold splits, where such rows went before (1.6 s for a row of 10^5), never run. Values equal the sequential
-    PAV on normal rows of 300 at strengths 10 to 100 (blocks of tens of entries)."""
+    """The p = 1.25, 1.2, 1.4 and 1.7 soft sorts (q = 5, 6, 3.5, 2.43) take their blocks' values from size, weight and
+    second moment (the ranks step evenly: ``power_sums.SteppedSignedSums``), as p = 3/2's: on a CPU the windows finish
+    the rows their pooling rounds leave, and without the windows (a GPU's route, and ``jax.jit``'s) the rounds'
+    extensions do; on a CPU the threshold splits, where such rows went before (1.3-2.7 s for a row of 10^5), never
+    run. Values equal the sequential PAV on normal rows of 300 at strengths 10 and 30 (blocks of tens of entries)."""
     from rankops._cores import extensions, pnorm, splits
 
     calls = collections.Counter()
-    for module, name in ((windows, "finish"), (splits, "fit_left")):
+    for module, name in ((windows, "finish"), (windows, "pool_and_finish"), (splits, "fit_left")):
         monkeypatch.setattr(module, name, functools.partial(lambda f, key, *a, **k: calls.update([key]) or f(*a, **k),
                                                             getattr(module, name), name))
     extend = extensions.Extension.__call__
@@ -487,14 +487,17 @@ def test_sorts_past_the_closed_forms_finish_in_windows_or_extensions(monkeypatch
     x = np.random.default_rng(3).normal(size=(3, 300))
     for windows_on in (True, False):
         monkeypatch.setattr(windows, "pays", lambda v: windows_on)
-        for p in (1.25, 1.2):
+        for p in (1.25, 1.2, 1.4, 1.7):
             assert isinstance(pnorm._extension(pnorm.exponent(p), True).rule, pnorm.SteppedSignedSums)
-            for strength in (10.0, 100.0):
+            for strength in (10.0, 30.0):
                 calls.clear()
                 got = rankops.soft_sort(x, method="permutahedron", regularization="lp", p=p, strength=strength)
                 want = _sort_reference(x, p, strength)
                 np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12 * np.abs(want).max())
-                assert calls["fit_left"] == 0 and calls["finish" if windows_on else "extension"] > 0, (windows_on, p, calls)
+                if windows_on:
+                    assert calls["fit_left"] == 0 and calls["finish"] + calls["pool_and_finish"] > 0, (p, calls)
+                else:  # the splits stay the fallback of a row the extensions leave past the rounds' cost
+                    assert calls["extension"] > 0, (p, calls)
 
 
 @functools.lru_cache(maxsize=None)

@@ -48,12 +48,15 @@ SIZES = (1, 2, 3, 10, 101, 1000, 20_000)
 
 
 @pytest.mark.parametrize("name", EAGER)
-@pytest.mark.parametrize("q", stepped.STEPPED)
+@pytest.mark.parametrize("q", [5.0, 6.0, 2.5, 3.5, 4.75])
 def test_unit_roots_solve_the_stepped_block_equation(name, q):
     """``unit_root`` against a bisection of the block's exactly summed terms, over block sizes 1 to 20,000 and levels 0
     to 1e28 of either sign: in float64 to 1e-13 of the block's half-length plus the root (the terms of a block that
     straddles 0 cancel to that precision, however they are summed), in float32 to 4 units in its last place. At q = 5
-    the roots lie inside the block (the Bernoulli form), past it (the quadratic in tau^2) and at a one-entry block."""
+    the roots lie inside the block (the Bernoulli form), past it (the quadratic in tau^2) and at a one-entry block; at
+    q = 2.5, 3.5 and 4.75 (p = 5/3, 1.4, 1.27) Euler-Maclaurin's sums of powers, and at q = 2.5 a block equation that is
+    not convex (the bracketed steps)."""
+    assert stepped.solves(q)
     to, _ = on_backend(name)
     levels, sizes = np.array(LEVELS * len(SIZES)), np.repeat(np.array(SIZES, dtype=float), len(LEVELS))
     near = np.asarray(stepped.unit_root(np, q, levels, sizes))
@@ -67,6 +70,19 @@ def test_unit_roots_solve_the_stepped_block_equation(name, q):
         assert got.dtype == np.float64 and np.asarray(stepped.unit_root(xp, q, to(levels.astype(dtype)),
                                                                        to(sizes.astype(dtype)))).dtype == dtype
         np.testing.assert_array_less(np.abs(got - want), rtol * scale + 1e-300, err_msg=f"{dtype.__name__}")
+
+
+@pytest.mark.parametrize("e", [1.43, 2.5, 3.75, 4.9])
+def test_power_sums_by_euler_maclaurin(e):
+    """``stepped._power_sums``: ``sum_(j < k) (b + j)^e`` and the same at ``e - 1``, a head of terms and
+    Euler-Maclaurin's tail, against the terms summed exactly, for starts 0 to 10^6 (a tail far from 0: the integral's
+    difference without cancellation) and lengths 0 to 10^5, to 2e-12 of the sum in float64."""
+    b = np.array([0.0, 0.3, 1.0, 7.5, 1e6])[:, None] * np.ones((1, 8))
+    k = np.array([0.0, 1, 3, 4, 5, 9, 1000, 100_000])[None, :] * np.ones((5, 1))
+    got = stepped._power_sums(np, b.ravel(), k.ravel(), e)
+    for power_of, sums in zip((e, e - 1.0), got):
+        want = np.array([math.fsum((bb + np.arange(int(kk))) ** power_of) for bb, kk in zip(b.ravel(), k.ravel())])
+        np.testing.assert_allclose(sums, want, rtol=2e-12, atol=0)
 
 
 @pytest.mark.parametrize("name", EAGER)

@@ -21,7 +21,7 @@ from .._lib._numerics import safe_divide
 from . import windows
 from .power_sums import centred, centred_moments, falling_moment_root, first_and_step
 from .powers import falling_newton, falling_start, moment_root, odd_power, power, stepped_signed_square_root
-from .stepped import STEPPED, unit_root
+from . import stepped
 from .subsets import Subset
 
 __all__ = ["shift", "signed_shift", "sort_shift", "per_block", "BLOCK_SHARE", "BLOCK_ENTRIES"]
@@ -63,20 +63,22 @@ def shift(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, q: float, tangent:
 BLOCK_SHARE, BLOCK_ENTRIES = 0.5, 1 << 15  # :func:`per_block`'s gate (below it, the gathers cost more than the cubic)
 
 
-def per_block(xp: Any, adapter: Any, starts: Any, root: Any, total_w: Any, m: Any, *moments: Any, q: float, tangent: bool) -> Any:
+def per_block(xp: Any, adapter: Any, starts: Any, root: Any, total_w: Any, m: Any, *moments: Any, q: float, tangent: bool,
+              alone: Any = None, fewest: int | None = None) -> Any:
     """A block's ``root(total_w, m, *moments)`` (the cubic's, or Newton's steps) of arrays that hold one number per
     block (``starts``: True where one begins): where values can be read now, on a CPU, in a batch of at least
-    ``BLOCK_ENTRIES`` entries whose blocks of several have first entries at most ``BLOCK_SHARE`` of them, on those
-    alone (:class:`.subsets.Subset`), spread over their blocks, and a one-entry block in closed form ``W^(1/(q-1))``;
-    elsewhere on every entry."""
+    ``fewest`` entries (None: ``BLOCK_ENTRIES``) whose blocks of several have first entries at most ``BLOCK_SHARE`` of them, on those
+    alone (:class:`.subsets.Subset`), spread over their blocks, and a one-entry block in closed form ``W^(1/(q-1))``
+    (or ``alone``, each entry's); elsewhere on every entry."""
     totals = (total_w, m, *moments)
-    if math.prod(starts.shape) < BLOCK_ENTRIES or not windows.readable_on_cpu(adapter, starts, *totals):
+    if math.prod(starts.shape) < (BLOCK_ENTRIES if fewest is None else fewest) or not windows.readable_on_cpu(adapter, starts, *totals):
         return root(*totals)
     several = m > 1
     firsts = Subset(xp, starts & several)
     if firsts.share() > BLOCK_SHARE:
         return root(*totals)
-    alone = power(xp, xp.clip(total_w, 0.0, None), 1.0 / (q - 1.0), tangent=tangent)
+    if alone is None:
+        alone = power(xp, xp.clip(total_w, 0.0, None), 1.0 / (q - 1.0), tangent=tangent)
     if firsts.size == 0:
         return alone
     return xp.where(several, firsts.spread(root(*(firsts.take(a) for a in totals))), alone)
@@ -136,10 +138,14 @@ def sort_shift(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, q: float, nea
     two): at q = 3 to 6 from each block's size, weight, first datum and step (its first two data's difference, exact),
     the mean and ``d`` in closed form, exact to one rounding where sums of the data would round at their total, and the
     root from the block's size, weight and second moment ``M2 = c^2 m (m^2 - 1) / 12`` (its odd moments 0): at q = 3
-    :func:`.powers.stepped_signed_square_root`, at q = 4 the cubic's, at q = 5 and 6 :func:`.stepped.unit_root`'s
-    Newton's steps on one number per entry; no segmented sum past the block's size and weight (``near`` unread). At
-    any other q, :func:`signed_shift`."""
-    if q not in (3.0, 4.0) + STEPPED:
+    :func:`.powers.stepped_signed_square_root`, at q = 4 the cubic's, elsewhere in (2, 6] :func:`.stepped.unit_root`'s
+    Newton's steps on one number per entry (at a q that is no integer where values can be read now, on a CPU, once
+    per block); no segmented sum past the block's size and weight (``near`` unread). At any other q, and at a q that
+    is no integer elsewhere, :func:`signed_shift`."""
+    whole = q == round(q)
+    # at a q that is no integer the roots' sums of general powers cost a few dozen powers a step on every entry where
+    # they cannot run once per block (jax.jit, a GPU): there Newton's steps over the entries cost less
+    if (q not in (3.0, 4.0) and not stepped.solves(q)) or not (whole or windows.readable_on_cpu(adapter, w)):
         return signed_shift(xp, adapter, starts, y, w, q, near)
     sums = adapter.segment_sum(xp, starts, xp.stack([xp.ones_like(y), w]))
     m, total_w = sums[0, ...], sums[1, ...]
@@ -148,14 +154,19 @@ def sort_shift(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, q: float, nea
     several = step > 0  # a block of equal data (step 0) or one entry: every term shares t's sign
     alone = odd_power(xp, total_w / m, 1.0 / (q - 1.0))
 
-    def roots(_: Any) -> tuple[Any]:
-        c = xp.where(several, step, xp.ones_like(step))
+    def root(total_w: Any, m: Any, c: Any) -> Any:
         if q == 3.0:
-            t = stepped_signed_square_root(xp, total_w, m, (c * c) * (m * (m * m - 1.0) / 12.0))
-        elif q == 4.0:  # phi(u) = u^3: the cubic in the block's moments whatever their signs
-            t = moment_root(xp, q, total_w, m, (c * c) * (m * (m * m - 1.0) / 12.0), xp.zeros_like(m))
-        else:
-            t = c * unit_root(xp, q, total_w / power(xp, c, q - 1.0), xp.where(several, m, xp.ones_like(m)))
+            return stepped_signed_square_root(xp, total_w, m, (c * c) * (m * (m * m - 1.0) / 12.0))
+        if q == 4.0:  # phi(u) = u^3: the cubic in the block's moments whatever their signs
+            return moment_root(xp, q, total_w, m, (c * c) * (m * (m * m - 1.0) / 12.0), xp.zeros_like(m))
+        return c * stepped.unit_root(xp, q, total_w / power(xp, c, q - 1.0), m)
+
+    def roots(_: Any) -> tuple[Any]:
+        # once per block of several where values can be read, from BLOCK_ENTRIES entries on; at a q that is no integer
+        # at any length (Newton's steps on sums of general powers cost more per number than the gathers)
+        c, size = xp.where(several, step, xp.ones_like(step)), xp.where(several, m, xp.ones_like(m))
+        t = per_block(xp, adapter, starts, root, total_w, size, c, q=q, tangent=False, alone=alone,
+                      fewest=None if whole else 0)
         return (xp.where(several, t, alone),)
 
     t = adapter.unless(xp, ~xp.any(several), roots, (alone,), in_loop=True)[0]

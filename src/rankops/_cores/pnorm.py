@@ -55,7 +55,7 @@ whose moments give a range's value only where its data lie above it, bounded by
 its first datum; none at q = 6), then windows around the drops left, fitted by
 merge rounds at q = 2, 4 and 6, by pooling rounds at q = 3 and 5 (whose merge
 tests split a block by its data). The soft sort's data are its ranks, which step
-evenly, so at q = 3, 5 and 6 (``STEPPED_SORTS``) any range of its blocks has its
+evenly, so at q = 3 and any other q in (2, 6] but 4 (:func:`stepped_sort`) any range of its blocks has its
 value from size, weight and second moment (:class:`.power_sums.SteppedSignedSums`;
 at q = 5 and 6 by :mod:`.stepped`'s roots), and its rows finish as the unsigned
 problem's (pooling rounds over the blocks, min-max passes, windows). Elsewhere
@@ -87,7 +87,7 @@ from typing import Any
 from .._lib._adapters import get_adapter
 from .._lib._compat import broadcast_arrays
 from .._lib._numerics import centred_within, safe_divide
-from . import block_roots, isotonic, one_block, splits, windows
+from . import block_roots, isotonic, one_block, splits, stepped, windows
 from .breakpoints import search_breakpoints
 from .extensions import Extension
 from .power_sums import PowerSums, SteppedSignedSums, block_form, stepped_block_form, merge_blocks, merge_fit, pool_blocks, pooled_blocks_length
@@ -116,9 +116,15 @@ EXTENDED_FROM = 64
 # q past 4 whose rows go on to merge rounds over the entries' power sums where no windows finish them (p = 1.25, 1.2;
 # higher degrees cancel too much), costing about 1.5 log2 n pooling rounds (``merge_cost`` 3 at K ~ n / 2 blocks)
 ENTRY_MERGES, ENTRY_MERGE_COST = (5.0, 6.0), 3.0
-# q whose soft sort's blocks, evenly stepped ranks, have a pool value from their size, weight and second moment
-# (:class:`.power_sums.SteppedSignedSums`): rounds over blocks, passes and windows on a CPU, extensions elsewhere
-STEPPED_SORTS = (3.0, 5.0, 6.0)
+
+
+def stepped_sort(q: float) -> bool:
+    """Whether the soft sort's blocks at ``q``, evenly stepped ranks, take a pool value from their size, weight and
+    second moment (:class:`.power_sums.SteppedSignedSums`: rounds over blocks, passes and windows on a CPU, extensions
+    elsewhere): at q = 3 and where :func:`.stepped.solves` (q = 5, 6 and any q in (2, 6] that is no integer; q = 4's
+    sort merges over its blocks)."""
+    return q == 3.0 or stepped.solves(q)
+
 
 class _Rules:
     """The pooling rounds' rule (:func:`.isotonic.pool_runs`) for this loss: a segment's value from its entries
@@ -163,14 +169,14 @@ class _Rules:
 class _SignedRules(_Rules):
     """:class:`_Rules` for weights of either sign, the soft sort's (:func:`.block_roots.sort_shift`: Newton's steps where
     q is not 2, 3 or 4, over a block's entries, or on its size and weight alone where its ranks step evenly), whose
-    blocks at ``STEPPED_SORTS`` carry :func:`.power_sums.stepped_block_form`."""
+    blocks at :func:`stepped_sort` carry :func:`.power_sums.stepped_block_form`."""
 
     def __init__(self, q: float) -> None:
         super().__init__(q)
         self.compact_share = 0.0 if q == 2.0 else 0.25
         self.uniform = q == 2.0  # the signed square root's sums of products may be contracted differently per entry
         self.lows = False  # the sort's sums (power_sums.SteppedSignedSums) give any range's value: no bound needed
-        if q in STEPPED_SORTS:  # its blocks carry q = 3's form at every q (up to the second moment, whence the step)
+        if stepped_sort(q):  # its blocks carry q = 3's form at every q (up to the second moment, whence the step)
             self.highest = SteppedSignedSums(q).form - 2
 
     def pooled(self, xp: Any, adapter: Any, starts: Any, u: Any, yw: Any, unit: bool) -> Any:
@@ -178,7 +184,7 @@ class _SignedRules(_Rules):
         return mean - t
 
     def block_data(self, xp: Any, adapter: Any, starts: Any, yw: Any, v: Any) -> tuple[Any, ...]:
-        if self.q not in STEPPED_SORTS:
+        if not stepped_sort(self.q):
             return super().block_data(xp, adapter, starts, yw, v)
         return stepped_block_form(xp, adapter, starts, *(windows.rows_of(xp, yw[i, ...], v) for i in (0, 1)))
 
@@ -270,7 +276,7 @@ def _fitted(xp: Any, adapter: Any, rules: _Rules, v0: Any, y: Any, wf: Any, q: f
                 finish=lambda values, data: (pool_blocks(xp, adapter, values, data, sums) if sums.signs
                                              else merge_blocks(xp, adapter, values, data, q)),
                 sums=sums, extend=extend, starts=starts)
-        elif signed and q in STEPPED_SORTS and not masked and windows.readable_on_cpu(adapter, v0, yw):
+        elif signed and stepped_sort(q) and not masked and windows.readable_on_cpu(adapter, v0, yw):
             # the sort's ranks step evenly, so its blocks have a block form after all: on a CPU the rounds over blocks,
             # the passes and the windows finish its chains (:class:`.power_sums.SteppedSignedSums`); elsewhere it pools
             sums = SteppedSignedSums(q)
@@ -288,12 +294,12 @@ def _extension(q: float, signed: bool) -> Extension | None:
     """The extension of the pooling rounds (:mod:`.extensions`) at q = 3 and 4, and for the sort at q = 5 and 6
     (:func:`_fitted` takes it on rows of :data:`EXTENDED_FROM` entries or more): a range of blocks' size, weight, mean
     and centred moments give its pool's value along the steps of pool-adjacent-violators (for the sort, whose weights
-    have either sign, by its evenly stepped ranks: :data:`STEPPED_SORTS`; at q = 4, ``phi(u) = u^3``, the cubic in the range's moments whatever their signs). At
+    have either sign, by its evenly stepped ranks: :func:`stepped_sort`; at q = 4, ``phi(u) = u^3``, the cubic in the range's moments whatever their signs). At
     q = 3 the merge rounds take no blocks (a test splits a block by its data); at q = 4 they do, but a chain pooled on
     by the extensions ends within a few rounds, each O(n), where the merge rounds over the blocks take O(K log^2 K)
     for K blocks, which under ``jax.jit`` they cannot count (rows of a fifth or half of n). At q = 2 the merge rounds
     over the blocks finish such rows."""
-    if signed and q in STEPPED_SORTS:
+    if signed and stepped_sort(q):
         return Extension(SteppedSignedSums(q))
     return Extension(PowerSums(q)) if q in (3.0, 4.0) else None
 

@@ -11,7 +11,7 @@ from .._lib._numerics import safe_divide
 from . import isotonic
 from .merges import merge_lengths, padded_length
 from .powers import falling_newton, falling_start, moment_root, odd_power, power, stepped_signed_square_root
-from .stepped import unit_root
+from . import stepped
 
 __all__ = ["PowerSums", "falling_moment_root", "SteppedSignedSums", "merge_fit", "merge_blocks", "pool_blocks", "block_form", "centred", "centred_moments", "stepped_mean", "stepped_block_form", "first_and_step", "pooled_blocks_length", "POOLED_BLOCKS_MOST", "POOLED_BLOCKS_FROM"]
 
@@ -190,10 +190,10 @@ def falling_moment_root(xp: Any, degree: int, total_w: Any, m: Any, moments: tup
 
 
 class SteppedSignedSums(PowerSums):
-    """:class:`PowerSums` for the soft sort's data at q = 3, 5 and 6, whose ``y`` (the ranks) step evenly along a row
+    """:class:`PowerSums` for the soft sort's data at q = 3 and :func:`.stepped.solves`' q, whose ``y`` (the ranks) step evenly along a row
     and whose weights have either sign: any run of entries is a block of evenly stepped data, so its size, weight and
     second moment give its pool value (:func:`.powers.stepped_signed_square_root` at q = 3, :func:`.stepped.unit_root`
-    at q = 5 and 6, the step ``c`` from ``M2 = c^2 m (m^2 - 1) / 12``) wherever its terms change sign, and the rounds
+    elsewhere, the step ``c`` from ``M2 = c^2 m (m^2 - 1) / 12``) wherever its terms change sign, and the rounds
     over blocks, the passes and the windows (:mod:`.windows`) take it as the unsigned problem's blocks. Its sums and
     block form are q = 3's (up to the second moment) at every q."""
 
@@ -210,7 +210,7 @@ class SteppedSignedSums(PowerSums):
         c2 = 12.0 * m2 / (mm * (mm * mm - 1.0))
         several = several & (c2 > 0)
         c = xp.sqrt(xp.where(several, c2, xp.ones_like(c2)))
-        tau = unit_root(xp, self.q, total_w / power(xp, c, self.q - 1.0), xp.where(several, m, xp.ones_like(m)))
+        tau = stepped.unit_root(xp, self.q, total_w / power(xp, c, self.q - 1.0), xp.where(several, m, xp.ones_like(m)))
         # one entry, or equal data (every term shares t's sign): the root of m phi(t) = W
         return xp.where(several, c * tau, odd_power(xp, total_w / m, 1.0 / (self.q - 1.0)))
 

@@ -1,4 +1,5 @@
-r"""The soft sort's block equation where its data step evenly, at q = 5 and 6 (:mod:`.pnorm`'s ``signed`` fit).
+r"""The soft sort's block equation where its data step evenly, at q = 5, 6 and any q in (2, 6) that is no integer
+(:mod:`.pnorm`'s ``signed`` fit).
 
 The soft sort projects ``rho / strength`` onto the permutahedron of the
 sorted row, so the data of its isotonic fit are the ranks, and any block of
@@ -21,16 +22,21 @@ a function of ``m`` and ``tau`` alone:
   = (m + 1) / 2 + tau``, ``A' = (m + 1) / 2 - tau`` and ``B5(1 - x) =
   -B5(x)``, ``5 H = B5(A) - B5(A') - 2 B5(p0)`` and ``H' = B4(A) + B4(A') - 2
   B4(p0)``, each polynomial in factored form (``B5(x) = x (x - 1/2) (x - 1)
-  (x^2 - x - 1/3)``).
+  (x^2 - x - 1/3)``);
+- any other q: the same two sums of powers ``sum_(j < K) (b + j)^(q-1)``
+  (Hurwitz zeta's differences), a few terms directly and the rest by
+  Euler-Maclaurin's formula (:func:`_power_sums`).
 
-H is odd in ``tau`` (the steps are symmetric about the mean) and convex for
-``tau >= 0`` (for each pair ``tau +- x``, ``phi'' `` is odd and increasing in
-``|u|``), so ``tau = sign(W) R(|W| / c^(q-1))``, and Newton's method from an
-upper bound of R falls to it monotonically: ``min(L / H'(0), (m - 1) / 2 +
-(L / m)^(1/(q-1)))`` (H lies above its tangent at 0, and past the block's
-half-length every term exceeds ``L / m``). Each step costs a few dozen
-elementwise operations on one number per block: no segmented sum, where
-Newton's steps over a block's entries sum them every step.
+H is odd in ``tau`` (the steps are symmetric about the mean), so ``tau =
+sign(W) R(|W| / c^(q-1))``. For q >= 3 it is convex for ``tau >= 0`` (for
+each pair ``tau +- x``, ``phi''`` is odd and increasing in ``|u|``), and
+Newton's method from an upper bound of R falls to it monotonically: ``min(L
+/ H'(0), (m - 1) / 2 + (L / m)^(1/(q-1)))`` (H lies above its tangent at 0,
+and past the block's half-length every term exceeds ``L / m``); below q = 3
+(``phi''`` falls in ``|u|``) the steps are kept inside the bracket ``[0,
+(m - 1) / 2 + (L / m)^(1/(q-1))]``, else halve it. Each step costs elementwise
+operations on one number per block: no segmented sum, where Newton's steps
+over a block's entries sum them every step.
 """
 
 from __future__ import annotations
@@ -38,12 +44,23 @@ from __future__ import annotations
 from typing import Any
 
 from .._lib._adapters import get_adapter
+from .._lib._compat import device as _device
 from .._lib._numerics import safe_divide
 from .powers import newton_steps, power
 
-__all__ = ["STEPPED", "unit_root"]
+__all__ = ["STEPPED", "solves", "unit_root"]
 
-STEPPED = (5.0, 6.0)  # the q whose sort blocks this module solves (q = 3 and 4 have closed forms)
+STEPPED = (5.0, 6.0)  # the whole q whose sort blocks this module solves (q = 3 and 4 have closed forms)
+# the largest q it takes: a block of 10^5 unit steps sums powers up to m^(q-1), 1e25 at q = 6 (float32 overflows at 3e38)
+HIGHEST = 6.0
+HEAD = 4  # the terms of a sum of powers added one by one before its Euler-Maclaurin tail (:func:`_power_sums`)
+# B_2i / (2i)!, i = 1 ... 6: the Euler-Maclaurin formula's corrections
+_BERNOULLI = (1.0 / 12.0, -1.0 / 720.0, 1.0 / 30240.0, -1.0 / 1209600.0, 1.0 / 47900160.0, -691.0 / 1307674368000.0)
+
+
+def solves(q: float) -> bool:
+    """Whether :func:`unit_root` solves the sort's blocks at ``q``: 5, 6, and any q in (2, 6] that is no integer."""
+    return q in STEPPED or (2.0 < q <= HIGHEST and q != round(q))
 
 
 def _bernoulli(x: Any) -> tuple[Any, Any]:
@@ -65,11 +82,96 @@ def _terms(xp: Any, q: float, tau: Any, m: Any, s2: Any, s4: Any) -> tuple[Any, 
     return u5 - d5 - 2.0 * p5, 5.0 * (u4 + d4 - 2.0 * p4)
 
 
+def _power_sums(xp: Any, b: Any, k: Any, e: float) -> tuple[Any, Any]:
+    """``(sum_(j < k) (b + j)^e, sum_(j < k) (b + j)^(e - 1))`` for ``b >= 0``, a whole ``k >= 0`` and ``e > 1``: the
+    first :data:`HEAD` terms directly, the rest by Euler-Maclaurin's formula from ``x0 = b + HEAD`` to ``x1 = b + k -
+    1``, ``int f + (f(x0) + f(x1)) / 2 + sum_i B_2i / (2i)! (f^(2i-1)(x1) - f^(2i-1)(x0))`` to its sixth term: past
+    ``x0 >= 4`` each term is about ``(e / 2 pi x0)^2`` of the last, so the sum errs by less than 1e-13 of itself for
+    ``e < 5`` (a Hurwitz zeta's difference, in terms of powers alone)."""
+    one = xp.ones_like(b)
+    # the head's terms along a new last axis: one power and one sum for all of them
+    j = xp.arange(HEAD, dtype=b.dtype, device=_device(b))
+    x = b[..., None] + j
+    xf = xp.where(k[..., None] > j, power(xp, x, e - 1.0, tangent=False), 0.0)
+    head_e, head_f = xp.sum(x * xf, axis=-1), xp.sum(xf, axis=-1)
+    far = k > float(HEAD)
+
+    # both ends of the tail stacked on a new first axis: the far end counts +, the near one -
+    ends = xp.stack([xp.where(far, b + k - 1.0, one), xp.where(far, b + float(HEAD), one)])
+    below2 = power(xp, ends, e - 2.0, tangent=False)  # x^(e-2): every power below by products and quotients
+    z = 1.0 / (ends * ends)
+    x0 = ends[1, ...]
+    # the span from the counts, not the ends' difference, which rounds at a far start in float32 (0 where no tail)
+    grows = xp.log1p(xp.where(far, k - float(HEAD + 1), 0.0) / x0)
+
+    def tail(g: float, xg1: Any) -> Any:
+        """Euler-Maclaurin's sum of ``x^g`` over the tail, given ``x^(g-1)`` at its ends: the integral's difference
+        ``(x1^(g+1) - x0^(g+1)) / (g + 1)`` as ``x0^(g+1) expm1((g + 1) log1p((x1 - x0) / x0))``, free of the
+        cancellation of two powers of a far start (a block whose root lies far past it); the corrections
+        ``B_2i / (2i)! g (g - 1) ... (g - 2i + 2) x^(g - 2i + 1)`` by Horner's rule in ``1 / x^2``."""
+        coefficients, falling = [], g
+        for i, bern in enumerate(_BERNOULLI):
+            if i:
+                falling = falling * (g - 2.0 * i + 1.0) * (g - 2.0 * i)
+            coefficients.append(bern * falling)
+        series = coefficients[-1] * z
+        for c in coefficients[-2:0:-1]:
+            series = (series + c) * z
+        at = xg1 * (series + coefficients[0] + 0.5 * ends)  # + f(x) / 2 = x^g / 2
+        x0g1 = xg1[1, ...]
+        x0g = x0 * x0g1  # x0^g times a factor of about the span: no power past the sum's own size
+        return x0g * (x0 * xp.expm1((g + 1.0) * grows) / (g + 1.0)) + at[0, ...] - at[1, ...] + x0g
+
+    rest_e = tail(e, ends * below2)
+    rest_f = tail(e - 1.0, below2)
+    return head_e + xp.where(far, rest_e, 0.0), head_f + xp.where(far, rest_f, 0.0)
+
+
+def _general_terms(xp: Any, e: float, tau: Any, m: Any) -> tuple[Any, Any]:
+    """``(H(tau), H'(tau))`` for ``tau >= 0`` at ``phi(u) = sign(u) |u|^e`` (any ``e = q - 1 > 1``): the positive terms'
+    magnitudes step by 1 from ``p0``, the negative ones' from ``1 - p0`` (:func:`_terms`), each a sum of powers
+    (:func:`_power_sums`)."""
+    below = (m - 1.0) / 2.0 - tau
+    k = xp.clip(xp.floor(below) + 1.0, 0.0, None)
+    p0 = k - below
+    # the positive terms' sums and the negative ones' in one call, stacked
+    sums_e, sums_f = _power_sums(xp, xp.stack([p0, xp.clip(1.0 - p0, 0.0, None)]), xp.stack([m - k, k]), e)
+    return sums_e[0, ...] - sums_e[1, ...], e * (sums_f[0, ...] + sums_f[1, ...])
+
+
+def _bracketed(xp: Any, e: float, big: Any, m: Any, hi: Any, half: Any) -> Any:
+    """The root of ``H(tau) = big`` in ``[0, hi]`` (``H(0) = 0 <= big <= H(hi)``) by Newton's steps from ``hi`` kept
+    inside the bracket, else its midpoint (H need not be convex below q = 3, where ``phi''`` falls in ``|u|``), until no
+    root moves by more than a few units in the last place of the block's half-length or itself."""
+
+    def step(state: tuple[Any, Any, Any]) -> tuple[Any, Any, Any]:
+        tau, lo, hi = state
+        h, slope = _general_terms(xp, e, tau, m)
+        low = h < big
+        lo, hi = xp.where(low, tau, lo), xp.where(low, hi, tau)
+        new = tau - safe_divide(xp, h - big, slope)
+        return xp.where((new >= lo) & (new <= hi), new, (lo + hi) / 2.0), lo, hi
+
+    eps = 8.0 * xp.finfo(hi.dtype).eps
+
+    def moved(old: tuple[Any, Any, Any], new: tuple[Any, Any, Any]) -> Any:
+        return xp.any(xp.abs(old[0] - new[0]) > eps * (new[0] + half))
+
+    zero = xp.zeros_like(hi)
+    return get_adapter(xp).settle(xp, step, (hi, zero, hi), moved, 40, 2, like=(hi,))[0]
+
+
 def unit_root(xp: Any, q: float, level: Any, m: Any) -> Any:
     """``tau`` with ``H(tau) = level`` (the module's docstring) for blocks of ``m >= 1`` unit steps, elementwise."""
     m2, half = m * m, (m - 1.0) / 2.0
     s2, s4 = m * (m2 - 1.0) / 12.0, m * (m2 - 1.0) * (3.0 * m2 - 7.0) / 240.0
     big = xp.abs(level)
+    if q not in STEPPED:
+        hi = half + power(xp, big / m, 1.0 / (q - 1.0))
+        if q > 3.0:  # convex for tau >= 0: its tangent at 0 bounds the root too
+            hi = xp.minimum(hi, safe_divide(xp, big, _general_terms(xp, q - 1.0, xp.zeros_like(big), m)[1], hi))
+        r = _bracketed(xp, q - 1.0, big, m, hi, half)
+        return xp.where(level < 0, -r, r)
     if q == 6.0:
         past = half + power(xp, big / m, 0.2)  # one entry: this bound is its root
         start = xp.minimum(safe_divide(xp, big, _terms(xp, q, xp.zeros_like(big), m, s2, s4)[1], past), past)
