@@ -7,9 +7,10 @@ the root (the rank's blocks, and the top-k polytope's free block), in
 closed form at q = 2, 3 and 4, by Newton's steps on the block's centred
 moments at q = 5 and 6 and over its entries at any other q, each falling
 from an upper bound; :func:`signed_shift` where terms change sign, by
-safeguarded Newton's steps; :func:`sort_shift` for the soft sort's blocks, whose data (its ranks) step
-evenly: at q = 5 and 6 by :mod:`.stepped`. :func:`per_block` solves a root
-once per block where that pays.
+safeguarded Newton's steps; :func:`sort_shift` for the soft sort's blocks,
+whose data (its ranks) step evenly, from their size, weight and step (at q
+= 3 and 4 in closed form, elsewhere in (2, 6] by :mod:`.stepped`).
+:func:`per_block` solves a root once per block where that pays.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ from typing import Any
 
 from .._lib._numerics import safe_divide
 from . import windows
-from .power_sums import centred, centred_moments, falling_moment_root, first_and_step
-from .powers import falling_newton, falling_start, moment_root, odd_power, power, stepped_signed_square_root
+from .power_sums import SteppedSignedSums, centred, centred_moments, falling_moment_root, first_and_step, stepped_second_moment
+from .powers import falling_newton, falling_start, moment_root, odd_power, power
 from . import stepped
 from .subsets import Subset
 
@@ -137,11 +138,11 @@ def sort_shift(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, q: float, nea
     """:func:`signed_shift` for the soft sort, whose blocks' data step evenly (its ranks: exact multiples of a power of
     two): at q = 3 to 6 from each block's size, weight, first datum and step (its first two data's difference, exact),
     the mean and ``d`` in closed form, exact to one rounding where sums of the data would round at their total, and the
-    root from the block's size, weight and second moment ``M2 = c^2 m (m^2 - 1) / 12`` (its odd moments 0): at q = 3
-    :func:`.powers.stepped_signed_square_root`, at q = 4 the cubic's, elsewhere in (2, 6] :func:`.stepped.unit_root`'s
-    Newton's steps on one number per entry (at a q that is no integer where values can be read now, on a CPU, once
-    per block); no segmented sum past the block's size and weight (``near`` unread). At any other q, and at a q that
-    is no integer elsewhere, :func:`signed_shift`."""
+    root from the block's size, weight and second moment ``M2 = c^2 m (m^2 - 1) / 12`` (its odd moments 0): at q = 4
+    the cubic's, elsewhere :meth:`.power_sums.SteppedSignedSums.root` (the stepped square root at q = 3,
+    :func:`.stepped.unit_root`'s Newton's steps on one number per entry in (2, 6]; at a q that is no integer where
+    values can be read now, on a CPU, once per block); no segmented sum past the block's size and weight (``near``
+    unread). At any other q, and at a q that is no integer elsewhere, :func:`signed_shift`."""
     whole = q == round(q)
     # at a q that is no integer the roots' sums of general powers cost a few dozen powers a step on every entry where
     # they cannot run once per block (jax.jit, a GPU): there Newton's steps over the entries cost less
@@ -155,11 +156,10 @@ def sort_shift(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, q: float, nea
     alone = odd_power(xp, total_w / m, 1.0 / (q - 1.0))
 
     def root(total_w: Any, m: Any, c: Any) -> Any:
-        if q == 3.0:
-            return stepped_signed_square_root(xp, total_w, m, (c * c) * (m * (m * m - 1.0) / 12.0))
+        m2 = stepped_second_moment(m, c)
         if q == 4.0:  # phi(u) = u^3: the cubic in the block's moments whatever their signs
-            return moment_root(xp, q, total_w, m, (c * c) * (m * (m * m - 1.0) / 12.0), xp.zeros_like(m))
-        return c * stepped.unit_root(xp, q, total_w / power(xp, c, q - 1.0), m)
+            return moment_root(xp, q, total_w, m, m2, xp.zeros_like(m))
+        return SteppedSignedSums(q).root(xp, total_w, m, m2, None)
 
     def roots(_: Any) -> tuple[Any]:
         # once per block of several where values can be read, from BLOCK_ENTRIES entries on; at a q that is no integer

@@ -13,7 +13,7 @@ from .merges import merge_lengths, padded_length
 from .powers import falling_newton, falling_start, moment_root, odd_power, power, stepped_signed_square_root
 from . import stepped
 
-__all__ = ["PowerSums", "falling_moment_root", "SteppedSignedSums", "merge_fit", "merge_blocks", "pool_blocks", "block_form", "centred", "centred_moments", "stepped_mean", "stepped_block_form", "first_and_step", "pooled_blocks_length", "POOLED_BLOCKS_MOST", "POOLED_BLOCKS_FROM"]
+__all__ = ["PowerSums", "falling_moment_root", "SteppedSignedSums", "merge_fit", "merge_blocks", "pool_blocks", "block_form", "centred", "centred_moments", "stepped_mean", "stepped_block_form", "stepped_second_moment", "first_and_step", "pooled_blocks_length", "POOLED_BLOCKS_MOST", "POOLED_BLOCKS_FROM"]
 
 
 class PowerSums:
@@ -227,7 +227,12 @@ def stepped_block_form(xp: Any, adapter: Any, starts: Any, y: Any, w: Any) -> tu
     sums = adapter.segment_sum(xp, starts, xp.stack([xp.ones_like(y), w]))
     m = sums[0, ...]
     first, c = first_and_step(xp, adapter, starts, y)
-    return first + c * ((m - 1.0) / 2.0), sums[1, ...], m, (c * c) * (m * (m * m - 1.0) / 12.0), xp.zeros_like(m)
+    return first + c * ((m - 1.0) / 2.0), sums[1, ...], m, stepped_second_moment(m, c), xp.zeros_like(m)
+
+
+def stepped_second_moment(m: Any, c: Any) -> Any:
+    """``M2 = c^2 m (m^2 - 1) / 12``: the centred second moment of ``m`` data stepping by ``c``."""
+    return (c * c) * (m * (m * m - 1.0) / 12.0)
 
 
 def first_and_step(xp: Any, adapter: Any, starts: Any, y: Any) -> tuple[Any, Any]:
