@@ -20,7 +20,7 @@ from typing import Any
 
 from .._lib._numerics import safe_divide
 from . import windows
-from .power_sums import SteppedSignedSums, centred, centred_moments, falling_moment_root, first_and_step, stepped_second_moment
+from .power_sums import centred, centred_moments, falling_moment_root, stepped_blocks, stepped_root
 from .powers import falling_newton, falling_start, moment_root, odd_power, power
 from . import stepped
 from .subsets import Subset
@@ -68,11 +68,12 @@ def per_block(xp: Any, adapter: Any, starts: Any, root: Any, total_w: Any, m: An
               alone: Any = None, fewest: int | None = None) -> Any:
     """A block's ``root(total_w, m, *moments)`` (the cubic's, or Newton's steps) of arrays that hold one number per
     block (``starts``: True where one begins): where values can be read now, on a CPU, in a batch of at least
-    ``fewest`` entries (None: ``BLOCK_ENTRIES``) whose blocks of several have first entries at most ``BLOCK_SHARE`` of them, on those
-    alone (:class:`.subsets.Subset`), spread over their blocks, and a one-entry block in closed form ``W^(1/(q-1))``
-    (or ``alone``, each entry's); elsewhere on every entry."""
+    ``fewest`` entries (None: ``BLOCK_ENTRIES``) whose blocks of several have first entries at most ``BLOCK_SHARE``
+    of them, on those alone (:class:`.subsets.Subset`), spread over their blocks, and a one-entry block in closed
+    form ``W^(1/(q-1))`` (or ``alone``, each entry's); elsewhere on every entry."""
     totals = (total_w, m, *moments)
-    if math.prod(starts.shape) < (BLOCK_ENTRIES if fewest is None else fewest) or not windows.readable_on_cpu(adapter, starts, *totals):
+    fewest = BLOCK_ENTRIES if fewest is None else fewest
+    if math.prod(starts.shape) < fewest or not windows.readable_on_cpu(adapter, starts, *totals):
         return root(*totals)
     several = m > 1
     firsts = Subset(xp, starts & several)
@@ -138,8 +139,7 @@ def sort_shift(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, q: float, nea
     """:func:`signed_shift` for the soft sort, whose blocks' data step evenly (its ranks: exact multiples of a power of
     two): at q = 3 to 6 from each block's size, weight, first datum and step (its first two data's difference, exact),
     the mean and ``d`` in closed form, exact to one rounding where sums of the data would round at their total, and the
-    root from the block's size, weight and second moment ``M2 = c^2 m (m^2 - 1) / 12`` (its odd moments 0): at q = 4
-    the cubic's, elsewhere :meth:`.power_sums.SteppedSignedSums.root` (the stepped square root at q = 3,
+    root from the block's size, weight and step (:func:`.power_sums.stepped_root`: closed forms at q = 3 and 4,
     :func:`.stepped.unit_root`'s Newton's steps on one number per entry in (2, 6]; at a q that is no integer where
     values can be read now, on a CPU, once per block); no segmented sum past the block's size and weight (``near``
     unread). At any other q, and at a q that is no integer elsewhere, :func:`signed_shift`."""
@@ -148,26 +148,15 @@ def sort_shift(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, q: float, nea
     # they cannot run once per block (jax.jit, a GPU): there Newton's steps over the entries cost less
     if (q not in (3.0, 4.0) and not stepped.solves(q)) or not (whole or windows.readable_on_cpu(adapter, w)):
         return signed_shift(xp, adapter, starts, y, w, q, near)
-    sums = adapter.segment_sum(xp, starts, xp.stack([xp.ones_like(y), w]))
-    m, total_w = sums[0, ...], sums[1, ...]
-    first, step = first_and_step(xp, adapter, starts, y)
+    m, total_w, first, step = stepped_blocks(xp, adapter, starts, y, w)
     half = step * ((m - 1.0) / 2.0)
-    several = step > 0  # a block of equal data (step 0) or one entry: every term shares t's sign
-    alone = odd_power(xp, total_w / m, 1.0 / (q - 1.0))
-
-    def root(total_w: Any, m: Any, c: Any) -> Any:
-        m2 = stepped_second_moment(m, c)
-        if q == 4.0:  # phi(u) = u^3: the cubic in the block's moments whatever their signs
-            return moment_root(xp, q, total_w, m, m2, xp.zeros_like(m))
-        return SteppedSignedSums(q).root(xp, total_w, m, m2, None)
+    alone = odd_power(xp, total_w / m, 1.0 / (q - 1.0))  # one entry, or equal data (step 0): every term shares t's sign
 
     def roots(_: Any) -> tuple[Any]:
         # once per block of several where values can be read, from BLOCK_ENTRIES entries on; at a q that is no integer
         # at any length (Newton's steps on sums of general powers cost more per number than the gathers)
-        c, size = xp.where(several, step, xp.ones_like(step)), xp.where(several, m, xp.ones_like(m))
-        t = per_block(xp, adapter, starts, root, total_w, size, c, q=q, tangent=False, alone=alone,
-                      fewest=None if whole else 0)
-        return (xp.where(several, t, alone),)
+        return (per_block(xp, adapter, starts, lambda *a: stepped_root(xp, q, *a), total_w, m, step, q=q, tangent=False,
+                          alone=alone, fewest=None if whole else 0),)
 
-    t = adapter.unless(xp, ~xp.any(several), roots, (alone,), in_loop=True)[0]
+    t = adapter.unless(xp, ~xp.any(step > 0), roots, (alone,), in_loop=True)[0]
     return first + half, (y - first) - half, t

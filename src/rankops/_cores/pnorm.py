@@ -27,8 +27,9 @@ sign changes and, with ``t = mean_B(z) - v`` and ``d_i = z_i - mean_B(z)``
   with one real root (Cardano's, in a form free of cancellation);
 - any other q: Newton's method from the upper bound ``(W_B / |B|)^(1/(q-1))``
   (Jensen): the equation is convex and increasing in t there, so the
-  iterates decrease monotonically to the root; for the soft sort at q = 5
-  and 6, whose terms change sign, on one number per block (:mod:`.stepped`).
+  iterates decrease monotonically to the root; for the soft sort at q = 5,
+  6 and any q in (2, 6) that is no integer, whose terms change sign, on
+  one number per block (:mod:`.stepped`).
 
 :func:`project` (the soft rank and sort) runs the pooling rounds of
 :mod:`.isotonic` (whole decreasing runs at once). Rows whose blocks form by
@@ -55,15 +56,16 @@ whose moments give a range's value only where its data lie above it, bounded by
 its first datum; none at q = 6), then windows around the drops left, fitted by
 merge rounds at q = 2, 4 and 6, by pooling rounds at q = 3 and 5 (whose merge
 tests split a block by its data). The soft sort's data are its ranks, which step
-evenly, so at q = 3 and any other q in (2, 6] but 4 (:func:`stepped_sort`) any range of its blocks has its
-value from size, weight and second moment (:class:`.power_sums.SteppedSignedSums`;
-at q = 5 and 6 by :mod:`.stepped`'s roots), and its rows finish as the unsigned
-problem's (pooling rounds over the blocks, min-max passes, windows). Elsewhere
+evenly, so at q = 3 and any other q in (2, 6] but 4 (:func:`stepped_sort`) any
+range of its blocks has its value from size, weight and second moment
+(:class:`.power_sums.SteppedSignedSums`; past q = 3 by :mod:`.stepped`'s
+roots), and its rows finish as the unsigned problem's (pooling rounds over the
+blocks, min-max passes, windows). Elsewhere
 rows of the rank at q = 5 and 6 go on to merge rounds over the entries
 (``ENTRY_MERGES``), each pool's root by Newton's method on its moments; at any
 other q (no such sums) to threshold splits (:mod:`.splits`).
 Where the rounds cannot read values (``jax.jit``, a GPU), at q = 3 and 4 and for
-the sort at q = 5 and 6 (its evenly stepped ranks) a round after one in which a
+the sort at :func:`stepped_sort`'s q (its evenly stepped ranks) a round after one in which a
 row's drops stopped halving pools its first drops on, block by block to either
 side (:mod:`.extensions`; rows of ``EXTENDED_FROM`` entries or more): a
 snowballing chain ends within a few rounds. The
@@ -291,14 +293,14 @@ def _fitted(xp: Any, adapter: Any, rules: _Rules, v0: Any, y: Any, wf: Any, q: f
 
 
 def _extension(q: float, signed: bool) -> Extension | None:
-    """The extension of the pooling rounds (:mod:`.extensions`) at q = 3 and 4, and for the sort at q = 5 and 6
-    (:func:`_fitted` takes it on rows of :data:`EXTENDED_FROM` entries or more): a range of blocks' size, weight, mean
-    and centred moments give its pool's value along the steps of pool-adjacent-violators (for the sort, whose weights
-    have either sign, by its evenly stepped ranks: :func:`stepped_sort`; at q = 4, ``phi(u) = u^3``, the cubic in the range's moments whatever their signs). At
-    q = 3 the merge rounds take no blocks (a test splits a block by its data); at q = 4 they do, but a chain pooled on
-    by the extensions ends within a few rounds, each O(n), where the merge rounds over the blocks take O(K log^2 K)
-    for K blocks, which under ``jax.jit`` they cannot count (rows of a fifth or half of n). At q = 2 the merge rounds
-    over the blocks finish such rows."""
+    """The extension of the pooling rounds (:mod:`.extensions`) at q = 3 and 4, and for the sort at
+    :func:`stepped_sort`'s q (:func:`_fitted` takes it on rows of :data:`EXTENDED_FROM` entries or more): a range of
+    blocks' size, weight, mean and centred moments give its pool's value along the steps of pool-adjacent-violators
+    (for the sort, whose weights have either sign, by its evenly stepped ranks; at q = 4, ``phi(u) = u^3``, the cubic
+    in the range's moments whatever their signs). At q = 3 the merge rounds take no blocks (a test splits a block by
+    its data); at q = 4 they do, but a chain pooled on by the extensions ends within a few rounds, each O(n), where
+    the merge rounds over the blocks take O(K log^2 K) for K blocks, which under ``jax.jit`` they cannot count (rows
+    of a fifth or half of n). At q = 2 the merge rounds over the blocks finish such rows."""
     if signed and stepped_sort(q):
         return Extension(SteppedSignedSums(q))
     return Extension(PowerSums(q)) if q in (3.0, 4.0) else None
@@ -306,8 +308,8 @@ def _extension(q: float, signed: bool) -> Extension | None:
 
 def _split_fit(xp: Any, v: Any, y: Any, w: Any, left: Any, *, q: float, signed: bool) -> tuple[Any]:
     """:func:`.splits.fit_left` of the rows ``left`` of :func:`_fitted`'s rounds, each segment's root by
-    :func:`.block_roots.signed_shift` (the sort's: :func:`.block_roots.sort_shift`), the pooling after them by the rounds' own rule (``signed``: the sort's, whose
-    blocks may hold entries below their value)."""
+    :func:`.block_roots.signed_shift` (the sort's: :func:`.block_roots.sort_shift`), the pooling after them by the
+    rounds' own rule (``signed``: the sort's, whose blocks may hold entries below their value)."""
     shift = block_roots.sort_shift if signed else block_roots.signed_shift
     return (splits.fit_left(xp, get_adapter(xp), _rules(q, signed), lambda *a, **k: shift(*a, q, **k), v, y, w, q,
                             left),)

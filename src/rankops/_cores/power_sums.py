@@ -13,7 +13,7 @@ from .merges import merge_lengths, padded_length
 from .powers import falling_newton, falling_start, moment_root, odd_power, power, stepped_signed_square_root
 from . import stepped
 
-__all__ = ["PowerSums", "falling_moment_root", "SteppedSignedSums", "merge_fit", "merge_blocks", "pool_blocks", "block_form", "centred", "centred_moments", "stepped_mean", "stepped_block_form", "stepped_second_moment", "first_and_step", "pooled_blocks_length", "POOLED_BLOCKS_MOST", "POOLED_BLOCKS_FROM"]
+__all__ = ["PowerSums", "falling_moment_root", "SteppedSignedSums", "merge_fit", "merge_blocks", "pool_blocks", "block_form", "centred", "centred_moments", "stepped_mean", "stepped_block_form", "stepped_blocks", "stepped_root", "stepped_second_moment", "pooled_blocks_length", "POOLED_BLOCKS_MOST", "POOLED_BLOCKS_FROM"]
 
 
 class PowerSums:
@@ -190,10 +190,10 @@ def falling_moment_root(xp: Any, degree: int, total_w: Any, m: Any, moments: tup
 
 
 class SteppedSignedSums(PowerSums):
-    """:class:`PowerSums` for the soft sort's data at q = 3 and :func:`.stepped.solves`' q, whose ``y`` (the ranks) step evenly along a row
-    and whose weights have either sign: any run of entries is a block of evenly stepped data, so its size, weight and
-    second moment give its pool value (:func:`.powers.stepped_signed_square_root` at q = 3, :func:`.stepped.unit_root`
-    elsewhere, the step ``c`` from ``M2 = c^2 m (m^2 - 1) / 12``) wherever its terms change sign, and the rounds
+    """:class:`PowerSums` for the soft sort's data at q = 3 and :func:`.stepped.solves`' q, whose ``y`` (the ranks) step
+    evenly along a row and whose weights have either sign: any run of entries is a block of evenly stepped data, so its
+    size, weight and second moment give its pool value (:func:`stepped_root`, the step ``c`` from ``M2 = c^2 m (m^2 -
+    1) / 12``) wherever its terms change sign, and the rounds
     over blocks, the passes and the windows (:mod:`.windows`) take it as the unsigned problem's blocks. Its sums and
     block form are q = 3's (up to the second moment) at every q."""
 
@@ -205,43 +205,53 @@ class SteppedSignedSums(PowerSums):
     def root(self, xp: Any, total_w: Any, m: Any, m2: Any, m3: Any) -> Any:
         if self.q == 3.0:
             return stepped_signed_square_root(xp, total_w, m, m2)
-        several = m > 1
-        mm = xp.where(several, m, 2.0 * xp.ones_like(m))
-        c2 = 12.0 * m2 / (mm * (mm * mm - 1.0))
-        several = several & (c2 > 0)
-        c = xp.sqrt(xp.where(several, c2, xp.ones_like(c2)))
-        tau = stepped.unit_root(xp, self.q, total_w / power(xp, c, self.q - 1.0), xp.where(several, m, xp.ones_like(m)))
-        # one entry, or equal data (every term shares t's sign): the root of m phi(t) = W
-        return xp.where(several, c * tau, odd_power(xp, total_w / m, 1.0 / (self.q - 1.0)))
+        mm = xp.where(m > 1, m, 2.0 * xp.ones_like(m))
+        return stepped_root(xp, self.q, total_w, m, xp.sqrt(xp.clip(12.0 * m2 / (mm * (mm * mm - 1.0)), 0.0, None)))
 
     def block_stats(self, xp: Any, adapter: Any, starts: Any, data: Any) -> tuple[Any, ...]:
         return stepped_block_form(xp, adapter, starts, data[0, ...], data[1, ...])
 
 
+def stepped_root(xp: Any, q: float, total_w: Any, m: Any, c: Any) -> Any:
+    """The root ``t`` of ``sum_B phi(d_j + t) = W`` for blocks of ``m`` data stepping by ``c`` (the soft sort's ranks),
+    terms of either sign: at q = 3 the stepped square root, at q = 4 the cubic (``phi(u) = u^3``; odd moments 0), at
+    :func:`.stepped.solves`' q ``c tau`` for :func:`.stepped.unit_root`'s ``tau``; one entry, or equal data (every term
+    shares t's sign), ``sign(W) |W / m|^(1/(q-1))``."""
+    if q == 3.0:
+        return stepped_signed_square_root(xp, total_w, m, stepped_second_moment(m, c))
+    several = (m > 1) & (c > 0)
+    alone = odd_power(xp, total_w / m, 1.0 / (q - 1.0))
+    if q == 4.0:
+        return xp.where(several, moment_root(xp, q, total_w, m, stepped_second_moment(m, c), xp.zeros_like(m)), alone)
+    c = xp.where(several, c, xp.ones_like(c))
+    tau = stepped.unit_root(xp, q, total_w / power(xp, c, q - 1.0), xp.where(several, m, xp.ones_like(m)))
+    return xp.where(several, c * tau, alone)
+
+
+def stepped_blocks(xp: Any, adapter: Any, starts: Any, y: Any, w: Any) -> tuple[Any, Any, Any, Any]:
+    """``(m, W, first, c)`` per entry for blocks whose data ``y`` step evenly (the soft sort's ranks): each block's
+    size, weight, first datum and step (the difference of its first two data, exact for ranks times a power of two; 0
+    on a one-entry block)."""
+    sums = adapter.segment_sum(xp, starts, xp.stack([xp.ones_like(y), w]))
+    goes_on = xp.concat([~starts[..., 1:], xp.zeros_like(starts[..., :1])], axis=-1)  # the next entry is of this block
+    steps = xp.where(goes_on, xp.concat([y[..., 1:] - y[..., :-1], xp.zeros_like(y[..., :1])], axis=-1), 0.0)
+    firsts = isotonic.block_first(xp, adapter, starts, xp.stack([y, steps]))
+    return sums[0, ...], sums[1, ...], firsts[0, ...], firsts[1, ...]
+
+
 def stepped_block_form(xp: Any, adapter: Any, starts: Any, y: Any, w: Any) -> tuple[Any, ...]:
     """:func:`block_form` (up to the third moment) of blocks whose data ``y`` step evenly (the soft sort's ranks), in
-    closed form from each block's first datum and step (:func:`first_and_step`): mean ``first + c (m - 1) / 2``,
+    closed form from each block's first datum and step (:func:`stepped_blocks`): mean ``first + c (m - 1) / 2``,
     ``M2 = c^2 m (m^2 - 1) / 12``, ``M3 = 0``. A sum of the data rounds at its total (a float32 block of 800 ranks
     near 5 x 10^4: its mean by about 0.03, where two blocks' values of a p = 1.25 sort of 10^5 stood 0.028 apart), the
     closed form by one rounding of the mean."""
-    sums = adapter.segment_sum(xp, starts, xp.stack([xp.ones_like(y), w]))
-    m = sums[0, ...]
-    first, c = first_and_step(xp, adapter, starts, y)
-    return first + c * ((m - 1.0) / 2.0), sums[1, ...], m, stepped_second_moment(m, c), xp.zeros_like(m)
+    m, total_w, first, c = stepped_blocks(xp, adapter, starts, y, w)
+    return first + c * ((m - 1.0) / 2.0), total_w, m, stepped_second_moment(m, c), xp.zeros_like(m)
 
 
 def stepped_second_moment(m: Any, c: Any) -> Any:
     """``M2 = c^2 m (m^2 - 1) / 12``: the centred second moment of ``m`` data stepping by ``c``."""
     return (c * c) * (m * (m * m - 1.0) / 12.0)
-
-
-def first_and_step(xp: Any, adapter: Any, starts: Any, y: Any) -> tuple[Any, Any]:
-    """Each entry's block's first datum and step (the difference of its first two data, exact for ranks times a power
-    of two; 0 on a one-entry block), for blocks whose data step evenly."""
-    goes_on = xp.concat([~starts[..., 1:], xp.zeros_like(starts[..., :1])], axis=-1)  # the next entry is of this block
-    steps = xp.where(goes_on, xp.concat([y[..., 1:] - y[..., :-1], xp.zeros_like(y[..., :1])], axis=-1), 0.0)
-    firsts = isotonic.block_first(xp, adapter, starts, xp.stack([y, steps]))
-    return firsts[0, ...], firsts[1, ...]
 
 
 def centred(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, step: float | None = None, about_first: bool = False,

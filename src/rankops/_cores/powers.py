@@ -19,12 +19,14 @@ def newton_steps(q: float) -> int:
     return 16 + math.ceil(q / 2)
 
 
-def falling_newton(xp: Any, adapter: Any, step: Any, start: Any, q: float, like: tuple[Any, ...]) -> Any:
+def falling_newton(xp: Any, adapter: Any, step: Any, start: Any, q: float, like: tuple[Any, ...],
+                   spread: Any = None) -> Any:
     """Newton's method on a convex increasing equation from an upper bound ``start`` of its root (``step(t)``: the
     next iterate), whose iterates therefore fall monotonically: they stop once none falls by more than a few units in
-    the last place of ``start`` (8 eps |start|), checked every two steps, within :func:`newton_steps` (q) steps
+    the last place of ``start`` (8 eps |start|; of ``|start| + spread`` where the equation's terms cancel to the
+    precision of a ``spread`` of its data), checked every two steps, within :func:`newton_steps` (q) steps
     (``adapter.settle``; ``like``: the arrays the iterates vary with, for ``shard_map``)."""
-    ulps = 8.0 * xp.finfo(start.dtype).eps * xp.abs(start)
+    ulps = 8.0 * xp.finfo(start.dtype).eps * (xp.abs(start) if spread is None else xp.abs(start) + spread)
 
     def moved(old: tuple[Any], new: tuple[Any]) -> Any:
         return xp.any(old[0] - new[0] > ulps)

@@ -46,7 +46,7 @@ from typing import Any
 from .._lib._adapters import get_adapter
 from .._lib._compat import device as _device
 from .._lib._numerics import safe_divide
-from .powers import newton_steps, power
+from .powers import falling_newton, power
 
 __all__ = ["STEPPED", "solves", "unit_root"]
 
@@ -166,43 +166,38 @@ def unit_root(xp: Any, q: float, level: Any, m: Any) -> Any:
     m2, half = m * m, (m - 1.0) / 2.0
     s2, s4 = m * (m2 - 1.0) / 12.0, m * (m2 - 1.0) * (3.0 * m2 - 7.0) / 240.0
     big = xp.abs(level)
+    zero = xp.zeros_like(big)
     if q not in STEPPED:
         hi = half + power(xp, big / m, 1.0 / (q - 1.0))
         if q > 3.0:  # convex for tau >= 0: its tangent at 0 bounds the root too
-            hi = xp.minimum(hi, safe_divide(xp, big, _general_terms(xp, q - 1.0, xp.zeros_like(big), m)[1], hi))
+            hi = xp.minimum(hi, safe_divide(xp, big, _general_terms(xp, q - 1.0, zero, m)[1], hi))
         r = _bracketed(xp, q - 1.0, big, m, hi, half)
-        return xp.where(level < 0, -r, r)
-    if q == 6.0:
+    elif q == 6.0:
         past = half + power(xp, big / m, 0.2)  # one entry: this bound is its root
-        start = xp.minimum(safe_divide(xp, big, _terms(xp, q, xp.zeros_like(big), m, s2, s4)[1], past), past)
+        start = xp.minimum(safe_divide(xp, big, _terms(xp, q, zero, m, s2, s4)[1], past), past)
         r = _fall(xp, q, big, m, s2, s4, start, half)
-        return xp.where(level < 0, -r, r)
-    # q = 5: at tau >= half every term is nonnegative, H = m tau^4 + 6 S2 tau^2 + S4, whose root is a quadratic's in
-    # tau^2 (a one-entry block's too); below it the Bernoulli form, which there cancels no more than the terms do
-    h2 = half * half
-    at_half = (m * h2 + 6.0 * s2) * h2 + s4
-    rest = xp.clip(big - s4, 0.0, None)
-    outside = safe_divide(xp, rest, 3.0 * s2 + xp.sqrt(9.0 * s2 * s2 + m * rest))  # tau^2 (0 where rest is)
-    inside = xp.minimum(big, at_half)  # the root of those outside is half, where their steps stay
-    slope_half = 4.0 * half * (m * h2 + 3.0 * s2)
-    start = xp.clip(half - safe_divide(xp, at_half - inside, slope_half), 0.0, None)
-    start = xp.minimum(start, safe_divide(xp, 5.0 * inside, _terms(xp, q, xp.zeros_like(big), m, s2, s4)[1], half))
-    r = xp.where(big >= at_half, xp.sqrt(outside), _fall(xp, q, 5.0 * inside, m, s2, s4, start, half))
+    else:
+        # q = 5: at tau >= half every term is nonnegative, H = m tau^4 + 6 S2 tau^2 + S4, whose root is a quadratic's in
+        # tau^2 (a one-entry block's too); below it the Bernoulli form, which there cancels no more than the terms do
+        h2 = half * half
+        at_half = (m * h2 + 6.0 * s2) * h2 + s4
+        rest = xp.clip(big - s4, 0.0, None)
+        outside = safe_divide(xp, rest, 3.0 * s2 + xp.sqrt(9.0 * s2 * s2 + m * rest))  # tau^2 (0 where rest is)
+        inside = xp.minimum(big, at_half)  # the root of those outside is half, where their steps stay
+        slope_half = 4.0 * half * (m * h2 + 3.0 * s2)
+        start = xp.clip(half - safe_divide(xp, at_half - inside, slope_half), 0.0, None)
+        start = xp.minimum(start, safe_divide(xp, 5.0 * inside, _terms(xp, q, zero, m, s2, s4)[1], half))
+        r = xp.where(big >= at_half, xp.sqrt(outside), _fall(xp, q, 5.0 * inside, m, s2, s4, start, half))
     return xp.where(level < 0, -r, r)
 
 
 def _fall(xp: Any, q: float, big: Any, m: Any, s2: Any, s4: Any, start: Any, half: Any) -> Any:
-    """Newton's steps on ``H(tau) = big`` from ``start`` at or above the root, falling to it (H convex there)."""
+    """Newton's steps on ``H(tau) = big`` from ``start`` at or above the root, falling to it (H convex there), until
+    none falls by more than a few units in the last place of the block's half-length or the start: H's terms cancel
+    to that precision where the root lies inside the block (far below its half-length)."""
 
     def step(tau: Any) -> Any:
         h, slope = _terms(xp, q, tau, m, s2, s4)
         return tau - safe_divide(xp, h - big, slope)
 
-    # the steps stop once none falls by more than a few units in the last place of the block's half-length or the
-    # start: H's terms cancel to that precision where the root lies inside the block (far below its half-length)
-    ulps = 8.0 * xp.finfo(start.dtype).eps * (start + half)
-
-    def moved(old: tuple[Any], new: tuple[Any]) -> Any:
-        return xp.any(old[0] - new[0] > ulps)
-
-    return get_adapter(xp).settle(xp, lambda state: (step(state[0]),), (start,), moved, newton_steps(q), 2, like=(start,))[0]
+    return falling_newton(xp, get_adapter(xp), step, start, q, like=(start,), spread=half)
