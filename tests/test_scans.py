@@ -62,6 +62,23 @@ def test_linear_scan_equals_the_recurrence(backend_name, n, reverse):
     assert_allclose(got, _linear_scan_reference(a, b, reverse), rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("backend_name", CPU_BACKENDS)
+@pytest.mark.parametrize("n", [7, 33, 100])  # JAX: one associative scan, then blocks of 32 and their totals
+def test_scans_of_a_batch_of_no_rows(backend_name, n):
+    """``linear_scan`` and ``cumlogsumexp`` on batches of no rows, ``(0, n)`` and ``(2, 0, n)`` (the last batch of a
+    loader): the shape back, no error. JAX's blocked scan reshaped its blocks with a -1, which a leading 0 leaves
+    nothing to infer from ("integer modulo by zero"), and so failed the p = 3/2 and 5/4 soft sorts of an empty batch
+    of rows of 70 under ``jax.jit`` through their threshold splits."""
+    xp, adapter, to, back = on_backend(backend_name)
+    for lead in ((0,), (2, 0)):
+        a, b = np.zeros(lead + (n - 1,)), np.zeros(lead + (n,))
+        for reverse in (False, True):
+            got = run_as_operators(backend_name, lambda a, b: adapter.linear_scan(xp, a, b, reverse=reverse), to(a), to(b))
+            assert back(got).shape == lead + (n,)
+            got = run_as_operators(backend_name, lambda b: adapter.cumlogsumexp(xp, b, reverse=reverse), to(b))
+            assert back(got).shape == lead + (n,)
+
+
 @pytest.mark.parametrize("n", [100, 2048 + 37])
 @pytest.mark.parametrize("reverse", [False, True])
 def test_jax_linear_scan_gradient_is_the_transposed_scan(n, reverse):

@@ -86,7 +86,8 @@ def _scan(combine: Combine, identity: tuple[float, ...], parts: tuple[Any, ...])
     ends = _doubling(combine, tuple(w[..., -1] for w in within))
     before = tuple(jnp.concatenate([jnp.full_like(t[..., :1], e), t[..., :-1]], axis=-1) for t, e in zip(ends, identity))
     out = combine(tuple(b[..., None] for b in before), within)
-    return tuple(jnp.reshape(o, parts[0].shape[:-1] + (-1,))[..., :n] for o in out)
+    # the blocks' length named, not -1: a batch of no rows (a leading 0) leaves nothing to infer it from
+    return tuple(jnp.reshape(o, parts[0].shape[:-1] + (o.shape[-2] * o.shape[-1],))[..., :n] for o in out)
 
 
 def linear_scan(a: Any, b: Any, reverse: bool) -> Any:
