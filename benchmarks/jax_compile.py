@@ -40,6 +40,7 @@ METHODS: list[tuple[str, dict[str, Any]]] = [
     ("permutahedron", {"regularization": "kl"}),
     ("permutahedron", {"regularization": "lp", "p": 4.0 / 3.0}),
     ("permutahedron", {"regularization": "lp", "p": 1.5}),
+    ("permutahedron", {"regularization": "lp", "p": 1.25}),
     ("lapsum", {}),
     ("softsort", {}),
     ("neuralsort", {}),

@@ -964,8 +964,8 @@ def test_extensions_finish_snowballing_chains_within_a_few_rounds(name):
         return v, xp.any(unsettled)
 
     to, run = on_backend(name)
-    for q in (3.0, 4.0):
-        for z, w, signed in _chain_problems(q):
+    for q in (3.0, 4.0, 5.0, 6.0):
+        for z, w, signed in _chain_problems(q)[:1 if q == 6.0 else 2]:  # q = 6's sort row settles in 8 rounds alone
             args = to(np.ascontiguousarray(z)), to(np.ascontiguousarray(w))
             assert bool(np.asarray(run(lambda a, b: fit(a, b, signed, False, q), *args)[1])), (q, signed)
             v, unsettled = run(lambda a, b: fit(a, b, signed, True, q), *args)
@@ -982,7 +982,7 @@ def test_extended_rounds_equal_the_papers_pav_on_rows_of_many_chains():
     from rankops._cores import pnorm
 
     jax = pytest.importorskip("jax")
-    for n, q in itertools.product((9, 60, 200), (3.0, 4.0)):
+    for n, q in itertools.product((9, 60, 200), (3.0, 4.0, 5.0, 6.0)):
         x = _chained_rows(n, n)
         for signed in (False, True):
             if signed:
@@ -993,7 +993,7 @@ def test_extended_rounds_equal_the_papers_pav_on_rows_of_many_chains():
             assert not unsettled.any()
             _assert_equals_pav(z, w, v, q)
     x = _chained_rows(3, 200)
-    for p in (1.5, 4.0 / 3.0):
+    for p in (1.5, 4.0 / 3.0, 1.25, 1.2):
         opts = {"method": "permutahedron", "regularization": "lp", "p": p, "strength": 0.7}
         np.testing.assert_allclose(jax.jit(lambda a: rankops.soft_rank(a, **opts))(x), _rank_reference(x, p, 0.7), rtol=1e-10,
                                    atol=1e-9)

@@ -64,7 +64,7 @@ blocks, min-max passes, windows). Elsewhere
 rows of the rank at q = 5 and 6 go on to merge rounds over the entries
 (``ENTRY_MERGES``), each pool's root by Newton's method on its moments; at any
 other q (no such sums) to threshold splits (:mod:`.splits`).
-Where the rounds cannot read values (``jax.jit``, a GPU), at q = 3 and 4 and for
+Where the rounds cannot read values (``jax.jit``, a GPU), at every integer q from 3 to 6 and for
 the sort at :func:`stepped_sort`'s q (its evenly stepped ranks) a round after one in which a
 row's drops stopped halving pools its first drops on, block by block to either
 side (:mod:`.extensions`; rows of ``EXTENDED_FROM`` entries or more): a
@@ -293,17 +293,19 @@ def _fitted(xp: Any, adapter: Any, rules: _Rules, v0: Any, y: Any, wf: Any, q: f
 
 
 def _extension(q: float, signed: bool) -> Extension | None:
-    """The extension of the pooling rounds (:mod:`.extensions`) at q = 3 and 4, and for the sort at
+    """The extension of the pooling rounds (:mod:`.extensions`) at every integer q from 3 to 6, and for the sort at
     :func:`stepped_sort`'s q (:func:`_fitted` takes it on rows of :data:`EXTENDED_FROM` entries or more): a range of
     blocks' size, weight, mean and centred moments give its pool's value along the steps of pool-adjacent-violators
     (for the sort, whose weights have either sign, by its evenly stepped ranks; at q = 4, ``phi(u) = u^3``, the cubic
-    in the range's moments whatever their signs). At q = 3 the merge rounds take no blocks (a test splits a block by
-    its data); at q = 4 they do, but a chain pooled on by the extensions ends within a few rounds, each O(n), where
-    the merge rounds over the blocks take O(K log^2 K) for K blocks, which under ``jax.jit`` they cannot count (rows
-    of a fifth or half of n). At q = 2 the merge rounds over the blocks finish such rows."""
+    in the range's moments whatever their signs; at q = 5 and 6 Newton's steps on them, each such pool's data above
+    its value). At q = 3, 5 and 6 the merge rounds take no blocks (at 3 and 5 a test splits a block by its data; at
+    5 and 6 they run over the entries, :data:`ENTRY_MERGES`, about 1.5 log2 n pooling rounds' cost); at q = 4 they
+    do, but a chain pooled on by the extensions ends within a few rounds, each O(n), where the merge rounds over the
+    blocks take O(K log^2 K) for K blocks, which under ``jax.jit`` they cannot count (rows of a fifth or half of n).
+    At q = 2 the merge rounds over the blocks finish such rows."""
     if signed and stepped_sort(q):
         return Extension(SteppedSignedSums(q))
-    return Extension(PowerSums(q)) if q in (3.0, 4.0) else None
+    return Extension(PowerSums(q)) if q in (3.0, 4.0, *ENTRY_MERGES) else None
 
 
 def _split_fit(xp: Any, v: Any, y: Any, w: Any, left: Any, *, q: float, signed: bool) -> tuple[Any]:

@@ -132,7 +132,7 @@ class PowerSums:
     def block_stats(self, xp: Any, adapter: Any, starts: Any, data: Any) -> tuple[Any, ...]:
         """Each entry's block in :func:`block_form` (``data`` stacks the row and its weights): a range's statistics for
         :class:`.extensions.Extension`."""
-        return block_form(xp, adapter, starts, data[0, ...], data[1, ...])
+        return block_form(xp, adapter, starts, data[0, ...], data[1, ...], highest=self.form - 2)
 
     def prefixes(self, xp: Any, adapter: Any, blocks: tuple[Any, ...], inside: Any) -> Any:
         """The value of each prefix of blocks along the last axis (:class:`.extensions.Extension`'s windows; ``inside``
