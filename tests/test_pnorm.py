@@ -1025,6 +1025,23 @@ def test_under_jit_rows_from_sixty_four_entries_carry_the_extensions(monkeypatch
             np.testing.assert_allclose(np.asarray(got), want, rtol=1e-10, atol=1e-9 * np.abs(x).max())
 
 
+@pytest.mark.exhaustive
+def test_under_jit_an_empty_batch_of_long_rows_carries_the_extensions():
+    """A batch of no rows of 64 entries or more (a loader's last batch) under ``jax.jit``: the pooling rounds carry the
+    extensions and their scans, whose blocked scan once reshaped such a batch by -1 ('integer modulo by zero'); each
+    fit that carries them (the p-norm ranks at q = 4 and 5, the sorts at q = 3 and 5 and at a q that is no integer,
+    the KL sort) returns an empty value and gradient."""
+    jax = pytest.importorskip("jax")
+    import jax.numpy as jnp
+
+    x = jnp.zeros((2, 0, 128), dtype=jnp.float32)
+    for op, opts in (("soft_rank", _lp(4.0 / 3.0)), ("soft_rank", _lp(1.25)), ("soft_sort", _lp(1.5)),
+                     ("soft_sort", _lp(1.25)), ("soft_sort", _lp(1.4)), ("soft_sort", {"regularization": "kl"})):
+        fn = getattr(rankops, op)
+        value, grad = jax.jit(jax.value_and_grad(lambda v: jnp.sum(fn(v, method="permutahedron", **opts))))(x)
+        assert float(value) == 0.0 and grad.shape == x.shape and grad.dtype == x.dtype, (op, opts)
+
+
 def test_extensions_keep_pools_that_share_no_block_each_at_its_value():
     """Every round's extensions (``extensions.Extension``) leave each block (``starts``) at one value, its entries'
     pool's, and within a block of the sequential PAV (steps of pool-adjacent-violators), so that the rounds may stop
