@@ -973,6 +973,43 @@ def test_extensions_finish_snowballing_chains_within_a_few_rounds(name):
             _assert_equals_pav(z, w, np.asarray(v), q)
 
 
+# the windows run where values are read as the fit goes (eager backends); JAX's rounds are one traced loop
+@pytest.mark.parametrize("name", [b for b in CPU_BACKENDS if b != "jax"])
+def test_windows_pooling_rounds_over_blocks_pool_their_chains_on(name, monkeypatch):
+    """The windows' fit by pooling rounds over rows of blocks (``power_sums.pool_blocks``: the rank at p = 3/2 and 5/4,
+    whose merge tests split a block by its data, and the soft sort's evenly stepped blocks) pools a snowballing chain
+    on with the rounds' extensions, a segment of blocks' statistics combined from their block forms
+    (``extensions.BlockRows``): the rank's chain of 128 one-entry blocks and the sort's geometric row of 64 settle
+    within 16 rounds, where without the extensions they take more than twice as many, to the same fit, the
+    sequential PAV's."""
+    from rankops._cores import power_sums, powers
+    from rankops._lib._adapters import get_adapter
+
+    def fit(a: Any, b: Any, q: float, signed: bool, rounds: list) -> Any:
+        xp = array_namespace(a)
+        adapter = get_adapter(xp)
+        sums = power_sums.SteppedSignedSums(q) if signed else power_sums.PowerSums(q)
+        pooled = sums.pooled
+        sums.pooled = lambda *args: rounds.append(1) or pooled(*args)
+        y, wf = xp.flip(a, axis=-1), xp.flip(b, axis=-1)
+        starts = xp.ones(y.shape, dtype=xp.bool)
+        data = sums.block_stats(xp, adapter, starts, xp.stack([y, wf]))
+        v = power_sums.pool_blocks(xp, adapter, y - powers.odd_power(xp, wf, 1.0 / (q - 1.0)), data, sums)
+        return xp.flip(v, axis=-1)
+
+    to, run = on_backend(name)
+    for q, (z, w, signed) in ((3.0, _chain_problems(3.0)[0]), (5.0, _chain_problems(5.0)[0]), (5.0, _chain_problems(5.0)[1])):
+        args = to(np.ascontiguousarray(z)), to(np.ascontiguousarray(w))
+        extended, alone = [], []
+        v = run(lambda a, b: fit(a, b, q, signed, extended), *args)
+        _assert_equals_pav(z, w, np.asarray(v), q)
+        with monkeypatch.context() as patched:
+            patched.setattr(power_sums, "Extension", lambda rule: None)
+            v = run(lambda a, b: fit(a, b, q, signed, alone), *args)
+        _assert_equals_pav(z, w, np.asarray(v), q)
+        assert len(extended) <= 16 and len(alone) > 2 * len(extended), (q, signed, len(extended), len(alone))
+
+
 def test_extended_rounds_equal_the_papers_pav_on_rows_of_many_chains():
     """Rows of clusters far apart (chains that meet, drops on both sides of one block) at p = 3/2 and 4/3, rank and
     sort: pooled to the end with the extensions on NumPy, the fit equals the sequential PAV; and the operators under

@@ -37,7 +37,7 @@ from typing import Any
 from .._lib._compat import cumulative_sum, device as _device, index_dtype
 from .._lib._numerics import safe_divide, safe_log_divide
 
-__all__ = ["Extension", "LogSums", "MeanSums", "DROPS", "SPAN"]
+__all__ = ["Extension", "BlockRows", "LogSums", "MeanSums", "DROPS", "SPAN"]
 
 DROPS = 4  # drops per row that a round extends, each to both sides
 SPAN = 4  # a window holds n / (SPAN DROPS) blocks: its 2 DROPS windows together half a row's length
@@ -142,6 +142,30 @@ class MeanSums:
         centre = mean[..., :1]
         totals = cumulative_sum(xp, xp.where(inside, xp.stack([weight * (mean - centre), weight]), 0.0))
         return centre + safe_divide(xp, totals[0, ...], totals[1, ...])
+
+
+class BlockRows:
+    """A rule for rows of blocks, one entry each (:func:`.power_sums.pool_blocks`, the windows' fit: ``data`` stacks
+    ``sums``' block form, :class:`.power_sums.PowerSums`): a segment's statistics are its blocks' forms combined, and
+    ``sums`` values a range of such segments (:meth:`.power_sums.PowerSums.prefixes`)."""
+
+    def __init__(self, sums: Any) -> None:
+        self.sums = sums
+
+    def block_stats(self, xp: Any, adapter: Any, starts: Any, data: Any) -> tuple[Any, ...]:
+        """Each entry's segment in the block form ``(mean, W, m, M2, ..., M_k)``: its mean as its first block's plus the
+        others' weighted offsets from it (a sum of ``m * mean`` rounds at its total), its moments about that mean."""
+        form = tuple(data[i, ...] for i in range(data.shape[0]))
+        mean, m = form[0], form[2]
+        first = adapter.segment_first(xp, starts, mean)
+        total = adapter.segment_sum(xp, starts, xp.stack([m * (mean - first), m]))
+        centre = first + safe_divide(xp, total[0, ...], total[1, ...])  # a segment of padding alone: its first mean
+        terms = self.sums.stats(xp, None, form, centre)  # (W, m, S1, S2, ...): about the mean, S1 is 0 and S_k is M_k
+        sums = adapter.segment_sum(xp, starts, xp.stack([terms[0], terms[1], *terms[3:]]))
+        return (centre, *xp.unstack(sums), *(xp.zeros_like(centre),) * (len(form) - 1 - sums.shape[0]))
+
+    def prefixes(self, xp: Any, adapter: Any, blocks: tuple[Any, ...], inside: Any) -> Any:
+        return self.sums.prefixes(xp, adapter, blocks, inside)
 
 
 def _levelled(xp: Any, u: Any, starts: Any, right: Any, valid: Any, size: Any, begin: Any, stop: Any,

@@ -9,6 +9,7 @@ from .._lib._adapters import get_adapter
 from .._lib._compat import cumulative_sum, device as _device, index_dtype
 from .._lib._numerics import safe_divide
 from . import isotonic
+from .extensions import BlockRows, Extension
 from .merges import merge_lengths, padded_length
 from .powers import falling_newton, falling_start, moment_root, odd_power, power, stepped_signed_square_root
 from . import stepped
@@ -315,10 +316,13 @@ def merge_blocks(xp: Any, adapter: Any, values: Any, data: tuple[Any, ...], q: f
 
 def pool_blocks(xp: Any, adapter: Any, values: Any, data: tuple[Any, ...], sums: PowerSums) -> Any:
     """The pooling rounds' fit of rows of blocks, one entry each (``values``, ``data`` in :func:`block_form`), to the
-    end: each round with a drop pools at least two blocks into one, so a row of L settles within L - 1 rounds. For the
-    unsigned problem at any integer q, q = 3 included (whose merge rounds' tests split a block by its data), and the
-    soft sort's at q = 3 (``sums``: :class:`SteppedSignedSums`)."""
-    return isotonic.pool_runs(xp, adapter, sums, values, xp.stack(data), max(values.shape[-1] - 1, 1))[0]
+    end: each round with a drop pools at least two blocks into one, so a row of L settles within L - 1 rounds, and a
+    chain that snowballs is pooled on by the rounds' extensions (:class:`.extensions.BlockRows`) once its row's drops
+    stop halving. For the unsigned problem at any integer q, q = 3 included (whose merge rounds' tests split a block
+    by its data), and the soft sort's where its blocks step evenly (``sums``: :class:`SteppedSignedSums`)."""
+    length = values.shape[-1]
+    extend = Extension(BlockRows(sums)) if length > 1 else None
+    return isotonic.pool_runs(xp, adapter, sums, values, xp.stack(data), max(length - 1, 1), extend=extend)[0]
 
 
 def _one_per_block(xp: Any, adapter: Any, v: Any, y: Any, blocks: tuple[Any, ...], ordinal: Any, count: int) -> tuple[Any, tuple[Any, ...], Any]:
