@@ -155,7 +155,7 @@ class BlockRows:
     def block_stats(self, xp: Any, adapter: Any, starts: Any, data: Any) -> tuple[Any, ...]:
         """Each entry's segment in the block form ``(mean, W, m, M2, ..., M_k)``: its mean as its first block's plus the
         others' weighted offsets from it (a sum of ``m * mean`` rounds at its total), its moments about that mean."""
-        form = tuple(data[i, ...] for i in range(data.shape[0]))
+        form = xp.unstack(data)
         mean, m = form[0], form[2]
         first = adapter.segment_first(xp, starts, mean)
         total = adapter.segment_sum(xp, starts, xp.stack([m * (mean - first), m]))
