@@ -229,6 +229,22 @@ def test_jax_compile_script_prints_its_tables():
     assert len(extended) == 4, proc.stdout  # the extensions on and off: each operator and regularization
 
 
+def test_jax_sort_script_prints_its_tables():
+    """``benchmarks.jax_sort --quick``: the packed sort against ``lax.sort`` of pairs (the same order), then each
+    operator with either route, bit-equal."""
+    pytest.importorskip("jax")
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.jax_sort", "--quick"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    number = r"[\d.e+]+"
+    sorts = re.findall(rf"^\| 2 \| 100 \| {number} \| {number} \| {number}x \| {number} \| {number} \| (yes|NO) \|$",
+                       proc.stdout, flags=re.M)
+    assert sorts == ["yes"], proc.stdout
+    operators = re.findall(rf"^\| ([\w, =/]+) \| 2 \| 100 \| {number} \| {number} \| {number}x \| (yes|no) \|$",
+                           proc.stdout, flags=re.M)
+    assert len(operators) == 7 and all(equal == "yes" for _, equal in operators), proc.stdout
+
+
 def test_compile_time_script_prints_its_table():
     """``benchmarks.compile_time --quick``: a fresh process per cell, the reference row and an odd-even network's."""
     pytest.importorskip("torch")

@@ -256,6 +256,54 @@ def test_sort_order_is_a_stable_sort_with_its_values(backend_name, descending):
     assert_array_equal(np.signbit(s), np.signbit(np.take_along_axis(x, expected, axis=-1)))  # the values themselves
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "int32", "int8"])
+@pytest.mark.parametrize("descending", [False, True])
+def test_jax_packed_sort_order_is_numpys_stable_order(dtype, descending):
+    """JAX's ``sort_order`` on a CPU sorts rows of at most 32 bits as one array of 64-bit integers (an order-preserving
+    key above each entry's position, ``_jax._packed_order``), eagerly and under ``jit``: the order is NumPy's stable
+    argsort's (``-x``'s descending), on rows with runs of ties, -0.0 beside 0.0, infinities and NaNs of either sign
+    last; the values are the row's own, bit for bit; the gradient of the values flows back to the entries they came
+    from; a batch of no rows and rows of one entry keep their shapes."""
+    jax = pytest.importorskip("jax")
+    import jax.numpy as jnp
+    from array_api_compat import array_namespace
+
+    from rankops._lib._adapters import _jax
+
+    rng = np.random.default_rng(7)
+    if dtype.startswith("int"):
+        x = rng.integers(np.iinfo(dtype).min + 1, np.iinfo(dtype).max, size=(3, 300)).astype(dtype)
+        x[:, :100] = x[:, 100:200]  # ties
+        x[0, 200:210] = np.iinfo(dtype).min + 1
+    else:
+        x = rng.normal(size=(3, 300)).astype(np.float32)
+        x[:, :100] = np.round(x[:, 100:200], 1)  # ties
+        x[0, 200:240:2], x[0, 201:240:2] = 0.0, -0.0
+        x[1, 200:204] = [np.inf, -np.inf, np.nan, -np.nan]
+        x[2, 250:260] = np.nan
+    a = jnp.asarray(x, dtype=dtype)
+    xp = array_namespace(a)
+    assert _jax._packs(a) == (jax.default_backend() == "cpu")
+    host = np.asarray(a).astype(np.float64)  # exact for each dtype here; NumPy sorts NaN last, -0.0 tied with 0.0
+    expected = np.argsort(-host if descending else host, axis=-1, kind="stable")
+    for run in (lambda v: _jax.ADAPTER.sort_order(xp, v, descending=descending),
+                jax.jit(lambda v: _jax.ADAPTER.sort_order(xp, v, descending=descending))):
+        s, order = run(a)
+        assert order.dtype == jnp.int64  # the index dtype (this suite runs JAX with 64-bit types)
+        assert_array_equal(np.asarray(order), expected)
+        assert_array_equal(np.asarray(s).view(np.uint8), np.take_along_axis(np.asarray(a), expected, axis=-1).view(np.uint8))
+    if not dtype.startswith("int"):
+        w = jnp.asarray(rng.normal(size=(3, 300)), dtype=dtype)
+        grad = jax.grad(lambda v: jnp.sum(jnp.where(jnp.isfinite(s := _jax.ADAPTER.sort_order(xp, v, descending=descending)[0]), s, 0) * w))(a)
+        want = np.zeros((3, 300))
+        np.put_along_axis(want, expected, np.where(np.isfinite(np.take_along_axis(host, expected, axis=-1)), np.asarray(w, np.float64), 0.0), axis=-1)
+        assert_array_equal(np.asarray(grad, np.float64), want)
+    for shape in ((0, 5), (4, 1), (2, 0, 3)):
+        s, order = _jax.ADAPTER.sort_order(xp, jnp.zeros(shape, dtype=dtype), descending=descending)
+        assert s.shape == order.shape == shape
+        assert_array_equal(np.asarray(order), np.broadcast_to(np.arange(shape[-1]), shape))
+
+
 def test_jax_lapsum_past_one_scan_block_differentiates():
     """LapSum on JAX at n = 100 (four blocks of its blocked scan) under ``jit(value_and_grad)``, forward mode inside
     (JAX transposes LapSum's linear pullback): the values are NumPy's and the gradient is the central differences'."""

@@ -90,7 +90,7 @@ def _inversions(xp: Any, adapter: Any, z: Any) -> Any:
     total = xp.sum(xp.astype(z[..., 0::2] > z[..., 1::2], idx), axis=-1)
     h = 2
     while h < big:
-        halves = xp.sort(xp.reshape(z, z.shape[:-1] + (big // h, h)), axis=-1)
+        halves = adapter.sort(xp, xp.reshape(z, z.shape[:-1] + (big // h, h)))
         left, right = halves[..., 0::2, :], halves[..., 1::2, :]
         # each entry of a right half, against the left half's entries above it
         above = h - adapter.searchsorted(xp, left, right, side="right")
@@ -106,13 +106,12 @@ def by_merges(xp: Any, x: Any, y: Any) -> tuple[Any, Any]:
     batch = math.prod(x.shape[:-2]) or 1
     pairs = p * (p - 1) // 2
     # each vector's own ties, once: x sorted is what every pair's lexicographic order puts x in
-    x_sorted = xp.sort(x, axis=-1)
+    x_sorted = adapter.sort(xp, x)
     starts_x_all = block_starts(xp, x_sorted)
     tied_x_all = _tied_pairs(xp, adapter, starts_x_all)  # (..., N)
-    tied_y = _tied_pairs(xp, adapter, block_starts(xp, xp.sort(y, axis=-1)))  # (..., M)
+    tied_y = _tied_pairs(xp, adapter, block_starts(xp, adapter.sort(xp, y)))  # (..., M)
     # y's stable order, shared by every pair: the secondary key of the lexicographic sort
-    y_order = xp.argsort(y, axis=-1, stable=True)
-    y_sorted = adapter.take(xp, y, y_order)
+    y_sorted, y_order = adapter.sort_order(xp, y)
     rows = max(1, BLOCK_BYTES // (8 * 4 * batch * m * p))  # about four (block, M, p) temporaries of 8 bytes
     dots, boths = [], []
     for a0 in range(0, n, rows):
@@ -120,7 +119,7 @@ def by_merges(xp: Any, x: Any, y: Any) -> tuple[Any, Any]:
         shape = xa.shape[:-3] + (xa.shape[-3], m, p)
         # lexicographic order by (x, y): stable sort by x of the pair already in y's order
         x_by_y = adapter.take(xp, xp.broadcast_to(xa, shape), xp.broadcast_to(xp.expand_dims(y_order, axis=-3), shape))
-        second = xp.argsort(x_by_y, axis=-1, stable=True)
+        second = adapter.sort_order(xp, x_by_y)[1]
         ys = adapter.take(xp, xp.broadcast_to(xp.expand_dims(y_sorted, axis=-3), shape), second)
         discordant = _inversions(xp, adapter, ys)
         starts_x = xp.expand_dims(starts_x_all[..., a0 : min(a0 + rows, n), :], axis=-2)  # x in that order: sorted

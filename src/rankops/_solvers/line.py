@@ -330,8 +330,7 @@ def _grid_potentials(xp: Any, adapter: PortableAdapter, s: Any, log_a: Any, log_
     n, m = s.shape[-1], log_b.shape[-1]
     batch = np.broadcast_shapes(tuple(s.shape[:-1]), tuple(log_a.shape[:-1]), tuple(log_b.shape[:-1]))  # shapes only
     s = xp.broadcast_to(s, batch + (n,))
-    order = xp.argsort(s, axis=-1, stable=True)
-    ss = adapter.take(xp, s, order)
+    ss, order = adapter.sort_order(xp, s)
     a_cum = adapter.cumulative_sum(xp, adapter.take(xp, xp.broadcast_to(xp.exp(log_a), batch + (n,)), order))
     b_cum = xp.broadcast_to(adapter.cumulative_sum(xp, xp.exp(log_b)), batch + (m,))
     # Breakpoints closer than the sums' rounding are one shared breakpoint: whether two equal

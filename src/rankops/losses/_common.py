@@ -116,8 +116,8 @@ def _level(q: Any) -> float:
 
 
 def _rankdata(xp: Any, t: Any) -> Any:
-    s = xp.sort(t, axis=-1)
     adapter = get_adapter(xp)
+    s = adapter.sort(xp, t)
     below = adapter.searchsorted(xp, s, t, side="left")
     upto = adapter.searchsorted(xp, s, t, side="right")
     return xp.where(xp.any(xp.isnan(t), axis=-1, keepdims=True), math.nan, xp.astype(below + upto + 1, t.dtype) / 2)

@@ -70,7 +70,7 @@ def discounts(xp: Any, n: int, k: int | None, like: Any) -> Any:
 
 
 def _descending(xp: Any, a: Any) -> Any:
-    return xp.flip(xp.sort(a, axis=-1), axis=-1)
+    return xp.flip(get_adapter(xp).sort(xp, a), axis=-1)
 
 
 def ideal_dcg(xp: Any, g: Any, valid: Any, k: int | None) -> Any:

@@ -77,7 +77,7 @@ REQUIRED = (
 )
 SPEED_UPS = (
     "sum", "softmax", "logsumexp", "ndtr", "sigmoid", "log_sigmoid", "linear_scan", "scan_links", "cumlogsumexp",
-    "cumulative_sum", "searchsorted", "take", "select", "sort_order", "invert_permutation", "merge_descending",
+    "cumulative_sum", "searchsorted", "take", "select", "sort", "sort_order", "invert_permutation", "merge_descending",
     "segment_sum", "segment_totals", "segment_first", "segment_max", "segment_logsumexp", "shortcut",
 )
 
@@ -184,9 +184,14 @@ class PortableAdapter:
         """``take(a, index, axis=axis)``: one 1-D ``index`` (in range, non-negative) for every slice along ``axis``."""
         return xp.take(a, index, axis=axis)
 
+    def sort(self, xp: Any, x: Any) -> Any:
+        """Each row (last axis) sorted ascending, NaN last: ``xp.sort``."""
+        return xp.sort(x, axis=-1)
+
     def sort_order(self, xp: Any, x: Any, *, descending: bool = False) -> tuple[Any, Any]:
         """``(take(x, order), order)`` with ``order`` the stable ``argsort`` of each row (last axis)."""
-        order = xp.argsort(x, axis=-1, descending=descending, stable=True)
+        # ``descending`` only where asked: NumPy's own argsort (a solver called with ``numpy`` itself) has no such argument
+        order = xp.argsort(x, axis=-1, descending=True, stable=True) if descending else xp.argsort(x, axis=-1, stable=True)
         return self.take(xp, x, order), order
 
     def invert_permutation(self, xp: Any, order: Any) -> Any:

@@ -125,9 +125,26 @@ class Jax(PortableAdapter):
         # in range by construction: clamping the (short) index costs less than the default fill's masking
         return jnp.take(a, index, axis=axis, mode="clip")
 
+    def sort(self, xp: Any, x: Any) -> Any:
+        # one packed sort and a gather, as :meth:`sort_order`: a sort of floats alone compares through a called
+        # comparator too
+        return self.sort_order(xp, x)[0] if _packs(x) else jnp.sort(x, axis=-1)
+
     def sort_order(self, xp: Any, x: Any, *, descending: bool = False) -> tuple[Any, Any]:
-        """One ``lax.sort`` of (values, positions): ``argsort`` sorts the same pair and drops the values, which
-        a gather then fetches back. Descending stable order is the ascending one of ``-x``."""
+        """The stable order of each row and the row in it, as ``lax.sort`` orders floats (``-0`` and ``0`` equal,
+        NaN last). Descending stable order is the ascending one of ``-x``.
+
+        On a CPU, rows of floats of at most 32 bits sort as one array of 64-bit
+        integers, each entry's order-preserving key above its position
+        (:func:`_packed_order`): XLA's CPU sort takes a fast path for one
+        operand of integers only, and a sort of (values, positions) compares
+        through a called comparator (``benchmarks.jax_sort``). Elsewhere one
+        ``lax.sort`` of (values, positions): ``argsort`` sorts the same pair and
+        drops the values, which a gather then fetches back.
+        """
+        if _packs(x):
+            order = _packed_order(-x if descending else x, index_dtype(xp, None))
+            return jnp.take_along_axis(x, order, axis=-1), order
         iota = jax.lax.broadcasted_iota(index_dtype(xp, None), x.shape, x.ndim - 1)
         s, order = jax.lax.sort((-x if descending else x, iota), dimension=x.ndim - 1, is_stable=True, num_keys=1)
         return (-s if descending else s), order
@@ -341,6 +358,48 @@ class Jax(PortableAdapter):
         arrays = {k: v for k, v in call.params.items() if isinstance(v, jax.Array)}
         static = tuple(sorted((k, v) for k, v in call.params.items() if k not in arrays))
         return _compiled(call.core, opts, static, call.outputs)(call.x, arrays, opt_arrays)
+
+
+def _packs(x: Any) -> bool:
+    """Whether :func:`_packed_order` sorts ``x``: real floats or integers of at most 32 bits, rows of fewer than 2^32
+    entries, on a CPU (where the packed sort was measured; under ``jit`` the default backend's)."""
+    kind = jnp.issubdtype(x.dtype, jnp.floating) or jnp.issubdtype(x.dtype, jnp.integer)
+    return (kind and jnp.dtype(x.dtype).itemsize <= 4 and x.ndim > 0 and x.shape[-1] < 1 << 32
+            and jax.default_backend() == "cpu")
+
+
+def _packed_order(x: Any, idx: Any) -> Any:
+    """Each row's stable ascending order (``idx`` entries) as ``lax.sort`` orders floats: one sort of ``key << 32 |
+    position``, 64-bit integers (traced with 64-bit types on, whatever the caller's setting).
+
+    ``key``: the float's bits as an unsigned integer that orders as the float
+    (a negative float's bits inverted, a positive one's sign bit set), after
+    ``-0`` becomes ``0`` and every NaN one NaN, as ``lax.sort``'s comparator
+    makes them. Equal floats have equal keys, and their positions keep them in
+    row order. No gradient flows through an order.
+    """
+    if jnp.issubdtype(x.dtype, jnp.integer):  # the sign bit flipped: an unsigned integer in the same order
+        key = jax.lax.bitcast_convert_type(jnp.astype(x, jnp.int32), jnp.uint32) ^ jnp.uint32(1 << 31)
+        if jnp.dtype(x.dtype) == jnp.uint32:
+            key = x
+    else:
+        x = jax.lax.stop_gradient(jnp.astype(x, jnp.float32))
+        x = jnp.where(x == 0, jnp.zeros_like(x), jnp.where(jnp.isnan(x), jnp.full_like(x, jnp.nan), x))
+        bits = jax.lax.bitcast_convert_type(x, jnp.uint32)
+        key = jnp.where(bits >> 31 == 1, ~bits, bits | jnp.uint32(1 << 31))
+    with _x64():
+        wide = jnp.uint64
+        position = jax.lax.broadcasted_iota(wide, x.shape, x.ndim - 1)
+        packed = jax.lax.sort(jax.lax.shift_left(jnp.astype(key, wide), wide(32)) | position, dimension=x.ndim - 1)
+        return jnp.astype(packed & wide(0xFFFFFFFF), idx)
+
+
+def _x64() -> Any:
+    """A context in which JAX traces 64-bit types (``jax.enable_x64``; ``jax.experimental.enable_x64`` before it)."""
+    enable = getattr(jax, "enable_x64", None)
+    if enable is None:  # pragma: no cover - jax < 0.6
+        from jax.experimental import enable_x64 as enable
+    return enable(True)
 
 
 def _segment_slots(starts: Any, g: Any) -> tuple[Any, Any]:
