@@ -369,19 +369,20 @@ def _packs(x: Any) -> bool:
 
 
 def _packed_order(x: Any, idx: Any) -> Any:
-    """Each row's stable ascending order (``idx`` entries) as ``lax.sort`` orders floats: one sort of ``key << 32 |
-    position``, 64-bit integers (traced with 64-bit types on, whatever the caller's setting).
+    """Each row's stable ascending order (``idx`` entries) as ``lax.sort`` orders its values: one sort of ``key << 32
+    | position``, 64-bit integers (traced with 64-bit types on, whatever the caller's setting).
 
-    ``key``: the float's bits as an unsigned integer that orders as the float
-    (a negative float's bits inverted, a positive one's sign bit set), after
+    ``key``: an unsigned 32-bit integer that orders as the entry. A float's
+    bits, a negative float's inverted and a positive one's sign bit set, after
     ``-0`` becomes ``0`` and every NaN one NaN, as ``lax.sort``'s comparator
-    makes them. Equal floats have equal keys, and their positions keep them in
-    row order. No gradient flows through an order.
+    makes them; a signed integer's bits with the sign bit flipped. Equal
+    entries have equal keys, and their positions keep them in row order. No
+    gradient flows through an order.
     """
-    if jnp.issubdtype(x.dtype, jnp.integer):  # the sign bit flipped: an unsigned integer in the same order
+    if jnp.dtype(x.dtype) == jnp.uint32:
+        key = x
+    elif jnp.issubdtype(x.dtype, jnp.integer):
         key = jax.lax.bitcast_convert_type(jnp.astype(x, jnp.int32), jnp.uint32) ^ jnp.uint32(1 << 31)
-        if jnp.dtype(x.dtype) == jnp.uint32:
-            key = x
     else:
         x = jax.lax.stop_gradient(jnp.astype(x, jnp.float32))
         x = jnp.where(x == 0, jnp.zeros_like(x), jnp.where(jnp.isnan(x), jnp.full_like(x, jnp.nan), x))
