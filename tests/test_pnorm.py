@@ -1079,6 +1079,30 @@ def test_under_jit_an_empty_batch_of_long_rows_carries_the_extensions():
         assert float(value) == 0.0 and grad.shape == x.shape and grad.dtype == x.dtype, (op, opts)
 
 
+@pytest.mark.parametrize("name", CPU_BACKENDS)
+def test_extension_block_firsts_are_a_search_of_the_ordinals(name):
+    """``extensions._block_firsts``, the first entry of each numbered block (one inverse permutation), equals NumPy's
+    search of the entries' block numbers (``searchsorted``, side left: 0 before the row's first block, n past its last)
+    on rows of one block, of one-entry blocks and of random blocks, for every number from -4 to n + 3."""
+    from rankops._cores.extensions import _block_firsts
+
+    to, run = on_backend(name)
+    xp = array_namespace(to(np.zeros(1)))
+    from rankops._lib._adapters import get_adapter
+
+    rng = np.random.default_rng(3)
+    n = 40
+    starts = rng.random((5, n)) < 0.3
+    starts[:, 0] = True
+    starts[1, 1:] = False  # one block
+    starts[2, :] = True  # one-entry blocks
+    ordinal = np.cumsum(starts, axis=-1) - 1
+    queries = np.stack([rng.permutation(np.arange(-4, n + 4)).reshape(2, -1) for _ in range(5)])  # every number
+    want = np.stack([np.searchsorted(o, q.ravel(), side="left").reshape(q.shape) for o, q in zip(ordinal, queries)])
+    got = run(lambda s, o, q: _block_firsts(xp, get_adapter(xp), s, o, q), to(starts), to(ordinal), to(queries))
+    assert np.array_equal(np.asarray(got), want), name
+
+
 def test_extensions_keep_pools_that_share_no_block_each_at_its_value():
     """Every round's extensions (``extensions.Extension``) leave each block (``starts``) at one value, its entries'
     pool's, and within a block of the sequential PAV (steps of pool-adjacent-violators), so that the rounds may stop

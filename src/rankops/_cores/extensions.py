@@ -82,7 +82,7 @@ class Extension:
         block = base[..., None] + xp.where(right[:, None], step, -step)
         queries = xp.concat([block, base[..., None] + 1], axis=-1)
         flat = queries.shape[:-2] + (2 * drops * (width + 2),)
-        first = xp.reshape(adapter.searchsorted(xp, ordinal, xp.reshape(queries, flat), side="left"), queries.shape)
+        first = _block_firsts(xp, adapter, starts, ordinal, queries)
         inside = (block >= 0) & (block <= ordinal[..., -1:, None])
         gathered = xp.reshape(xp.clip(first[..., :-1], 0, n - 1), flat[:-1] + (2 * drops * (width + 1),))
 
@@ -105,6 +105,24 @@ class Extension:
         begin = xp.where(right, first[..., 0], reached)
         stop = xp.where(right, reached, first[..., -1]) - 1
         return _levelled(xp, u, starts, right, real & (size > 0), size, begin, stop, level)
+
+
+def _block_firsts(xp: Any, adapter: Any, starts: Any, ordinal: Any, queries: Any) -> Any:
+    """The first entry of each row's blocks numbered ``queries`` (``ordinal``: each entry's block, from 0; ``starts``
+    True where one begins): 0 before the row's first block, n past its last, as a search of the ordinals gives.
+
+    One inverse permutation instead of that search: the permutation that puts each block's first entry at its
+    block's number, and every other entry after the row's blocks in row order, is inverted (a scatter), and its
+    first places read back."""
+    n = starts.shape[-1]
+    blocks = ordinal[..., -1:] + 1
+    place = xp.where(starts, ordinal, blocks + xp.arange(n, dtype=ordinal.dtype, device=_device(ordinal)) - ordinal - 1)
+    firsts = adapter.invert_permutation(xp, place)
+    shape = queries.shape
+    flat = xp.reshape(queries, shape[:-2] + (shape[-2] * shape[-1],))
+    # a number below 0 reads block 0's first entry, 0 (a row's first entry begins its first block)
+    found = adapter.take(xp, firsts, xp.clip(flat, 0, n - 1))
+    return xp.reshape(xp.where(flat >= blocks, xp.full_like(found, n), found), shape)
 
 
 class LogSums:
