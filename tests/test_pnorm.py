@@ -1085,10 +1085,10 @@ def test_extension_block_firsts_are_a_search_of_the_ordinals(name):
     search of the entries' block numbers (``searchsorted``, side left: 0 before the row's first block, n past its last)
     on rows of one block, of one-entry blocks and of random blocks, for every number from -4 to n + 3."""
     from rankops._cores.extensions import _block_firsts
+    from rankops._lib._adapters import get_adapter
 
     to, run = on_backend(name)
     xp = array_namespace(to(np.zeros(1)))
-    from rankops._lib._adapters import get_adapter
 
     rng = np.random.default_rng(3)
     n = 40

@@ -37,9 +37,10 @@ def _ranked(side: str) -> Any:
     def count(xp: Any, s: Any, valid: Any) -> Any:
         ok = valid > 0
         # the valid scores ascending, the padding after them all (+inf never counts as below a score)
-        key = get_adapter(xp).sort(xp, xp.where(ok, s, xp.full_like(s, math.inf)))
+        adapter = get_adapter(xp)
+        key = adapter.sort(xp, xp.where(ok, s, xp.full_like(s, math.inf)))
         n_valid = xp.sum(valid, axis=-1, keepdims=True)
-        below = xp.astype(get_adapter(xp).searchsorted(xp, key, s, side=side), s.dtype)
+        below = xp.astype(adapter.searchsorted(xp, key, s, side=side), s.dtype)
         return n_valid - xp.minimum(below, n_valid)
 
     return count

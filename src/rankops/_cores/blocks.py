@@ -191,13 +191,5 @@ def combined(xp: Any, adapter: Any, sums: Any, starts: Any, group: Any, heads: A
     """The block form ``(mean, W, m, M2, ..., M_k)`` (``sums.form`` numbers) of each group of blocks (``starts``: True
     where one begins, ``group`` each block's, ``heads`` their first blocks), one per group: the moments about the
     group's mean, summed."""
-    mean, m = data[0], data[2]
-    # the mean as its first block's and the others' weighted offsets from it: a sum of m * mean rounds at its total
-    # (a soft sort's blocks of ranks near 5 x 10^4 by a few hundredths), the offsets at their spread
-    first = take_in_range(xp, mean, heads)
-    total = adapter.segment_totals(xp, starts, group, heads, xp.stack([m * (mean - take_in_range(xp, first, group)), m]))
-    centre = first + total[0, ...] / total[1, ...]
-    terms = sums.stats(xp, None, data, take_in_range(xp, centre, group))
-    combined = xp.unstack(adapter.segment_totals(xp, starts, group, heads, xp.stack([terms[0], terms[1], *terms[3:]])))
-    # the moments past the loss's degree are not read: 0
-    return (centre, *combined, *(xp.zeros_like(centre),) * (sums.form - 1 - len(combined)))
+    return sums.combined(xp, data, take_in_range(xp, data[0], heads),
+                         lambda g: adapter.segment_totals(xp, starts, group, heads, g), lambda a: take_in_range(xp, a, group))

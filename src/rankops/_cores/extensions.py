@@ -173,14 +173,9 @@ class BlockRows:
     def block_stats(self, xp: Any, adapter: Any, starts: Any, data: Any) -> tuple[Any, ...]:
         """Each entry's segment in the block form ``(mean, W, m, M2, ..., M_k)``: its mean as its first block's plus the
         others' weighted offsets from it (a sum of ``m * mean`` rounds at its total), its moments about that mean."""
-        form = xp.unstack(data)
-        mean, m = form[0], form[2]
-        first = adapter.segment_first(xp, starts, mean)
-        total = adapter.segment_sum(xp, starts, xp.stack([m * (mean - first), m]))
-        centre = first + safe_divide(xp, total[0, ...], total[1, ...])  # a segment of padding alone: its first mean
-        terms = self.sums.stats(xp, None, form, centre)  # (W, m, S1, S2, ...): about the mean, S1 is 0 and S_k is M_k
-        sums = adapter.segment_sum(xp, starts, xp.stack([terms[0], terms[1], *terms[3:]]))
-        return (centre, *xp.unstack(sums), *(xp.zeros_like(centre),) * (len(form) - 1 - sums.shape[0]))
+        form = tuple(xp.unstack(data))
+        return self.sums.combined(xp, form, adapter.segment_first(xp, starts, form[0]),
+                                  lambda g: adapter.segment_sum(xp, starts, g), lambda a: a)
 
     def prefixes(self, xp: Any, adapter: Any, blocks: tuple[Any, ...], inside: Any) -> Any:
         return self.sums.prefixes(xp, adapter, blocks, inside)

@@ -109,9 +109,9 @@ def by_merges(xp: Any, x: Any, y: Any) -> tuple[Any, Any]:
     x_sorted = adapter.sort(xp, x)
     starts_x_all = block_starts(xp, x_sorted)
     tied_x_all = _tied_pairs(xp, adapter, starts_x_all)  # (..., N)
-    tied_y = _tied_pairs(xp, adapter, block_starts(xp, adapter.sort(xp, y)))  # (..., M)
     # y's stable order, shared by every pair: the secondary key of the lexicographic sort
     y_sorted, y_order = adapter.sort_order(xp, y)
+    tied_y = _tied_pairs(xp, adapter, block_starts(xp, y_sorted))  # (..., M)
     rows = max(1, BLOCK_BYTES // (8 * 4 * batch * m * p))  # about four (block, M, p) temporaries of 8 bytes
     dots, boths = [], []
     for a0 in range(0, n, rows):
