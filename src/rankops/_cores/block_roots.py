@@ -25,7 +25,7 @@ from .powers import falling_newton, falling_start, moment_root, odd_power, power
 from . import stepped
 from .subsets import Subset
 
-__all__ = ["shift", "signed_shift", "sort_shift", "per_block", "BLOCK_SHARE", "BLOCK_ENTRIES"]
+__all__ = ["shift", "moment_shift", "signed_shift", "sort_shift", "per_block", "MOMENT_ROOTS", "BLOCK_SHARE", "BLOCK_ENTRIES"]
 
 
 def shift(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, q: float, tangent: bool = True, step: float | None = None,
@@ -36,14 +36,9 @@ def shift(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, q: float, tangent:
     m, total_w, mean, d = centred(xp, adapter, starts, y, w, step, about_first, precise)
     if q == 2.0:
         return mean, d, total_w / m
-    if q == 3.0:
-        return mean, d, moment_root(xp, q, total_w, m, *centred_moments(xp, adapter, starts, d, 2, precise), tangent=tangent)
-    if q == 4.0:
-        return mean, d, per_block(xp, adapter, starts, lambda *a: moment_root(xp, q, *a, tangent=tangent),
-                                  total_w, m, *centred_moments(xp, adapter, starts, d, 3, precise), q=q, tangent=tangent)
-    if q in (5.0, 6.0):  # Newton's steps on the block's moments, summed once (a step over its entries sums them all)
-        return mean, d, per_block(xp, adapter, starts, lambda w, m, *a: falling_moment_root(xp, int(q) - 1, w, m, a),
-                                  total_w, m, *centred_moments(xp, adapter, starts, d, int(q) - 1, precise), q=q, tangent=tangent)
+    if q in MOMENT_ROOTS:
+        moments = centred_moments(xp, adapter, starts, d, int(q) - 1, precise)
+        return mean, d, moment_shift(xp, adapter, starts, total_w, m, moments, q, tangent)
 
     share = total_w / m  # the residual as sum_B (phi(a_i) - W_B / |B|): a scatter-add adds one entry at a time, and
     # terms of W_B / |B|'s size round at W_B's (a float32 soft block of 10^5 ranks: all 5 off); centred, at their spread's size
@@ -59,6 +54,27 @@ def shift(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, q: float, tangent:
     else:
         start = power(xp, xp.clip(share, 0.0, None), 1.0 / (q - 1.0))
     return mean, d, falling_newton(xp, adapter, newton, start, q, like=(d, total_w))
+
+
+# the q whose block roots follow from the block's size, weight and centred moments up to M_(q-1) (:func:`moment_shift`)
+MOMENT_ROOTS = (3.0, 4.0, 5.0, 6.0)
+
+
+def moment_shift(xp: Any, adapter: Any, starts: Any, total_w: Any, m: Any, moments: tuple[Any, ...], q: float,
+                 tangent: bool = True) -> Any:
+    """:func:`shift`'s root ``t`` at a q of :data:`MOMENT_ROOTS` from each block's weight, size and centred moments
+    ``moments = (M_2, ..., M_k)``, ``k >= q - 1`` (one number per block, per entry; ``starts`` True where a block
+    begins): a square root at q = 3, the cubic's root at q = 4 (:func:`.powers.moment_root`), Newton's steps on the
+    moments' polynomial at q = 5 and 6 (:func:`.power_sums.falling_moment_root`: summed once, where a step over the
+    block's entries sums them all); past q = 3 once per block where that pays (:func:`per_block`)."""
+    if q == 3.0:
+        return moment_root(xp, q, total_w, m, moments[0], tangent=tangent)
+    if q == 4.0:
+        return per_block(xp, adapter, starts, lambda *a: moment_root(xp, q, *a, tangent=tangent), total_w, m,
+                         *moments[:2], q=q, tangent=tangent)
+    degree = int(q) - 1
+    return per_block(xp, adapter, starts, lambda w, m, *a: falling_moment_root(xp, degree, w, m, a), total_w, m,
+                     *moments[:degree - 1], q=q, tangent=tangent)
 
 
 BLOCK_SHARE, BLOCK_ENTRIES = 0.5, 1 << 15  # :func:`per_block`'s gate (below it, the gathers cost more than the cubic)

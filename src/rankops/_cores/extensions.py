@@ -53,14 +53,22 @@ class Extension:
     def __init__(self, rule: Any) -> None:
         self.rule = rule
 
-    def after_round(self, xp: Any, adapter: Any, u: Any, starts: Any, data: Any, chains: Any) -> tuple[Any, Any]:
+    def after_round(self, xp: Any, adapter: Any, u: Any, starts: Any, data: Any, chains: Any,
+                    stats: tuple[Any, ...] | None = None) -> tuple[Any, Any]:
         """``(u, starts)`` after a pooling round, pooled on (:meth:`__call__`) where the 0-d ``chains`` holds (some
-        row's drops stopped halving); a backend that reads the flag skips the rest (under ``jax.jit``, a branch)."""
-        return adapter.unless(xp, ~chains, lambda us: self(xp, adapter, *us, data), (u, starts), in_loop=True)
+        row's drops stopped halving); a backend that reads the flag skips the rest (under ``jax.jit``, a branch).
+        ``stats``: the blocks' statistics, ``rule.block_stats``' (the round's own), or None."""
+        if stats is None:
+            return adapter.unless(xp, ~chains, lambda us: self(xp, adapter, *us, data), (u, starts), in_loop=True)
+        # the statistics pass through the branch unchanged (its result has its operand's structure)
+        return adapter.unless(xp, ~chains, lambda us: (*self(xp, adapter, *us[:2], data, us[2:]), *us[2:]),
+                              (u, starts, *stats), in_loop=True)[:2]
 
-    def __call__(self, xp: Any, adapter: Any, u: Any, starts: Any, data: Any) -> tuple[Any, Any]:
+    def __call__(self, xp: Any, adapter: Any, u: Any, starts: Any, data: Any,
+                 stats: tuple[Any, ...] | None = None) -> tuple[Any, Any]:
         """``(u, starts)`` with the first :data:`DROPS` drops of each row pooled to the right and to the left (each a
-        window of its own: the windows an axis, each with its side), the pools that share no block kept."""
+        window of its own: the windows an axis, each with its side), the pools that share no block kept. ``stats``:
+        each entry's block's statistics (``rule.block_stats``), where the caller has them."""
         n = u.shape[-1]
         dev = _device(u)
         idx = index_dtype(xp, dev)
@@ -89,7 +97,8 @@ class Extension:
         def gather(a: Any) -> Any:
             return xp.reshape(adapter.take(xp, a, gathered), block.shape)
 
-        blocks = tuple(gather(a)[..., :width] for a in self.rule.block_stats(xp, adapter, starts, data))
+        stats = self.rule.block_stats(xp, adapter, starts, data) if stats is None else stats
+        blocks = tuple(gather(a)[..., :width] for a in stats)
         value = gather(u)
         pooled = self.rule.prefixes(xp, adapter, blocks, inside[..., :width])
         # the pool of the blocks up to each takes the next block only if that block violates it: up to the first that

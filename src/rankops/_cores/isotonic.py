@@ -215,9 +215,10 @@ def pool_runs(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, max_rounds: int
 
     ``leave`` > 0 (a caller that finishes the last drops itself, :mod:`.windows`): a row also stops once it holds at
     most ``leave`` drops and they stopped halving (a snowballing chain; a settling row goes on), after at least
-    ``patience`` rounds. ``extend`` (:class:`.extensions.Extension`): pools chains that snowball on, after each round.
-    ``starts``: True where a segment of ``v`` begins (default: every entry). ``w``: the data ``rules.pooled`` reads
-    (``"l2"``, ``"kl"``: the row and its weights stacked; ``unit``: those are ones).
+    ``patience`` rounds. ``extend`` (:class:`.extensions.Extension`): pools chains that snowball on, after each round
+    (from the blocks' statistics of the round's solve, ``rules.pooled_blocks``, where ``rules.forms``). ``starts``:
+    True where a segment of ``v`` begins (default: every entry). ``w``: the data ``rules.pooled`` reads (``"l2"``,
+    ``"kl"``: the row and its weights stacked; ``unit``: those are ones).
 
     Returns ``(v, unsettled, stopped_early)``: ``unsettled`` is True on the
     rows that still hold a drop, and ``stopped_early`` True when the loop was
@@ -242,18 +243,21 @@ def pool_runs(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, max_rounds: int
 
     def step(weights: Any, state: tuple[Any, ...]) -> tuple[Any, ...]:
         u, starts, down = state[:3]
-        # a block that follows a drop joins its predecessor's run
-        starts = xp.concat([starts[..., :1], starts[..., 1:] & ~down], axis=-1)
+        starts = xp.concat([starts[..., :1], starts[..., 1:] & ~down], axis=-1)  # a block after a drop joins the run before it
         if changed is not None:
-            u = changed.pooled(xp, adapter, starts, xp.concat([xp.zeros_like(down[..., :1]), down], axis=-1), u, weights, unit)
-        else:
-            u = rules.pooled(xp, adapter, starts, u, weights, unit)  # the totals in one segmented sum (one scatter on torch)
+            joined = xp.concat([xp.zeros_like(down[..., :1]), down], axis=-1)
+            u, form = changed.pooled(xp, adapter, starts, joined, u, weights, unit), None
+        elif extend is not None and getattr(rules, "forms", False):  # the statistics the extension reads, from the solve
+            u, form = rules.pooled_blocks(xp, adapter, starts, u, weights, unit)
+        else:  # the totals in one segmented sum (one scatter on torch)
+            u, form = rules.pooled(xp, adapter, starts, u, weights, unit), None
         # one value per segment, its first entry's: a power may round apart at two entries of equal input (torch's CPU
         # kernels: vectorized body, scalar tail), and a segment split 1 ulp apart stays two; not where none can (``uniform``)
         u = u if getattr(rules, "uniform", False) else adapter.segment_first(xp, starts, u)
         if extend is not None:  # after a round in which some row's drops stopped halving
             before, now, spent = state[3:]
-            u, starts = extend.after_round(xp, adapter, u, starts, weights, xp.any((spent > 0) & (now > 0) & stopped_halving(before, now)))
+            chains = xp.any((spent > 0) & (now > 0) & stopped_halving(before, now))
+            u, starts = extend.after_round(xp, adapter, u, starts, weights, chains, form)
         down = drops(u)
         if not counted:
             return u, starts, down

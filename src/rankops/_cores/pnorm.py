@@ -147,11 +147,22 @@ class _Rules:
         # the blocks carry the moments their sums read (read where blocks have a form: an integer q)
         sums = PowerSums(q)
         self.lows, self.highest = sums.signs, sums.form - 2
+        # whether the rounds' extension reads :meth:`pooled_blocks`' form (:func:`_extension`'s rule is PowerSums(q)): where
+        # the round's root reads every moment in it (at q = 3 the form holds M3, which the square root does not read)
+        self.forms = q in block_roots.MOMENT_ROOTS and self.highest == int(q) - 1
 
     def pooled(self, xp: Any, adapter: Any, starts: Any, u: Any, yw: Any, unit: bool) -> Any:
         # these values only place the blocks (the output is solved again on them): no tangent is read
         mean, _, t = block_roots.shift(xp, adapter, starts, yw[0, ...], yw[1, ...], self.q, tangent=False)
         return mean - t  # one number per segment: its entries stay one block
+
+    def pooled_blocks(self, xp: Any, adapter: Any, starts: Any, u: Any, yw: Any, unit: bool) -> tuple[Any, tuple[Any, ...]]:
+        """``(values, form)``: :meth:`pooled`'s values (the same numbers) and each entry's block in
+        :func:`.power_sums.block_form`, from which they come: the statistics that the rounds' extension of chains
+        (:class:`.extensions.Extension`) reads, summed once a round where it would sum them again."""
+        form = block_form(xp, adapter, starts, yw[0, ...], yw[1, ...], highest=self.highest)
+        mean, total_w, m, *moments = form
+        return mean - block_roots.moment_shift(xp, adapter, starts, total_w, m, tuple(moments), self.q, tangent=False), form
 
     def block_data(self, xp: Any, adapter: Any, starts: Any, yw: Any, v: Any) -> tuple[Any, ...]:
         """Each entry's block in :func:`.power_sums.block_form`, as 2-D rows (:mod:`.windows`: block-compressible)."""
@@ -178,6 +189,7 @@ class _SignedRules(_Rules):
         self.compact_share = 0.0 if q == 2.0 else 0.25
         self.uniform = q == 2.0  # the signed square root's sums of products may be contracted differently per entry
         self.lows = False  # the sort's sums (power_sums.SteppedSignedSums) give any range's value: no bound needed
+        self.forms = False  # its blocks' values come from their steps (block_roots.sort_shift), not their moments
         if stepped_sort(q):  # its blocks carry q = 3's form at every q (up to the second moment, whence the step)
             self.highest = SteppedSignedSums(q).form - 2
 
