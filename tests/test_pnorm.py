@@ -982,6 +982,42 @@ def test_extensions_finish_snowballing_chains_within_a_few_rounds(name):
             _assert_equals_pav(z, w, np.asarray(v), q)
 
 
+def test_extensions_follow_a_chain_that_turns_within_one_round(monkeypatch):
+    """A pool that grew to one side may then stand below the block on its other side (the soft sort's middle block at
+    the default softness grows left, then right, then left...): the extension's legs alternate until a leftward leg
+    takes nothing (``extensions.LEGS``), so the soft sort's rows of 1000 at p = 3/2 and 4/3 (default softness and
+    softness 3) settle in 4, 4, 7 and 4 rounds, where one leg to each side a round (``LEGS = 2``) takes 7, 6, 7 and
+    8; every fit the sequential PAV's."""
+    import array_api_compat.numpy as xp
+
+    from rankops._cores import extensions, pnorm
+
+    projected = []
+    project = pnorm.project
+    monkeypatch.setattr(pnorm, "project", lambda *a, **k: projected.append(a[2:4]) or project(*a, **k))
+
+    def rounds(z: np.ndarray, w: np.ndarray, q: float) -> int:
+        for count in range(1, 12):
+            v, unsettled = _extended_fit(xp, z, w, True, count, pnorm._extension(q, True), q)
+            if not unsettled.any():
+                _assert_equals_pav(z, w, v, q)
+                return count
+        return 12
+
+    x = np.random.default_rng(3).standard_normal((1, 1000))
+    counts = []
+    for p, knob in itertools.product((1.5, 4.0 / 3.0), ({}, {"softness": 3.0})):
+        rankops.soft_sort(x, method="permutahedron", regularization="lp", p=p, **knob)
+        z, w = (np.ascontiguousarray(a) for a in np.broadcast_arrays(*projected[-1]))
+        q = pnorm.exponent(p)
+        with monkeypatch.context() as patched:
+            patched.setattr(extensions, "LEGS", 2)
+            pair = rounds(z, w, q)
+        counts.append((rounds(z, w, q), pair))
+    assert all(legs <= pair for legs, pair in counts) and sum(c[0] for c in counts) <= sum(c[1] for c in counts) - 6, counts
+    assert sum(legs <= 4 for legs, _ in counts) >= 3, counts
+
+
 # the windows run where values are read as the fit goes (eager backends); JAX's rounds are one traced loop
 @pytest.mark.parametrize("name", [b for b in CPU_BACKENDS if b != "jax"])
 def test_windows_pooling_rounds_over_blocks_pool_their_chains_on(name, monkeypatch):

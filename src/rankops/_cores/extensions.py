@@ -12,9 +12,13 @@ softness twice the rounds of ``"l2"``'s, and the l2 soft sort of a row of
 on a CPU, :mod:`.windows` finishes such rows. Elsewhere, in each round once
 a row's drops stopped halving, :class:`Extension` takes the first
 :data:`DROPS` drops of each row and pools each with its neighbours block by
-block, to the right while the pool stands above the block that follows it
-and to the left while it stands below the block before it, within a window
-of blocks.
+block, in legs: to the right while the pool stands above the block that
+follows it, then to the left while it stands below the block before it,
+and again while a leftward leg took a block (at most :data:`LEGS` legs),
+within a window of blocks to either side of the drop. A chain that turns
+(a pool that grew to one side now stands below the block on its other
+side: the soft sort's middle block at the default softness) ends in one
+round, where one-sided pools took a round per turn.
 
 Each such pool is a sequence of steps of pool-adjacent-violators (the two
 blocks of the drop first, then each block that violates the pool), so the
@@ -24,8 +28,10 @@ its blocks' statistics, through the loss's ``rule``: for the p-norm losses
 their size, weight, mean and centred moments (:class:`.power_sums.PowerSums`,
 exact along such steps, where a pool keeps every entry above its value, or
 for the sort's evenly stepped ranks :class:`.power_sums.SteppedSignedSums`),
-for the KL loss the log-sums of its data and weights (:class:`LogSums`). A
-window that ends inside a chain takes it to its last block; the next round
+for the KL loss the log-sums of its data and weights (:class:`LogSums`): each
+side's running totals from the drop outward, any pool of a prefix of each
+side the join of two of them (a sum, or a sum in logs), never a difference.
+A window that ends inside a chain takes it to its last block; the next round
 goes on.
 """
 
@@ -35,20 +41,23 @@ import math
 from typing import Any
 
 from .._lib._compat import cumulative_sum, device as _device, index_dtype
-from .._lib._numerics import safe_divide, safe_log_divide
+from .._lib._numerics import logaddexp, safe_divide, safe_log_divide
 
-__all__ = ["Extension", "BlockRows", "LogSums", "MeanSums", "DROPS", "SPAN"]
+__all__ = ["Extension", "BlockRows", "LogSums", "MeanSums", "DROPS", "SPAN", "LEGS"]
 
 DROPS = 4  # drops per row that a round extends, each to both sides
-SPAN = 4  # a window holds n / (SPAN DROPS) blocks: its 2 DROPS windows together half a row's length
+SPAN = 4  # a window's side holds n / (SPAN DROPS) blocks: the DROPS windows' sides together half a row's length
+LEGS = 8  # at most, of a window's pool, rightward then leftward: a chain that turns back LEGS - 1 times ends in a round
 
 
 class Extension:
     """The pooling rounds' extension of chains (:func:`.isotonic.pool_runs`'s ``extend``) for a loss whose ``rule``
     values a range of blocks from their statistics: ``rule.block_stats(xp, adapter, starts, data)``, each entry's
-    block's (of the rounds' weights, the row and its weights stacked), and ``rule.prefixes(xp, adapter, blocks,
-    inside)``, the value of each window's prefixes of blocks (``blocks`` laid out by window and step, ``inside``
-    False past a row's end)."""
+    block's (of the rounds' weights, the row and its weights stacked); ``rule.running(xp, adapter, blocks, inside)``,
+    ``(totals, centre)``: the running totals along each side of each window (``blocks`` laid out ``(..., 2, width)``,
+    the sides from the drop leftward and rightward; ``inside`` False past a row's end), stacked on a first axis, about
+    a ``centre`` of shape ``(..., 1)``; ``rule.joined(xp, a, b)``, the totals of two disjoint sets of blocks from
+    theirs; and ``rule.level(xp, totals, centre)``, the value of the blocks whose totals these are."""
 
     def __init__(self, rule: Any) -> None:
         self.rule = rule
@@ -66,54 +75,67 @@ class Extension:
 
     def __call__(self, xp: Any, adapter: Any, u: Any, starts: Any, data: Any,
                  stats: tuple[Any, ...] | None = None) -> tuple[Any, Any]:
-        """``(u, starts)`` with the first :data:`DROPS` drops of each row pooled to the right and to the left (each a
-        window of its own: the windows an axis, each with its side), the pools that share no block kept. ``stats``:
-        each entry's block's statistics (``rule.block_stats``), where the caller has them."""
+        """``(u, starts)`` with the first :data:`DROPS` drops of each row pooled on to both sides (:data:`LEGS` legs,
+        each window's two sides an axis), the pools that share no block with a larger one kept. ``stats``: each
+        entry's block's statistics (``rule.block_stats``), where the caller has them."""
         n = u.shape[-1]
         dev = _device(u)
         idx = index_dtype(xp, dev)
         drops = min(DROPS, n - 1)
-        width = min(max(-(-n // (SPAN * drops)), 16), n)  # blocks
+        width = min(max(-(-n // (SPAN * drops)), 16), n)  # blocks a side
         ordinal = cumulative_sum(xp, xp.astype(starts, idx)) - 1  # each entry's block, from 0
         # the first drops of each row: the boundaries (i between entries i and i + 1) where their count reaches 1, 2, ...
         counted = cumulative_sum(xp, xp.astype(u[..., :-1] > u[..., 1:], idx))
         wanted = xp.broadcast_to(xp.arange(1, drops + 1, dtype=idx, device=dev), u.shape[:-1] + (drops,))
         at = adapter.searchsorted(xp, counted, wanted, side="left")
-        real = xp.concat([at, at], axis=-1) < n - 1
-        boundary = xp.clip(at, 0, n - 2)
-        right = xp.arange(2 * drops, device=dev) < drops  # the windows' sides: the drops rightward, then leftward
-        # each window's base block (left of its drop; right of it, leftward), its blocks from there to its side and the
-        # block past them, and the block after the base; their first entries by one search of the ordinals (n past the
-        # row's last block, 0 before its first)
-        base = xp.concat([adapter.take(xp, ordinal, boundary), adapter.take(xp, ordinal, boundary + 1)], axis=-1)
+        real = at < n - 1
+        # each drop's window: the blocks from the one before the drop leftward (side 0) and from the one after it
+        # rightward (side 1), and each block's first entry by one search of the ordinals (n past the row's last
+        # block, 0 before its first)
+        base = adapter.take(xp, ordinal, xp.clip(at, 0, n - 2))[..., None, None]
         step = xp.arange(width + 1, dtype=idx, device=dev)
-        block = base[..., None] + xp.where(right[:, None], step, -step)
-        queries = xp.concat([block, base[..., None] + 1], axis=-1)
-        flat = queries.shape[:-2] + (2 * drops * (width + 2),)
-        first = _block_firsts(xp, adapter, starts, ordinal, queries)
-        inside = (block >= 0) & (block <= ordinal[..., -1:, None])
-        gathered = xp.reshape(xp.clip(first[..., :-1], 0, n - 1), flat[:-1] + (2 * drops * (width + 1),))
+        block = xp.concat([base - step, base + 1 + step], axis=-2)  # (..., drops, 2, width + 1)
+        first = xp.reshape(_block_firsts(xp, adapter, starts, ordinal, xp.reshape(block, block.shape[:-3] + (
+            2 * drops, width + 1))), block.shape)
+        inside = (block >= 0) & (block <= ordinal[..., -1:, None, None])
+        at_first = xp.clip(first, 0, n - 1)
 
-        def gather(a: Any) -> Any:
-            return xp.reshape(adapter.take(xp, a, gathered), block.shape)
+        def gather(a: Any, count: int) -> Any:
+            where = at_first[..., :count]
+            return xp.reshape(adapter.take(xp, a, xp.reshape(where, where.shape[:-3] + (2 * drops * count,))),
+                              where.shape)
 
         stats = self.rule.block_stats(xp, adapter, starts, data) if stats is None else stats
-        blocks = tuple(gather(a)[..., :width] for a in stats)
-        value = gather(u)
-        pooled = self.rule.prefixes(xp, adapter, blocks, inside[..., :width])
-        # the pool of the blocks up to each takes the next block only if that block violates it: up to the first that
-        # does not, or all of a window that holds none such (the next round goes on)
-        after = value[..., 1:]
-        violates = inside[..., 1:] & xp.where(right[:, None], pooled > after, pooled < after)
-        size = xp.sum(xp.astype(cumulative_sum(xp, xp.astype(~violates, idx)) == 0, idx), axis=-1)
-        size = xp.clip(size, None, width - 1)
-        level = xp.reshape(adapter.take(xp, pooled, size[..., None]), size.shape)
-        # the pool's entries: from the base block's first to the last before the block past it (leftward: from the
-        # first of its last block to the base block's last)
-        reached = xp.reshape(adapter.take(xp, first, xp.where(right, size + 1, size)[..., None]), size.shape)
-        begin = xp.where(right, first[..., 0], reached)
-        stop = xp.where(right, reached, first[..., -1]) - 1
-        return _levelled(xp, u, starts, right, real & (size > 0), size, begin, stop, level)
+        totals, centre = self.rule.running(xp, adapter, tuple(gather(a, width) for a in stats), inside[..., :width])
+        left, right = totals[..., 0, :], totals[..., 1, :]
+        value, after = gather(u, width + 1), inside[..., 1:]
+        # the pool of the blocks up to l leftward and r rightward takes the next block of the leg's side only if that
+        # block violates it: each leg up to the first that does not (or the window's end; the next round goes on)
+        def pick(a: Any, i: Any) -> Any:  # each window's total at i, of stacked totals
+            return adapter.take(xp, a, xp.broadcast_to(i[..., None], a.shape[:-1] + (1,)))
+
+        def legs(reach: tuple[Any, Any]) -> tuple[Any, Any]:
+            """A rightward leg, then a leftward one, from the pool of the blocks up to ``reach`` on either side."""
+            for side in (1, 0):
+                other = pick(left if side else right, reach[1 - side])
+                pooled = self.rule.level(xp, self.rule.joined(xp, other, right if side else left), centre)
+                beyond = value[..., side, 1:]
+                violates = after[..., side, :] & (pooled > beyond if side else pooled < beyond)
+                taken = violates | (step[:width] < reach[side][..., None])
+                size = xp.sum(xp.astype(cumulative_sum(xp, xp.astype(~taken, idx)) == 0, idx), axis=-1)
+                grown = xp.astype(xp.clip(size, None, width - 1), at.dtype)
+                reach = (reach[0], grown) if side else (grown, reach[1])
+            return reach
+
+        def moved(old: tuple[Any, Any], new: tuple[Any, Any]) -> Any:
+            # a leftward leg that took nothing left the pool where the rightward leg before it stopped: settled
+            return xp.any(new[0] != old[0])
+
+        l, r = adapter.settle(xp, legs, (xp.zeros_like(at), xp.zeros_like(at)), moved, LEGS // 2, 1, like=(u,))
+        level = self.rule.level(xp, self.rule.joined(xp, pick(left, l), pick(right, r)), centre)[..., 0]
+        begin = pick(first[..., 0, :], l)[..., 0]
+        stop = pick(first[..., 1, :], r + 1)[..., 0] - 1
+        return _levelled(xp, u, starts, real, l + r, begin, stop, level)
 
 
 def _block_firsts(xp: Any, adapter: Any, starts: Any, ordinal: Any, queries: Any) -> Any:
@@ -137,7 +159,7 @@ def _block_firsts(xp: Any, adapter: Any, starts: Any, ordinal: Any, queries: Any
 class LogSums:
     """The KL loss's rule (:data:`.isotonic.KINDS` ``"kl"``: ``sum_i exp(y_i - v_i) + exp(w_i) v_i``, weights as
     logs): a range's value is ``LSE(y) - LSE(w)`` over its entries, so a block's statistics are its two log-sums
-    (from the data, as the pooling rounds' values are) and a prefix of blocks sums them in logs."""
+    (from the data, as the pooling rounds' values are), which a set of blocks sums in logs."""
 
     @staticmethod
     def block_stats(xp: Any, adapter: Any, starts: Any, data: Any) -> tuple[Any, Any]:
@@ -145,16 +167,23 @@ class LogSums:
         return lse[0, ...], lse[1, ...]
 
     @staticmethod
-    def prefixes(xp: Any, adapter: Any, blocks: tuple[Any, ...], inside: Any) -> Any:
-        totals = adapter.cumlogsumexp(xp, xp.where(inside, xp.stack(blocks), -math.inf))
-        # -inf for an empty prefix (a window past its row's end: its pools are not kept)
+    def running(xp: Any, adapter: Any, blocks: tuple[Any, ...], inside: Any) -> tuple[Any, None]:
+        # -inf past a row's end (a sum of nothing)
+        return adapter.cumlogsumexp(xp, xp.where(inside, xp.stack(blocks), -math.inf)), None
+
+    @staticmethod
+    def joined(xp: Any, a: Any, b: Any) -> Any:
+        return logaddexp(xp, a, b)
+
+    @staticmethod
+    def level(xp: Any, totals: Any, centre: None) -> Any:
         return safe_log_divide(xp, totals[0, ...], totals[1, ...], -math.inf)
 
 
 class MeanSums:
     """The least-squares loss's rule (:data:`.isotonic.KINDS` ``"l2"``: ``sum_i w_i (v_i - y_i)^2``): a range's value
-    is its weighted mean, so a block's statistics are its mean and weight, and a prefix of blocks sums their weights
-    and their weighted offsets from the first block's mean (no sum of values of the row's size)."""
+    is its weighted mean, so a block's statistics are its mean and weight, and a set of blocks sums their weights and
+    their weighted offsets from one block's mean (no sum of values of the row's size)."""
 
     @staticmethod
     def block_stats(xp: Any, adapter: Any, starts: Any, data: Any) -> tuple[Any, Any]:
@@ -164,17 +193,25 @@ class MeanSums:
         return safe_divide(xp, totals[0, ...], totals[1, ...], y), totals[1, ...]
 
     @staticmethod
-    def prefixes(xp: Any, adapter: Any, blocks: tuple[Any, ...], inside: Any) -> Any:
+    def running(xp: Any, adapter: Any, blocks: tuple[Any, ...], inside: Any) -> tuple[Any, Any]:
         mean, weight = blocks
-        centre = mean[..., :1]
-        totals = cumulative_sum(xp, xp.where(inside, xp.stack([weight * (mean - centre), weight]), 0.0))
+        centre = mean[..., :1, :1]
+        terms = xp.stack([weight * (mean - centre), weight])
+        return cumulative_sum(xp, xp.where(inside, terms, xp.zeros_like(terms))), centre[..., 0]
+
+    @staticmethod
+    def joined(xp: Any, a: Any, b: Any) -> Any:
+        return a + b
+
+    @staticmethod
+    def level(xp: Any, totals: Any, centre: Any) -> Any:
         return centre + safe_divide(xp, totals[0, ...], totals[1, ...])
 
 
 class BlockRows:
     """A rule for rows of blocks, one entry each (:func:`.power_sums.pool_blocks`, the windows' fit: ``data`` stacks
     ``sums``' block form, :class:`.power_sums.PowerSums`): a segment's statistics are its blocks' forms combined, and
-    ``sums`` values a range of such segments (:meth:`.power_sums.PowerSums.prefixes`)."""
+    ``sums`` values a range of such segments (:meth:`.power_sums.PowerSums.level`)."""
 
     def __init__(self, sums: Any) -> None:
         self.sums = sums
@@ -186,42 +223,29 @@ class BlockRows:
         return self.sums.combined(xp, form, adapter.segment_first(xp, starts, form[0]),
                                   lambda g: adapter.segment_sum(xp, starts, g), lambda a: a)
 
-    def prefixes(self, xp: Any, adapter: Any, blocks: tuple[Any, ...], inside: Any) -> Any:
-        return self.sums.prefixes(xp, adapter, blocks, inside)
+    def running(self, xp: Any, adapter: Any, blocks: tuple[Any, ...], inside: Any) -> tuple[Any, Any]:
+        return self.sums.running(xp, adapter, blocks, inside)
+
+    def joined(self, xp: Any, a: Any, b: Any) -> Any:
+        return self.sums.joined(xp, a, b)
+
+    def level(self, xp: Any, totals: Any, centre: Any) -> Any:
+        return self.sums.level(xp, totals, centre)
 
 
-def _levelled(xp: Any, u: Any, starts: Any, right: Any, valid: Any, size: Any, begin: Any, stop: Any,
-              level: Any) -> tuple[Any, Any]:
-    """``(u, starts)`` with the pools from ``begin`` to ``stop`` (entries; the first half of the last axis rightward,
-    the second leftward: ``right``; ``size``: the blocks each took past its base) at their ``level``, each one block:
-    of the ``valid`` pools, those that hold their own base alone among their side's (its first entry, or its last
-    leftward: so the pools of a side share no block) and that meet no such pool of the other side that took more
-    blocks (on a tie, the rightward one is kept). The sides are halves, not a mask of the pools: a compiled torch
-    graph folds such a mask into its index arithmetic, where inductor cannot compare two of them."""
-    half = begin.shape[-1] // 2
-    base = xp.where(right, begin, stop)
-
-    def among(d: Any, e: Any) -> Any:
-        """Pool by pool of ``d`` (a slice of the last axis), pool by pool of ``e``: whether ``e``'s holds ``d``'s base,
-        and whether the two meet."""
-        holds = valid[..., None, e] & (begin[..., None, e] <= base[..., d, None]) & (
-            stop[..., None, e] >= base[..., d, None])
-        meets = (begin[..., d, None] <= stop[..., None, e]) & (begin[..., None, e] <= stop[..., d, None])
-        return holds, meets
-
-    rightward, leftward = slice(None, half), slice(half, None)
-    alone = valid & xp.concat([xp.sum(xp.astype(among(d, d)[0], begin.dtype), axis=-1) == 1
-                               for d in (rightward, leftward)], axis=-1)
-    # a rightward pool gives way to a leftward one that took more blocks, a leftward one to a rightward one that took
-    # as many or more
-    left_wins = among(rightward, leftward)[1] & alone[..., None, leftward] & (
-        size[..., None, leftward] > size[..., rightward, None])
-    right_wins = among(leftward, rightward)[1] & alone[..., None, rightward] & (
-        size[..., None, rightward] >= size[..., leftward, None])
-    keep = alone & ~xp.concat([xp.any(left_wins, axis=-1), xp.any(right_wins, axis=-1)], axis=-1)
+def _levelled(xp: Any, u: Any, starts: Any, valid: Any, size: Any, begin: Any, stop: Any, level: Any) -> tuple[Any, Any]:
+    """``(u, starts)`` with the pools from ``begin`` to ``stop`` (entries) at their ``level``, each one block: of the
+    ``valid`` pools, those that meet no valid pool of more blocks (``size``), nor one of as many before them (so the
+    pools kept share no block: of two that meet, one has more blocks, or as many and comes first)."""
+    meets = valid[..., :, None] & valid[..., None, :] & (begin[..., :, None] <= stop[..., None, :]) & (
+        begin[..., None, :] <= stop[..., :, None])
+    drops = begin.shape[-1]
+    earlier = xp.arange(drops, device=_device(u))[:, None] < xp.arange(drops, device=_device(u))[None, :]
+    larger = (size[..., :, None] > size[..., None, :]) | ((size[..., :, None] == size[..., None, :]) & earlier)
+    keep = valid & ~xp.any(meets & larger, axis=-2)  # pool j gives way to a pool i that meets it and is larger
     at = xp.astype(xp.arange(u.shape[-1], device=_device(u)), begin.dtype)
     inner = xp.zeros_like(starts)
-    for j in range(begin.shape[-1]):  # a few pools, each an elementwise pass (no array of pools by entries)
+    for j in range(drops):  # a few pools, each an elementwise pass (no array of pools by entries)
         taken = keep[..., j:j + 1] & (at >= begin[..., j:j + 1]) & (at <= stop[..., j:j + 1])
         u = xp.where(taken, level[..., j:j + 1], u)
         inner = inner | (taken & (at > begin[..., j:j + 1]))

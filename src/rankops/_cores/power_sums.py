@@ -146,16 +146,19 @@ class PowerSums:
         return mean - self.root(xp, total_w, m, *moments)
 
     def block_stats(self, xp: Any, adapter: Any, starts: Any, data: Any) -> tuple[Any, ...]:
-        """Each entry's block in :func:`block_form` (``data`` stacks the row and its weights): a range's statistics for
-        :class:`.extensions.Extension`."""
+        """Each entry's block in :func:`block_form` (``data``: the row and its weights), for :class:`.extensions.Extension`."""
         return block_form(xp, adapter, starts, data[0, ...], data[1, ...], highest=self.form - 2)
 
-    def prefixes(self, xp: Any, adapter: Any, blocks: tuple[Any, ...], inside: Any) -> Any:
-        """The value of each prefix of blocks along the last axis (:class:`.extensions.Extension`'s windows; ``inside``
-        False on the blocks past a row's end): their moments about the first block's mean, summed."""
-        centre = blocks[0][..., :1]
-        terms = xp.stack(self.stats(xp, None, blocks, centre))
-        totals = cumulative_sum(xp, xp.where(inside, terms, xp.zeros_like(terms)))
+    def running(self, xp: Any, adapter: Any, blocks: tuple[Any, ...], inside: Any) -> tuple[Any, Any]:
+        """``(totals, centre)`` for :class:`.extensions.Extension`'s windows: the running sums along each side of the
+        blocks' moments about the mean of the first side's first block (a union's totals: the sum of its parts')."""
+        terms = xp.stack(self.stats(xp, None, blocks, blocks[0][..., :1, :1]))
+        return cumulative_sum(xp, xp.where(inside, terms, xp.zeros_like(terms))), blocks[0][..., :1, 0]
+
+    joined = staticmethod(lambda xp, a, b: a + b)  # the totals of a union of blocks (:meth:`running`'s)
+
+    def level(self, xp: Any, totals: Any, centre: Any) -> Any:
+        """The value of the blocks whose :meth:`running` totals (joined) are ``totals``."""
         return self.value(xp, tuple(totals[i, ...] for i in range(totals.shape[0])), centre, centre)
 
     def pooled(self, xp: Any, adapter: Any, starts: Any, u: Any, data: Any, unit: bool) -> Any:
