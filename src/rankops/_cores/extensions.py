@@ -95,8 +95,8 @@ class Extension:
         base = adapter.take(xp, ordinal, xp.clip(at, 0, n - 2))[..., None, None]
         step = xp.arange(width + 1, dtype=idx, device=dev)
         block = xp.concat([base - step, base + 1 + step], axis=-2)  # (..., drops, 2, width + 1)
-        first = xp.reshape(_block_firsts(xp, adapter, starts, ordinal, xp.reshape(block, block.shape[:-3] + (
-            2 * drops, width + 1))), block.shape)
+        windows = xp.reshape(block, block.shape[:-3] + (2 * drops, width + 1))
+        first = xp.reshape(_block_firsts(xp, adapter, starts, ordinal, windows), block.shape)
         inside = (block >= 0) & (block <= ordinal[..., -1:, None, None])
         at_first = xp.clip(first, 0, n - 1)
 
@@ -107,15 +107,18 @@ class Extension:
 
         stats = self.rule.block_stats(xp, adapter, starts, data) if stats is None else stats
         totals, centre = self.rule.running(xp, adapter, tuple(gather(a, width) for a in stats), inside[..., :width])
-        left, right = totals[..., 0, :], totals[..., 1, :]
+        # each side's totals a copy, not a view of one array: a compiled torch graph's while_loop (the legs, on a GPU)
+        # refuses inputs that alias one another
+        left, right = (xp.asarray(totals[..., side, :], copy=True) for side in (0, 1))
         value, after = gather(u, width + 1), inside[..., 1:]
-        # the pool of the blocks up to l leftward and r rightward takes the next block of the leg's side only if that
-        # block violates it: each leg up to the first that does not (or the window's end; the next round goes on)
+
         def pick(a: Any, i: Any) -> Any:  # each window's total at i, of stacked totals
             return adapter.take(xp, a, xp.broadcast_to(i[..., None], a.shape[:-1] + (1,)))
 
         def legs(reach: tuple[Any, Any]) -> tuple[Any, Any]:
-            """A rightward leg, then a leftward one, from the pool of the blocks up to ``reach`` on either side."""
+            """A rightward leg, then a leftward one, from the pool of the blocks up to ``reach`` (leftward, rightward):
+            a leg takes the next block of its side only if that block violates the pool, up to the first that does
+            not (or the window's end: the next round goes on)."""
             for side in (1, 0):
                 other = pick(left if side else right, reach[1 - side])
                 pooled = self.rule.level(xp, self.rule.joined(xp, other, right if side else left), centre)
