@@ -107,9 +107,6 @@ class Extension:
 
         stats = self.rule.block_stats(xp, adapter, starts, data) if stats is None else stats
         totals, centre = self.rule.running(xp, adapter, tuple(gather(a, width) for a in stats), inside[..., :width])
-        # each side's totals a copy, not a view of one array: a compiled torch graph's while_loop (the legs, on a GPU)
-        # refuses inputs that alias one another
-        left, right = (xp.asarray(totals[..., side, :], copy=True) for side in (0, 1))
         value, after = gather(u, width + 1), inside[..., 1:]
 
         def pick(a: Any, i: Any) -> Any:  # each window's total at i, of stacked totals
@@ -120,8 +117,10 @@ class Extension:
             a leg takes the next block of its side only if that block violates the pool, up to the first that does
             not (or the window's end: the next round goes on)."""
             for side in (1, 0):
-                other = pick(left if side else right, reach[1 - side])
-                pooled = self.rule.level(xp, self.rule.joined(xp, other, right if side else left), centre)
+                # each side read from the one array inside the loop: a compiled torch graph's while_loop (the legs, on
+                # a GPU) refuses inputs that alias one another, as two views of it would
+                other = pick(totals[..., 1 - side, :], reach[1 - side])
+                pooled = self.rule.level(xp, self.rule.joined(xp, other, totals[..., side, :]), centre)
                 beyond = value[..., side, 1:]
                 violates = after[..., side, :] & (pooled > beyond if side else pooled < beyond)
                 taken = violates | (step[:width] < reach[side][..., None])
@@ -135,7 +134,8 @@ class Extension:
             return xp.any(new[0] != old[0])
 
         l, r = adapter.settle(xp, legs, (xp.zeros_like(at), xp.zeros_like(at)), moved, LEGS // 2, 1, like=(u,))
-        level = self.rule.level(xp, self.rule.joined(xp, pick(left, l), pick(right, r)), centre)[..., 0]
+        level = self.rule.level(xp, self.rule.joined(xp, pick(totals[..., 0, :], l), pick(totals[..., 1, :], r)),
+                                centre)[..., 0]
         begin = pick(first[..., 0, :], l)[..., 0]
         stop = pick(first[..., 1, :], r + 1)[..., 0] - 1
         return _levelled(xp, u, starts, real, l + r, begin, stop, level)
