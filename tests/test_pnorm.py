@@ -1163,8 +1163,8 @@ def test_extensions_keep_pools_that_share_no_block_each_at_its_value():
     adapter, seen = get_adapter(xp), []
 
     class Recorded(extensions.Extension):
-        def __call__(self, xp: Any, adapter: Any, u: Any, starts: Any, data: Any) -> tuple[Any, Any]:
-            out = super().__call__(xp, adapter, u, starts, data)
+        def __call__(self, xp: Any, adapter: Any, u: Any, starts: Any, data: Any, stats: Any = None) -> tuple[Any, Any]:
+            out = super().__call__(xp, adapter, u, starts, data, stats)
             seen.append(out)
             return out
 

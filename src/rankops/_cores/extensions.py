@@ -67,11 +67,9 @@ class Extension:
         """``(u, starts)`` after a pooling round, pooled on (:meth:`__call__`) where the 0-d ``chains`` holds (some
         row's drops stopped halving); a backend that reads the flag skips the rest (under ``jax.jit``, a branch).
         ``stats``: the blocks' statistics, ``rule.block_stats``' (the round's own), or None."""
-        if stats is None:
-            return adapter.unless(xp, ~chains, lambda us: self(xp, adapter, *us, data), (u, starts), in_loop=True)
         # the statistics pass through the branch unchanged (its result has its operand's structure)
-        return adapter.unless(xp, ~chains, lambda us: (*self(xp, adapter, *us[:2], data, us[2:]), *us[2:]),
-                              (u, starts, *stats), in_loop=True)[:2]
+        return adapter.unless(xp, ~chains, lambda us: (*self(xp, adapter, *us[:2], data, us[2:] or None), *us[2:]),
+                              (u, starts, *(stats or ())), in_loop=True)[:2]
 
     def __call__(self, xp: Any, adapter: Any, u: Any, starts: Any, data: Any,
                  stats: tuple[Any, ...] | None = None) -> tuple[Any, Any]:
@@ -218,6 +216,7 @@ class BlockRows:
 
     def __init__(self, sums: Any) -> None:
         self.sums = sums
+        self.running, self.joined, self.level = sums.running, sums.joined, sums.level  # a range's value: the sums'
 
     def block_stats(self, xp: Any, adapter: Any, starts: Any, data: Any) -> tuple[Any, ...]:
         """Each entry's segment in the block form ``(mean, W, m, M2, ..., M_k)``: its mean as its first block's plus the
@@ -225,15 +224,6 @@ class BlockRows:
         form = tuple(xp.unstack(data))
         return self.sums.combined(xp, form, adapter.segment_first(xp, starts, form[0]),
                                   lambda g: adapter.segment_sum(xp, starts, g), lambda a: a)
-
-    def running(self, xp: Any, adapter: Any, blocks: tuple[Any, ...], inside: Any) -> tuple[Any, Any]:
-        return self.sums.running(xp, adapter, blocks, inside)
-
-    def joined(self, xp: Any, a: Any, b: Any) -> Any:
-        return self.sums.joined(xp, a, b)
-
-    def level(self, xp: Any, totals: Any, centre: Any) -> Any:
-        return self.sums.level(xp, totals, centre)
 
 
 def _levelled(xp: Any, u: Any, starts: Any, valid: Any, size: Any, begin: Any, stop: Any, level: Any) -> tuple[Any, Any]:

@@ -135,8 +135,9 @@ def cubic_root(xp: Any, p: Any, q: Any) -> Any:
 
 def _cube_root(xp: Any, a: Any) -> Any:
     """``a^(1/3)`` for ``a > 0`` as ``exp(log(a) / 3)``: for the numbers near 1 that :func:`cubic_root` takes it to
-    (from 3^(-3/2) to 1.04: one of ``|q| / s^3``, ``p / s^2`` is 1, the other at most 1), as exact as the power ``1/3``, and cheaper on XLA's CPU than its power, which handles
-    negative bases and every special case (as cheap elsewhere)."""
+    (from 3^(-3/2) to 1.04: one of ``|q| / s^3``, ``p / s^2`` is 1, the other at most 1), as exact as the power
+    ``1/3``, and cheaper on XLA's CPU than its power, which handles negative bases and every special case (as cheap
+    elsewhere)."""
     return xp.exp(xp.log(a) / 3.0)
 
 
