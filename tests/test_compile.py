@@ -459,13 +459,14 @@ def test_compiled_merge_rounds_on_a_row_past_the_pooling_cap(pays, monkeypatch):
     """A row that pools one block per round (1, 2, ..., 30, -1000: 30 rounds, past the cap of 4 ceil(log2 31) = 20)
     finishes in the merge rounds, which a GPU's compiled code runs eagerly in one op (rankops::eager) after its
     compiled pooling rounds (``pays`` False), and a CPU's in the eager node of the whole fit: scipy's fit."""
+    import numpy as np
     from scipy.optimize import isotonic_regression
 
     from rankops._cores import windows
 
     monkeypatch.setattr(windows, "pays", lambda v: pays)
     y = torch.tensor([[*range(1, 31), -1000.0], [float(v) for v in range(31)]], dtype=torch.float64)
-    want = torch.tensor([isotonic_regression(r).x for r in y.numpy()], dtype=torch.float64)
+    want = torch.tensor(np.array([isotonic_regression(r).x for r in y.numpy()]), dtype=torch.float64)
     torch._dynamo.reset()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)

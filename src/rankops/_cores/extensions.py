@@ -52,8 +52,9 @@ LEGS = 8  # at most, of a window's pool, rightward then leftward: a chain that t
 
 class Extension:
     """The pooling rounds' extension of chains (:func:`.isotonic.pool_runs`'s ``extend``) for a loss whose ``rule``
-    values a range of blocks from their statistics: ``rule.block_stats(xp, adapter, starts, data)``, each entry's
-    block's (of the rounds' weights, the row and its weights stacked); ``rule.running(xp, adapter, blocks, inside)``,
+    values a range of blocks from their statistics: each entry's block's, handed over by the round where its rules
+    have ``forms`` (``rules.pooled_blocks``), else ``rule.block_stats(xp, adapter, starts, data)`` (of the rounds'
+    weights, the row and its weights stacked); ``rule.running(xp, adapter, blocks, inside)``,
     ``(totals, centre)``: the running totals along each side of each window (``blocks`` laid out ``(..., 2, width)``,
     the sides from the drop leftward and rightward; ``inside`` False past a row's end), stacked on a first axis, about
     a ``centre`` of shape ``(..., 1)``; ``rule.joined(xp, a, b)``, the totals of two disjoint sets of blocks from
@@ -160,12 +161,8 @@ def _block_firsts(xp: Any, adapter: Any, starts: Any, ordinal: Any, queries: Any
 class LogSums:
     """The KL loss's rule (:data:`.isotonic.KINDS` ``"kl"``: ``sum_i exp(y_i - v_i) + exp(w_i) v_i``, weights as
     logs): a range's value is ``LSE(y) - LSE(w)`` over its entries, so a block's statistics are its two log-sums
-    (from the data, as the pooling rounds' values are), which a set of blocks sums in logs."""
-
-    @staticmethod
-    def block_stats(xp: Any, adapter: Any, starts: Any, data: Any) -> tuple[Any, Any]:
-        lse = adapter.segment_logsumexp(xp, starts, data)
-        return lse[0, ...], lse[1, ...]
+    (from the data, as the pooling rounds' values are: the rounds hand them over), which a set of blocks sums in
+    logs."""
 
     @staticmethod
     def running(xp: Any, adapter: Any, blocks: tuple[Any, ...], inside: Any) -> tuple[Any, None]:
@@ -183,15 +180,9 @@ class LogSums:
 
 class MeanSums:
     """The least-squares loss's rule (:data:`.isotonic.KINDS` ``"l2"``: ``sum_i w_i (v_i - y_i)^2``): a range's value
-    is its weighted mean, so a block's statistics are its mean and weight, and a set of blocks sums their weights and
-    their weighted offsets from one block's mean (no sum of values of the row's size)."""
-
-    @staticmethod
-    def block_stats(xp: Any, adapter: Any, starts: Any, data: Any) -> tuple[Any, Any]:
-        y, w = data[0, ...], data[1, ...]
-        totals = adapter.segment_sum(xp, starts, xp.stack([w * y, w]))
-        # a block of zero weight (a masked entry) fits any value: its entry's own, as the pooling rounds' plain mean
-        return safe_divide(xp, totals[0, ...], totals[1, ...], y), totals[1, ...]
+    is its weighted mean, so a block's statistics are its mean and weight (the rounds hand them over), and a set of
+    blocks sums their weights and their weighted offsets from one block's mean (no sum of values of the row's
+    size)."""
 
     @staticmethod
     def running(xp: Any, adapter: Any, blocks: tuple[Any, ...], inside: Any) -> tuple[Any, Any]:

@@ -42,7 +42,7 @@ from .._lib._numerics import logaddexp, safe_divide, safe_log_divide
 from . import windows
 from .extensions import Extension, LogSums, MeanSums
 from .merges import merge_rounds, padded_length
-from .subsets import Subset
+from .subsets import ChangedSegments
 
 __all__ = ["fit", "decreasing", "pool_runs", "pool_then_merge", "merge_rows", "block_starts", "block_sums", "block_first"]
 
@@ -55,6 +55,7 @@ class _L2:
     whole_blocks = False  # an equal neighbour adds exactly 0 to a test
     signs = False  # the tests' terms keep their sign across a set
     uniform = True  # :meth:`pooled` gives a segment's entries the same bits (:func:`pool_runs`)
+    forms = True  # :meth:`pooled_blocks` hands the extension of chains its statistics
 
     @staticmethod
     def single(xp: Any, y: Any, w: Any) -> Any:
@@ -82,13 +83,21 @@ class _L2:
     def pooled(xp: Any, adapter: Any, starts: Any, u: Any, yw: Any, unit: bool) -> Any:
         """Each entry's segment value from the data (as :meth:`_KL.pooled`), ``sum_S w y / sum_S w`` (``yw`` stacks
         the row and its weights; ``unit``: they are ones, and the totals are sums and counts)."""
+        return _L2.pooled_blocks(xp, adapter, starts, u, yw, unit)[0]
+
+    @staticmethod
+    def pooled_blocks(xp: Any, adapter: Any, starts: Any, u: Any, yw: Any, unit: bool) -> tuple[Any, tuple[Any, Any]]:
+        """``(values, (values, W))``: :meth:`pooled`'s values and each entry's segment weight ``sum_S w``, the
+        statistics that the rounds' extension of chains reads (:class:`.extensions.MeanSums`), from the same sums."""
         if unit:
             tot = adapter.segment_sum(xp, starts, yw)
-            return tot[0, ...] / tot[1, ...]
+            mean = tot[0, ...] / tot[1, ...]
+            return mean, (mean, tot[1, ...])
         y, w = yw[0, ...], yw[1, ...]
         # a block of zero weights may take any value: its plain mean keeps it one block, quietly (no 0 / 0)
         tot = adapter.segment_sum(xp, starts, xp.stack([w * y, w, y, xp.ones_like(y)]))
-        return _L2.value(xp, (tot[0, ...], tot[1, ...]), tot[2, ...] / tot[3, ...])
+        mean = _L2.value(xp, (tot[0, ...], tot[1, ...]), tot[2, ...] / tot[3, ...])
+        return mean, (mean, tot[1, ...])
 
     @staticmethod
     def block_data(xp: Any, adapter: Any, starts: Any, yw: Any, v: Any) -> tuple[Any, Any]:
@@ -126,6 +135,7 @@ class _KL:
     whole_blocks = False
     signs = False
     uniform = True
+    forms = True
 
     @staticmethod
     def single(xp: Any, y: Any, w: Any) -> Any:
@@ -156,8 +166,15 @@ class _KL:
         Not from the blocks' values (``LSE_S(u + w)``, equal in exact arithmetic): a value that pools again in every
         round would carry the roundings of all the rounds before, which in float32 move a long row's blocks.
         """
+        return _KL.pooled_blocks(xp, adapter, starts, u, yw, unit)[0]
+
+    @staticmethod
+    def pooled_blocks(xp: Any, adapter: Any, starts: Any, u: Any, yw: Any, unit: bool) -> tuple[Any, tuple[Any, Any]]:
+        """``(values, (LSE_S(y), LSE_S(w)))``: :meth:`pooled`'s values and the log-sums they come from, the statistics
+        that the rounds' extension of chains reads (:class:`.extensions.LogSums`)."""
         lse = adapter.segment_logsumexp(xp, starts, yw)
-        return _KL.value(xp, (lse[0, ...], lse[1, ...]), u)
+        sums = (lse[0, ...], lse[1, ...])
+        return _KL.value(xp, sums, u), sums
 
     @staticmethod
     def block_data(xp: Any, adapter: Any, starts: Any, yw: Any, v: Any) -> tuple[Any, Any]:
@@ -239,7 +256,7 @@ def pool_runs(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, max_rounds: int
 
     # on a CPU, where values can be read now, a round solves only the segments that took in a block (rules whose solve
     share = getattr(rules, "compact_share", 0.0)  # costs enough per entry; ``compact_share``: the share where it pays)
-    changed = _Changed(rules, share) if share > 0 and windows.readable_on_cpu(adapter, v, w) else None
+    changed = ChangedSegments(rules, share) if share > 0 and windows.readable_on_cpu(adapter, v, w) else None
 
     def step(weights: Any, state: tuple[Any, ...]) -> tuple[Any, ...]:
         u, starts, down = state[:3]
@@ -294,37 +311,6 @@ def pool_runs(xp: Any, adapter: Any, rules: Any, v: Any, w: Any, max_rounds: int
     if not counted:  # the error is the flag, and a loop that stopped early stopped with every row settled
         return state[0], err, isinstance(rounds, int) and rounds < max_rounds
     return state[0], xp.any(state[2], axis=-1), False
-
-
-class _Changed:
-    """``rules.pooled`` on the segments that took in a block in a round, every other entry's value kept
-    (:class:`.subsets.Subset`).
-
-    A row that settles through a few chains that snowball changes a few segments a round, whose solve (roots and
-    segmented sums per entry, for the p-norm losses) then costs in proportion to them, not to n. Where they hold more
-    than ``share`` of the entries, all are solved (the gathers would cost more than they save; the segments are not
-    counted where the entries that joined a block pass the share alone), and as big blocks that keep growing stay big,
-    the next 1, 2, 4, ... rounds then solve all without counting. Reads how many entries changed: on a backend that
-    reads values now.
-    """
-
-    def __init__(self, rules: Any, share: float) -> None:
-        self.rules, self.share = rules, share
-        self.wait, self.backoff = 0, 1
-
-    def pooled(self, xp: Any, adapter: Any, starts: Any, joined: Any, u: Any, weights: Any, unit: bool) -> Any:
-        """``joined``: True on an entry whose block joined its predecessor's this round."""
-        if self.wait == 0:
-            count = int(xp.sum(xp.astype(joined, xp.int32)))
-            if count == 0:
-                return u
-            changed = None if count > self.share * math.prod(u.shape) else Subset(
-                xp, adapter.segment_sum(xp, starts, xp.astype(joined, u.dtype)) > 0)
-            if changed is not None and changed.share() <= self.share:
-                return changed.put(self.rules.pooled(xp, adapter, changed.take(starts), changed.take(u), changed.take(weights), unit), u)
-            self.wait, self.backoff = self.backoff + 1, 2 * self.backoff  # this round's solve of all counts as one
-        self.wait -= 1
-        return self.rules.pooled(xp, adapter, starts, u, weights, unit)
 
 
 def merge_rows(xp: Any, adapter: Any, kind: Any, v: Any, data: tuple[Any, ...], pads: tuple[float, ...]) -> Any:

@@ -10,12 +10,13 @@ taking its own.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from .._lib._compat import cumulative_sum
 from .blocks import take_in_range
 
-__all__ = ["Subset", "one_entry_blocks"]
+__all__ = ["Subset", "ChangedSegments", "one_entry_blocks"]
 
 
 class Subset:
@@ -59,3 +60,34 @@ class Subset:
 def one_entry_blocks(xp: Any, starts: Any) -> Any:
     """True on an entry that is a block alone: it begins one (``starts``) and the next entry begins another."""
     return starts & xp.concat([starts[..., 1:], xp.ones_like(starts[..., :1])], axis=-1)
+
+
+class ChangedSegments:
+    """``rules.pooled`` on the segments that took in a block in a pooling round (:func:`.isotonic.pool_runs`), every
+    other entry's value kept (a :class:`Subset`).
+
+    A row that settles through a few chains that snowball changes a few segments a round, whose solve (roots and
+    segmented sums per entry, for the p-norm losses) then costs in proportion to them, not to n. Where they hold more
+    than ``share`` of the entries, all are solved (the gathers would cost more than they save; the segments are not
+    counted where the entries that joined a block pass the share alone), and as big blocks that keep growing stay big,
+    the next 1, 2, 4, ... rounds then solve all without counting. Reads how many entries changed: on a backend that
+    reads values now.
+    """
+
+    def __init__(self, rules: Any, share: float) -> None:
+        self.rules, self.share = rules, share
+        self.wait, self.backoff = 0, 1
+
+    def pooled(self, xp: Any, adapter: Any, starts: Any, joined: Any, u: Any, weights: Any, unit: bool) -> Any:
+        """``joined``: True on an entry whose block joined its predecessor's this round."""
+        if self.wait == 0:
+            count = int(xp.sum(xp.astype(joined, xp.int32)))
+            if count == 0:
+                return u
+            changed = None if count > self.share * math.prod(u.shape) else Subset(
+                xp, adapter.segment_sum(xp, starts, xp.astype(joined, u.dtype)) > 0)
+            if changed is not None and changed.share() <= self.share:
+                return changed.put(self.rules.pooled(xp, adapter, changed.take(starts), changed.take(u), changed.take(weights), unit), u)
+            self.wait, self.backoff = self.backoff + 1, 2 * self.backoff  # this round's solve of all counts as one
+        self.wait -= 1
+        return self.rules.pooled(xp, adapter, starts, u, weights, unit)

@@ -55,7 +55,7 @@ def few_blocks(xp: Any, rules: Any, starts: Any) -> bool:
     about twice as much per block as one over the entries per entry where each entry's root is cheap; measured for
     the p-norm rank after its first round (torch, B = 20, n = 1000 and B = 1, n = 10^5): at p = 3/2 the blocks paid at
     0.50-0.54 of the entries and not at 0.60, at p = 4/3 (a cubic root per entry, over the segments that changed,
-    :class:`.isotonic._Changed`) they paid at 0.22-0.58 and not at 0.83."""
+    :class:`.subsets.ChangedSegments`) they paid at 0.22-0.58 and not at 0.83."""
     return int(xp.sum(xp.astype(starts, xp.int32))) <= rules.block_share * math.prod(starts.shape)
 
 
