@@ -561,7 +561,7 @@ def test_solves_over_the_blocks_that_changed_equal_the_papers_pav(name, monkeypa
     differences; the spies see solves over fewer entries than the batch's, and roots over fewer than their blocks'."""
 
     solved = []
-    for fn in ("shift", "sort_shift"):
+    for fn in ("shift", "moment_shift", "sort_shift"):  # moment_shift: a round's solve at p = 4/3 and 1.25
         real = getattr(block_roots, fn)
         monkeypatch.setattr(block_roots, fn, lambda xp, adapter, starts, y, *rest, real=real, **kw: solved.append(math.prod(y.shape))
                             or real(xp, adapter, starts, y, *rest, **kw))
@@ -1083,6 +1083,69 @@ def test_extended_rounds_equal_the_papers_pav_on_rows_of_many_chains():
                                    atol=1e-9 * np.abs(x).max())
 
 
+@pytest.mark.parametrize("q", [3.0, 4.0, 5.0, 6.0])
+def test_rounds_under_jit_solve_each_block_once_in_slots(q):
+    """Under ``jax.jit`` a pooling round of the rank's rule solves each block once, in the adapter's slots
+    (``block_roots.slotted``: block b of a row at index b), where NumPy solves it at every entry: the same values at
+    every entry (1e-12, float64; a block's entries bit-equal), each slot's block form that of its block's entries,
+    and the rounds' extension reading the forms from the slots equals it reading them at the blocks' first
+    entries."""
+    jax = pytest.importorskip("jax")
+    import array_api_compat.numpy as np_xp
+    import jax.numpy as jnp
+    from array_api_compat import array_namespace
+
+    from rankops._cores import extensions, pnorm
+    from rankops._lib._adapters import get_adapter
+
+    rng = np.random.default_rng(3)
+    n = 300
+    y = np.sort(rng.normal(size=(3, n)) * 4.0, axis=-1)[:, ::-1].copy()  # the rank's rows, decreasing
+    w = np.broadcast_to(np.arange(1.0, n + 1.0), y.shape).copy()  # (1, ..., n): rho reversed
+    starts = rng.random(y.shape) < 0.2
+    starts[:, 0] = True
+    yw = np.stack([y, w])
+    rules = pnorm._Rules(q)
+    want, form = rules.pooled_blocks(np_xp, get_adapter(np_xp), starts, y, yw, False)
+    assert not isinstance(form, extensions.InSlots)
+
+    kinds = []
+
+    def solved(s, a, b):
+        xp = array_namespace(a)
+        values, stats = rules.pooled_blocks(xp, get_adapter(xp), s, a, xp.stack([a, b]), False)
+        kinds.append(type(stats))
+        return values, tuple(stats)
+
+    got, slots = jax.jit(solved)(jnp.asarray(starts), jnp.asarray(y), jnp.asarray(w))
+    assert kinds == [extensions.InSlots]
+    got = np.asarray(got)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12 * np.abs(want).max())
+    for row, at in enumerate(np.flatnonzero(r) for r in starts):
+        spread = np.repeat(got[row, at], np.diff(np.append(at, n)))
+        assert np.array_equal(got[row], spread)  # one value per block, to the bit
+        for entry, slot in zip(form, slots):
+            np.testing.assert_allclose(np.asarray(slot)[row, :len(at)], entry[row, at], rtol=1e-12,
+                                       atol=1e-12 * (np.abs(entry).max() + 1.0))
+    if not rules.forms:
+        return
+    extension = pnorm._extension(q, False)
+    data = jnp.asarray(yw)
+    u, s = jnp.asarray(want), jnp.asarray(starts)
+    _, form = rules.pooled_blocks(jnp, get_adapter(jnp), s, jnp.asarray(y), data, False)  # eager: at every entry
+    assert not isinstance(form, extensions.InSlots)
+
+    def extended(u, s, *stats, slotted=False):
+        xp = array_namespace(u)
+        return extension(xp, get_adapter(xp), u, s, data, stats, slotted)
+
+    by_entries = jax.jit(extended)(u, s, *form)
+    by_slots = jax.jit(lambda u, s, *a: extended(u, s, *a, slotted=True))(u, s, *slots)
+    assert not np.array_equal(np.asarray(by_slots[0]), want)  # the extension pooled some drops on
+    for a, b in zip(by_entries, by_slots):
+        assert np.array_equal(np.asarray(a), np.asarray(b))
+
+
 def test_under_jit_rows_from_sixty_four_entries_carry_the_extensions(monkeypatch):
     """Under ``jax.jit`` the pooling rounds of the p = 3/2 and 4/3 fits carry the extensions on rows of
     ``pnorm.EXTENDED_FROM`` (64) entries or more; a shorter row pools to the end without them (fewer operations a
@@ -1163,8 +1226,9 @@ def test_extensions_keep_pools_that_share_no_block_each_at_its_value():
     adapter, seen = get_adapter(xp), []
 
     class Recorded(extensions.Extension):
-        def __call__(self, xp: Any, adapter: Any, u: Any, starts: Any, data: Any, stats: Any = None) -> tuple[Any, Any]:
-            out = super().__call__(xp, adapter, u, starts, data, stats)
+        def __call__(self, xp: Any, adapter: Any, u: Any, starts: Any, data: Any, stats: Any = None,
+                     slotted: bool = False) -> tuple[Any, Any]:
+            out = super().__call__(xp, adapter, u, starts, data, stats, slotted)
             seen.append(out)
             return out
 

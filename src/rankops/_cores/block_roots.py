@@ -25,7 +25,7 @@ from .powers import falling_newton, falling_start, moment_root, odd_power, power
 from . import stepped
 from .subsets import Subset
 
-__all__ = ["shift", "moment_shift", "signed_shift", "sort_shift", "per_block", "MOMENT_ROOTS", "BLOCK_SHARE", "BLOCK_ENTRIES"]
+__all__ = ["shift", "moment_shift", "slotted", "signed_shift", "sort_shift", "per_block", "MOMENT_ROOTS", "BLOCK_SHARE", "BLOCK_ENTRIES"]
 
 
 def shift(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, q: float, tangent: bool = True, step: float | None = None,
@@ -58,6 +58,29 @@ def shift(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, q: float, tangent:
 
 # the q whose block roots follow from the block's size, weight and centred moments up to M_(q-1) (:func:`moment_shift`)
 MOMENT_ROOTS = (3.0, 4.0, 5.0, 6.0)
+
+
+def slotted(xp: Any, adapter: Any, slots: tuple[Any, Any], y: Any, w: Any, q: float, highest: int) -> tuple[Any, tuple[Any, ...]]:
+    """``(values, form)`` at a q of :data:`MOMENT_ROOTS`, each block solved once in an adapter's slots (``slots``: its
+    ``segment_slots``, ``(total, read)``): each entry's block value ``mean_B(y) - t`` (:func:`shift`'s, no tangent), and
+    each block's :func:`.power_sums.block_form` ``(mean, W, m, M2, ..., M_highest)`` in its slot. The same sums, and
+    the same numbers, as those per entry; every entry of a block reads its one value (no first entry's to read), and no
+    sum is read back but the means. An empty slot holds a one-entry block of weight 1 at 0 (no 0 / 0)."""
+    total, read = slots
+    sums = total(xp.stack([xp.ones_like(y), y, w]))
+    some = sums[0, ...] > 0
+    m = xp.where(some, sums[0, ...], 1.0)
+    mean = sums[1, ...] / m
+    total_w = xp.where(some, sums[2, ...], 1.0)
+    d = y - read(mean)
+    powers = [d * d]
+    for _ in range(highest - 2):
+        powers.append(powers[-1] * d)
+    stacked = total(xp.stack(powers))
+    moments = tuple(stacked[i, ...] for i in range(highest - 1))
+    # a slot is a block of its own: the root once per slot
+    t = moment_shift(xp, adapter, xp.ones_like(some), total_w, m, moments, q, tangent=False)
+    return read(mean - t), (mean, total_w, m, *moments)
 
 
 def moment_shift(xp: Any, adapter: Any, starts: Any, total_w: Any, m: Any, moments: tuple[Any, ...], q: float,

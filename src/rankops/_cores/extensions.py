@@ -43,7 +43,7 @@ from typing import Any
 from .._lib._compat import cumulative_sum, device as _device, index_dtype
 from .._lib._numerics import logaddexp, safe_divide, safe_log_divide
 
-__all__ = ["Extension", "BlockRows", "LogSums", "MeanSums", "DROPS", "SPAN", "LEGS"]
+__all__ = ["Extension", "InSlots", "BlockRows", "LogSums", "MeanSums", "DROPS", "SPAN", "LEGS"]
 
 DROPS = 4  # drops per row that a round extends, each to both sides
 SPAN = 4  # a window's side holds n / (SPAN DROPS) blocks: the DROPS windows' sides together half a row's length
@@ -67,16 +67,19 @@ class Extension:
                     stats: tuple[Any, ...] | None = None) -> tuple[Any, Any]:
         """``(u, starts)`` after a pooling round, pooled on (:meth:`__call__`) where the 0-d ``chains`` holds (some
         row's drops stopped halving); a backend that reads the flag skips the rest (under ``jax.jit``, a branch).
-        ``stats``: the blocks' statistics, ``rule.block_stats``' (the round's own), or None."""
+        ``stats``: the blocks' statistics, ``rule.block_stats``' (the round's own; :class:`InSlots`: one per block), or
+        None."""
+        slotted = isinstance(stats, InSlots)
         # the statistics pass through the branch unchanged (its result has its operand's structure)
-        return adapter.unless(xp, ~chains, lambda us: (*self(xp, adapter, *us[:2], data, us[2:] or None), *us[2:]),
+        return adapter.unless(xp, ~chains, lambda us: (*self(xp, adapter, *us[:2], data, us[2:] or None, slotted), *us[2:]),
                               (u, starts, *(stats or ())), in_loop=True)[:2]
 
     def __call__(self, xp: Any, adapter: Any, u: Any, starts: Any, data: Any,
-                 stats: tuple[Any, ...] | None = None) -> tuple[Any, Any]:
+                 stats: tuple[Any, ...] | None = None, slotted: bool = False) -> tuple[Any, Any]:
         """``(u, starts)`` with the first :data:`DROPS` drops of each row pooled on to both sides (:data:`LEGS` legs,
         each window's two sides an axis), the pools that share no block with a larger one kept. ``stats``: each
-        entry's block's statistics (``rule.block_stats``), where the caller has them."""
+        entry's block's statistics (``rule.block_stats``), where the caller has them (``slotted``: each block's, at
+        its number)."""
         n = u.shape[-1]
         dev = _device(u)
         idx = index_dtype(xp, dev)
@@ -99,13 +102,14 @@ class Extension:
         inside = (block >= 0) & (block <= ordinal[..., -1:, None, None])
         at_first = xp.clip(first, 0, n - 1)
 
-        def gather(a: Any, count: int) -> Any:
-            where = at_first[..., :count]
+        def gather(a: Any, count: int, at: Any = at_first) -> Any:
+            where = at[..., :count]
             return xp.reshape(adapter.take(xp, a, xp.reshape(where, where.shape[:-3] + (2 * drops * count,))),
                               where.shape)
 
         stats = self.rule.block_stats(xp, adapter, starts, data) if stats is None else stats
-        totals, centre = self.rule.running(xp, adapter, tuple(gather(a, width) for a in stats), inside[..., :width])
+        at_stats = xp.clip(block, 0, n - 1) if slotted else at_first
+        totals, centre = self.rule.running(xp, adapter, tuple(gather(a, width, at_stats) for a in stats), inside[..., :width])
         value, after = gather(u, width + 1), inside[..., 1:]
 
         def pick(a: Any, i: Any) -> Any:  # each window's total at i, of stacked totals
@@ -138,6 +142,11 @@ class Extension:
         begin = pick(first[..., 0, :], l)[..., 0]
         stop = pick(first[..., 1, :], r + 1)[..., 0] - 1
         return _levelled(xp, u, starts, real, l + r, begin, stop, level)
+
+
+class InSlots(tuple):  # type: ignore[type-arg]
+    """Blocks' statistics laid out one per block, block b of a row at index b of its last axis (an adapter's
+    ``segment_slots``), where the extension would read them at each block's first entry."""
 
 
 def _block_firsts(xp: Any, adapter: Any, starts: Any, ordinal: Any, queries: Any) -> Any:

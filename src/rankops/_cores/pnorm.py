@@ -91,7 +91,7 @@ from .._lib._compat import broadcast_arrays
 from .._lib._numerics import centred_within, safe_divide
 from . import block_roots, isotonic, one_block, splits, stepped, windows
 from .breakpoints import search_breakpoints
-from .extensions import Extension
+from .extensions import Extension, InSlots
 from .power_sums import PowerSums, SteppedSignedSums, block_form, stepped_block_form, merge_blocks, merge_fit, pool_blocks, pooled_blocks_length
 from .powers import falling_root, moment_root, odd_power, power
 from .subsets import Subset, one_entry_blocks
@@ -140,9 +140,9 @@ class _Rules:
         self.compact_share = 0.0 if q in (2.0, 3.0) else 0.25
         self.block_share = 0.55 if q in (2.0, 3.0) else 0.7  # where rounds over blocks pay (windows.few_blocks)
         # a segment's value from its sums by division, subtraction and a square root at q = 2 and 3, each correctly
-        # rounded (IEEE 754) in a kernel's vector body and its scalar tail alike: every entry of a segment gets the same
-        # bits (:func:`.isotonic.pool_runs` reads no first entry's); the cubic's powers and Newton's steps may not
-        self.uniform = q in (2.0, 3.0)
+        # rounded (IEEE 754) in a kernel's vector body and its scalar tail alike, gives its entries the same bits
+        # (``exact``); elsewhere :meth:`pooled` reads each segment's first value, or solves it once (``uniform``)
+        self.exact, self.uniform = q in (2.0, 3.0), True
         # the blocks' first data bound the min-max passes' ranges at an even power (windows._pool_each_run: q = 3, 5), and
         # the blocks carry the moments their sums read (read where blocks have a form: an integer q)
         sums = PowerSums(q)
@@ -153,16 +153,33 @@ class _Rules:
 
     def pooled(self, xp: Any, adapter: Any, starts: Any, u: Any, yw: Any, unit: bool) -> Any:
         # these values only place the blocks (the output is solved again on them): no tangent is read
+        if self.q in block_roots.MOMENT_ROOTS:
+            return self._pooled_form(xp, adapter, starts, yw, int(self.q) - 1)[0]
         mean, _, t = block_roots.shift(xp, adapter, starts, yw[0, ...], yw[1, ...], self.q, tangent=False)
-        return mean - t  # one number per segment: its entries stay one block
+        return adapter.segment_first(xp, starts, mean - t)  # Newton's steps: see _pooled_form
 
     def pooled_blocks(self, xp: Any, adapter: Any, starts: Any, u: Any, yw: Any, unit: bool) -> tuple[Any, tuple[Any, ...]]:
-        """``(values, form)``: :meth:`pooled`'s values (the same numbers) and each entry's block in
+        """``(values, form)``: :meth:`pooled`'s values (the same numbers) and the blocks in
         :func:`.power_sums.block_form`, from which they come: the statistics that the rounds' extension of chains
         (:class:`.extensions.Extension`) reads, summed once a round where it would sum them again."""
-        form = block_form(xp, adapter, starts, yw[0, ...], yw[1, ...], highest=self.highest)
+        return self._pooled_form(xp, adapter, starts, yw, self.highest)
+
+    def _pooled_form(self, xp: Any, adapter: Any, starts: Any, yw: Any, highest: int) -> tuple[Any, tuple[Any, ...]]:
+        """``(values, form)`` at a q of :data:`.block_roots.MOMENT_ROOTS`, the form up to ``M_highest``: each block
+        solved once in the adapter's slots where values are not read now (``jax.jit``; the form
+        :class:`.extensions.InSlots`), else at each entry (on a CPU that reads values, the rounds solve only the
+        blocks that changed), its block then taking its first entry's value: a power may round apart at two entries of
+        equal input (a kernel's vector body and its scalar tail), which would split the block (not where every
+        operation is correctly rounded, ``exact``)."""
+        y, w = yw[0, ...], yw[1, ...]
+        slots = None if adapter.is_concrete(starts) else adapter.segment_slots(xp, starts)
+        if slots is not None:
+            values, form = block_roots.slotted(xp, adapter, slots, y, w, self.q, highest)
+            return values, InSlots(form)
+        form = block_form(xp, adapter, starts, y, w, highest=highest)
         mean, total_w, m, *moments = form
-        return mean - block_roots.moment_shift(xp, adapter, starts, total_w, m, tuple(moments), self.q, tangent=False), form
+        values = mean - block_roots.moment_shift(xp, adapter, starts, total_w, m, tuple(moments), self.q, tangent=False)
+        return values if self.exact else adapter.segment_first(xp, starts, values), form
 
     def block_data(self, xp: Any, adapter: Any, starts: Any, yw: Any, v: Any) -> tuple[Any, ...]:
         """Each entry's block in :func:`.power_sums.block_form`, as 2-D rows (:mod:`.windows`: block-compressible)."""

@@ -78,7 +78,7 @@ REQUIRED = (
 SPEED_UPS = (
     "sum", "softmax", "logsumexp", "ndtr", "sigmoid", "log_sigmoid", "linear_scan", "scan_links", "cumlogsumexp",
     "cumulative_sum", "searchsorted", "take", "select", "sort", "sort_order", "invert_permutation", "merge_descending",
-    "segment_sum", "segment_totals", "segment_first", "segment_max", "segment_logsumexp", "shortcut",
+    "segment_sum", "segment_totals", "segment_first", "segment_max", "segment_logsumexp", "segment_slots", "shortcut",
 )
 
 
@@ -219,6 +219,13 @@ class PortableAdapter:
 
     def segment_first(self, xp: Any, starts: Any, g: Any) -> Any:
         return _loops.segment_first(xp, starts, g)
+
+    def segment_slots(self, xp: Any, starts: Any) -> tuple[Callable[[Any], Any], Callable[[Any], Any]] | None:
+        """``(total, read)`` where the backend sums segments into slots, one per segment (``starts`` True where one
+        begins): ``total(g)``, an array of ``g``'s shape whose last axis holds each segment's total of ``g`` in order,
+        from 0 (then zeros), and ``read(a)``, each entry's segment's value of ``a`` (slots of ``starts``' shape), so that
+        a function of the totals is evaluated once per segment. None here: the scans sum per entry."""
+        return None
 
     def segment_max(self, xp: Any, starts: Any, g: Any) -> Any:
         """Each entry's segment maximum of ``g`` along the last axis; ``starts`` broadcasts against ``g``."""

@@ -175,6 +175,14 @@ class Jax(PortableAdapter):
         flat, read = _segment_slots(starts, g)
         return read(jax.ops.segment_sum(jnp.reshape(g, (-1,)), flat, num_segments=g.size, indices_are_sorted=True))
 
+    def segment_slots(self, xp: Any, starts: Any) -> tuple[Any, Any]:
+        # the scatter-add's slots as they are: segment b of a row at its slot b (_segment_slots), read by one gather
+        def total(g: Any) -> Any:
+            flat, _ = _segment_slots(starts, g)
+            return jnp.reshape(jax.ops.segment_sum(jnp.reshape(g, (-1,)), flat, num_segments=g.size, indices_are_sorted=True), g.shape)
+
+        return total, lambda a: _segment_slots(starts, a)[1](jnp.reshape(a, (-1,)))
+
     def segment_totals(self, xp: Any, starts: Any, group: Any, heads: Any, g: Any) -> Any:
         # one scatter-add into a slot per segment, from the entries' segments as given (no running count)
         return jnp.zeros(g.shape[:-1] + (heads.shape[0],), dtype=g.dtype).at[..., group].add(g, mode="promise_in_bounds")
