@@ -1083,32 +1083,41 @@ def test_extended_rounds_equal_the_papers_pav_on_rows_of_many_chains():
                                    atol=1e-9 * np.abs(x).max())
 
 
+@pytest.mark.parametrize("signed", [False, True], ids=["rank", "sort"])
 @pytest.mark.parametrize("q", [3.0, 4.0, 5.0, 6.0])
-def test_rounds_under_jit_solve_each_block_once_in_slots(q):
-    """Under ``jax.jit`` a pooling round of the rank's rule solves each block once, in the adapter's slots
-    (``block_roots.slotted``: block b of a row at index b), where NumPy solves it at every entry: the same values at
-    every entry (1e-12, float64; a block's entries bit-equal), each slot's block form that of its block's entries,
-    and the rounds' extension reading the forms from the slots equals it reading them at the blocks' first
-    entries."""
+def test_rounds_under_jit_solve_each_block_once_in_slots(q, signed):
+    """Under ``jax.jit`` a pooling round of the rank's and the sort's rules solves each block once, in the adapter's
+    slots (``block_roots.slotted``, ``slotted_sort``: block b of a row at index b), where NumPy solves it at every
+    entry: the same values at every entry (1e-12, float64; a block's entries bit-equal), each slot's block form that
+    of its block's entries (the sort's: its evenly stepped ranks' closed form), and the rounds' extension reading the
+    forms from the slots equals it reading them at the blocks' first entries."""
     jax = pytest.importorskip("jax")
     import array_api_compat.numpy as np_xp
     import jax.numpy as jnp
     from array_api_compat import array_namespace
 
-    from rankops._cores import extensions, pnorm
+    from rankops._cores import extensions, pnorm, power_sums
     from rankops._lib._adapters import get_adapter
 
     rng = np.random.default_rng(3)
     n = 300
-    y = np.sort(rng.normal(size=(3, n)) * 4.0, axis=-1)[:, ::-1].copy()  # the rank's rows, decreasing
-    w = np.broadcast_to(np.arange(1.0, n + 1.0), y.shape).copy()  # (1, ..., n): rho reversed
+    x = np.sort(rng.normal(size=(3, n)) * 4.0, axis=-1)
+    if signed:  # the sort's: its ranks, stepping evenly, and weights of either sign (here in no order: drops)
+        y, w = np.broadcast_to(np.arange(1.0, n + 1.0) / 0.3, x.shape).copy(), rng.normal(size=x.shape) * 40.0
+    else:  # the rank's: its data decreasing, and rho reversed
+        y, w = x[:, ::-1].copy(), np.broadcast_to(np.arange(1.0, n + 1.0), x.shape).copy()
     starts = rng.random(y.shape) < 0.2
     starts[:, 0] = True
     yw = np.stack([y, w])
-    rules = pnorm._Rules(q)
-    want, form = rules.pooled_blocks(np_xp, get_adapter(np_xp), starts, y, yw, False)
-    assert not isinstance(form, extensions.InSlots)
+    rules = (pnorm._SignedRules if signed else pnorm._Rules)(q)
 
+    def entry_form(xp, s):  # each entry's block's form, as the extension's rule reads it
+        if signed:
+            return power_sums.stepped_block_form(xp, get_adapter(xp), s, xp.asarray(y), xp.asarray(w))
+        return rules.pooled_blocks(xp, get_adapter(xp), s, xp.asarray(y), xp.asarray(yw), False)[1]
+
+    want = rules.pooled(np_xp, get_adapter(np_xp), starts, y, yw, False)
+    form = entry_form(np_xp, starts)
     kinds = []
 
     def solved(s, a, b):
@@ -1129,11 +1138,10 @@ def test_rounds_under_jit_solve_each_block_once_in_slots(q):
                                        atol=1e-12 * (np.abs(entry).max() + 1.0))
     if not rules.forms:
         return
-    extension = pnorm._extension(q, False)
+    extension = pnorm._extension(q, signed)
     data = jnp.asarray(yw)
     u, s = jnp.asarray(want), jnp.asarray(starts)
-    _, form = rules.pooled_blocks(jnp, get_adapter(jnp), s, jnp.asarray(y), data, False)  # eager: at every entry
-    assert not isinstance(form, extensions.InSlots)
+    form = entry_form(jnp, s)  # eager: at every entry
 
     def extended(u, s, *stats, slotted=False):
         xp = array_namespace(u)

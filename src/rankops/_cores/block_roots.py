@@ -20,12 +20,12 @@ from typing import Any
 
 from .._lib._numerics import safe_divide
 from . import windows
-from .power_sums import centred, centred_moments, falling_moment_root, stepped_blocks, stepped_root
+from .power_sums import centred, centred_moments, falling_moment_root, stepped_blocks, stepped_root, stepped_second_moment
 from .powers import falling_newton, falling_start, moment_root, odd_power, power
 from . import stepped
 from .subsets import Subset
 
-__all__ = ["shift", "moment_shift", "slotted", "signed_shift", "sort_shift", "per_block", "MOMENT_ROOTS", "BLOCK_SHARE", "BLOCK_ENTRIES"]
+__all__ = ["shift", "moment_shift", "slotted", "slotted_sort", "signed_shift", "sort_shift", "per_block", "MOMENT_ROOTS", "BLOCK_SHARE", "BLOCK_ENTRIES"]
 
 
 def shift(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, q: float, tangent: bool = True, step: float | None = None,
@@ -81,6 +81,16 @@ def slotted(xp: Any, adapter: Any, slots: tuple[Any, Any], y: Any, w: Any, q: fl
     # a slot is a block of its own: the root once per slot
     t = moment_shift(xp, adapter, xp.ones_like(some), total_w, m, moments, q, tangent=False)
     return read(mean - t), (mean, total_w, m, *moments)
+
+
+def slotted_sort(xp: Any, adapter: Any, slots: tuple[Any, Any], starts: Any, y: Any, w: Any, q: float) -> tuple[Any, tuple[Any, ...]]:
+    """:func:`sort_shift` at q = 3 to 6 in an adapter's slots (as :func:`slotted`): each block's size, weight, first
+    datum and step in one scatter (:func:`.power_sums.stepped_blocks`), its root once per slot; ``(values, form)``,
+    each entry's value read back and each block's :func:`.power_sums.stepped_block_form` in its slot."""
+    m, total_w, first, step = stepped_blocks(xp, adapter, starts, y, w, slots)
+    mean = first + step * ((m - 1.0) / 2.0)
+    t = _stepped_roots(xp, adapter, xp.ones_like(m, dtype=xp.bool), q, total_w, m, step)  # a slot: a block of its own
+    return slots[1](mean - t), (mean, total_w, m, stepped_second_moment(m, step), xp.zeros_like(m))
 
 
 def moment_shift(xp: Any, adapter: Any, starts: Any, total_w: Any, m: Any, moments: tuple[Any, ...], q: float,
@@ -189,13 +199,18 @@ def sort_shift(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, q: float, nea
         return signed_shift(xp, adapter, starts, y, w, q, near)
     m, total_w, first, step = stepped_blocks(xp, adapter, starts, y, w)
     half = step * ((m - 1.0) / 2.0)
+    return first + half, (y - first) - half, _stepped_roots(xp, adapter, starts, q, total_w, m, step)
+
+
+def _stepped_roots(xp: Any, adapter: Any, starts: Any, q: float, total_w: Any, m: Any, step: Any) -> Any:
+    """The roots of blocks of ``m`` data stepping by ``step`` (:func:`.power_sums.stepped_root`), none where no block
+    has a step (a branch: every block one entry, or equal data)."""
     alone = odd_power(xp, total_w / m, 1.0 / (q - 1.0))  # one entry, or equal data (step 0): every term shares t's sign
 
     def roots(_: Any) -> tuple[Any]:
         # once per block of several where values can be read, from BLOCK_ENTRIES entries on; at a q that is no integer
         # at any length (Newton's steps on sums of general powers cost more per number than the gathers)
         return (per_block(xp, adapter, starts, lambda *a: stepped_root(xp, q, *a), total_w, m, step, q=q, tangent=False,
-                          alone=alone, fewest=None if whole else 0),)
+                          alone=alone, fewest=None if q == round(q) else 0),)
 
-    t = adapter.unless(xp, ~xp.any(step > 0), roots, (alone,), in_loop=True)[0]
-    return first + half, (y - first) - half, t
+    return adapter.unless(xp, ~xp.any(step > 0), roots, (alone,), in_loop=True)[0]

@@ -31,45 +31,33 @@ sign changes and, with ``t = mean_B(z) - v`` and ``d_i = z_i - mean_B(z)``
   6 and any q in (2, 6) that is no integer, whose terms change sign, on
   one number per block (:mod:`.stepped`).
 
-:func:`project` (the soft rank and sort) runs the pooling rounds of
-:mod:`.isotonic` (whole decreasing runs at once). Rows whose blocks form by
-long chains would take up to n of them: at q = 2 and 4 (and 3 for the rank)
-they go on, after at most ``4 ceil(log2 n)`` rounds, to the merge rounds of
-:func:`.isotonic.merge_rows` (:func:`.isotonic.pool_then_merge`), whose tests
-are the loss's derivative ``f'(t) = w - phi(y - t)`` summed over a set of
-entries: a polynomial in t whose coefficients are the set's sums of ``w`` and
-of powers of the data (:class:`.power_sums.PowerSums`). At q = 2 and 4 those
-rounds take each pooled block as one entry, so a row leaves the pooling rounds
-as soon as its chains snowball (:func:`.isotonic.pool_runs`' ``merge_cost``;
-under ``jax.jit``, where the rounds cannot count the blocks, once it has
-pooled for ``log2 n`` rounds: ``merge_all``); at q = 3 they start from the
-one-entry values (:func:`.power_sums.merge_fit`). A rank's row that is one
-block between short end blocks (strength 1) is guessed and proved so
-(:mod:`.one_block`; under ``jax.jit`` and on a GPU with a fixed search, the
-rounds skipped where every row passes). Where values can be read now, on a
-CPU, the rounds
-run over the blocks in their moment form, shrinking to the blocks left
-(:func:`.blocks.pool_rounds`), a row stops once its last drops stop halving,
-and :mod:`.windows` finishes it (q = 2 to 6): each run of drops pooled to its
-end in one pass (the min-max formula over the blocks near it; at q = 3 and 5,
-whose moments give a range's value only where its data lie above it, bounded by
-its first datum; none at q = 6), then windows around the drops left, fitted by
-merge rounds at q = 2, 4 and 6, by pooling rounds at q = 3 and 5 (whose merge
-tests split a block by its data). The soft sort's data are its ranks, which step
-evenly, so at q = 3 and any other q in (2, 6] but 4 (:func:`stepped_sort`) any
-range of its blocks has its value from size, weight and second moment
-(:class:`.power_sums.SteppedSignedSums`; past q = 3 by :mod:`.stepped`'s
-roots), and its rows finish as the unsigned problem's (pooling rounds over the
-blocks, min-max passes, windows). Elsewhere
-rows of the rank at q = 5 and 6 go on to merge rounds over the entries
-(``ENTRY_MERGES``), each pool's root by Newton's method on its moments; at any
-other q (no such sums) to threshold splits (:mod:`.splits`).
-Where the rounds cannot read values (``jax.jit``, a GPU), at every integer q from 3 to 6 and for
-the sort at :func:`stepped_sort`'s q (its evenly stepped ranks) a round after one in which a
-row's drops stopped halving pools its first drops on, block by block to either
-side (:mod:`.extensions`; rows of ``EXTENDED_FROM`` entries or more): a
-snowballing chain ends within a few rounds. The
-output is written from ``d + t`` per block, never as ``z - v``.
+:func:`project` (the soft rank and sort) runs the pooling rounds of :mod:`.isotonic` (whole decreasing runs at
+once). Rows whose blocks form by long chains would take up to n of them: at q = 2 and 4 (and 3 for the rank) they go
+on, after at most ``4 ceil(log2 n)`` rounds, to the merge rounds of :func:`.isotonic.merge_rows`
+(:func:`.isotonic.pool_then_merge`), whose tests are the loss's derivative ``f'(t) = w - phi(y - t)`` summed over a
+set of entries: a polynomial in t whose coefficients are the set's sums of ``w`` and of powers of the data
+(:class:`.power_sums.PowerSums`). At q = 2 and 4 those rounds take each pooled block as one entry, so a row leaves
+the pooling rounds as soon as its chains snowball (:func:`.isotonic.pool_runs`' ``merge_cost``; under ``jax.jit``,
+where the rounds cannot count the blocks, once it has pooled for ``log2 n`` rounds: ``merge_all``); at q = 3 they
+start from the one-entry values (:func:`.power_sums.merge_fit`). A rank's row that is one block between short end
+blocks (strength 1) is guessed and proved so (:mod:`.one_block`; under ``jax.jit`` and on a GPU with a fixed search,
+the rounds skipped where every row passes). Where values can be read now, on a CPU, the rounds run over the blocks
+in their moment form, shrinking to the blocks left (:func:`.blocks.pool_rounds`), a row stops once its last drops
+stop halving, and :mod:`.windows` finishes it (q = 2 to 6): each run of drops pooled to its end in one pass (the
+min-max formula over the blocks near it; at q = 3 and 5, whose moments give a range's value only where its data lie
+above it, bounded by its first datum; none at q = 6), then windows around the drops left, fitted by merge rounds at
+q = 2, 4 and 6, by pooling rounds at q = 3 and 5 (whose merge tests split a block by its data). The soft sort's data
+are its ranks, which step evenly, so at q = 3 and any other q in (2, 6] but 4 (:func:`stepped_sort`) any range of
+its blocks has its value from size, weight and second moment (:class:`.power_sums.SteppedSignedSums`; past q = 3 by
+:mod:`.stepped`'s roots), and its rows finish as the unsigned problem's (pooling rounds over the blocks, min-max
+passes, windows). Elsewhere rows of the rank at q = 5 and 6 go on to merge rounds over the entries
+(``ENTRY_MERGES``), each pool's root by Newton's method on its moments; at any other q (no such sums) to threshold
+splits (:mod:`.splits`). Where the rounds cannot read values (``jax.jit``, a GPU), at every integer q from 3 to 6
+and for the sort at :func:`stepped_sort`'s q (its evenly stepped ranks) a round after one in which a row's drops
+stopped halving pools its first drops on, block by block to either side (:mod:`.extensions`; rows of
+``EXTENDED_FROM`` entries or more): a snowballing chain ends within a few rounds; under ``jax.jit`` at q = 3 to 6 a
+round solves each block once, in the adapter's slots (:func:`.block_roots.slotted`). The output is written from ``d + t`` per block, never
+as ``z - v``.
 
 :func:`capped` (the top-k mask, ``w = (1, ..., 1, k - floor k, 0, ...)``)
 needs no rounds: the top-k polytope's projection has one free block (its
@@ -204,15 +192,26 @@ class _SignedRules(_Rules):
     def __init__(self, q: float) -> None:
         super().__init__(q)
         self.compact_share = 0.0 if q == 2.0 else 0.25
-        self.uniform = q == 2.0  # the signed square root's sums of products may be contracted differently per entry
+        self.exact = q == 2.0  # the signed square root's sums of products may be contracted differently per entry
         self.lows = False  # the sort's sums (power_sums.SteppedSignedSums) give any range's value: no bound needed
-        self.forms = False  # its blocks' values come from their steps (block_roots.sort_shift), not their moments
+        # its blocks' values come from their steps (block_roots.sort_shift), not their moments; in the adapter's slots
+        # the round hands the extension (SteppedSignedSums') their stepped form
+        self.forms = stepped_sort(q) and q in block_roots.MOMENT_ROOTS
         if stepped_sort(q):  # its blocks carry q = 3's form at every q (up to the second moment, whence the step)
             self.highest = SteppedSignedSums(q).form - 2
 
     def pooled(self, xp: Any, adapter: Any, starts: Any, u: Any, yw: Any, unit: bool) -> Any:
+        return self.pooled_blocks(xp, adapter, starts, u, yw, unit)[0]
+
+    def pooled_blocks(self, xp: Any, adapter: Any, starts: Any, u: Any, yw: Any, unit: bool) -> tuple[Any, Any]:
+        """``(values, form)``: under ``jax.jit`` at q = 3 to 6 each block solved once in the adapter's slots
+        (:func:`.block_roots.slotted_sort`, the form :class:`.extensions.InSlots`), else at each entry (form None)."""
+        slots = None if self.q not in block_roots.MOMENT_ROOTS or adapter.is_concrete(starts) else adapter.segment_slots(xp, starts)
+        if slots is not None:
+            values, form = block_roots.slotted_sort(xp, adapter, slots, starts, yw[0, ...], yw[1, ...], self.q)
+            return values, InSlots(form)
         mean, _, t = block_roots.sort_shift(xp, adapter, starts, yw[0, ...], yw[1, ...], self.q)
-        return mean - t
+        return (mean - t if self.exact else adapter.segment_first(xp, starts, mean - t)), None
 
     def block_data(self, xp: Any, adapter: Any, starts: Any, yw: Any, v: Any) -> tuple[Any, ...]:
         if not stepped_sort(self.q):

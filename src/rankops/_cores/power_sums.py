@@ -24,16 +24,12 @@ class PowerSums:
     run outward from it and stay small where the tests read them); at q = 3 (``phi(u) = u |u|``), the part of the
     set whose data lie below t counts with the opposite sign (``signs``).
 
-    An entry of the rows is one datum, ``data = (y, w)``, or a block of data
-    already known to pool, ``data = (mean, W, m, M2, ..., M_k)`` (:attr:`form`
-    numbers, k = max(3, q - 1)): its mean, its sums of weights and of entries,
-    and its centred moments, whose power sums about any ``c`` follow by the
-    binomial expansion. The merge rounds take blocks at q = 2 and 4 only: at
-    q = 3 and 5 a test splits a set by its data, which a block's moments
-    cannot do. Pooling rounds over blocks hold at any q (a pool of
-    pool-adjacent-violators keeps its data above its value). From q = 5 on, a
-    pool's root has no closed form: Newton's method on its moments'
-    polynomial (:meth:`root`).
+    An entry of the rows is one datum, ``data = (y, w)``, or a block of data already known to pool, ``data = (mean,
+    W, m, M2, ..., M_k)`` (:attr:`form` numbers, k = max(3, q - 1)): its mean, its sums of weights and of entries,
+    and its centred moments, whose power sums about any ``c`` follow by the binomial expansion. The merge rounds
+    take blocks at q = 2 and 4 only: at q = 3 and 5 a test splits a set by its data, which a block's moments cannot
+    do. Pooling rounds over blocks hold at any q (a pool of pool-adjacent-violators keeps its data above its value).
+    From q = 5 on, a pool's root has no closed form: Newton's method on its moments' polynomial (:meth:`root`).
     """
 
     identity = 0.0
@@ -247,13 +243,17 @@ def stepped_root(xp: Any, q: float, total_w: Any, m: Any, c: Any) -> Any:
     return xp.where(several, c * tau, alone)
 
 
-def stepped_blocks(xp: Any, adapter: Any, starts: Any, y: Any, w: Any) -> tuple[Any, Any, Any, Any]:
+def stepped_blocks(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, slots: Any = None) -> tuple[Any, Any, Any, Any]:
     """``(m, W, first, c)`` per entry for blocks whose data ``y`` step evenly (the soft sort's ranks): each block's
     size, weight, first datum and step (the difference of its first two data, exact for ranks times a power of two; 0
-    on a one-entry block)."""
-    sums = adapter.segment_sum(xp, starts, xp.stack([xp.ones_like(y), w]))
+    on a one-entry block). ``slots`` (an adapter's ``segment_slots``): per block in its slot, from one scatter (a
+    block's first datum and step the sums of its first entry's and zeros: exact), an empty slot of size 1."""
     goes_on = xp.concat([~starts[..., 1:], xp.zeros_like(starts[..., :1])], axis=-1)  # the next entry is of this block
     steps = xp.where(goes_on, xp.concat([y[..., 1:] - y[..., :-1], xp.zeros_like(y[..., :1])], axis=-1), 0.0)
+    if slots is not None:
+        sums = slots[0](xp.stack([xp.ones_like(y), w, xp.where(starts, y, 0.0), xp.where(starts, steps, 0.0)]))
+        return xp.where(sums[0, ...] > 0, sums[0, ...], 1.0), sums[1, ...], sums[2, ...], sums[3, ...]
+    sums = adapter.segment_sum(xp, starts, xp.stack([xp.ones_like(y), w]))
     firsts = isotonic.block_first(xp, adapter, starts, xp.stack([y, steps]))
     return sums[0, ...], sums[1, ...], firsts[0, ...], firsts[1, ...]
 
