@@ -40,7 +40,7 @@ from .._lib._adapters import get_adapter
 from .._lib._loops import freeze_rows
 from .._lib._numerics import logaddexp, safe_divide, safe_log_divide
 from . import windows
-from .extensions import Extension, LogSums, MeanSums
+from .extensions import Extension, InSlots, LogSums, MeanSums
 from .merges import merge_rounds, padded_length
 from .subsets import ChangedSegments
 
@@ -88,16 +88,20 @@ class _L2:
     @staticmethod
     def pooled_blocks(xp: Any, adapter: Any, starts: Any, u: Any, yw: Any, unit: bool) -> tuple[Any, tuple[Any, Any]]:
         """``(values, (values, W))``: :meth:`pooled`'s values and each entry's segment weight ``sum_S w``, the
-        statistics that the rounds' extension of chains reads (:class:`.extensions.MeanSums`), from the same sums."""
-        if unit:
-            tot = adapter.segment_sum(xp, starts, yw)
-            mean = tot[0, ...] / tot[1, ...]
-            return mean, (mean, tot[1, ...])
+        statistics that the rounds' extension of chains reads (:class:`.extensions.MeanSums`), from the same sums;
+        where values are not read now (``jax.jit``), each segment's in the adapter's slots (:class:`.extensions.InSlots`:
+        the mean divided once per segment, and read back alone)."""
+        slots = None if adapter.is_concrete(starts) else adapter.segment_slots(xp, starts)
         y, w = yw[0, ...], yw[1, ...]
         # a block of zero weights may take any value: its plain mean keeps it one block, quietly (no 0 / 0)
-        tot = adapter.segment_sum(xp, starts, xp.stack([w * y, w, y, xp.ones_like(y)]))
-        mean = _L2.value(xp, (tot[0, ...], tot[1, ...]), tot[2, ...] / tot[3, ...])
-        return mean, (mean, tot[1, ...])
+        g = yw if unit else xp.stack([w * y, w, y, xp.ones_like(y)])
+        tot = adapter.segment_sum(xp, starts, g) if slots is None else slots[0](g)
+        count = tot[1 if unit else 3, ...]
+        count = count if slots is None else xp.where(count > 0, count, 1.0)  # an empty slot: no 0 / 0
+        mean = tot[0, ...] / count if unit else _L2.value(xp, (tot[0, ...], tot[1, ...]), tot[2, ...] / count)
+        if slots is None:
+            return mean, (mean, tot[1, ...])
+        return slots[1](mean), InSlots((mean, tot[1, ...]))
 
     @staticmethod
     def block_data(xp: Any, adapter: Any, starts: Any, yw: Any, v: Any) -> tuple[Any, Any]:
