@@ -43,10 +43,13 @@ from typing import Any
 from .._lib._compat import cumulative_sum, device as _device, index_dtype
 from .._lib._numerics import logaddexp, safe_divide, safe_log_divide
 
-__all__ = ["Extension", "InSlots", "BlockRows", "LogSums", "MeanSums", "DROPS", "SPAN", "LEGS"]
+__all__ = ["Extension", "InSlots", "BlockRows", "LogSums", "MeanSums", "DROPS", "SPAN", "NARROWEST", "LEGS"]
 
 DROPS = 4  # drops per row that a round extends, each to both sides
-SPAN = 4  # a window's side holds n / (SPAN DROPS) blocks: the DROPS windows' sides together half a row's length
+# a window's side holds n / (SPAN DROPS) blocks, at least NARROWEST, rounded up to a multiple of 16, the pieces in which
+# XLA's CPU scans run (they pad a side of another length to them); a narrower window costs less a leg, and a chain
+# longer than it goes on in the next round
+SPAN, NARROWEST = 16, 64
 LEGS = 8  # at most, of a window's pool, rightward then leftward: a chain that turns back LEGS - 1 times ends in a round
 
 
@@ -84,7 +87,7 @@ class Extension:
         dev = _device(u)
         idx = index_dtype(xp, dev)
         drops = min(DROPS, n - 1)
-        width = min(max(-(-n // (SPAN * drops)), 16), n)  # blocks a side
+        width = min(-(-max(-(-n // (SPAN * drops)), NARROWEST) // 16) * 16, n)  # blocks a side
         ordinal = cumulative_sum(xp, xp.astype(starts, idx)) - 1  # each entry's block, from 0
         # the first drops of each row: the boundaries (i between entries i and i + 1) where their count reaches 1, 2, ...
         counted = cumulative_sum(xp, xp.astype(u[..., :-1] > u[..., 1:], idx))
