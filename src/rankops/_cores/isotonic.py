@@ -44,7 +44,7 @@ from .extensions import Extension, InSlots, LogSums, MeanSums
 from .merges import merge_rounds, padded_length
 from .subsets import ChangedSegments
 
-__all__ = ["fit", "decreasing", "pool_runs", "pool_then_merge", "merge_rows", "block_starts", "block_sums", "block_first"]
+__all__ = ["fit", "decreasing", "pool_runs", "traced_slots", "pool_then_merge", "merge_rows", "block_starts", "block_sums", "block_first"]
 
 
 class _L2:
@@ -91,7 +91,7 @@ class _L2:
         statistics that the rounds' extension of chains reads (:class:`.extensions.MeanSums`), from the same sums;
         where values are not read now (``jax.jit``), each segment's in the adapter's slots (:class:`.extensions.InSlots`:
         the mean divided once per segment, and read back alone)."""
-        slots = None if adapter.is_concrete(starts) else adapter.segment_slots(xp, starts)
+        slots = traced_slots(xp, adapter, starts)
         y, w = yw[0, ...], yw[1, ...]
         # a block of zero weights may take any value: its plain mean keeps it one block, quietly (no 0 / 0)
         g = yw if unit else xp.stack([w * y, w, y, xp.ones_like(y)])
@@ -123,6 +123,12 @@ class _L2:
     def below(xp: Any, sums: tuple[Any, Any], ref: Any, centre: None, lower: None) -> Any:
         """``sum_S w (ref - v)`` for a set S of values below ``ref``."""
         return ref * sums[1] - sums[0]
+
+
+def traced_slots(xp: Any, adapter: Any, starts: Any) -> Any:
+    """The adapter's ``segment_slots`` for a round that solves each segment once in them: where values are not read
+    now (``jax.jit``; a backend that reads them solves only what changed, or per entry), else None."""
+    return None if adapter.is_concrete(starts) else adapter.segment_slots(xp, starts)
 
 
 def _log1mexp(xp: Any, d: Any) -> Any:

@@ -160,7 +160,7 @@ class _Rules:
         equal input (a kernel's vector body and its scalar tail), which would split the block (not where every
         operation is correctly rounded, ``exact``)."""
         y, w = yw[0, ...], yw[1, ...]
-        slots = None if adapter.is_concrete(starts) else adapter.segment_slots(xp, starts)
+        slots = isotonic.traced_slots(xp, adapter, starts)
         if slots is not None:
             values, form = block_roots.slotted(xp, adapter, slots, y, w, self.q, highest)
             return values, InSlots(form)
@@ -206,7 +206,7 @@ class _SignedRules(_Rules):
     def pooled_blocks(self, xp: Any, adapter: Any, starts: Any, u: Any, yw: Any, unit: bool) -> tuple[Any, Any]:
         """``(values, form)``: under ``jax.jit`` at q = 3 to 6 each block solved once in the adapter's slots
         (:func:`.block_roots.slotted_sort`, the form :class:`.extensions.InSlots`), else at each entry (form None)."""
-        slots = None if self.q not in block_roots.MOMENT_ROOTS or adapter.is_concrete(starts) else adapter.segment_slots(xp, starts)
+        slots = isotonic.traced_slots(xp, adapter, starts) if self.q in block_roots.MOMENT_ROOTS else None
         if slots is not None:
             values, form = block_roots.slotted_sort(xp, adapter, slots, starts, yw[0, ...], yw[1, ...], self.q)
             return values, InSlots(form)

@@ -172,16 +172,13 @@ class Jax(PortableAdapter):
         if precise:
             return precise_segment_sum(self.segment_sum, xp, starts, g)
         # one scatter-add into a slot per segment (4-5x XLA's two scans at n = 10^4), read back by gather
-        flat, read = _segment_slots(starts, g)
-        return read(jax.ops.segment_sum(jnp.reshape(g, (-1,)), flat, num_segments=g.size, indices_are_sorted=True))
+        slots, read = _slot_sums(starts, g)
+        return read(slots)
 
     def segment_slots(self, xp: Any, starts: Any) -> tuple[Any, Any]:
         # the scatter-add's slots as they are: segment b of a row at its slot b (_segment_slots), read by one gather
-        def total(g: Any) -> Any:
-            flat, _ = _segment_slots(starts, g)
-            return jnp.reshape(jax.ops.segment_sum(jnp.reshape(g, (-1,)), flat, num_segments=g.size, indices_are_sorted=True), g.shape)
-
-        return total, lambda a: _segment_slots(starts, a)[1](jnp.reshape(a, (-1,)))
+        return (lambda g: jnp.reshape(_slot_sums(starts, g)[0], g.shape),
+                lambda a: _segment_slots(starts, a)[1](jnp.reshape(a, (-1,))))
 
     def segment_totals(self, xp: Any, starts: Any, group: Any, heads: Any, g: Any) -> Any:
         # one scatter-add into a slot per segment, from the entries' segments as given (no running count)
@@ -409,6 +406,13 @@ def _x64() -> Any:
     if enable is None:  # pragma: no cover - jax < 0.6
         from jax.experimental import enable_x64 as enable
     return enable(True)
+
+
+def _slot_sums(starts: Any, g: Any) -> tuple[Any, Any]:
+    """``(slots, read)``: ``g``'s segments summed by one scatter-add into their slots, flat (:func:`_segment_slots`),
+    and the reader of such slots."""
+    flat, read = _segment_slots(starts, g)
+    return jax.ops.segment_sum(jnp.reshape(g, (-1,)), flat, num_segments=g.size, indices_are_sorted=True), read
 
 
 def _segment_slots(starts: Any, g: Any) -> tuple[Any, Any]:
