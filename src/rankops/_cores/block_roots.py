@@ -72,7 +72,7 @@ def slotted(xp: Any, adapter: Any, slots: tuple[Any, Any], y: Any, w: Any, q: fl
     m = xp.where(some, sums[0, ...], 1.0)
     mean = sums[1, ...] / m
     total_w = xp.where(some, sums[2, ...], 1.0)
-    d = y - read(mean)
+    d = y - read(mean, exact=True)
     powers = [d * d]
     for _ in range(highest - 2):
         powers.append(powers[-1] * d)

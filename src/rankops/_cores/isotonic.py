@@ -101,7 +101,7 @@ class _L2:
         mean = tot[0, ...] / count if unit else _L2.value(xp, (tot[0, ...], tot[1, ...]), tot[2, ...] / count)
         if slots is None:
             return mean, (mean, tot[1, ...])
-        return slots[1](mean), InSlots((mean, tot[1, ...]))
+        return slots[1](mean, exact=True), InSlots((mean, tot[1, ...]))
 
     @staticmethod
     def block_data(xp: Any, adapter: Any, starts: Any, yw: Any, v: Any) -> tuple[Any, Any]:

@@ -223,8 +223,11 @@ class PortableAdapter:
     def segment_slots(self, xp: Any, starts: Any) -> tuple[Callable[[Any], Any], Callable[[Any], Any]] | None:
         """``(total, read)`` where the backend sums segments into slots, one per segment (``starts`` True where one
         begins): ``total(g)``, an array of ``g``'s shape whose last axis holds each segment's total of ``g`` in order,
-        from 0 (then zeros), and ``read(a)``, each entry's segment's value of ``a`` (slots of ``starts``' shape), so that
-        a function of the totals is evaluated once per segment. None here: the scans sum per entry."""
+        from 0 (then zeros), and ``read(a, exact=False)``, each entry's segment's value of ``a`` (slots of ``starts``'
+        shape), so that a function of the totals is evaluated once per segment and every entry of a segment holds the
+        same bits (``exact``: ``a`` comes from the totals by correctly rounded operations alone, a quotient, which a
+        compiler may evaluate again at each entry to the same bits; else it is stored first). None here: the scans sum
+        per entry."""
         return None
 
     def segment_max(self, xp: Any, starts: Any, g: Any) -> Any:

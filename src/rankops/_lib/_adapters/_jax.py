@@ -178,7 +178,7 @@ class Jax(PortableAdapter):
     def segment_slots(self, xp: Any, starts: Any) -> tuple[Any, Any]:
         # the scatter-add's slots as they are: segment b of a row at its slot b (_segment_slots), read by one gather
         return (lambda g: jnp.reshape(_slot_sums(starts, g)[0], g.shape),
-                lambda a: _segment_slots(starts, a)[1](jnp.reshape(a, (-1,))))
+                lambda a, exact=False: _segment_slots(starts, a)[1](jnp.reshape(a, (-1,)), exact))
 
     def segment_totals(self, xp: Any, starts: Any, group: Any, heads: Any, g: Any) -> Any:
         # one scatter-add into a slot per segment, from the entries' segments as given (no running count)
@@ -193,7 +193,7 @@ class Jax(PortableAdapter):
         top = jax.ops.segment_max(jnp.reshape(g, (-1,)), flat, num_segments=g.size, indices_are_sorted=True)
         top = jnp.where(top > -jnp.inf, top, 0.0)  # empty or -inf only: terms exp(-inf) = 0
         total = jax.ops.segment_sum(jnp.reshape(jnp.exp(g - read(top)), (-1,)), flat, num_segments=g.size, indices_are_sorted=True)
-        return read(jnp.log(total) + top)
+        return read(jnp.log(total) + top, exact=False)
 
     def segment_first(self, xp: Any, starts: Any, g: Any) -> Any:
         # each segment's sum of its first entry alone (exact: the rest add zeros), not a gather of it: XLA fuses a
@@ -417,7 +417,14 @@ def _slot_sums(starts: Any, g: Any) -> tuple[Any, Any]:
 
 def _segment_slots(starts: Any, g: Any) -> tuple[Any, Any]:
     """``(flat, read)``: each entry's slot in a flat array of ``g.size`` (one per segment, rows apart; ``starts``
-    broadcasts against ``g``), and ``read(slots)``, each entry's slot value in ``g``'s shape."""
+    broadcasts against ``g``), and ``read(slots, exact=True)``, each entry's slot value in ``g``'s shape.
+
+    XLA fuses the expression that computes the slots into the gather that reads them, and evaluates it again at each
+    entry it writes, where a kernel's vectorized loop and its scalar tail may round it apart (vectorized exp and log,
+    contracted multiply-adds): a segment's entries would not all hold one value, and a block would split in two (the
+    p = 4/3 rank of 135 float32 entries under ``jax.jit``, three tied entries ranked 2.5 apart). Slots computed by
+    correctly rounded operations alone (a sum, a quotient of sums: ``exact``) give the same bits at every entry; any
+    others (``exact=False``) are stored first."""
     shape, n = g.shape, g.shape[-1]
     # the running count of starts at their own shape, then broadcast: one program's segmented sums over the same
     # segments then share one count (a compiler merges equal operations, not a count of each broadcast)
@@ -425,7 +432,9 @@ def _segment_slots(starts: Any, g: Any) -> tuple[Any, Any]:
     ids = ids + n * jnp.reshape(jnp.arange(g.size // n, dtype=jnp.int32), shape[:-1] + (1,))
     flat = jnp.reshape(ids, (-1,))
 
-    def read(slots: Any) -> Any:
+    def read(slots: Any, exact: bool = True) -> Any:
+        if not exact:  # stored first (a scatter's result is; a gather reads its operand as stored)
+            slots = jnp.zeros_like(slots).at[jnp.arange(slots.shape[0])].set(slots, indices_are_sorted=True, unique_indices=True)
         return jnp.reshape(slots.at[flat].get(mode="promise_in_bounds", indices_are_sorted=True), shape)
 
     return flat, read
