@@ -80,18 +80,76 @@ def _tied_entries_share_a_rank() -> None:
         np.testing.assert_allclose(want[:, -3:], np.broadcast_to(want[:, -1:], (2, 3)), rtol=1e-12)
 
 
-def _run_checks() -> None:
+def _drawn_fits(seed: int, count: int) -> None:
+    """``count`` permutahedron fits drawn from ``seed`` (rank, sort and top-k mask; ``"l2"``, ``"kl"`` and p = 3/2,
+    4/3 and 1.25; rows of lengths about kernels' vector widths and longer, ties, trends, masks; float64 and short
+    float32 rows), each under ``jax.jit`` against NumPy's float64 fit of the same numbers."""
+    import jax
+    import jax.numpy as jnp
+
+    import rankops
+
+    rng = np.random.default_rng(seed)
+    regularizations = (dict(regularization="l2"), dict(regularization="kl"), dict(regularization="lp", p=1.5),
+                       dict(regularization="lp", p=4 / 3), dict(regularization="lp", p=1.25))
+    for case in range(count):
+        wide = rng.random() < 0.6
+        n = int(rng.choice([33, 64, 65, 127, 130, 135, 257, 1000, 2001] if wide else [33, 65, 130, 135, 257]))
+        b = int(rng.integers(1, 4))
+        x = rng.standard_normal((b, n))
+        data = int(rng.integers(3))
+        if data == 1:
+            x = np.round(x * 3.0) / 3.0  # ties
+        elif data == 2:
+            x = np.cumsum(x, axis=-1)  # long runs
+        op = str(rng.choice(["rank", "sort", "topk_mask"]))
+        kw: dict = dict(method="permutahedron", **regularizations[int(rng.integers(len(regularizations)))])
+        if op == "topk_mask" and kw["regularization"] == "kl":
+            op = "rank"
+        args = (max(1, n // 4),) if op == "topk_mask" else ()
+        if op == "topk_mask" or rng.random() < 0.5:
+            kw["strength"] = float(10.0 ** rng.uniform(-2.0 if wide else -1.0, 1.0))
+        mask = rng.random((b, n)) < 0.8 if rng.random() < 0.3 else None
+        if mask is not None:
+            mask[:, 0] = True
+        x = x if wide else x.astype(np.float32)
+        f = getattr(rankops, "soft_" + op)
+        want = np.asarray(f(x.astype(np.float64), *args, mask=mask, **kw), dtype=np.float64)
+        on = None if mask is None else jnp.asarray(mask)
+        got = np.asarray(jax.jit(lambda z: f(z, *args, mask=on, **kw))(jnp.asarray(x)), dtype=np.float64)
+        valid = np.isfinite(want)
+        scale = max(1.0, float(np.max(np.abs(want[valid]), initial=0.0)))
+        tol = 1e-9 * scale if wide else 3e-6 * n * scale  # float32: ranks of up to 257, to a few of its units
+        assert np.array_equal(valid, np.isfinite(got)), (case, n, op, kw)
+        assert np.max(np.abs(got - want)[valid], initial=0.0) <= tol, (case, n, b, data, op, kw, mask is not None,
+                                                                          float(np.max(np.abs(got - want)[valid])))
+
+
+def _run(*checks: str) -> None:
+    """The ``checks`` (``"name"`` or ``"name:seed:count"``) under JAX's default compilation, x64 enabled (float64 as
+    well; float32 arrays stay float32)."""
     import jax
 
-    jax.config.update("jax_enable_x64", True)  # float64 as well (the float32 arrays stay float32)
-    _slots_read_one_value_per_segment()
-    _tied_entries_share_a_rank()
+    jax.config.update("jax_enable_x64", True)
+    for check in checks:
+        name, *numbers = check.split(":")
+        globals()[name](*map(int, numbers))
+
+
+def _in_a_fresh_process(*checks: str) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_DISABLE_MOST_OPTIMIZATIONS")}
+    env["JAX_PLATFORMS"] = "cpu"
+    call = f"from tests.test_default_compilation import _run; _run(*{checks!r})"
+    proc = subprocess.run([sys.executable, "-c", call], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
 
 
 def test_the_pooling_rounds_read_one_value_per_block_under_jax_default_compilation():
     pytest.importorskip("jax")
-    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_DISABLE_MOST_OPTIMIZATIONS")}
-    env["JAX_PLATFORMS"] = "cpu"
-    proc = subprocess.run([sys.executable, "-c", "from tests.test_default_compilation import _run_checks; _run_checks()"],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    _in_a_fresh_process("_slots_read_one_value_per_segment", "_tied_entries_share_a_rank")
+
+
+@pytest.mark.exhaustive
+def test_drawn_permutahedron_fits_under_jax_default_compilation():
+    pytest.importorskip("jax")
+    _in_a_fresh_process("_drawn_fits:0:40")
