@@ -125,6 +125,40 @@ def _drawn_fits(seed: int, count: int) -> None:
                                                                           float(np.max(np.abs(got - want)[valid])))
 
 
+def _every_conformance_case() -> None:
+    """Every conformance case (``conformance.operators.CASES``: each operator, method and option variant) under
+    ``jax.jit``, rows of 33 and 130 entries, with and without ties: its values against NumPy's (1e-7 of the largest),
+    and on the rows of 130 without ties its gradient (``jax.grad`` of a weighted sum) against ``rankops.vjp`` on NumPy
+    (1e-6). The gradient of a row with ties is no one vector: the sort splits it among tied entries in its own order."""
+    import jax
+    import jax.numpy as jnp
+
+    from conformance.operators import CASES, converged
+
+    failures = []
+    for case in CASES:
+        kw = converged(case)
+        for n in (33, 130):
+            for tied in (False, True):
+                rng = np.random.default_rng(n + tied)
+                x = rng.standard_normal((2, n)) * 0.5
+                x = np.round(x * 6.0) / 6.0 if tied else x
+                want = np.asarray(case(x, **kw), dtype=np.float64)
+                got = np.asarray(jax.jit(lambda z: case(z, **kw))(jnp.asarray(x)), dtype=np.float64)
+                scale = max(1.0, float(np.max(np.abs(want[np.isfinite(want)]), initial=0.0)))
+                if not np.allclose(got, want, rtol=0.0, atol=1e-7 * scale, equal_nan=True):
+                    failures.append((case.name, n, tied, "values", float(np.nanmax(np.abs(got - want)))))
+                if tied or n == 33 or case.vjp is None:
+                    continue
+                ct = rng.standard_normal(want.shape)
+                want_grad = np.asarray(case.vjp(x, **kw)[1](ct)[0], dtype=np.float64)
+                got_grad = np.asarray(jax.jit(jax.grad(lambda z: jnp.sum(case(z, **kw) * jnp.asarray(ct))))(jnp.asarray(x)))
+                scale = max(1e-3, float(np.max(np.abs(want_grad))))
+                if not np.allclose(got_grad, want_grad, rtol=0.0, atol=1e-6 * scale):
+                    failures.append((case.name, n, "gradient", float(np.max(np.abs(got_grad - want_grad)))))
+    assert not failures, failures
+
+
 def _run(*checks: str) -> None:
     """The ``checks`` (``"name"`` or ``"name:seed:count"``) under JAX's default compilation, x64 enabled (float64 as
     well; float32 arrays stay float32)."""
@@ -153,3 +187,9 @@ def test_the_pooling_rounds_read_one_value_per_block_under_jax_default_compilati
 def test_drawn_permutahedron_fits_under_jax_default_compilation():
     pytest.importorskip("jax")
     _in_a_fresh_process("_drawn_fits:0:40")
+
+
+@pytest.mark.exhaustive
+def test_every_conformance_case_under_jax_default_compilation():
+    pytest.importorskip("jax")
+    _in_a_fresh_process("_every_conformance_case")
