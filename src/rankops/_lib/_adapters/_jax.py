@@ -173,7 +173,7 @@ class Jax(PortableAdapter):
             return precise_segment_sum(self.segment_sum, xp, starts, g)
         # one scatter-add into a slot per segment (4-5x XLA's two scans at n = 10^4), read back by gather
         slots, read = _slot_sums(starts, g)
-        return read(slots)
+        return read(slots, exact=True)
 
     def segment_slots(self, xp: Any, starts: Any) -> tuple[Any, Any]:
         # the scatter-add's slots as they are: segment b of a row at its slot b (_segment_slots), read by one gather
@@ -186,14 +186,15 @@ class Jax(PortableAdapter):
 
     def segment_max(self, xp: Any, starts: Any, g: Any) -> Any:
         flat, read = _segment_slots(starts, g)
-        return read(jax.ops.segment_max(jnp.reshape(g, (-1,)), flat, num_segments=g.size, indices_are_sorted=True))
+        top = jax.ops.segment_max(jnp.reshape(g, (-1,)), flat, num_segments=g.size, indices_are_sorted=True)
+        return read(top, exact=True)
 
     def segment_logsumexp(self, xp: Any, starts: Any, g: Any) -> Any:
         flat, read = _segment_slots(starts, g)
         top = jax.ops.segment_max(jnp.reshape(g, (-1,)), flat, num_segments=g.size, indices_are_sorted=True)
         top = jnp.where(top > -jnp.inf, top, 0.0)  # empty or -inf only: terms exp(-inf) = 0
-        total = jax.ops.segment_sum(jnp.reshape(jnp.exp(g - read(top)), (-1,)), flat, num_segments=g.size, indices_are_sorted=True)
-        return read(jnp.log(total) + top, exact=False)
+        total = jax.ops.segment_sum(jnp.reshape(jnp.exp(g - read(top, exact=True)), (-1,)), flat, num_segments=g.size, indices_are_sorted=True)
+        return read(jnp.log(total) + top)
 
     def segment_first(self, xp: Any, starts: Any, g: Any) -> Any:
         # each segment's sum of its first entry alone (exact: the rest add zeros), not a gather of it: XLA fuses a
@@ -417,14 +418,14 @@ def _slot_sums(starts: Any, g: Any) -> tuple[Any, Any]:
 
 def _segment_slots(starts: Any, g: Any) -> tuple[Any, Any]:
     """``(flat, read)``: each entry's slot in a flat array of ``g.size`` (one per segment, rows apart; ``starts``
-    broadcasts against ``g``), and ``read(slots, exact=True)``, each entry's slot value in ``g``'s shape.
+    broadcasts against ``g``), and ``read(slots, exact=False)``, each entry's slot value in ``g``'s shape.
 
     XLA fuses the expression that computes the slots into the gather that reads them, and evaluates it again at each
     entry it writes, where a kernel's vectorized loop and its scalar tail may round it apart (vectorized exp and log,
     contracted multiply-adds): a segment's entries would not all hold one value, and a block would split in two (the
     p = 4/3 rank of 135 float32 entries under ``jax.jit``, three tied entries ranked 2.5 apart). Slots computed by
-    correctly rounded operations alone (a sum, a quotient of sums: ``exact``) give the same bits at every entry; any
-    others (``exact=False``) are stored first."""
+    correctly rounded operations alone (a scatter's own sums, a quotient of them: ``exact``) give the same bits at
+    every entry; any others are stored first."""
     shape, n = g.shape, g.shape[-1]
     # the running count of starts at their own shape, then broadcast: one program's segmented sums over the same
     # segments then share one count (a compiler merges equal operations, not a count of each broadcast)
@@ -432,9 +433,10 @@ def _segment_slots(starts: Any, g: Any) -> tuple[Any, Any]:
     ids = ids + n * jnp.reshape(jnp.arange(g.size // n, dtype=jnp.int32), shape[:-1] + (1,))
     flat = jnp.reshape(ids, (-1,))
 
-    def read(slots: Any, exact: bool = True) -> Any:
+    def read(slots: Any, exact: bool = False) -> Any:
         if not exact:  # stored first (a scatter's result is; a gather reads its operand as stored)
-            slots = jnp.zeros_like(slots).at[jnp.arange(slots.shape[0])].set(slots, indices_are_sorted=True, unique_indices=True)
+            every = jnp.arange(slots.shape[0])
+            slots = jnp.zeros_like(slots).at[every].set(slots, indices_are_sorted=True, unique_indices=True)
         return jnp.reshape(slots.at[flat].get(mode="promise_in_bounds", indices_are_sorted=True), shape)
 
     return flat, read
