@@ -454,6 +454,38 @@ def test_compiled_p_norm_rank_of_rows_long_enough_for_the_guess_where_reading_do
 
 
 @pytest.mark.compiled
+@pytest.mark.parametrize("regularization", [dict(regularization="lp", p=4 / 3), dict(regularization="kl")], ids=["p=4/3", "kl"])
+def test_compiled_rounds_give_tied_entries_one_rank_where_reading_does_not_pay(regularization, monkeypatch):
+    """Float32 rows of 135 whose three largest entries tie, one row masked, in a GPU's graph (``windows.pays``
+    False): inductor's generated kernels compute the blocks' roots in the pooling rounds, where a root evaluated
+    again at each entry by a vectorized loop and its scalar tail may round 1 ulp apart and split a block (as
+    JAX's default compilation did: tests/test_default_compilation.py). NumPy's float64 fit, to float32's rounding,
+    and the ties one rank."""
+    import numpy as np
+
+    from rankops._cores import windows
+
+    n = 135
+    rng = np.random.default_rng(n)
+    x = np.round(rng.standard_normal((2, n)) * 3.0) / 3.0
+    x[:, -3:] = x.max() + 1.0
+    mask = rng.random((2, n)) < 0.8
+    mask[0] = True
+    mask[:, -3:] = True
+    kw = dict(method="permutahedron", strength=0.3, **regularization)
+    want = rankops.soft_rank(x, mask=mask, **kw)
+    monkeypatch.setattr(windows, "pays", lambda v: False)
+    on = torch.as_tensor(mask)
+    torch._dynamo.reset()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        got = torch.compile(lambda z: rankops.soft_rank(z, mask=on, **kw), fullgraph=True)(torch.as_tensor(x, dtype=torch.float32))
+    got = got.numpy()
+    np.testing.assert_allclose(got[mask], want[mask], rtol=0, atol=1e-3)  # ranks up to 135: about 3e-5 apart
+    np.testing.assert_array_equal(got[:, -3:], np.broadcast_to(got[:, -1:], (2, 3)))
+
+
+@pytest.mark.compiled
 @pytest.mark.parametrize("pays", [True, False])
 def test_compiled_merge_rounds_on_a_row_past_the_pooling_cap(pays, monkeypatch):
     """A row that pools one block per round (1, 2, ..., 30, -1000: 30 rounds, past the cap of 4 ceil(log2 31) = 20)
