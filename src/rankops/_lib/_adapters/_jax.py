@@ -14,6 +14,7 @@ from .._compat import index_dtype
 from ._generic import PortableAdapter, precise_segment_sum
 from ._jax_autodiff import iterate, transposed, varying, with_forward_rule
 from ._jax_scans import cumlogsumexp, linear_scan
+from ._jax_segments import segment_slots, slot_max, slot_sums
 
 __all__ = ["Jax", "ADAPTER"]
 
@@ -172,28 +173,27 @@ class Jax(PortableAdapter):
         if precise:
             return precise_segment_sum(self.segment_sum, xp, starts, g)
         # one scatter-add into a slot per segment (4-5x XLA's two scans at n = 10^4), read back by gather
-        slots, read = _slot_sums(starts, g)
+        slots, read = slot_sums(starts, g)
         return read(slots, exact=True)
 
     def segment_slots(self, xp: Any, starts: Any) -> tuple[Any, Any]:
-        # the scatter-add's slots as they are: segment b of a row at its slot b (_segment_slots), read by one gather
-        return (lambda g: jnp.reshape(_slot_sums(starts, g)[0], g.shape),
-                lambda a, exact=False: _segment_slots(starts, a)[1](jnp.reshape(a, (-1,)), exact))
+        # the scatter-add's slots as they are: segment b of a row at its slot b (_jax_segments), read by one gather
+        return (lambda g: jnp.reshape(slot_sums(starts, g)[0], g.shape),
+                lambda a, exact=False: segment_slots(starts, a)[1](jnp.reshape(a, (-1,)), exact))
 
     def segment_totals(self, xp: Any, starts: Any, group: Any, heads: Any, g: Any) -> Any:
         # one scatter-add into a slot per segment, from the entries' segments as given (no running count)
         return jnp.zeros(g.shape[:-1] + (heads.shape[0],), dtype=g.dtype).at[..., group].add(g, mode="promise_in_bounds")
 
     def segment_max(self, xp: Any, starts: Any, g: Any) -> Any:
-        flat, read = _segment_slots(starts, g)
-        top = jax.ops.segment_max(jnp.reshape(g, (-1,)), flat, num_segments=g.size, indices_are_sorted=True)
-        return read(top, exact=True)
+        ids, read = segment_slots(starts, g)
+        return read(slot_max(ids, g), exact=True)
 
     def segment_logsumexp(self, xp: Any, starts: Any, g: Any) -> Any:
-        flat, read = _segment_slots(starts, g)
-        top = jax.ops.segment_max(jnp.reshape(g, (-1,)), flat, num_segments=g.size, indices_are_sorted=True)
+        ids, read = segment_slots(starts, g)
+        top = slot_max(ids, g)
         top = jnp.where(top > -jnp.inf, top, 0.0)  # empty or -inf only: terms exp(-inf) = 0
-        total = jax.ops.segment_sum(jnp.reshape(jnp.exp(g - read(top, exact=True)), (-1,)), flat, num_segments=g.size, indices_are_sorted=True)
+        total = slot_sums(starts, jnp.exp(g - read(top, exact=True)))[0]
         return read(jnp.log(total) + top)
 
     def segment_first(self, xp: Any, starts: Any, g: Any) -> Any:
@@ -407,39 +407,6 @@ def _x64() -> Any:
     if enable is None:  # pragma: no cover - jax < 0.6
         from jax.experimental import enable_x64 as enable
     return enable(True)
-
-
-def _slot_sums(starts: Any, g: Any) -> tuple[Any, Any]:
-    """``(slots, read)``: ``g``'s segments summed by one scatter-add into their slots, flat (:func:`_segment_slots`),
-    and the reader of such slots."""
-    flat, read = _segment_slots(starts, g)
-    return jax.ops.segment_sum(jnp.reshape(g, (-1,)), flat, num_segments=g.size, indices_are_sorted=True), read
-
-
-def _segment_slots(starts: Any, g: Any) -> tuple[Any, Any]:
-    """``(flat, read)``: each entry's slot in a flat array of ``g.size`` (one per segment, rows apart; ``starts``
-    broadcasts against ``g``), and ``read(slots, exact=False)``, each entry's slot value in ``g``'s shape.
-
-    XLA fuses the expression that computes the slots into the gather that reads them, and evaluates it again at each
-    entry it writes, where a kernel's vectorized loop and its scalar tail may round it apart (vectorized exp and log,
-    contracted multiply-adds): a segment's entries would not all hold one value, and a block would split in two (the
-    p = 4/3 rank of 135 float32 entries under ``jax.jit``, three tied entries ranked 2.5 apart). Slots computed by
-    correctly rounded operations alone (a scatter's own sums, a quotient of them: ``exact``) give the same bits at
-    every entry; any others are stored first."""
-    shape, n = g.shape, g.shape[-1]
-    # the running count of starts at their own shape, then broadcast: one program's segmented sums over the same
-    # segments then share one count (a compiler merges equal operations, not a count of each broadcast)
-    ids = jnp.broadcast_to(jnp.cumsum(jnp.astype(starts, jnp.int32), axis=-1) - 1, shape)
-    ids = ids + n * jnp.reshape(jnp.arange(g.size // n, dtype=jnp.int32), shape[:-1] + (1,))
-    flat = jnp.reshape(ids, (-1,))
-
-    def read(slots: Any, exact: bool = False) -> Any:
-        if not exact:  # stored first (a scatter's result is; a gather reads its operand as stored)
-            every = jnp.arange(slots.shape[0])
-            slots = jnp.zeros_like(slots).at[every].set(slots, indices_are_sorted=True, unique_indices=True)
-        return jnp.reshape(slots.at[flat].get(mode="promise_in_bounds", indices_are_sorted=True), shape)
-
-    return flat, read
 
 
 ADAPTER = Jax()
