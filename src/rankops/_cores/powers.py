@@ -81,7 +81,9 @@ def odd_power(xp: Any, a: Any, e: float) -> Any:
     ``torch.func.vmap`` cannot batch); by products for the closed forms' exponents, which need no branch."""
     if e in _PRODUCTS:
         return _product(a, int(e)) if e % 2 else _product(a, int(e) - 1) * xp.abs(a)
-    return xp.where(a < 0, -power(xp, -a, e), power(xp, a, e))
+    # one power of |a|: a ``where`` between two powers would evaluate both at every entry
+    magnitude = power(xp, xp.abs(a), e)
+    return xp.where(a < 0, -magnitude, magnitude)
 
 
 # whole exponents up to 8 (p = 1 + 1/e: 2, 3/2, 4/3, 1.25, ...) by products, which are exact to a few roundings and
