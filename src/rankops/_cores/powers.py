@@ -122,9 +122,10 @@ def cubic_root(xp: Any, p: Any, q: Any) -> Any:
     times as it can (a guard reads its argument twice, ``x * x`` twice):
     guards around each power had inductor walk thousands of copies of it.
     """
-    # the power 1/3 for the scale, whose cube root is the root itself where p is 0 (a block of equal data): as exact
-    # as a power is, where :func:`_cube_root` errs in proportion to |log|q||
-    s = get_adapter(xp).stop_gradient(xp, xp.maximum(xp.sqrt(p), xp.abs(q) ** (1.0 / 3.0)))
+    # the scale by the adapter's cube root of |q| (a power; on JAX a logarithm and a Newton step): any scale near it
+    # serves, as the root is the scale times the cube root of a number near 1, which takes the scale's error out
+    adapter = get_adapter(xp)
+    s = adapter.stop_gradient(xp, xp.maximum(xp.sqrt(p), adapter.cube_root(xp, xp.abs(q))))
     some = s > 0
     s = xp.where(some, s, xp.ones_like(s))
     s2 = xp.square(s)  # one read where s * s takes two

@@ -79,6 +79,7 @@ SPEED_UPS = (
     "sum", "softmax", "logsumexp", "ndtr", "sigmoid", "log_sigmoid", "linear_scan", "scan_links", "cumlogsumexp",
     "cumulative_sum", "searchsorted", "take", "select", "sort", "sort_order", "invert_permutation", "merge_descending",
     "segment_sum", "segment_totals", "segment_first", "segment_max", "segment_logsumexp", "segment_slots", "shortcut",
+    "cube_root",
 )
 
 
@@ -133,6 +134,11 @@ class PortableAdapter:
 
     def stop_gradient(self, xp: Any, x: Any) -> Any:
         return x
+
+    def cube_root(self, xp: Any, a: Any) -> Any:
+        """``a^(1/3)`` for ``a >= 0`` without a derivative (a scale): the power, whose exponent rounds (12 units in the
+        last place at ``a = 10^30`` in float32), as a scale may (:func:`rankops._cores.powers.cubic_root`)."""
+        return a ** (1.0 / 3.0)
 
     def linear_scan(self, xp: Any, a: Any, b: Any, *, reverse: bool = False, overwrite_b: bool = False) -> Any:
         """:func:`.._loops.linear_scan`; ``overwrite_b``: the caller gives ``b`` up (a backend may scan in it)."""
