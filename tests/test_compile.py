@@ -465,13 +465,9 @@ def test_compiled_rounds_give_tied_entries_one_rank_where_reading_does_not_pay(r
 
     from rankops._cores import windows
 
-    n = 135
-    rng = np.random.default_rng(n)
-    x = np.round(rng.standard_normal((2, n)) * 3.0) / 3.0
-    x[:, -3:] = x.max() + 1.0
-    mask = rng.random((2, n)) < 0.8
-    mask[0] = True
-    mask[:, -3:] = True
+    from .test_default_compilation import tied_top_rows
+
+    x, mask = tied_top_rows(135)
     kw = dict(method="permutahedron", strength=0.3, **regularization)
     want = rankops.soft_rank(x, mask=mask, **kw)
     monkeypatch.setattr(windows, "pays", lambda v: False)

@@ -54,6 +54,19 @@ def _slots_read_one_value_per_segment() -> None:
                 np.testing.assert_array_equal(got[:, lo:hi], np.broadcast_to(got[:, lo:lo + 1], (64, hi - lo)))
 
 
+def tied_top_rows(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(x, mask)``: two float64 rows of ``n`` entries in steps of 1/3, whose three largest tie, and a mask that keeps
+    the first row whole, about 80% of the second and the ties: a block of the ties at the row's end spans a kernel's
+    vectorized loop and its scalar tail where ``n`` is no multiple of the vector width."""
+    rng = np.random.default_rng(n)
+    x = np.round(rng.standard_normal((2, n)) * 3.0) / 3.0
+    x[:, -3:] = x.max() + 1.0
+    mask = rng.random((2, n)) < 0.8
+    mask[0] = True
+    mask[:, -3:] = True
+    return x, mask
+
+
 def _tied_entries_share_a_rank() -> None:
     """The p = 4/3 rank of float32 rows whose three largest entries tie, one row masked (under ``jax.jit``, a block of
     the ties spanning a kernel's vectorized loop and its tail split in two, and ranked them 2.5 apart): NumPy's
@@ -63,13 +76,7 @@ def _tied_entries_share_a_rank() -> None:
 
     import rankops
 
-    n = 135
-    rng = np.random.default_rng(n)
-    x = np.round(rng.standard_normal((2, n)) * 3.0) / 3.0
-    x[:, -3:] = x.max() + 1.0
-    mask = rng.random((2, n)) < 0.8
-    mask[0] = True
-    mask[:, -3:] = True
+    x, mask = tied_top_rows(135)
     x = x.astype(np.float32)
     on = jnp.asarray(mask)
     for regularization in (dict(regularization="lp", p=4 / 3), dict(regularization="kl")):

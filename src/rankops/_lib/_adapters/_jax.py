@@ -181,12 +181,12 @@ class Jax(PortableAdapter):
         if precise:
             return precise_segment_sum(self.segment_sum, xp, starts, g)
         # one scatter-add into a slot per segment (4-5x XLA's two scans at n = 10^4), read back by gather
-        slots, read = slot_sums(starts, g)
-        return read(slots, exact=True)
+        ids, read = segment_slots(starts, g)
+        return read(slot_sums(ids, g), exact=True)
 
     def segment_slots(self, xp: Any, starts: Any) -> tuple[Any, Any]:
         # the scatter-add's slots as they are: segment b of a row at its slot b (_jax_segments), read by one gather
-        return (lambda g: jnp.reshape(slot_sums(starts, g)[0], g.shape),
+        return (lambda g: jnp.reshape(slot_sums(segment_slots(starts, g)[0], g), g.shape),
                 lambda a, exact=False: segment_slots(starts, a)[1](jnp.reshape(a, (-1,)), exact))
 
     def segment_totals(self, xp: Any, starts: Any, group: Any, heads: Any, g: Any) -> Any:
@@ -201,7 +201,7 @@ class Jax(PortableAdapter):
         ids, read = segment_slots(starts, g)
         top = slot_max(ids, g)
         top = jnp.where(top > -jnp.inf, top, 0.0)  # empty or -inf only: terms exp(-inf) = 0
-        total = slot_sums(starts, jnp.exp(g - read(top, exact=True)))[0]
+        total = slot_sums(ids, jnp.exp(g - read(top, exact=True)))
         return read(jnp.log(total) + top)
 
     def segment_first(self, xp: Any, starts: Any, g: Any) -> Any:

@@ -8,21 +8,22 @@ from typing import Any
 import jax.numpy as jnp
 
 
-def slot_sums(starts: Any, g: Any) -> tuple[Any, Any]:
-    """``(slots, read)``: ``g``'s segments summed by one scatter-add into their slots (:func:`segment_slots`), and
-    the reader of such slots."""
-    ids, read = segment_slots(starts, g)
-    # stacked sums over the same segments scatter each entry's column of them at once: one index for them all
-    stack = (g.size // max(ids.size, 1), ids.size)
-    slots = jnp.zeros(stack, dtype=g.dtype).at[:, ids].add(jnp.reshape(g, stack), mode="promise_in_bounds", indices_are_sorted=True)
-    return jnp.reshape(slots, (-1,)), read
+def _by_entry(a: Any, ids: Any) -> Any:
+    """``a`` as ``(stack, entries)``: the arrays it stacks, each over the entries that ``ids`` numbers."""
+    return jnp.reshape(a, (a.size // max(ids.size, 1), ids.size))
+
+
+def slot_sums(ids: Any, g: Any) -> Any:
+    """Each segment's sum of ``g`` in its slot, flat (``ids`` from :func:`segment_slots`); 0 where empty. Stacked sums
+    over the same segments scatter each entry's column of them at once: one index for them all."""
+    g = _by_entry(g, ids)
+    return jnp.reshape(jnp.zeros_like(g).at[:, ids].add(g, mode="promise_in_bounds", indices_are_sorted=True), (-1,))
 
 
 def slot_max(ids: Any, g: Any) -> Any:
-    """Each segment's maximum of ``g`` in its slot, flat (``ids`` from :func:`segment_slots`); -inf where empty."""
-    stack = (g.size // max(ids.size, 1), ids.size)
-    slots = jnp.full(stack, -jnp.inf, dtype=g.dtype).at[:, ids].max(jnp.reshape(g, stack), mode="promise_in_bounds", indices_are_sorted=True)
-    return jnp.reshape(slots, (-1,))
+    """Each segment's maximum of ``g`` in its slot, flat (as :func:`slot_sums`); -inf where empty."""
+    g = _by_entry(g, ids)
+    return jnp.reshape(jnp.full_like(g, -jnp.inf).at[:, ids].max(g, mode="promise_in_bounds", indices_are_sorted=True), (-1,))
 
 
 def segment_slots(starts: Any, g: Any) -> tuple[Any, Any]:
@@ -45,7 +46,7 @@ def segment_slots(starts: Any, g: Any) -> tuple[Any, Any]:
     ids = jnp.reshape(ids + n * jnp.reshape(jnp.arange(math.prod(rows) // max(n, 1), dtype=jnp.int32), rows[:-1] + (1,)), (-1,))
 
     def read(slots: Any, exact: bool = False) -> Any:
-        slots = jnp.reshape(slots, (slots.size // max(ids.size, 1), ids.size))
+        slots = _by_entry(slots, ids)
         if not exact:  # stored first (a scatter's result is; a gather reads its operand as stored)
             every = jnp.arange(ids.size)
             slots = jnp.zeros_like(slots).at[:, every].set(slots, indices_are_sorted=True, unique_indices=True)
