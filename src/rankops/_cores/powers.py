@@ -68,8 +68,14 @@ def power(xp: Any, a: Any, e: float, *, tangent: bool = True) -> Any:
     """
     if e in _PRODUCTS:
         return _product(a, int(e))
-    # a square root where the exponent is one half: a general power costs more
-    rule = xp.sqrt if e == 0.5 else (lambda u: u ** e)
+    # a square root where the exponent is one half, the adapter's cube root where it is a third (p = 4/3's one-entry
+    # blocks, on JAX a logarithm and a Newton step): a general power costs more
+    if e == 0.5:
+        rule = xp.sqrt
+    elif e == 1.0 / 3.0:
+        rule = lambda u: get_adapter(xp).cube_root(xp, u)  # noqa: E731
+    else:
+        rule = lambda u: u ** e  # noqa: E731
     if not tangent:
         return rule(a)
     positive = a > 0

@@ -136,8 +136,9 @@ class PortableAdapter:
         return x
 
     def cube_root(self, xp: Any, a: Any) -> Any:
-        """``a^(1/3)`` for ``a >= 0`` without a derivative (a scale): the power, whose exponent rounds (12 units in the
-        last place at ``a = 10^30`` in float32), as a scale may (:func:`rankops._cores.powers.cubic_root`)."""
+        """``a^(1/3)`` for ``a > 0`` (0, inf and NaN kept): the power, whose exponent rounds (12 units in the last place
+        at ``a = 10^30`` in float32), as the cubic's scale may (:func:`rankops._cores.powers.cubic_root`) and as
+        :func:`rankops._cores.powers.power` of a third is."""
         return a ** (1.0 / 3.0)
 
     def linear_scan(self, xp: Any, a: Any, b: Any, *, reverse: bool = False, overwrite_b: bool = False) -> Any:
