@@ -35,8 +35,8 @@ and last
 
 6. ``soft_rank`` at p whose ``q = p / (p - 1)`` is no integer (1.4, 1.35,
    1.3: no closed forms or moments, Newton's steps over the entries and
-   threshold splits), torch, at the default softness and at strength 1 and
-   0.1, at both sizes.
+   threshold splits), torch and JAX, at the default softness and at
+   strength 1 and 0.1, at both sizes.
 
 ``--plot PATH`` draws the paper's Figure 1: ``x(s) = (3, 1, -1 + s, s)``,
 k = 2, the sum of mask entries 2 and 3 as s varies, for the hard mask,
@@ -143,15 +143,17 @@ OTHER_P = {"l2": {"regularization": "l2"}, **{f"p = {p:g}": {"regularization": "
 
 
 def other_p(sizes: list[tuple[int, int]], repeats: int) -> None:
-    _head("\nsoft_rank forward+backward at p whose q = p / (p - 1) is no integer, torch, float32, median of interleaved "
-          "repeats (ms; last column: / l2 in the same run)", ("B", "n", "strength"), OTHER_P)
-    for b, n in sizes:
-        x = np.random.default_rng(0).normal(size=(b, n)).astype(np.float32)
-        for strength in (None, 1.0, 0.1):
-            fns = {name: _step("torch", "soft_rank", opts, x, strength) for name, opts in OTHER_P.items()}
-            ms = {k: 1e3 * v for k, v in interleaved_medians(fns, repeats).items()}
-            label = "default" if strength is None else f"{strength:g}"
-            print(f"| {b} | {n:,} | {label} | {_cells(ms)}")
+    _head("\nsoft_rank forward+backward at p whose q = p / (p - 1) is no integer, float32, torch eager (one thread) and "
+          "JAX under jit, median of interleaved repeats (ms; last column: / l2 in the same run)",
+          ("backend", "B", "n", "strength"), OTHER_P)
+    for backend in ("torch", "jax"):
+        for b, n in sizes:
+            x = np.random.default_rng(0).normal(size=(b, n)).astype(np.float32)
+            for strength in (None, 1.0, 0.1):
+                fns = {name: _step(backend, "soft_rank", opts, x, strength) for name, opts in OTHER_P.items()}
+                ms = {k: 1e3 * v for k, v in interleaved_medians(fns, repeats).items()}
+                label = "default" if strength is None else f"{strength:g}"
+                print(f"| {backend} | {b} | {n:,} | {label} | {_cells(ms)}")
 
 
 def sparsity(sizes: list[tuple[int, int]]) -> None:

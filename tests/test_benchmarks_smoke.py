@@ -275,9 +275,9 @@ def test_sparse_topk_script_prints_its_tables():
                       flags=re.M)
     labels = [f"softness {s}" for s in ("0.3", "1", "3", "10")] + [f"strength {e}" for e in ("10", "1", "0.1", "0.01", "0.001")]
     assert [k for k in knob if k != "softness 100"] == (labels + ["slowest, softness", "slowest, strength"]) * 2, proc.stdout
-    # the rank at p with no closed forms: both sizes at the default softness and strength 1 and 0.1
-    other = re.findall(r"^\| \d+ \| [\d,]+ \| (default|1|0\.1) \|(?: [\d.e+]+ \|){5}$", proc.stdout, flags=re.M)
-    assert other == ["default", "1", "0.1"] * 2, proc.stdout
+    # the rank at p with no closed forms: torch and JAX, both sizes at the default softness and strength 1 and 0.1
+    other = re.findall(r"^\| (torch|jax) \| \d+ \| [\d,]+ \| (default|1|0\.1) \|(?: [\d.e+]+ \|){5}$", proc.stdout, flags=re.M)
+    assert other == [(b, k) for b in ("torch", "jax") for k in ("default", "1", "0.1") * 2], proc.stdout
     shares = r"^\| soft_topk_(mask|magnitude) \| \d+ \| [\d,]+ \|(?: [\d.]+% / [\d.]+% \|){4}$"
     assert len(re.findall(shares, proc.stdout, flags=re.M)) == 4, proc.stdout
     try:

@@ -676,6 +676,27 @@ def test_whole_powers_are_products_equal_to_the_power():
             np.testing.assert_allclose(odd_power(xp, a, float(e)), np.sign(a) * np.abs(a) ** e, rtol=8e-16 * e, atol=0)
 
 
+@pytest.mark.parametrize("q", [2.0, 2.5, 3.0, 3.5, 11.0 / 3.0, 4.0, 4.5, 5.0])
+def test_phi_and_its_slope_from_one_power(q):
+    """``phi_and_slope`` gives ``sign(a) |a|^(q-1)`` and ``|a|^(q-2)`` within a few roundings of ``np.power`` (at a
+    fractional ``q - 2`` the first as ``a |a|^(q-2)``), exactly 0 at 0, and at whole exponents the very products of
+    ``odd_power`` and ``power`` (the p = 3/2, 4/3, 5/4 fits unchanged bit for bit)."""
+    import array_api_compat.numpy as xp
+
+    from rankops._cores.powers import odd_power, phi_and_slope, power
+
+    a = np.concatenate([-np.geomspace(1e-20, 1e20, 41), [0.0], np.geomspace(1e-20, 1e20, 41)])
+    phi, slope = phi_and_slope(xp, a, q)
+    np.testing.assert_allclose(phi, np.sign(a) * np.abs(a) ** (q - 1.0), rtol=2e-15 * q, atol=0)
+    np.testing.assert_allclose(slope, np.abs(a) ** (q - 2.0), rtol=2e-15 * q, atol=0)
+    assert phi[41] == 0.0 and (slope[41] == 0.0 or q == 2.0)
+    unsigned = phi_and_slope(xp, np.abs(a), q, signed=False)
+    np.testing.assert_allclose(unsigned[0], np.abs(a) ** (q - 1.0), rtol=2e-15 * q, atol=0)
+    if float(q).is_integer() and q > 2.0:
+        assert np.array_equal(phi, odd_power(xp, a, q - 1.0)) and np.array_equal(slope, power(xp, np.abs(a), q - 2.0))
+        assert np.array_equal(unsigned[0], power(xp, np.abs(a), q - 1.0))
+
+
 @pytest.mark.parametrize("k", [2.0, 2.5, 3.0, 4.0, 5.0])
 def test_falling_start_lies_between_the_root_and_jensens_bound(k):
     """``powers.falling_start``, the start of Newton's steps past the closed forms: for 500 blocks of 1 to 40 centred

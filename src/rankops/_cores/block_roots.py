@@ -21,7 +21,7 @@ from typing import Any
 from .._lib._numerics import safe_divide
 from . import windows
 from .power_sums import centred, centred_moments, falling_moment_root, stepped_blocks, stepped_root, stepped_second_moment
-from .powers import falling_newton, falling_start, moment_root, odd_power, power
+from .powers import falling_newton, falling_start, moment_root, odd_power, phi_and_slope, power
 from . import stepped
 from .subsets import Subset
 
@@ -161,8 +161,8 @@ def signed_shift(xp: Any, adapter: Any, starts: Any, y: Any, w: Any, q: float, n
         def newton(state: tuple[Any, Any, Any]) -> tuple[Any, Any, Any]:
             t, lo, hi = state
             u = d + t
-            terms = adapter.segment_sum(xp, starts, xp.stack([odd_power(xp, u, q - 1.0) - share,
-                                                             (q - 1.0) * power(xp, xp.abs(u), q - 2.0)]))
+            phi, slope = phi_and_slope(xp, u, q)
+            terms = adapter.segment_sum(xp, starts, xp.stack([phi - share, (q - 1.0) * slope]))
             h = terms[0, ...]
             lo, hi = xp.where(h < 0, t, lo), xp.where(h < 0, hi, t)
             step = t - safe_divide(xp, h, terms[1, ...])

@@ -60,7 +60,7 @@ from . import masked
 from .breakpoints import search_breakpoints
 from .finite import finite_rows
 from .pnorm import exponent_of
-from .powers import cubic_root, falling_newton, falling_root, power
+from .powers import cubic_root, falling_newton, falling_root, phi_and_slope, power
 
 __all__ = ["magnitude_core"]
 
@@ -84,8 +84,8 @@ def _kept_band(xp: Any, adapter: Any, a: Any, eps: float, q: float) -> Any:
         return eps * cubic_root(xp, xp.full_like(a, eps), -a)
 
     def newton(r: Any) -> Any:
-        h = power(xp, r, q - 1.0) + eps * r - a
-        return xp.clip(r - h / ((q - 1.0) * power(xp, r, q - 2.0) + eps), 0.0, None)
+        phi, slope = phi_and_slope(xp, r, q, signed=False)
+        return xp.clip(r - (phi + eps * r - a) / ((q - 1.0) * slope + eps), 0.0, None)
 
     start = xp.minimum(a / eps, power(xp, a, 1.0 / (q - 1.0)))
     return eps * falling_newton(xp, adapter, newton, start, q, like=(a,))

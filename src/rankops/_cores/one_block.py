@@ -42,7 +42,7 @@ from typing import Any, Callable
 from .._lib._compat import cumulative_sum, device as _device, index_dtype, wide_dtype
 from .._lib._numerics import centred_within, safe_divide
 from .blocks import put_rows, take_in_range
-from .powers import odd_power, power
+from .powers import odd_power, phi_and_slope
 
 __all__ = ["guessed_first", "guessed_in_graph", "guessed_fit", "fit_rows", "DROPPING", "SHORTEST"]
 
@@ -269,6 +269,7 @@ def _signed_newton_step(xp: Any, within: Callable[[Any], Any], a: Any, w: Any, q
     """``(step, slope)``: one Newton step on each set's equation ``sum phi(a_i) = sum w_i`` (``a = y - v``, ``phi(a) = a
     |a|^(q-2)`` with its sign; ``within(g)``: each set's sum of ``g``, per entry or per row), the amount every ``a`` of
     the set rises by (its value falls by), and each term's ``phi'(a)``. An entry with ``a`` and ``w`` 0 adds nothing."""
-    slope = xp.ones_like(a) if q == 2.0 else (q - 1.0) * power(xp, xp.abs(a), q - 2.0, tangent=False)
-    totals = within(xp.stack([w - odd_power(xp, a, q - 1.0), slope]))
+    phi, slope = phi_and_slope(xp, a, q, tangent=False)
+    slope = slope if q == 2.0 else (q - 1.0) * slope
+    totals = within(xp.stack([w - phi, slope]))
     return safe_divide(xp, totals[0, ...], totals[1, ...]), slope

@@ -81,7 +81,7 @@ from . import block_roots, isotonic, one_block, splits, stepped, windows
 from .breakpoints import search_breakpoints
 from .extensions import Extension, InSlots
 from .power_sums import PowerSums, SteppedSignedSums, block_form, stepped_block_form, merge_blocks, merge_fit, pool_blocks, pooled_blocks_length
-from .powers import falling_root, moment_root, odd_power, power
+from .powers import falling_root, moment_root, odd_power, phi_and_slope, power
 from .subsets import Subset, one_entry_blocks
 
 __all__ = ["exponent", "project", "capped", "slope", "exponent_of", "ENTRY_MERGES", "EXTENDED_FROM"]
@@ -258,8 +258,8 @@ def project(xp: Any, adapter: Any, z: Any, w: Any, q: float, valid: Any = None, 
                                    masked=valid is not None)
     starts = isotonic.block_starts(xp, v)
     a = d + t if signed else xp.clip(d + t, 0.0, None)
-    mu = odd_power(xp, a, q - 1.0) if signed else power(xp, a, q - 1.0)
-    dphi = xp.ones_like(a) if q == 2.0 else (q - 1.0) * power(xp, xp.abs(a), q - 2.0)
+    mu, dphi = phi_and_slope(xp, a, q, signed=signed)
+    dphi = dphi if q == 2.0 else (q - 1.0) * dphi
     share = safe_divide(xp, dphi, isotonic.block_sums(xp, adapter, starts, dphi))
     # back in z's order: a block's start is its first entry in that order (the reversed block's last)
     ends = isotonic.block_starts(xp, xp.flip(v, axis=-1))
@@ -426,8 +426,9 @@ def capped(xp: Any, adapter: Any, s: Any, k: Any, q: float, valid: Any = None) -
     starts = ~free | xp.concat([xp.ones_like(free[..., :1]), ~free[..., :-1]], axis=-1)
     t = _free_root(xp, adapter, d, free, rest, m, q)
     a = xp.where(free, xp.clip(d + t, 0.0, None), xp.astype(ones, s.dtype))
-    mu = xp.where(free, power(xp, a, q - 1.0), a)
-    dphi = xp.where(free, xp.ones_like(a) if q == 2.0 else (q - 1.0) * power(xp, a, q - 2.0), 0.0)
+    phi, slope = phi_and_slope(xp, a, q, signed=False)
+    mu = xp.where(free, phi, a)
+    dphi = xp.where(free, slope if q == 2.0 else (q - 1.0) * slope, 0.0)
     # a fixed entry is a block of its own, whose share is 1 (its Jacobian row is then 0)
     share = xp.where(free, safe_divide(xp, dphi, xp.sum(dphi, axis=-1, keepdims=True)), 1.0)
     return mu, share, starts

@@ -8,7 +8,7 @@ from typing import Any
 from .._lib._adapters import get_adapter
 from .._lib._numerics import safe_divide
 
-__all__ = ["newton_steps", "falling_newton", "falling_start", "falling_root", "power", "odd_power", "cubic_root", "moment_root", "stepped_signed_square_root"]
+__all__ = ["newton_steps", "falling_newton", "falling_start", "falling_root", "power", "odd_power", "phi_and_slope", "cubic_root", "moment_root", "stepped_signed_square_root"]
 
 
 def newton_steps(q: float) -> int:
@@ -90,6 +90,19 @@ def odd_power(xp: Any, a: Any, e: float) -> Any:
     # one power of |a|: a ``where`` between two powers would evaluate both at every entry
     magnitude = power(xp, xp.abs(a), e)
     return xp.where(a < 0, -magnitude, magnitude)
+
+
+def phi_and_slope(xp: Any, a: Any, q: float, *, signed: bool = True, tangent: bool = True) -> tuple[Any, Any]:
+    """``(phi(a), |a|^(q-2))`` for ``phi(a) = sign(a) |a|^(q-1)`` (q >= 2), whose derivative is ``(q - 1) |a|^(q-2)``: at
+    a q - 2 that is no whole exponent from one general power, ``phi(a) = a |a|^(q-2)`` (a power costs a logarithm and
+    an exponential, the product one rounding); at a whole one by products, as :func:`odd_power` (``signed``, else
+    :func:`power` of an ``a >= 0``). ``tangent``: as for :func:`power`."""
+    if q == 2.0:
+        return a, xp.ones_like(a)
+    slope = power(xp, xp.abs(a) if signed else a, q - 2.0, tangent=tangent)
+    if q - 2.0 not in _PRODUCTS:
+        return a * slope, slope
+    return (odd_power(xp, a, q - 1.0) if signed else power(xp, a, q - 1.0, tangent=tangent)), slope
 
 
 # whole exponents up to 8 (p = 1 + 1/e: 2, 3/2, 4/3, 1.25, ...) by products, which are exact to a few roundings and

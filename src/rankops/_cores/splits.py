@@ -27,7 +27,7 @@ from .._lib._compat import accumulation_dtype, device as _device
 from .._lib._numerics import safe_divide
 from . import isotonic
 from .blocks import put_rows, take_in_range
-from .powers import odd_power, power
+from .powers import phi_and_slope
 from .subsets import Subset
 
 __all__ = ["split_starts", "fit_left", "cost", "LEVELS"]
@@ -86,7 +86,8 @@ def _split(xp: Any, adapter: Any, shift: Any, s: Any, u: Any, yw: Any, q: float,
     parts' roots rise across it), and on the entries of a segment so split; ``u`` at the roots of the parts. Not
     ``primed`` (a 0-d bool; ``u`` not yet solved): no split, ``u`` at the segments' roots."""
     y, w = yw[0, ...], yw[1, ...]
-    terms = xp.stack([w - odd_power(xp, u, q - 1.0), (q - 1.0) * power(xp, xp.abs(u), q - 2.0, tangent=False)])
+    phi, slope = phi_and_slope(xp, u, q, tangent=False)
+    terms = xp.stack([w - phi, (q - 1.0) * slope])
     terms = xp.concat([terms, xp.abs(terms[:1, ...])])  # f'_i at the root, its derivative, |f'_i|
     # within each segment, in one scan: the sums before each entry, and from it to the segment's end (reversed)
     links = xp.broadcast_to(xp.astype(~s[..., 1:], u.dtype), terms.shape[:-1] + (u.shape[-1] - 1,))
