@@ -60,7 +60,7 @@ from . import masked
 from .breakpoints import search_breakpoints
 from .finite import finite_rows
 from .pnorm import exponent_of
-from .powers import cubic_root, falling_newton, falling_root, phi_and_slope, power
+from .powers import cubic_root, falling_newton, falling_root, phi_and_slope, power, power_sum
 
 __all__ = ["magnitude_core"]
 
@@ -159,8 +159,7 @@ def threshold(xp: Any, adapter: Any, a: Any, k: Any, eps: float, q: float) -> tu
         positive = theta > 0
         scale = eps * power(xp, xp.where(positive, theta, 1.0), 1.0 / (q - 1.0))
         between = (top < j) & (bottom > j) & positive
-        share = power(xp, xp.clip((ac - about) / scale, 0.0, 1.0), q - 1.0)
-        return xp.sum(xp.where(bottom <= j, 1.0, xp.where(between, share, 0.0)), axis=-1, keepdims=True)
+        return power_sum(xp, xp.where(bottom <= j, 1.0, xp.where(between, xp.clip((ac - about) / scale, 0.0, 1.0), 0.0)), q - 1.0)
 
     # whole: fewer than k entries are non-zero (at the largest a every entry is 0, below k)
     kept, blend, whole = search_breakpoints(xp, adapter, top, bottom, total, k)

@@ -81,7 +81,7 @@ from . import block_roots, isotonic, one_block, splits, stepped, windows
 from .breakpoints import search_breakpoints
 from .extensions import Extension, InSlots
 from .power_sums import PowerSums, SteppedSignedSums, block_form, stepped_block_form, merge_blocks, merge_fit, pool_blocks, pooled_blocks_length
-from .powers import falling_root, moment_root, odd_power, phi_and_slope, power
+from .powers import falling_root, moment_root, odd_power, phi_and_slope, power, power_sum
 from .subsets import Subset, one_entry_blocks
 
 __all__ = ["exponent", "project", "capped", "slope", "exponent_of", "ENTRY_MERGES", "EXTENDED_FROM"]
@@ -414,7 +414,7 @@ def capped(xp: Any, adapter: Any, s: Any, k: Any, q: float, valid: Any = None) -
         tau = adapter.take(xp, breaks, j)
         between = (top < j) & (bottom > j)
         a = xp.where(bottom <= j, 1.0, xp.where(between, xp.clip(s - tau, 0.0, 1.0), 0.0))
-        return xp.sum(power(xp, a, q - 1.0), axis=-1, keepdims=True)
+        return power_sum(xp, a, q - 1.0)
 
     upper, free, whole = search_breakpoints(xp, adapter, top, bottom, total, k)  # whole: every valid entry is 1
     ones = upper | (whole & (True if valid is None else valid))

@@ -8,7 +8,7 @@ from typing import Any
 from .._lib._adapters import get_adapter
 from .._lib._numerics import safe_divide
 
-__all__ = ["newton_steps", "falling_newton", "falling_start", "falling_root", "power", "odd_power", "phi_and_slope", "cubic_root", "moment_root", "stepped_signed_square_root"]
+__all__ = ["newton_steps", "falling_newton", "falling_start", "falling_root", "power", "odd_power", "phi_and_slope", "power_sum", "cubic_root", "moment_root", "stepped_signed_square_root"]
 
 
 def newton_steps(q: float) -> int:
@@ -103,6 +103,16 @@ def phi_and_slope(xp: Any, a: Any, q: float, *, signed: bool = True, tangent: bo
     if q - 2.0 not in _PRODUCTS:
         return a * slope, slope
     return (odd_power(xp, a, q - 1.0) if signed else power(xp, a, q - 1.0, tangent=tangent)), slope
+
+
+def power_sum(xp: Any, a: Any, e: float) -> Any:
+    """``sum a^e`` over the last axis (kept) for ``a >= 0``; at a whole ``e`` from 2 where the backend sums products
+    faster as a dot (``adapter.sums_products_by_dot``: JAX, whose CPU reduction of a fused ``a (a a)`` over one long
+    row is one chain of additions, its dot vectorized), the dot of ``a^(e-1)`` with ``a``. (A general power costs more
+    than the chain: summed where it is computed.)"""
+    if e in _PRODUCTS[1:] and get_adapter(xp).sums_products_by_dot:
+        return xp.vecdot(power(xp, a, e - 1.0), a, axis=-1)[..., None]
+    return xp.sum(power(xp, a, e), axis=-1, keepdims=True)
 
 
 # whole exponents up to 8 (p = 1 + 1/e: 2, 3/2, 4/3, 1.25, ...) by products, which are exact to a few roundings and

@@ -107,6 +107,9 @@ class PortableAdapter:
     # the backend compiles a loop's body once (lax loops), so a loop costs its body, not its steps: loops whose
     # every step differs in shape are then better run as one loop over position arithmetic (_cores/merges.py)
     compiles_loops = False
+    # a row's sum of products is faster as a dot (XLA's CPU reduces a fused product over one long row as one chain of
+    # additions, and vectorizes its dot); elsewhere the sum of the products, which a dot would only add kernels to
+    sums_products_by_dot = False
 
     # -- numerics ------------------------------------------------------------------------
 

@@ -37,6 +37,7 @@ class Jax(PortableAdapter):
     autodiff = True
     flushes_subnormals = True
     compiles_loops = True
+    sums_products_by_dot = True
 
     # With XLA's optimisations off (jax_disable_most_optimizations, as this project's tests run),
     # XLA computed z once for the row's maximum and again, rounded differently (a fused
