@@ -159,7 +159,8 @@ def threshold(xp: Any, adapter: Any, a: Any, k: Any, eps: float, q: float) -> tu
         positive = theta > 0
         scale = eps * power(xp, xp.where(positive, theta, 1.0), 1.0 / (q - 1.0))
         between = (top < j) & (bottom > j) & positive
-        return power_sum(xp, xp.where(bottom <= j, 1.0, xp.where(between, xp.clip((ac - about) / scale, 0.0, 1.0), 0.0)), q - 1.0)
+        base = xp.where(between, xp.clip((ac - about) / scale, 0.0, 1.0), 0.0)
+        return power_sum(xp, xp.where(bottom <= j, 1.0, base), q - 1.0)
 
     # whole: fewer than k entries are non-zero (at the largest a every entry is 0, below k)
     kept, blend, whole = search_breakpoints(xp, adapter, top, bottom, total, k)

@@ -270,6 +270,6 @@ def _signed_newton_step(xp: Any, within: Callable[[Any], Any], a: Any, w: Any, q
     |a|^(q-2)`` with its sign; ``within(g)``: each set's sum of ``g``, per entry or per row), the amount every ``a`` of
     the set rises by (its value falls by), and each term's ``phi'(a)``. An entry with ``a`` and ``w`` 0 adds nothing."""
     phi, slope = phi_and_slope(xp, a, q, tangent=False)
-    slope = slope if q == 2.0 else (q - 1.0) * slope
+    slope = (q - 1.0) * slope
     totals = within(xp.stack([w - phi, slope]))
     return safe_divide(xp, totals[0, ...], totals[1, ...]), slope

@@ -258,8 +258,8 @@ def project(xp: Any, adapter: Any, z: Any, w: Any, q: float, valid: Any = None, 
                                    masked=valid is not None)
     starts = isotonic.block_starts(xp, v)
     a = d + t if signed else xp.clip(d + t, 0.0, None)
-    mu, dphi = phi_and_slope(xp, a, q, signed=signed)
-    dphi = dphi if q == 2.0 else (q - 1.0) * dphi
+    mu, slope = phi_and_slope(xp, a, q, signed=signed)
+    dphi = (q - 1.0) * slope
     share = safe_divide(xp, dphi, isotonic.block_sums(xp, adapter, starts, dphi))
     # back in z's order: a block's start is its first entry in that order (the reversed block's last)
     ends = isotonic.block_starts(xp, xp.flip(v, axis=-1))
@@ -428,7 +428,7 @@ def capped(xp: Any, adapter: Any, s: Any, k: Any, q: float, valid: Any = None) -
     a = xp.where(free, xp.clip(d + t, 0.0, None), xp.astype(ones, s.dtype))
     phi, slope = phi_and_slope(xp, a, q, signed=False)
     mu = xp.where(free, phi, a)
-    dphi = xp.where(free, slope if q == 2.0 else (q - 1.0) * slope, 0.0)
+    dphi = xp.where(free, (q - 1.0) * slope, 0.0)
     # a fixed entry is a block of its own, whose share is 1 (its Jacobian row is then 0)
     share = xp.where(free, safe_divide(xp, dphi, xp.sum(dphi, axis=-1, keepdims=True)), 1.0)
     return mu, share, starts
