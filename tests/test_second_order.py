@@ -29,6 +29,17 @@ CASES = {
     "rank[permutahedron, kl]": lambda x, m: rankops.soft_rank(x, method="permutahedron", strength=0.5, regularization="kl"),
     "sort[permutahedron, kl]": lambda x, m: rankops.soft_sort(x, method="permutahedron", strength=0.5, regularization="kl"),
     "rank[permutahedron, mask]": lambda x, m: rankops.soft_rank(x, method="permutahedron", strength=0.5, mask=m),
+    # the p-norm's blocks are placed by pooling rounds, whose Newton's steps (a q without closed forms: 1.35; q = 5)
+    # take no derivative; the solve on the blocks does, twice
+    "rank[permutahedron, lp, p=1.35]": lambda x, m: rankops.soft_rank(
+        x, method="permutahedron", strength=0.5, regularization="lp", p=1.35),
+    "rank[permutahedron, lp, p=1.25, mask]": lambda x, m: rankops.soft_rank(
+        x, method="permutahedron", strength=0.5, regularization="lp", p=1.25, mask=m),
+    "sort[permutahedron, lp, p=1.25]": lambda x, m: rankops.soft_sort(
+        x, method="permutahedron", strength=2.0, regularization="lp", p=1.25),
+    "topk[permutahedron, lp, p=1.35]": lambda x, m: rankops.soft_topk_mask(
+        x, 2, method="permutahedron", strength=2.0, regularization="lp", p=1.35),
+    "magnitude[lp]": lambda x, m: rankops.soft_topk_magnitude(x, 2, strength=2.0, regularization="lp", p=4 / 3),
     "rank[lapsum]": lambda x, m: rankops.soft_rank(x, method="lapsum", alpha=0.5),
     "sort[lapsum, descending]": lambda x, m: rankops.soft_sort(x, method="lapsum", alpha=0.5, descending=True),
     "topk[lapsum]": lambda x, m: rankops.soft_topk_mask(x, 2, method="lapsum", alpha=0.5),
@@ -40,7 +51,8 @@ CASES = {
     "isotonic_regression[mask]": lambda x, m: rankops.isotonic_regression(x, mask=m),
 }
 # JAX compiles each Hessian: a few (the loops' bool state, a mask, a scan)
-JAX_CASES = ["rank[permutahedron, l2]", "rank[lapsum, mask]", "isotonic_regression[mask]"]
+JAX_CASES = ["rank[permutahedron, l2]", "rank[permutahedron, lp, p=1.35]", "rank[permutahedron, lp, p=1.25, mask]",
+             "sort[permutahedron, lp, p=1.25]", "rank[lapsum, mask]", "isotonic_regression[mask]"]
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -94,3 +106,33 @@ def test_torch_func_hessian_and_the_sinkhorn_refusal():
     assert_allclose(grad(sinkhorn_loss)(x).numpy(), xr.grad.numpy(), rtol=1e-12, atol=1e-14)
     with pytest.raises(RuntimeError, match=r"implicit Sinkhorn backward .* pass implicit=False"):
         grad(lambda v: grad(sinkhorn_loss)(v).sum())(x)
+
+
+@pytest.mark.parametrize("p", [1.35, 1.25])
+def test_p_norm_hessian_vector_products_on_rows_that_take_the_guess_and_the_extensions(p):
+    """Rows of 200 entries (the one-block guess from 128, the rounds' extensions from 64): a Hessian-vector product,
+    JAX's ``jvp`` of ``grad`` under ``jit`` and torch's double backward, equals central differences of the gradient.
+    At p = 1.35 (no closed form) and 1.25 (q = 5) the pooling rounds solve blocks by Newton's steps, whose loop JAX
+    cannot transpose: the blocks' placement takes no derivative."""
+    jax = pytest.importorskip("jax")
+    torch = pytest.importorskip("torch")
+    import jax.numpy as jnp
+
+    rng = np.random.default_rng(2)
+    x, v, w = (rng.normal(size=(2, 200)) for _ in range(3))
+
+    def loss(a, xp):
+        out = rankops.soft_rank(a, method="permutahedron", strength=1.0, regularization="lp", p=p)
+        return xp.sum(out * xp.asarray(w)) + xp.sum(out**2)
+
+    grad = jax.jit(jax.grad(lambda a: loss(a, jnp)))
+    h = 1e-6
+    numeric = (np.asarray(grad(jnp.asarray(x + h * v))) - np.asarray(grad(jnp.asarray(x - h * v)))) / (2 * h)
+    product = jax.jit(lambda a, t: jax.jvp(grad, (a,), (t,))[1])(jnp.asarray(x), jnp.asarray(v))
+    assert_allclose(np.asarray(product), numeric, rtol=1e-6, atol=1e-5 * np.abs(numeric).max())
+    assert np.abs(numeric).max() > 1.0  # the rows hold blocks of several entries: curvature, not 2 I alone
+
+    xt = torch.asarray(x).requires_grad_(True)
+    (g,) = torch.autograd.grad(loss(xt, torch), xt, create_graph=True)
+    (hv,) = torch.autograd.grad((g * torch.asarray(v)).sum(), xt)
+    assert_allclose(hv.numpy(), numeric, rtol=1e-6, atol=1e-5 * np.abs(numeric).max())

@@ -285,9 +285,10 @@ def fitted_blocks(xp: Any, v0: Any, y: Any, wf: Any, *, q: float, signed: bool, 
 def _fitted(xp: Any, adapter: Any, rules: _Rules, v0: Any, y: Any, wf: Any, q: float, signed: bool, masked: bool,
             starts: Any = None) -> tuple[Any, Any, Any]:
     """:func:`fitted_blocks` by the rounds, from the segments that ``starts`` begins (a block a guess pooled in ``v0``
-    stays pooled; default: one-entry segments)."""
-    yw, n = xp.stack([y, wf]), v0.shape[-1]
-    v, extend = v0, _extension(q, signed) if n >= EXTENDED_FROM else None
+    stays pooled; default: one-entry segments), placed from values that carry no derivative (a partition is constant
+    almost everywhere): only the solve on them is, also twice, where JAX could not transpose a round's Newton's steps."""
+    ys, ws, v = (adapter.stop_gradient(xp, a) for a in (y, wf, v0))
+    yw, n, extend = xp.stack([ys, ws]), v0.shape[-1], _extension(q, signed) if v0.shape[-1] >= EXTENDED_FROM else None
     if n > 1:
         # rows whose blocks form by long chains would take up to n pooling rounds: the rows the pooling leaves go to merge
         # rounds (or windows) where the loss has power sums (q = 2 to 6, 3 with blocks above their values), else to splits
@@ -300,8 +301,8 @@ def _fitted(xp: Any, adapter: Any, rules: _Rules, v0: Any, y: Any, wf: Any, q: f
             # on a CPU the few drops the pooling leaves are fitted in windows of blocks (:mod:`.windows`) by the same merge
             # rounds (q = 3, 5: pooling rounds over the blocks' moments): a row of 1000 leaves about one drop
             sums = PowerSums(q)
-            v = isotonic.pool_then_merge(xp, adapter, rules, v0, yw, lambda u, unsettled: xp.where(
-                unsettled[..., None], adapter.eagerly(xp, merge_fit, (u, y, wf), like=(0,), q=q, short_rows=extend is None)[0], u),
+            v = isotonic.pool_then_merge(xp, adapter, rules, v, yw, lambda u, unsettled: xp.where(
+                unsettled[..., None], adapter.eagerly(xp, merge_fit, (u, ys, ws), like=(0,), q=q, short_rows=extend is None)[0], u),
                 merge_cost=ENTRY_MERGE_COST if entries_only else 1.0 if blocks or short < n else 0.0, stall_blocks=0 if blocks else short,
                 finish=lambda values, data: (pool_blocks(xp, adapter, values, data, sums) if sums.signs
                                              else merge_blocks(xp, adapter, values, data, q)),
@@ -310,11 +311,11 @@ def _fitted(xp: Any, adapter: Any, rules: _Rules, v0: Any, y: Any, wf: Any, q: f
             # the sort's ranks step evenly, so its blocks have a block form after all: on a CPU the rounds over blocks,
             # the passes and the windows finish its chains (:class:`.power_sums.SteppedSignedSums`); elsewhere it pools
             sums = SteppedSignedSums(q)
-            v = isotonic.pool_then_merge(xp, adapter, rules, v0, yw, lambda u, unsettled: u, rounds=n, sums=sums,
+            v = isotonic.pool_then_merge(xp, adapter, rules, v, yw, lambda u, unsettled: u, rounds=n, sums=sums,
                                          finish=lambda values, data: pool_blocks(xp, adapter, values, data, sums), starts=starts)
         else:  # a compiled torch graph runs the splits in one eager node, whose levels solve only the segments left
-            v = isotonic.pool_then_merge(xp, adapter, rules, v0, yw, lambda u, left: adapter.eagerly(
-                xp, _split_fit, (u, y, wf, left), like=(0,), q=q, signed=signed)[0], merge_cost=splits.cost(adapter, v0), starts=starts,
+            v = isotonic.pool_then_merge(xp, adapter, rules, v, yw, lambda u, left: adapter.eagerly(
+                xp, _split_fit, (u, ys, ws, left), like=(0,), q=q, signed=signed)[0], merge_cost=splits.cost(adapter, v), starts=starts,
                 extend=extend)
     _, d, t = _solved(xp, adapter, rules, isotonic.block_starts(xp, v), y, wf, signed)
     return v, d, t
