@@ -54,11 +54,15 @@ import rankops
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 mesh = jax.make_mesh((2,), ("b",))
-xn = np.random.default_rng(0).normal(size=(4, 40))  # past _jax_scans.SCAN_BLOCK: the blocked scans
-xs = jax.device_put(jnp.asarray(xn), NamedSharding(mesh, P("b")))
 shard_map = {}
-SHARDED = {"sinkhorn-unrolled": dict(method="sinkhorn", implicit=False), "permutahedron-float32": dict(method="permutahedron")}
+SHARDED = {"sinkhorn-unrolled": dict(method="sinkhorn", implicit=False), "permutahedron-float32": dict(method="permutahedron"),
+           "permutahedron-lp": dict(method="permutahedron", regularization="lp", p=1.35)}
+# rows past _jax_scans.SCAN_BLOCK (the blocked scans); the p-norm's past 128, where its rank takes the one-block guess,
+# a branch that returns constants where the other returns the shard's rows, and its rounds the extensions (from 64)
+LENGTH = {"permutahedron-lp": 160}
 for method in sharded:
+    xn = np.random.default_rng(0).normal(size=(4, LENGTH.get(method, 40)))
+    xs = jax.device_put(jnp.asarray(xn), NamedSharding(mesh, P("b")))
     op = lambda v: rankops.soft_rank(v, **SHARDED.get(method, dict(method=method)))
     mapped = jax.shard_map(op, mesh=mesh, in_specs=P("b"), out_specs=P("b"))
     def value_and_grad(f):
@@ -87,9 +91,10 @@ print(json.dumps({"second": str(second), "report": report, "shard_map": shard_ma
 # one per core family: the transport solver, isotonic regression, LapSum's scans, the row-softmax permutations
 QUICK = ["soft_rank[sinkhorn]", "soft_rank[permutahedron]", "soft_rank[lapsum]", "softsort"]
 # under shard_map, one per kind of loop or rule: the transport solver's forward rule and rounds, the pooling
-# loop, the blocked scans; every method, Sinkhorn unrolled too, under -m exhaustive
-SHARDED_QUICK = ["sinkhorn", "permutahedron", "lapsum", "permutahedron-float32"]
-SHARDED = ["permutahedron", "lapsum", "softsort", "neuralsort", "diffsort", "sinkhorn", "sinkhorn-unrolled", "permutahedron-float32"]
+# loop, the blocked scans, the p-norm's guess; every method, Sinkhorn unrolled too, under -m exhaustive
+SHARDED_QUICK = ["sinkhorn", "permutahedron", "lapsum", "permutahedron-float32", "permutahedron-lp"]
+SHARDED = ["permutahedron", "lapsum", "softsort", "neuralsort", "diffsort", "sinkhorn", "sinkhorn-unrolled", "permutahedron-float32",
+           "permutahedron-lp"]
 
 
 def _placements(names: list[str], sharded: list[str]) -> dict:
@@ -114,7 +119,8 @@ def test_values_and_gradients_stay_on_the_second_jax_device(names, sharded):
 
 def _check_shard_map(report: dict, sharded: list[str]) -> None:
     """``jax.shard_map`` (``check_vma`` on) over two devices, every method (Sinkhorn implicit and unrolled; the
-    permutahedron also on float32 rows, whose sort on a CPU is the JAX adapter's packed one): a loop's carry varies as
+    permutahedron also on float32 rows, whose sort on a CPU is the JAX adapter's packed one, and its p-norm rank on
+    rows of 160, the one-block guess's): a route's outputs vary as the other's do, a loop's carry varies as
     its body does, a rule's residuals and missing tangents vary as its outputs do; values and gradients equal the
     unsharded ones (gradients relative to their largest; float32 against the unsharded float32 program), the output
     stays sharded."""

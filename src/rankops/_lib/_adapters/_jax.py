@@ -277,8 +277,10 @@ class Jax(PortableAdapter):
         return jax.lax.while_loop(lambda c: (c[0] < most) & c[2], round_, start)[1]
 
     def shortcut(self, xp: Any, holds: Any, fast: Any, general: Any) -> Any:
-        """``lax.cond``: under ``jit`` one route runs (under ``vmap`` both)."""
-        return jax.lax.cond(holds, fast, general)
+        """``lax.cond``: under ``jit`` one route runs (under ``vmap`` both). Under ``jax.shard_map`` each route's
+        outputs vary as the flag (read from the data) does: a route may return constants (the one-block guess's
+        "no row fitted"), where the other's vary with the shard."""
+        return jax.lax.cond(holds, lambda: varying(fast(), holds), lambda: varying(general(), holds))
 
     def unless(self, xp: Any, skip: Any, fn: Any, operand: Any, in_loop: bool = False) -> Any:
         """``lax.cond``: under ``jit`` the skipped branch costs nothing (under ``vmap`` both run)."""
