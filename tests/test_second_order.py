@@ -136,3 +136,32 @@ def test_p_norm_hessian_vector_products_on_rows_that_take_the_guess_and_the_exte
     (g,) = torch.autograd.grad(loss(xt, torch), xt, create_graph=True)
     (hv,) = torch.autograd.grad((g * torch.asarray(v)).sum(), xt)
     assert_allclose(hv.numpy(), numeric, rtol=1e-6, atol=1e-5 * np.abs(numeric).max())
+
+
+def _long_row_cases() -> list:
+    from conformance.operators import CASES
+
+    # straight-through operators' gradients are not their values' (fd_gradient False); Sinkhorn refuses a Hessian
+    return [case for case in CASES if case.fd_gradient and case.method != "sinkhorn"]
+
+
+@pytest.mark.parametrize("case", _long_row_cases(), ids=str)
+def test_hessian_vector_products_of_every_operator_on_long_rows(case):
+    """Every operator and variant of the conformance suite but Sinkhorn's on rows of 200 entries, where the permutahedron
+    takes its one-block guess and its rounds' extensions, the blocked scans their blocks: JAX's ``jvp`` of ``grad``
+    under ``jit`` against central differences of that gradient."""
+    jax = pytest.importorskip("jax")
+    import jax.numpy as jnp
+
+    rng = np.random.default_rng(3)
+    x, v = (rng.normal(size=(2, 200)) for _ in range(2))
+
+    def loss(a):
+        leaves = [b for b in jax.tree_util.tree_leaves(case(a)) if jnp.issubdtype(b.dtype, jnp.floating)]
+        return sum(jnp.sum(b**2) + jnp.sum(jnp.sin(b)) for b in leaves)
+
+    grad = jax.jit(jax.grad(loss))
+    h = 1e-6
+    numeric = (np.asarray(grad(jnp.asarray(x + h * v))) - np.asarray(grad(jnp.asarray(x - h * v)))) / (2 * h)
+    product = np.asarray(jax.jit(lambda a, t: jax.jvp(grad, (a,), (t,))[1])(jnp.asarray(x), jnp.asarray(v)))
+    assert_allclose(product, numeric, rtol=1e-5, atol=1e-5 * np.abs(numeric).max())
