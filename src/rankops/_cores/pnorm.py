@@ -271,8 +271,7 @@ def fitted_blocks(xp: Any, v0: Any, y: Any, wf: Any, *, q: float, signed: bool, 
     increasing order; ``masked``: a masked tail), by pooling rounds, windows or merge rounds as the backend allows
     (after a guess: :func:`.one_block.guessed_first` where values can be read now, else
     :func:`.one_block.guessed_in_graph`), and its blocks' roots; by name."""
-    adapter = get_adapter(xp)
-    rules = _rules(q, signed)
+    adapter, rules = get_adapter(xp), _rules(q, signed)
     if signed or masked or 0 in v0.shape:
         return _fitted(xp, adapter, rules, v0, y, wf, q, signed, masked)
     guess = one_block.guessed_first if windows.readable_on_cpu(adapter, v0, y, wf) else one_block.guessed_in_graph
@@ -284,11 +283,12 @@ def fitted_blocks(xp: Any, v0: Any, y: Any, wf: Any, *, q: float, signed: bool, 
 
 def _fitted(xp: Any, adapter: Any, rules: _Rules, v0: Any, y: Any, wf: Any, q: float, signed: bool, masked: bool,
             starts: Any = None) -> tuple[Any, Any, Any]:
-    """:func:`fitted_blocks` by the rounds, from the segments that ``starts`` begins (a block a guess pooled in ``v0``
-    stays pooled; default: one-entry segments), placed from values that carry no derivative (a partition is constant
-    almost everywhere): only the solve on them is, also twice, where JAX could not transpose a round's Newton's steps."""
+    """:func:`fitted_blocks` by the rounds from the segments ``starts`` begins (default: one entry each), placed without
+    derivatives (a partition is constant almost everywhere; JAX cannot transpose a round's Newton's steps): only the
+    solve on the blocks is differentiated, once or twice."""
     ys, ws, v = (adapter.stop_gradient(xp, a) for a in (y, wf, v0))
-    yw, n, extend = xp.stack([ys, ws]), v0.shape[-1], _extension(q, signed) if v0.shape[-1] >= EXTENDED_FROM else None
+    yw, n = xp.stack([ys, ws]), v0.shape[-1]
+    extend = _extension(q, signed) if n >= EXTENDED_FROM else None
     if n > 1:
         # rows whose blocks form by long chains would take up to n pooling rounds: the rows the pooling leaves go to merge
         # rounds (or windows) where the loss has power sums (q = 2 to 6, 3 with blocks above their values), else to splits
