@@ -98,6 +98,7 @@ def iterate(
     wrap: Callable[[Callable[[Any], Any], Any], Any] | None = None,
     whole_rounds: bool = False,
     early_exit: bool = True,
+    all_settled: Callable[[Any], bool] | None = None,
 ) -> tuple[Any, int, Any]:
     """Return ``(state, n_iter, error)``.
 
@@ -108,7 +109,10 @@ def iterate(
     flagged in ``done`` reset to ``old``; ``wrap(run, state)`` may wrap each
     round (checkpointing). ``early_exit=False`` (traced code, which cannot
     read the stopping test) runs every round, settled problems frozen: the
-    same numbers, a fixed schedule.
+    same numbers, a fixed schedule. ``all_settled(done)`` reads the stopping
+    test where ``bool(xp.all(done))`` cannot: ``done`` then stands for more
+    problems than its shape shows (``torch.func.vmap``'s, read under the
+    map), so every round freezes the settled ones.
     """
 
     err = done = None
@@ -120,9 +124,9 @@ def iterate(
         state = run(state) if wrap is None else wrap(run, state)
         err = error(operands, state)
         done = settled(xp, err, tol)
-        if early_exit and bool(xp.all(done)):
+        if early_exit and (bool(xp.all(done)) if all_settled is None else all_settled(done)):
             return state, min((r + 1) * check_every, max_iter), err
-        if early_exit and math.prod(done.shape) == 1:  # one problem, and it goes on: nothing to freeze
+        if early_exit and all_settled is None and math.prod(done.shape) == 1:  # one problem, and it goes on: nothing to freeze
             done = None
     return state, max_iter, err
 

@@ -14,7 +14,7 @@ import torch
 from .. import _loops
 from .._compat import cumulative_sum
 from ._generic import PortableAdapter, precise_segment_sum
-from ._torch_autograd import custom_function, in_transform, mapped, plain, searchable
+from ._torch_autograd import custom_function, every_mapped, in_transform, mapped, plain, searchable
 
 __all__ = ["Torch", "ADAPTER"]
 
@@ -156,8 +156,9 @@ class Torch(PortableAdapter):
         return torch.gather(g, -1, first.expand_as(g))  # g may stack several rows of starts' shape
 
     def is_concrete(self, x: Any) -> bool:
-        """False inside ``torch.compile`` and ``torch.func`` transforms, where reading a value is not allowed."""
-        return not torch.compiler.is_compiling() and not torch._C._functorch.is_functorch_wrapped_tensor(x)
+        """False inside ``torch.compile`` and for arrays that ``torch.func.vmap`` maps. ``grad``, ``vjp`` and ``jvp``
+        wrap tensors that can be read as in eager code: they take its routes."""
+        return not torch.compiler.is_compiling() and not mapped(x)
 
     def gumbel(self, xp: Any, key: Any, shape: tuple[int, ...], dtype: Any, device: Any) -> Any:
         """Gumbel(0, 1) as ``-log(E)``, E ~ Exp(1), from the caller's ``key``: None (torch's global generator, so
@@ -197,9 +198,9 @@ class Torch(PortableAdapter):
                 return checkpoint(run, s, use_reentrant=False)
             return run(s)
 
-        # under torch.func.vmap the stopping test cannot be read: every round runs, settled problems frozen
-        early_exit = not any(mapped(t) for t in _tensors((operands, state)))
-        return _loops.iterate(xp, step, operands, state, wrap=checkpointed, early_exit=early_exit, **kwargs)
+        # under torch.func.vmap the stopping test is read under the map, as JAX's vmap of a while_loop reads it
+        read = every_mapped if any(mapped(t) for t in _tensors((operands, state))) else None
+        return _loops.iterate(xp, step, operands, state, wrap=checkpointed, all_settled=read, **kwargs)
 
     def repeat(self, xp: Any, body: Any, state: Any, count: Any, most: int, like: tuple[Any, ...] = (),
                differentiated: bool = True) -> Any:

@@ -63,17 +63,17 @@ class Custom(torch.autograd.Function):
         kept, inputs = saved[: ctx.n_res], saved[ctx.n_res :]
         if not torch.is_grad_enabled():  # a first derivative
             return (None, *bwd(xp, _residuals(ctx.values, kept), cts[:n_diff]))
-        if residuals is not None:
-            # create_graph=True or torch.func: the residuals rebuilt from the inputs under autograd make bwd
-            # differentiable
+        if residuals is not None and (not ctx.functorch or any(_differentiable_again(a) for a in inputs)):
+            # create_graph=True, or torch.func under a second derivative: the residuals rebuilt from the inputs under
+            # autograd make bwd differentiable
             return (None, *bwd(xp, residuals(xp, *inputs), cts[:n_diff]))
         # Only the implicit Sinkhorn backward (an iterative solve) gives no residuals to rebuild; its derivative
         # is not implemented, and once_differentiable would drop it silently under autograd.grad(inputs=...).
         if not ctx.functorch:
             raise RuntimeError(_NO_SECOND_DERIVATIVE)
-        # torch.func (grad, vjp, jacrev) runs the backward with grad enabled, a second derivative or not: the
-        # gradient is the first-order one, and differentiating it again raises (_FirstOrder)
-        if any(mapped(c) for c in cts[:n_diff] if isinstance(c, torch.Tensor)):
+        # torch.func (grad, vjp, jacrev) runs the backward with grad enabled, a second derivative or not: where none
+        # can follow, the gradient is the first-order one from the saved residuals, and differentiating it raises
+        if residuals is None and any(mapped(c) for c in cts[:n_diff] if isinstance(c, torch.Tensor)):
             # vmap of this backward (jacrev): its solve cannot read its stopping test, so it runs per slice
             grads = _Pullback.apply((xp, bwd), ctx.values, ctx.n_res, *kept, *cts[:n_diff])
         else:
@@ -221,6 +221,25 @@ def mapped(t: Any) -> bool:
             return True
         t = torch._C._functorch.get_unwrapped(t)
     return False
+
+
+def _differentiable_again(t: Any) -> bool:
+    """Whether a derivative of a gradient with respect to ``t`` can be taken: ``torch.func`` differentiates ``t`` at
+    more than one level (``grad`` of ``grad``, ``jacfwd`` of ``jacrev``), or autograd records the tensor under the
+    transforms' wrappers. ``vmap``'s levels map and do not differentiate."""
+    levels = 0
+    while torch._C._functorch.is_functorch_wrapped_tensor(t):
+        levels += not torch._C._functorch.is_batchedtensor(t)
+        t = torch._C._functorch.get_unwrapped(t)
+    return levels > 1 or t.requires_grad
+
+
+def every_mapped(flags: Any) -> bool:
+    """Whether ``flags`` holds for every problem, those that ``torch.func.vmap`` maps included: read from the tensor
+    under every transform's wrapper, which stacks the mapped slices (eager code only)."""
+    while torch._C._functorch.is_functorch_wrapped_tensor(flags):
+        flags = torch._C._functorch.get_unwrapped(flags)
+    return bool(flags.all())
 
 
 def searchable(sorted_seq: Any, values: Any) -> tuple[Any, Any]:
