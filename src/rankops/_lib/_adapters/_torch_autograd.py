@@ -72,12 +72,14 @@ class Custom(torch.autograd.Function):
         if not ctx.functorch:
             raise RuntimeError(_NO_SECOND_DERIVATIVE)
         # torch.func (grad, vjp, jacrev) runs the backward with grad enabled, a second derivative or not: where none
-        # can follow, the gradient is the first-order one from the saved residuals, and differentiating it raises
-        if residuals is None and any(mapped(c) for c in cts[:n_diff] if isinstance(c, torch.Tensor)):
-            # vmap of this backward (jacrev): its solve cannot read its stopping test, so it runs per slice
-            grads = _Pullback.apply((xp, bwd), ctx.values, ctx.n_res, *kept, *cts[:n_diff])
-        else:
-            grads = tuple(bwd(xp, _residuals(ctx.values, kept), cts[:n_diff]))
+        # can follow, the gradient is the first-order one from the saved residuals, computed unrecorded (a record
+        # would keep every intermediate: a sorting network's layers), and differentiating it raises
+        with torch.no_grad():
+            if residuals is None and any(mapped(c) for c in cts[:n_diff] if isinstance(c, torch.Tensor)):
+                # vmap of this backward (jacrev): its solve cannot read its stopping test, so it runs per slice
+                grads = _Pullback.apply((xp, bwd), ctx.values, ctx.n_res, *kept, *cts[:n_diff])
+            else:
+                grads = tuple(bwd(xp, _residuals(ctx.values, kept), cts[:n_diff]))
         live = [i for i, g in enumerate(grads) if isinstance(g, torch.Tensor)]
         linked = _FirstOrder.apply(len(live), *(grads[i] for i in live), *(a for a in inputs if a.is_floating_point()))
         return (None, *(linked[live.index(i)] if i in live else g for i, g in enumerate(grads)))
