@@ -350,3 +350,49 @@ def test_float32_sums_over_a_leading_axis_stay_within_a_few_units_in_their_last_
     assert got.dtype == np.float32
     ulp = np.spacing(np.float32(want.max()))
     assert np.abs(got - want).max() <= 4 * ulp, np.abs(got - want).max() / ulp
+
+
+def test_torch_eager_scan_over_blocks_writes_its_outputs_once():
+    """Eager torch's ``scan_blocks`` equals NumPy's portable loop, and holds its outputs once: written into buffers
+    allocated at the first block (the list of blocks then concatenated held them twice, and each block's small
+    output, kept past its step, fragments glibc's heap in a sorting network's long loops: docs/reliability.md).
+    Outputs that are not the block's length, recorded by autograd, or mapped by ``torch.func.vmap`` from some
+    block on fall back to the list."""
+    torch = pytest.importorskip("torch")
+    from tests.test_transform_routes import _peak_bytes
+
+    rng = np.random.default_rng(8)
+    x, a = rng.normal(size=(64, 1000)), rng.normal(size=(64, 1))
+
+    def body(c, cols):
+        (col,) = cols
+        return c + col.sum(axis=-1, keepdims=True), (c * col, col[..., :1])  # one output per entry, one per block
+
+    def per_entry(c, cols):
+        return c + cols[0].sum(axis=-1, keepdims=True), (c * cols[0],)
+
+    expected = get_adapter(np).scan_blocks(np, body, a, (x,), 7)
+    adapter, xt = get_adapter(torch), torch.asarray(x)
+    got = adapter.scan_blocks(torch, body, torch.asarray(a), (xt,), 7)
+    for g, e in zip((got[0], *got[1]), (expected[0], *expected[1])):
+        assert_allclose(g.numpy(), e, rtol=1e-13, atol=1e-12)
+    assert_allclose(adapter.scan_blocks(torch, per_entry, torch.asarray(a), (xt,), 7)[1][0].numpy(),
+                    get_adapter(np).scan_blocks(np, per_entry, a, (x,), 7)[1][0], rtol=1e-13, atol=1e-12)
+    output = x.nbytes
+    assert _peak_bytes(lambda: adapter.scan_blocks(torch, per_entry, torch.asarray(a), (xt,), 7)) < 1.3 * output
+
+    from array_api_compat import array_namespace
+
+    from rankops._lib import _loops
+
+    def gradient(scan):  # of the carry's start, through the outputs that autograd records
+        at = torch.asarray(a).requires_grad_(True)
+        (y,) = scan(per_entry, at, (xt,), 7)[1]
+        return torch.autograd.grad((y**2).sum(), at)[0].numpy()
+
+    xp = array_namespace(xt)
+    assert_allclose(gradient(lambda *args: adapter.scan_blocks(xp, *args)),
+                    gradient(lambda *args: _loops.scan_blocks(xp, *args)), rtol=1e-13, atol=1e-12)
+    mapped = torch.func.vmap(lambda r: adapter.scan_blocks(torch, per_entry, torch.zeros(1, dtype=r.dtype), (r,), 7)[1][0])
+    assert_allclose(mapped(xt).numpy(), get_adapter(np).scan_blocks(np, per_entry, np.zeros((64, 1)), (x,), 7)[1][0],
+                    rtol=1e-13, atol=1e-12)
