@@ -41,28 +41,23 @@ def _dispatched(run) -> int:  # type: ignore[no-untyped-def]
 
 
 class _Held(TorchDispatchMode):
-    """The most bytes that the dispatched operations' new storages hold at once (an output sharing an input's
-    storage, a view or an in-place result, is not new)."""
+    """The most bytes that the dispatched operations' new tensors hold at once (views excluded: they share storage)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.live = self.peak = 0
-        self.storages: set[int] = set()
 
-    def _freed(self, ptr: int, nbytes: int) -> None:
-        self.storages.discard(ptr)
+    def _freed(self, nbytes: int) -> None:
         self.live -= nbytes
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
         out = func(*args, **(kwargs or {}))
-        given = {a.untyped_storage().data_ptr() for a in tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)}
         for t in tree_leaves(out):
-            if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() not in self.storages | given:
-                ptr, nbytes = t.untyped_storage().data_ptr(), t.untyped_storage().nbytes()
-                self.storages.add(ptr)
+            if isinstance(t, torch.Tensor) and not t._is_view():
+                nbytes = t.untyped_storage().nbytes()
                 self.live += nbytes
                 self.peak = max(self.peak, self.live)
-                weakref.finalize(t, self._freed, ptr, nbytes)
+                weakref.finalize(t, self._freed, nbytes)
         return out
 
 

@@ -15,7 +15,6 @@ from .. import _loops
 from .._compat import cumulative_sum
 from ._generic import PortableAdapter, precise_segment_sum
 from ._torch_autograd import custom_function, every_mapped, in_transform, mapped, plain, searchable
-from ._torch_scans import scan_written
 
 __all__ = ["Torch", "ADAPTER"]
 
@@ -157,7 +156,8 @@ class Torch(PortableAdapter):
         return torch.gather(g, -1, first.expand_as(g))  # g may stack several rows of starts' shape
 
     def is_concrete(self, x: Any) -> bool:
-        """False inside ``torch.compile`` and for tensors that ``torch.func.vmap`` maps (``grad``'s, ``jvp``'s read)."""
+        """False inside ``torch.compile`` and for arrays that ``torch.func.vmap`` maps. ``grad``, ``vjp`` and ``jvp``
+        wrap tensors that can be read as in eager code: they take its routes."""
         return not torch.compiler.is_compiling() and not mapped(x)
 
     def gumbel(self, xp: Any, key: Any, shape: tuple[int, ...], dtype: Any, device: Any) -> Any:
@@ -231,14 +231,14 @@ class Torch(PortableAdapter):
     def scan_blocks(self, xp: Any, body: Any, carry: Any, xs: tuple[Any, ...], block: int, *, looped: bool = False) -> Any:
         """``looped`` under ``torch.compile``: torch's ``scan`` higher-order op over the whole blocks, then the remainder.
 
-        The body is traced once, not once per block: a sorting network's hundreds of layers are one loop in the
-        graph (its compile time does not grow with them). Only forward graphs ask for it: inductor miscompiles a loop
-        op inside a backward graph (see :meth:`eagerly`'s op, which runs such loops). Eager torch: :func:`scan_written`.
+        The body is traced once, not once per block: a sorting network's
+        hundreds of layers are one loop in the graph (its compile time does not
+        grow with them). Only forward graphs ask for it: inductor miscompiles
+        a loop op inside a backward graph (see :meth:`eagerly`'s op, which runs
+        such loops). Eager torch runs the portable loop.
         """
         whole, rest = xs[0].shape[-1] // block, xs[0].shape[-1] % block  # not divmod: dynamo refuses it on a symbolic n
-        if not torch.compiler.is_compiling():
-            return scan_written(body, carry, xs, block)
-        if not looped or whole < _SCANNED_FROM or not _tensors(carry):
+        if not (looped and torch.compiler.is_compiling()) or whole < _SCANNED_FROM or not _tensors(carry):
             return super().scan_blocks(xp, body, carry, xs, block)
         from torch._higher_order_ops import scan
 
