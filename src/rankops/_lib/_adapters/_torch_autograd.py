@@ -214,34 +214,32 @@ def in_transform() -> bool:
     return not torch.compiler.is_compiling() and torch._C._functorch.maybe_current_level() is not None
 
 
+def _wrappers(t: Any) -> tuple[list[bool], Any]:
+    """Per ``torch.func`` wrapper of ``t``, outermost first, whether it is ``vmap``'s; and the tensor under them all."""
+    batched = []
+    while torch._C._functorch.is_functorch_wrapped_tensor(t):
+        batched.append(torch._C._functorch.is_batchedtensor(t))
+        t = torch._C._functorch.get_unwrapped(t)
+    return batched, t
+
+
 def mapped(t: Any) -> bool:
     """Whether ``t`` is mapped by ``torch.func.vmap`` at some level (under other transforms' wrappers too)."""
-    if torch.compiler.is_compiling():
-        return False
-    while torch._C._functorch.is_functorch_wrapped_tensor(t):
-        if torch._C._functorch.is_batchedtensor(t):
-            return True
-        t = torch._C._functorch.get_unwrapped(t)
-    return False
+    return not torch.compiler.is_compiling() and any(_wrappers(t)[0])
 
 
 def _differentiable_again(t: Any) -> bool:
     """Whether a derivative of a gradient with respect to ``t`` can be taken: ``torch.func`` differentiates ``t`` at
     more than one level (``grad`` of ``grad``, ``jacfwd`` of ``jacrev``), or autograd records the tensor under the
     transforms' wrappers. ``vmap``'s levels map and do not differentiate."""
-    levels = 0
-    while torch._C._functorch.is_functorch_wrapped_tensor(t):
-        levels += not torch._C._functorch.is_batchedtensor(t)
-        t = torch._C._functorch.get_unwrapped(t)
-    return levels > 1 or t.requires_grad
+    batched, under = _wrappers(t)
+    return batched.count(False) > 1 or under.requires_grad
 
 
 def every_mapped(flags: Any) -> bool:
     """Whether ``flags`` holds for every problem, those that ``torch.func.vmap`` maps included: read from the tensor
     under every transform's wrapper, which stacks the mapped slices (eager code only)."""
-    while torch._C._functorch.is_functorch_wrapped_tensor(flags):
-        flags = torch._C._functorch.get_unwrapped(flags)
-    return bool(flags.all())
+    return bool(_wrappers(flags)[1].all())
 
 
 def searchable(sorted_seq: Any, values: Any) -> tuple[Any, Any]:
