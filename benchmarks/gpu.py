@@ -91,11 +91,13 @@ def per_call(torch: Any, f: Callable[[Any], Any], x0: Any) -> tuple[tuple[int, i
     """``_count`` of one call of ``f`` forward, and forward+backward (a cotangent of ones), on a fresh leaf from ``x0``.
 
     One call runs first: first-call imports and caches are not the operator's. The calls take the path they take
-    on a GPU: the isotonic fits' CPU-only finish (``rankops._cores.windows.pays``) is off.
+    on a GPU: the isotonic fits' CPU-only finish (``rankops._cores.windows.pays``) is off, and a batch runs whole,
+    not in blocks that fit a CPU core's cache (``PortableAdapter.cache_block``).
     """
     from unittest import mock
 
     from rankops._cores import windows
+    from rankops._lib._adapters import _generic
 
     x = x0.clone().requires_grad_()
 
@@ -103,7 +105,7 @@ def per_call(torch: Any, f: Callable[[Any], Any], x0: Any) -> tuple[tuple[int, i
         y = f(x)
         torch.autograd.grad(y, x, torch.ones_like(y))
 
-    with mock.patch.object(windows, "pays", lambda v: False):
+    with mock.patch.object(windows, "pays", lambda v: False), mock.patch.object(_generic, "WHOLE_BYTES", 1 << 62):
         both()
         return _count(torch, lambda: f(x)), _count(torch, both)
 

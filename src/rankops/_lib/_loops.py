@@ -25,6 +25,8 @@ from __future__ import annotations
 import math
 from typing import Any, Callable
 
+import numpy as np
+
 from ._compat import index_dtype, device as _device
 from ._numerics import logaddexp
 
@@ -129,6 +131,28 @@ def iterate(
         if early_exit and all_settled is None and math.prod(done.shape) == 1:  # one problem, and it goes on: nothing to freeze
             done = None
     return state, max_iter, err
+
+
+def in_blocks(xp: Any, fn: Callable[..., tuple[Any, ...]], arrays: tuple[Any, ...], cores: tuple[int, ...], size: int | None) -> tuple[Any, ...]:
+    """``fn(*arrays)``, run on blocks of at most ``size`` problems of the arrays' common batch (None: the batch whole).
+
+    ``cores``: how many trailing axes of each array belong to one problem;
+    each problem's result must be its own. The arrays are broadcast over
+    the batch and flattened to one batch axis; ``fn``'s array results are
+    concatenated back and shaped over the batch, and its number results
+    (iteration counts) combined by their largest.
+    """
+    batch = tuple(np.broadcast_shapes(*(tuple(a.shape[: a.ndim - k]) for a, k in zip(arrays, cores))))  # shapes only
+    total = math.prod(batch)
+    if size is None or total <= size:
+        return fn(*arrays)
+    flat = [xp.reshape(xp.broadcast_to(a, batch + tuple(a.shape[a.ndim - k :])), (-1,) + tuple(a.shape[a.ndim - k :]))
+            for a, k in zip(arrays, cores)]
+    outs = [fn(*(a[start : min(start + size, total), ...] for a in flat)) for start in range(0, total, size)]
+    return tuple(
+        max(parts) if isinstance(parts[0], int) else xp.reshape(xp.concat(list(parts), axis=0), batch + tuple(parts[0].shape[1:]))
+        for parts in zip(*outs)
+    )
 
 
 def scan_blocks(xp: Any, body: Callable[[Any, Any], Any], carry: Any, xs: tuple[Any, ...], block: int) -> tuple[Any, tuple[Any, ...]]:

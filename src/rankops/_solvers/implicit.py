@@ -34,10 +34,11 @@ unchanged, so ``sum(dL/dlog b) = 0``; symmetrically for columns.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from .._lib._adapters import PortableAdapter, get_adapter
-from .._lib._loops import freeze_rows
+from .._lib._loops import freeze_rows, in_blocks
 from .._lib._numerics import matvec, safe_divide, unbroadcast
 
 __all__ = ["fixed_point_vjp", "dual_cotangents", "solve_dual"]
@@ -69,7 +70,7 @@ def _norm(xp: Any, v: Any) -> Any:
 
 
 def _schur_solve(
-    xp: Any, p: Any, r: Any, s: Any, max_iter: int, steps: int | None = None, guarded: bool = True
+    xp: Any, adapter: PortableAdapter, p: Any, r: Any, s: Any, max_iter: int, steps: int | None = None, guarded: bool = True
 ) -> tuple[Any, Any]:
     """Solve the system above for ``(alpha, beta)`` by eliminating ``alpha`` (the rows of ``p``).
 
@@ -79,7 +80,6 @@ def _schur_solve(
     mode): the two guards below that read the right-hand side's size are
     left to the solve, which the backend sees as one linear solve.
     """
-    adapter = get_adapter(xp)  # here, not passed: eagerly() hands this function only arrays and Python values
     # The system is linear: solve for a right-hand side of unit size and scale
     # back, so that CG's squared norms stay in range when the cotangent is
     # large (a soft sort of values near 1e30 in float32).
@@ -174,9 +174,16 @@ def solve_dual(
     # eagerly: a compiled graph calls CG as one op that keeps its early exit
     eagerly = get_adapter(xp).eagerly
     if p.shape[-2] >= p.shape[-1]:
-        return eagerly(xp, _schur_solve, (p, r, s), like=(1, 2), max_iter=max_iter, steps=steps, guarded=guarded)  # type: ignore[return-value]
-    beta, alpha = eagerly(xp, _schur_solve, (_mT(xp, p), s, r), like=(1, 2), max_iter=max_iter, steps=steps, guarded=guarded)
+        return eagerly(xp, _blocked_solve, (p, r, s), like=(1, 2), max_iter=max_iter, steps=steps, guarded=guarded)  # type: ignore[return-value]
+    beta, alpha = eagerly(xp, _blocked_solve, (_mT(xp, p), s, r), like=(1, 2), max_iter=max_iter, steps=steps, guarded=guarded)
     return alpha, beta
+
+
+def _blocked_solve(xp: Any, p: Any, r: Any, s: Any, **kwargs: Any) -> tuple[Any, Any]:
+    """:func:`_schur_solve` in blocks of problems whose plans fit in a CPU core's cache (as the forward's iterations)."""
+    adapter = get_adapter(xp)  # here, not passed: eagerly() hands this function only arrays and Python values
+    solve = functools.partial(_schur_solve, xp, adapter, **kwargs)
+    return in_blocks(xp, solve, (p, r, s), (2, 1, 1), adapter.cache_block(xp, p, 2))  # type: ignore[return-value]
 
 
 def dual_cotangents(

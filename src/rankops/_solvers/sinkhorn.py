@@ -45,7 +45,7 @@ import numpy as np
 
 from .._lib._adapters import PortableAdapter, custom_backward, get_adapter
 from .._lib._compat import concrete_number, is_array, device as _device
-from .._lib._loops import freeze_rows
+from .._lib._loops import freeze_rows, in_blocks
 from .._lib._numerics import checked_weights, finite_max, matvec, vecmat
 from .implicit import fixed_point_vjp, solve_dual
 
@@ -203,8 +203,26 @@ def fixed_point(
     ``polish``: Newton steps after the iterations (:func:`_polish`);
     ``differentiated``: the backend's autodiff records them (unrolled), so
     they are written for it.
+
+    An eager batch on a CPU runs in blocks of problems whose cost matrices
+    fit in a core's cache (:meth:`~.._lib._adapters.PortableAdapter.cache_block`):
+    each problem's result is its own (the module's docstring), so only the
+    time changes (and, by rounding, where a BLAS sums a block's matrix
+    products in another order than the batch's), and ``n_iter`` is the
+    largest block's.
     """
     adapter = get_adapter(xp)
+    run = functools.partial(_fixed_point, xp, adapter, max_iter=max_iter, tol=tol, check_every=check_every, exact=exact,
+                            polish=polish, differentiated=differentiated)
+    out = in_blocks(xp, run, (c, log_a, log_b, u0, v0), (2, 1, 1, 1, 1), adapter.cache_block(xp, c, 2))
+    return out, (out[0], log_a, log_b)
+
+
+def _fixed_point(
+    xp: Any, adapter: PortableAdapter, c: Any, log_a: Any, log_b: Any, u0: Any, v0: Any, *, max_iter: int, tol: float,
+    check_every: int, exact: str, polish: bool, differentiated: bool,
+) -> tuple[Any, ...]:
+    """``(plan, u, v, error, n_iter)`` of :func:`fixed_point` on one block of problems."""
     operands = (c, log_a, log_b)
     one_round = functools.partial(_round, xp, check_every=check_every, adapter=adapter)
 
@@ -233,7 +251,7 @@ def fixed_point(
     # float's precision (1e16 in float64, with squash=None and large inputs): the plan is
     # then meaningless, and this says so instead of a silent "converged".
     err = _marginal_error(xp, adapter, plan, log_a, log_b)
-    return (plan, u, v, err, n_iter), (plan, log_a, log_b)
+    return plan, u, v, err, n_iter
 
 
 POLISH_STEPS = 2

@@ -23,13 +23,14 @@ numbers come from a NumPy ``Generator`` copied onto the array's device.
 
 from __future__ import annotations
 
+import math
 import numbers
 from typing import Any, Callable
 
 import numpy as np
 
 from .. import _loops, _numerics
-from .._compat import accumulation_dtype, device as _device, wide_dtype
+from .._compat import accumulation_dtype, device as _device, on_cpu, wide_dtype
 
 __all__ = ["PortableAdapter", "PORTABLE", "REQUIRED", "SPEED_UPS", "precise_segment_sum", "scatter"]
 
@@ -79,8 +80,13 @@ SPEED_UPS = (
     "sum", "softmax", "logsumexp", "ndtr", "sigmoid", "log_sigmoid", "linear_scan", "scan_links", "cumlogsumexp",
     "cumulative_sum", "searchsorted", "take", "select", "sort", "sort_order", "invert_permutation", "merge_descending",
     "segment_sum", "segment_totals", "segment_first", "segment_max", "segment_logsumexp", "segment_slots", "shortcut",
-    "cube_root",
+    "cube_root", "cache_block",
 )
+
+# cache_block: a block's bytes of one (n, m) array per problem (its iterations keep a few alive; a core's cache is a
+# few MiB); the batches run whole (the cores' shared cache holds them), and the problems too small for blocks (a block
+# pays the loop's dispatch again, which their work does not outweigh)
+CACHE_BYTES, WHOLE_BYTES, SMALL_PROBLEM_BYTES = 1 << 20, 1 << 21, 1 << 17
 
 
 class PortableAdapter:
@@ -261,6 +267,24 @@ class PortableAdapter:
     def is_concrete(self, x: Any) -> bool:
         """Whether ``x`` holds values that may be read now."""
         return not self.lazy
+
+    def cache_block(self, xp: Any, x: Any, core: int) -> int | None:
+        """How many problems an eager loop over ``x`` runs at once on a CPU, or None: the batch whole.
+
+        A problem is ``x``'s last ``core`` axes. An iteration passes over each
+        problem's arrays a few times: once a batch's outgrow a core's cache,
+        every pass streams them from memory, and the batch took 2-5x the time
+        of its blocks one after another (``benchmarks/batch_blocks.py``). A
+        device's memory is fast and its parallelism wants the whole batch; a
+        traced loop is one program, which blocks would copy.
+        """
+        if not self.is_concrete(x) or not on_cpu(x):
+            return None
+        size = xp.finfo(x.dtype).bits // 8
+        problem = math.prod(x.shape[x.ndim - core :]) * size
+        if math.prod(x.shape) * size <= WHOLE_BYTES or problem < SMALL_PROBLEM_BYTES:
+            return None
+        return max(1, CACHE_BYTES // problem)
 
     def gumbel(self, xp: Any, key: Any, shape: tuple[int, ...], dtype: Any, device: Any) -> Any:
         """Standard Gumbel(0, 1) noise; ``key`` is None, an int seed or a NumPy Generator."""

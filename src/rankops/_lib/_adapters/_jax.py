@@ -216,6 +216,10 @@ class Jax(PortableAdapter):
         """False for tracers (``jit``, ``grad``, ``vmap``): their values do not exist yet."""
         return not isinstance(x, jax.core.Tracer)
 
+    def cache_block(self, xp: Any, x: Any, core: int) -> int | None:
+        """None: XLA compiles a loop for the whole batch, and its fused iterations make fewer passes over memory."""
+        return None
+
     def gumbel(self, xp: Any, key: Any, shape: tuple[int, ...], dtype: Any, device: Any) -> Any:
         """Gumbel(0, 1) noise from ``key``: a ``jax.random`` key or an int seed.
 

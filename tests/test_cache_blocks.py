@@ -1,0 +1,177 @@
+"""An eager batch of transport problems on a CPU runs in blocks that fit a core's cache: the batch's numbers.
+
+The solver's iterations and the implicit backward's conjugate gradient pass
+over each problem's (n, m) matrices several times per iteration; a batch
+whose matrices outgrow the cache ran 2-5x the time of its rows one by one
+(``benchmarks/batch_blocks.py``). Each problem's result is its own
+(frozen once within ``tol``), so a block of problems gives what the batch
+gives, up to the order in which a matrix product sums (a BLAS may pick
+its kernel by the batch's size: torch's float64 products of rows of 300
+differed by 5e-11 between a batch of 8 and of 1, and gradients of
+``soft_rank`` by 5e-9); on the small problems here they are equal. The
+tests set one problem per block and compare values and gradients, and
+count the blocks run, so that a route that stopped blocking fails them. Devices other than a CPU, and traced loops (JAX), run
+the batch whole.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from numpy.testing import assert_allclose, assert_array_equal
+
+import rankops
+from rankops._lib import _loops
+from rankops._lib._adapters import _generic
+from rankops._solvers import implicit, sinkhorn
+
+OPS = {
+    "soft_rank": (rankops.soft_rank, (), {"method": "sinkhorn"}),
+    "soft_sort": (rankops.soft_sort, (), {"method": "sinkhorn"}),
+    "soft_quantile": (rankops.soft_quantile, (0.3,), {}),
+    "soft_topk_mask": (rankops.soft_topk_mask, (3,), {"method": "sinkhorn"}),
+    "soft_cdf": (rankops.soft_cdf, (), {}),
+}
+SHAPE = (3, 4, 12)  # twelve problems over two batch axes
+
+
+class Counted:
+    """Calls of the solver's one-block iterations and of the backward's one-block solve."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.solves, self.backward_solves, self.in_backward = 0, 0, False
+        forward, backward = sinkhorn._fixed_point, implicit._schur_solve
+
+        def counted_forward(*args, **kwargs):
+            self.solves += 1
+            return forward(*args, **kwargs)
+
+        def counted_backward(*args, **kwargs):
+            self.backward_solves += self.in_backward
+            return backward(*args, **kwargs)
+
+        monkeypatch.setattr(sinkhorn, "_fixed_point", counted_forward)
+        monkeypatch.setattr(implicit, "_schur_solve", counted_backward)
+
+
+def _every_problem_a_block(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Blocks of one problem, whatever the batch's and the problems' sizes."""
+    monkeypatch.setattr(_generic, "CACHE_BYTES", 1)
+    monkeypatch.setattr(_generic, "WHOLE_BYTES", 0)
+    monkeypatch.setattr(_generic, "SMALL_PROBLEM_BYTES", 0)
+
+
+def _blocked(backend, device) -> bool:
+    """Whether this backend and device run an eager batch in blocks: a CPU's memory, a loop that is not traced."""
+    return backend.name != "jax" and "cpu" in str(device).lower()
+
+
+def _counts(backend) -> bool:
+    """Whether the calls counted are the blocks': Dask runs the cores on its chunks (and once per output it computes)."""
+    return backend.name != "dask"
+
+
+def _value_and_gradient(backend, device, fn, args, kw, x, counted: Counted):
+    """``fn``'s value and the gradient of its sum of squares, in NumPy (the gradient None where the backend has none)."""
+    if backend.name == "torch":
+        import torch
+
+        t = torch.asarray(x, device=device).requires_grad_(True)
+        y = fn(t, *args, **kw)
+        counted.in_backward = True
+        (g,) = torch.autograd.grad((y ** 2).sum(), t)
+        counted.in_backward = False
+        return y.detach().cpu().numpy(), g.cpu().numpy()
+    if backend.name == "numpy":
+        y, pull = rankops.vjp(fn, x, *args, **kw)
+        counted.in_backward = True
+        (g,) = pull(2 * y)[:1]
+        counted.in_backward = False
+        return y, g
+    return backend.to_numpy(fn(backend.asarray(x, device=device), *args, **kw)), None
+
+
+@pytest.mark.parametrize("implicit_", [False, True], ids=["unrolled", "implicit"])
+@pytest.mark.parametrize("name", list(OPS))
+def test_one_problem_per_block_gives_the_batch_numbers(backend, device, monkeypatch, name, implicit_):
+    fn, args, kw = OPS[name]
+    kw = {**kw, "implicit": implicit_}
+    x = np.random.default_rng(0).normal(size=SHAPE)
+    counted = Counted(monkeypatch)
+    whole = _value_and_gradient(backend, device, fn, args, kw, x, counted)
+    assert counted.solves <= 1 or not _counts(backend)  # a batch of 1.8 KiB runs whole (JAX's compiled program may not trace again: 0)
+    _every_problem_a_block(monkeypatch)
+    counted.solves = counted.backward_solves = 0
+    blocked = _value_and_gradient(backend, device, fn, args, kw, x, counted)
+    problems = int(np.prod(SHAPE[:-1]))
+    if not _counts(backend):
+        pass
+    elif _blocked(backend, device):
+        assert counted.solves == problems
+        if implicit_ and whole[1] is not None:
+            assert counted.backward_solves == problems
+    else:
+        assert counted.solves <= 1
+    assert_allclose(blocked[0], whole[0], rtol=1e-12, atol=1e-12)
+    if whole[1] is not None:
+        assert_allclose(blocked[1], whole[1], rtol=1e-10, atol=1e-10)
+
+
+def test_sinkhorn_blocks_over_broadcast_marginals_report_the_batch(backend, device, monkeypatch):
+    """``rankops.sinkhorn`` with marginals broadcast against the cost: plan, potentials, errors and ``n_iter`` as whole."""
+    rng = np.random.default_rng(1)
+    cost, a = rng.random((2, 3, 5, 4)), rng.random((3, 5)) + 0.1
+    a /= a.sum(-1, keepdims=True)
+
+    def solve():
+        res = rankops.sinkhorn(backend.asarray(cost, device=device), backend.asarray(a, device=device), epsilon=0.02, tol=1e-6)
+        return [backend.to_numpy(v) for v in (res.plan, res.f, res.g, res.error, res.converged)], int(res.n_iter)
+
+    counted = Counted(monkeypatch)
+    whole, whole_iter = solve()
+    _every_problem_a_block(monkeypatch)
+    monkeypatch.setattr(_generic, "CACHE_BYTES", 4 * 5 * 8 * 4)  # four problems a block in float64: 4 + 2 problems
+    counted.solves = 0
+    blocked, blocked_iter = solve()
+    if _counts(backend):
+        assert counted.solves == (2 if _blocked(backend, device) else min(counted.solves, 1))
+    assert whole_iter > 10 and blocked_iter == whole_iter  # the slowest problem's rounds, whichever block holds it
+    for w, b in zip(whole, blocked):
+        assert_allclose(b, w, rtol=1e-12, atol=1e-14)
+
+
+def test_torch_func_gradient_over_blocks_equals_eager_autograd(monkeypatch):
+    torch = pytest.importorskip("torch")
+    from torch.func import grad
+
+    _every_problem_a_block(monkeypatch)
+    counted = Counted(monkeypatch)
+    x = torch.asarray(np.random.default_rng(2).normal(size=(5, 9)))
+
+    def loss(t):
+        return (rankops.soft_rank(t, method="sinkhorn") ** 2).sum()
+
+    g = grad(loss)(x)
+    assert counted.solves == 5
+    t = x.clone().requires_grad_(True)
+    (eager,) = torch.autograd.grad(loss(t), t)
+    assert_allclose(g.numpy(), eager.numpy(), rtol=1e-12, atol=1e-12)
+
+
+def test_in_blocks_broadcasts_splits_and_joins():
+    rng = np.random.default_rng(3)
+    a, b = rng.random((2, 1, 4, 3)), rng.random((3, 4))  # batch (2, 3): six problems of (4, 3) and (4,)
+    seen = []
+
+    def fn(p, q):
+        seen.append(p.shape[0])
+        return p.sum(-1) * q, p.shape[0] + 10
+
+    out, count = _loops.in_blocks(np, fn, (a, b), (2, 1), 4)
+    assert seen == [4, 2]
+    assert count == 14  # numbers: the largest of the blocks'
+    assert_array_equal(out, a.sum(-1) * b)
+    assert out.shape == (2, 3, 4)
+    seen.clear()
+    _loops.in_blocks(np, fn, (a, b), (2, 1), None)
+    assert seen == [2]  # None: the arrays as they are, unbroadcast
