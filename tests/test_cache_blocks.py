@@ -1,7 +1,8 @@
 """An eager batch of transport problems on a CPU runs in blocks that fit a core's cache: the batch's numbers.
 
 The solver's iterations and the implicit backward's conjugate gradient pass
-over each problem's (n, m) matrices several times per iteration; a batch
+over each problem's (n, m) matrices several times per iteration (and the
+implicit rule's forward builds the cost block by block with them); a batch
 whose matrices outgrow the cache ran 2-5x the time of its rows one by one
 (``benchmarks/batch_blocks.py``). Each problem's result is its own
 (frozen once within ``tol``), so a block of problems gives what the batch
@@ -23,7 +24,7 @@ from numpy.testing import assert_allclose, assert_array_equal
 import rankops
 from rankops._lib import _loops
 from rankops._lib._adapters import _generic
-from rankops._solvers import implicit, sinkhorn
+from rankops._solvers import implicit, line, sinkhorn
 
 OPS = {
     "soft_rank": (rankops.soft_rank, (), {"method": "sinkhorn"}),
@@ -39,18 +40,23 @@ class Counted:
     """Calls of the solver's one-block iterations and of the backward's one-block solve."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.solves, self.backward_solves, self.in_backward = 0, 0, False
-        forward, backward = sinkhorn._fixed_point, implicit._schur_solve
+        self.solves, self.plans, self.backward_solves, self.in_backward = 0, 0, 0, False
+        forward, plan, backward = sinkhorn._fixed_point, line._block_plan, implicit._schur_solve
 
         def counted_forward(*args, **kwargs):
             self.solves += 1
             return forward(*args, **kwargs)
+
+        def counted_plan(*args, **kwargs):
+            self.plans += 1
+            return plan(*args, **kwargs)
 
         def counted_backward(*args, **kwargs):
             self.backward_solves += self.in_backward
             return backward(*args, **kwargs)
 
         monkeypatch.setattr(sinkhorn, "_fixed_point", counted_forward)
+        monkeypatch.setattr(line, "_block_plan", counted_plan)
         monkeypatch.setattr(implicit, "_schur_solve", counted_backward)
 
 
@@ -101,13 +107,16 @@ def test_one_problem_per_block_gives_the_batch_numbers(backend, device, monkeypa
     whole = _value_and_gradient(backend, device, fn, args, kw, x, counted)
     assert counted.solves <= 1 or not _counts(backend)  # a batch of 1.8 KiB runs whole (JAX's compiled program may not trace again: 0)
     _every_problem_a_block(monkeypatch)
-    counted.solves = counted.backward_solves = 0
+    counted.solves = counted.plans = counted.backward_solves = 0
     blocked = _value_and_gradient(backend, device, fn, args, kw, x, counted)
     problems = int(np.prod(SHAPE[:-1]))
     if not _counts(backend):
         pass
     elif _blocked(backend, device):
         assert counted.solves == problems
+        # implicit: the cost is built block by block too (the line solver's forward), unrolled the solver's caller
+        # forms it for the backend's autodiff
+        assert counted.plans == (problems if implicit_ else 0)
         if implicit_ and whole[1] is not None:
             assert counted.backward_solves == problems
     else:

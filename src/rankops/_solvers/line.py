@@ -32,6 +32,7 @@ import numpy as np
 
 from .._lib._adapters import PortableAdapter, custom_backward, get_adapter
 from .._lib._compat import is_array, device as _device
+from .._lib._loops import in_blocks
 from .._lib._numerics import abs_power, abs_power_slope, matvec, unbroadcast
 from .implicit import dual_cotangents
 from .sinkhorn import DEFAULT_CHECK_EVERY, Settings, fixed_point, scaled_start, solve_vjp
@@ -127,23 +128,35 @@ def line_plan_vjp(
     return plan, err, pullback
 
 
-def _forward(xp: Any, x: Any, log_a: Any, log_b: Any, y: Any, *, h: Any, eps: float, opts: Settings, exact: str,
-             squash: Squash, warm: bool, per_target: bool, supported: bool, power: float) -> tuple[tuple[Any, Any], tuple[Any, ...]]:
-    """``((plan, error), residuals)``; the scaled cost lives only inside this call."""
+def _forward(xp: Any, x: Any, log_a: Any, log_b: Any, y: Any, **statics: Any) -> tuple[tuple[Any, Any], tuple[Any, ...]]:
+    """``((plan, error), residuals)``. The scaled cost lives only inside this call, built for a block of problems at a time
+    (:func:`_block_plan`): on a CPU, blocks whose (n, m) arrays fit a core's cache (``PortableAdapter.cache_block``)."""
+    adapter = get_adapter(xp)
+    run = functools.partial(_block_plan, xp, adapter, **statics)
+    block = adapter.cache_block(xp, x, 1, width=y.shape[-1])
+    plan, err = in_blocks(xp, run, (x, log_a, log_b, y), (1, 1, 1, 1), block)
+    out = plan * _inverse_weights(xp, log_b) if statics["per_target"] else plan
+    return (out, err), (plan, x, y, log_a, log_b)
+
+
+def _block_plan(xp: Any, adapter: PortableAdapter, x: Any, log_a: Any, log_b: Any, y: Any, *, h: Any, eps: float,
+                opts: Settings, exact: str, squash: Squash, warm: bool, per_target: bool, supported: bool,
+                power: float) -> tuple[Any, Any]:
+    """The plan and its marginal error, from the rows ``x`` to the targets ``y`` (a block of :func:`_forward`'s batch)."""
     s = squash(xp, x, _support(log_a, supported))[0]
     if warm:
-        u0, v0 = _warm_start(xp, s, log_a, log_b, y, power=power, eps=eps)
+        u0, v0 = _warm_start(xp, adapter, s, log_a, log_b, y, power=power, eps=eps)
     else:
         u0, v0 = scaled_start(xp, None, eps, tuple(s.shape[:-1]), log_a, log_b, s)
     (plan, _, _, err, _), _ = fixed_point(
         xp, h(_gaps(y, s)) / eps, log_a, log_b, u0, v0, max_iter=opts.max_iter, tol=opts.tol,
         check_every=DEFAULT_CHECK_EVERY, exact=exact, polish=True,
     )
-    out = plan * _inverse_weights(xp, log_b) if per_target else plan
-    return (out, err), (plan, x, y, log_a, log_b)
+    return plan, err
 
 
-def _warm_start(xp: Any, s: Any, log_a: Any, log_b: Any, y: Any, *, power: float, eps: float) -> tuple[Any, Any]:
+def _warm_start(xp: Any, adapter: PortableAdapter, s: Any, log_a: Any, log_b: Any, y: Any, *, power: float,
+                eps: float) -> tuple[Any, Any]:
     """The scaled starting potentials ``(f / eps, g / eps)`` at :func:`grid_potentials`, over the broadcast batch.
 
     Under ``torch.compile`` they are computed eagerly, one node of the graph
@@ -160,7 +173,7 @@ def _warm_start(xp: Any, s: Any, log_a: Any, log_b: Any, y: Any, *, power: float
     arrays = (xp.broadcast_to(s, batch + (n,)), log_a, xp.broadcast_to(log_b, batch + (m,)))
     if y is not None:
         arrays += (y,)
-    return get_adapter(xp).eagerly(xp, scaled_grid_start, arrays, like=(0, 2), power=power, eps=eps)  # type: ignore[return-value]
+    return adapter.eagerly(xp, scaled_grid_start, arrays, like=(0, 2), power=power, eps=eps)  # type: ignore[return-value]
 
 
 def _differentiable_start(xp: Any, s: Any, log_a: Any, log_b: Any, y: Any, *, power: float) -> tuple[Any, Any]:
@@ -174,7 +187,7 @@ def _differentiable_start(xp: Any, s: Any, log_a: Any, log_b: Any, y: Any, *, po
         return _grid_potentials(xp, adapter, s, log_a, log_b, cost_fns(xp, power)[0], y)
 
     def forward(xp_: Any, *a: Any) -> tuple[tuple[Any, Any], tuple[Any, ...]]:
-        return _warm_start(xp_, a[0], a[1], a[2], a[3] if len(a) > 3 else None, power=power, eps=1.0), a
+        return _warm_start(xp_, adapter, a[0], a[1], a[2], a[3] if len(a) > 3 else None, power=power, eps=1.0), a
 
     def backward(xp_: Any, res: tuple[Any, ...], cts: tuple[Any, ...]) -> tuple[Any, ...]:
         batch = np.broadcast_shapes(*(tuple(a.shape[:-1]) for a in res[:3]))

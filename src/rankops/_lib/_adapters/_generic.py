@@ -268,10 +268,11 @@ class PortableAdapter:
         """Whether ``x`` holds values that may be read now."""
         return not self.lazy
 
-    def cache_block(self, xp: Any, x: Any, core: int) -> int | None:
+    def cache_block(self, xp: Any, x: Any, core: int, width: int = 1) -> int | None:
         """How many problems an eager loop over ``x`` runs at once on a CPU, or None: the batch whole.
 
-        A problem is ``x``'s last ``core`` axes. An iteration passes over each
+        A problem is ``x``'s last ``core`` axes, times ``width`` (a loop over
+        ``(..., n, width)`` arrays built from ``x``). An iteration passes over each
         problem's arrays a few times: once a batch's outgrow a core's cache,
         every pass streams them from memory, and the batch took 2-5x the time
         of its blocks one after another (``benchmarks/batch_blocks.py``). A
@@ -280,7 +281,7 @@ class PortableAdapter:
         """
         if not self.is_concrete(x) or not on_cpu(x):
             return None
-        size = xp.finfo(x.dtype).bits // 8
+        size = xp.finfo(x.dtype).bits // 8 * width
         problem = math.prod(x.shape[x.ndim - core :]) * size
         if math.prod(x.shape) * size <= WHOLE_BYTES or problem < SMALL_PROBLEM_BYTES:
             return None
