@@ -184,3 +184,27 @@ def test_in_blocks_broadcasts_splits_and_joins():
     seen.clear()
     _loops.in_blocks(np, fn, (a, b), (2, 1), None)
     assert seen == [2]  # None: the arrays as they are, unbroadcast
+
+
+@pytest.mark.parametrize("implicit_", [False, True], ids=["unrolled", "implicit"])
+def test_gradient_of_a_marginal_shared_by_the_blocks_sums_over_them(monkeypatch, implicit_):
+    """A learnable ``b`` shared by the batch is broadcast to each block: its gradient is the sum over all of them."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(4)
+    cost, b = torch.asarray(rng.random((6, 5, 4))), torch.asarray(rng.random(4) + 0.1)
+    b = b / b.sum()
+
+    def gradients():
+        c, w = cost.clone().requires_grad_(True), b.clone().requires_grad_(True)
+        res = rankops.sinkhorn(c, None, w, epsilon=0.05, implicit=implicit_)
+        return [g.numpy() for g in torch.autograd.grad((res.plan ** 2).sum() + res.f.sum(), (c, w))]
+
+    counted = Counted(monkeypatch)
+    whole = gradients()
+    _every_problem_a_block(monkeypatch)
+    counted.solves = 0
+    blocked = gradients()
+    assert counted.solves == 6
+    assert np.abs(whole[1]).max() > 1e-3  # b moves the loss
+    for w, g in zip(whole, blocked):
+        assert_allclose(g, w, rtol=1e-12, atol=1e-13)
