@@ -11,8 +11,8 @@ its kernel by the batch's size: torch's float64 products of rows of 300
 differed by 5e-11 between a batch of 8 and of 1, and gradients of
 ``soft_rank`` by 5e-9); on the small problems here they are equal. The
 tests set one problem per block and compare values and gradients, and
-count the blocks run, so that a route that stopped blocking fails them. Devices other than a CPU, and traced loops (JAX), run
-the batch whole.
+count the blocks run, so that a route that stopped blocking fails them.
+Devices other than a CPU, and traced loops (JAX), run the batch whole.
 """
 
 from __future__ import annotations
@@ -105,21 +105,20 @@ def test_one_problem_per_block_gives_the_batch_numbers(backend, device, monkeypa
     x = np.random.default_rng(0).normal(size=SHAPE)
     counted = Counted(monkeypatch)
     whole = _value_and_gradient(backend, device, fn, args, kw, x, counted)
-    assert counted.solves <= 1 or not _counts(backend)  # a batch of 1.8 KiB runs whole (JAX's compiled program may not trace again: 0)
+    # a batch of 1.8 KiB runs whole (JAX's compiled program may not trace again: 0)
+    assert counted.solves <= 1 or not _counts(backend)
     _every_problem_a_block(monkeypatch)
     counted.solves = counted.plans = counted.backward_solves = 0
     blocked = _value_and_gradient(backend, device, fn, args, kw, x, counted)
     problems = int(np.prod(SHAPE[:-1]))
-    if not _counts(backend):
-        pass
-    elif _blocked(backend, device):
+    if _counts(backend) and _blocked(backend, device):
         assert counted.solves == problems
         # implicit: the cost is built block by block too (the line solver's forward), unrolled the solver's caller
         # forms it for the backend's autodiff
         assert counted.plans == (problems if implicit_ else 0)
         if implicit_ and whole[1] is not None:
             assert counted.backward_solves == problems
-    else:
+    elif _counts(backend):
         assert counted.solves <= 1
     assert_allclose(blocked[0], whole[0], rtol=1e-12, atol=1e-12)
     if whole[1] is not None:

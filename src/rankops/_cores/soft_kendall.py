@@ -23,13 +23,11 @@ from typing import Any
 
 from .._lib._compat import device as _device
 from .._lib._adapters import core, custom_backward, get_adapter, rebuilt
+from .._lib._adapters._generic import CACHE_BYTES
 from . import masked
 from .finite import finite_rows
 
 __all__ = ["soft_kendall_core"]
-
-
-_TEMPORARY_BYTES = 1 << 20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,10 +43,10 @@ class _SoftTau:
         return xp.tanh((xp.where(tie, zero, a) - xp.where(tie, zero, b)) / self.tau)
 
     def _block(self, xp: Any, x: Any) -> int:
-        # (block, p) temporaries of about 1 MiB stay in cache, where large ones would not
+        # (block, p) temporaries of about CACHE_BYTES (1 MiB) stay in cache, where large ones would not
         # (fresh mmap pages fault in on every pass); nothing small outlives a block (see bwd)
         row_bytes = max(1, math.prod(x.shape[:-1])) * x.shape[-1] * (xp.finfo(x.dtype).bits // 8)
-        return min(x.shape[-1], max(1, _TEMPORARY_BYTES // row_bytes))
+        return min(x.shape[-1], max(1, CACHE_BYTES // row_bytes))
 
     def _pairs(self, xp: Any, x: Any, w: Any) -> Any:
         """``P`` twice over, the ordered pairs: ``p (p - 1)``, or per row ``p_v (p_v - 1)`` (at least 1: no pairs, 0)."""
