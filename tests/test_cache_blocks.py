@@ -2,7 +2,8 @@
 
 The solver's iterations and the implicit backward's conjugate gradient pass
 over each problem's (n, m) matrices several times per iteration (and the
-implicit rule's forward builds the cost block by block with them); a batch
+implicit rule's forward builds the cost block by block with them, and its
+backward takes its products with the plan block by block); a batch
 whose matrices outgrow the cache ran 2-5x the time of its rows one by one
 (``benchmarks/batch_blocks.py``). Each problem's result is its own
 (frozen once within ``tol``), so a block of problems gives what the batch
@@ -40,8 +41,9 @@ class Counted:
     """Calls of the solver's one-block iterations and of the backward's one-block solve."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.solves, self.plans, self.backward_solves, self.in_backward = 0, 0, 0, False
+        self.solves, self.plans, self.backward_solves, self.backward_blocks, self.in_backward = 0, 0, 0, 0, False
         forward, plan, backward = sinkhorn._fixed_point, line._block_plan, implicit._schur_solve
+        backward_block = line._block_backward
 
         def counted_forward(*args, **kwargs):
             self.solves += 1
@@ -55,7 +57,12 @@ class Counted:
             self.backward_solves += self.in_backward
             return backward(*args, **kwargs)
 
+        def counted_backward_block(*args, **kwargs):
+            self.backward_blocks += 1
+            return backward_block(*args, **kwargs)
+
         monkeypatch.setattr(sinkhorn, "_fixed_point", counted_forward)
+        monkeypatch.setattr(line, "_block_backward", counted_backward_block)
         monkeypatch.setattr(line, "_block_plan", counted_plan)
         monkeypatch.setattr(implicit, "_schur_solve", counted_backward)
 
@@ -108,16 +115,16 @@ def test_one_problem_per_block_gives_the_batch_numbers(backend, device, monkeypa
     # a batch of 1.8 KiB runs whole (JAX's compiled program may not trace again: 0)
     assert counted.solves <= 1 or not _counts(backend)
     _every_problem_a_block(monkeypatch)
-    counted.solves = counted.plans = counted.backward_solves = 0
+    counted.solves = counted.plans = counted.backward_solves = counted.backward_blocks = 0
     blocked = _value_and_gradient(backend, device, fn, args, kw, x, counted)
     problems = int(np.prod(SHAPE[:-1]))
     if _counts(backend) and _blocked(backend, device):
         assert counted.solves == problems
-        # implicit: the cost is built block by block too (the line solver's forward), unrolled the solver's caller
-        # forms it for the backend's autodiff
+        # implicit: the cost is built block by block too (the line solver's forward), and the backward's passes
+        # over the plan run by block; unrolled, the solver's caller forms the cost for the backend's autodiff
         assert counted.plans == (problems if implicit_ else 0)
         if implicit_ and whole[1] is not None:
-            assert counted.backward_solves == problems
+            assert counted.backward_solves == counted.backward_blocks == problems
     elif _counts(backend):
         assert counted.solves <= 1
     assert_allclose(blocked[0], whole[0], rtol=1e-12, atol=1e-12)
@@ -207,3 +214,29 @@ def test_gradient_of_a_marginal_shared_by_the_blocks_sums_over_them(monkeypatch,
     assert np.abs(whole[1]).max() > 1e-3  # b moves the loss
     for w, g in zip(whole, blocked):
         assert_allclose(g, w, rtol=1e-12, atol=1e-13)
+
+
+def test_backward_blocks_sum_a_row_and_its_weights_over_the_problems_they_enter(monkeypatch):
+    """Quantiles at three levels are three problems per row (the row broadcast over the levels), and weights shared by
+    the rows enter every problem: blocks of one problem in the implicit backward give the whole batch's gradients of
+    both (the sums over the problems taken after the blocks, each problem's cotangent scaled by its own magnitude)."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(5)
+    x, w = torch.asarray(rng.normal(size=(4, 12))), torch.asarray(rng.uniform(0.5, 2.0, size=12))
+    levels = torch.asarray([0.2, 0.5, 0.85], dtype=torch.float64)
+
+    def gradients():
+        t, v = x.clone().requires_grad_(True), w.clone().requires_grad_(True)
+        q = rankops.soft_quantile(t, levels, weights=v)
+        return [g.numpy() for g in torch.autograd.grad((q * torch.arange(1.0, 4.0, dtype=torch.float64)).sum() ** 2, (t, v))]
+
+    counted = Counted(monkeypatch)
+    whole = gradients()
+    assert counted.backward_blocks == 1
+    _every_problem_a_block(monkeypatch)
+    counted.backward_blocks = 0
+    blocked = gradients()
+    assert counted.backward_blocks == 12
+    assert min(np.abs(g).max() for g in whole) > 1e-3  # both move the loss
+    for g, h in zip(blocked, whole):
+        assert_allclose(g, h, rtol=1e-11, atol=1e-13)

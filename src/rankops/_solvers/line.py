@@ -220,9 +220,31 @@ def scaled_grid_start(xp: Any, s: Any, log_a: Any, log_b: Any, y: Any = None, *,
     return scaled_start(xp, init, eps, tuple(s.shape[:-1]), log_a, log_b, s)  # type: ignore[return-value]
 
 
-def _backward(xp: Any, res: tuple[Any, ...], cts: tuple[Any, ...], *, h_slope: Any, eps: float, power: float,
-              exact: str, max_iter: int, squash: Squash, per_target: bool, supported: bool, guarded: bool = True) -> tuple[Any, ...]:
+def _backward(xp: Any, res: tuple[Any, ...], cts: tuple[Any, ...], *, guarded: bool = True, **statics: Any) -> tuple[Any, ...]:
     """Cotangents of ``(x, log_a, log_b, y)`` from the plan's (``Q``'s, ``per_target``); the targets are constants here.
+
+    Each pass over the plan runs in blocks of problems that fit a core's
+    cache, as the forward's iterations (:func:`_block_backward`); each
+    block's cotangents are its problems' own, summed over broadcasting last.
+    """
+    p, x, y, log_a, log_b = res
+    ct = cts[0]
+    if ct is None:  # torch: the plan was not used
+        return (xp.zeros_like(x), None, None, None)
+    run = functools.partial(_block_backward, xp, guarded=guarded, **statics)
+    # unguarded: JAX's transpose, never in blocks (its adapter runs none)
+    block = get_adapter(xp).cache_block(xp, p, 2) if guarded else None
+    dx, d_log_a, d_log_b = in_blocks(xp, run, (ct, p, x, log_a, log_b, y), (2, 2, 1, 1, 1, 1), block)
+    return (
+        unbroadcast(xp, dx, tuple(x.shape)), unbroadcast(xp, d_log_a, tuple(log_a.shape)),
+        unbroadcast(xp, d_log_b, tuple(log_b.shape)), xp.zeros_like(y),
+    )
+
+
+def _block_backward(xp: Any, ct: Any, p: Any, x: Any, log_a: Any, log_b: Any, y: Any, *, h_slope: Any, eps: float,
+                    power: float, exact: str, max_iter: int, squash: Squash, per_target: bool, supported: bool,
+                    guarded: bool) -> tuple[Any, Any, Any]:
+    """``(dx, dlog_a, dlog_b)`` of :func:`_backward` for the plans ``p`` and their cotangent ``ct`` (a block of its batch).
 
     The backward is linear in the plan's cotangent, so it runs on that
     cotangent divided by its largest magnitude per row, ``k``, and ``dx``
@@ -236,10 +258,6 @@ def _backward(xp: Any, res: tuple[Any, ...], cts: tuple[Any, ...], *, h_slope: A
     (:func:`.implicit.solve_dual`): operations JAX can transpose, whose
     transpose is the forward mode.
     """
-    p, x, y, log_a, log_b = res
-    ct = cts[0]
-    if ct is None:  # torch: the plan was not used
-        return (xp.zeros_like(x), None, None, None)
     s, unit_back, scale = squash(xp, x, _support(log_a, supported))
     # unguarded: 1 in the guard's shape (the magnitude of a zero cotangent)
     k = _row_magnitude(xp, ct if guarded else xp.zeros_like(p), tuple(s.shape[:-1]))
@@ -267,9 +285,7 @@ def _backward(xp: Any, res: tuple[Any, ...], cts: tuple[Any, ...], *, h_slope: A
     one = xp.ones_like(k)
     dx = unit_back(unbroadcast(xp, ds, tuple(s.shape))) * xp.where(k < 1, k, one) / scale * xp.where(k < 1, one, k)
     d_log_b = beta * b - c_sum if per_target else beta * b  # Q = P exp(-log b): dlog b gains -sum_i ct o Q
-    return (
-        dx, unbroadcast(xp, alpha * a * k, tuple(log_a.shape)), unbroadcast(xp, d_log_b * k, tuple(log_b.shape)), xp.zeros_like(y),
-    )
+    return dx, unbroadcast(xp, alpha * a * k, tuple(log_a.shape)), unbroadcast(xp, d_log_b * k, tuple(log_b.shape))
 
 
 def _inverse_weights(xp: Any, log_b: Any) -> Any:
