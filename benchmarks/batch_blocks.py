@@ -19,7 +19,12 @@ routes of the same call, measured in the same run:
 Both routes give the same numbers up to the order in which a matrix
 product sums (tests/test_cache_blocks.py).
 
-Usage: python -m benchmarks.batch_blocks [--repeats 3] [--quick]
+``--backward``: the implicit backward alone instead (the forward run
+once, untimed, in blocks; its graph kept): torch's ``autograd.grad`` and
+NumPy's ``rankops.vjp`` pullback of the same loss, whole against blocks
+(the CG's and the products with the plan).
+
+Usage: python -m benchmarks.batch_blocks [--repeats 3] [--quick] [--backward]
 """
 
 from __future__ import annotations
@@ -79,10 +84,37 @@ def _row(backend: str, dtype: str, batch: int, n: int, mode: str, repeats: int) 
             f"{whole_ms / blocks_ms:.2f}x | {rows_ms:.1f} |")
 
 
+def _backward_row(backend: str, dtype: str, batch: int, n: int, repeats: int) -> str:
+    x = np.random.default_rng(n).normal(size=(batch, n)).astype(dtype)
+
+    def pullback(a: Any) -> Callable[[], Any]:
+        if backend == "numpy":
+            ranks, pull = rankops.vjp(rankops.soft_rank, a, method="sinkhorn")
+            return lambda: pull(2 * ranks)
+        import torch
+
+        t = torch.asarray(a).requires_grad_(True)
+        loss = (rankops.soft_rank(t, method="sinkhorn") ** 2).sum()
+        return lambda: torch.autograd.grad(loss, t, retain_graph=True)
+
+    batch_pull, row_pulls = pullback(x), [pullback(x[i : i + 1]) for i in range(batch)]
+
+    def whole() -> Any:
+        with mock.patch.object(_generic, "WHOLE_BYTES", 1 << 62):
+            return batch_pull()
+
+    times = interleaved_medians({"whole": whole, "blocks": batch_pull, "rows": lambda: [p() for p in row_pulls]}, repeats)
+    mib = batch * n * n * np.dtype(dtype).itemsize / 2**20
+    whole_ms, blocks_ms, rows_ms = (times[k] * 1e3 for k in ("whole", "blocks", "rows"))
+    return (f"| {backend} | {dtype} | bwd implicit | {batch} | {n} | {mib:.1f} | {whole_ms:.1f} | {blocks_ms:.1f} | "
+            f"{whole_ms / blocks_ms:.2f}x | {rows_ms:.1f} |")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="tiny sizes, one repeat: checks that it runs (benchmarks.docs --quick)")
+    parser.add_argument("--backward", action="store_true", help="the implicit backward alone, the forward untimed")
     args = parser.parse_args(argv)
     sizes = ((8, 64), (4, 300)) if args.quick else SIZES
     repeats = 1 if args.quick else args.repeats
@@ -95,6 +127,11 @@ def main(argv: list[str] | None = None) -> None:
           f"median of {repeats} interleaved runs; ratio: whole over blocks")
     print("| backend | dtype | pass | B | n | MiB | whole (ms) | blocks (ms) | ratio | rows (ms) |")
     print("|---|---|---|---|---|---|---|---|---|---|")
+    if args.backward:
+        for backend, dtype in (("torch", "float64"), ("torch", "float32"), ("numpy", "float64")):
+            for batch, n in sizes[1:]:
+                print(_backward_row(backend, dtype, batch, n, repeats), flush=True)
+        return
     for backend, modes in (("torch", ("fwd", "fwd+bwd implicit", "fwd+bwd unrolled")), ("numpy", ("fwd",))):
         for dtype in ("float64", "float32"):
             for mode in modes:

@@ -240,3 +240,25 @@ def test_backward_blocks_sum_a_row_and_its_weights_over_the_problems_they_enter(
     assert min(np.abs(g).max() for g in whole) > 1e-3  # both move the loss
     for g, h in zip(blocked, whole):
         assert_allclose(g, h, rtol=1e-11, atol=1e-13)
+
+
+def test_the_rule_keeps_small_batches_and_small_problems_whole():
+    """``cache_block``: None for a batch of at most 2 MiB and for problems under 128 KiB (under 1 MiB for a loop of few
+    passes, the implicit backward); otherwise blocks of about 1 MiB of (n, m) arrays."""
+    import array_api_compat.numpy as xp
+
+    rule = _generic.PortableAdapter().cache_block
+
+    def array(*shape, dtype="float64"):
+        return np.zeros(shape, dtype=dtype)
+
+    assert rule(xp, array(2, 300, 300), 2) is None  # 1.4 MiB in all
+    assert rule(xp, array(64, 100, 100), 2) is None  # 78 KiB a problem
+    assert rule(xp, array(64, 200, 200), 2) == 3  # 312 KiB a problem
+    assert rule(xp, array(64, 200, 200), 2, few_passes=True) is None
+    assert rule(xp, array(32, 362, 362), 2, few_passes=True) is None  # 1,023.8 KiB
+    for few in (False, True):
+        assert rule(xp, array(16, 512, 512, dtype="float32"), 2, few_passes=few) == 1  # 1 MiB
+        assert rule(xp, array(16, 600, 600, dtype="float32"), 2, few_passes=few) == 1
+    assert rule(xp, array(16, 300), 1, width=300) == 1  # a (300, 300) float64 cost built in the loop: 703 KiB
+    assert rule(xp, array(16, 300, dtype="float32"), 1, width=300) == 2

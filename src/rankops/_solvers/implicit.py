@@ -183,7 +183,7 @@ def _blocked_solve(xp: Any, p: Any, r: Any, s: Any, **kwargs: Any) -> tuple[Any,
     """:func:`_schur_solve` in blocks of problems whose plans fit in a CPU core's cache (as the forward's iterations)."""
     adapter = get_adapter(xp)  # here, not passed: eagerly() hands this function only arrays and Python values
     solve = functools.partial(_schur_solve, xp, adapter, **kwargs)
-    return in_blocks(xp, solve, (p, r, s), (2, 1, 1), adapter.cache_block(xp, p, 2))  # type: ignore[return-value]
+    return in_blocks(xp, solve, (p, r, s), (2, 1, 1), adapter.cache_block(xp, p, 2, few_passes=True))  # type: ignore[return-value]
 
 
 def dual_cotangents(

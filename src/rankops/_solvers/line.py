@@ -233,7 +233,7 @@ def _backward(xp: Any, res: tuple[Any, ...], cts: tuple[Any, ...], *, guarded: b
         return (xp.zeros_like(x), None, None, None)
     run = functools.partial(_block_backward, xp, guarded=guarded, **statics)
     # unguarded: JAX's transpose, never in blocks (its adapter runs none)
-    block = get_adapter(xp).cache_block(xp, p, 2) if guarded else None
+    block = get_adapter(xp).cache_block(xp, p, 2, few_passes=True) if guarded else None
     dx, d_log_a, d_log_b = in_blocks(xp, run, (ct, p, x, log_a, log_b, y), (2, 2, 1, 1, 1, 1), block)
     return (
         unbroadcast(xp, dx, tuple(x.shape)), unbroadcast(xp, d_log_a, tuple(log_a.shape)),

@@ -85,7 +85,7 @@ SPEED_UPS = (
 
 # cache_block: a block's bytes of one (n, m) array per problem (its iterations keep a few alive; a core's cache is a
 # few MiB); the batches run whole (the cores' shared cache holds them), and the problems too small for blocks (a block
-# pays the loop's dispatch again, which their work does not outweigh)
+# pays the loop's dispatch again): below SMALL_PROBLEM_BYTES for hundreds of passes, below CACHE_BYTES for tens
 CACHE_BYTES, WHOLE_BYTES, SMALL_PROBLEM_BYTES = 1 << 20, 1 << 21, 1 << 17
 
 
@@ -268,22 +268,21 @@ class PortableAdapter:
         """Whether ``x`` holds values that may be read now."""
         return not self.lazy
 
-    def cache_block(self, xp: Any, x: Any, core: int, width: int = 1) -> int | None:
+    def cache_block(self, xp: Any, x: Any, core: int, width: int = 1, few_passes: bool = False) -> int | None:
         """How many problems an eager loop over ``x`` runs at once on a CPU, or None: the batch whole.
 
-        A problem is ``x``'s last ``core`` axes, times ``width`` (a loop over
-        ``(..., n, width)`` arrays built from ``x``). An iteration passes over each
-        problem's arrays a few times: once a batch's outgrow a core's cache,
-        every pass streams them from memory, and the batch took 2-5x the time
-        of its blocks one after another (``benchmarks/batch_blocks.py``). A
-        device's memory is fast and its parallelism wants the whole batch; a
-        traced loop is one program, which blocks would copy.
+        A problem is ``x``'s last ``core`` axes, times ``width`` (a loop over ``(..., n, width)`` arrays
+        built from ``x``). An iteration passes over each problem's arrays a few times: once a batch's outgrow
+        a core's cache, every pass streams them from memory, and the batch took 2-5x the time of its blocks
+        one after another (``benchmarks/batch_blocks.py``). A device's memory is fast and its parallelism
+        wants the whole batch; a traced loop is one program, which blocks would copy. ``few_passes``: a
+        loop of tens of passes (the implicit backward), whose blocks pay back from 1 MiB problems only.
         """
         if not self.is_concrete(x) or not on_cpu(x):
             return None
         size = xp.finfo(x.dtype).bits // 8 * width
         problem = math.prod(x.shape[x.ndim - core :]) * size
-        if math.prod(x.shape) * size <= WHOLE_BYTES or problem < SMALL_PROBLEM_BYTES:
+        if math.prod(x.shape) * size <= WHOLE_BYTES or problem < (CACHE_BYTES if few_passes else SMALL_PROBLEM_BYTES):
             return None
         return max(1, CACHE_BYTES // problem)
 

@@ -216,7 +216,7 @@ class Jax(PortableAdapter):
         """False for tracers (``jit``, ``grad``, ``vmap``): their values do not exist yet."""
         return not isinstance(x, jax.core.Tracer)
 
-    def cache_block(self, xp: Any, x: Any, core: int, width: int = 1) -> int | None:
+    def cache_block(self, xp: Any, x: Any, core: int, width: int = 1, few_passes: bool = False) -> int | None:
         """None: XLA compiles a loop for the whole batch, and its fused iterations make fewer passes over memory."""
         return None
 
