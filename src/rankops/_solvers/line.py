@@ -226,6 +226,8 @@ def _backward(xp: Any, res: tuple[Any, ...], cts: tuple[Any, ...], *, guarded: b
     Each pass over the plan runs in blocks of problems that fit a core's
     cache, as the forward's iterations (:func:`_block_backward`); each
     block's cotangents are its problems' own, summed over broadcasting last.
+    A block's problems are broadcast, so its guard ``k`` is each problem's,
+    not each row's: the same linear map, up to rounding.
     """
     p, x, y, log_a, log_b = res
     ct = cts[0]
