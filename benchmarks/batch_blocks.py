@@ -30,6 +30,7 @@ Usage: python -m benchmarks.batch_blocks [--repeats 3] [--quick] [--backward]
 from __future__ import annotations
 
 import argparse
+import functools
 import platform
 from typing import Any, Callable
 from unittest import mock
@@ -61,6 +62,22 @@ def _call(backend: str, x: np.ndarray, mode: str) -> Callable[[Any], Any]:
     return run
 
 
+def _timed_row(backend: str, dtype: str, label: str, batch: int, n: int, call: Callable[[], Any],
+               row_calls: list[Callable[[], Any]], repeats: int) -> str:
+    """One table row: ``call`` on the batch whole (``WHOLE_BYTES`` raised past it) and in blocks, interleaved with the
+    rows one call each (``row_calls``)."""
+
+    def whole() -> Any:
+        with mock.patch.object(_generic, "WHOLE_BYTES", 1 << 62):
+            return call()
+
+    times = interleaved_medians({"whole": whole, "blocks": call, "rows": lambda: [c() for c in row_calls]}, repeats)
+    mib = batch * n * n * np.dtype(dtype).itemsize / 2**20
+    whole_ms, blocks_ms, rows_ms = (times[k] * 1e3 for k in ("whole", "blocks", "rows"))
+    return (f"| {backend} | {dtype} | {label} | {batch} | {n} | {mib:.1f} | {whole_ms:.1f} | {blocks_ms:.1f} | "
+            f"{whole_ms / blocks_ms:.2f}x | {rows_ms:.1f} |")
+
+
 def _row(backend: str, dtype: str, batch: int, n: int, mode: str, repeats: int) -> str:
     x = np.random.default_rng(n).normal(size=(batch, n)).astype(dtype)
     if backend == "torch":
@@ -71,17 +88,7 @@ def _row(backend: str, dtype: str, batch: int, n: int, mode: str, repeats: int) 
     else:
         a, rows = x, [x[i : i + 1] for i in range(batch)]
     call = _call(backend, x, mode)
-
-    def whole() -> Any:
-        with mock.patch.object(_generic, "WHOLE_BYTES", 1 << 62):
-            return call(a)
-
-    times = interleaved_medians({"whole": whole, "blocks": lambda: call(a), "rows": lambda: [call(r) for r in rows]},
-                                repeats)
-    mib = batch * n * n * np.dtype(dtype).itemsize / 2**20
-    whole_ms, blocks_ms, rows_ms = (times[k] * 1e3 for k in ("whole", "blocks", "rows"))
-    return (f"| {backend} | {dtype} | {mode} | {batch} | {n} | {mib:.1f} | {whole_ms:.1f} | {blocks_ms:.1f} | "
-            f"{whole_ms / blocks_ms:.2f}x | {rows_ms:.1f} |")
+    return _timed_row(backend, dtype, mode, batch, n, lambda: call(a), [functools.partial(call, r) for r in rows], repeats)
 
 
 def _backward_row(backend: str, dtype: str, batch: int, n: int, repeats: int) -> str:
@@ -97,17 +104,8 @@ def _backward_row(backend: str, dtype: str, batch: int, n: int, repeats: int) ->
         loss = (rankops.soft_rank(t, method="sinkhorn") ** 2).sum()
         return lambda: torch.autograd.grad(loss, t, retain_graph=True)
 
-    batch_pull, row_pulls = pullback(x), [pullback(x[i : i + 1]) for i in range(batch)]
-
-    def whole() -> Any:
-        with mock.patch.object(_generic, "WHOLE_BYTES", 1 << 62):
-            return batch_pull()
-
-    times = interleaved_medians({"whole": whole, "blocks": batch_pull, "rows": lambda: [p() for p in row_pulls]}, repeats)
-    mib = batch * n * n * np.dtype(dtype).itemsize / 2**20
-    whole_ms, blocks_ms, rows_ms = (times[k] * 1e3 for k in ("whole", "blocks", "rows"))
-    return (f"| {backend} | {dtype} | bwd implicit | {batch} | {n} | {mib:.1f} | {whole_ms:.1f} | {blocks_ms:.1f} | "
-            f"{whole_ms / blocks_ms:.2f}x | {rows_ms:.1f} |")
+    return _timed_row(backend, dtype, "bwd implicit", batch, n, pullback(x), [pullback(x[i : i + 1]) for i in range(batch)],
+                      repeats)
 
 
 def main(argv: list[str] | None = None) -> None:
