@@ -108,13 +108,26 @@ def test_torch_func_hessian_and_the_sinkhorn_refusal():
         grad(lambda v: grad(sinkhorn_loss)(v).sum())(x)
 
 
+def _jax_hessian_vector_product(loss, x: np.ndarray, v: np.ndarray, h: float = 1e-6) -> tuple[np.ndarray, np.ndarray]:
+    """``loss``'s Hessian at ``x`` times ``v`` (JAX's ``jvp`` of ``grad`` under ``jit``), and central differences of
+    its gradient along ``v``. One program: the ``jvp``'s primal output is the gradient itself (the same operations),
+    so the differences take it at ``x +- h v`` instead of compiling ``grad`` alone as well."""
+    import jax
+    import jax.numpy as jnp
+
+    gradient_and_product = jax.jit(lambda a, t: jax.jvp(jax.grad(loss), (a,), (t,)))
+    step = jnp.asarray(v)
+    ahead, behind = (np.asarray(gradient_and_product(jnp.asarray(x + s * h * v), step)[0]) for s in (1, -1))
+    return np.asarray(gradient_and_product(jnp.asarray(x), step)[1]), (ahead - behind) / (2 * h)
+
+
 @pytest.mark.parametrize("p", [1.35, 1.25])
 def test_p_norm_hessian_vector_products_on_rows_that_take_the_guess_and_the_extensions(p):
     """Rows of 200 entries (the one-block guess from 128, the rounds' extensions from 64): a Hessian-vector product,
     JAX's ``jvp`` of ``grad`` under ``jit`` and torch's double backward, equals central differences of the gradient.
     At p = 1.35 (no closed form) and 1.25 (q = 5) the pooling rounds solve blocks by Newton's steps, whose loop JAX
     cannot transpose: the blocks' placement takes no derivative."""
-    jax = pytest.importorskip("jax")
+    pytest.importorskip("jax")
     torch = pytest.importorskip("torch")
     import jax.numpy as jnp
 
@@ -125,11 +138,8 @@ def test_p_norm_hessian_vector_products_on_rows_that_take_the_guess_and_the_exte
         out = rankops.soft_rank(a, method="permutahedron", strength=1.0, regularization="lp", p=p)
         return xp.sum(out * xp.asarray(w)) + xp.sum(out**2)
 
-    grad = jax.jit(jax.grad(lambda a: loss(a, jnp)))
-    h = 1e-6
-    numeric = (np.asarray(grad(jnp.asarray(x + h * v))) - np.asarray(grad(jnp.asarray(x - h * v)))) / (2 * h)
-    product = jax.jit(lambda a, t: jax.jvp(grad, (a,), (t,))[1])(jnp.asarray(x), jnp.asarray(v))
-    assert_allclose(np.asarray(product), numeric, rtol=1e-6, atol=1e-5 * np.abs(numeric).max())
+    product, numeric = _jax_hessian_vector_product(lambda a: loss(a, jnp), x, v)
+    assert_allclose(product, numeric, rtol=1e-6, atol=1e-5 * np.abs(numeric).max())
     assert np.abs(numeric).max() > 1.0  # the rows hold blocks of several entries: curvature, not 2 I alone
 
     xt = torch.asarray(x).requires_grad_(True)
@@ -160,8 +170,5 @@ def test_hessian_vector_products_of_every_operator_on_long_rows(case):
         leaves = [b for b in jax.tree_util.tree_leaves(case(a)) if jnp.issubdtype(b.dtype, jnp.floating)]
         return sum(jnp.sum(b**2) + jnp.sum(jnp.sin(b)) for b in leaves)
 
-    grad = jax.jit(jax.grad(loss))
-    h = 1e-6
-    numeric = (np.asarray(grad(jnp.asarray(x + h * v))) - np.asarray(grad(jnp.asarray(x - h * v)))) / (2 * h)
-    product = np.asarray(jax.jit(lambda a, t: jax.jvp(grad, (a,), (t,))[1])(jnp.asarray(x), jnp.asarray(v)))
+    product, numeric = _jax_hessian_vector_product(loss, x, v)
     assert_allclose(product, numeric, rtol=1e-5, atol=1e-5 * np.abs(numeric).max())
