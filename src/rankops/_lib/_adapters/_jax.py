@@ -373,7 +373,14 @@ class Jax(PortableAdapter):
         loops at every call. Python-valued parameters and options are static
         (part of the cache key); arrays, among them array-valued options (a
         learnable ``tau``), are traced arguments. Inside a caller's own ``jit``
-        / ``vmap`` / ``grad`` the inner ``jit`` is simply inlined.
+        / ``vmap`` / ``grad`` the inner ``jit`` is inlined into the caller's
+        program. Under a caller's ``jit`` of ``grad`` it costs tracing, not
+        compiling: the inner ``jit`` traces the core's forward for its primal
+        program and the ``custom_jvp`` rule inside traces it again when the
+        caller's ``grad`` linearizes that program. Calling the core directly
+        where its arguments are tracers would trace it once, but an eager
+        ``grad`` or ``vmap`` has tracers too, and there the inner ``jit`` is
+        what keeps each call one cached program.
         """
         opts, opt_arrays = call.opts.split()
         arrays = {k: v for k, v in call.params.items() if isinstance(v, jax.Array)}
