@@ -86,6 +86,7 @@ def _case(rng: np.random.Generator) -> tuple[str, np.ndarray, Any, dict, Callabl
 @pytest.mark.parametrize("shard", range(SHARDS))
 @pytest.mark.parametrize("name", [b for b in CPU_BACKENDS if b != "jax"])
 def test_drawn_batches_equal_the_papers_pav(name, shard):
+    """``CASES`` drawn batches per shard (:func:`_case`), each operator's output against the sequential PAV."""
     to, run = on_backend(name)
     rng = np.random.default_rng([20261207, shard])
     for case in range(CASES):
